@@ -1,0 +1,259 @@
+//! `kiln info`: what a model file holds — architecture, size, tensor types, tokenizer, chat
+//! template and the configuration kiln will run it with.
+
+use anyhow::Result;
+use serde_json::json;
+
+use super::{ModelArgs, OutputFormat};
+use crate::model::ModelFile;
+use crate::model::loader::Source;
+
+#[derive(clap::Args, Debug)]
+pub struct InfoArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Output format
+    #[arg(long, value_enum, default_value_t)]
+    pub format: OutputFormat,
+
+    /// Also list every GGUF metadata key and value
+    #[arg(long)]
+    pub metadata: bool,
+
+    /// Also list every tensor with its type and shape
+    #[arg(long)]
+    pub tensors: bool,
+}
+
+/// The facts `kiln info` reports, gathered once for both output formats.
+struct Summary {
+    name: String,
+    format: String,
+    parameters: u64,
+    file_size: u64,
+    tokenizer: String,
+    vocab_tokens: Option<usize>,
+    chat_template: bool,
+}
+
+fn summarize(m: &ModelFile) -> Summary {
+    let (format, tokenizer, vocab_tokens, chat_template) = match &m.source {
+        Source::Gguf(g) => {
+            let md = &g.metadata;
+            let model = md.str("tokenizer.ggml.model").ok().flatten();
+            let pre = md.str("tokenizer.ggml.pre").ok().flatten();
+            let tokenizer = match (model, pre) {
+                (Some("gpt2"), Some(pre)) => format!("gpt2 (byte-level BPE, pre-tokenizer {pre})"),
+                (Some("gpt2"), None) => "gpt2 (byte-level BPE)".to_string(),
+                (Some("llama"), _) => "llama (SentencePiece BPE with byte fallback)".to_string(),
+                (Some(other), _) => format!("{other} (not supported)"),
+                (None, _) => "none".to_string(),
+            };
+            let n = md
+                .str_array("tokenizer.ggml.tokens")
+                .ok()
+                .flatten()
+                .map(|t| t.len());
+            (
+                format!("GGUF v{}", g.version),
+                tokenizer,
+                n,
+                md.contains("tokenizer.chat_template"),
+            )
+        }
+        Source::HuggingFace { dir, .. } => {
+            let tok = std::fs::read_to_string(dir.join("tokenizer.json"))
+                .ok()
+                .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok());
+            let kind = tok
+                .as_ref()
+                .and_then(|t| t["model"]["type"].as_str().map(str::to_string));
+            let n = tok.as_ref().and_then(|t| {
+                let vocab = t["model"]["vocab"].as_object().map(|v| v.len())?;
+                let added = t["added_tokens"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter(|x| x["id"].as_u64().is_some_and(|id| id as usize >= vocab))
+                            .count()
+                    })
+                    .unwrap_or(0);
+                Some(vocab + added)
+            });
+            let template = dir.join("chat_template.jinja").is_file()
+                || std::fs::read_to_string(dir.join("tokenizer_config.json"))
+                    .ok()
+                    .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+                    .is_some_and(|c| !c["chat_template"].is_null());
+            (
+                "Hugging Face (safetensors)".to_string(),
+                match kind {
+                    Some(k) => format!("tokenizer.json ({k})"),
+                    None => "none (no tokenizer.json)".to_string(),
+                },
+                n,
+                template,
+            )
+        }
+    };
+    Summary {
+        name: m.display_name(),
+        format,
+        parameters: m.parameter_count(),
+        file_size: m.file_size,
+        tokenizer,
+        vocab_tokens,
+        chat_template,
+    }
+}
+
+pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
+    let m = ModelFile::open(&args.model.model)?;
+    let s = summarize(&m);
+    let mix = m.type_mix();
+    match args.format {
+        OutputFormat::Json => {
+            let types: serde_json::Map<String, serde_json::Value> = mix
+                .iter()
+                .map(|(t, (n, bytes))| (t.name().to_string(), json!({"tensors": n, "bytes": bytes})))
+                .collect();
+            let mut out = json!({
+                "path": m.path,
+                "name": s.name,
+                "format": s.format,
+                "architecture": m.config.arch.name(),
+                "parameters": s.parameters,
+                "file_size": s.file_size,
+                "tensor_count": m.tensors.len(),
+                "tensor_types": types,
+                "context_length": m.config.context_length,
+                "tokenizer": s.tokenizer,
+                "vocab_tokens": s.vocab_tokens,
+                "chat_template": s.chat_template,
+                "config": m.config,
+            });
+            if args.metadata
+                && let Some(g) = m.gguf()
+            {
+                let md: serde_json::Map<String, serde_json::Value> = g
+                    .metadata
+                    .keys()
+                    .into_iter()
+                    .map(|k| (k.to_string(), g.metadata.to_json(k)))
+                    .collect();
+                out["metadata"] = serde_json::Value::Object(md);
+            }
+            if args.tensors {
+                out["tensors"] = m
+                    .tensors
+                    .values()
+                    .map(|t| json!({"name": t.name, "type": t.dtype.name(), "dims": t.dims}))
+                    .collect();
+            }
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        }
+        OutputFormat::Text => {
+            let c = &m.config;
+            let types: Vec<String> = mix
+                .iter()
+                .map(|(t, (n, bytes))| format!("{t} ×{n} ({})", human_bytes(*bytes)))
+                .collect();
+            println!("model          {}", s.name);
+            println!("path           {}", m.path.display());
+            println!("format         {}", s.format);
+            println!("architecture   {}", c.arch.name());
+            println!("parameters     {}", human_count(s.parameters));
+            println!("file size      {}", human_bytes(s.file_size));
+            println!("tensors        {}: {}", m.tensors.len(), types.join(", "));
+            println!("context        {} tokens", c.context_length);
+            let vocab = s
+                .vocab_tokens
+                .map(|n| format!(", {n} tokens"))
+                .unwrap_or_default();
+            println!("tokenizer      {}{vocab}", s.tokenizer);
+            println!(
+                "chat template  {}",
+                if s.chat_template { "yes" } else { "no (kiln uses a built-in one)" }
+            );
+            println!("config");
+            println!("  vocab_size          {}", c.vocab_size);
+            println!("  hidden_size         {}", c.hidden_size);
+            println!("  intermediate_size   {}", c.intermediate_size);
+            println!("  layers              {}", c.n_layers);
+            println!("  heads / kv heads    {} / {}", c.n_heads, c.n_kv_heads);
+            println!("  head_dim            {}", c.head_dim);
+            println!("  rms_norm_eps        {:e}", c.rms_norm_eps);
+            let local = c
+                .rope_theta_local
+                .map(|t| format!(" (local layers {t})"))
+                .unwrap_or_default();
+            println!("  rope_theta          {}{local}", c.rope_theta);
+            println!("  rope_layout         {:?}", c.rope_layout);
+            if let Some(s) = &c.rope_scaling {
+                println!("  rope_scaling        {}", describe_scaling(s));
+            }
+            match (c.sliding_window, c.sliding_window_pattern) {
+                (Some(w), Some(p)) => println!(
+                    "  sliding_window      {w} (every {p}th layer global)"
+                ),
+                (Some(w), None) => println!("  sliding_window      {w} (all layers)"),
+                _ => {}
+            }
+            println!("  attention_bias      {}", c.attention_bias);
+            println!("  qk_norm             {}", c.qk_norm);
+            println!("  tied_embeddings     {}", c.tie_embeddings);
+            println!("  activation          {:?}", c.activation);
+            if args.metadata
+                && let Some(g) = m.gguf()
+            {
+                println!("metadata");
+                for k in g.metadata.keys() {
+                    println!("  {k} = {}", g.metadata.display(k));
+                }
+            }
+            if args.tensors {
+                println!("tensors");
+                for t in m.tensors.values() {
+                    println!("  {:<40} {:<5} {:?}", t.name, t.dtype.name(), t.dims);
+                }
+            }
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn describe_scaling(s: &crate::model::config::RopeScaling) -> String {
+    use crate::model::config::RopeScaling;
+    match s {
+        RopeScaling::Linear { factor } => format!("linear ×{factor}"),
+        RopeScaling::PerFrequency { divisors } => {
+            let max = divisors.iter().cloned().fold(1.0f32, f32::max);
+            format!("per-frequency (Llama 3), {} divisors up to {max}", divisors.len())
+        }
+    }
+}
+
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+pub fn human_count(n: u64) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..1_000_000 => format!("{:.1} K", n as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} M", n as f64 / 1e6),
+        _ => format!("{:.2} B", n as f64 / 1e9),
+    }
+}

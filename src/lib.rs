@@ -1,0 +1,12 @@
+//! kiln: run large language models locally from GGUF files or Hugging Face directories.
+//!
+//! The data flow: file → mmap → tensor views (`gguf`, `model::loader`) → `ModelConfig` + weights
+//! handed to a backend (`backend`) → `model::Session` (prefill, decode, KV cache) → logits →
+//! `sampler` → token → incremental detokenizer → text.
+
+pub mod cli;
+pub mod error;
+pub mod gguf;
+pub mod model;
+
+pub use error::{Error, Result};

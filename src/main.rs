@@ -1,0 +1,16 @@
+//! The `kiln` binary: parse the command line and dispatch; everything else lives in the library.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = kiln::cli::Cli::parse();
+    match kiln::cli::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

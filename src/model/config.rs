@@ -1,0 +1,536 @@
+//! `ModelConfig`: one description of a model for every supported architecture, read from GGUF
+//! metadata (`{arch}.block_count`, …) or a Hugging Face `config.json`. It holds every number and
+//! fact that changes the forward pass, so the architecture code never looks at file formats.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::gguf::Metadata;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// Llama 2/3.x, SmolLM2, Mistral.
+    Llama,
+    Qwen2,
+    Qwen3,
+    Gemma3,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gemma3 => "gemma3",
+        }
+    }
+
+    /// From GGUF `general.architecture`.
+    pub fn from_gguf(name: &str) -> Result<Arch> {
+        Ok(match name {
+            "llama" | "mistral" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "gemma3" | "gemma3_text" => Arch::Gemma3,
+            other => return Err(unsupported_arch(other)),
+        })
+    }
+
+    /// From config.json `model_type`.
+    pub fn from_hf(model_type: &str) -> Result<Arch> {
+        Ok(match model_type {
+            "llama" | "mistral" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "gemma3" | "gemma3_text" => Arch::Gemma3,
+            other => return Err(unsupported_arch(other)),
+        })
+    }
+}
+
+fn unsupported_arch(name: &str) -> Error {
+    Error::Unsupported(format!(
+        "architecture '{name}' is not supported (kiln runs llama, mistral, qwen2, qwen3 and gemma3)"
+    ))
+}
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RopeLayout {
+    /// Adjacent pairs (2i, 2i+1): GGUF llama files, whose Q/K rows llama.cpp's converter permuted.
+    Interleaved,
+    /// Halves (i, i + d/2), "rotate-half": Hugging Face checkpoints, and qwen/gemma everywhere.
+    Neox,
+}
+
+/// Position scaling applied to the RoPE frequencies.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RopeScaling {
+    /// Every frequency divided by `factor` (positions compressed).
+    Linear { factor: f32 },
+    /// One divisor per frequency (Llama 3's scheme; GGUF stores them as `rope_freqs.weight`).
+    PerFrequency { divisors: Vec<f32> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// SiLU(gate) · up.
+    Silu,
+    /// GELU with the tanh approximation (gate) · up.
+    GeluTanh,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f32,
+    pub rope_theta: f32,
+    /// RoPE base of sliding-window layers when it differs (Gemma 3: 10000).
+    pub rope_theta_local: Option<f32>,
+    pub rope_scaling: Option<RopeScaling>,
+    pub rope_layout: RopeLayout,
+    /// Sliding-window length in tokens (a query sees itself and the window − 1 before it).
+    pub sliding_window: Option<usize>,
+    /// Which layers use the window; `None` with a window set means every layer.
+    pub sliding_window_pattern: Option<usize>,
+    pub attention_bias: bool,
+    pub qk_norm: bool,
+    pub tie_embeddings: bool,
+    pub context_length: usize,
+    /// Norm weights already include the `+1` of Gemma's `x·(1+w)` (llama.cpp's converter adds it).
+    pub norm_weights_include_one: bool,
+    /// Gemma multiplies embeddings by sqrt(hidden_size).
+    pub embedding_scale: Option<f32>,
+    /// Multiplier of q·k (1/sqrt(head_dim), or Gemma's query_pre_attn_scalar).
+    pub attention_scale: f32,
+    pub activation: Activation,
+    pub final_logit_softcap: Option<f32>,
+}
+
+impl ModelConfig {
+    /// True when layer `layer` attends through the sliding window.
+    pub fn layer_is_local(&self, layer: usize) -> bool {
+        match (self.sliding_window, self.sliding_window_pattern) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(_), Some(p)) => p == 0 || layer % p < p - 1,
+        }
+    }
+
+    pub fn layer_window(&self, layer: usize) -> Option<usize> {
+        if self.layer_is_local(layer) {
+            self.sliding_window
+        } else {
+            None
+        }
+    }
+
+    pub fn layer_rope_theta(&self, layer: usize) -> f32 {
+        match self.rope_theta_local {
+            Some(local) if self.layer_is_local(layer) => local,
+            _ => self.rope_theta,
+        }
+    }
+
+    /// RoPE scaling applies to global layers only when local layers have their own base (Gemma 3).
+    pub fn layer_rope_scaling(&self, layer: usize) -> Option<&RopeScaling> {
+        if self.rope_theta_local.is_some() && self.layer_is_local(layer) {
+            None
+        } else {
+            self.rope_scaling.as_ref()
+        }
+    }
+
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// Read from GGUF metadata. `rope_freqs` is the `rope_freqs.weight` tensor when the file has one;
+    /// `output_present` says whether the file has a separate `output.weight`.
+    pub fn from_gguf(
+        md: &Metadata,
+        vocab_from_tensors: Option<usize>,
+        rope_freqs: Option<Vec<f32>>,
+        output_present: bool,
+    ) -> Result<ModelConfig> {
+        let arch_name = md
+            .str("general.architecture")?
+            .ok_or_else(|| Error::Format("metadata has no general.architecture".into()))?;
+        let arch = Arch::from_gguf(arch_name)?;
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let need = |k: &str| -> Result<usize> {
+            md.usize(&key(k))?
+                .ok_or_else(|| Error::Format(format!("metadata has no {}", key(k))))
+        };
+
+        let hidden_size = need("embedding_length")?;
+        let n_heads = need("attention.head_count")?;
+        let n_kv_heads = md.usize(&key("attention.head_count_kv"))?.unwrap_or(n_heads);
+        let head_dim = match md.usize(&key("attention.key_length"))? {
+            Some(d) => d,
+            None if n_heads > 0 => hidden_size / n_heads,
+            None => 0,
+        };
+        let vocab_size = match md.usize(&key("vocab_size"))? {
+            Some(v) => v,
+            None => match md.str_array("tokenizer.ggml.tokens")? {
+                Some(tokens) => tokens.len(),
+                None => vocab_from_tensors.unwrap_or(0),
+            },
+        };
+        let sliding_window = md.usize(&key("attention.sliding_window"))?.filter(|&w| w > 0);
+        let gemma = arch == Arch::Gemma3;
+
+        let rope_scaling = match rope_freqs {
+            Some(divisors) => Some(RopeScaling::PerFrequency { divisors }),
+            None => match md.str(&key("rope.scaling.type"))? {
+                Some("linear") => md
+                    .f64(&key("rope.scaling.factor"))?
+                    .filter(|&f| f > 0.0 && f != 1.0)
+                    .map(|f| RopeScaling::Linear { factor: f as f32 }),
+                Some("none") | None => None,
+                Some(other) => {
+                    return Err(Error::Unsupported(format!(
+                        "RoPE scaling '{other}' is not supported"
+                    )));
+                }
+            },
+        };
+
+        let attention_scale = if gemma {
+            // llama.cpp: 1/sqrt(head_dim), except Gemma 3 27B (62 layers) which uses hidden/heads.
+            let n_layers = need("block_count")?;
+            let scalar = if n_layers == 62 {
+                hidden_size / n_heads.max(1)
+            } else {
+                head_dim
+            };
+            1.0 / (scalar as f32).sqrt()
+        } else {
+            1.0 / (head_dim as f32).sqrt()
+        };
+
+        let cfg = ModelConfig {
+            arch,
+            vocab_size,
+            hidden_size,
+            intermediate_size: need("feed_forward_length")?,
+            n_layers: need("block_count")?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            rms_norm_eps: md
+                .f64(&key("attention.layer_norm_rms_epsilon"))?
+                .unwrap_or(1e-5) as f32,
+            rope_theta: md.f64(&key("rope.freq_base"))?.unwrap_or(10000.0) as f32,
+            rope_theta_local: if gemma && sliding_window.is_some() {
+                Some(md.f64(&key("rope.freq_base_swa"))?.unwrap_or(10000.0) as f32)
+            } else {
+                None
+            },
+            rope_scaling,
+            rope_layout: if arch == Arch::Llama {
+                RopeLayout::Interleaved
+            } else {
+                RopeLayout::Neox
+            },
+            sliding_window,
+            sliding_window_pattern: if gemma && sliding_window.is_some() {
+                Some(md.usize(&key("attention.sliding_window_pattern"))?.unwrap_or(6))
+            } else {
+                None
+            },
+            attention_bias: arch == Arch::Qwen2,
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            tie_embeddings: !output_present,
+            context_length: md.usize(&key("context_length"))?.unwrap_or(2048),
+            norm_weights_include_one: gemma,
+            embedding_scale: gemma.then(|| (hidden_size as f32).sqrt()),
+            attention_scale,
+            activation: if gemma {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
+            },
+            final_logit_softcap: md
+                .f64(&key("final_logit_softcapping"))?
+                .filter(|&c| c > 0.0)
+                .map(|c| c as f32),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Read from a Hugging Face config.json (already parsed).
+    pub fn from_hf(json: &Value) -> Result<ModelConfig> {
+        // Multimodal Gemma 3 checkpoints nest the language model's settings under text_config.
+        let top_type = json.get("model_type").and_then(Value::as_str).unwrap_or("");
+        let c = match json.get("text_config") {
+            Some(t) if top_type == "gemma3" => t,
+            _ => json,
+        };
+        let model_type = c
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or(top_type);
+        let arch = Arch::from_hf(model_type)?;
+        let gemma = arch == Arch::Gemma3;
+
+        let uint = |k: &str| -> Result<Option<usize>> {
+            match c.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .map(|x| Some(x as usize))
+                    .ok_or_else(|| Error::Format(format!("config.json: '{k}' should be an integer"))),
+            }
+        };
+        let float = |k: &str| -> Result<Option<f64>> {
+            match c.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_f64()
+                    .map(Some)
+                    .ok_or_else(|| Error::Format(format!("config.json: '{k}' should be a number"))),
+            }
+        };
+        let flag = |k: &str| -> Option<bool> { c.get(k).and_then(Value::as_bool) };
+        let need = |k: &str| -> Result<usize> {
+            uint(k)?.ok_or_else(|| Error::Format(format!("config.json has no '{k}'")))
+        };
+
+        let hidden_size = need("hidden_size")?;
+        let n_heads = need("num_attention_heads")?;
+        let n_layers = need("num_hidden_layers")?;
+        let default_head_dim = match arch {
+            Arch::Qwen3 => 128,
+            Arch::Gemma3 => 256,
+            _ => hidden_size / n_heads.max(1),
+        };
+        let head_dim = uint("head_dim")?.unwrap_or(default_head_dim);
+
+        let sliding_window = match arch {
+            Arch::Gemma3 => Some(uint("sliding_window")?.unwrap_or(4096)),
+            Arch::Qwen2 if flag("use_sliding_window") == Some(true) => uint("sliding_window")?,
+            Arch::Llama => uint("sliding_window")?,
+            _ => None,
+        }
+        .filter(|&w| w > 0);
+        let sliding_window_pattern = if gemma && sliding_window.is_some() {
+            Some(gemma_pattern(c, n_layers)?)
+        } else {
+            None
+        };
+
+        let rope_scaling = match c.get("rope_scaling") {
+            None | Some(Value::Null) => None,
+            Some(s) => hf_rope_scaling(s, head_dim, float("rope_theta")?.unwrap_or(10000.0))?,
+        };
+
+        let cfg = ModelConfig {
+            arch,
+            vocab_size: need("vocab_size")?,
+            hidden_size,
+            intermediate_size: need("intermediate_size")?,
+            n_layers,
+            n_heads,
+            n_kv_heads: uint("num_key_value_heads")?.unwrap_or(n_heads),
+            head_dim,
+            rms_norm_eps: float("rms_norm_eps")?.unwrap_or(1e-6) as f32,
+            rope_theta: float("rope_theta")?.unwrap_or(if gemma { 1e6 } else { 1e4 }) as f32,
+            rope_theta_local: if gemma {
+                Some(float("rope_local_base_freq")?.unwrap_or(10000.0) as f32)
+            } else {
+                None
+            },
+            rope_scaling,
+            rope_layout: RopeLayout::Neox,
+            sliding_window,
+            sliding_window_pattern,
+            attention_bias: arch == Arch::Qwen2 || flag("attention_bias") == Some(true),
+            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            tie_embeddings: flag("tie_word_embeddings")
+                .or_else(|| json.get("tie_word_embeddings").and_then(Value::as_bool))
+                .unwrap_or(gemma),
+            context_length: uint("max_position_embeddings")?.unwrap_or(2048),
+            norm_weights_include_one: false,
+            embedding_scale: gemma.then(|| (hidden_size as f32).sqrt()),
+            attention_scale: if gemma {
+                1.0 / (float("query_pre_attn_scalar")?.unwrap_or(head_dim as f64) as f32).sqrt()
+            } else {
+                1.0 / (head_dim as f32).sqrt()
+            },
+            activation: if gemma {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
+            },
+            final_logit_softcap: float("final_logit_softcapping")?
+                .filter(|&x| x > 0.0)
+                .map(|x| x as f32),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Reject numbers the forward pass cannot use, before anything is allocated from them.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Format(m));
+        if self.hidden_size == 0 || self.n_layers == 0 || self.n_heads == 0 || self.head_dim == 0 {
+            return bad(format!(
+                "model dimensions must be positive (hidden {}, layers {}, heads {}, head_dim {})",
+                self.hidden_size, self.n_layers, self.n_heads, self.head_dim
+            ));
+        }
+        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+            return bad(format!(
+                "{} query heads cannot share {} key/value heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if self.head_dim % 2 != 0 {
+            return bad(format!("head_dim {} must be even for RoPE", self.head_dim));
+        }
+        if self.vocab_size == 0 || self.intermediate_size == 0 {
+            return bad("vocabulary and feed-forward sizes must be positive".into());
+        }
+        // Generous bounds that keep later size arithmetic far from overflow.
+        let limit = 1usize << 24;
+        for (name, v) in [
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("n_layers", self.n_layers),
+            ("n_heads", self.n_heads),
+            ("head_dim", self.head_dim),
+            ("vocab_size", self.vocab_size),
+        ] {
+            if v > limit {
+                return bad(format!("{name} = {v} is implausibly large"));
+            }
+        }
+        if let Some(RopeScaling::PerFrequency { divisors }) = &self.rope_scaling
+            && divisors.len() != self.head_dim / 2
+        {
+            return bad(format!(
+                "rope_freqs has {} values, expected head_dim/2 = {}",
+                divisors.len(),
+                self.head_dim / 2
+            ));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rope_theta.is_finite() && self.rope_theta > 0.0)
+        {
+            return bad("norm epsilon and RoPE base must be finite".into());
+        }
+        Ok(())
+    }
+}
+
+/// Gemma 3's local/global layout: `sliding_window_pattern: 6`, or a `layer_types` list whose
+/// "full_attention" entries must fall on every n-th layer.
+fn gemma_pattern(c: &Value, n_layers: usize) -> Result<usize> {
+    if let Some(p) = c.get("sliding_window_pattern").and_then(Value::as_u64) {
+        return Ok(p as usize);
+    }
+    let Some(types) = c.get("layer_types").and_then(Value::as_array) else {
+        return Ok(6);
+    };
+    let global: Vec<usize> = types
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.as_str() == Some("full_attention"))
+        .map(|(i, _)| i)
+        .collect();
+    let Some(&first) = global.first() else {
+        return Ok(0);
+    };
+    let pattern = first + 1;
+    let expected: Vec<usize> = (0..n_layers.min(types.len()))
+        .filter(|i| (i + 1) % pattern == 0)
+        .collect();
+    if expected != global {
+        return Err(Error::Unsupported(
+            "config.json layer_types is not a regular local/global pattern".into(),
+        ));
+    }
+    Ok(pattern)
+}
+
+/// config.json `rope_scaling`: linear, or Llama 3's per-frequency divisors (computed in f64 as
+/// llama.cpp's converter does, then rounded to f32 as GGUF stores them).
+fn hf_rope_scaling(s: &Value, head_dim: usize, theta: f64) -> Result<Option<RopeScaling>> {
+    let kind = s
+        .get("rope_type")
+        .or_else(|| s.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("default");
+    let num = |k: &str, default: f64| s.get(k).and_then(Value::as_f64).unwrap_or(default);
+    match kind {
+        "default" => Ok(None),
+        "linear" => {
+            let factor = num("factor", 1.0);
+            Ok((factor != 1.0).then_some(RopeScaling::Linear {
+                factor: factor as f32,
+            }))
+        }
+        "llama3" => {
+            let factor = num("factor", 8.0);
+            let low = num("low_freq_factor", 1.0);
+            let high = num("high_freq_factor", 4.0);
+            let original = num("original_max_position_embeddings", 8192.0);
+            Ok(Some(RopeScaling::PerFrequency {
+                divisors: llama3_divisors(head_dim, theta, factor, low, high, original),
+            }))
+        }
+        other => Err(Error::Unsupported(format!(
+            "config.json rope_scaling type '{other}' is not supported"
+        ))),
+    }
+}
+
+/// Llama 3 RoPE scaling: each frequency's divisor (1 for high frequencies, `factor` for low ones,
+/// smoothly interpolated between).
+pub fn llama3_divisors(
+    head_dim: usize,
+    theta: f64,
+    factor: f64,
+    low_freq_factor: f64,
+    high_freq_factor: f64,
+    original_context: f64,
+) -> Vec<f32> {
+    let low_wavelen = original_context / low_freq_factor;
+    let high_wavelen = original_context / high_freq_factor;
+    (0..head_dim)
+        .step_by(2)
+        .map(|k| {
+            let freq = 1.0 / theta.powf(k as f64 / head_dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let divisor = if wavelen < high_wavelen {
+                1.0
+            } else if wavelen > low_wavelen {
+                factor
+            } else {
+                let smooth =
+                    (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            };
+            divisor as f32
+        })
+        .collect()
+}

@@ -1,0 +1,10 @@
+//! Models: their description (`config`), files (`loader`, `tensor`), and — in later modules —
+//! tokenizers, chat templates, the forward pass of each architecture family and the session.
+
+pub mod config;
+pub mod loader;
+pub mod tensor;
+
+pub use config::{Arch, ModelConfig};
+pub use loader::{Format, ModelFile};
+pub use tensor::Tensor;

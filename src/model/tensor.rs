@@ -1,0 +1,106 @@
+//! Tensor views: a name, a GGML type, GGML-order dimensions and the bytes, which live in a file
+//! mapping (zero-copy) or, for the few small tensors kiln derives itself, in an owned buffer.
+
+use std::sync::Arc;
+
+use memmap2::Mmap;
+
+use crate::gguf::GgmlType;
+use crate::gguf::dequant::dequantize;
+
+#[derive(Clone)]
+enum Storage {
+    Mapped(Arc<Mmap>),
+    Owned(Arc<Vec<u8>>),
+}
+
+#[derive(Clone)]
+pub struct Tensor {
+    /// Canonical (GGUF-style) name, e.g. `blk.0.attn_q.weight`.
+    pub name: String,
+    pub dtype: GgmlType,
+    /// GGML order: `dims[0]` is the row length; a matrix of `dims[1]` rows.
+    pub dims: Vec<usize>,
+    storage: Storage,
+    start: usize,
+    len: usize,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} {:?}", self.name, self.dtype, self.dims)
+    }
+}
+
+impl Tensor {
+    /// A view of `len` bytes at `start` in a mapping. The caller has checked the range.
+    pub fn mapped(
+        name: String,
+        dtype: GgmlType,
+        dims: Vec<usize>,
+        map: Arc<Mmap>,
+        start: usize,
+        len: usize,
+    ) -> Tensor {
+        debug_assert!(start + len <= map.len());
+        Tensor {
+            name,
+            dtype,
+            dims,
+            storage: Storage::Mapped(map),
+            start,
+            len,
+        }
+    }
+
+    pub fn from_f32(name: impl Into<String>, dims: Vec<usize>, values: &[f32]) -> Tensor {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let len = bytes.len();
+        Tensor {
+            name: name.into(),
+            dtype: GgmlType::F32,
+            dims,
+            storage: Storage::Owned(Arc::new(bytes)),
+            start: 0,
+            len,
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        let all: &[u8] = match &self.storage {
+            Storage::Mapped(m) => m,
+            Storage::Owned(v) => v,
+        };
+        &all[self.start..self.start + self.len]
+    }
+
+    pub fn n_elements(&self) -> usize {
+        self.dims.iter().product()
+    }
+
+    /// Values per row (the first GGML dimension).
+    pub fn row_len(&self) -> usize {
+        self.dims.first().copied().unwrap_or(1)
+    }
+
+    pub fn n_rows(&self) -> usize {
+        self.dims.iter().skip(1).product()
+    }
+
+    pub fn row_bytes(&self) -> usize {
+        self.row_len() / self.dtype.block_len() * self.dtype.block_bytes()
+    }
+
+    /// The whole tensor decoded to f32 (for small tensors: norms, biases).
+    pub fn to_f32(&self) -> Vec<f32> {
+        let mut out = vec![0.0; self.n_elements()];
+        dequantize(self.dtype, self.bytes(), &mut out);
+        out
+    }
+
+    /// One row decoded to f32.
+    pub fn row_to_f32(&self, row: usize, out: &mut [f32]) {
+        let rb = self.row_bytes();
+        dequantize(self.dtype, &self.bytes()[row * rb..(row + 1) * rb], out);
+    }
+}
