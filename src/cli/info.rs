@@ -116,7 +116,9 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
         OutputFormat::Json => {
             let types: serde_json::Map<String, serde_json::Value> = mix
                 .iter()
-                .map(|(t, (n, bytes))| (t.name().to_string(), json!({"tensors": n, "bytes": bytes})))
+                .map(|(t, (n, bytes))| {
+                    (t.name().to_string(), json!({"tensors": n, "bytes": bytes}))
+                })
                 .collect();
             let mut out = json!({
                 "path": m.path,
@@ -174,7 +176,11 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
             println!("tokenizer      {}{vocab}", s.tokenizer);
             println!(
                 "chat template  {}",
-                if s.chat_template { "yes" } else { "no (kiln uses a built-in one)" }
+                if s.chat_template {
+                    "yes"
+                } else {
+                    "no (kiln uses a built-in one)"
+                }
             );
             println!("config");
             println!("  vocab_size          {}", c.vocab_size);
@@ -194,9 +200,9 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                 println!("  rope_scaling        {}", describe_scaling(s));
             }
             match (c.sliding_window, c.sliding_window_pattern) {
-                (Some(w), Some(p)) => println!(
-                    "  sliding_window      {w} (every {p}th layer global)"
-                ),
+                (Some(w), Some(p)) => {
+                    println!("  sliding_window      {w} (every {p}th layer global)")
+                }
                 (Some(w), None) => println!("  sliding_window      {w} (all layers)"),
                 _ => {}
             }
@@ -229,7 +235,10 @@ fn describe_scaling(s: &crate::model::config::RopeScaling) -> String {
         RopeScaling::Linear { factor } => format!("linear ×{factor}"),
         RopeScaling::PerFrequency { divisors } => {
             let max = divisors.iter().cloned().fold(1.0f32, f32::max);
-            format!("per-frequency (Llama 3), {} divisors up to {max}", divisors.len())
+            format!(
+                "per-frequency (Llama 3), {} divisors up to {max}",
+                divisors.len()
+            )
         }
     }
 }

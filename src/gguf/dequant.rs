@@ -22,8 +22,17 @@ fn f32_at(b: &[u8], i: usize) -> f32 {
 pub fn dequantize(t: GgmlType, data: &[u8], out: &mut [f32]) {
     let bl = t.block_len();
     let bb = t.block_bytes();
-    assert_eq!(out.len() % bl, 0, "{t}: {} values is not whole blocks", out.len());
-    assert_eq!(data.len(), out.len() / bl * bb, "{t}: byte count does not match");
+    assert_eq!(
+        out.len() % bl,
+        0,
+        "{t}: {} values is not whole blocks",
+        out.len()
+    );
+    assert_eq!(
+        data.len(),
+        out.len() / bl * bb,
+        "{t}: byte count does not match"
+    );
     for (block, y) in data.chunks_exact(bb).zip(out.chunks_exact_mut(bl)) {
         dequantize_block(t, block, y);
     }

@@ -110,7 +110,11 @@ impl Metadata {
         };
         a.values
             .iter()
-            .map(|v| number(v).map(|x| x as f32).ok_or_else(|| wrong_kind(key, "numbers", v)))
+            .map(|v| {
+                number(v)
+                    .map(|x| x as f32)
+                    .ok_or_else(|| wrong_kind(key, "numbers", v))
+            })
             .collect::<Result<Vec<_>>>()
             .map(Some)
     }
@@ -191,8 +195,18 @@ fn display_value(v: &MetadataValue) -> String {
         }
         MetadataValue::Array(a) => {
             let shown: Vec<String> = a.values.iter().take(MAX_SHOWN).map(display_value).collect();
-            let more = if a.values.len() > MAX_SHOWN { ", …" } else { "" };
-            format!("[{}{}] ({} × {:?})", shown.join(", "), more, a.values.len(), a.element_type)
+            let more = if a.values.len() > MAX_SHOWN {
+                ", …"
+            } else {
+                ""
+            };
+            format!(
+                "[{}{}] ({} × {:?})",
+                shown.join(", "),
+                more,
+                a.values.len(),
+                a.element_type
+            )
         }
         MetadataValue::Bool(b) => b.to_string(),
         MetadataValue::F32(x) => x.to_string(),

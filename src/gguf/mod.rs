@@ -72,6 +72,18 @@ impl GgufFile {
         Self::from_map(path, Arc::new(map))
     }
 
+    /// Parse GGUF bytes held in memory (synthetic models, tests). They are copied into an anonymous
+    /// mapping so that every tensor view works the same way; `label` names them in errors.
+    pub fn from_bytes(label: &Path, bytes: &[u8]) -> Result<GgufFile> {
+        if bytes.is_empty() {
+            return Err(Error::invalid(label, "the file is empty"));
+        }
+        let mut anon = memmap2::MmapMut::map_anon(bytes.len()).map_err(|e| Error::io(label, e))?;
+        anon.copy_from_slice(bytes);
+        let map = anon.make_read_only().map_err(|e| Error::io(label, e))?;
+        Self::from_map(label, Arc::new(map))
+    }
+
     pub fn from_map(path: &Path, map: Arc<Mmap>) -> Result<GgufFile> {
         let bad = |reason: String| Error::invalid(path, reason);
         let bytes: &[u8] = &map;
@@ -90,11 +102,19 @@ impl GgufFile {
         let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
         match version {
             2 | 3 => {}
-            1 => return Err(bad("GGUF version 1 is obsolete; re-convert the model".into())),
+            1 => {
+                return Err(bad(
+                    "GGUF version 1 is obsolete; re-convert the model".into()
+                ));
+            }
             v if v.swap_bytes() <= 3 => {
                 return Err(bad("big-endian GGUF files are not supported".into()));
             }
-            v => return Err(bad(format!("unsupported GGUF version {v} (kiln reads 2 and 3)"))),
+            v => {
+                return Err(bad(format!(
+                    "unsupported GGUF version {v} (kiln reads 2 and 3)"
+                )));
+            }
         }
 
         let file_size = bytes.len();
@@ -125,7 +145,7 @@ impl GgufFile {
                 .iter()
                 .try_fold(1u64, |acc, &d| acc.checked_mul(d))
                 .ok_or_else(|| bad(format!("tensor '{name}': dimensions {dims:?} overflow")))?;
-            if dims[0] % ggml_type.block_len() as u64 != 0 {
+            if !dims[0].is_multiple_of(ggml_type.block_len() as u64) {
                 return Err(bad(format!(
                     "tensor '{name}': row length {} is not a multiple of the {} block size {}",
                     dims[0],
@@ -231,7 +251,10 @@ impl Seek for AsVersion3<'_> {
             SeekFrom::Current(d) => self.pos as i128 + d as i128,
         };
         if target < 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "seek before start"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "seek before start",
+            ));
         }
         self.pos = target as u64;
         Ok(self.pos)

@@ -182,7 +182,9 @@ impl ModelConfig {
 
         let hidden_size = need("embedding_length")?;
         let n_heads = need("attention.head_count")?;
-        let n_kv_heads = md.usize(&key("attention.head_count_kv"))?.unwrap_or(n_heads);
+        let n_kv_heads = md
+            .usize(&key("attention.head_count_kv"))?
+            .unwrap_or(n_heads);
         let head_dim = match md.usize(&key("attention.key_length"))? {
             Some(d) => d,
             None if n_heads > 0 => hidden_size / n_heads,
@@ -195,7 +197,9 @@ impl ModelConfig {
                 None => vocab_from_tensors.unwrap_or(0),
             },
         };
-        let sliding_window = md.usize(&key("attention.sliding_window"))?.filter(|&w| w > 0);
+        let sliding_window = md
+            .usize(&key("attention.sliding_window"))?
+            .filter(|&w| w > 0);
         let gemma = arch == Arch::Gemma3;
 
         let rope_scaling = match rope_freqs {
@@ -253,7 +257,10 @@ impl ModelConfig {
             },
             sliding_window,
             sliding_window_pattern: if gemma && sliding_window.is_some() {
-                Some(md.usize(&key("attention.sliding_window_pattern"))?.unwrap_or(6))
+                Some(
+                    md.usize(&key("attention.sliding_window_pattern"))?
+                        .unwrap_or(6),
+                )
             } else {
                 None
             },
@@ -296,10 +303,9 @@ impl ModelConfig {
         let uint = |k: &str| -> Result<Option<usize>> {
             match c.get(k) {
                 None | Some(Value::Null) => Ok(None),
-                Some(v) => v
-                    .as_u64()
-                    .map(|x| Some(x as usize))
-                    .ok_or_else(|| Error::Format(format!("config.json: '{k}' should be an integer"))),
+                Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
+                    Error::Format(format!("config.json: '{k}' should be an integer"))
+                }),
             }
         };
         let float = |k: &str| -> Result<Option<f64>> {
@@ -399,13 +405,13 @@ impl ModelConfig {
                 self.hidden_size, self.n_layers, self.n_heads, self.head_dim
             ));
         }
-        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
                 "{} query heads cannot share {} key/value heads",
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return bad(format!("head_dim {} must be even for RoPE", self.head_dim));
         }
         if self.vocab_size == 0 || self.intermediate_size == 0 {
@@ -526,8 +532,8 @@ pub fn llama3_divisors(
             } else if wavelen > low_wavelen {
                 factor
             } else {
-                let smooth =
-                    (original_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                let smooth = (original_context / wavelen - low_freq_factor)
+                    / (high_freq_factor - low_freq_factor);
                 1.0 / ((1.0 - smooth) / factor + smooth)
             };
             divisor as f32

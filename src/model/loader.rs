@@ -23,10 +23,7 @@ pub enum Format {
 /// Where the tokenizer and chat template come from.
 pub enum Source {
     Gguf(GgufFile),
-    HuggingFace {
-        dir: PathBuf,
-        config_json: Value,
-    },
+    HuggingFace { dir: PathBuf, config_json: Value },
 }
 
 pub struct ModelFile {
@@ -45,8 +42,43 @@ impl ModelFile {
         if meta.is_dir() {
             open_hf(path)
         } else {
-            open_gguf(path)
+            Self::from_gguf(GgufFile::open(path)?)
         }
+    }
+
+    /// A model from an already opened GGUF file.
+    pub fn from_gguf(gguf: GgufFile) -> Result<ModelFile> {
+        let path = gguf.path.clone();
+        let mut tensors = BTreeMap::new();
+        for t in &gguf.tensors {
+            let dims: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
+            let tensor = Tensor::mapped(
+                t.name.clone(),
+                t.ggml_type,
+                dims,
+                gguf.map.clone(),
+                t.offset,
+                t.nbytes,
+            );
+            tensors.insert(t.name.clone(), tensor);
+        }
+        let rope_freqs = tensors.get("rope_freqs.weight").map(Tensor::to_f32);
+        let vocab_from_tensors = tensors.get("token_embd.weight").map(Tensor::n_rows);
+        let config = ModelConfig::from_gguf(
+            &gguf.metadata,
+            vocab_from_tensors,
+            rope_freqs,
+            tensors.contains_key("output.weight"),
+        )
+        .map_err(|e| e.in_file(&path))?;
+        let file_size = gguf.file_size();
+        Ok(ModelFile {
+            path,
+            config,
+            tensors,
+            source: Source::Gguf(gguf),
+            file_size,
+        })
     }
 
     pub fn format(&self) -> Format {
@@ -96,40 +128,6 @@ impl ModelFile {
     }
 }
 
-fn open_gguf(path: &Path) -> Result<ModelFile> {
-    let gguf = GgufFile::open(path)?;
-    let mut tensors = BTreeMap::new();
-    for t in &gguf.tensors {
-        let dims: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
-        let tensor = Tensor::mapped(
-            t.name.clone(),
-            t.ggml_type,
-            dims,
-            gguf.map.clone(),
-            t.offset,
-            t.nbytes,
-        );
-        tensors.insert(t.name.clone(), tensor);
-    }
-    let rope_freqs = tensors.get("rope_freqs.weight").map(Tensor::to_f32);
-    let vocab_from_tensors = tensors.get("token_embd.weight").map(Tensor::n_rows);
-    let config = ModelConfig::from_gguf(
-        &gguf.metadata,
-        vocab_from_tensors,
-        rope_freqs,
-        tensors.contains_key("output.weight"),
-    )
-    .map_err(|e| e.in_file(path))?;
-    let file_size = gguf.file_size();
-    Ok(ModelFile {
-        path: path.to_path_buf(),
-        config,
-        tensors,
-        source: Source::Gguf(gguf),
-        file_size,
-    })
-}
-
 fn read_json(path: &Path) -> Result<Value> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     serde_json::from_str(&text).map_err(|e| Error::invalid(path, format!("invalid JSON: {e}")))
@@ -158,7 +156,10 @@ fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
                 .ok_or_else(|| Error::invalid(&index, "weight_map values must be file names"))?;
             // Shards live in the directory itself; refuse paths that would leave it.
             if name.contains('/') || name.contains('\\') || name.starts_with('.') {
-                return Err(Error::invalid(&index, format!("bad shard file name '{name}'")));
+                return Err(Error::invalid(
+                    &index,
+                    format!("bad shard file name '{name}'"),
+                ));
             }
             if !files.iter().any(|f| f == name) {
                 files.push(name.to_string());
@@ -290,17 +291,29 @@ mod tests {
     fn hf_names_map_to_gguf_names() {
         let cases = [
             ("model.embed_tokens.weight", "token_embd.weight"),
-            ("model.layers.3.self_attn.q_proj.weight", "blk.3.attn_q.weight"),
+            (
+                "model.layers.3.self_attn.q_proj.weight",
+                "blk.3.attn_q.weight",
+            ),
             ("model.layers.3.self_attn.k_proj.bias", "blk.3.attn_k.bias"),
-            ("model.layers.0.post_attention_layernorm.weight", "blk.0.ffn_norm.weight"),
-            ("model.layers.11.mlp.down_proj.weight", "blk.11.ffn_down.weight"),
+            (
+                "model.layers.0.post_attention_layernorm.weight",
+                "blk.0.ffn_norm.weight",
+            ),
+            (
+                "model.layers.11.mlp.down_proj.weight",
+                "blk.11.ffn_down.weight",
+            ),
         ];
         for (hf, gguf) in cases {
             assert_eq!(canonical_name(hf, Arch::Llama).as_deref(), Some(gguf));
         }
         assert_eq!(
-            canonical_name("model.layers.0.post_attention_layernorm.weight", Arch::Gemma3)
-                .as_deref(),
+            canonical_name(
+                "model.layers.0.post_attention_layernorm.weight",
+                Arch::Gemma3
+            )
+            .as_deref(),
             Some("blk.0.post_attention_norm.weight")
         );
         assert_eq!(canonical_name("vision_tower.x.weight", Arch::Gemma3), None);

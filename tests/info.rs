@@ -1,0 +1,202 @@
+//! `kiln info` as a real process, on every fixture and real model; and Hugging Face directories
+//! (single file and sharded) read the same as their GGUF twins.
+
+mod common;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn info_json(path: &std::path::Path) -> Value {
+    let out = Command::cargo_bin("kiln")
+        .unwrap()
+        .args(["info", "--format", "json", "-m"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kiln info {} failed: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn check(path: &std::path::Path, arch: &str, layers: u64, hidden: u64, template: bool) -> Value {
+    let v = info_json(path);
+    assert_eq!(v["architecture"], arch, "{}", path.display());
+    assert_eq!(v["config"]["n_layers"], layers, "{}", path.display());
+    assert_eq!(v["config"]["hidden_size"], hidden, "{}", path.display());
+    assert_eq!(v["chat_template"], template, "{}", path.display());
+    assert!(v["file_size"].as_u64().unwrap() > 0);
+    v
+}
+
+#[test]
+fn info_describes_the_fixture_models() {
+    let m = |p: &str| common::fixture(&format!("models/{p}"));
+    let v = check(&m("tiny-llama.gguf"), "llama", 2, 16, true);
+    assert_eq!(v["vocab_tokens"], 49152);
+    assert_eq!(v["tensor_types"]["F32"]["tensors"], 21);
+    check(&m("tiny-qwen3.gguf"), "qwen3", 2, 16, true);
+    check(&m("tiny-llama-hf"), "llama", 2, 16, true);
+    let v = check(&m("tiny-qwen3-hf"), "qwen3", 2, 16, true);
+    assert_eq!(v["config"]["qk_norm"], true);
+    let v = check(&m("llama3-vocab.gguf"), "llama", 1, 64, true);
+    assert_eq!(v["parameters"], 0);
+    assert_eq!(v["vocab_tokens"], 128256);
+}
+
+#[test]
+fn info_describes_the_real_models() {
+    let v = check(
+        &common::real_model(common::REAL_MODELS[0]),
+        "llama",
+        30,
+        576,
+        true,
+    );
+    assert_eq!(v["config"]["n_kv_heads"], 3);
+    assert_eq!(v["config"]["tie_embeddings"], true);
+    assert!(v["tensor_types"]["Q4_1"]["tensors"].as_u64().unwrap() > 200);
+    let v = check(
+        &common::real_model(common::REAL_MODELS[1]),
+        "qwen2",
+        24,
+        896,
+        true,
+    );
+    assert_eq!(v["config"]["attention_bias"], true);
+    let v = check(
+        &common::real_model(common::REAL_MODELS[2]),
+        "gemma3",
+        18,
+        640,
+        false,
+    );
+    assert_eq!(v["config"]["sliding_window"], 512);
+    assert_eq!(v["config"]["sliding_window_pattern"], 6);
+    assert_eq!(v["config"]["head_dim"], 256);
+    let params = v["parameters"].as_u64().unwrap();
+    assert!((260_000_000..280_000_000).contains(&params), "{params}");
+}
+
+/// The same model in both formats reports the same configuration; only the RoPE layout differs,
+/// because llama.cpp's converter permuted the GGUF's Q/K rows for interleaved RoPE.
+#[test]
+fn gguf_and_hf_configs_agree() {
+    for (gguf, hf) in [
+        ("tiny-llama.gguf", "tiny-llama-hf"),
+        ("tiny-qwen3.gguf", "tiny-qwen3-hf"),
+    ] {
+        let mut a = info_json(&common::fixture(&format!("models/{gguf}")))["config"].clone();
+        let mut b = info_json(&common::fixture(&format!("models/{hf}")))["config"].clone();
+        let layout_a = a.as_object_mut().unwrap().remove("rope_layout").unwrap();
+        let layout_b = b.as_object_mut().unwrap().remove("rope_layout").unwrap();
+        assert_eq!(a, b, "{gguf} vs {hf}");
+        if gguf.contains("llama") {
+            assert_eq!(
+                (layout_a.as_str(), layout_b.as_str()),
+                (Some("interleaved"), Some("neox"))
+            );
+        } else {
+            assert_eq!(layout_a, layout_b);
+        }
+    }
+}
+
+#[test]
+fn info_text_output_and_bad_paths() {
+    let out = Command::cargo_bin("kiln")
+        .unwrap()
+        .args(["info", "-m"])
+        .arg(common::fixture("models/tiny-qwen3.gguf"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("qwen3") && text.contains("qk_norm             true"),
+        "{text}"
+    );
+
+    let out = Command::cargo_bin("kiln")
+        .unwrap()
+        .args(["info", "-m", "/nonexistent/model.gguf"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("/nonexistent/model.gguf"), "{err}");
+
+    let out = Command::cargo_bin("kiln")
+        .unwrap()
+        .args(["info"])
+        .env_remove("KILN_MODEL")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "a missing flag is a usage error"
+    );
+}
+
+#[test]
+fn sharded_safetensors_read_like_the_single_file() {
+    use safetensors::tensor::{Dtype, TensorView};
+    use std::collections::HashMap;
+
+    let src = common::fixture("models/tiny-llama-hf");
+    let single = kiln::model::ModelFile::open(&src).unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
+    names.sort();
+    let mut weight_map = serde_json::Map::new();
+    for (shard, chunk) in names.chunks(names.len().div_ceil(2)).enumerate() {
+        let file = format!("model-{:05}-of-00002.safetensors", shard + 1);
+        let views: HashMap<String, TensorView> = chunk
+            .iter()
+            .map(|n| {
+                let t = st.tensor(n).unwrap();
+                assert_eq!(t.dtype(), Dtype::F32);
+                weight_map.insert(n.clone(), Value::String(file.clone()));
+                (
+                    n.clone(),
+                    TensorView::new(t.dtype(), t.shape().to_vec(), t.data()).unwrap(),
+                )
+            })
+            .collect();
+        safetensors::serialize_to_file(views, None, &dir.path().join(&file)).unwrap();
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
+
+    let sharded = kiln::model::ModelFile::open(dir.path()).unwrap();
+    assert_eq!(sharded.tensors.len(), single.tensors.len());
+    for (name, t) in &single.tensors {
+        let s = &sharded.tensors[name];
+        assert_eq!((s.dtype, &s.dims), (t.dtype, &t.dims), "{name}");
+        assert_eq!(s.bytes(), t.bytes(), "{name}");
+    }
+
+    // A shard cut short is an error naming it.
+    let shard = dir.path().join("model-00002-of-00002.safetensors");
+    let b = std::fs::read(&shard).unwrap();
+    std::fs::write(&shard, &b[..b.len() - 10]).unwrap();
+    let err = kiln::model::ModelFile::open(dir.path())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("model-00002-of-00002.safetensors"), "{err}");
+}
