@@ -4,7 +4,9 @@
 pub mod config;
 pub mod loader;
 pub mod tensor;
+pub mod tokenizer;
 
 pub use config::{Arch, ModelConfig};
 pub use loader::{Format, ModelFile};
 pub use tensor::Tensor;
+pub use tokenizer::Tokenizer;

@@ -1,0 +1,574 @@
+//! Tokenizers: text ↔ token ids exactly as the model was trained, through the `tokenizers` crate.
+//!
+//! A GGUF file carries its vocabulary in metadata; kiln builds a `tokenizers::Tokenizer` from it so
+//! GGUF and Hugging Face's tokenizer.json share one code path:
+//! - `tokenizer.ggml.model = gpt2`: byte-level BPE from tokens + merges, split first by the
+//!   pre-tokenizer regex that `tokenizer.ggml.pre` names (as llama.cpp's `llm_tokenizer_bpe` does);
+//! - `tokenizer.ggml.model = llama`: SentencePiece BPE. llama.cpp merges the adjacent pair whose
+//!   merged piece has the best score; the same result comes from BPE merges ranked by that score
+//!   (how Hugging Face converts SentencePiece models), with byte fallback to `<0xNN>` tokens.
+//!
+//! Control tokens (type 3) and user-defined tokens (type 4) are matched whole in the text before
+//! the model sees it, like llama.cpp with special-token parsing on.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use ahash::AHashMap;
+use serde_json::Value;
+use tokenizers::decoders::DecoderWrapper;
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
+use tokenizers::models::bpe::BPE;
+use tokenizers::normalizers::replace::Replace;
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
+use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, SplitDelimiterBehavior};
+
+use super::loader::{ModelFile, Source};
+use crate::error::{Error, Result};
+use crate::gguf::Metadata;
+
+/// GGUF `tokenizer.ggml.token_type` values.
+const TOKEN_TYPE_CONTROL: i64 = 3;
+const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+
+/// Texts of tokens that end a turn in common chat formats; each one present in the vocabulary as
+/// a special token ends generation (llama.cpp's end-of-generation set does the same).
+const END_OF_TURN_TEXTS: [&str; 7] = [
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "<|eom_id|>",
+    "<|endoftext|>",
+    "<EOT>",
+];
+
+/// Byte-level BPE regexes, from the models' own tokenizer.json files (llama.cpp uses equivalents).
+const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenizerKind {
+    /// Byte-level BPE from GGUF; the pre-tokenizer name.
+    Gpt2 { pre: String },
+    /// SentencePiece BPE from GGUF.
+    SentencePiece,
+    /// Hugging Face tokenizer.json.
+    HuggingFace,
+}
+
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    pub kind: TokenizerKind,
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    /// Whether prompts start with BOS.
+    pub add_bos: bool,
+    /// Token ids that end a reply, sorted.
+    eog: Vec<u32>,
+    /// The model's chat template (Jinja source), when it has one.
+    pub chat_template: Option<String>,
+    n_vocab: usize,
+}
+
+impl Tokenizer {
+    pub fn from_model(model: &ModelFile) -> Result<Tokenizer> {
+        match &model.source {
+            Source::Gguf(g) => Self::from_gguf(&g.metadata).map_err(|e| match e {
+                Error::Tokenizer(msg) => Error::invalid(&g.path, format!("tokenizer: {msg}")),
+                other => other.in_file(&g.path),
+            }),
+            Source::HuggingFace { dir, config_json } => Self::from_hf_dir(dir, Some(config_json)),
+        }
+    }
+
+    pub fn from_gguf(md: &Metadata) -> Result<Tokenizer> {
+        let model = md
+            .str("tokenizer.ggml.model")?
+            .ok_or_else(|| tok_err("the file has no tokenizer (tokenizer.ggml.model)"))?;
+        let tokens = md
+            .str_array("tokenizer.ggml.tokens")?
+            .ok_or_else(|| tok_err("no tokenizer.ggml.tokens"))?;
+        let n = tokens.len();
+        let types = md
+            .i64_array("tokenizer.ggml.token_type")?
+            .unwrap_or_else(|| vec![1; n]);
+        if types.len() != n {
+            return Err(tok_err(format!(
+                "{} token types for {n} tokens",
+                types.len()
+            )));
+        }
+        let id_of = |key: &str| -> Result<Option<u32>> {
+            match md.u64(key)? {
+                None => Ok(None),
+                Some(id) if (id as usize) < n => Ok(Some(id as u32)),
+                Some(id) => Err(tok_err(format!(
+                    "{key} = {id} is outside the vocabulary ({n})"
+                ))),
+            }
+        };
+
+        let mut vocab: AHashMap<String, u32> = AHashMap::with_capacity(n);
+        for (i, t) in tokens.iter().enumerate() {
+            vocab.insert(t.to_string(), i as u32);
+        }
+
+        let (mut inner, kind, default_add_bos) = match model {
+            "gpt2" => {
+                let pre = md
+                    .str("tokenizer.ggml.pre")?
+                    .unwrap_or("default")
+                    .to_string();
+                let merges = md
+                    .str_array("tokenizer.ggml.merges")?
+                    .ok_or_else(|| tok_err("byte-level BPE needs tokenizer.ggml.merges"))?;
+                let merges = merges
+                    .iter()
+                    .map(|m| {
+                        // As llama.cpp: split at the first space after the first character.
+                        let split = m
+                            .char_indices()
+                            .skip(1)
+                            .find(|&(_, c)| c == ' ')
+                            .map(|(i, _)| i)
+                            .ok_or_else(|| tok_err(format!("malformed merge {m:?}")))?;
+                        Ok((m[..split].to_string(), m[split + 1..].to_string()))
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let llama3_family = matches!(pre.as_str(), "llama-bpe" | "llama3" | "smaug-bpe");
+                let bpe = BPE::builder()
+                    .vocab_and_merges(vocab, merges)
+                    .ignore_merges(llama3_family)
+                    .build()
+                    .map_err(|e| tok_err(format!("cannot build BPE: {e}")))?;
+                let mut inner = tokenizers::Tokenizer::new(bpe);
+                inner.with_pre_tokenizer(Some(gpt2_pre_tokenizer(&pre)?));
+                inner.with_decoder(Some(ByteLevel::default()));
+                (inner, TokenizerKind::Gpt2 { pre }, llama3_family)
+            }
+            "llama" => {
+                let scores = md
+                    .f32_array("tokenizer.ggml.scores")?
+                    .ok_or_else(|| tok_err("SentencePiece needs tokenizer.ggml.scores"))?;
+                if scores.len() != n {
+                    return Err(tok_err(format!("{} scores for {n} tokens", scores.len())));
+                }
+                let add_space_prefix = md.bool("tokenizer.ggml.add_space_prefix")?.unwrap_or(true);
+                let merges = sentencepiece_merges(&tokens, &scores, &vocab);
+                let mut builder = BPE::builder()
+                    .vocab_and_merges(vocab, merges)
+                    .byte_fallback(true)
+                    .fuse_unk(true);
+                if let Some(unk) = id_of("tokenizer.ggml.unknown_token_id")? {
+                    builder = builder.unk_token(tokens[unk as usize].to_string());
+                }
+                let bpe = builder
+                    .build()
+                    .map_err(|e| tok_err(format!("cannot build SentencePiece BPE: {e}")))?;
+                let mut inner = tokenizers::Tokenizer::new(bpe);
+                let scheme = if add_space_prefix {
+                    PrependScheme::First
+                } else {
+                    PrependScheme::Never
+                };
+                inner.with_pre_tokenizer(Some(Metaspace::new('▁', scheme, false)));
+                let mut decoders: Vec<DecoderWrapper> = vec![
+                    Replace::new("▁", " ")
+                        .map_err(|e| tok_err(e.to_string()))?
+                        .into(),
+                    ByteFallback::new().into(),
+                    Fuse::new().into(),
+                ];
+                if add_space_prefix {
+                    decoders.push(Strip::new(' ', 1, 0).into());
+                }
+                inner.with_decoder(Some(DecoderSequence::new(decoders)));
+                (inner, TokenizerKind::SentencePiece, true)
+            }
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "tokenizer model '{other}' is not supported (kiln reads gpt2 and llama)"
+                )));
+            }
+        };
+
+        // Control and user-defined tokens are matched whole, before the model sees the text.
+        let mut special = Vec::new();
+        let mut user_defined = Vec::new();
+        for (t, &ty) in tokens.iter().zip(&types) {
+            if t.is_empty() {
+                continue;
+            }
+            match ty {
+                TOKEN_TYPE_CONTROL => special.push(AddedToken::from(t.to_string(), true)),
+                TOKEN_TYPE_USER_DEFINED => {
+                    user_defined.push(AddedToken::from(t.to_string(), false).normalized(false))
+                }
+                _ => {}
+            }
+        }
+        inner
+            .add_special_tokens(special)
+            .map_err(|e| tok_err(e.to_string()))?;
+        inner
+            .add_tokens(user_defined)
+            .map_err(|e| tok_err(e.to_string()))?;
+
+        let bos = id_of("tokenizer.ggml.bos_token_id")?;
+        let eos = id_of("tokenizer.ggml.eos_token_id")?;
+        let add_bos = md
+            .bool("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(default_add_bos)
+            && bos.is_some();
+        let mut eog: Vec<u32> = [
+            eos,
+            id_of("tokenizer.ggml.eot_token_id")?,
+            id_of("tokenizer.ggml.eom_token_id")?,
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        for text in END_OF_TURN_TEXTS {
+            if let Some(&id) = tokens
+                .iter()
+                .position(|t| *t == text)
+                .map(|i| i as u32)
+                .as_ref()
+                && types[id as usize] == TOKEN_TYPE_CONTROL
+            {
+                eog.push(id);
+            }
+        }
+        eog.sort_unstable();
+        eog.dedup();
+
+        Ok(Tokenizer {
+            inner,
+            kind,
+            bos,
+            eos,
+            add_bos,
+            eog,
+            chat_template: md.str("tokenizer.chat_template")?.map(str::to_string),
+            n_vocab: n,
+        })
+    }
+
+    /// tokenizer.json, with bos/eos and the chat template from tokenizer_config.json and extra
+    /// end-of-generation ids from generation_config.json (and config.json) when present.
+    pub fn from_hf_dir(dir: &Path, config_json: Option<&Value>) -> Result<Tokenizer> {
+        let tok_path = dir.join("tokenizer.json");
+        if !tok_path.is_file() {
+            return Err(Error::invalid(
+                dir,
+                "no tokenizer.json in this model directory",
+            ));
+        }
+        let inner = tokenizers::Tokenizer::from_file(&tok_path)
+            .map_err(|e| Error::invalid(&tok_path, format!("cannot load: {e}")))?;
+        let cfg_path = dir.join("tokenizer_config.json");
+        let cfg = read_optional_json(&cfg_path)?.unwrap_or(Value::Null);
+        let gen_cfg =
+            read_optional_json(&dir.join("generation_config.json"))?.unwrap_or(Value::Null);
+        let model_cfg = config_json.cloned().unwrap_or(Value::Null);
+
+        let token_text = |v: &Value| -> Option<String> {
+            match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Object(o) => o.get("content").and_then(Value::as_str).map(str::to_string),
+                _ => None,
+            }
+        };
+        let id_from_cfg = |key: &str| -> Option<u32> {
+            token_text(&cfg[key]).and_then(|t| inner.token_to_id(&t))
+        };
+        let ids_of = |v: &Value| -> Vec<u32> {
+            match v {
+                Value::Number(n) => n.as_u64().map(|x| vec![x as u32]).unwrap_or_default(),
+                Value::Array(a) => a
+                    .iter()
+                    .filter_map(Value::as_u64)
+                    .map(|x| x as u32)
+                    .collect(),
+                _ => Vec::new(),
+            }
+        };
+
+        let bos = id_from_cfg("bos_token")
+            .or_else(|| ids_of(&model_cfg["bos_token_id"]).first().copied());
+        let eos = id_from_cfg("eos_token")
+            .or_else(|| ids_of(&model_cfg["eos_token_id"]).first().copied());
+        let add_bos = match cfg["add_bos_token"].as_bool() {
+            Some(b) => b && bos.is_some(),
+            // No explicit setting: trust the post-processor (it adds BOS when the model wants it).
+            None => match (inner.encode("", true), bos) {
+                (Ok(enc), Some(b)) => enc.get_ids().first() == Some(&b),
+                _ => false,
+            },
+        };
+
+        let mut eog: Vec<u32> = eos.into_iter().collect();
+        eog.extend(ids_of(&gen_cfg["eos_token_id"]));
+        eog.extend(ids_of(&model_cfg["eos_token_id"]));
+        let added: HashMap<String, u32> = inner
+            .get_added_tokens_decoder()
+            .iter()
+            .filter(|(_, t)| t.special)
+            .map(|(&id, t)| (t.content.clone(), id))
+            .collect();
+        for text in END_OF_TURN_TEXTS {
+            if let Some(&id) = added.get(text) {
+                eog.push(id);
+            }
+        }
+        let n_vocab = inner.get_vocab_size(true);
+        eog.retain(|&id| (id as usize) < n_vocab);
+        eog.sort_unstable();
+        eog.dedup();
+
+        let chat_template = hf_chat_template(dir, &cfg)?;
+
+        Ok(Tokenizer {
+            inner,
+            kind: TokenizerKind::HuggingFace,
+            bos,
+            eos,
+            add_bos,
+            eog,
+            chat_template,
+            n_vocab,
+        })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.n_vocab
+    }
+
+    /// Token ids of `text`, special tokens parsed; with `add_special`, BOS first when the model
+    /// wants one.
+    pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|e| Error::Tokenizer(e.to_string()))?;
+        let mut ids = Vec::with_capacity(enc.len() + 1);
+        if add_special
+            && self.add_bos
+            && let Some(bos) = self.bos
+        {
+            ids.push(bos);
+        }
+        ids.extend_from_slice(enc.get_ids());
+        Ok(ids)
+    }
+
+    /// Text of `ids`; with `skip_special`, control tokens (BOS, end-of-turn, …) are left out.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.n_vocab) {
+            return Err(Error::BadToken {
+                id: bad,
+                vocab: self.n_vocab,
+            });
+        }
+        self.inner
+            .decode(ids, skip_special)
+            .map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    /// The vocabulary entry of `id` as stored (e.g. `Ġworld`, `▁world`, `<0x0A>`).
+    pub fn piece(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.inner.token_to_id(text)
+    }
+
+    /// True for tokens that end a reply (eos, eot, the chat format's end-of-turn).
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.binary_search(&id).is_ok()
+    }
+
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog
+    }
+
+    pub fn is_special(&self, id: u32) -> bool {
+        self.inner
+            .get_added_tokens_decoder()
+            .get(&id)
+            .is_some_and(|t| t.special)
+    }
+
+    /// A streaming detokenizer for text that follows `context` (the prompt's last tokens, so
+    /// leading-space rules see what came before).
+    pub fn stream(&self, context: &[u32], skip_special: bool) -> TextStream {
+        let keep = context.len().min(4);
+        TextStream {
+            ids: context[context.len() - keep..].to_vec(),
+            prefix_offset: 0,
+            read_offset: keep,
+            skip_special,
+        }
+    }
+}
+
+fn tok_err(msg: impl Into<String>) -> Error {
+    Error::Tokenizer(msg.into())
+}
+
+fn read_optional_json(path: &Path) -> Result<Option<Value>> {
+    if !path.is_file() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| Error::invalid(path, format!("invalid JSON: {e}")))
+}
+
+/// chat_template.jinja, or tokenizer_config.json's `chat_template` (a string, or a list of named
+/// templates of which "default" is used).
+fn hf_chat_template(dir: &Path, cfg: &Value) -> Result<Option<String>> {
+    let jinja = dir.join("chat_template.jinja");
+    if jinja.is_file() {
+        return std::fs::read_to_string(&jinja)
+            .map(Some)
+            .map_err(|e| Error::io(&jinja, e));
+    }
+    Ok(match &cfg["chat_template"] {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(list) => list
+            .iter()
+            .find(|t| t["name"] == "default")
+            .or_else(|| list.first())
+            .and_then(|t| t["template"].as_str())
+            .map(str::to_string),
+        _ => None,
+    })
+}
+
+/// The pre-tokenizer for a GGUF `tokenizer.ggml.pre`.
+fn gpt2_pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
+    let split = |regex: &str| -> Result<PreTokenizerWrapper> {
+        let split = Split::new(
+            SplitPattern::Regex(regex.to_string()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| tok_err(format!("bad pre-tokenizer regex: {e}")))?;
+        Ok(PreSequence::new(vec![
+            split.into(),
+            ByteLevel::new(false, false, false).into(),
+        ])
+        .into())
+    };
+    match pre {
+        "default" | "gpt2" | "gpt-2" | "olmo" | "mpt" | "jais" => {
+            Ok(ByteLevel::new(false, true, true).into())
+        }
+        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" => {
+            Ok(PreSequence::new(vec![
+                Digits::new(true).into(),
+                ByteLevel::new(false, true, true).into(),
+            ])
+            .into())
+        }
+        "llama-bpe" | "llama3" | "smaug-bpe" | "dbrx" => split(LLAMA3_REGEX),
+        "qwen2" | "stablelm2" | "hunyuan" => split(QWEN2_REGEX),
+        other => {
+            eprintln!(
+                "warning: unknown pre-tokenizer '{other}'; using GPT-2's. Tokenization may differ from the model's."
+            );
+            Ok(ByteLevel::new(false, true, true).into())
+        }
+    }
+}
+
+/// BPE merges equivalent to SentencePiece's score-ordered merging: every split of every piece into
+/// two pieces of the vocabulary, ranked by the merged piece's score (best first), ties broken by
+/// the lengths of the halves as Hugging Face's converter does.
+fn sentencepiece_merges(
+    tokens: &[&str],
+    scores: &[f32],
+    vocab: &AHashMap<String, u32>,
+) -> Vec<(String, String)> {
+    let mut merges: Vec<(f32, u32, u32, &str, &str)> = Vec::new();
+    for (id, piece) in tokens.iter().enumerate() {
+        for (split, _) in piece.char_indices().skip(1) {
+            let (l, r) = piece.split_at(split);
+            if let (Some(&lid), Some(&rid)) = (vocab.get(l), vocab.get(r)) {
+                merges.push((scores[id], lid, rid, l, r));
+            }
+        }
+    }
+    merges.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then_with(|| a.3.len().cmp(&b.3.len()))
+            .then_with(|| a.4.len().cmp(&b.4.len()))
+            .then_with(|| (a.1, a.2).cmp(&(b.1, b.2)))
+    });
+    merges
+        .into_iter()
+        .map(|(_, _, _, l, r)| (l.to_string(), r.to_string()))
+        .collect()
+}
+
+/// Incremental detokenizer: fed one id at a time, it emits text only once it is complete UTF-8,
+/// so a character split across tokens never prints as U+FFFD. It decodes a short window and emits
+/// what the newest token added to it (the approach of Hugging Face's text-generation-inference).
+pub struct TextStream {
+    ids: Vec<u32>,
+    prefix_offset: usize,
+    read_offset: usize,
+    skip_special: bool,
+}
+
+impl TextStream {
+    /// Add a token; returns the text it completes, if any.
+    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<Option<String>> {
+        self.ids.push(id);
+        let prefix = tok.decode(
+            &self.ids[self.prefix_offset..self.read_offset],
+            self.skip_special,
+        )?;
+        let full = tok.decode(&self.ids[self.prefix_offset..], self.skip_special)?;
+        if full.len() > prefix.len() && !full.ends_with('\u{FFFD}') && full.starts_with(&prefix) {
+            let new = full[prefix.len()..].to_string();
+            self.prefix_offset = self.read_offset;
+            self.read_offset = self.ids.len();
+            // Keep the window short: only the last emitted token is needed as context.
+            if self.prefix_offset > 64 {
+                self.ids.drain(..self.prefix_offset);
+                self.read_offset -= self.prefix_offset;
+                self.prefix_offset = 0;
+            }
+            return Ok(Some(new));
+        }
+        Ok(None)
+    }
+
+    /// Whatever is still held back (an incomplete character at the end of generation).
+    pub fn finish(&mut self, tok: &Tokenizer) -> Result<String> {
+        let prefix = tok.decode(
+            &self.ids[self.prefix_offset..self.read_offset],
+            self.skip_special,
+        )?;
+        let full = tok.decode(&self.ids[self.prefix_offset..], self.skip_special)?;
+        self.prefix_offset = self.ids.len();
+        self.read_offset = self.ids.len();
+        Ok(full
+            .strip_prefix(&prefix)
+            .map(str::to_string)
+            .unwrap_or_default())
+    }
+}
