@@ -2,6 +2,7 @@
 //! flattened into each.
 
 pub mod info;
+pub mod tokenize;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,6 +20,8 @@ pub struct Cli {
 pub enum Command {
     /// Describe a model: architecture, size, tensor types, tokenizer and configuration
     Info(info::InfoArgs),
+    /// Show the token ids (and pieces) of a text
+    Tokenize(tokenize::TokenizeArgs),
 }
 
 /// The model to load.
@@ -39,5 +42,6 @@ pub enum OutputFormat {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Info(args) => info::run(args),
+        Command::Tokenize(args) => tokenize::run(args),
     }
 }

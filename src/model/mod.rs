@@ -1,6 +1,7 @@
 //! Models: their description (`config`), files (`loader`, `tensor`), and — in later modules —
 //! tokenizers, chat templates, the forward pass of each architecture family and the session.
 
+pub mod chat;
 pub mod config;
 pub mod loader;
 pub mod tensor;

@@ -1,0 +1,216 @@
+//! Chat templates: a conversation rendered to prompt text by the model's own Jinja template, with
+//! minijinja set up as Hugging Face's transformers renders (trim_blocks, lstrip_blocks, Python
+//! string methods, `raise_exception`, `strftime_now`, Python's `tojson`). A model without a
+//! template gets a built-in one chosen by architecture.
+
+use std::fmt::Write as _;
+
+use minijinja::value::{Kwargs, Value};
+use minijinja::{Environment, ErrorKind};
+use serde::{Deserialize, Serialize};
+
+use super::config::Arch;
+use super::tokenizer::Tokenizer;
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: &str) -> Message {
+        Message {
+            role: role.to_string(),
+            content: content.to_string(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateOrigin {
+    /// The model file's own template.
+    Model,
+    /// kiln's built-in ChatML (`<|im_start|>role … <|im_end|>`).
+    BuiltinChatml,
+    /// kiln's built-in Gemma format (`<start_of_turn>user … <end_of_turn>`).
+    BuiltinGemma,
+}
+
+const CHATML: &str = "{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}";
+
+/// Gemma's turn format; a system message is folded into the first user turn, as Gemma's own
+/// template does.
+const GEMMA: &str = "{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for message in loop_messages -%}{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor -%}{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
+
+pub struct ChatTemplate {
+    source: String,
+    pub origin: TemplateOrigin,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl ChatTemplate {
+    /// The model's template, or the built-in one for its architecture.
+    pub fn for_model(tok: &Tokenizer, arch: Arch) -> ChatTemplate {
+        let (source, origin) = match &tok.chat_template {
+            Some(t) => (t.clone(), TemplateOrigin::Model),
+            None if arch == Arch::Gemma3 => (GEMMA.to_string(), TemplateOrigin::BuiltinGemma),
+            None => (CHATML.to_string(), TemplateOrigin::BuiltinChatml),
+        };
+        let text = |id: Option<u32>| {
+            id.and_then(|i| tok.decode(&[i], false).ok())
+                .unwrap_or_default()
+        };
+        ChatTemplate {
+            source,
+            origin,
+            bos_token: text(tok.bos),
+            eos_token: text(tok.eos),
+        }
+    }
+
+    /// A template from source text (tests, `--chat-template`).
+    pub fn from_source(source: &str, bos_token: &str, eos_token: &str) -> ChatTemplate {
+        ChatTemplate {
+            source: source.to_string(),
+            origin: TemplateOrigin::Model,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        }
+    }
+
+    pub fn describe(&self) -> &'static str {
+        match self.origin {
+            TemplateOrigin::Model => "the model's chat template",
+            TemplateOrigin::BuiltinChatml => "kiln's built-in ChatML template",
+            TemplateOrigin::BuiltinGemma => "kiln's built-in Gemma template",
+        }
+    }
+
+    pub fn bos_token(&self) -> &str {
+        &self.bos_token
+    }
+
+    /// Render `messages`; with `add_generation_prompt` the text ends where the assistant's reply
+    /// begins. A template that fails is an error carrying the template's own message.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let mut env = Environment::new();
+        env.set_syntax(
+            minijinja::syntax::SyntaxConfig::builder()
+                .trim_blocks(true)
+                .lstrip_blocks(true)
+                .build()
+                .map_err(|e| Error::Template(e.to_string()))?,
+        );
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> Result<Value, minijinja::Error> {
+                Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+            },
+        );
+        env.add_function(
+            "strftime_now",
+            |fmt: String| -> Result<String, minijinja::Error> {
+                let mut out = String::new();
+                write!(out, "{}", chrono::Local::now().format(&fmt)).map_err(|_| {
+                    minijinja::Error::new(
+                        ErrorKind::InvalidOperation,
+                        format!("bad strftime format {fmt:?}"),
+                    )
+                })?;
+                Ok(out)
+            },
+        );
+        env.add_filter("tojson", python_tojson);
+        let tmpl = env
+            .template_from_str(&self.source)
+            .map_err(|e| Error::Template(describe(&e)))?;
+        let ctx = minijinja::context! {
+            messages => Value::from(minijinja::value::Serde(messages)),
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token.as_str(),
+            eos_token => self.eos_token.as_str(),
+        };
+        tmpl.render(ctx).map_err(|e| Error::Template(describe(&e)))
+    }
+
+    /// The token ids of a rendered conversation. A template that writes the BOS text itself
+    /// (many do) is not given a second BOS by the tokenizer.
+    pub fn prompt_ids(
+        &self,
+        tok: &Tokenizer,
+        messages: &[Message],
+        add_generation_prompt: bool,
+    ) -> Result<Vec<u32>> {
+        let text = self.render(messages, add_generation_prompt)?;
+        let starts_with_bos = !self.bos_token.is_empty() && text.starts_with(&self.bos_token);
+        tok.encode(&text, !starts_with_bos)
+    }
+}
+
+fn describe(e: &minijinja::Error) -> String {
+    let mut msg = match e.kind() {
+        ErrorKind::InvalidOperation => e.detail().unwrap_or("invalid operation").to_string(),
+        _ => e.to_string(),
+    };
+    if let Some(line) = e.line() {
+        let _ = write!(msg, " (template line {line})");
+    }
+    msg
+}
+
+/// Python's `json.dumps(x, ensure_ascii=False, indent=…)`, which Hugging Face templates expect
+/// (minijinja's own `tojson` escapes HTML characters and packs separators).
+fn python_tojson(value: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(&value)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
+    let mut out = String::new();
+    write_python_json(&json, indent, 0, &mut out);
+    Ok(Value::from_safe_string(out))
+}
+
+fn write_python_json(v: &serde_json::Value, indent: Option<usize>, level: usize, out: &mut String) {
+    use serde_json::Value as J;
+    let newline = |out: &mut String, level: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * level));
+        }
+    };
+    let item_sep = if indent.is_some() { "," } else { ", " };
+    match v {
+        J::Array(items) if !items.is_empty() => {
+            out.push('[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, level + 1);
+                write_python_json(x, indent, level + 1, out);
+            }
+            newline(out, level);
+            out.push(']');
+        }
+        J::Object(map) if !map.is_empty() => {
+            out.push('{');
+            for (i, (k, x)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(item_sep);
+                }
+                newline(out, level + 1);
+                out.push_str(&serde_json::to_string(k).unwrap_or_default());
+                out.push_str(": ");
+                write_python_json(x, indent, level + 1, out);
+            }
+            newline(out, level);
+            out.push('}');
+        }
+        other => out.push_str(&serde_json::to_string(other).unwrap_or_default()),
+    }
+}

@@ -1,0 +1,122 @@
+//! Chat templates: the GGUF templates render the golden conversations byte for byte (as Python's
+//! jinja2 did with Hugging Face's settings); built-in templates and template errors.
+
+mod common;
+
+use kiln::model::chat::{ChatTemplate, Message, TemplateOrigin};
+use kiln::model::{ModelFile, Tokenizer};
+
+fn messages(v: &serde_json::Value) -> Vec<Message> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|m| Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect()
+}
+
+#[test]
+fn gguf_templates_render_like_jinja2() {
+    let golden = common::golden("chat-templates.json");
+    let mut rendered = 0;
+    for (name, case) in golden.as_object().unwrap() {
+        let model = ModelFile::open(&common::real_model(name)).unwrap();
+        let tok = Tokenizer::from_model(&model).unwrap();
+        let tmpl = ChatTemplate::for_model(&tok, model.config.arch);
+        if case.is_null() {
+            assert_eq!(
+                tmpl.origin,
+                TemplateOrigin::BuiltinGemma,
+                "{name} has no template"
+            );
+            continue;
+        }
+        assert_eq!(tmpl.origin, TemplateOrigin::Model);
+        assert_eq!(tok.chat_template.as_deref(), case["template"].as_str());
+        for r in case["renders"].as_array().unwrap() {
+            let text = tmpl
+                .render(
+                    &messages(&r["messages"]),
+                    r["add_generation_prompt"].as_bool().unwrap(),
+                )
+                .unwrap();
+            assert_eq!(text, r["text"].as_str().unwrap(), "{name}");
+            rendered += 1;
+        }
+    }
+    assert_eq!(rendered, 4);
+}
+
+#[test]
+fn builtin_gemma_template_uses_turn_markers_and_tokenizes_them_as_specials() {
+    let model = ModelFile::open(&common::real_model(common::REAL_MODELS[2])).unwrap();
+    let tok = Tokenizer::from_model(&model).unwrap();
+    let tmpl = ChatTemplate::for_model(&tok, model.config.arch);
+    let msgs = [
+        Message::new("system", "Be brief."),
+        Message::new("user", "Hi"),
+    ];
+    let text = tmpl.render(&msgs, true).unwrap();
+    assert_eq!(text.matches("<start_of_turn>").count(), 2, "{text}");
+    assert!(
+        text.starts_with("<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("<start_of_turn>model\n"), "{text}");
+    let ids = tmpl.prompt_ids(&tok, &msgs, true).unwrap();
+    assert_eq!(ids[0], tok.bos.unwrap(), "Gemma prompts start with BOS");
+    assert_eq!(ids.iter().filter(|&&i| i == tok.bos.unwrap()).count(), 1);
+    let sot = tok.token_id("<start_of_turn>").unwrap();
+    assert_eq!(ids.iter().filter(|&&i| i == sot).count(), 2);
+}
+
+#[test]
+fn templates_that_write_bos_do_not_get_a_second_one() {
+    let model = ModelFile::open(&common::real_model(common::REAL_MODELS[2])).unwrap();
+    let tok = Tokenizer::from_model(&model).unwrap();
+    let tmpl = ChatTemplate::from_source(
+        "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+        "<bos>",
+        "<eos>",
+    );
+    let ids = tmpl
+        .prompt_ids(&tok, &[Message::new("user", "Hi")], true)
+        .unwrap();
+    assert_eq!(
+        ids.iter().filter(|&&i| Some(i) == tok.bos).count(),
+        1,
+        "{ids:?}"
+    );
+}
+
+#[test]
+fn template_errors_carry_the_template_message() {
+    let tmpl = ChatTemplate::from_source(
+        "{% if messages[0]['role'] != 'user' %}{{ raise_exception('Conversations must start with a user message') }}{% endif %}",
+        "",
+        "",
+    );
+    let err = tmpl
+        .render(&[Message::new("assistant", "x")], true)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("Conversations must start with a user message"),
+        "{err}"
+    );
+
+    let broken = ChatTemplate::from_source("{% for m in messages %}", "", "");
+    assert!(broken.render(&[Message::new("user", "x")], true).is_err());
+}
+
+#[test]
+fn python_compatible_helpers() {
+    let tmpl = ChatTemplate::from_source(
+        "{{ messages[0].content.strip().upper() }}|{{ {'b': 1, 'a': [1, 'é']} | tojson }}|{{ strftime_now('%Y') | length }}",
+        "",
+        "",
+    );
+    let text = tmpl
+        .render(&[Message::new("user", "  hi  ")], false)
+        .unwrap();
+    assert_eq!(text, "HI|{\"b\": 1, \"a\": [1, \"é\"]}|4");
+}
