@@ -4,6 +4,7 @@
 //! handed to a backend (`backend`) → `model::Session` (prefill, decode, KV cache) → logits →
 //! `sampler` → token → incremental detokenizer → text.
 
+pub mod backend;
 pub mod cli;
 pub mod error;
 pub mod gguf;

@@ -190,12 +190,13 @@ impl ModelConfig {
             None if n_heads > 0 => hidden_size / n_heads,
             None => 0,
         };
-        let vocab_size = match md.usize(&key("vocab_size"))? {
-            Some(v) => v,
-            None => match md.str_array("tokenizer.ggml.tokens")? {
-                Some(tokens) => tokens.len(),
-                None => vocab_from_tensors.unwrap_or(0),
-            },
+        // The embedding table is the truth about the logits' width; metadata is the fallback for
+        // files without tensors (vocabulary-only GGUFs).
+        let vocab_size = match (vocab_from_tensors, md.usize(&key("vocab_size"))?) {
+            (Some(v), _) | (None, Some(v)) => v,
+            (None, None) => md
+                .str_array("tokenizer.ggml.tokens")?
+                .map_or(0, |tokens| tokens.len()),
         };
         let sliding_window = md
             .usize(&key("attention.sliding_window"))?

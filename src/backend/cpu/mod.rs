@@ -1,0 +1,361 @@
+//! The CPU backend: weights stay in their GGML blocks inside the file mapping; matmuls quantize the
+//! activations to 8 bits once and take integer dot products against the weight blocks, rows split
+//! across a rayon pool of `threads` workers.
+
+pub mod quant;
+mod simd;
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
+use self::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
+use super::{AttentionParams, Backend, GateActivation};
+use crate::error::{Error, Result};
+use crate::model::Tensor;
+use crate::model::config::RopeLayout;
+
+pub struct CpuBackend {
+    pool: rayon::ThreadPool,
+    threads: usize,
+    kernels: simd::Kernels,
+}
+
+/// A weight as the CPU uses it: the mapped bytes, plus vectors decoded to f32 once.
+pub struct CpuWeight {
+    tensor: Tensor,
+    rows: usize,
+    cols: usize,
+    dense: Option<Vec<f32>>,
+}
+
+impl CpuWeight {
+    fn row(&self, r: usize) -> &[u8] {
+        let rb = self.tensor.row_bytes();
+        &self.tensor.bytes()[r * rb..(r + 1) * rb]
+    }
+
+    fn dense(&self) -> &[f32] {
+        self.dense
+            .as_deref()
+            .expect("vector weights are decoded at upload")
+    }
+}
+
+impl CpuBackend {
+    /// A backend running on `threads` workers (0: one per core).
+    pub fn new(threads: usize) -> Result<CpuBackend> {
+        let threads = if threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("kiln-cpu-{i}"))
+            .build()
+            .map_err(|e| Error::Unsupported(format!("cannot start {threads} threads: {e}")))?;
+        Ok(CpuBackend {
+            pool,
+            threads,
+            kernels: simd::Kernels::detect(),
+        })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+}
+
+thread_local! {
+    static Q8_SCRATCH: RefCell<Vec<BlockQ8>> = const { RefCell::new(Vec::new()) };
+    static Q8K_SCRATCH: RefCell<Vec<BlockQ8K>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A pointer that rayon tasks may share to write disjoint parts of one output.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+unsafe impl Send for SharedOut {}
+unsafe impl Sync for SharedOut {}
+
+/// Activation rows per tile: a tile of quantized activations stays in cache while each weight row
+/// of a chunk is multiplied against it.
+const ROW_TILE: usize = 16;
+
+impl CpuBackend {
+    /// Weight rows per parallel task.
+    fn row_chunk(&self, m: usize, rows: usize) -> usize {
+        let tasks = self.threads * if rows == 1 { 4 } else { 8 };
+        m.div_ceil(tasks)
+            .clamp(1, 256)
+            .next_multiple_of(4)
+            .min(m.max(1))
+    }
+
+    fn matmul_impl<A: Sync>(
+        &self,
+        w: &CpuWeight,
+        rows: usize,
+        acts: &[A],
+        act_stride: usize,
+        out: &mut [f32],
+        dot: impl Fn(&[u8], &[A]) -> f32 + Sync,
+    ) {
+        let m = w.rows;
+        let out_ptr = SharedOut(out.as_mut_ptr());
+        let chunk = self.row_chunk(m, rows);
+        let n_chunks = m.div_ceil(chunk);
+        (0..n_chunks).into_par_iter().for_each(|c| {
+            let out_ptr = out_ptr;
+            let r0 = c * chunk;
+            let r1 = (r0 + chunk).min(m);
+            for t0 in (0..rows).step_by(ROW_TILE) {
+                let t1 = (t0 + ROW_TILE).min(rows);
+                for r in r0..r1 {
+                    let wrow = w.row(r);
+                    for i in t0..t1 {
+                        let v = dot(wrow, &acts[i * act_stride..(i + 1) * act_stride]);
+                        // SAFETY: each (i, r) is written by exactly one task (r is in this
+                        // task's chunk) and i·m + r < rows·m ≤ out.len().
+                        unsafe { *out_ptr.0.add(i * m + r) = v };
+                    }
+                }
+            }
+        });
+    }
+}
+
+impl Backend for CpuBackend {
+    type Buffer = Vec<f32>;
+    type Weight = CpuWeight;
+
+    fn describe(&self) -> String {
+        format!("CPU ({}, {} threads)", self.kernels.name(), self.threads)
+    }
+
+    fn weight(&self, t: &Tensor) -> Result<CpuWeight> {
+        let cols = t.row_len();
+        let rows = t.n_rows();
+        let dense = (t.dims.len() == 1).then(|| t.to_f32());
+        Ok(CpuWeight {
+            tensor: t.clone(),
+            rows,
+            cols,
+            dense,
+        })
+    }
+
+    fn buffer(&self, len: usize) -> Result<Vec<f32>> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).map_err(|_| {
+            Error::Unsupported(format!(
+                "cannot allocate {} MiB of memory",
+                len * 4 / (1 << 20)
+            ))
+        })?;
+        v.resize(len, 0.0);
+        Ok(v)
+    }
+
+    fn upload(&self, dst: &mut Vec<f32>, src: &[f32]) {
+        dst[..src.len()].copy_from_slice(src);
+    }
+
+    fn download(&self, src: &Vec<f32>, offset: usize, out: &mut [f32]) {
+        out.copy_from_slice(&src[offset..offset + out.len()]);
+    }
+
+    fn embed(&self, table: &CpuWeight, ids: &[u32], scale: f32, out: &mut Vec<f32>) {
+        let dim = table.cols;
+        for (i, &id) in ids.iter().enumerate() {
+            let row = &mut out[i * dim..(i + 1) * dim];
+            table.tensor.row_to_f32(id as usize, row);
+            if scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
+        }
+    }
+
+    fn rms_norm(&self, x: &mut Vec<f32>, w: &CpuWeight, rows: usize, eps: f32) {
+        let w = w.dense();
+        let dim = w.len();
+        let norm = |row: &mut [f32]| {
+            let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
+            let scale = (1.0 / (ss / dim as f64 + eps as f64).sqrt()) as f32;
+            for (v, &g) in row.iter_mut().zip(w) {
+                *v = *v * scale * g;
+            }
+        };
+        let x = &mut x[..rows * dim];
+        if rows * dim >= 1 << 16 {
+            self.pool.install(|| x.par_chunks_mut(dim).for_each(norm));
+        } else {
+            x.chunks_mut(dim).for_each(norm);
+        }
+    }
+
+    fn matmul(&self, x: &Vec<f32>, w: &CpuWeight, rows: usize, out: &mut Vec<f32>) {
+        let k = w.cols;
+        let x = &x[..rows * k];
+        let out = &mut out[..rows * w.rows];
+        let t = w.tensor.dtype;
+        let kernels = &self.kernels;
+        self.pool.install(|| match act_format(t) {
+            ActFormat::F32 => {
+                self.matmul_impl(w, rows, x, k, out, |wr, xr| kernels.dot_f32(t, wr, xr));
+            }
+            ActFormat::Q8 => Q8_SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                let nb = k / 32;
+                s.resize(rows * nb, BlockQ8::default());
+                s.par_chunks_mut(nb)
+                    .zip(x.par_chunks(k))
+                    .for_each(|(q, xr)| kernels.quantize_q8(xr, q));
+                self.matmul_impl(w, rows, &s, nb, out, |wr, xr| kernels.dot_q8(t, wr, xr));
+            }),
+            ActFormat::Q8K => Q8K_SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                let nb = k / 256;
+                s.resize(rows * nb, BlockQ8K::default());
+                s.par_chunks_mut(nb)
+                    .zip(x.par_chunks(k))
+                    .for_each(|(q, xr)| quant::quantize_q8k(xr, q));
+                self.matmul_impl(w, rows, &s, nb, out, |wr, xr| kernels.dot_q8k(t, wr, xr));
+            }),
+        });
+    }
+
+    fn add_bias(&self, x: &mut Vec<f32>, b: &CpuWeight, rows: usize) {
+        let b = b.dense();
+        for row in x[..rows * b.len()].chunks_mut(b.len()) {
+            row.iter_mut().zip(b).for_each(|(v, &bv)| *v += bv);
+        }
+    }
+
+    fn rope(
+        &self,
+        x: &mut Vec<f32>,
+        table: &Vec<f32>,
+        rows: usize,
+        n_heads: usize,
+        head_dim: usize,
+        layout: RopeLayout,
+    ) {
+        let half = head_dim / 2;
+        let width = n_heads * head_dim;
+        for (r, row) in x[..rows * width].chunks_mut(width).enumerate() {
+            let cs = &table[r * head_dim..(r + 1) * head_dim];
+            for head in row.chunks_mut(head_dim) {
+                for i in 0..half {
+                    let (c, s) = (cs[2 * i], cs[2 * i + 1]);
+                    let (a, b) = match layout {
+                        RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+                        RopeLayout::Neox => (i, i + half),
+                    };
+                    let (x0, x1) = (head[a], head[b]);
+                    head[a] = x0 * c - x1 * s;
+                    head[b] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+
+    fn copy_rows(
+        &self,
+        src: &Vec<f32>,
+        dst: &mut Vec<f32>,
+        dst_row: usize,
+        rows: usize,
+        width: usize,
+    ) {
+        dst[dst_row * width..(dst_row + rows) * width].copy_from_slice(&src[..rows * width]);
+    }
+
+    fn copy_rows_from(
+        &self,
+        src: &Vec<f32>,
+        src_row: usize,
+        dst: &mut Vec<f32>,
+        rows: usize,
+        width: usize,
+    ) {
+        dst[..rows * width].copy_from_slice(&src[src_row * width..(src_row + rows) * width]);
+    }
+
+    fn attention(
+        &self,
+        q: &Vec<f32>,
+        k_cache: &Vec<f32>,
+        v_cache: &Vec<f32>,
+        out: &mut Vec<f32>,
+        p: &AttentionParams,
+    ) {
+        let hd = p.head_dim;
+        let q_width = p.n_heads * hd;
+        let kv_width = p.n_kv_heads * hd;
+        let group = p.n_heads / p.n_kv_heads;
+        let kernels = &self.kernels;
+        let out = &mut out[..p.rows * q_width];
+        self.pool.install(|| {
+            out.par_chunks_mut(hd).enumerate().for_each(|(task, o)| {
+                let (i, h) = (task / p.n_heads, task % p.n_heads);
+                let pos = p.start_pos + i;
+                let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+                let qv = &q[i * q_width + h * hd..i * q_width + (h + 1) * hd];
+                let kvh = h / group;
+                let mut scores: Vec<f32> = (lo..=pos)
+                    .map(|j| {
+                        let kv = &k_cache[j * kv_width + kvh * hd..j * kv_width + (kvh + 1) * hd];
+                        kernels.dot_f32_f32(qv, kv) * p.scale
+                    })
+                    .collect();
+                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+                let mut total = 0.0f32;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    total += *s;
+                }
+                let inv = 1.0 / total;
+                o.fill(0.0);
+                for (j, &s) in (lo..=pos).zip(&scores) {
+                    let vv = &v_cache[j * kv_width + kvh * hd..j * kv_width + (kvh + 1) * hd];
+                    kernels.axpy(s * inv, vv, o);
+                }
+            });
+        });
+    }
+
+    fn gated_activation(
+        &self,
+        gate: &mut Vec<f32>,
+        up: &Vec<f32>,
+        len: usize,
+        act: GateActivation,
+    ) {
+        let f = |(g, &u): (&mut f32, &f32)| {
+            let x = *g;
+            let a = match act {
+                GateActivation::Silu => x / (1.0 + (-x).exp()),
+                GateActivation::GeluTanh => {
+                    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+                    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+                }
+            };
+            *g = a * u;
+        };
+        let (g, u) = (&mut gate[..len], &up[..len]);
+        if len >= 1 << 15 {
+            self.pool
+                .install(|| g.par_iter_mut().zip(u.par_iter()).for_each(f));
+        } else {
+            g.iter_mut().zip(u).for_each(f);
+        }
+    }
+
+    fn add(&self, x: &mut Vec<f32>, y: &Vec<f32>, len: usize) {
+        x[..len]
+            .iter_mut()
+            .zip(&y[..len])
+            .for_each(|(a, &b)| *a += b);
+    }
+}

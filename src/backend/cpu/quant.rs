@@ -1,0 +1,474 @@
+//! Dot products between a weight row in its GGML type and an activation row, as llama.cpp does
+//! them: the activation is first quantized to 8 bits once per matmul (per 32 values for the
+//! 32-block types, per 256 with per-16 sums for the K-quants), then each weight block is multiplied
+//! in integers and scaled once. Unquantized weights take the f32 activation as is.
+//!
+//! These are the portable reference versions; `simd` has the x86 versions, tested against them.
+
+use crate::gguf::GgmlType;
+use crate::gguf::dequant::{f16_at, q3_k_scales, scale_min_k4};
+
+/// 32 activations quantized to i8 with one f32 scale; `sum` = Σ qs (for types with offsets).
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+pub struct BlockQ8 {
+    pub d: f32,
+    pub sum: i32,
+    pub qs: [i8; 32],
+}
+
+/// 256 activations quantized to i8, with the sums of each group of 16 (for K-quant minimums).
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+pub struct BlockQ8K {
+    pub d: f32,
+    pub qs: [i8; 256],
+    pub bsums: [i16; 16],
+}
+
+impl Default for BlockQ8 {
+    fn default() -> Self {
+        BlockQ8 {
+            d: 0.0,
+            sum: 0,
+            qs: [0; 32],
+        }
+    }
+}
+
+impl Default for BlockQ8K {
+    fn default() -> Self {
+        BlockQ8K {
+            d: 0.0,
+            qs: [0; 256],
+            bsums: [0; 16],
+        }
+    }
+}
+
+/// How a weight type wants its activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActFormat {
+    F32,
+    Q8,
+    Q8K,
+}
+
+pub fn act_format(t: GgmlType) -> ActFormat {
+    match t {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => ActFormat::F32,
+        GgmlType::Q4_0
+        | GgmlType::Q4_1
+        | GgmlType::Q5_0
+        | GgmlType::Q5_1
+        | GgmlType::Q8_0
+        | GgmlType::Q8_1 => ActFormat::Q8,
+        GgmlType::Q2_K
+        | GgmlType::Q3_K
+        | GgmlType::Q4_K
+        | GgmlType::Q5_K
+        | GgmlType::Q6_K
+        | GgmlType::Q8_K => ActFormat::Q8K,
+    }
+}
+
+/// Quantize 32·k values into k blocks (round to nearest, scale = max|x| / 127).
+pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
+    for (xb, b) in x.chunks_exact(32).zip(out.iter_mut()) {
+        let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let mut sum = 0i32;
+        for (q, &v) in b.qs.iter_mut().zip(xb) {
+            *q = (v * id).round() as i8;
+            sum += *q as i32;
+        }
+        b.d = d;
+        b.sum = sum;
+    }
+}
+
+/// Quantize 256·k values into k Q8_K blocks (llama.cpp's `quantize_row_q8_K`).
+pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
+    for (xb, b) in x.chunks_exact(256).zip(out.iter_mut()) {
+        let mut max = 0.0f32;
+        let mut amax = 0.0f32;
+        for &v in xb {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            *b = BlockQ8K::default();
+            continue;
+        }
+        let iscale = -127.0 / max;
+        for (q, &v) in b.qs.iter_mut().zip(xb) {
+            *q = ((iscale * v).round() as i32).min(127) as i8;
+        }
+        for (j, s) in b.bsums.iter_mut().enumerate() {
+            *s = b.qs[j * 16..j * 16 + 16].iter().map(|&q| q as i16).sum();
+        }
+        b.d = 1.0 / iscale;
+    }
+}
+
+#[inline]
+fn f32_at(b: &[u8], i: usize) -> f32 {
+    f32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// Weight row (unquantized type) · f32 activations.
+pub fn dot_f32(t: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+    match t {
+        GgmlType::F32 => w
+            .chunks_exact(4)
+            .zip(x)
+            .map(|(b, &v)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * v)
+            .sum(),
+        GgmlType::F16 => w
+            .chunks_exact(2)
+            .zip(x)
+            .map(|(b, &v)| f16_at(b, 0) * v)
+            .sum(),
+        GgmlType::BF16 => w
+            .chunks_exact(2)
+            .zip(x)
+            .map(|(b, &v)| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * v)
+            .sum(),
+        other => unreachable!("{other} takes quantized activations"),
+    }
+}
+
+/// Weight row (32-block type) · Q8 activations.
+pub fn dot_q8(t: GgmlType, w: &[u8], x: &[BlockQ8]) -> f32 {
+    let bb = t.block_bytes();
+    let mut acc = 0.0f32;
+    for (wb, xb) in w.chunks_exact(bb).zip(x) {
+        acc += match t {
+            GgmlType::Q4_0 => {
+                let d = f16_at(wb, 0);
+                let qs = &wb[2..18];
+                let mut s = 0i32;
+                for j in 0..16 {
+                    s += (qs[j] & 0xF) as i32 * xb.qs[j] as i32;
+                    s += (qs[j] >> 4) as i32 * xb.qs[j + 16] as i32;
+                }
+                d * xb.d * (s - 8 * xb.sum) as f32
+            }
+            GgmlType::Q4_1 => {
+                let (d, m) = (f16_at(wb, 0), f16_at(wb, 2));
+                let qs = &wb[4..20];
+                let mut s = 0i32;
+                for j in 0..16 {
+                    s += (qs[j] & 0xF) as i32 * xb.qs[j] as i32;
+                    s += (qs[j] >> 4) as i32 * xb.qs[j + 16] as i32;
+                }
+                d * xb.d * s as f32 + m * xb.d * xb.sum as f32
+            }
+            GgmlType::Q5_0 | GgmlType::Q5_1 => {
+                let (d, m, hq) = if t == GgmlType::Q5_0 {
+                    (f16_at(wb, 0), 0.0, 2)
+                } else {
+                    (f16_at(wb, 0), f16_at(wb, 2), 4)
+                };
+                let qh = u32::from_le_bytes([wb[hq], wb[hq + 1], wb[hq + 2], wb[hq + 3]]);
+                let qs = &wb[hq + 4..hq + 20];
+                let mut s = 0i32;
+                for j in 0..16 {
+                    let lo = (qs[j] & 0xF) as i32 | ((((qh >> j) & 1) as i32) << 4);
+                    let hi = (qs[j] >> 4) as i32 | ((((qh >> (j + 16)) & 1) as i32) << 4);
+                    s += lo * xb.qs[j] as i32 + hi * xb.qs[j + 16] as i32;
+                }
+                if t == GgmlType::Q5_0 {
+                    d * xb.d * (s - 16 * xb.sum) as f32
+                } else {
+                    d * xb.d * s as f32 + m * xb.d * xb.sum as f32
+                }
+            }
+            GgmlType::Q8_0 | GgmlType::Q8_1 => {
+                let off = if t == GgmlType::Q8_0 { 2 } else { 4 };
+                let d = f16_at(wb, 0);
+                let s: i32 = wb[off..off + 32]
+                    .iter()
+                    .zip(&xb.qs)
+                    .map(|(&a, &b)| (a as i8) as i32 * b as i32)
+                    .sum();
+                d * xb.d * s as f32
+            }
+            other => unreachable!("{other} is not a 32-block type"),
+        };
+    }
+    acc
+}
+
+/// Weight row (K-quant) · Q8_K activations.
+pub fn dot_q8k(t: GgmlType, w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let bb = t.block_bytes();
+    let mut acc = 0.0f32;
+    for (wb, xb) in w.chunks_exact(bb).zip(x) {
+        acc += match t {
+            GgmlType::Q2_K => dot_q2_k(wb, xb),
+            GgmlType::Q3_K => dot_q3_k(wb, xb),
+            GgmlType::Q4_K => dot_q4_k(wb, xb),
+            GgmlType::Q5_K => dot_q5_k(wb, xb),
+            GgmlType::Q6_K => dot_q6_k(wb, xb),
+            GgmlType::Q8_K => {
+                let d = f32_at(wb, 0);
+                let s: i32 = wb[4..260]
+                    .iter()
+                    .zip(&xb.qs)
+                    .map(|(&a, &b)| (a as i8) as i32 * b as i32)
+                    .sum();
+                d * xb.d * s as f32
+            }
+            other => unreachable!("{other} is not a K-quant"),
+        };
+    }
+    acc
+}
+
+fn dot_q2_k(w: &[u8], x: &BlockQ8K) -> f32 {
+    let scales = &w[0..16];
+    let qs = &w[16..80];
+    let d = f16_at(w, 80) * x.d;
+    let dmin = f16_at(w, 82) * x.d;
+    let mut sum_min = 0i32;
+    for (j, &sc) in scales.iter().enumerate() {
+        sum_min += (sc >> 4) as i32 * x.bsums[j] as i32;
+    }
+    let mut sum = 0i32;
+    let mut is = 0;
+    for half in 0..2 {
+        let q = &qs[half * 32..half * 32 + 32];
+        for (k, shift) in [0, 2, 4, 6].into_iter().enumerate() {
+            for part in 0..2 {
+                let sc = (scales[is] & 0xF) as i32;
+                is += 1;
+                let base = half * 128 + k * 32 + part * 16;
+                let mut s = 0i32;
+                for l in 0..16 {
+                    s += ((q[part * 16 + l] >> shift) & 3) as i32 * x.qs[base + l] as i32;
+                }
+                sum += sc * s;
+            }
+        }
+    }
+    d * sum as f32 - dmin * sum_min as f32
+}
+
+fn dot_q3_k(w: &[u8], x: &BlockQ8K) -> f32 {
+    let hmask = &w[0..32];
+    let qs = &w[32..96];
+    let scales = q3_k_scales(&w[96..108]);
+    let d = f16_at(w, 108) * x.d;
+    let mut sum = 0i32;
+    let mut is = 0;
+    let mut m = 1u8;
+    for half in 0..2 {
+        let q = &qs[half * 32..half * 32 + 32];
+        for (k, shift) in [0, 2, 4, 6].into_iter().enumerate() {
+            for part in 0..2 {
+                let base = half * 128 + k * 32 + part * 16;
+                let mut s = 0i32;
+                for l in 0..16 {
+                    let i = part * 16 + l;
+                    let low = ((q[i] >> shift) & 3) as i32;
+                    let high = if hmask[i] & m != 0 { 0 } else { 4 };
+                    s += (low - high) * x.qs[base + l] as i32;
+                }
+                sum += scales[is] as i32 * s;
+                is += 1;
+            }
+            m <<= 1;
+        }
+    }
+    d * sum as f32
+}
+
+fn dot_q4_k(w: &[u8], x: &BlockQ8K) -> f32 {
+    let d = f16_at(w, 0) * x.d;
+    let dmin = f16_at(w, 2) * x.d;
+    let scales = &w[4..16];
+    let qs = &w[16..144];
+    let mut sum = 0i32;
+    let mut sum_min = 0i32;
+    for j in 0..4 {
+        let (sc1, m1) = scale_min_k4(2 * j, scales);
+        let (sc2, m2) = scale_min_k4(2 * j + 1, scales);
+        let q = &qs[j * 32..j * 32 + 32];
+        let xs = &x.qs[j * 64..j * 64 + 64];
+        let (mut s1, mut s2) = (0i32, 0i32);
+        for l in 0..32 {
+            s1 += (q[l] & 0xF) as i32 * xs[l] as i32;
+            s2 += (q[l] >> 4) as i32 * xs[32 + l] as i32;
+        }
+        sum += sc1 as i32 * s1 + sc2 as i32 * s2;
+        let b1 = x.bsums[4 * j] as i32 + x.bsums[4 * j + 1] as i32;
+        let b2 = x.bsums[4 * j + 2] as i32 + x.bsums[4 * j + 3] as i32;
+        sum_min += m1 as i32 * b1 + m2 as i32 * b2;
+    }
+    d * sum as f32 - dmin * sum_min as f32
+}
+
+fn dot_q5_k(w: &[u8], x: &BlockQ8K) -> f32 {
+    let d = f16_at(w, 0) * x.d;
+    let dmin = f16_at(w, 2) * x.d;
+    let scales = &w[4..16];
+    let qh = &w[16..48];
+    let qs = &w[48..176];
+    let mut sum = 0i32;
+    let mut sum_min = 0i32;
+    for j in 0..4 {
+        let (sc1, m1) = scale_min_k4(2 * j, scales);
+        let (sc2, m2) = scale_min_k4(2 * j + 1, scales);
+        let (u1, u2) = (1u8 << (2 * j), 2u8 << (2 * j));
+        let q = &qs[j * 32..j * 32 + 32];
+        let xs = &x.qs[j * 64..j * 64 + 64];
+        let (mut s1, mut s2) = (0i32, 0i32);
+        for l in 0..32 {
+            let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
+            let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
+            s1 += ((q[l] & 0xF) as i32 + h1) * xs[l] as i32;
+            s2 += ((q[l] >> 4) as i32 + h2) * xs[32 + l] as i32;
+        }
+        sum += sc1 as i32 * s1 + sc2 as i32 * s2;
+        let b1 = x.bsums[4 * j] as i32 + x.bsums[4 * j + 1] as i32;
+        let b2 = x.bsums[4 * j + 2] as i32 + x.bsums[4 * j + 3] as i32;
+        sum_min += m1 as i32 * b1 + m2 as i32 * b2;
+    }
+    d * sum as f32 - dmin * sum_min as f32
+}
+
+fn dot_q6_k(w: &[u8], x: &BlockQ8K) -> f32 {
+    let d = f16_at(w, 208) * x.d;
+    let mut sum = 0i32;
+    for n in 0..2 {
+        let ql = &w[n * 64..n * 64 + 64];
+        let qh = &w[128 + n * 32..128 + n * 32 + 32];
+        let sc = &w[192 + n * 8..192 + n * 8 + 8];
+        let xs = &x.qs[n * 128..n * 128 + 128];
+        let mut part = [0i32; 8];
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i32 - 32;
+            let q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+            part[is] += q1 * xs[l] as i32;
+            part[is + 2] += q2 * xs[l + 32] as i32;
+            part[is + 4] += q3 * xs[l + 64] as i32;
+            part[is + 6] += q4 * xs[l + 96] as i32;
+        }
+        for (p, &s) in part.iter().zip(sc) {
+            sum += p * (s as i8) as i32;
+        }
+    }
+    d * sum as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::dequant::dequantize;
+
+    /// A deterministic pseudo-random byte source (no external RNG needed in unit tests).
+    pub(crate) fn bytes(seed: u64, n: usize) -> Vec<u8> {
+        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// Random blocks of type `t` with modest finite f16 scales.
+    pub(crate) fn random_row(t: GgmlType, n_values: usize, seed: u64) -> Vec<u8> {
+        let mut w = bytes(seed, n_values / t.block_len() * t.block_bytes());
+        let scale_offsets: &[usize] = match t {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q8_1 => &[0, 2],
+            GgmlType::Q2_K => &[80, 82],
+            GgmlType::Q3_K => &[108],
+            GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+            GgmlType::Q6_K => &[208],
+            _ => &[],
+        };
+        let bb = t.block_bytes();
+        for (i, block) in w.chunks_exact_mut(bb).enumerate() {
+            for (k, &off) in scale_offsets.iter().enumerate() {
+                let v = half::f16::from_f32(0.01 + 0.002 * ((i + k) % 7) as f32);
+                block[off..off + 2].copy_from_slice(&v.to_bits().to_le_bytes());
+            }
+        }
+        if t == GgmlType::Q8_K {
+            for block in w.chunks_exact_mut(bb) {
+                block[0..4].copy_from_slice(&0.01f32.to_le_bytes());
+            }
+        }
+        if matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+            let vals: Vec<f32> = (0..n_values)
+                .map(|i| ((i * 37 % 101) as f32 - 50.0) / 50.0)
+                .collect();
+            w = match t {
+                GgmlType::F32 => vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                GgmlType::F16 => vals
+                    .iter()
+                    .flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes())
+                    .collect(),
+                _ => vals
+                    .iter()
+                    .flat_map(|v| half::bf16::from_f32(*v).to_bits().to_le_bytes())
+                    .collect(),
+            };
+        }
+        w
+    }
+
+    pub(crate) fn activations(n: usize, seed: u64) -> Vec<f32> {
+        bytes(seed, n)
+            .iter()
+            .map(|&b| (b as f32 - 127.5) / 64.0)
+            .collect()
+    }
+
+    /// Each dot product agrees with dequantize-then-multiply, up to the 8-bit activation error.
+    #[test]
+    fn dots_match_dequantized_reference() {
+        let n = 512;
+        for t in GgmlType::ALL {
+            let w = random_row(t, n, t.id() as u64 + 1);
+            let x = activations(n, 99);
+            let mut wf = vec![0f32; n];
+            dequantize(t, &w, &mut wf);
+            let exact: f64 = wf.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let scale: f64 = wf
+                .iter()
+                .zip(&x)
+                .map(|(a, b)| (*a as f64 * *b as f64).abs())
+                .sum();
+            let got = match act_format(t) {
+                ActFormat::F32 => dot_f32(t, &w, &x),
+                ActFormat::Q8 => {
+                    let mut q = vec![BlockQ8::default(); n / 32];
+                    quantize_q8(&x, &mut q);
+                    dot_q8(t, &w, &q)
+                }
+                ActFormat::Q8K => {
+                    let mut q = vec![BlockQ8K::default(); n / 256];
+                    quantize_q8k(&x, &mut q);
+                    dot_q8k(t, &w, &q)
+                }
+            };
+            let err = (got as f64 - exact).abs();
+            assert!(
+                err <= 0.01 * scale + 1e-4,
+                "{t}: got {got}, exact {exact}, |terms| {scale}"
+            );
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! Llama family: Llama 2/3.x, SmolLM2, Mistral. Pre-norm attention and SwiGLU feed-forward, each
+//! added to the residual stream. (RoPE layout, Llama 3 frequency scaling and Mistral's sliding
+//! window come from the configuration.)
+
+use super::{AttentionOpts, Step};
+use crate::backend::Backend;
+use crate::model::weights::LayerWeights;
+
+pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
+    f.norm_input(&l.attn_norm);
+    f.attention(l, AttentionOpts::default());
+    f.residual();
+
+    f.norm_input(&l.ffn_norm);
+    f.feed_forward(l);
+    f.residual();
+}

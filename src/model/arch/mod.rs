@@ -1,0 +1,298 @@
+//! The forward pass. `Model` holds the weights on a backend; `Step` is one batched forward call
+//! over a chunk of tokens, with the shared building blocks (norms, attention, feed-forward,
+//! residual) that each architecture family composes in its own short file:
+//! `llama.rs` (Llama, SmolLM2, Mistral), `qwen.rs` (Qwen2, Qwen3), `gemma3.rs`.
+
+mod gemma3;
+mod llama;
+mod qwen;
+
+use super::config::{Activation, Arch, ModelConfig};
+use super::loader::ModelFile;
+use super::rope::RopeFreqs;
+use super::weights::{LayerWeights, Weights};
+use crate::backend::{AttentionParams, Backend, GateActivation};
+use crate::error::{Error, Result};
+
+pub struct Model<B: Backend> {
+    pub backend: B,
+    pub config: ModelConfig,
+    weights: Weights<B>,
+    /// Distinct RoPE frequency sets (global, and local when different).
+    ropes: Vec<RopeFreqs>,
+    /// Index into `ropes` for each layer.
+    layer_rope: Vec<usize>,
+}
+
+/// The per-layer key and value caches, `ctx` rows of `kv_dim` each.
+pub struct KvCache<B: Backend> {
+    pub layers: Vec<(B::Buffer, B::Buffer)>,
+    pub ctx: usize,
+}
+
+/// Activation buffers for a chunk of up to `rows` tokens, allocated once per session.
+pub struct Scratch<B: Backend> {
+    rows: usize,
+    x: B::Buffer,
+    h: B::Buffer,
+    q: B::Buffer,
+    k: B::Buffer,
+    v: B::Buffer,
+    attn: B::Buffer,
+    o: B::Buffer,
+    gate: B::Buffer,
+    up: B::Buffer,
+    /// One RoPE table per entry of `Model::ropes`.
+    rope_tables: Vec<B::Buffer>,
+    rope_host: Vec<f32>,
+    last: B::Buffer,
+    logits: B::Buffer,
+}
+
+impl<B: Backend> Scratch<B> {
+    /// The most tokens one forward call can take.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+impl<B: Backend> Model<B> {
+    pub fn load(file: &ModelFile, backend: B) -> Result<Model<B>> {
+        let config = file.config.clone();
+        let weights = Weights::load(file, &backend)?;
+        let mut ropes: Vec<RopeFreqs> = Vec::new();
+        let mut layer_rope = Vec::with_capacity(config.n_layers);
+        for il in 0..config.n_layers {
+            let r = RopeFreqs::new(
+                config.head_dim,
+                config.layer_rope_theta(il),
+                config.layer_rope_scaling(il),
+            );
+            let idx = match ropes.iter().position(|x| *x == r) {
+                Some(i) => i,
+                None => {
+                    ropes.push(r);
+                    ropes.len() - 1
+                }
+            };
+            layer_rope.push(idx);
+        }
+        Ok(Model {
+            backend,
+            config,
+            weights,
+            ropes,
+            layer_rope,
+        })
+    }
+
+    /// Key and value caches for `ctx` positions.
+    pub fn new_cache(&self, ctx: usize) -> Result<KvCache<B>> {
+        let len = ctx
+            .checked_mul(self.config.kv_dim())
+            .ok_or_else(|| Error::Usage(format!("a context of {ctx} tokens is too large")))?;
+        let layers = (0..self.config.n_layers)
+            .map(|_| Ok((self.backend.buffer(len)?, self.backend.buffer(len)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KvCache { layers, ctx })
+    }
+
+    /// Bytes of key/value cache per token of context.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.config.n_layers * self.config.kv_dim() * std::mem::size_of::<f32>()
+    }
+
+    pub fn new_scratch(&self, rows: usize) -> Result<Scratch<B>> {
+        let c = &self.config;
+        let b = &self.backend;
+        Ok(Scratch {
+            rows,
+            x: b.buffer(rows * c.hidden_size)?,
+            h: b.buffer(rows * c.hidden_size)?,
+            q: b.buffer(rows * c.q_dim())?,
+            k: b.buffer(rows * c.kv_dim())?,
+            v: b.buffer(rows * c.kv_dim())?,
+            attn: b.buffer(rows * c.q_dim())?,
+            o: b.buffer(rows * c.hidden_size)?,
+            gate: b.buffer(rows * c.intermediate_size)?,
+            up: b.buffer(rows * c.intermediate_size)?,
+            rope_tables: self
+                .ropes
+                .iter()
+                .map(|_| b.buffer(rows * c.head_dim))
+                .collect::<Result<_>>()?,
+            rope_host: Vec::new(),
+            last: b.buffer(c.hidden_size)?,
+            logits: b.buffer(c.vocab_size)?,
+        })
+    }
+
+    /// Run `ids` (at most `scratch.rows` of them) at positions `start_pos..`, appending their keys
+    /// and values to `cache`, and write the logits of the last one into `logits`.
+    pub fn forward(
+        &self,
+        ids: &[u32],
+        start_pos: usize,
+        cache: &mut KvCache<B>,
+        s: &mut Scratch<B>,
+        logits: &mut [f32],
+    ) {
+        let c = &self.config;
+        let rows = ids.len();
+        assert!(rows <= s.rows && start_pos + rows <= cache.ctx);
+        let b = &self.backend;
+        b.embed(
+            &self.weights.tok_embd,
+            ids,
+            c.embedding_scale.unwrap_or(1.0),
+            &mut s.x,
+        );
+        for (rope, table) in self.ropes.iter().zip(s.rope_tables.iter_mut()) {
+            rope.table(start_pos, rows, &mut s.rope_host);
+            b.upload(table, &s.rope_host);
+        }
+        for (il, layer) in self.weights.layers.iter().enumerate() {
+            let mut step = Step {
+                model: self,
+                s: &mut *s,
+                cache: &mut *cache,
+                rows,
+                start_pos,
+                il,
+            };
+            match c.arch {
+                Arch::Llama => llama::layer(&mut step, layer),
+                Arch::Qwen2 => qwen::qwen2_layer(&mut step, layer),
+                Arch::Qwen3 => qwen::qwen3_layer(&mut step, layer),
+                Arch::Gemma3 => gemma3::layer(&mut step, layer),
+            }
+        }
+        b.copy_row(&s.x, rows - 1, &mut s.last, c.hidden_size);
+        b.rms_norm(&mut s.last, &self.weights.output_norm, 1, c.rms_norm_eps);
+        let output = self
+            .weights
+            .output
+            .as_ref()
+            .unwrap_or(&self.weights.tok_embd);
+        b.matmul(&s.last, output, 1, &mut s.logits);
+        b.download(&s.logits, 0, logits);
+        if let Some(cap) = c.final_logit_softcap {
+            logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
+        }
+    }
+}
+
+/// Which optional parts of the attention block an architecture uses.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct AttentionOpts {
+    /// Biases on the Q, K and V projections (Qwen2).
+    pub qkv_bias: bool,
+    /// RMSNorm of each query and key head before RoPE (Qwen3, Gemma 3).
+    pub qk_norm: bool,
+}
+
+/// One layer's worth of a forward call: the building blocks the architecture files compose.
+/// The residual stream is `x`; blocks read their input from `h` and leave their output in `o`.
+pub(crate) struct Step<'a, B: Backend> {
+    model: &'a Model<B>,
+    s: &'a mut Scratch<B>,
+    cache: &'a mut KvCache<B>,
+    rows: usize,
+    start_pos: usize,
+    il: usize,
+}
+
+impl<B: Backend> Step<'_, B> {
+    /// `h = rms_norm(x) · w`: the input of the next block.
+    pub fn norm_input(&mut self, w: &B::Weight) {
+        let (b, c) = (&self.model.backend, &self.model.config);
+        b.copy_rows_from(&self.s.x, 0, &mut self.s.h, self.rows, c.hidden_size);
+        b.rms_norm(&mut self.s.h, w, self.rows, c.rms_norm_eps);
+    }
+
+    /// `o = rms_norm(o) · w` (Gemma's post-block norms).
+    pub fn norm_output(&mut self, w: Option<&B::Weight>) {
+        if let Some(w) = w {
+            let c = &self.model.config;
+            self.model
+                .backend
+                .rms_norm(&mut self.s.o, w, self.rows, c.rms_norm_eps);
+        }
+    }
+
+    /// `x += o`.
+    pub fn residual(&mut self) {
+        let len = self.rows * self.model.config.hidden_size;
+        self.model.backend.add(&mut self.s.x, &self.s.o, len);
+    }
+
+    /// Self-attention of `h`: Q/K/V projections, optional biases and QK-norm, RoPE, KV-cache
+    /// append, causal attention (windowed on local layers), output projection into `o`.
+    pub fn attention(&mut self, l: &LayerWeights<B>, opts: AttentionOpts) {
+        let (m, rows, il) = (self.model, self.rows, self.il);
+        let (b, c) = (&m.backend, &m.config);
+        let s = &mut *self.s;
+        b.matmul_many(
+            &s.h,
+            &[&l.wq, &l.wk, &l.wv],
+            rows,
+            &mut [&mut s.q, &mut s.k, &mut s.v],
+        );
+        if opts.qkv_bias {
+            for (x, bias) in [(&mut s.q, &l.bq), (&mut s.k, &l.bk), (&mut s.v, &l.bv)] {
+                if let Some(bias) = bias {
+                    b.add_bias(x, bias, rows);
+                }
+            }
+        }
+        if opts.qk_norm
+            && let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm)
+        {
+            b.rms_norm(&mut s.q, qn, rows * c.n_heads, c.rms_norm_eps);
+            b.rms_norm(&mut s.k, kn, rows * c.n_kv_heads, c.rms_norm_eps);
+        }
+        let table = &s.rope_tables[m.layer_rope[il]];
+        b.rope(&mut s.q, table, rows, c.n_heads, c.head_dim, c.rope_layout);
+        b.rope(
+            &mut s.k,
+            table,
+            rows,
+            c.n_kv_heads,
+            c.head_dim,
+            c.rope_layout,
+        );
+
+        let (kc, vc) = &mut self.cache.layers[il];
+        b.copy_rows(&s.k, kc, self.start_pos, rows, c.kv_dim());
+        b.copy_rows(&s.v, vc, self.start_pos, rows, c.kv_dim());
+        let params = AttentionParams {
+            start_pos: self.start_pos,
+            rows,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            scale: c.attention_scale,
+            window: c.layer_window(il),
+        };
+        b.attention(&s.q, kc, vc, &mut s.attn, &params);
+        b.matmul(&s.attn, &l.wo, rows, &mut s.o);
+    }
+
+    /// Gated feed-forward of `h` into `o`: down(act(gate(h)) · up(h)).
+    pub fn feed_forward(&mut self, l: &LayerWeights<B>) {
+        let (b, c) = (&self.model.backend, &self.model.config);
+        let s = &mut *self.s;
+        let act = match c.activation {
+            Activation::Silu => GateActivation::Silu,
+            Activation::GeluTanh => GateActivation::GeluTanh,
+        };
+        b.matmul_many(
+            &s.h,
+            &[&l.w_gate, &l.w_up],
+            self.rows,
+            &mut [&mut s.gate, &mut s.up],
+        );
+        b.gated_activation(&mut s.gate, &s.up, self.rows * c.intermediate_size, act);
+        b.matmul(&s.gate, &l.w_down, self.rows, &mut s.o);
+    }
+}

@@ -1,0 +1,160 @@
+//! A session: the tokens of one conversation and their KV cache. `prefill` runs many tokens in
+//! batched forward calls (chunks of up to `batch` tokens, each one matrix-matrix pass), `decode`
+//! one; both return the logits of the last token. `truncate` rolls the context back.
+
+use std::time::{Duration, Instant};
+
+use super::arch::{KvCache, Model, Scratch};
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+
+/// Tokens per batched forward call during prefill.
+pub const DEFAULT_BATCH: usize = 512;
+
+/// Cumulative timings of a session's forward calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SessionStats {
+    pub prefill_tokens: usize,
+    pub prefill_time: Duration,
+    pub decode_tokens: usize,
+    pub decode_time: Duration,
+}
+
+pub struct Session<'m, B: Backend> {
+    model: &'m Model<B>,
+    cache: KvCache<B>,
+    scratch: Scratch<B>,
+    tokens: Vec<u32>,
+    logits: Vec<f32>,
+    has_logits: bool,
+    pub stats: SessionStats,
+}
+
+impl<'m, B: Backend> Session<'m, B> {
+    /// A session with room for `ctx` tokens.
+    pub fn new(model: &'m Model<B>, ctx: usize) -> Result<Self> {
+        Self::with_batch(model, ctx, DEFAULT_BATCH)
+    }
+
+    pub fn with_batch(model: &'m Model<B>, ctx: usize, batch: usize) -> Result<Self> {
+        if ctx == 0 || batch == 0 {
+            return Err(Error::Usage(
+                "context size and batch size must be at least 1".into(),
+            ));
+        }
+        let batch = batch.min(ctx);
+        Ok(Session {
+            model,
+            cache: model.new_cache(ctx)?,
+            scratch: model.new_scratch(batch)?,
+            tokens: Vec::new(),
+            logits: vec![0.0; model.config.vocab_size],
+            has_logits: false,
+            stats: SessionStats::default(),
+        })
+    }
+
+    pub fn model(&self) -> &'m Model<B> {
+        self.model
+    }
+
+    /// The tokens whose keys and values are in the cache.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn ctx(&self) -> usize {
+        self.cache.ctx
+    }
+
+    /// Positions still free in the context.
+    pub fn remaining(&self) -> usize {
+        self.cache.ctx - self.tokens.len()
+    }
+
+    /// Logits of the last token run, if the last call produced any.
+    pub fn logits(&self) -> Option<&[f32]> {
+        self.has_logits.then_some(self.logits.as_slice())
+    }
+
+    fn check(&self, ids: &[u32]) -> Result<()> {
+        let vocab = self.model.config.vocab_size;
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+            return Err(Error::BadToken { id: bad, vocab });
+        }
+        let needed = self.tokens.len() + ids.len();
+        if needed > self.cache.ctx {
+            return Err(Error::ContextFull {
+                needed,
+                ctx: self.cache.ctx,
+            });
+        }
+        Ok(())
+    }
+
+    /// Run `ids` after the tokens already in the context; returns the logits of the last one.
+    pub fn prefill(&mut self, ids: &[u32]) -> Result<&[f32]> {
+        if ids.is_empty() {
+            return Err(Error::EmptyPrompt);
+        }
+        self.check(ids)?;
+        let start = Instant::now();
+        for chunk in ids.chunks(self.scratch_rows()) {
+            self.run(chunk);
+        }
+        self.stats.prefill_tokens += ids.len();
+        self.stats.prefill_time += start.elapsed();
+        Ok(&self.logits)
+    }
+
+    /// Run one token after the context; returns its logits.
+    pub fn decode(&mut self, id: u32) -> Result<&[f32]> {
+        if self.tokens.is_empty() {
+            return Err(Error::DecodeBeforePrefill);
+        }
+        self.check(&[id])?;
+        let start = Instant::now();
+        self.run(&[id]);
+        self.stats.decode_tokens += 1;
+        self.stats.decode_time += start.elapsed();
+        Ok(&self.logits)
+    }
+
+    /// Keep only the first `n` tokens of the context (the cache beyond them is overwritten later).
+    pub fn truncate(&mut self, n: usize) -> Result<()> {
+        if n > self.tokens.len() {
+            return Err(Error::Usage(format!(
+                "cannot truncate a context of {} tokens to {n}",
+                self.tokens.len()
+            )));
+        }
+        if n < self.tokens.len() {
+            self.tokens.truncate(n);
+            self.has_logits = false;
+        }
+        Ok(())
+    }
+
+    /// Forget the whole context.
+    pub fn reset(&mut self) {
+        self.tokens.clear();
+        self.has_logits = false;
+    }
+
+    fn scratch_rows(&self) -> usize {
+        self.scratch.rows()
+    }
+
+    fn run(&mut self, ids: &[u32]) {
+        let start_pos = self.tokens.len();
+        self.model.forward(
+            ids,
+            start_pos,
+            &mut self.cache,
+            &mut self.scratch,
+            &mut self.logits,
+        );
+        self.tokens.extend_from_slice(ids);
+        self.has_logits = true;
+    }
+}

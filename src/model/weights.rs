@@ -1,0 +1,156 @@
+//! The weights of a model, found by canonical name, checked against the configuration (so a bad
+//! file is a clear error here rather than an out-of-bounds access in a kernel), and handed to the
+//! backend.
+
+use super::config::{Arch, ModelConfig};
+use super::loader::ModelFile;
+use super::tensor::Tensor;
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+
+pub struct LayerWeights<B: Backend> {
+    pub attn_norm: B::Weight,
+    pub wq: B::Weight,
+    pub wk: B::Weight,
+    pub wv: B::Weight,
+    pub wo: B::Weight,
+    pub bq: Option<B::Weight>,
+    pub bk: Option<B::Weight>,
+    pub bv: Option<B::Weight>,
+    pub q_norm: Option<B::Weight>,
+    pub k_norm: Option<B::Weight>,
+    /// Gemma: norm of the attention output before the residual add.
+    pub post_attn_norm: Option<B::Weight>,
+    pub ffn_norm: B::Weight,
+    pub w_gate: B::Weight,
+    pub w_up: B::Weight,
+    pub w_down: B::Weight,
+    /// Gemma: norm of the feed-forward output before the residual add.
+    pub post_ffn_norm: Option<B::Weight>,
+}
+
+pub struct Weights<B: Backend> {
+    pub tok_embd: B::Weight,
+    pub output_norm: B::Weight,
+    /// None: tied to the embedding table.
+    pub output: Option<B::Weight>,
+    pub layers: Vec<LayerWeights<B>>,
+}
+
+struct Finder<'a, B: Backend> {
+    file: &'a ModelFile,
+    backend: &'a B,
+}
+
+impl<B: Backend> Finder<'_, B> {
+    fn tensor(&self, name: &str, dims: &[usize]) -> Result<&Tensor> {
+        let t = self.file.tensor(name).ok_or_else(|| {
+            Error::invalid(&self.file.path, format!("tensor '{name}' is missing"))
+        })?;
+        if t.dims != dims {
+            return Err(Error::invalid(
+                &self.file.path,
+                format!(
+                    "tensor '{name}' has shape {:?}, expected {dims:?} for this configuration",
+                    t.dims
+                ),
+            ));
+        }
+        Ok(t)
+    }
+
+    fn get(&self, name: &str, dims: &[usize]) -> Result<B::Weight> {
+        self.backend.weight(self.tensor(name, dims)?)
+    }
+
+    fn optional(&self, name: &str, dims: &[usize]) -> Result<Option<B::Weight>> {
+        match self.file.tensor(name) {
+            None => Ok(None),
+            Some(_) => self.get(name, dims).map(Some),
+        }
+    }
+
+    /// A norm weight as `x·w` wants it: Gemma checkpoints in Hugging Face layout store `w` for
+    /// `x·(1+w)`, so kiln adds the 1 once here (GGUF files already hold `1+w`).
+    fn norm(&self, name: &str, dim: usize) -> Result<B::Weight> {
+        let cfg = &self.file.config;
+        let t = self.tensor(name, &[dim])?;
+        if cfg.arch == Arch::Gemma3 && !cfg.norm_weights_include_one {
+            let plus_one: Vec<f32> = t.to_f32().iter().map(|w| w + 1.0).collect();
+            return self
+                .backend
+                .weight(&Tensor::from_f32(name, vec![dim], &plus_one));
+        }
+        self.backend.weight(t)
+    }
+}
+
+impl<B: Backend> Weights<B> {
+    pub fn load(file: &ModelFile, backend: &B) -> Result<Weights<B>> {
+        let c: &ModelConfig = &file.config;
+        let f = Finder { file, backend };
+        let (h, q, kv, ff, hd) = (
+            c.hidden_size,
+            c.q_dim(),
+            c.kv_dim(),
+            c.intermediate_size,
+            c.head_dim,
+        );
+        let gemma = c.arch == Arch::Gemma3;
+        let mut layers = Vec::with_capacity(c.n_layers);
+        for i in 0..c.n_layers {
+            let n = |part: &str| format!("blk.{i}.{part}");
+            let bias = |part: &str, dim: usize| -> Result<Option<B::Weight>> {
+                if c.attention_bias {
+                    f.get(&n(part), &[dim]).map(Some)
+                } else {
+                    f.optional(&n(part), &[dim])
+                }
+            };
+            let qk_norm = |part: &str| -> Result<Option<B::Weight>> {
+                if c.qk_norm {
+                    f.norm(&n(part), hd).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            let gemma_norm = |part: &str| -> Result<Option<B::Weight>> {
+                if gemma {
+                    f.norm(&n(part), h).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            layers.push(LayerWeights {
+                attn_norm: f.norm(&n("attn_norm.weight"), h)?,
+                wq: f.get(&n("attn_q.weight"), &[h, q])?,
+                wk: f.get(&n("attn_k.weight"), &[h, kv])?,
+                wv: f.get(&n("attn_v.weight"), &[h, kv])?,
+                wo: f.get(&n("attn_output.weight"), &[q, h])?,
+                bq: bias("attn_q.bias", q)?,
+                bk: bias("attn_k.bias", kv)?,
+                bv: bias("attn_v.bias", kv)?,
+                q_norm: qk_norm("attn_q_norm.weight")?,
+                k_norm: qk_norm("attn_k_norm.weight")?,
+                post_attn_norm: gemma_norm("post_attention_norm.weight")?,
+                ffn_norm: f.norm(&n("ffn_norm.weight"), h)?,
+                w_gate: f.get(&n("ffn_gate.weight"), &[h, ff])?,
+                w_up: f.get(&n("ffn_up.weight"), &[h, ff])?,
+                w_down: f.get(&n("ffn_down.weight"), &[ff, h])?,
+                post_ffn_norm: gemma_norm("post_ffw_norm.weight")?,
+            });
+        }
+        let vocab = c.vocab_size;
+        let output = if c.tie_embeddings {
+            None
+        } else {
+            Some(f.get("output.weight", &[h, vocab])?)
+        };
+        Ok(Weights {
+            tok_embd: f.get("token_embd.weight", &[h, vocab])?,
+            output_norm: f.norm("output_norm.weight", h)?,
+            output,
+            layers,
+        })
+    }
+}

@@ -1,0 +1,165 @@
+//! Teacher-forced and free-running comparison of kiln's logits with llama.cpp's goldens, by the
+//! rules of tests/fixtures/golden/README.md.
+
+use kiln::backend::cpu::CpuBackend;
+use kiln::model::{Model, ModelFile, Session};
+
+pub struct Tolerance {
+    /// A top-5 logit must be within `abs + rel·|logit|` of llama.cpp's.
+    pub abs: f32,
+    pub rel: f32,
+    /// The argmax must match wherever llama.cpp's margin is at least this.
+    pub margin: f32,
+}
+
+pub const QUANTIZED: Tolerance = Tolerance {
+    abs: 0.5,
+    rel: 0.02,
+    margin: 0.5,
+};
+pub const EXACT_F32: Tolerance = Tolerance {
+    abs: 0.01,
+    rel: 0.0,
+    margin: 0.05,
+};
+
+pub fn load(model: &ModelFile, threads: usize) -> Model<CpuBackend> {
+    Model::load(model, CpuBackend::new(threads).unwrap()).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+pub fn argmax(l: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in l.iter().enumerate() {
+        if v > l[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// What a golden comparison found; each criterion of the README separately.
+#[derive(Default, Debug)]
+pub struct Report {
+    pub steps: usize,
+    pub logit_checks: usize,
+    /// Top-5 logits outside `abs + rel·|logit|`.
+    pub logit_violations: Vec<String>,
+    /// Steps with margin ≥ threshold whose argmax differs.
+    pub argmax_violations: Vec<String>,
+    /// Free-running greedy tokens that differ before the first close call.
+    pub free_running_violations: Vec<String>,
+    /// Largest error as a fraction of its tolerance.
+    pub worst_ratio: f32,
+}
+
+impl Report {
+    pub fn summary(&self, what: &str) -> String {
+        format!(
+            "{what}: {} steps, {} logit checks, worst error/tolerance {:.2}; {} logit, {} argmax, {} free-running violations",
+            self.steps,
+            self.logit_checks,
+            self.worst_ratio,
+            self.logit_violations.len(),
+            self.argmax_violations.len(),
+            self.free_running_violations.len()
+        )
+    }
+
+    pub fn assert_all(&self, what: &str) {
+        assert!(self.steps > 0, "{what}: nothing checked");
+        assert!(
+            self.logit_violations.is_empty(),
+            "{what}: {:#?}",
+            self.logit_violations
+        );
+        self.assert_tokens(what);
+    }
+
+    pub fn assert_tokens(&self, what: &str) {
+        assert!(
+            self.argmax_violations.is_empty(),
+            "{what}: {:#?}",
+            self.argmax_violations
+        );
+        assert!(
+            self.free_running_violations.is_empty(),
+            "{what}: {:#?}",
+            self.free_running_violations
+        );
+    }
+}
+
+/// Compare every greedy case of one golden model entry.
+pub fn check_model(
+    model: &Model<CpuBackend>,
+    entry: &serde_json::Value,
+    tol: &Tolerance,
+) -> Report {
+    let mut r = Report::default();
+    for case in entry["greedy"].as_array().unwrap() {
+        let prompt = ids(&case["prompt_ids"]);
+        let name = case["prompt"]
+            .as_str()
+            .unwrap()
+            .chars()
+            .take(30)
+            .collect::<String>();
+        let steps = case["steps"].as_array().unwrap();
+        let mut session = Session::new(model, prompt.len() + steps.len() + 1).unwrap();
+
+        // Teacher forcing: feed llama.cpp's tokens, compare logits at every step.
+        let mut logits = session.prefill(&prompt).unwrap().to_vec();
+        for (i, step) in steps.iter().enumerate() {
+            for pair in step["top5"].as_array().unwrap() {
+                let id = pair[0].as_u64().unwrap() as usize;
+                let want = pair[1].as_f64().unwrap() as f32;
+                let ratio = (logits[id] - want).abs() / (tol.abs + tol.rel * want.abs());
+                r.worst_ratio = r.worst_ratio.max(ratio);
+                r.logit_checks += 1;
+                if ratio > 1.0 {
+                    r.logit_violations.push(format!(
+                        "{name:?} step {i}: logit of {id} is {}, llama.cpp {want} (margin {})",
+                        logits[id], step["margin"]
+                    ));
+                }
+            }
+            let token = step["token"].as_u64().unwrap() as u32;
+            if step["margin"].as_f64().unwrap() as f32 >= tol.margin && argmax(&logits) != token {
+                r.argmax_violations.push(format!(
+                    "{name:?} step {i}: argmax {} where llama.cpp chose {token} (margin {})",
+                    argmax(&logits),
+                    step["margin"]
+                ));
+            }
+            r.steps += 1;
+            logits = session.decode(token).unwrap().to_vec();
+        }
+
+        // Free running: greedy generation reproduces the goldens up to the first close call.
+        let mut session = Session::new(model, prompt.len() + steps.len() + 1).unwrap();
+        let mut logits = session.prefill(&prompt).unwrap().to_vec();
+        for (i, step) in steps.iter().enumerate() {
+            if (step["margin"].as_f64().unwrap() as f32) < tol.margin {
+                break;
+            }
+            let token = argmax(&logits);
+            if token != step["token"].as_u64().unwrap() as u32 {
+                r.free_running_violations.push(format!(
+                    "{name:?} step {i}: generated {token}, golden {}",
+                    step["token"]
+                ));
+                break;
+            }
+            logits = session.decode(token).unwrap().to_vec();
+        }
+    }
+    r
+}
