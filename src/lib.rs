@@ -9,5 +9,6 @@ pub mod cli;
 pub mod error;
 pub mod gguf;
 pub mod model;
+pub mod sampler;
 
 pub use error::{Error, Result};

@@ -2,12 +2,19 @@
 //! flattened into each.
 
 pub mod info;
+pub mod run;
 pub mod tokenize;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
+use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::backend::cpu::CpuBackend;
+use crate::model::{Model, ModelFile, Tokenizer};
+use crate::sampler::SamplerConfig;
 
 #[derive(Parser, Debug)]
 #[command(name = "kiln", version, about = "Run large language models locally")]
@@ -18,6 +25,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Generate text for one prompt (argument or standard input), streamed to stdout
+    Run(run::RunArgs),
     /// Describe a model: architecture, size, tensor types, tokenizer and configuration
     Info(info::InfoArgs),
     /// Show the token ids (and pieces) of a text
@@ -33,14 +42,164 @@ pub struct ModelArgs {
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendKind {
+    /// The best available: the CPU for now
+    #[default]
+    Auto,
+    /// The CPU, with SIMD kernels chosen at run time
+    Cpu,
+}
+
+/// Where and how the model runs.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BackendArgs {
+    /// Compute backend
+    #[arg(long, value_enum, default_value_t)]
+    pub backend: BackendKind,
+
+    /// CPU threads (default: one per core)
+    #[arg(short = 't', long, value_name = "N")]
+    pub threads: Option<usize>,
+}
+
+/// Sampling settings; the defaults are llama.cpp's.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Temperature; 0 picks the most likely token every time (greedy)
+    #[arg(long = "temp", default_value_t = 0.8, value_name = "T")]
+    pub temperature: f32,
+
+    /// Sample from the K most likely tokens (0: all)
+    #[arg(long, default_value_t = 40, value_name = "K")]
+    pub top_k: usize,
+
+    /// Sample from the smallest set of tokens whose probability reaches P (1: all)
+    #[arg(long, default_value_t = 0.95, value_name = "P")]
+    pub top_p: f32,
+
+    /// Drop tokens less likely than P × the most likely one (0: none)
+    #[arg(long, default_value_t = 0.05, value_name = "P")]
+    pub min_p: f32,
+
+    /// Penalize repeating recent tokens (1: off)
+    #[arg(long, default_value_t = 1.0, value_name = "X")]
+    pub repeat_penalty: f32,
+
+    /// Penalize recent tokens by how often they occurred
+    #[arg(long, default_value_t = 0.0, value_name = "X")]
+    pub frequency_penalty: f32,
+
+    /// Penalize every recent token once
+    #[arg(long, default_value_t = 0.0, value_name = "X")]
+    pub presence_penalty: f32,
+
+    /// How many recent tokens the penalties consider
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    pub repeat_last_n: usize,
+
+    /// Random seed; the same seed, prompt and settings give the same output (default: random)
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    pub fn config(&self) -> Result<SamplerConfig> {
+        let finite_nonneg = |name: &str, v: f32| -> Result<()> {
+            anyhow::ensure!(
+                v.is_finite() && v >= 0.0,
+                "--{name} must be a finite number ≥ 0"
+            );
+            Ok(())
+        };
+        finite_nonneg("temp", self.temperature)?;
+        finite_nonneg("repeat-penalty", self.repeat_penalty)?;
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.top_p) && (0.0..=1.0).contains(&self.min_p),
+            "--top-p and --min-p must be between 0 and 1"
+        );
+        anyhow::ensure!(
+            self.frequency_penalty.is_finite() && self.presence_penalty.is_finite(),
+            "penalties must be finite numbers"
+        );
+        Ok(SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            frequency_penalty: self.frequency_penalty,
+            presence_penalty: self.presence_penalty,
+            penalty_last_n: self.repeat_last_n,
+            seed: self.seed.unwrap_or_else(random_seed),
+        })
+    }
+}
+
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    h.finish()
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OutputFormat {
     #[default]
     Text,
     Json,
 }
 
-pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+/// A model ready to run: its file, tokenizer and weights on a backend.
+pub struct Loaded {
+    pub file: ModelFile,
+    pub tokenizer: Tokenizer,
+    pub model: Model<CpuBackend>,
+    pub load_time: Duration,
+}
+
+pub fn load(model: &ModelArgs, backend: &BackendArgs) -> Result<Loaded> {
+    let start = Instant::now();
+    let file = ModelFile::open(&model.model)?;
+    let tokenizer = Tokenizer::from_model(&file)?;
+    let threads = backend.threads.unwrap_or(0);
+    let cpu = match backend.backend {
+        BackendKind::Auto | BackendKind::Cpu => CpuBackend::new(threads)?,
+    };
+    let weights =
+        Model::load(&file, cpu).with_context(|| format!("loading {}", model.model.display()))?;
+    Ok(Loaded {
+        file,
+        tokenizer,
+        model: weights,
+        load_time: start.elapsed(),
+    })
+}
+
+/// The context size to use: the flag, or the model's trained length capped at 4096 (llama.cpp's
+/// default), never more than the model was trained for unless asked.
+pub fn context_size(requested: Option<usize>, trained: usize) -> Result<usize> {
+    match requested {
+        Some(0) => anyhow::bail!("--ctx-size must be at least 1"),
+        Some(n) => {
+            if n > trained {
+                eprintln!(
+                    "warning: a context of {n} tokens is longer than the {trained} the model was trained on"
+                );
+            }
+            Ok(n)
+        }
+        None => Ok(trained.clamp(1, 4096)),
+    }
+}
+
+pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
+        Command::Run(args) => run::run(args),
         Command::Info(args) => info::run(args),
         Command::Tokenize(args) => tokenize::run(args),
     }
