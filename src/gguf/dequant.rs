@@ -1,6 +1,7 @@
 //! Reference decoders: GGML blocks to f32, value for value as llama.cpp's `dequantize_row_*` and the
 //! `gguf` Python package compute them (same operation order, no fused multiply-add, so results are
 //! bit-identical). The fast CPU kernels are tested against these.
+#![allow(clippy::needless_range_loop)] // block kernels index several arrays with one index
 
 use super::types::{GgmlType, QK_K};
 use half::{bf16, f16};

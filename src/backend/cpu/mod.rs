@@ -78,6 +78,13 @@ struct SharedOut(*mut f32);
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
+impl SharedOut {
+    /// Through a method, so closures capture the Send wrapper rather than the raw pointer.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// Activation rows per tile: a tile of quantized activations stays in cache while each weight row
 /// of a chunk is multiplied against it.
 const ROW_TILE: usize = 16;
@@ -106,7 +113,6 @@ impl CpuBackend {
         let chunk = self.row_chunk(m, rows);
         let n_chunks = m.div_ceil(chunk);
         (0..n_chunks).into_par_iter().for_each(|c| {
-            let out_ptr = out_ptr;
             let r0 = c * chunk;
             let r1 = (r0 + chunk).min(m);
             for t0 in (0..rows).step_by(ROW_TILE) {
@@ -117,7 +123,7 @@ impl CpuBackend {
                         let v = dot(wrow, &acts[i * act_stride..(i + 1) * act_stride]);
                         // SAFETY: each (i, r) is written by exactly one task (r is in this
                         // task's chunk) and i·m + r < rows·m ≤ out.len().
-                        unsafe { *out_ptr.0.add(i * m + r) = v };
+                        unsafe { *out_ptr.get().add(i * m + r) = v };
                     }
                 }
             }

@@ -4,6 +4,7 @@
 //! in integers and scaled once. Unquantized weights take the f32 activation as is.
 //!
 //! These are the portable reference versions; `simd` has the x86 versions, tested against them.
+#![allow(clippy::needless_range_loop)] // block kernels index several arrays with one index
 
 use crate::gguf::GgmlType;
 use crate::gguf::dequant::{f16_at, q3_k_scales, scale_min_k4};
