@@ -99,6 +99,9 @@ impl CpuBackend {
             .min(m.max(1))
     }
 
+    /// `out[i·m + r] = dot(W row r, activation row i)`, weight rows split across the pool. Within a
+    /// task, activation rows go in tiles that stay in cache while each weight row of the task's
+    /// chunk passes over them, four rows at a time where a four-row kernel exists.
     fn matmul_impl<A: Sync>(
         &self,
         w: &CpuWeight,
@@ -107,23 +110,35 @@ impl CpuBackend {
         act_stride: usize,
         out: &mut [f32],
         dot: impl Fn(&[u8], &[A]) -> f32 + Sync,
+        dot4: Option<simd::Dot4<A>>,
     ) {
         let m = w.rows;
         let out_ptr = SharedOut(out.as_mut_ptr());
         let chunk = self.row_chunk(m, rows);
         let n_chunks = m.div_ceil(chunk);
+        let act = |i: usize| &acts[i * act_stride..(i + 1) * act_stride];
         (0..n_chunks).into_par_iter().for_each(|c| {
             let r0 = c * chunk;
             let r1 = (r0 + chunk).min(m);
+            // SAFETY: each (i, r) is written by exactly one task (r is in this task's chunk) and
+            // i·m + r < rows·m ≤ out.len().
+            let put = |i: usize, r: usize, v: f32| unsafe { *out_ptr.get().add(i * m + r) = v };
             for t0 in (0..rows).step_by(ROW_TILE) {
                 let t1 = (t0 + ROW_TILE).min(rows);
                 for r in r0..r1 {
                     let wrow = w.row(r);
-                    for i in t0..t1 {
-                        let v = dot(wrow, &acts[i * act_stride..(i + 1) * act_stride]);
-                        // SAFETY: each (i, r) is written by exactly one task (r is in this
-                        // task's chunk) and i·m + r < rows·m ≤ out.len().
-                        unsafe { *out_ptr.get().add(i * m + r) = v };
+                    let mut i = t0;
+                    if let Some(dot4) = dot4 {
+                        while i + 4 <= t1 {
+                            let v = dot4(wrow, [act(i), act(i + 1), act(i + 2), act(i + 3)]);
+                            for (k, &vk) in v.iter().enumerate() {
+                                put(i + k, r, vk);
+                            }
+                            i += 4;
+                        }
+                    }
+                    for i in i..t1 {
+                        put(i, r, dot(wrow, act(i)));
                     }
                 }
             }
@@ -208,7 +223,7 @@ impl Backend for CpuBackend {
         let kernels = &self.kernels;
         self.pool.install(|| match act_format(t) {
             ActFormat::F32 => {
-                self.matmul_impl(w, rows, x, k, out, |wr, xr| kernels.dot_f32(t, wr, xr));
+                self.matmul_impl(w, rows, x, k, out, kernels.dot_f32(t), None);
             }
             ActFormat::Q8 => Q8_SCRATCH.with(|s| {
                 let mut s = s.borrow_mut();
@@ -217,7 +232,15 @@ impl Backend for CpuBackend {
                 s.par_chunks_mut(nb)
                     .zip(x.par_chunks(k))
                     .for_each(|(q, xr)| kernels.quantize_q8(xr, q));
-                self.matmul_impl(w, rows, &s, nb, out, |wr, xr| kernels.dot_q8(t, wr, xr));
+                self.matmul_impl(
+                    w,
+                    rows,
+                    &s,
+                    nb,
+                    out,
+                    kernels.dot_q8(t),
+                    kernels.dot_q8_x4(t),
+                );
             }),
             ActFormat::Q8K => Q8K_SCRATCH.with(|s| {
                 let mut s = s.borrow_mut();
@@ -226,7 +249,15 @@ impl Backend for CpuBackend {
                 s.par_chunks_mut(nb)
                     .zip(x.par_chunks(k))
                     .for_each(|(q, xr)| quant::quantize_q8k(xr, q));
-                self.matmul_impl(w, rows, &s, nb, out, |wr, xr| kernels.dot_q8k(t, wr, xr));
+                self.matmul_impl(
+                    w,
+                    rows,
+                    &s,
+                    nb,
+                    out,
+                    kernels.dot_q8k(t),
+                    kernels.dot_q8k_x4(t),
+                );
             }),
         });
     }

@@ -9,12 +9,13 @@
 use crate::gguf::GgmlType;
 use crate::gguf::dequant::{f16_at, q3_k_scales, scale_min_k4};
 
-/// 32 activations quantized to i8 with one f32 scale; `sum` = Σ qs (for types with offsets).
+/// 32 activations quantized to i8 with one f32 scale; `s` = d · Σ qs (for weight types with a
+/// per-block minimum).
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
 pub struct BlockQ8 {
     pub d: f32,
-    pub sum: i32,
+    pub s: f32,
     pub qs: [i8; 32],
 }
 
@@ -31,7 +32,7 @@ impl Default for BlockQ8 {
     fn default() -> Self {
         BlockQ8 {
             d: 0.0,
-            sum: 0,
+            s: 0.0,
             qs: [0; 32],
         }
     }
@@ -85,7 +86,7 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
             sum += *q as i32;
         }
         b.d = d;
-        b.sum = sum;
+        b.s = d * sum as f32;
     }
 }
 
@@ -156,7 +157,7 @@ pub fn dot_q8(t: GgmlType, w: &[u8], x: &[BlockQ8]) -> f32 {
                     s += (qs[j] & 0xF) as i32 * xb.qs[j] as i32;
                     s += (qs[j] >> 4) as i32 * xb.qs[j + 16] as i32;
                 }
-                d * xb.d * (s - 8 * xb.sum) as f32
+                d * xb.d * s as f32 - 8.0 * d * xb.s
             }
             GgmlType::Q4_1 => {
                 let (d, m) = (f16_at(wb, 0), f16_at(wb, 2));
@@ -166,7 +167,7 @@ pub fn dot_q8(t: GgmlType, w: &[u8], x: &[BlockQ8]) -> f32 {
                     s += (qs[j] & 0xF) as i32 * xb.qs[j] as i32;
                     s += (qs[j] >> 4) as i32 * xb.qs[j + 16] as i32;
                 }
-                d * xb.d * s as f32 + m * xb.d * xb.sum as f32
+                d * xb.d * s as f32 + m * xb.s
             }
             GgmlType::Q5_0 | GgmlType::Q5_1 => {
                 let (d, m, hq) = if t == GgmlType::Q5_0 {
@@ -183,9 +184,9 @@ pub fn dot_q8(t: GgmlType, w: &[u8], x: &[BlockQ8]) -> f32 {
                     s += lo * xb.qs[j] as i32 + hi * xb.qs[j + 16] as i32;
                 }
                 if t == GgmlType::Q5_0 {
-                    d * xb.d * (s - 16 * xb.sum) as f32
+                    d * xb.d * s as f32 - 16.0 * d * xb.s
                 } else {
-                    d * xb.d * s as f32 + m * xb.d * xb.sum as f32
+                    d * xb.d * s as f32 + m * xb.s
                 }
             }
             GgmlType::Q8_0 | GgmlType::Q8_1 => {
@@ -370,7 +371,7 @@ fn dot_q6_k(w: &[u8], x: &BlockQ8K) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::gguf::dequant::dequantize;
 

@@ -1,14 +1,25 @@
-//! Kernel dispatch by CPU features detected at run time: x86 AVX2 versions of the hot dot products,
-//! portable versions (quant.rs) for everything else.
+//! Kernel dispatch by CPU features detected at run time. On x86-64 with AVX2 the hot dot products
+//! (32-block types against 8-bit activations, K-quants against Q8_K, f32 for attention) use the
+//! `x86` kernels; everything else, and other CPUs, the portable ones in `quant.rs`. Each matmul
+//! resolves its kernel once into a function pointer.
 
 use super::quant::{self, BlockQ8, BlockQ8K};
 use crate::gguf::GgmlType;
+
+pub type DotF32 = fn(&[u8], &[f32]) -> f32;
+pub type DotQ8 = fn(&[u8], &[BlockQ8]) -> f32;
+pub type DotQ8K = fn(&[u8], &[BlockQ8K]) -> f32;
+/// One weight row against four activation rows.
+pub type Dot4<A> = fn(&[u8], [&[A]; 4]) -> [f32; 4];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Level {
     Portable,
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// AVX2 plus AVX-VNNI byte dot products.
+    #[cfg(target_arch = "x86_64")]
+    AvxVnni,
 }
 
 pub struct Kernels {
@@ -23,7 +34,12 @@ impl Kernels {
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c")
         {
-            return Kernels { level: Level::Avx2 };
+            let level = if is_x86_feature_detected!("avxvnni") {
+                Level::AvxVnni
+            } else {
+                Level::Avx2
+            };
+            return Kernels { level };
         }
         Kernels {
             level: Level::Portable,
@@ -35,6 +51,8 @@ impl Kernels {
             Level::Portable => "portable",
             #[cfg(target_arch = "x86_64")]
             Level::Avx2 => "AVX2",
+            #[cfg(target_arch = "x86_64")]
+            Level::AvxVnni => "AVX2+VNNI",
         }
     }
 
@@ -42,25 +60,980 @@ impl Kernels {
         quant::quantize_q8(x, out)
     }
 
-    pub fn dot_f32(&self, t: GgmlType, w: &[u8], x: &[f32]) -> f32 {
-        quant::dot_f32(t, w, x)
+    /// The dot product of a weight row of type `t` (unquantized) with f32 activations.
+    pub fn dot_f32(&self, t: GgmlType) -> DotF32 {
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            match t {
+                GgmlType::F32 => return x86::dot_f32_bytes,
+                GgmlType::F16 => return x86::dot_f16_bytes,
+                _ => {}
+            }
+        }
+        match t {
+            GgmlType::F32 => |w, x| quant::dot_f32(GgmlType::F32, w, x),
+            GgmlType::F16 => |w, x| quant::dot_f32(GgmlType::F16, w, x),
+            _ => |w, x| quant::dot_f32(GgmlType::BF16, w, x),
+        }
     }
 
-    pub fn dot_q8(&self, t: GgmlType, w: &[u8], x: &[BlockQ8]) -> f32 {
-        quant::dot_q8(t, w, x)
+    /// The dot product of a weight row of a 32-block type `t` with Q8 activations.
+    pub fn dot_q8(&self, t: GgmlType) -> DotQ8 {
+        #[cfg(target_arch = "x86_64")]
+        if self.level == Level::AvxVnni {
+            match t {
+                GgmlType::Q4_0 => return x86::vnni_q4_0,
+                GgmlType::Q4_1 => return x86::vnni_q4_1,
+                GgmlType::Q5_0 => return x86::vnni_q5_0,
+                GgmlType::Q5_1 => return x86::vnni_q5_1,
+                GgmlType::Q8_0 => return x86::vnni_q8_0,
+                _ => {}
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            match t {
+                GgmlType::Q4_0 => return x86::dot_q4_0,
+                GgmlType::Q4_1 => return x86::dot_q4_1,
+                GgmlType::Q5_0 => return x86::dot_q5_0,
+                GgmlType::Q5_1 => return x86::dot_q5_1,
+                GgmlType::Q8_0 => return x86::dot_q8_0,
+                _ => {}
+            }
+        }
+        match t {
+            GgmlType::Q4_0 => |w, x| quant::dot_q8(GgmlType::Q4_0, w, x),
+            GgmlType::Q4_1 => |w, x| quant::dot_q8(GgmlType::Q4_1, w, x),
+            GgmlType::Q5_0 => |w, x| quant::dot_q8(GgmlType::Q5_0, w, x),
+            GgmlType::Q5_1 => |w, x| quant::dot_q8(GgmlType::Q5_1, w, x),
+            GgmlType::Q8_0 => |w, x| quant::dot_q8(GgmlType::Q8_0, w, x),
+            _ => |w, x| quant::dot_q8(GgmlType::Q8_1, w, x),
+        }
     }
 
-    pub fn dot_q8k(&self, t: GgmlType, w: &[u8], x: &[BlockQ8K]) -> f32 {
-        quant::dot_q8k(t, w, x)
+    /// The dot product of a weight row of K-quant type `t` with Q8_K activations.
+    pub fn dot_q8k(&self, t: GgmlType) -> DotQ8K {
+        #[cfg(target_arch = "x86_64")]
+        if self.level == Level::AvxVnni {
+            match t {
+                GgmlType::Q4_K => return x86::vnni_q4_k,
+                GgmlType::Q5_K => return x86::vnni_q5_k,
+                GgmlType::Q6_K => return x86::vnni_q6_k,
+                _ => {}
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            match t {
+                GgmlType::Q4_K => return x86::dot_q4_k,
+                GgmlType::Q5_K => return x86::dot_q5_k,
+                GgmlType::Q6_K => return x86::dot_q6_k,
+                _ => {}
+            }
+        }
+        match t {
+            GgmlType::Q2_K => |w, x| quant::dot_q8k(GgmlType::Q2_K, w, x),
+            GgmlType::Q3_K => |w, x| quant::dot_q8k(GgmlType::Q3_K, w, x),
+            GgmlType::Q4_K => |w, x| quant::dot_q8k(GgmlType::Q4_K, w, x),
+            GgmlType::Q5_K => |w, x| quant::dot_q8k(GgmlType::Q5_K, w, x),
+            GgmlType::Q6_K => |w, x| quant::dot_q8k(GgmlType::Q6_K, w, x),
+            _ => |w, x| quant::dot_q8k(GgmlType::Q8_K, w, x),
+        }
+    }
+
+    /// A four-row kernel for a 32-block type, where one exists.
+    pub fn dot_q8_x4(&self, t: GgmlType) -> Option<Dot4<BlockQ8>> {
+        #[cfg(target_arch = "x86_64")]
+        match (self.level, t) {
+            (Level::AvxVnni, GgmlType::Q4_0) => return Some(x86::vnni_q4_0_x4),
+            (Level::AvxVnni, GgmlType::Q4_1) => return Some(x86::vnni_q4_1_x4),
+            (Level::AvxVnni, GgmlType::Q5_0) => return Some(x86::vnni_q5_0_x4),
+            (Level::AvxVnni, GgmlType::Q8_0) => return Some(x86::vnni_q8_0_x4),
+            (Level::Avx2, GgmlType::Q4_0) => return Some(x86::avx2_q4_0_x4),
+            (Level::Avx2, GgmlType::Q4_1) => return Some(x86::avx2_q4_1_x4),
+            (Level::Avx2, GgmlType::Q5_0) => return Some(x86::avx2_q5_0_x4),
+            (Level::Avx2, GgmlType::Q8_0) => return Some(x86::avx2_q8_0_x4),
+            _ => {}
+        }
+        let _ = t;
+        None
+    }
+
+    /// A four-row kernel for a K-quant, where one exists.
+    pub fn dot_q8k_x4(&self, t: GgmlType) -> Option<Dot4<BlockQ8K>> {
+        #[cfg(target_arch = "x86_64")]
+        match (self.level, t) {
+            (Level::AvxVnni, GgmlType::Q4_K) => return Some(x86::vnni_q4_k_x4),
+            (Level::AvxVnni, GgmlType::Q6_K) => return Some(x86::vnni_q6_k_x4),
+            (Level::Avx2, GgmlType::Q4_K) => return Some(x86::avx2_q4_k_x4),
+            (Level::Avx2, GgmlType::Q6_K) => return Some(x86::avx2_q6_k_x4),
+            _ => {}
+        }
+        let _ = t;
+        None
     }
 
     /// Σ a·b over f32 slices.
     pub fn dot_f32_f32(&self, a: &[f32], b: &[f32]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            return x86::dot_f32_f32(a, b);
+        }
         a.iter().zip(b).map(|(x, y)| x * y).sum()
     }
 
     /// y += a·x.
     pub fn axpy(&self, a: f32, x: &[f32], y: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            return x86::axpy(a, x, y);
+        }
         y.iter_mut().zip(x).for_each(|(yv, &xv)| *yv += a * xv);
+    }
+}
+
+/// x86-64 kernels, each generated twice from one body: with AVX2 (`maddubs` + `madd` for byte dot
+/// products) and with AVX-VNNI (`vpdpbusd`). The public wrappers are safe: `Kernels` hands them
+/// out only after detecting the features. Integer dot products follow llama.cpp: weight bytes made
+/// unsigned (or signed ones split into magnitude and sign), one float multiply-add per block.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::super::quant::{BlockQ8, BlockQ8K};
+    use crate::gguf::dequant::scale_min_k4;
+
+    /// An f16 at byte `i`, converted with F16C (only reached from F16C kernels).
+    #[inline(always)]
+    fn f16(b: &[u8], i: usize) -> f32 {
+        let bits = u16::from_le_bytes([b[i], b[i + 1]]);
+        // SAFETY: callers are kernels compiled with, and dispatched after detecting, F16C.
+        unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))) }
+    }
+
+    #[inline(always)]
+    unsafe fn hsum_f32(v: __m256) -> f32 {
+        unsafe {
+            let lo = _mm256_castps256_ps128(v);
+            let hi = _mm256_extractf128_ps(v, 1);
+            let s = _mm_add_ps(lo, hi);
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+            _mm_cvtss_f32(s)
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn hsum_i32(v: __m256i) -> i32 {
+        unsafe {
+            let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+            let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+            _mm_cvtsi128_si32(s)
+        }
+    }
+
+    /// 16 packed nibble bytes → 32 bytes: low nibbles then high nibbles.
+    #[inline(always)]
+    unsafe fn nibbles(p: *const u8) -> __m256i {
+        unsafe {
+            let q = _mm_loadu_si128(p as *const __m128i);
+            let lo = _mm_and_si128(q, _mm_set1_epi8(0x0F));
+            let hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0F));
+            _mm256_set_m128i(hi, lo)
+        }
+    }
+
+    /// 32 bits → 32 bytes, 0xFF where the bit is set (llama.cpp's `bytes_from_bits_32`).
+    #[inline(always)]
+    unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
+        unsafe {
+            let bits = (p as *const u32).read_unaligned();
+            let shuf = _mm256_set_epi64x(
+                0x0303030303030303,
+                0x0202020202020202,
+                0x0101010101010101,
+                0x0000000000000000,
+            );
+            let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(bits as i32), shuf);
+            let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+            _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> __m256i {
+        unsafe { _mm256_loadu_si256(p as *const __m256i) }
+    }
+
+    /// The (scale, min) pairs of a Q4_K/Q5_K block and Σ min_j · (activation sum of sub-block j).
+    #[inline(always)]
+    fn k_scales(scales: &[u8], x: &BlockQ8K) -> ([u8; 8], i32) {
+        let mut sc = [0u8; 8];
+        let mut mins = 0i32;
+        for (j, s) in sc.iter_mut().enumerate() {
+            let (a, m) = scale_min_k4(j, scales);
+            *s = a;
+            mins += m as i32 * (x.bsums[2 * j] as i32 + x.bsums[2 * j + 1] as i32);
+        }
+        (sc, mins)
+    }
+
+    /// The kernel set, instantiated per instruction set: `$features` to compile with, and
+    /// `$dot_us` computing acc + Σ u·s over groups of four bytes (u unsigned, s signed).
+    macro_rules! kernel_set {
+        ($module:ident, $features:literal, $dot_us:expr) => {
+            pub mod $module {
+                use super::*;
+
+                /// acc + Σ a·b over groups of four signed bytes (|a| ≤ 127 or a = −128 with b ≠ −128).
+                #[inline(always)]
+                unsafe fn dot_ss(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+                    unsafe { $dot_us(acc, _mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)) }
+                }
+
+                /// Σ over blocks of d_w·d_x·(signed weight bytes · activations).
+                #[inline(always)]
+                unsafe fn signed_blocks<const BB: usize>(
+                    w: &[u8],
+                    x: &[BlockQ8],
+                    weights: impl Fn(*const u8) -> __m256i,
+                ) -> f32 {
+                    unsafe {
+                        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                        let mut pairs = w.chunks_exact(2 * BB).zip(x.chunks_exact(2));
+                        for (wb, xb) in &mut pairs {
+                            let (p0, p1) = (wb.as_ptr(), wb.as_ptr().add(BB));
+                            let i0 = dot_ss(
+                                _mm256_setzero_si256(),
+                                weights(p0),
+                                load(xb[0].qs.as_ptr() as *const u8),
+                            );
+                            let i1 = dot_ss(
+                                _mm256_setzero_si256(),
+                                weights(p1),
+                                load(xb[1].qs.as_ptr() as *const u8),
+                            );
+                            acc0 = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(i0),
+                                _mm256_set1_ps(f16(wb, 0) * xb[0].d),
+                                acc0,
+                            );
+                            acc1 = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(i1),
+                                _mm256_set1_ps(f16(wb, BB) * xb[1].d),
+                                acc1,
+                            );
+                        }
+                        let n = w.len() / BB;
+                        if n % 2 == 1 {
+                            let (wb, xb) = (&w[(n - 1) * BB..], &x[n - 1]);
+                            let i = dot_ss(
+                                _mm256_setzero_si256(),
+                                weights(wb.as_ptr()),
+                                load(xb.qs.as_ptr() as *const u8),
+                            );
+                            acc0 = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(i),
+                                _mm256_set1_ps(f16(wb, 0) * xb.d),
+                                acc0,
+                            );
+                        }
+                        hsum_f32(_mm256_add_ps(acc0, acc1))
+                    }
+                }
+
+                /// Σ over blocks of d·(unsigned weight bytes · activations)·d_x + m·s_x.
+                #[inline(always)]
+                unsafe fn offset_blocks<const BB: usize>(
+                    w: &[u8],
+                    x: &[BlockQ8],
+                    weights: impl Fn(*const u8) -> __m256i,
+                ) -> f32 {
+                    unsafe {
+                        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+                        let (mut m0, mut m1) = (0.0f32, 0.0f32);
+                        let mut pairs = w.chunks_exact(2 * BB).zip(x.chunks_exact(2));
+                        for (wb, xb) in &mut pairs {
+                            let (p0, p1) = (wb.as_ptr(), wb.as_ptr().add(BB));
+                            let i0 = $dot_us(
+                                _mm256_setzero_si256(),
+                                weights(p0),
+                                load(xb[0].qs.as_ptr() as *const u8),
+                            );
+                            let i1 = $dot_us(
+                                _mm256_setzero_si256(),
+                                weights(p1),
+                                load(xb[1].qs.as_ptr() as *const u8),
+                            );
+                            acc0 = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(i0),
+                                _mm256_set1_ps(f16(wb, 0) * xb[0].d),
+                                acc0,
+                            );
+                            acc1 = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(i1),
+                                _mm256_set1_ps(f16(wb, BB) * xb[1].d),
+                                acc1,
+                            );
+                            m0 += f16(wb, 2) * xb[0].s;
+                            m1 += f16(wb, BB + 2) * xb[1].s;
+                        }
+                        let n = w.len() / BB;
+                        if n % 2 == 1 {
+                            let (wb, xb) = (&w[(n - 1) * BB..], &x[n - 1]);
+                            let i = $dot_us(
+                                _mm256_setzero_si256(),
+                                weights(wb.as_ptr()),
+                                load(xb.qs.as_ptr() as *const u8),
+                            );
+                            acc0 = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(i),
+                                _mm256_set1_ps(f16(wb, 0) * xb.d),
+                                acc0,
+                            );
+                            m0 += f16(wb, 2) * xb.s;
+                        }
+                        hsum_f32(_mm256_add_ps(acc0, acc1)) + m0 + m1
+                    }
+                }
+
+                /// `signed_blocks` against four activation rows at once: each weight block is
+                /// unpacked once.
+                #[inline(always)]
+                unsafe fn signed_blocks4<const BB: usize>(
+                    w: &[u8],
+                    x: [&[BlockQ8]; 4],
+                    weights: impl Fn(*const u8) -> __m256i,
+                ) -> [f32; 4] {
+                    unsafe {
+                        let mut acc = [_mm256_setzero_ps(); 4];
+                        for (b, wb) in w.chunks_exact(BB).enumerate() {
+                            let wv = weights(wb.as_ptr());
+                            let aw = _mm256_sign_epi8(wv, wv);
+                            let dw = f16(wb, 0);
+                            for k in 0..4 {
+                                let xb = &x[k][b];
+                                let xs = load(xb.qs.as_ptr() as *const u8);
+                                let i =
+                                    $dot_us(_mm256_setzero_si256(), aw, _mm256_sign_epi8(xs, wv));
+                                acc[k] = _mm256_fmadd_ps(
+                                    _mm256_cvtepi32_ps(i),
+                                    _mm256_set1_ps(dw * xb.d),
+                                    acc[k],
+                                );
+                            }
+                        }
+                        [
+                            hsum_f32(acc[0]),
+                            hsum_f32(acc[1]),
+                            hsum_f32(acc[2]),
+                            hsum_f32(acc[3]),
+                        ]
+                    }
+                }
+
+                /// `offset_blocks` against four activation rows at once.
+                #[inline(always)]
+                unsafe fn offset_blocks4<const BB: usize>(
+                    w: &[u8],
+                    x: [&[BlockQ8]; 4],
+                    weights: impl Fn(*const u8) -> __m256i,
+                ) -> [f32; 4] {
+                    unsafe {
+                        let mut acc = [_mm256_setzero_ps(); 4];
+                        let mut mins = [0.0f32; 4];
+                        for (b, wb) in w.chunks_exact(BB).enumerate() {
+                            let u = weights(wb.as_ptr());
+                            let (dw, mw) = (f16(wb, 0), f16(wb, 2));
+                            for k in 0..4 {
+                                let xb = &x[k][b];
+                                let i = $dot_us(
+                                    _mm256_setzero_si256(),
+                                    u,
+                                    load(xb.qs.as_ptr() as *const u8),
+                                );
+                                acc[k] = _mm256_fmadd_ps(
+                                    _mm256_cvtepi32_ps(i),
+                                    _mm256_set1_ps(dw * xb.d),
+                                    acc[k],
+                                );
+                                mins[k] += mw * xb.s;
+                            }
+                        }
+                        [
+                            hsum_f32(acc[0]) + mins[0],
+                            hsum_f32(acc[1]) + mins[1],
+                            hsum_f32(acc[2]) + mins[2],
+                            hsum_f32(acc[3]) + mins[3],
+                        ]
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q4_0_x4(w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
+                    unsafe {
+                        signed_blocks4::<18>(w, x, |p| {
+                            _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8))
+                        })
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q5_0_x4(w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
+                    unsafe {
+                        signed_blocks4::<22>(w, x, |p| {
+                            let hi = _mm256_andnot_si256(
+                                bytes_from_bits(p.add(2)),
+                                _mm256_set1_epi8(0xF0u8 as i8),
+                            );
+                            _mm256_or_si256(nibbles(p.add(6)), hi)
+                        })
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q8_0_x4(w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
+                    unsafe { signed_blocks4::<34>(w, x, |p| load(p.add(2))) }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q4_1_x4(w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
+                    unsafe { offset_blocks4::<20>(w, x, |p| nibbles(p.add(4))) }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q4_0(w: &[u8], x: &[BlockQ8]) -> f32 {
+                    unsafe {
+                        signed_blocks::<18>(w, x, |p| {
+                            _mm256_sub_epi8(nibbles(p.add(2)), _mm256_set1_epi8(8))
+                        })
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q5_0(w: &[u8], x: &[BlockQ8]) -> f32 {
+                    unsafe {
+                        signed_blocks::<22>(w, x, |p| {
+                            // 0xF0 where the fifth bit is clear: the byte becomes nibble − 16.
+                            let hi = _mm256_andnot_si256(
+                                bytes_from_bits(p.add(2)),
+                                _mm256_set1_epi8(0xF0u8 as i8),
+                            );
+                            _mm256_or_si256(nibbles(p.add(6)), hi)
+                        })
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q8_0(w: &[u8], x: &[BlockQ8]) -> f32 {
+                    unsafe { signed_blocks::<34>(w, x, |p| load(p.add(2))) }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q4_1(w: &[u8], x: &[BlockQ8]) -> f32 {
+                    unsafe { offset_blocks::<20>(w, x, |p| nibbles(p.add(4))) }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q5_1(w: &[u8], x: &[BlockQ8]) -> f32 {
+                    unsafe {
+                        offset_blocks::<24>(w, x, |p| {
+                            let hi =
+                                _mm256_and_si256(bytes_from_bits(p.add(4)), _mm256_set1_epi8(0x10));
+                            _mm256_or_si256(nibbles(p.add(8)), hi)
+                        })
+                    }
+                }
+
+                /// Σ over the eight 32-value sub-blocks of scale_j · (weights · activations).
+                #[inline(always)]
+                unsafe fn k_sub_blocks(
+                    xq: &[i8; 256],
+                    scales: &[u8; 8],
+                    sub: impl Fn(usize) -> __m256i,
+                ) -> i32 {
+                    unsafe {
+                        let mut acc = _mm256_setzero_si256();
+                        for (j, &sc) in scales.iter().enumerate() {
+                            let p16 = _mm256_maddubs_epi16(
+                                sub(j),
+                                load(xq.as_ptr().add(32 * j) as *const u8),
+                            );
+                            acc = _mm256_add_epi32(
+                                acc,
+                                _mm256_madd_epi16(p16, _mm256_set1_epi16(sc as i16)),
+                            );
+                        }
+                        hsum_i32(acc)
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q4_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
+                    unsafe {
+                        let mut total = 0.0f32;
+                        for (wb, xb) in w.chunks_exact(144).zip(x) {
+                            let (sc, mins) = k_scales(&wb[4..16], xb);
+                            let qs = wb.as_ptr().add(16);
+                            let sum = k_sub_blocks(&xb.qs, &sc, |j| {
+                                let q = load(qs.add(32 * (j / 2)));
+                                let q = if j % 2 == 0 {
+                                    q
+                                } else {
+                                    _mm256_srli_epi16(q, 4)
+                                };
+                                _mm256_and_si256(q, _mm256_set1_epi8(0x0F))
+                            });
+                            total += xb.d * (f16(wb, 0) * sum as f32 - f16(wb, 2) * mins as f32);
+                        }
+                        total
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q4_k_x4(w: &[u8], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
+                    unsafe {
+                        let mut total = [0.0f32; 4];
+                        for (b, wb) in w.chunks_exact(144).enumerate() {
+                            let mut sc = [0u8; 8];
+                            let mut mn = [0u8; 8];
+                            for j in 0..8 {
+                                (sc[j], mn[j]) = scale_min_k4(j, &wb[4..16]);
+                            }
+                            let qs = wb.as_ptr().add(16);
+                            let mut acc = [_mm256_setzero_si256(); 4];
+                            for j in 0..8 {
+                                let q = load(qs.add(32 * (j / 2)));
+                                let q = if j % 2 == 0 {
+                                    q
+                                } else {
+                                    _mm256_srli_epi16(q, 4)
+                                };
+                                let u = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+                                let scale = _mm256_set1_epi16(sc[j] as i16);
+                                for k in 0..4 {
+                                    let xs = load(x[k][b].qs.as_ptr().add(32 * j) as *const u8);
+                                    let p16 = _mm256_maddubs_epi16(u, xs);
+                                    acc[k] =
+                                        _mm256_add_epi32(acc[k], _mm256_madd_epi16(p16, scale));
+                                }
+                            }
+                            let (d, dmin) = (f16(wb, 0), f16(wb, 2));
+                            for k in 0..4 {
+                                let xb = &x[k][b];
+                                let mut mins = 0i32;
+                                for j in 0..8 {
+                                    mins += mn[j] as i32
+                                        * (xb.bsums[2 * j] as i32 + xb.bsums[2 * j + 1] as i32);
+                                }
+                                total[k] +=
+                                    xb.d * (d * hsum_i32(acc[k]) as f32 - dmin * mins as f32);
+                            }
+                        }
+                        total
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q6_k_x4(w: &[u8], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
+                    unsafe {
+                        let mut total = [0.0f32; 4];
+                        let m4 = _mm256_set1_epi8(0x0F);
+                        let m2 = _mm256_set1_epi8(0x03);
+                        for (b, wb) in w.chunks_exact(210).enumerate() {
+                            let scales = &wb[192..208];
+                            let mut acc = [_mm256_setzero_si256(); 4];
+                            for n in 0..2 {
+                                let ql = wb.as_ptr().add(64 * n);
+                                let qh = load(wb.as_ptr().add(128 + 32 * n));
+                                let (ql0, ql1) = (load(ql), load(ql.add(32)));
+                                let six = |low: __m256i, h: __m256i| {
+                                    _mm256_or_si256(
+                                        _mm256_and_si256(low, m4),
+                                        _mm256_slli_epi16(_mm256_and_si256(h, m2), 4),
+                                    )
+                                };
+                                let groups = [
+                                    six(ql0, qh),
+                                    six(ql1, _mm256_srli_epi16(qh, 2)),
+                                    six(_mm256_srli_epi16(ql0, 4), _mm256_srli_epi16(qh, 4)),
+                                    six(_mm256_srli_epi16(ql1, 4), _mm256_srli_epi16(qh, 6)),
+                                ];
+                                for (g, &u) in groups.iter().enumerate() {
+                                    let s0 = scales[8 * n + 2 * g] as i8 as i16;
+                                    let s1 = scales[8 * n + 2 * g + 1] as i8 as i16;
+                                    let sc =
+                                        _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+                                    for k in 0..4 {
+                                        let xs =
+                                            load(x[k][b].qs.as_ptr().add(128 * n + 32 * g)
+                                                as *const u8);
+                                        let p16 = _mm256_maddubs_epi16(u, xs);
+                                        acc[k] =
+                                            _mm256_add_epi32(acc[k], _mm256_madd_epi16(p16, sc));
+                                    }
+                                }
+                            }
+                            let d = f16(wb, 208);
+                            for k in 0..4 {
+                                let xb = &x[k][b];
+                                let mut offset = 0i32;
+                                for (g, &bs) in xb.bsums.iter().enumerate() {
+                                    offset += scales[g] as i8 as i32 * bs as i32;
+                                }
+                                total[k] += d * xb.d * (hsum_i32(acc[k]) - 32 * offset) as f32;
+                            }
+                        }
+                        total
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q5_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
+                    unsafe {
+                        let mut total = 0.0f32;
+                        for (wb, xb) in w.chunks_exact(176).zip(x) {
+                            let (sc, mins) = k_scales(&wb[4..16], xb);
+                            let qh = load(wb.as_ptr().add(16));
+                            let qs = wb.as_ptr().add(48);
+                            let sum = k_sub_blocks(&xb.qs, &sc, |j| {
+                                let q = load(qs.add(32 * (j / 2)));
+                                let q = if j % 2 == 0 {
+                                    q
+                                } else {
+                                    _mm256_srli_epi16(q, 4)
+                                };
+                                let low = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+                                // Bit j of each qh byte is the fifth bit of this sub-block's value.
+                                let bit = _mm256_and_si256(qh, _mm256_set1_epi8(1i8 << j));
+                                let high = _mm256_and_si256(
+                                    _mm256_cmpeq_epi8(bit, _mm256_set1_epi8(1i8 << j)),
+                                    _mm256_set1_epi8(0x10),
+                                );
+                                _mm256_or_si256(low, high)
+                            });
+                            total += xb.d * (f16(wb, 0) * sum as f32 - f16(wb, 2) * mins as f32);
+                        }
+                        total
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q6_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
+                    unsafe {
+                        let mut total = 0.0f32;
+                        let m4 = _mm256_set1_epi8(0x0F);
+                        let m2 = _mm256_set1_epi8(0x03);
+                        for (wb, xb) in w.chunks_exact(210).zip(x) {
+                            let scales = &wb[192..208];
+                            let mut acc = _mm256_setzero_si256();
+                            for n in 0..2 {
+                                let ql = wb.as_ptr().add(64 * n);
+                                let qh = load(wb.as_ptr().add(128 + 32 * n));
+                                let (ql0, ql1) = (load(ql), load(ql.add(32)));
+                                let six = |low: __m256i, shift: i32| {
+                                    let h = match shift {
+                                        0 => qh,
+                                        2 => _mm256_srli_epi16(qh, 2),
+                                        4 => _mm256_srli_epi16(qh, 4),
+                                        _ => _mm256_srli_epi16(qh, 6),
+                                    };
+                                    _mm256_or_si256(
+                                        _mm256_and_si256(low, m4),
+                                        _mm256_slli_epi16(_mm256_and_si256(h, m2), 4),
+                                    )
+                                };
+                                // The four 32-value groups of this half, as unsigned 6-bit values.
+                                let groups = [
+                                    six(ql0, 0),
+                                    six(ql1, 2),
+                                    six(_mm256_srli_epi16(ql0, 4), 4),
+                                    six(_mm256_srli_epi16(ql1, 4), 6),
+                                ];
+                                for (g, &u) in groups.iter().enumerate() {
+                                    let xs =
+                                        load(xb.qs.as_ptr().add(128 * n + 32 * g) as *const u8);
+                                    let p16 = _mm256_maddubs_epi16(u, xs);
+                                    // Each 32-value group spans two 16-value scale groups.
+                                    let s0 = scales[8 * n + 2 * g] as i8 as i16;
+                                    let s1 = scales[8 * n + 2 * g + 1] as i8 as i16;
+                                    let sc =
+                                        _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+                                    acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, sc));
+                                }
+                            }
+                            // The stored values are u − 32.
+                            let mut offset = 0i32;
+                            for (g, &bs) in xb.bsums.iter().enumerate() {
+                                offset += scales[g] as i8 as i32 * bs as i32;
+                            }
+                            total += f16(wb, 208) * xb.d * (hsum_i32(acc) - 32 * offset) as f32;
+                        }
+                        total
+                    }
+                }
+            }
+        };
+    }
+
+    #[inline(always)]
+    unsafe fn dot_us_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        unsafe {
+            _mm256_add_epi32(
+                acc,
+                _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)),
+            )
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn dot_us_vnni(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+        unsafe { _mm256_dpbusd_avx_epi32(acc, u, s) }
+    }
+
+    kernel_set!(avx2, "avx2,fma,f16c", dot_us_avx2);
+    kernel_set!(vnni, "avx2,fma,f16c,avxvnni", dot_us_vnni);
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_f32_f32_impl(a: &[f32], b: &[f32]) -> f32 {
+        unsafe {
+            let n = a.len().min(b.len());
+            let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let mut i = 0;
+            while i + 16 <= n {
+                s0 = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(a.as_ptr().add(i)),
+                    _mm256_loadu_ps(b.as_ptr().add(i)),
+                    s0,
+                );
+                s1 = _mm256_fmadd_ps(
+                    _mm256_loadu_ps(a.as_ptr().add(i + 8)),
+                    _mm256_loadu_ps(b.as_ptr().add(i + 8)),
+                    s1,
+                );
+                i += 16;
+            }
+            let mut sum = hsum_f32(_mm256_add_ps(s0, s1));
+            while i < n {
+                sum += a[i] * b[i];
+                i += 1;
+            }
+            sum
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn axpy_impl(alpha: f32, x: &[f32], y: &mut [f32]) {
+        unsafe {
+            let n = x.len().min(y.len());
+            let a = _mm256_set1_ps(alpha);
+            let mut i = 0;
+            while i + 8 <= n {
+                let yv = _mm256_loadu_ps(y.as_ptr().add(i));
+                let r = _mm256_fmadd_ps(a, _mm256_loadu_ps(x.as_ptr().add(i)), yv);
+                _mm256_storeu_ps(y.as_mut_ptr().add(i), r);
+                i += 8;
+            }
+            while i < n {
+                y[i] += alpha * x[i];
+                i += 1;
+            }
+        }
+    }
+
+    /// f32 weights stored as little-endian bytes (possibly unaligned) · f32 activations.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_f32_bytes_impl(w: &[u8], x: &[f32]) -> f32 {
+        unsafe {
+            let n = (w.len() / 4).min(x.len());
+            let mut s = _mm256_setzero_ps();
+            let mut i = 0;
+            while i + 8 <= n {
+                let wv = _mm256_loadu_ps(w.as_ptr().add(4 * i) as *const f32);
+                s = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr().add(i)), s);
+                i += 8;
+            }
+            let mut sum = hsum_f32(s);
+            while i < n {
+                let b = &w[4 * i..4 * i + 4];
+                sum += f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * x[i];
+                i += 1;
+            }
+            sum
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dot_f16_bytes_impl(w: &[u8], x: &[f32]) -> f32 {
+        unsafe {
+            let n = (w.len() / 2).min(x.len());
+            let mut s = _mm256_setzero_ps();
+            let mut i = 0;
+            while i + 8 <= n {
+                let h = _mm_loadu_si128(w.as_ptr().add(2 * i) as *const __m128i);
+                s = _mm256_fmadd_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(x.as_ptr().add(i)), s);
+                i += 8;
+            }
+            let mut sum = hsum_f32(s);
+            while i < n {
+                sum += f16(w, 2 * i) * x[i];
+                i += 1;
+            }
+            sum
+        }
+    }
+
+    macro_rules! safe {
+        ($name:ident, $impl:path, $w:ty, $x:ty) => {
+            pub fn $name(w: $w, x: $x) -> f32 {
+                // SAFETY: handed out by `Kernels` only after its features were detected.
+                unsafe { $impl(w, x) }
+            }
+        };
+    }
+    safe!(dot_q4_0, avx2::q4_0, &[u8], &[BlockQ8]);
+    safe!(dot_q4_1, avx2::q4_1, &[u8], &[BlockQ8]);
+    safe!(dot_q5_0, avx2::q5_0, &[u8], &[BlockQ8]);
+    safe!(dot_q5_1, avx2::q5_1, &[u8], &[BlockQ8]);
+    safe!(dot_q8_0, avx2::q8_0, &[u8], &[BlockQ8]);
+    safe!(dot_q4_k, avx2::q4_k, &[u8], &[BlockQ8K]);
+    safe!(dot_q5_k, avx2::q5_k, &[u8], &[BlockQ8K]);
+    safe!(dot_q6_k, avx2::q6_k, &[u8], &[BlockQ8K]);
+    safe!(vnni_q4_0, vnni::q4_0, &[u8], &[BlockQ8]);
+    safe!(vnni_q4_1, vnni::q4_1, &[u8], &[BlockQ8]);
+    safe!(vnni_q5_0, vnni::q5_0, &[u8], &[BlockQ8]);
+    safe!(vnni_q5_1, vnni::q5_1, &[u8], &[BlockQ8]);
+    safe!(vnni_q8_0, vnni::q8_0, &[u8], &[BlockQ8]);
+    safe!(vnni_q4_k, vnni::q4_k, &[u8], &[BlockQ8K]);
+    safe!(vnni_q5_k, vnni::q5_k, &[u8], &[BlockQ8K]);
+    safe!(vnni_q6_k, vnni::q6_k, &[u8], &[BlockQ8K]);
+    safe!(dot_f32_f32, dot_f32_f32_impl, &[f32], &[f32]);
+    safe!(dot_f32_bytes, dot_f32_bytes_impl, &[u8], &[f32]);
+    safe!(dot_f16_bytes, dot_f16_bytes_impl, &[u8], &[f32]);
+
+    macro_rules! safe4 {
+        ($name:ident, $impl:path, $x:ty) => {
+            pub fn $name(w: &[u8], x: [&[$x]; 4]) -> [f32; 4] {
+                // SAFETY: handed out by `Kernels` only after its features were detected.
+                unsafe { $impl(w, x) }
+            }
+        };
+    }
+    safe4!(avx2_q4_0_x4, avx2::q4_0_x4, BlockQ8);
+    safe4!(avx2_q4_1_x4, avx2::q4_1_x4, BlockQ8);
+    safe4!(avx2_q5_0_x4, avx2::q5_0_x4, BlockQ8);
+    safe4!(avx2_q8_0_x4, avx2::q8_0_x4, BlockQ8);
+    safe4!(avx2_q4_k_x4, avx2::q4_k_x4, BlockQ8K);
+    safe4!(avx2_q6_k_x4, avx2::q6_k_x4, BlockQ8K);
+    safe4!(vnni_q4_0_x4, vnni::q4_0_x4, BlockQ8);
+    safe4!(vnni_q4_1_x4, vnni::q4_1_x4, BlockQ8);
+    safe4!(vnni_q5_0_x4, vnni::q5_0_x4, BlockQ8);
+    safe4!(vnni_q8_0_x4, vnni::q8_0_x4, BlockQ8);
+    safe4!(vnni_q4_k_x4, vnni::q4_k_x4, BlockQ8K);
+    safe4!(vnni_q6_k_x4, vnni::q6_k_x4, BlockQ8K);
+
+    pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { axpy_impl(a, x, y) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::quant::tests::{activations, random_row};
+    use super::super::quant::{ActFormat, act_format, quantize_q8k};
+    use super::*;
+
+    /// Every dispatched kernel agrees with the portable reference (integer parts exactly, so only
+    /// float summation order differs).
+    #[test]
+    fn dispatched_kernels_match_the_portable_ones() {
+        let mut levels = vec![Level::Portable];
+        #[cfg(target_arch = "x86_64")]
+        if Kernels::detect().level != Level::Portable {
+            levels.push(Level::Avx2);
+            if is_x86_feature_detected!("avxvnni") {
+                levels.push(Level::AvxVnni);
+            }
+        }
+        for level in levels {
+            check_level(Kernels { level });
+        }
+    }
+
+    /// The four-row kernels give each row what the one-row kernel gives it.
+    fn check_x4(k: &Kernels, t: GgmlType, w: &[u8], n: usize, seed: u64) {
+        let rows: Vec<Vec<f32>> = (0..4).map(|r| activations(n, seed * 7 + r + 11)).collect();
+        let close = |a: f32, b: f32| (a - b).abs() <= 1e-4 * b.abs().max(1.0);
+        if let Some(x4) = k.dot_q8_x4(t) {
+            let q: Vec<Vec<BlockQ8>> = rows
+                .iter()
+                .map(|x| {
+                    let mut q = vec![BlockQ8::default(); n / 32];
+                    k.quantize_q8(x, &mut q);
+                    q
+                })
+                .collect();
+            let got = x4(w, [&q[0], &q[1], &q[2], &q[3]]);
+            for r in 0..4 {
+                let want = k.dot_q8(t)(w, &q[r]);
+                assert!(close(got[r], want), "{t} x4 row {r}: {} vs {want}", got[r]);
+            }
+        }
+        if let Some(x4) = k.dot_q8k_x4(t) {
+            let q: Vec<Vec<BlockQ8K>> = rows
+                .iter()
+                .map(|x| {
+                    let mut q = vec![BlockQ8K::default(); n / 256];
+                    quantize_q8k(x, &mut q);
+                    q
+                })
+                .collect();
+            let got = x4(w, [&q[0], &q[1], &q[2], &q[3]]);
+            for r in 0..4 {
+                let want = k.dot_q8k(t)(w, &q[r]);
+                assert!(close(got[r], want), "{t} x4 row {r}: {} vs {want}", got[r]);
+            }
+        }
+    }
+
+    fn check_level(k: Kernels) {
+        let n = 1024;
+        for t in GgmlType::ALL {
+            for seed in 0..4u64 {
+                let w = random_row(t, n, seed * 31 + t.id() as u64);
+                let x = activations(n, seed + 5);
+                let (fast, reference) = match act_format(t) {
+                    ActFormat::F32 => (k.dot_f32(t)(&w, &x), quant::dot_f32(t, &w, &x)),
+                    ActFormat::Q8 => {
+                        let mut q = vec![BlockQ8::default(); n / 32];
+                        k.quantize_q8(&x, &mut q);
+                        (k.dot_q8(t)(&w, &q), quant::dot_q8(t, &w, &q))
+                    }
+                    ActFormat::Q8K => {
+                        let mut q = vec![BlockQ8K::default(); n / 256];
+                        quantize_q8k(&x, &mut q);
+                        (k.dot_q8k(t)(&w, &q), quant::dot_q8k(t, &w, &q))
+                    }
+                };
+                let tol = 1e-4 * reference.abs().max(1.0);
+                assert!(
+                    (fast - reference).abs() <= tol,
+                    "{t} ({}): {fast} vs {reference}",
+                    k.name()
+                );
+                check_x4(&k, t, &w, n, seed);
+            }
+        }
+        let a = activations(77, 1);
+        let b = activations(77, 2);
+        let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!((k.dot_f32_f32(&a, &b) - want).abs() < 1e-4);
+        let mut y = b.clone();
+        k.axpy(0.5, &a, &mut y);
+        for i in 0..77 {
+            assert!((y[i] - (b[i] + 0.5 * a[i])).abs() < 1e-6);
+        }
     }
 }
