@@ -85,6 +85,13 @@ impl SharedOut {
     }
 }
 
+/// The dot-product kernels of one matmul: one weight row against one activation row, and, where
+/// one exists, against four.
+struct RowKernels<A> {
+    one: fn(&[u8], &[A]) -> f32,
+    four: Option<simd::Dot4<A>>,
+}
+
 /// Activation rows per tile: a tile of quantized activations stays in cache while each weight row
 /// of a chunk is multiplied against it.
 const ROW_TILE: usize = 16;
@@ -109,9 +116,12 @@ impl CpuBackend {
         acts: &[A],
         act_stride: usize,
         out: &mut [f32],
-        dot: impl Fn(&[u8], &[A]) -> f32 + Sync,
-        dot4: Option<simd::Dot4<A>>,
+        kernels: RowKernels<A>,
     ) {
+        let RowKernels {
+            one: dot,
+            four: dot4,
+        } = kernels;
         let m = w.rows;
         let out_ptr = SharedOut(out.as_mut_ptr());
         let chunk = self.row_chunk(m, rows);
@@ -223,7 +233,11 @@ impl Backend for CpuBackend {
         let kernels = &self.kernels;
         self.pool.install(|| match act_format(t) {
             ActFormat::F32 => {
-                self.matmul_impl(w, rows, x, k, out, kernels.dot_f32(t), None);
+                let ks = RowKernels {
+                    one: kernels.dot_f32(t),
+                    four: None,
+                };
+                self.matmul_impl(w, rows, x, k, out, ks);
             }
             ActFormat::Q8 => Q8_SCRATCH.with(|s| {
                 let mut s = s.borrow_mut();
@@ -232,15 +246,11 @@ impl Backend for CpuBackend {
                 s.par_chunks_mut(nb)
                     .zip(x.par_chunks(k))
                     .for_each(|(q, xr)| kernels.quantize_q8(xr, q));
-                self.matmul_impl(
-                    w,
-                    rows,
-                    &s,
-                    nb,
-                    out,
-                    kernels.dot_q8(t),
-                    kernels.dot_q8_x4(t),
-                );
+                let ks = RowKernels {
+                    one: kernels.dot_q8(t),
+                    four: kernels.dot_q8_x4(t),
+                };
+                self.matmul_impl(w, rows, &s, nb, out, ks);
             }),
             ActFormat::Q8K => Q8K_SCRATCH.with(|s| {
                 let mut s = s.borrow_mut();
@@ -249,15 +259,11 @@ impl Backend for CpuBackend {
                 s.par_chunks_mut(nb)
                     .zip(x.par_chunks(k))
                     .for_each(|(q, xr)| quant::quantize_q8k(xr, q));
-                self.matmul_impl(
-                    w,
-                    rows,
-                    &s,
-                    nb,
-                    out,
-                    kernels.dot_q8k(t),
-                    kernels.dot_q8k_x4(t),
-                );
+                let ks = RowKernels {
+                    one: kernels.dot_q8k(t),
+                    four: kernels.dot_q8k_x4(t),
+                };
+                self.matmul_impl(w, rows, &s, nb, out, ks);
             }),
         });
     }
