@@ -49,3 +49,4 @@ pub fn hex_bytes(s: &str) -> Vec<u8> {
 
 pub mod gguf_writer;
 pub mod golden_run;
+pub mod synth;
