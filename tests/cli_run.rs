@@ -1,0 +1,285 @@
+//! `kiln run` as a real process: output, pipelines, JSON, stop strings, seeds, exit codes, Ctrl-C.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command as StdCommand, Stdio};
+use std::time::Duration;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+fn kiln() -> Command {
+    let mut c = Command::cargo_bin("kiln").unwrap();
+    c.env_remove("KILN_MODEL");
+    c
+}
+
+fn json_run(model: &std::path::Path, args: &[&str]) -> Value {
+    let out = kiln()
+        .arg("run")
+        .arg("-m")
+        .arg(model)
+        .args(["--format", "json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Greedy raw generation reproduces llama.cpp's golden tokens (up to its first close call).
+#[test]
+fn greedy_raw_generation_matches_the_goldens_on_every_real_model() {
+    let golden = common::golden("llama-cpp.json");
+    for name in common::REAL_MODELS {
+        let case = &golden["models"][name]["greedy"][0];
+        let steps = case["steps"].as_array().unwrap();
+        let sure: Vec<u64> = steps
+            .iter()
+            .take_while(|s| s["margin"].as_f64().unwrap() >= 0.5)
+            .map(|s| s["token"].as_u64().unwrap())
+            .collect();
+        let v = json_run(
+            &common::real_model(name),
+            &[
+                "--raw",
+                "--temp",
+                "0",
+                "-n",
+                &sure.len().max(1).to_string(),
+                case["prompt"].as_str().unwrap(),
+            ],
+        );
+        let got: Vec<u64> = v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect();
+        assert_eq!(&got[..sure.len()], &sure[..], "{name}");
+        assert_eq!(
+            v["prompt_tokens"].as_u64().unwrap() as usize,
+            case["prompt_ids"].as_array().unwrap().len()
+        );
+        assert_eq!(v["finish_reason"], "length");
+    }
+}
+
+#[test]
+fn chat_and_raw_on_every_real_model_and_stdin_pipelines() {
+    for name in common::REAL_MODELS {
+        let model = common::real_model(name);
+        // Chat mode answers a question; raw mode continues a text.
+        for (mode, prompt) in [
+            ("--chat", "What is 2+2?"),
+            ("--raw", "The capital of France is"),
+        ] {
+            let out = kiln()
+                .arg("run")
+                .arg("-m")
+                .arg(&model)
+                .args([mode, "--temp", "0", "-n", "12", "-"])
+                .write_stdin(prompt)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{name} {mode}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let text = String::from_utf8(out.stdout).unwrap();
+            assert!(!text.trim().is_empty(), "{name} {mode}: no output");
+            // stdout holds exactly the generated text: no prompt echo, no logs, no extra newline.
+            let v = json_run(&model, &[mode, "--temp", "0", "-n", "12", prompt]);
+            assert_eq!(text, v["text"].as_str().unwrap(), "{name} {mode}");
+        }
+    }
+}
+
+#[test]
+fn json_output_with_logprobs() {
+    let model = common::fixture("models/tiny-llama.gguf");
+    let v = json_run(
+        &model,
+        &[
+            "--temp",
+            "0",
+            "-n",
+            "5",
+            "--logprobs",
+            "3",
+            "--raw",
+            "Hello",
+        ],
+    );
+    assert_eq!(v["completion_tokens"], 5);
+    let lp = v["logprobs"].as_array().unwrap();
+    assert_eq!(lp.len(), 5);
+    for step in lp {
+        let top = step["top"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        // Greedy: the chosen token is the most likely one.
+        assert_eq!(step["id"], top[0]["id"]);
+        assert!(top[0]["logprob"].as_f64().unwrap() <= 0.0);
+        assert!(top[0]["logit"].as_f64().unwrap() >= top[1]["logit"].as_f64().unwrap());
+    }
+    assert!(v["timings"]["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert!(v["text"].is_string());
+}
+
+#[test]
+fn seeds_repeat_and_stop_strings_stop() {
+    let model = common::fixture("models/tiny-llama.gguf");
+    let a = json_run(&model, &["--seed", "7", "-n", "20", "--raw", "Once upon"]);
+    let b = json_run(&model, &["--seed", "7", "-n", "20", "--raw", "Once upon"]);
+    assert_eq!(a["tokens"], b["tokens"]);
+    assert_eq!(a["seed"], 7);
+
+    // Stop at the first occurrence of a piece of the greedy output; it is not included.
+    let full = json_run(&model, &["--temp", "0", "-n", "30", "--raw", "Once upon"]);
+    let text = full["text"].as_str().unwrap();
+    let stop: String = text
+        .chars()
+        .skip(text.chars().count() / 2)
+        .take(3)
+        .collect();
+    let cut = json_run(
+        &model,
+        &[
+            "--temp",
+            "0",
+            "-n",
+            "30",
+            "--raw",
+            "--stop",
+            &stop,
+            "Once upon",
+        ],
+    );
+    assert_eq!(cut["finish_reason"], "stop_string");
+    let cut_text = cut["text"].as_str().unwrap();
+    assert_eq!(cut_text, &text[..text.find(&stop).unwrap()]);
+}
+
+#[test]
+fn bad_input_exits_1_with_a_clear_message() {
+    let tiny = common::fixture("models/tiny-llama.gguf");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["-m".into(), "/nonexistent.gguf".into(), "hi".into()],
+            "/nonexistent.gguf",
+        ),
+        (
+            vec!["-m".into(), tiny.display().to_string(), "".into()],
+            "empty",
+        ),
+        (
+            vec![
+                "-m".into(),
+                tiny.display().to_string(),
+                "-c".into(),
+                "2".into(),
+                "--raw".into(),
+                "one two three four".into(),
+            ],
+            "context",
+        ),
+        (
+            vec![
+                "-m".into(),
+                tiny.display().to_string(),
+                "--logprobs".into(),
+                "2".into(),
+                "hi".into(),
+            ],
+            "--format json",
+        ),
+        (
+            vec![
+                "-m".into(),
+                tiny.display().to_string(),
+                "--top-p".into(),
+                "1.5".into(),
+                "hi".into(),
+            ],
+            "top-p",
+        ),
+    ];
+    for (args, expect) in cases {
+        let out = kiln().arg("run").args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}: stdout must stay clean");
+    }
+    // A corrupt model file.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.gguf");
+    let bytes = std::fs::read(&tiny).unwrap();
+    std::fs::write(&bad, &bytes[..1000]).unwrap();
+    let out = kiln()
+        .arg("run")
+        .arg("-m")
+        .arg(&bad)
+        .arg("hi")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad.gguf"));
+}
+
+#[test]
+fn bad_flags_exit_2() {
+    for args in [
+        vec!["run", "--temp", "hot", "x"],
+        vec!["run", "--no-such-flag"],
+        vec!["frobnicate"],
+    ] {
+        let out = kiln().args(&args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+    }
+}
+
+/// Ctrl-C stops generation cleanly: what was produced is flushed and the exit code is 130.
+#[test]
+fn interrupt_stops_cleanly_with_130() {
+    let model = common::real_model(common::REAL_MODELS[0]);
+    let mut child = StdCommand::new(assert_cmd::cargo::cargo_bin("kiln"))
+        .arg("run")
+        .arg("-m")
+        .arg(&model)
+        .args(["--raw", "--temp", "0.8", "-c", "8192", "-n", "100000", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Once upon a time")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let status = StdCommand::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.stdout.is_empty(),
+        "text generated before the interrupt is flushed"
+    );
+}
