@@ -1,6 +1,7 @@
 //! The command line: one file per subcommand, with the flag groups they share defined here and
 //! flattened into each.
 
+pub mod bench;
 pub mod info;
 pub mod run;
 pub mod tokenize;
@@ -27,6 +28,8 @@ pub struct Cli {
 pub enum Command {
     /// Generate text for one prompt (argument or standard input), streamed to stdout
     Run(run::RunArgs),
+    /// Measure prompt-processing and generation speed (llama-bench's tests and table)
+    Bench(bench::BenchArgs),
     /// Describe a model: architecture, size, tensor types, tokenizer and configuration
     Info(info::InfoArgs),
     /// Show the token ids (and pieces) of a text
@@ -200,6 +203,7 @@ pub fn context_size(requested: Option<usize>, trained: usize) -> Result<usize> {
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Info(args) => info::run(args),
         Command::Tokenize(args) => tokenize::run(args),
     }

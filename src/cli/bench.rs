@@ -1,0 +1,459 @@
+//! `kiln bench`: prompt-processing and generation speed in llama-bench's tests and table, so the
+//! numbers compare. Beyond llama-bench, generation rows carry the effective weight-read bandwidth
+//! (bytes of weights one token reads × tokens/s) and its share of this machine's own read
+//! bandwidth, measured at start. Token ids are random; tokenization and sampling are outside the
+//! timed region. stdout holds only the report; progress goes to stderr.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use clap::ValueEnum;
+use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
+use serde_json::json;
+
+use super::info::human_count;
+use super::ModelArgs;
+use crate::backend::Backend;
+use crate::backend::cpu::CpuBackend;
+use crate::model::loader::Source;
+use crate::model::{Model, ModelFile, Session};
+use crate::sampler::Rng;
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BenchFormat {
+    #[default]
+    Md,
+    Csv,
+    Json,
+    Jsonl,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Prompt-processing tests: tokens per prompt (comma-separated list; 0 skips)
+    #[arg(short = 'p', long = "n-prompt", default_value = "512", value_delimiter = ',')]
+    pub n_prompt: Vec<usize>,
+
+    /// Generation tests: tokens to generate (comma-separated list; 0 skips)
+    #[arg(short = 'n', long = "n-gen", default_value = "128", value_delimiter = ',')]
+    pub n_gen: Vec<usize>,
+
+    /// Tokens already in the context before each test (comma-separated list)
+    #[arg(short = 'd', long = "n-depth", default_value = "0", value_delimiter = ',')]
+    pub n_depth: Vec<usize>,
+
+    /// Repetitions of each test, after one warm-up run
+    #[arg(short = 'r', long, default_value_t = 5)]
+    pub repetitions: usize,
+
+    /// Threads (comma-separated list; default: one per core)
+    #[arg(short = 't', long = "threads", value_delimiter = ',')]
+    pub threads: Vec<usize>,
+
+    /// Compute backend
+    #[arg(long, value_enum, default_value_t)]
+    pub backend: super::BackendKind,
+
+    /// Output format
+    #[arg(short = 'o', long = "output", value_enum, default_value_t)]
+    pub output: BenchFormat,
+
+    /// Skip measuring the machine's memory read bandwidth (the roofline columns)
+    #[arg(long)]
+    pub no_roofline: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TestKind {
+    Prompt,
+    Generate,
+}
+
+#[derive(Clone, Copy)]
+struct Test {
+    kind: TestKind,
+    n: usize,
+    depth: usize,
+}
+
+impl Test {
+    /// llama-bench's name: `pp512`, `tg128`, `tg128 @ d512`.
+    fn name(&self) -> String {
+        let base = match self.kind {
+            TestKind::Prompt => format!("pp{}", self.n),
+            TestKind::Generate => format!("tg{}", self.n),
+        };
+        if self.depth > 0 {
+            format!("{base} @ d{}", self.depth)
+        } else {
+            base
+        }
+    }
+}
+
+struct Row {
+    threads: usize,
+    test: Test,
+    samples_ns: Vec<u64>,
+    /// Weight bytes read per generated token ÷ mean seconds per token, in GB/s.
+    weight_gbps: Option<f64>,
+}
+
+impl Row {
+    fn samples_ts(&self) -> Vec<f64> {
+        self.samples_ns
+            .iter()
+            .map(|&ns| self.test.n as f64 / (ns as f64 / 1e9))
+            .collect()
+    }
+}
+
+fn mean_sd(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = if v.len() > 1 {
+        v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+/// llama.cpp's name for a GGUF `general.file_type`.
+fn file_type_name(ft: u64) -> Option<&'static str> {
+    Some(match ft {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K - Medium",
+        11 => "Q3_K - Small",
+        12 => "Q3_K - Medium",
+        13 => "Q3_K - Large",
+        14 => "Q4_K - Small",
+        15 => "Q4_K - Medium",
+        16 => "Q5_K - Small",
+        17 => "Q5_K - Medium",
+        18 => "Q6_K",
+        32 => "BF16",
+        _ => return None,
+    })
+}
+
+/// `arch params type`, as llama-bench's model column.
+fn model_type(m: &ModelFile) -> String {
+    let ftype = match &m.source {
+        Source::Gguf(g) => g
+            .metadata
+            .u64("general.file_type")
+            .ok()
+            .flatten()
+            .and_then(file_type_name)
+            .map(str::to_string),
+        Source::HuggingFace { .. } => None,
+    }
+    .unwrap_or_else(|| {
+        // The type holding most of the bytes.
+        m.type_mix()
+            .into_iter()
+            .max_by_key(|(_, (_, bytes))| *bytes)
+            .map(|(t, _)| t.name().to_string())
+            .unwrap_or_default()
+    });
+    let params = human_count(m.parameter_count()).replace(' ', "");
+    format!("{} {params} {ftype}", m.config.arch.name())
+}
+
+/// Bytes of weights one generated token reads: every tensor except the embedding table, of which
+/// one row is read, unless the output projection is tied to it.
+fn weight_bytes_per_token(m: &ModelFile) -> u64 {
+    m.tensors
+        .values()
+        .map(|t| {
+            if t.name == "token_embd.weight" && !m.config.tie_embeddings {
+                t.row_bytes() as u64
+            } else {
+                t.bytes().len() as u64
+            }
+        })
+        .sum()
+}
+
+/// This machine's memory read bandwidth in GB/s: the best of several parallel passes over a
+/// buffer far larger than any cache.
+pub fn measure_read_bandwidth(threads: usize) -> Result<f64> {
+    const BYTES: usize = 1 << 30;
+    let mut buf: Vec<u64> = Vec::new();
+    buf.try_reserve_exact(BYTES / 8)
+        .map_err(|_| anyhow::anyhow!("cannot allocate 1 GiB to measure memory bandwidth"))?;
+    buf.resize(BYTES / 8, 1);
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    let mut best = 0f64;
+    for _ in 0..5 {
+        let start = Instant::now();
+        let sum: u64 = pool.install(|| {
+            buf.par_chunks(1 << 16)
+                .map(|c| c.iter().fold(0u64, |a, &x| a.wrapping_add(x)))
+                .reduce(|| 0, u64::wrapping_add)
+        });
+        std::hint::black_box(sum);
+        best = best.max(BYTES as f64 / start.elapsed().as_secs_f64() / 1e9);
+    }
+    Ok(best)
+}
+
+fn run_test(model: &Model<CpuBackend>, test: &Test, rng: &mut Rng) -> Result<Duration> {
+    let vocab = model.config.vocab_size as u64;
+    let mut random = |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
+    let mut s = Session::new(model, test.depth + test.n + 1)?;
+    if test.depth > 0 {
+        s.prefill(&random(test.depth))?;
+    }
+    let tokens = random(test.n);
+    let start = Instant::now();
+    match test.kind {
+        TestKind::Prompt => {
+            s.prefill(&tokens)?;
+        }
+        TestKind::Generate => {
+            for (i, &t) in tokens.iter().enumerate() {
+                if i == 0 && test.depth == 0 {
+                    s.prefill(&[t])?;
+                } else {
+                    s.decode(t)?;
+                }
+            }
+        }
+    }
+    Ok(start.elapsed())
+}
+
+pub fn run(args: BenchArgs) -> Result<ExitCode> {
+    if args.repetitions == 0 {
+        bail!("-r must be at least 1");
+    }
+    let file = ModelFile::open(&args.model.model)?;
+    let threads = if args.threads.is_empty() {
+        vec![std::thread::available_parallelism().map_or(1, |n| n.get())]
+    } else {
+        args.threads.clone()
+    };
+    if threads.contains(&0) {
+        bail!("-t must be at least 1");
+    }
+    let mut tests = Vec::new();
+    for &depth in &args.n_depth {
+        tests.extend(args.n_prompt.iter().filter(|&&n| n > 0).map(|&n| Test {
+            kind: TestKind::Prompt,
+            n,
+            depth,
+        }));
+        tests.extend(args.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test {
+            kind: TestKind::Generate,
+            n,
+            depth,
+        }));
+    }
+    if tests.is_empty() {
+        bail!("no tests: give -p or -n a positive count");
+    }
+
+    let progress = ProgressBar::new((threads.len() * tests.len() * (args.repetitions + 1)) as u64);
+    progress.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    let read_bw = if args.no_roofline {
+        None
+    } else {
+        progress.set_message("measuring memory bandwidth");
+        Some(measure_read_bandwidth(*threads.iter().max().unwrap_or(&1))?)
+    };
+
+    let bytes_per_token = weight_bytes_per_token(&file);
+    let mut rows = Vec::new();
+    let mut backend_name = String::from("CPU");
+    let mut rng = Rng::new(1234);
+    for &t in &threads {
+        let backend = match args.backend {
+            super::BackendKind::Auto | super::BackendKind::Cpu => CpuBackend::new(t)?,
+        };
+        let model = Model::load(&file, backend)?;
+        backend_name = model.backend.describe();
+        for test in &tests {
+            progress.set_message(format!("{} t={t}", test.name()));
+            run_test(&model, test, &mut rng)?; // warm-up
+            progress.inc(1);
+            let mut samples_ns = Vec::with_capacity(args.repetitions);
+            for _ in 0..args.repetitions {
+                samples_ns.push(run_test(&model, test, &mut rng)?.as_nanos() as u64);
+                progress.inc(1);
+            }
+            let row = Row {
+                threads: t,
+                test: *test,
+                weight_gbps: None,
+                samples_ns,
+            };
+            let weight_gbps = (test.kind == TestKind::Generate)
+                .then(|| bytes_per_token as f64 * mean_sd(&row.samples_ts()).0 / 1e9);
+            rows.push(Row { weight_gbps, ..row });
+        }
+    }
+    progress.finish_and_clear();
+
+    let report = Report {
+        file: &file,
+        model_type: model_type(&file),
+        backend: backend_name,
+        read_bw,
+        rows,
+    };
+    let mut out = std::io::stdout().lock();
+    match args.output {
+        BenchFormat::Md => report.markdown(&mut out)?,
+        BenchFormat::Csv => report.csv(&mut out)?,
+        BenchFormat::Json => {
+            writeln!(out, "{}", serde_json::to_string_pretty(&report.json_rows())?)?
+        }
+        BenchFormat::Jsonl => {
+            for r in report.json_rows() {
+                writeln!(out, "{r}")?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+struct Report<'a> {
+    file: &'a ModelFile,
+    model_type: String,
+    backend: String,
+    read_bw: Option<f64>,
+    rows: Vec<Row>,
+}
+
+impl Report<'_> {
+    fn model_size(&self) -> u64 {
+        self.file.tensors.values().map(|t| t.bytes().len() as u64).sum()
+    }
+
+    fn json_rows(&self) -> Vec<serde_json::Value> {
+        self.rows
+            .iter()
+            .map(|r| {
+                let ts = r.samples_ts();
+                let ns: Vec<f64> = r.samples_ns.iter().map(|&x| x as f64).collect();
+                let (avg_ns, sd_ns) = mean_sd(&ns);
+                let (avg_ts, sd_ts) = mean_sd(&ts);
+                json!({
+                    "build": format!("kiln {}", env!("CARGO_PKG_VERSION")),
+                    "model_filename": self.file.path,
+                    "model_type": self.model_type,
+                    "model_size": self.model_size(),
+                    "model_n_params": self.file.parameter_count(),
+                    "backends": self.backend,
+                    "n_threads": r.threads,
+                    "n_prompt": if r.test.kind == TestKind::Prompt { r.test.n } else { 0 },
+                    "n_gen": if r.test.kind == TestKind::Generate { r.test.n } else { 0 },
+                    "n_depth": r.test.depth,
+                    "test": r.test.name(),
+                    "avg_ns": avg_ns as u64,
+                    "stddev_ns": sd_ns as u64,
+                    "avg_ts": avg_ts,
+                    "stddev_ts": sd_ts,
+                    "samples_ns": r.samples_ns,
+                    "samples_ts": ts,
+                    "weights_gbps": r.weight_gbps,
+                    "read_bandwidth_gbps": self.read_bw,
+                    "roofline_fraction": r.weight_gbps.zip(self.read_bw).map(|(w, b)| w / b),
+                })
+            })
+            .collect()
+    }
+
+    fn csv(&self, out: &mut impl Write) -> Result<()> {
+        let cols = [
+            "model_filename", "model_type", "model_size", "model_n_params", "backends",
+            "n_threads", "n_prompt", "n_gen", "n_depth", "test", "avg_ns", "stddev_ns", "avg_ts",
+            "stddev_ts", "weights_gbps", "read_bandwidth_gbps", "roofline_fraction",
+        ];
+        writeln!(out, "{}", cols.join(","))?;
+        for r in self.json_rows() {
+            let cells: Vec<String> = cols
+                .iter()
+                .map(|c| match &r[*c] {
+                    serde_json::Value::Null => "\"\"".to_string(),
+                    serde_json::Value::String(s) => format!("\"{}\"", s.replace('"', "\"\"")),
+                    other => format!("\"{other}\""),
+                })
+                .collect();
+            writeln!(out, "{}", cells.join(","))?;
+        }
+        Ok(())
+    }
+
+    fn markdown(&self, out: &mut impl Write) -> Result<()> {
+        let size = format!("{:.2} MiB", self.model_size() as f64 / (1u64 << 20) as f64);
+        let params = format!("{:.2} M", self.file.parameter_count() as f64 / 1e6);
+        let roof = self.read_bw.is_some();
+        let mut header = format!(
+            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
+            "model", "size", "params", "backend", "threads", "test", "t/s"
+        );
+        let mut rule = format!(
+            "| {} | {}: | {}: | {} | {}: | {}: | {}: |",
+            "-".repeat(30),
+            "-".repeat(9),
+            "-".repeat(9),
+            "-".repeat(10),
+            "-".repeat(6),
+            "-".repeat(14),
+            "-".repeat(19)
+        );
+        if roof {
+            header.push_str(&format!(" {:>12} | {:>9} |", "weights GB/s", "of read BW"));
+            rule.push_str(&format!(" {}: | {}: |", "-".repeat(11), "-".repeat(8)));
+        }
+        writeln!(out, "{header}")?;
+        writeln!(out, "{rule}")?;
+        for r in &self.rows {
+            let (mean, sd) = mean_sd(&r.samples_ts());
+            let mut line = format!(
+                "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
+                self.model_type,
+                size,
+                params,
+                "CPU",
+                r.threads,
+                r.test.name(),
+                format!("{mean:.2} ± {sd:.2}")
+            );
+            if let Some(bw) = self.read_bw {
+                let (g, f) = match r.weight_gbps {
+                    Some(g) => (format!("{g:.1}"), format!("{:.0} %", 100.0 * g / bw)),
+                    None => (String::new(), String::new()),
+                };
+                line.push_str(&format!(" {g:>12} | {f:>9} |"));
+            }
+            writeln!(out, "{line}")?;
+        }
+        writeln!(out)?;
+        let mut footer = format!("build: kiln {} ({})", env!("CARGO_PKG_VERSION"), self.backend);
+        if let Some(bw) = self.read_bw {
+            footer.push_str(&format!("; measured read bandwidth {bw:.1} GB/s"));
+        }
+        writeln!(out, "{footer}")?;
+        Ok(())
+    }
+}
