@@ -14,8 +14,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde_json::json;
 
-use super::info::human_count;
 use super::ModelArgs;
+use super::info::human_count;
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
 use crate::model::loader::Source;
@@ -37,15 +37,30 @@ pub struct BenchArgs {
     pub model: ModelArgs,
 
     /// Prompt-processing tests: tokens per prompt (comma-separated list; 0 skips)
-    #[arg(short = 'p', long = "n-prompt", default_value = "512", value_delimiter = ',')]
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        default_value = "512",
+        value_delimiter = ','
+    )]
     pub n_prompt: Vec<usize>,
 
     /// Generation tests: tokens to generate (comma-separated list; 0 skips)
-    #[arg(short = 'n', long = "n-gen", default_value = "128", value_delimiter = ',')]
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        default_value = "128",
+        value_delimiter = ','
+    )]
     pub n_gen: Vec<usize>,
 
     /// Tokens already in the context before each test (comma-separated list)
-    #[arg(short = 'd', long = "n-depth", default_value = "0", value_delimiter = ',')]
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        default_value = "0",
+        value_delimiter = ','
+    )]
     pub n_depth: Vec<usize>,
 
     /// Repetitions of each test, after one warm-up run
@@ -196,7 +211,9 @@ pub fn measure_read_bandwidth(threads: usize) -> Result<f64> {
     buf.try_reserve_exact(BYTES / 8)
         .map_err(|_| anyhow::anyhow!("cannot allocate 1 GiB to measure memory bandwidth"))?;
     buf.resize(BYTES / 8, 1);
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?;
     let mut best = 0f64;
     for _ in 0..5 {
         let start = Instant::now();
@@ -213,7 +230,8 @@ pub fn measure_read_bandwidth(threads: usize) -> Result<f64> {
 
 fn run_test(model: &Model<CpuBackend>, test: &Test, rng: &mut Rng) -> Result<Duration> {
     let vocab = model.config.vocab_size as u64;
-    let mut random = |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
+    let mut random =
+        |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
     let mut s = Session::new(model, test.depth + test.n + 1)?;
     if test.depth > 0 {
         s.prefill(&random(test.depth))?;
@@ -323,9 +341,11 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     match args.output {
         BenchFormat::Md => report.markdown(&mut out)?,
         BenchFormat::Csv => report.csv(&mut out)?,
-        BenchFormat::Json => {
-            writeln!(out, "{}", serde_json::to_string_pretty(&report.json_rows())?)?
-        }
+        BenchFormat::Json => writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&report.json_rows())?
+        )?,
         BenchFormat::Jsonl => {
             for r in report.json_rows() {
                 writeln!(out, "{r}")?;
@@ -345,7 +365,11 @@ struct Report<'a> {
 
 impl Report<'_> {
     fn model_size(&self) -> u64 {
-        self.file.tensors.values().map(|t| t.bytes().len() as u64).sum()
+        self.file
+            .tensors
+            .values()
+            .map(|t| t.bytes().len() as u64)
+            .sum()
     }
 
     fn json_rows(&self) -> Vec<serde_json::Value> {
@@ -384,9 +408,23 @@ impl Report<'_> {
 
     fn csv(&self, out: &mut impl Write) -> Result<()> {
         let cols = [
-            "model_filename", "model_type", "model_size", "model_n_params", "backends",
-            "n_threads", "n_prompt", "n_gen", "n_depth", "test", "avg_ns", "stddev_ns", "avg_ts",
-            "stddev_ts", "weights_gbps", "read_bandwidth_gbps", "roofline_fraction",
+            "model_filename",
+            "model_type",
+            "model_size",
+            "model_n_params",
+            "backends",
+            "n_threads",
+            "n_prompt",
+            "n_gen",
+            "n_depth",
+            "test",
+            "avg_ns",
+            "stddev_ns",
+            "avg_ts",
+            "stddev_ts",
+            "weights_gbps",
+            "read_bandwidth_gbps",
+            "roofline_fraction",
         ];
         writeln!(out, "{}", cols.join(","))?;
         for r in self.json_rows() {
@@ -449,7 +487,11 @@ impl Report<'_> {
             writeln!(out, "{line}")?;
         }
         writeln!(out)?;
-        let mut footer = format!("build: kiln {} ({})", env!("CARGO_PKG_VERSION"), self.backend);
+        let mut footer = format!(
+            "build: kiln {} ({})",
+            env!("CARGO_PKG_VERSION"),
+            self.backend
+        );
         if let Some(bw) = self.read_bw {
             footer.push_str(&format!("; measured read bandwidth {bw:.1} GB/s"));
         }

@@ -2,10 +2,12 @@
 //! flattened into each.
 
 pub mod bench;
+pub mod chat;
 pub mod info;
 pub mod run;
 pub mod tokenize;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -28,6 +30,8 @@ pub struct Cli {
 pub enum Command {
     /// Generate text for one prompt (argument or standard input), streamed to stdout
     Run(run::RunArgs),
+    /// Talk with a model: an interactive conversation that keeps its context between turns
+    Chat(chat::ChatArgs),
     /// Measure prompt-processing and generation speed (llama-bench's tests and table)
     Bench(bench::BenchArgs),
     /// Describe a model: architecture, size, tensor types, tokenizer and configuration
@@ -165,16 +169,66 @@ pub struct Loaded {
     pub load_time: Duration,
 }
 
+/// A spinner on stderr naming the loading stage, shown only if loading takes more than half a
+/// second and stderr is a terminal.
+struct LoadProgress {
+    bar: indicatif::ProgressBar,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LoadProgress {
+    fn start(path: &std::path::Path) -> LoadProgress {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let bar =
+            indicatif::ProgressBar::with_draw_target(None, indicatif::ProgressDrawTarget::hidden());
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} loading {prefix}: {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        if std::io::stderr().is_terminal() {
+            let name = path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            let (bar, done) = (bar.clone(), done.clone());
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(500));
+                if !done.load(Ordering::SeqCst) {
+                    bar.set_prefix(name);
+                    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                    bar.enable_steady_tick(Duration::from_millis(100));
+                }
+            });
+        }
+        LoadProgress { bar, done }
+    }
+
+    fn stage(&self, msg: &str) {
+        self.bar.set_message(msg.to_string());
+    }
+
+    fn finish(self) {
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.bar.finish_and_clear();
+    }
+}
+
 pub fn load(model: &ModelArgs, backend: &BackendArgs) -> Result<Loaded> {
     let start = Instant::now();
+    let progress = LoadProgress::start(&model.model);
+    progress.stage("reading the model file");
     let file = ModelFile::open(&model.model)?;
+    progress.stage("building the tokenizer");
     let tokenizer = Tokenizer::from_model(&file)?;
+    progress.stage("preparing the weights");
     let threads = backend.threads.unwrap_or(0);
     let cpu = match backend.backend {
         BackendKind::Auto | BackendKind::Cpu => CpuBackend::new(threads)?,
     };
     let weights =
         Model::load(&file, cpu).with_context(|| format!("loading {}", model.model.display()))?;
+    progress.finish();
     Ok(Loaded {
         file,
         tokenizer,
@@ -204,6 +258,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Chat(args) => chat::run(args),
         Command::Info(args) => info::run(args),
         Command::Tokenize(args) => tokenize::run(args),
     }

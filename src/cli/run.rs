@@ -71,16 +71,18 @@ pub struct RunArgs {
     pub verbose: bool,
 }
 
-/// Set by Ctrl-C; a second Ctrl-C exits at once.
+/// Set by Ctrl-C.
 static CANCEL: AtomicBool = AtomicBool::new(false);
 
-pub fn install_interrupt_handler() {
+/// Route Ctrl-C to `cancel_flag()`. With `exit_on_second`, a Ctrl-C while the flag is still set
+/// (generation has not stopped yet) exits at once with 130.
+pub fn install_interrupt_handler(exit_on_second: bool) {
     static INSTALLED: AtomicBool = AtomicBool::new(false);
     if INSTALLED.swap(true, Ordering::SeqCst) {
         return;
     }
-    let _ = ctrlc::set_handler(|| {
-        if CANCEL.swap(true, Ordering::SeqCst) {
+    let _ = ctrlc::set_handler(move || {
+        if CANCEL.swap(true, Ordering::SeqCst) && exit_on_second {
             std::process::exit(130);
         }
     });
@@ -144,7 +146,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     };
     let mut session = Session::new(model, ctx)?;
     let mut sampler = Sampler::new(sampler_config.clone());
-    install_interrupt_handler();
+    install_interrupt_handler(true);
     let opts = GenerateOptions {
         rules: StopRules {
             max_tokens,

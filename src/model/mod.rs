@@ -4,6 +4,7 @@
 pub mod arch;
 pub mod chat;
 pub mod config;
+pub mod conversation;
 pub mod generate;
 pub mod loader;
 pub mod rope;
