@@ -41,6 +41,8 @@ pub enum GateActivation {
 pub trait Backend: Send + Sync {
     /// An f32 activation buffer on the device.
     type Buffer: Send;
+    /// Key or value cache storage: f16 values, as llama.cpp keeps them (half the memory of f32).
+    type Cache: Send;
     /// A weight (matrix in its stored type, or a vector) on the device.
     type Weight: Send + Sync;
 
@@ -93,23 +95,28 @@ pub trait Backend: Send + Sync {
         layout: RopeLayout,
     );
 
-    /// Copy `rows × width` values into `dst` starting at row `dst_row` (KV cache append).
-    fn copy_rows(
+    /// A zeroed cache of `len` values.
+    fn cache(&self, len: usize) -> Result<Self::Cache>;
+
+    /// Store `rows × width` values of `src` into `dst` from row `dst_row` (KV cache append),
+    /// rounded to f16.
+    fn store_rows(
         &self,
         src: &Self::Buffer,
-        dst: &mut Self::Buffer,
+        dst: &mut Self::Cache,
         dst_row: usize,
         rows: usize,
         width: usize,
     );
 
     /// Causal multi-head attention of `q` against the first `start_pos + rows` cached keys and
-    /// values; `out` gets `rows × n_heads × head_dim`.
+    /// values; `out` gets `rows × n_heads × head_dim`. As llama.cpp computes it: q rounded to f16
+    /// for q·k, softmax in f32, probabilities rounded to f16 for the sum over values.
     fn attention(
         &self,
         q: &Self::Buffer,
-        k_cache: &Self::Buffer,
-        v_cache: &Self::Buffer,
+        k_cache: &Self::Cache,
+        v_cache: &Self::Cache,
         out: &mut Self::Buffer,
         p: &AttentionParams,
     );

@@ -238,11 +238,7 @@ impl Tokenizer {
         .flatten()
         .collect();
         for text in END_OF_TURN_TEXTS {
-            if let Some(&id) = tokens
-                .iter()
-                .position(|t| *t == text)
-                .map(|i| i as u32)
-                .as_ref()
+            if let Some(id) = inner.token_to_id(text)
                 && types[id as usize] == TOKEN_TYPE_CONTROL
             {
                 eog.push(id);

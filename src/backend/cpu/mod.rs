@@ -2,10 +2,14 @@
 //! activations to 8 bits once and take integer dot products against the weight blocks, rows split
 //! across a rayon pool of `threads` workers.
 
+mod ggml_math;
 pub mod quant;
 mod simd;
 
 use std::cell::RefCell;
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use rayon::prelude::*;
 
@@ -158,6 +162,7 @@ impl CpuBackend {
 
 impl Backend for CpuBackend {
     type Buffer = Vec<f32>;
+    type Cache = Vec<f16>;
     type Weight = CpuWeight;
 
     fn describe(&self) -> String {
@@ -210,9 +215,11 @@ impl Backend for CpuBackend {
     fn rms_norm(&self, x: &mut Vec<f32>, w: &CpuWeight, rows: usize, eps: f32) {
         let w = w.dense();
         let dim = w.len();
+        // llama.cpp's arithmetic: squares in f32 summed in f64, mean and scale in f32.
         let norm = |row: &mut [f32]| {
-            let ss: f64 = row.iter().map(|&v| v as f64 * v as f64).sum();
-            let scale = (1.0 / (ss / dim as f64 + eps as f64).sqrt()) as f32;
+            let sum: f64 = row.iter().map(|&v| (v * v) as f64).sum();
+            let mean = (sum / dim as f64) as f32;
+            let scale = 1.0 / (mean + eps).sqrt();
             for (v, &g) in row.iter_mut().zip(w) {
                 *v = *v * scale * g;
             }
@@ -303,15 +310,27 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn copy_rows(
+    fn cache(&self, len: usize) -> Result<Vec<f16>> {
+        let mut v = Vec::new();
+        v.try_reserve_exact(len).map_err(|_| {
+            Error::Unsupported(format!(
+                "cannot allocate {} MiB for the KV cache",
+                len * 2 / (1 << 20)
+            ))
+        })?;
+        v.resize(len, f16::ZERO);
+        Ok(v)
+    }
+
+    fn store_rows(
         &self,
         src: &Vec<f32>,
-        dst: &mut Vec<f32>,
+        dst: &mut Vec<f16>,
         dst_row: usize,
         rows: usize,
         width: usize,
     ) {
-        dst[dst_row * width..(dst_row + rows) * width].copy_from_slice(&src[..rows * width]);
+        dst[dst_row * width..(dst_row + rows) * width].convert_from_f32_slice(&src[..rows * width]);
     }
 
     fn copy_rows_from(
@@ -328,8 +347,8 @@ impl Backend for CpuBackend {
     fn attention(
         &self,
         q: &Vec<f32>,
-        k_cache: &Vec<f32>,
-        v_cache: &Vec<f32>,
+        k_cache: &Vec<f16>,
+        v_cache: &Vec<f16>,
         out: &mut Vec<f32>,
         p: &AttentionParams,
     ) {
@@ -344,25 +363,26 @@ impl Backend for CpuBackend {
                 let (i, h) = (task / p.n_heads, task % p.n_heads);
                 let pos = p.start_pos + i;
                 let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-                let qv = &q[i * q_width + h * hd..i * q_width + (h + 1) * hd];
                 let kvh = h / group;
+                // q·k with q rounded to f16, as llama.cpp multiplies it with its f16 keys.
+                let mut q16 = q[i * q_width + h * hd..i * q_width + (h + 1) * hd].to_vec();
+                kernels.round_f16(&mut q16);
                 let mut scores: Vec<f32> = (lo..=pos)
                     .map(|j| {
-                        let kv = &k_cache[j * kv_width + kvh * hd..j * kv_width + (kvh + 1) * hd];
-                        kernels.dot_f32_f32(qv, kv) * p.scale
+                        let k = &k_cache[j * kv_width + kvh * hd..j * kv_width + (kvh + 1) * hd];
+                        kernels.dot_f32_f16(&q16, k) * p.scale
                     })
                     .collect();
                 let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-                let mut total = 0.0f32;
-                for s in scores.iter_mut() {
-                    *s = (*s - max).exp();
-                    total += *s;
-                }
-                let inv = 1.0 / total;
+                let total = kernels.exp_sub(&mut scores, max);
+                let inv = (1.0 / total) as f32;
+                scores.iter_mut().for_each(|s| *s *= inv);
+                // Probabilities in f16, as llama.cpp multiplies them with its f16 values.
+                kernels.round_f16(&mut scores);
                 o.fill(0.0);
-                for (j, &s) in (lo..=pos).zip(&scores) {
-                    let vv = &v_cache[j * kv_width + kvh * hd..j * kv_width + (kvh + 1) * hd];
-                    kernels.axpy(s * inv, vv, o);
+                for (j, &p16) in (lo..=pos).zip(&scores) {
+                    let v = &v_cache[j * kv_width + kvh * hd..j * kv_width + (kvh + 1) * hd];
+                    kernels.axpy_f16(p16, v, o);
                 }
             });
         });
@@ -375,23 +395,24 @@ impl Backend for CpuBackend {
         len: usize,
         act: GateActivation,
     ) {
-        let f = |(g, &u): (&mut f32, &f32)| {
-            let x = *g;
-            let a = match act {
-                GateActivation::Silu => x / (1.0 + (-x).exp()),
-                GateActivation::GeluTanh => {
-                    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-                    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + 0.044715 * x * x)).tanh())
+        let kernels = &self.kernels;
+        let apply = |g: &mut [f32], u: &[f32]| match act {
+            GateActivation::Silu => kernels.silu_mul(g, u),
+            GateActivation::GeluTanh => {
+                for (gv, &uv) in g.iter_mut().zip(u) {
+                    *gv = ggml_math::gelu(*gv) * uv;
                 }
-            };
-            *g = a * u;
+            }
         };
         let (g, u) = (&mut gate[..len], &up[..len]);
         if len >= 1 << 15 {
-            self.pool
-                .install(|| g.par_iter_mut().zip(u.par_iter()).for_each(f));
+            self.pool.install(|| {
+                g.par_chunks_mut(1 << 12)
+                    .zip(u.par_chunks(1 << 12))
+                    .for_each(|(g, u)| apply(g, u));
+            });
         } else {
-            g.iter_mut().zip(u).for_each(f);
+            apply(g, u);
         }
     }
 

@@ -74,23 +74,25 @@ pub fn act_format(t: GgmlType) -> ActFormat {
     }
 }
 
-/// Quantize 32·k values into k blocks (round to nearest, scale = max|x| / 127).
+/// Quantize 32·k values into k blocks exactly as llama.cpp's `quantize_row_q8_0`/`_q8_1` do:
+/// `q = round_half_even(x · 127/max|x|)`, the scale kept as f16 and `s = f16(d · Σq)`. Matching its
+/// rounding makes kiln's 8-bit activation error the same as llama.cpp's, not an independent one.
 pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
     for (xb, b) in x.chunks_exact(32).zip(out.iter_mut()) {
         let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
-        let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
         let mut sum = 0i32;
         for (q, &v) in b.qs.iter_mut().zip(xb) {
-            *q = (v * id).round() as i8;
+            *q = (v * id).round_ties_even() as i8;
             sum += *q as i32;
         }
-        b.d = d;
-        b.s = d * sum as f32;
+        b.d = half::f16::from_f32(d).to_f32();
+        b.s = half::f16::from_f32(d * sum as f32).to_f32();
     }
 }
 
-/// Quantize 256·k values into k Q8_K blocks (llama.cpp's `quantize_row_q8_K`).
+/// Quantize 256·k values into k Q8_K blocks (llama.cpp's `quantize_row_q8_K_ref`).
 pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     for (xb, b) in x.chunks_exact(256).zip(out.iter_mut()) {
         let mut max = 0.0f32;
@@ -107,7 +109,7 @@ pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
         }
         let iscale = -127.0 / max;
         for (q, &v) in b.qs.iter_mut().zip(xb) {
-            *q = ((iscale * v).round() as i32).min(127) as i8;
+            *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
         }
         for (j, s) in b.bsums.iter_mut().enumerate() {
             *s = b.qs[j * 16..j * 16 + 16].iter().map(|&q| q as i16).sum();
@@ -154,10 +156,10 @@ pub fn dot_q8(t: GgmlType, w: &[u8], x: &[BlockQ8]) -> f32 {
                 let qs = &wb[2..18];
                 let mut s = 0i32;
                 for j in 0..16 {
-                    s += (qs[j] & 0xF) as i32 * xb.qs[j] as i32;
-                    s += (qs[j] >> 4) as i32 * xb.qs[j + 16] as i32;
+                    s += ((qs[j] & 0xF) as i32 - 8) * xb.qs[j] as i32;
+                    s += ((qs[j] >> 4) as i32 - 8) * xb.qs[j + 16] as i32;
                 }
-                d * xb.d * s as f32 - 8.0 * d * xb.s
+                d * xb.d * s as f32
             }
             GgmlType::Q4_1 => {
                 let (d, m) = (f16_at(wb, 0), f16_at(wb, 2));
@@ -184,7 +186,9 @@ pub fn dot_q8(t: GgmlType, w: &[u8], x: &[BlockQ8]) -> f32 {
                     s += lo * xb.qs[j] as i32 + hi * xb.qs[j + 16] as i32;
                 }
                 if t == GgmlType::Q5_0 {
-                    d * xb.d * s as f32 - 16.0 * d * xb.s
+                    // Σ(u − 16)·x, in integers like the signed kernels.
+                    let sum: i32 = xb.qs.iter().map(|&q| q as i32).sum();
+                    d * xb.d * (s - 16 * sum) as f32
                 } else {
                     d * xb.d * s as f32 + m * xb.s
                 }

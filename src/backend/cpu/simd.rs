@@ -173,22 +173,59 @@ impl Kernels {
         None
     }
 
-    /// Σ a·b over f32 slices.
-    pub fn dot_f32_f32(&self, a: &[f32], b: &[f32]) -> f32 {
+    /// gate[i] = silu(gate[i]) · up[i], with llama.cpp's `expf`.
+    pub fn silu_mul(&self, gate: &mut [f32], up: &[f32]) {
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Portable {
-            return x86::dot_f32_f32(a, b);
+            return x86::silu_mul(gate, up);
         }
-        a.iter().zip(b).map(|(x, y)| x * y).sum()
+        for (g, &u) in gate.iter_mut().zip(up) {
+            *g = super::ggml_math::silu(*g) * u;
+        }
     }
 
-    /// y += a·x.
-    pub fn axpy(&self, a: f32, x: &[f32], y: &mut [f32]) {
+    /// x[i] = expf(x[i] − max) with llama.cpp's `expf`; returns Σ in f64.
+    pub fn exp_sub(&self, x: &mut [f32], max: f32) -> f64 {
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Portable {
-            return x86::axpy(a, x, y);
+            return x86::exp_sub(x, max);
         }
-        y.iter_mut().zip(x).for_each(|(yv, &xv)| *yv += a * xv);
+        x.iter_mut()
+            .map(|v| {
+                *v = super::ggml_math::expf(*v - max);
+                *v as f64
+            })
+            .sum()
+    }
+
+    /// Round each value to the nearest f16 (kept as f32).
+    pub fn round_f16(&self, x: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            return x86::round_f16(x);
+        }
+        x.iter_mut()
+            .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+    }
+
+    /// Σ a·b with b in f16 (attention scores against the key cache).
+    pub fn dot_f32_f16(&self, a: &[f32], b: &[half::f16]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            return x86::dot_f32_f16(a, b);
+        }
+        a.iter().zip(b).map(|(x, y)| x * y.to_f32()).sum()
+    }
+
+    /// y += a·x with x in f16 (attention output from the value cache).
+    pub fn axpy_f16(&self, a: f32, x: &[half::f16], y: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            return x86::axpy_f16(a, x, y);
+        }
+        y.iter_mut()
+            .zip(x)
+            .for_each(|(yv, xv)| *yv += a * xv.to_f32());
     }
 }
 
@@ -293,8 +330,8 @@ mod x86 {
                 }
 
                 /// Σ over blocks of d_w·d_x·(signed weight bytes · activations), even and odd blocks
-                /// in two accumulators (for instruction-level parallelism), summed as the four-row
-                /// version sums, so a row's result does not depend on how rows were batched.
+                /// in two accumulators (for instruction-level parallelism), summed exactly as the
+                /// four-row version sums, so a row's result does not depend on how rows were batched.
                 #[inline(always)]
                 unsafe fn signed_blocks<const BB: usize>(
                     w: &[u8],
@@ -310,8 +347,8 @@ mod x86 {
                                 let xs = load(xb.qs.as_ptr() as *const u8);
                                 let i = dot_ss(_mm256_setzero_si256(), weights(wb.as_ptr()), xs);
                                 _mm256_fmadd_ps(
-                                    _mm256_cvtepi32_ps(i),
                                     _mm256_set1_ps(f16(wb, 0) * xb.d),
+                                    _mm256_cvtepi32_ps(i),
                                     $acc,
                                 )
                             }};
@@ -345,8 +382,8 @@ mod x86 {
                                 let i = $dot_us(_mm256_setzero_si256(), weights(wb.as_ptr()), xs);
                                 $m += f16(wb, 2) * xb.s;
                                 _mm256_fmadd_ps(
-                                    _mm256_cvtepi32_ps(i),
                                     _mm256_set1_ps(f16(wb, 0) * xb.d),
+                                    _mm256_cvtepi32_ps(i),
                                     $acc,
                                 )
                             }};
@@ -390,8 +427,8 @@ mod x86 {
                                         _mm256_sign_epi8(xs, wv),
                                     );
                                     $acc[k] = _mm256_fmadd_ps(
-                                        _mm256_cvtepi32_ps(i),
                                         _mm256_set1_ps(dw * xb.d),
+                                        _mm256_cvtepi32_ps(i),
                                         $acc[k],
                                     );
                                 }
@@ -438,12 +475,12 @@ mod x86 {
                                         u,
                                         load(xb.qs.as_ptr() as *const u8),
                                     );
+                                    $m[k] += mw * xb.s;
                                     $acc[k] = _mm256_fmadd_ps(
-                                        _mm256_cvtepi32_ps(i),
                                         _mm256_set1_ps(dw * xb.d),
+                                        _mm256_cvtepi32_ps(i),
                                         $acc[k],
                                     );
-                                    $m[k] += mw * xb.s;
                                 }
                             }};
                         }
@@ -790,27 +827,22 @@ mod x86 {
     kernel_set!(vnni, "avx2,fma,f16c,avxvnni", dot_us_vnni);
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn dot_f32_f32_impl(a: &[f32], b: &[f32]) -> f32 {
+    unsafe fn dot_f32_f16_impl(a: &[f32], b: &[half::f16]) -> f32 {
         unsafe {
             let n = a.len().min(b.len());
+            let bp = b.as_ptr() as *const u16;
             let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
             let mut i = 0;
             while i + 16 <= n {
-                s0 = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(a.as_ptr().add(i)),
-                    _mm256_loadu_ps(b.as_ptr().add(i)),
-                    s0,
-                );
-                s1 = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(a.as_ptr().add(i + 8)),
-                    _mm256_loadu_ps(b.as_ptr().add(i + 8)),
-                    s1,
-                );
+                let b0 = _mm256_cvtph_ps(_mm_loadu_si128(bp.add(i) as *const __m128i));
+                let b1 = _mm256_cvtph_ps(_mm_loadu_si128(bp.add(i + 8) as *const __m128i));
+                s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), b0, s0);
+                s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i + 8)), b1, s1);
                 i += 16;
             }
             let mut sum = hsum_f32(_mm256_add_ps(s0, s1));
             while i < n {
-                sum += a[i] * b[i];
+                sum += a[i] * b[i].to_f32();
                 i += 1;
             }
             sum
@@ -818,22 +850,147 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn axpy_impl(alpha: f32, x: &[f32], y: &mut [f32]) {
+    unsafe fn axpy_f16_impl(alpha: f32, x: &[half::f16], y: &mut [f32]) {
         unsafe {
             let n = x.len().min(y.len());
+            let xp = x.as_ptr() as *const u16;
             let a = _mm256_set1_ps(alpha);
             let mut i = 0;
             while i + 8 <= n {
-                let yv = _mm256_loadu_ps(y.as_ptr().add(i));
-                let r = _mm256_fmadd_ps(a, _mm256_loadu_ps(x.as_ptr().add(i)), yv);
+                let xv = _mm256_cvtph_ps(_mm_loadu_si128(xp.add(i) as *const __m128i));
+                let r = _mm256_fmadd_ps(a, xv, _mm256_loadu_ps(y.as_ptr().add(i)));
                 _mm256_storeu_ps(y.as_mut_ptr().add(i), r);
                 i += 8;
             }
             while i < n {
-                y[i] += alpha * x[i];
+                y[i] += alpha * x[i].to_f32();
                 i += 1;
             }
         }
+    }
+
+    /// llama.cpp's `expf`, eight lanes at a time: the same operations as the scalar
+    /// `ggml_math::expf`, lane for lane.
+    #[inline(always)]
+    unsafe fn expf8(x: __m256) -> __m256 {
+        unsafe {
+            use super::super::ggml_math::EXPF_CONSTANTS as C;
+            let c = |i: usize| _mm256_set1_ps(f32::from_bits(C[i]));
+            let r = c(0);
+            let z = _mm256_fmadd_ps(x, c(1), r);
+            let n = _mm256_sub_ps(z, r);
+            let b = _mm256_fnmadd_ps(n, c(2), _mm256_fnmadd_ps(n, c(3), x));
+            let u = _mm256_mul_ps(b, b);
+            let j = _mm256_fmadd_ps(
+                _mm256_fmadd_ps(
+                    _mm256_fmadd_ps(c(4), b, c(5)),
+                    u,
+                    _mm256_fmadd_ps(c(6), b, c(7)),
+                ),
+                u,
+                _mm256_fmadd_ps(c(8), b, _mm256_set1_ps(1.0)),
+            );
+            // scalef(j, n) as j · 2^(n>>1) · 2^(n − (n>>1)), with |n| ≤ 192 clamped.
+            let big = _mm256_cmp_ps(
+                _mm256_andnot_ps(_mm256_set1_ps(-0.0), n),
+                _mm256_set1_ps(192.0),
+                _CMP_GT_OQ,
+            );
+            let ni = _mm256_cvtps_epi32(_mm256_max_ps(
+                _mm256_min_ps(n, _mm256_set1_ps(192.0)),
+                _mm256_set1_ps(-192.0),
+            ));
+            let h = _mm256_srai_epi32(ni, 1);
+            let pow2 = |e: __m256i| {
+                _mm256_castsi256_ps(_mm256_slli_epi32(
+                    _mm256_add_epi32(e, _mm256_set1_epi32(127)),
+                    23,
+                ))
+            };
+            let res = _mm256_mul_ps(_mm256_mul_ps(j, pow2(h)), pow2(_mm256_sub_epi32(ni, h)));
+            // |n| > 192: 0 below, infinity above.
+            let alt = _mm256_and_ps(
+                _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_GT_OQ),
+                _mm256_set1_ps(f32::INFINITY),
+            );
+            _mm256_blendv_ps(res, alt, big)
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn silu_mul_impl(gate: &mut [f32], up: &[f32]) {
+        unsafe {
+            let n = gate.len().min(up.len());
+            let one = _mm256_set1_ps(1.0);
+            let mut i = 0;
+            while i + 8 <= n {
+                let x = _mm256_loadu_ps(gate.as_ptr().add(i));
+                let e = expf8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+                let s = _mm256_div_ps(x, _mm256_add_ps(one, e));
+                _mm256_storeu_ps(
+                    gate.as_mut_ptr().add(i),
+                    _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(i))),
+                );
+                i += 8;
+            }
+            for k in i..n {
+                gate[k] = super::super::ggml_math::silu(gate[k]) * up[k];
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn exp_sub_impl(x: &mut [f32], max: f32) -> f64 {
+        unsafe {
+            let n = x.len();
+            let m = _mm256_set1_ps(max);
+            let mut sum = 0.0f64;
+            let mut i = 0;
+            while i + 8 <= n {
+                let e = expf8(_mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), m));
+                _mm256_storeu_ps(x.as_mut_ptr().add(i), e);
+                sum += hsum_f32(e) as f64;
+                i += 8;
+            }
+            for v in &mut x[i..] {
+                *v = super::super::ggml_math::expf(*v - max);
+                sum += *v as f64;
+            }
+            sum
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn round_f16_impl(x: &mut [f32]) {
+        unsafe {
+            let n = x.len();
+            let mut i = 0;
+            while i + 8 <= n {
+                let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(
+                    x.as_ptr().add(i),
+                ));
+                _mm256_storeu_ps(x.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+                i += 8;
+            }
+            for v in &mut x[i..] {
+                *v = half::f16::from_f32(*v).to_f32();
+            }
+        }
+    }
+
+    pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+        // SAFETY: handed out by `Kernels` only after AVX2, FMA and F16C were detected.
+        unsafe { silu_mul_impl(gate, up) }
+    }
+
+    pub fn exp_sub(x: &mut [f32], max: f32) -> f64 {
+        // SAFETY: as above.
+        unsafe { exp_sub_impl(x, max) }
+    }
+
+    pub fn round_f16(x: &mut [f32]) {
+        // SAFETY: as above.
+        unsafe { round_f16_impl(x) }
     }
 
     /// f32 weights stored as little-endian bytes (possibly unaligned) · f32 activations.
@@ -902,7 +1059,7 @@ mod x86 {
     safe!(vnni_q4_k, vnni::q4_k, &[u8], &[BlockQ8K]);
     safe!(vnni_q5_k, vnni::q5_k, &[u8], &[BlockQ8K]);
     safe!(vnni_q6_k, vnni::q6_k, &[u8], &[BlockQ8K]);
-    safe!(dot_f32_f32, dot_f32_f32_impl, &[f32], &[f32]);
+    safe!(dot_f32_f16, dot_f32_f16_impl, &[f32], &[half::f16]);
     safe!(dot_f32_bytes, dot_f32_bytes_impl, &[u8], &[f32]);
     safe!(dot_f16_bytes, dot_f16_bytes_impl, &[u8], &[f32]);
 
@@ -927,9 +1084,9 @@ mod x86 {
     safe4!(vnni_q4_k_x4, vnni::q4_k_x4, BlockQ8K);
     safe4!(vnni_q6_k_x4, vnni::q6_k_x4, BlockQ8K);
 
-    pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    pub fn axpy_f16(a: f32, x: &[half::f16], y: &mut [f32]) {
         // SAFETY: as above.
-        unsafe { axpy_impl(a, x, y) }
+        unsafe { axpy_f16_impl(a, x, y) }
     }
 }
 
@@ -1029,14 +1186,41 @@ mod tests {
                 check_x4(&k, t, &w, n, seed);
             }
         }
+        // Elementwise functions equal the scalar definitions bit for bit.
+        let xs: Vec<f32> = (0..203).map(|i| (i as f32 - 101.0) * 0.37).collect();
+        let ups = activations(203, 9);
+        let mut g = xs.clone();
+        k.silu_mul(&mut g, &ups);
+        for i in 0..203 {
+            let want = super::super::ggml_math::silu(xs[i]) * ups[i];
+            assert_eq!(g[i].to_bits(), want.to_bits(), "silu({})", xs[i]);
+        }
+        let mut e = xs.clone();
+        let sum = k.exp_sub(&mut e, 3.0);
+        for i in 0..203 {
+            assert_eq!(
+                e[i].to_bits(),
+                super::super::ggml_math::expf(xs[i] - 3.0).to_bits()
+            );
+        }
+        assert!((sum - e.iter().map(|&v| v as f64).sum::<f64>()).abs() < 1e-6 * sum);
+        let mut r = ups.clone();
+        k.round_f16(&mut r);
+        for i in 0..203 {
+            assert_eq!(r[i], half::f16::from_f32(ups[i]).to_f32());
+        }
+
         let a = activations(77, 1);
-        let b = activations(77, 2);
-        let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert!((k.dot_f32_f32(&a, &b) - want).abs() < 1e-4);
-        let mut y = b.clone();
-        k.axpy(0.5, &a, &mut y);
+        let b: Vec<half::f16> = activations(77, 2)
+            .iter()
+            .map(|&v| half::f16::from_f32(v))
+            .collect();
+        let want: f32 = a.iter().zip(&b).map(|(x, y)| x * y.to_f32()).sum();
+        assert!((k.dot_f32_f16(&a, &b) - want).abs() < 1e-4);
+        let mut y = a.clone();
+        k.axpy_f16(0.5, &b, &mut y);
         for i in 0..77 {
-            assert!((y[i] - (b[i] + 0.5 * a[i])).abs() < 1e-6);
+            assert!((y[i] - (a[i] + 0.5 * b[i].to_f32())).abs() < 1e-6);
         }
     }
 }

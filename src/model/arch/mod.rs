@@ -26,7 +26,7 @@ pub struct Model<B: Backend> {
 
 /// The per-layer key and value caches, `ctx` rows of `kv_dim` each.
 pub struct KvCache<B: Backend> {
-    pub layers: Vec<(B::Buffer, B::Buffer)>,
+    pub layers: Vec<(B::Cache, B::Cache)>,
     pub ctx: usize,
 }
 
@@ -92,14 +92,14 @@ impl<B: Backend> Model<B> {
             .checked_mul(self.config.kv_dim())
             .ok_or_else(|| Error::Usage(format!("a context of {ctx} tokens is too large")))?;
         let layers = (0..self.config.n_layers)
-            .map(|_| Ok((self.backend.buffer(len)?, self.backend.buffer(len)?)))
+            .map(|_| Ok((self.backend.cache(len)?, self.backend.cache(len)?)))
             .collect::<Result<Vec<_>>>()?;
         Ok(KvCache { layers, ctx })
     }
 
     /// Bytes of key/value cache per token of context.
     pub fn kv_bytes_per_token(&self) -> usize {
-        2 * self.config.n_layers * self.config.kv_dim() * std::mem::size_of::<f32>()
+        2 * self.config.n_layers * self.config.kv_dim() * std::mem::size_of::<half::f16>()
     }
 
     pub fn new_scratch(&self, rows: usize) -> Result<Scratch<B>> {
@@ -263,8 +263,8 @@ impl<B: Backend> Step<'_, B> {
         );
 
         let (kc, vc) = &mut self.cache.layers[il];
-        b.copy_rows(&s.k, kc, self.start_pos, rows, c.kv_dim());
-        b.copy_rows(&s.v, vc, self.start_pos, rows, c.kv_dim());
+        b.store_rows(&s.k, kc, self.start_pos, rows, c.kv_dim());
+        b.store_rows(&s.v, vc, self.start_pos, rows, c.kv_dim());
         let params = AttentionParams {
             start_pos: self.start_pos,
             rows,

@@ -1,0 +1,63 @@
+//! Diagnostic: per-step differences between kiln's logits and a golden file's top-5 (teacher-forced).
+//! `cargo run --release --example golden_diff -- GOLDEN.json MODEL_NAME MODEL_PATH [CASE]`; with a
+//! CASE index it prints every step, otherwise a summary against the README tolerance.
+use kiln::backend::cpu::CpuBackend;
+use kiln::model::{Model, ModelFile, Session};
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&a[1]).unwrap()).unwrap();
+    let entry = &golden["models"][&a[2]];
+    let mf = ModelFile::open(std::path::Path::new(&a[3])).unwrap();
+    let model = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
+    let which: Option<usize> = a.get(4).map(|s| s.parse().unwrap());
+    let (mut viol, mut total, mut worst, mut sq) = (0, 0, 0f32, 0f64);
+    for (ci, case) in entry["greedy"].as_array().unwrap().iter().enumerate() {
+        if which.is_some_and(|w| w != ci) {
+            continue;
+        }
+        let prompt: Vec<u32> = case["prompt_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect();
+        let steps = case["steps"].as_array().unwrap();
+        let mut s = Session::new(&model, prompt.len() + steps.len() + 1).unwrap();
+        let mut logits = s.prefill(&prompt).unwrap().to_vec();
+        for (i, st) in steps.iter().enumerate() {
+            let diffs: Vec<String> = st["top5"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    let id = p[0].as_u64().unwrap() as usize;
+                    let w = p[1].as_f64().unwrap() as f32;
+                    let r = (logits[id] - w).abs() / (0.5 + 0.02 * w.abs());
+                    total += 1;
+                    if r > 1.0 {
+                        viol += 1;
+                    }
+                    worst = worst.max(r);
+                    sq += ((logits[id] - w) as f64).powi(2);
+                    format!("{:+.3}", logits[id] - w)
+                })
+                .collect();
+            if which.is_some() {
+                println!(
+                    "  step {i:2} margin {:.3} diffs {}",
+                    st["margin"].as_f64().unwrap(),
+                    diffs.join(" ")
+                );
+            }
+            logits = s
+                .decode(st["token"].as_u64().unwrap() as u32)
+                .unwrap()
+                .to_vec();
+        }
+    }
+    println!(
+        "SUMMARY violations {viol} of {total}; worst {worst:.2}; rms {:.4}",
+        (sq / total as f64).sqrt()
+    );
+}
