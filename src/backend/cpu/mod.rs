@@ -79,6 +79,7 @@ thread_local! {
 /// A pointer that rayon tasks may share to write disjoint parts of one output.
 #[derive(Clone, Copy)]
 struct SharedOut(*mut f32);
+
 unsafe impl Send for SharedOut {}
 unsafe impl Sync for SharedOut {}
 
@@ -110,39 +111,35 @@ impl CpuBackend {
             .min(m.max(1))
     }
 
-    /// `out[i·m + r] = dot(W row r, activation row i)`, weight rows split across the pool. Within a
+    /// For each job, `out[i·m + r] = dot(W row r, activation row i)`; the rows of all jobs are
+    /// split across the pool in one parallel pass (one fork-join for Q, K and V together). Within a
     /// task, activation rows go in tiles that stay in cache while each weight row of the task's
     /// chunk passes over them, four rows at a time where a four-row kernel exists.
-    fn matmul_impl<A: Sync>(
-        &self,
-        w: &CpuWeight,
-        rows: usize,
-        acts: &[A],
-        act_stride: usize,
-        out: &mut [f32],
-        kernels: RowKernels<A>,
-    ) {
-        let RowKernels {
-            one: dot,
-            four: dot4,
-        } = kernels;
-        let m = w.rows;
-        let out_ptr = SharedOut(out.as_mut_ptr());
-        let chunk = self.row_chunk(m, rows);
-        let n_chunks = m.div_ceil(chunk);
+    fn run_jobs<A: Sync>(&self, jobs: &[Job<A>], rows: usize, acts: &[A], act_stride: usize) {
+        let total: usize = jobs.iter().map(|j| j.w.rows).sum();
+        let chunk = self.row_chunk(total, rows);
+        let tasks: Vec<(usize, usize, usize)> = jobs
+            .iter()
+            .enumerate()
+            .flat_map(|(ji, j)| {
+                (0..j.w.rows)
+                    .step_by(chunk)
+                    .map(move |r0| (ji, r0, (r0 + chunk).min(j.w.rows)))
+            })
+            .collect();
         let act = |i: usize| &acts[i * act_stride..(i + 1) * act_stride];
-        (0..n_chunks).into_par_iter().for_each(|c| {
-            let r0 = c * chunk;
-            let r1 = (r0 + chunk).min(m);
-            // SAFETY: each (i, r) is written by exactly one task (r is in this task's chunk) and
-            // i·m + r < rows·m ≤ out.len().
-            let put = |i: usize, r: usize, v: f32| unsafe { *out_ptr.get().add(i * m + r) = v };
+        tasks.into_par_iter().for_each(|(ji, r0, r1)| {
+            let Job { w, out, kernels } = &jobs[ji];
+            let m = w.rows;
+            // SAFETY: each (i, r) of a job's output is written by exactly one task (r is in this
+            // task's chunk) and i·m + r < rows·m ≤ that output's length.
+            let put = |i: usize, r: usize, v: f32| unsafe { *out.get().add(i * m + r) = v };
             for t0 in (0..rows).step_by(ROW_TILE) {
                 let t1 = (t0 + ROW_TILE).min(rows);
                 for r in r0..r1 {
                     let wrow = w.row(r);
                     let mut i = t0;
-                    if let Some(dot4) = dot4 {
+                    if let Some(dot4) = kernels.four {
                         while i + 4 <= t1 {
                             let v = dot4(wrow, [act(i), act(i + 1), act(i + 2), act(i + 3)]);
                             for (k, &vk) in v.iter().enumerate() {
@@ -152,12 +149,92 @@ impl CpuBackend {
                         }
                     }
                     for i in i..t1 {
-                        put(i, r, dot(wrow, act(i)));
+                        put(i, r, (kernels.one)(wrow, act(i)));
                     }
                 }
             }
         });
     }
+
+    /// Matmuls of one input by weights that take the same activation format: the input is
+    /// quantized once and all the weights' rows run in one parallel pass.
+    fn matmul_group(&self, x: &[f32], ws: &[&CpuWeight], rows: usize, outs: &mut [&mut Vec<f32>]) {
+        let k = ws[0].cols;
+        let x = &x[..rows * k];
+        let kernels = &self.kernels;
+        let format = act_format(ws[0].tensor.dtype);
+        let outs: Vec<SharedOut> = ws
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(w, o)| SharedOut(o[..rows * w.rows].as_mut_ptr()))
+            .collect();
+        self.pool.install(|| match format {
+            ActFormat::F32 => {
+                let jobs: Vec<Job<f32>> = ws
+                    .iter()
+                    .zip(&outs)
+                    .map(|(w, &out)| Job {
+                        w,
+                        out,
+                        kernels: RowKernels {
+                            one: kernels.dot_f32(w.tensor.dtype),
+                            four: None,
+                        },
+                    })
+                    .collect();
+                self.run_jobs(&jobs, rows, x, k);
+            }
+            ActFormat::Q8 => Q8_SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                let nb = k / 32;
+                s.resize(rows * nb, BlockQ8::default());
+                s.par_chunks_mut(nb)
+                    .zip(x.par_chunks(k))
+                    .for_each(|(q, xr)| kernels.quantize_q8(xr, q));
+                let jobs: Vec<Job<BlockQ8>> = ws
+                    .iter()
+                    .zip(&outs)
+                    .map(|(w, &out)| Job {
+                        w,
+                        out,
+                        kernels: RowKernels {
+                            one: kernels.dot_q8(w.tensor.dtype),
+                            four: kernels.dot_q8_x4(w.tensor.dtype),
+                        },
+                    })
+                    .collect();
+                self.run_jobs(&jobs, rows, &s, nb);
+            }),
+            ActFormat::Q8K => Q8K_SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                let nb = k / 256;
+                s.resize(rows * nb, BlockQ8K::default());
+                s.par_chunks_mut(nb)
+                    .zip(x.par_chunks(k))
+                    .for_each(|(q, xr)| quant::quantize_q8k(xr, q));
+                let jobs: Vec<Job<BlockQ8K>> = ws
+                    .iter()
+                    .zip(&outs)
+                    .map(|(w, &out)| Job {
+                        w,
+                        out,
+                        kernels: RowKernels {
+                            one: kernels.dot_q8k(w.tensor.dtype),
+                            four: kernels.dot_q8k_x4(w.tensor.dtype),
+                        },
+                    })
+                    .collect();
+                self.run_jobs(&jobs, rows, &s, nb);
+            }),
+        });
+    }
+}
+
+/// One weight's share of a matmul pass: its rows, where they go, and the kernels for its type.
+struct Job<'a, A> {
+    w: &'a CpuWeight,
+    out: SharedOut,
+    kernels: RowKernels<A>,
 }
 
 impl Backend for CpuBackend {
@@ -233,46 +310,31 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, x: &Vec<f32>, w: &CpuWeight, rows: usize, out: &mut Vec<f32>) {
-        let k = w.cols;
-        let x = &x[..rows * k];
-        let out = &mut out[..rows * w.rows];
-        let t = w.tensor.dtype;
-        let kernels = &self.kernels;
-        self.pool.install(|| match act_format(t) {
-            ActFormat::F32 => {
-                let ks = RowKernels {
-                    one: kernels.dot_f32(t),
-                    four: None,
-                };
-                self.matmul_impl(w, rows, x, k, out, ks);
-            }
-            ActFormat::Q8 => Q8_SCRATCH.with(|s| {
-                let mut s = s.borrow_mut();
-                let nb = k / 32;
-                s.resize(rows * nb, BlockQ8::default());
-                s.par_chunks_mut(nb)
-                    .zip(x.par_chunks(k))
-                    .for_each(|(q, xr)| kernels.quantize_q8(xr, q));
-                let ks = RowKernels {
-                    one: kernels.dot_q8(t),
-                    four: kernels.dot_q8_x4(t),
-                };
-                self.matmul_impl(w, rows, &s, nb, out, ks);
-            }),
-            ActFormat::Q8K => Q8K_SCRATCH.with(|s| {
-                let mut s = s.borrow_mut();
-                let nb = k / 256;
-                s.resize(rows * nb, BlockQ8K::default());
-                s.par_chunks_mut(nb)
-                    .zip(x.par_chunks(k))
-                    .for_each(|(q, xr)| quant::quantize_q8k(xr, q));
-                let ks = RowKernels {
-                    one: kernels.dot_q8k(t),
-                    four: kernels.dot_q8k_x4(t),
-                };
-                self.matmul_impl(w, rows, &s, nb, out, ks);
-            }),
-        });
+        self.matmul_group(x, &[w], rows, &mut [out]);
+    }
+
+    fn matmul_many(
+        &self,
+        x: &Vec<f32>,
+        ws: &[&CpuWeight],
+        rows: usize,
+        outs: &mut [&mut Vec<f32>],
+    ) {
+        // One pass per activation format (weights of one layer usually share it).
+        let mut pending: Vec<(&CpuWeight, &mut Vec<f32>)> = ws
+            .iter()
+            .copied()
+            .zip(outs.iter_mut().map(|o| &mut **o))
+            .collect();
+        while let Some(&(first, _)) = pending.first() {
+            let format = act_format(first.tensor.dtype);
+            let (group, rest): (Vec<_>, Vec<_>) = pending
+                .into_iter()
+                .partition(|(w, _)| act_format(w.tensor.dtype) == format);
+            let (gw, mut go): (Vec<&CpuWeight>, Vec<&mut Vec<f32>>) = group.into_iter().unzip();
+            self.matmul_group(x, &gw, rows, &mut go);
+            pending = rest;
+        }
     }
 
     fn add_bias(&self, x: &mut Vec<f32>, b: &CpuWeight, rows: usize) {
