@@ -211,7 +211,7 @@ impl CpuBackend {
                 s.resize(rows * nb, BlockQ8K::default());
                 s.par_chunks_mut(nb)
                     .zip(x.par_chunks(k))
-                    .for_each(|(q, xr)| quant::quantize_q8k(xr, q));
+                    .for_each(|(q, xr)| kernels.quantize_q8k(xr, q));
                 let jobs: Vec<Job<BlockQ8K>> = ws
                     .iter()
                     .zip(&outs)

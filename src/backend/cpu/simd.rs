@@ -57,7 +57,19 @@ impl Kernels {
     }
 
     pub fn quantize_q8(&self, x: &[f32], out: &mut [BlockQ8]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            return x86::quantize_q8(x, out);
+        }
         quant::quantize_q8(x, out)
+    }
+
+    pub fn quantize_q8k(&self, x: &[f32], out: &mut [BlockQ8K]) {
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            return x86::quantize_q8k(x, out);
+        }
+        quant::quantize_q8k(x, out)
     }
 
     /// The dot product of a weight row of type `t` (unquantized) with f32 activations.
@@ -869,6 +881,98 @@ mod x86 {
         }
     }
 
+    /// `quant::quantize_q8`, vectorized; the same values (llama.cpp's `quantize_row_q8_0/1`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn quantize_q8_impl(x: &[f32], out: &mut [BlockQ8]) {
+        unsafe {
+            let sign = _mm256_set1_ps(-0.0);
+            for (xb, b) in x.chunks_exact(32).zip(out.iter_mut()) {
+                let v: [__m256; 4] =
+                    std::array::from_fn(|i| _mm256_loadu_ps(xb.as_ptr().add(8 * i)));
+                let m = v.iter().fold(_mm256_setzero_ps(), |m, &vi| {
+                    _mm256_max_ps(m, _mm256_andnot_ps(sign, vi))
+                });
+                let amax = hsum_max(m);
+                let d = amax / 127.0;
+                let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+                let mut sum = _mm256_setzero_si256();
+                let mut q = [0i32; 32];
+                for (i, &vi) in v.iter().enumerate() {
+                    let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                        _mm256_mul_ps(vi, id),
+                    );
+                    let qi = _mm256_cvtps_epi32(r);
+                    sum = _mm256_add_epi32(sum, qi);
+                    _mm256_storeu_si256(q.as_mut_ptr().add(8 * i) as *mut __m256i, qi);
+                }
+                for (dst, &v) in b.qs.iter_mut().zip(&q) {
+                    *dst = v as i8;
+                }
+                b.d = half::f16::from_f32(d).to_f32();
+                b.s = half::f16::from_f32(d * hsum_i32(sum) as f32).to_f32();
+            }
+        }
+    }
+
+    /// `quant::quantize_q8k`, vectorized; the same values (llama.cpp's `quantize_row_q8_K`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn quantize_q8k_impl(x: &[f32], out: &mut [BlockQ8K]) {
+        unsafe {
+            for (xb, b) in x.chunks_exact(256).zip(out.iter_mut()) {
+                // The value of largest magnitude, first one on ties (scalar: it decides the sign).
+                let mut max = 0.0f32;
+                let mut amax = 0.0f32;
+                for &v in xb {
+                    if v.abs() > amax {
+                        amax = v.abs();
+                        max = v;
+                    }
+                }
+                if amax == 0.0 {
+                    *b = BlockQ8K::default();
+                    continue;
+                }
+                let iscale = -127.0 / max;
+                let is = _mm256_set1_ps(iscale);
+                let mut q = [0i32; 256];
+                for i in 0..32 {
+                    let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                        _mm256_mul_ps(_mm256_loadu_ps(xb.as_ptr().add(8 * i)), is),
+                    );
+                    let qi = _mm256_min_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127));
+                    _mm256_storeu_si256(q.as_mut_ptr().add(8 * i) as *mut __m256i, qi);
+                }
+                for (dst, &v) in b.qs.iter_mut().zip(&q) {
+                    *dst = v as i8;
+                }
+                for (j, s) in b.bsums.iter_mut().enumerate() {
+                    *s = q[j * 16..j * 16 + 16].iter().sum::<i32>() as i16;
+                }
+                b.d = 1.0 / iscale;
+            }
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn hsum_max(v: __m256) -> f32 {
+        unsafe {
+            let s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_max_ss(s, _mm_movehdup_ps(s));
+            _mm_cvtss_f32(s)
+        }
+    }
+
+    pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
+        // SAFETY: handed out by `Kernels` only after AVX2, FMA and F16C were detected.
+        unsafe { quantize_q8_impl(x, out) }
+    }
+
+    pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
+        // SAFETY: as above.
+        unsafe { quantize_q8k_impl(x, out) }
+    }
+
     /// llama.cpp's `expf`, eight lanes at a time: the same operations as the scalar
     /// `ggml_math::expf`, lane for lane.
     #[inline(always)]
@@ -1186,6 +1290,21 @@ mod tests {
                 check_x4(&k, t, &w, n, seed);
             }
         }
+        // Quantization equals the reference, value for value.
+        let xq = activations(512, 77);
+        let (mut a8, mut b8) = (vec![BlockQ8::default(); 16], vec![BlockQ8::default(); 16]);
+        k.quantize_q8(&xq, &mut a8);
+        quant::quantize_q8(&xq, &mut b8);
+        for (a, b) in a8.iter().zip(&b8) {
+            assert_eq!((a.d, a.s, a.qs), (b.d, b.s, b.qs));
+        }
+        let (mut ak, mut bk) = (vec![BlockQ8K::default(); 2], vec![BlockQ8K::default(); 2]);
+        k.quantize_q8k(&xq, &mut ak);
+        quantize_q8k(&xq, &mut bk);
+        for (a, b) in ak.iter().zip(&bk) {
+            assert_eq!((a.d, a.qs, a.bsums), (b.d, b.qs, b.bsums));
+        }
+
         // Elementwise functions equal the scalar definitions bit for bit.
         let xs: Vec<f32> = (0..203).map(|i| (i as f32 - 101.0) * 0.37).collect();
         let ups = activations(203, 9);
