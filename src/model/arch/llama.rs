@@ -1,4 +1,5 @@
-//! Llama family: Llama 2/3.x, SmolLM2, Mistral. Pre-norm attention and SwiGLU feed-forward, each
+//! Llama family: Llama 2/3.x, SmolLM2, Mistral — and the same pre-norm layer serves the Qwen
+//! family with its attention options (qwen.rs). Pre-norm attention and SwiGLU feed-forward, each
 //! added to the residual stream. (RoPE layout, Llama 3 frequency scaling and Mistral's sliding
 //! window come from the configuration.)
 
@@ -6,9 +7,9 @@ use super::{AttentionOpts, Step};
 use crate::backend::Backend;
 use crate::model::weights::LayerWeights;
 
-pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
+pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>, opts: AttentionOpts) {
     f.norm_input(&l.attn_norm);
-    f.attention(l, AttentionOpts::default());
+    f.attention(l, opts);
     f.residual();
 
     f.norm_input(&l.ffn_norm);

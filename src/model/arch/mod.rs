@@ -1,7 +1,8 @@
 //! The forward pass. `Model` holds the weights on a backend; `Step` is one batched forward call
 //! over a chunk of tokens, with the shared building blocks (norms, attention, feed-forward,
 //! residual) that each architecture family composes in its own short file:
-//! `llama.rs` (Llama, SmolLM2, Mistral), `qwen.rs` (Qwen2, Qwen3), `gemma3.rs`.
+//! `llama.rs` (Llama, SmolLM2, Mistral; its layer also serves Qwen), `qwen.rs` (Qwen2 and Qwen3's
+//! attention options), `gemma3.rs`.
 
 mod gemma3;
 mod llama;
@@ -161,9 +162,9 @@ impl<B: Backend> Model<B> {
                 il,
             };
             match c.arch {
-                Arch::Llama => llama::layer(&mut step, layer),
-                Arch::Qwen2 => qwen::qwen2_layer(&mut step, layer),
-                Arch::Qwen3 => qwen::qwen3_layer(&mut step, layer),
+                Arch::Llama => llama::layer(&mut step, layer, AttentionOpts::default()),
+                Arch::Qwen2 => llama::layer(&mut step, layer, qwen::QWEN2),
+                Arch::Qwen3 => llama::layer(&mut step, layer, qwen::QWEN3),
                 Arch::Gemma3 => gemma3::layer(&mut step, layer),
             }
         }

@@ -1,34 +1,15 @@
-//! Qwen family: Qwen2/2.5 (Llama's layer with biases on Q, K and V) and Qwen3 (no biases; each
-//! query and key head RMS-normed before RoPE).
+//! Qwen family: the Llama layer (llama.rs) with Qwen's attention options.
 
-use super::{AttentionOpts, Step};
-use crate::backend::Backend;
-use crate::model::weights::LayerWeights;
+use super::AttentionOpts;
 
-pub(crate) fn qwen2_layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
-    let opts = AttentionOpts {
-        qkv_bias: true,
-        ..AttentionOpts::default()
-    };
-    f.norm_input(&l.attn_norm);
-    f.attention(l, opts);
-    f.residual();
+/// Qwen2/2.5: biases on the Q, K and V projections.
+pub(crate) const QWEN2: AttentionOpts = AttentionOpts {
+    qkv_bias: true,
+    qk_norm: false,
+};
 
-    f.norm_input(&l.ffn_norm);
-    f.feed_forward(l);
-    f.residual();
-}
-
-pub(crate) fn qwen3_layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
-    let opts = AttentionOpts {
-        qk_norm: true,
-        ..AttentionOpts::default()
-    };
-    f.norm_input(&l.attn_norm);
-    f.attention(l, opts);
-    f.residual();
-
-    f.norm_input(&l.ffn_norm);
-    f.feed_forward(l);
-    f.residual();
-}
+/// Qwen3: no biases; each query and key head RMS-normed before RoPE.
+pub(crate) const QWEN3: AttentionOpts = AttentionOpts {
+    qkv_bias: false,
+    qk_norm: true,
+};
