@@ -92,17 +92,24 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
     }
 }
 
+/// The value of largest magnitude (the first, on ties: its sign decides Q8_K's scale) and that
+/// magnitude.
+pub fn signed_absmax(x: &[f32]) -> (f32, f32) {
+    let mut max = 0.0f32;
+    let mut amax = 0.0f32;
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    (max, amax)
+}
+
 /// Quantize 256·k values into k Q8_K blocks (llama.cpp's `quantize_row_q8_K_ref`).
 pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
     for (xb, b) in x.chunks_exact(256).zip(out.iter_mut()) {
-        let mut max = 0.0f32;
-        let mut amax = 0.0f32;
-        for &v in xb {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (max, amax) = signed_absmax(xb);
         if amax == 0.0 {
             *b = BlockQ8K::default();
             continue;

@@ -919,15 +919,7 @@ mod x86 {
     unsafe fn quantize_q8k_impl(x: &[f32], out: &mut [BlockQ8K]) {
         unsafe {
             for (xb, b) in x.chunks_exact(256).zip(out.iter_mut()) {
-                // The value of largest magnitude, first one on ties (scalar: it decides the sign).
-                let mut max = 0.0f32;
-                let mut amax = 0.0f32;
-                for &v in xb {
-                    if v.abs() > amax {
-                        amax = v.abs();
-                        max = v;
-                    }
-                }
+                let (max, amax) = super::super::quant::signed_absmax(xb);
                 if amax == 0.0 {
                     *b = BlockQ8K::default();
                     continue;
