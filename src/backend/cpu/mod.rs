@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use self::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
 use super::{AttentionParams, Backend, GateActivation};
 use crate::error::{Error, Result};
+use crate::gguf::GgmlType;
 use crate::model::Tensor;
 use crate::model::config::RopeLayout;
 
@@ -162,26 +163,17 @@ impl CpuBackend {
         let k = ws[0].cols;
         let x = &x[..rows * k];
         let kernels = &self.kernels;
-        let format = act_format(ws[0].tensor.dtype);
         let outs: Vec<SharedOut> = ws
             .iter()
             .zip(outs.iter_mut())
             .map(|(w, o)| SharedOut(o[..rows * w.rows].as_mut_ptr()))
             .collect();
-        self.pool.install(|| match format {
+        self.pool.install(|| match act_format(ws[0].tensor.dtype) {
             ActFormat::F32 => {
-                let jobs: Vec<Job<f32>> = ws
-                    .iter()
-                    .zip(&outs)
-                    .map(|(w, &out)| Job {
-                        w,
-                        out,
-                        kernels: RowKernels {
-                            one: kernels.dot_f32(w.tensor.dtype),
-                            four: None,
-                        },
-                    })
-                    .collect();
+                let jobs = jobs(ws, &outs, |t| RowKernels {
+                    one: kernels.dot_f32(t),
+                    four: None,
+                });
                 self.run_jobs(&jobs, rows, x, k);
             }
             ActFormat::Q8 => Q8_SCRATCH.with(|s| {
@@ -191,18 +183,10 @@ impl CpuBackend {
                 s.par_chunks_mut(nb)
                     .zip(x.par_chunks(k))
                     .for_each(|(q, xr)| kernels.quantize_q8(xr, q));
-                let jobs: Vec<Job<BlockQ8>> = ws
-                    .iter()
-                    .zip(&outs)
-                    .map(|(w, &out)| Job {
-                        w,
-                        out,
-                        kernels: RowKernels {
-                            one: kernels.dot_q8(w.tensor.dtype),
-                            four: kernels.dot_q8_x4(w.tensor.dtype),
-                        },
-                    })
-                    .collect();
+                let jobs = jobs(ws, &outs, |t| RowKernels {
+                    one: kernels.dot_q8(t),
+                    four: kernels.dot_q8_x4(t),
+                });
                 self.run_jobs(&jobs, rows, &s, nb);
             }),
             ActFormat::Q8K => Q8K_SCRATCH.with(|s| {
@@ -212,22 +196,30 @@ impl CpuBackend {
                 s.par_chunks_mut(nb)
                     .zip(x.par_chunks(k))
                     .for_each(|(q, xr)| kernels.quantize_q8k(xr, q));
-                let jobs: Vec<Job<BlockQ8K>> = ws
-                    .iter()
-                    .zip(&outs)
-                    .map(|(w, &out)| Job {
-                        w,
-                        out,
-                        kernels: RowKernels {
-                            one: kernels.dot_q8k(w.tensor.dtype),
-                            four: kernels.dot_q8k_x4(w.tensor.dtype),
-                        },
-                    })
-                    .collect();
+                let jobs = jobs(ws, &outs, |t| RowKernels {
+                    one: kernels.dot_q8k(t),
+                    four: kernels.dot_q8k_x4(t),
+                });
                 self.run_jobs(&jobs, rows, &s, nb);
             }),
         });
     }
+}
+
+/// The jobs of one pass: each weight with its output and the kernels for its type.
+fn jobs<'a, A>(
+    ws: &[&'a CpuWeight],
+    outs: &[SharedOut],
+    row_kernels: impl Fn(GgmlType) -> RowKernels<A>,
+) -> Vec<Job<'a, A>> {
+    ws.iter()
+        .zip(outs)
+        .map(|(&w, &out)| Job {
+            w,
+            out,
+            kernels: row_kernels(w.tensor.dtype),
+        })
+        .collect()
 }
 
 /// One weight's share of a matmul pass: its rows, where they go, and the kernels for its type.
