@@ -96,8 +96,7 @@ pub fn generate<B: Backend>(
         sampler.accept(t);
     }
 
-    let context: Vec<u32> = session.tokens().to_vec();
-    let mut stream = tok.stream(&context, true);
+    let mut stream = tok.stream(session.tokens(), true);
     let mut out = Generation {
         tokens: Vec::new(),
         text: String::new(),
