@@ -3,19 +3,12 @@
 
 mod common;
 
-use assert_cmd::Command;
 use kiln::model::chat::ChatTemplate;
 use kiln::model::conversation::Conversation;
 use kiln::model::{ModelFile, Session, Tokenizer};
 
-fn kiln() -> Command {
-    let mut c = Command::cargo_bin("kiln").unwrap();
-    c.env_remove("KILN_MODEL").env("NO_COLOR", "1");
-    c
-}
-
 fn chat(model: &std::path::Path, input: &str, extra: &[&str]) -> (String, String, Option<i32>) {
-    let out = kiln()
+    let out = common::kiln()
         .arg("chat")
         .arg("-m")
         .arg(model)
@@ -43,7 +36,7 @@ fn stdin_fed_chat_is_scriptable() {
     );
     assert_eq!(code, Some(0), "{err}");
     assert!(out.ends_with("\n\n"), "{out:?}");
-    let run = kiln()
+    let run = common::kiln()
         .arg("run")
         .arg("-m")
         .arg(&model)
@@ -105,7 +98,7 @@ fn chat_exit_codes() {
     let (_, err, code) = chat(std::path::Path::new("/nonexistent.gguf"), "hi\n", &[]);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("/nonexistent.gguf"));
-    let out = kiln().args(["chat", "--bogus"]).output().unwrap();
+    let out = common::kiln().args(["chat", "--bogus"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -201,7 +194,7 @@ fn full_contexts_drop_old_turns() {
 #[test]
 fn bench_json_holds_every_sample() {
     let model = common::fixture("models/tiny-llama.gguf");
-    let out = kiln()
+    let out = common::kiln()
         .arg("bench")
         .arg("-m")
         .arg(&model)
@@ -249,7 +242,7 @@ fn bench_json_holds_every_sample() {
 #[test]
 fn bench_markdown_table_and_bad_flags() {
     let model = common::fixture("models/tiny-llama.gguf");
-    let out = kiln()
+    let out = common::kiln()
         .arg("bench")
         .arg("-m")
         .arg(&model)
@@ -267,7 +260,7 @@ fn bench_markdown_table_and_bad_flags() {
         lines[2].contains("pp8") && lines[3].contains("tg4"),
         "{text}"
     );
-    let out = kiln()
+    let out = common::kiln()
         .arg("bench")
         .arg("-m")
         .arg(&model)
@@ -275,7 +268,7 @@ fn bench_markdown_table_and_bad_flags() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
-    let out = kiln()
+    let out = common::kiln()
         .arg("bench")
         .arg("-m")
         .arg(&model)

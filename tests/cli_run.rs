@@ -6,17 +6,10 @@ use std::io::Write;
 use std::process::{Command as StdCommand, Stdio};
 use std::time::Duration;
 
-use assert_cmd::Command;
 use serde_json::Value;
 
-fn kiln() -> Command {
-    let mut c = Command::cargo_bin("kiln").unwrap();
-    c.env_remove("KILN_MODEL");
-    c
-}
-
 fn json_run(model: &std::path::Path, args: &[&str]) -> Value {
-    let out = kiln()
+    let out = common::kiln()
         .arg("run")
         .arg("-m")
         .arg(model)
@@ -79,7 +72,7 @@ fn chat_and_raw_on_every_real_model_and_stdin_pipelines() {
             ("--chat", "What is 2+2?"),
             ("--raw", "The capital of France is"),
         ] {
-            let out = kiln()
+            let out = common::kiln()
                 .arg("run")
                 .arg("-m")
                 .arg(&model)
@@ -211,7 +204,7 @@ fn bad_input_exits_1_with_a_clear_message() {
         ),
     ];
     for (args, expect) in cases {
-        let out = kiln().arg("run").args(&args).output().unwrap();
+        let out = common::kiln().arg("run").args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(expect), "{args:?}: {err}");
@@ -222,7 +215,7 @@ fn bad_input_exits_1_with_a_clear_message() {
     let bad = dir.path().join("bad.gguf");
     let bytes = std::fs::read(&tiny).unwrap();
     std::fs::write(&bad, &bytes[..1000]).unwrap();
-    let out = kiln()
+    let out = common::kiln()
         .arg("run")
         .arg("-m")
         .arg(&bad)
@@ -240,7 +233,7 @@ fn bad_flags_exit_2() {
         vec!["run", "--no-such-flag"],
         vec!["frobnicate"],
     ] {
-        let out = kiln().args(&args).output().unwrap();
+        let out = common::kiln().args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
 }

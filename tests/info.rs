@@ -3,12 +3,10 @@
 
 mod common;
 
-use assert_cmd::Command;
 use serde_json::Value;
 
 fn info_json(path: &std::path::Path) -> Value {
-    let out = Command::cargo_bin("kiln")
-        .unwrap()
+    let out = common::kiln()
         .args(["info", "--format", "json", "-m"])
         .arg(path)
         .output()
@@ -107,8 +105,7 @@ fn gguf_and_hf_configs_agree() {
 
 #[test]
 fn info_text_output_and_bad_paths() {
-    let out = Command::cargo_bin("kiln")
-        .unwrap()
+    let out = common::kiln()
         .args(["info", "-m"])
         .arg(common::fixture("models/tiny-qwen3.gguf"))
         .output()
@@ -120,8 +117,7 @@ fn info_text_output_and_bad_paths() {
         "{text}"
     );
 
-    let out = Command::cargo_bin("kiln")
-        .unwrap()
+    let out = common::kiln()
         .args(["info", "-m", "/nonexistent/model.gguf"])
         .output()
         .unwrap();
@@ -129,8 +125,7 @@ fn info_text_output_and_bad_paths() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("/nonexistent/model.gguf"), "{err}");
 
-    let out = Command::cargo_bin("kiln")
-        .unwrap()
+    let out = common::kiln()
         .args(["info"])
         .env_remove("KILN_MODEL")
         .output()

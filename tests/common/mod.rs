@@ -50,3 +50,10 @@ pub fn hex_bytes(s: &str) -> Vec<u8> {
 pub mod gguf_writer;
 pub mod golden_run;
 pub mod synth;
+
+/// The kiln binary as a command, with no model taken from the environment and no colours.
+pub fn kiln() -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::cargo_bin("kiln").unwrap();
+    c.env_remove("KILN_MODEL").env("NO_COLOR", "1");
+    c
+}
