@@ -223,13 +223,20 @@ fn bench_json_holds_every_sample() {
         let samples = r["samples_ns"].as_array().unwrap();
         assert_eq!(samples.len(), 3);
         assert!(r["avg_ts"].as_f64().unwrap() > 0.0);
-        let n = r["n_prompt"].as_u64().unwrap() + r["n_gen"].as_u64().unwrap();
-        let mean_ns: f64 = samples.iter().map(|s| s.as_f64().unwrap()).sum::<f64>() / 3.0;
-        let ts = r["avg_ts"].as_f64().unwrap();
-        assert!(
-            (ts - n as f64 / (mean_ns / 1e9)).abs() / ts < 0.5,
-            "t/s consistent with samples"
-        );
+        // As llama-bench: each sample's t/s is tokens / its time, and avg_ts is their mean.
+        let n = (r["n_prompt"].as_u64().unwrap() + r["n_gen"].as_u64().unwrap()) as f64;
+        let ts: Vec<f64> = r["samples_ts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_f64().unwrap())
+            .collect();
+        for (t, ns) in ts.iter().zip(samples) {
+            let want = n / (ns.as_f64().unwrap() / 1e9);
+            assert!((t - want).abs() <= 1e-9 * want, "{t} vs {want}");
+        }
+        let mean = ts.iter().sum::<f64>() / ts.len() as f64;
+        assert!((r["avg_ts"].as_f64().unwrap() - mean).abs() <= 1e-9 * mean);
         assert_eq!(
             r["weights_gbps"].is_null(),
             r["n_gen"] == 0,
