@@ -286,7 +286,8 @@ fn bench_markdown_table_and_bad_flags() {
 }
 
 /// In a terminal: Ctrl-C while a reply streams stops the reply and the REPL carries on; Ctrl-C
-/// at an empty prompt says how to leave; Ctrl-D leaves.
+/// at an empty prompt says how to leave; Ctrl-D leaves. (With this seed the reply runs to well
+/// over 1500 words, so it is still streaming when interrupted.)
 #[cfg(unix)]
 #[test]
 fn ctrl_c_in_a_terminal_stops_the_reply_and_the_repl_survives() {
@@ -294,7 +295,7 @@ fn ctrl_c_in_a_terminal_stops_the_reply_and_the_repl_survives() {
     cmd.arg("chat")
         .arg("-m")
         .arg(common::real_model(common::REAL_MODELS[0]))
-        .args(["-c", "8192", "--temp", "0.7"])
+        .args(["-c", "8192", "--temp", "0.7", "--seed", "1"])
         .env("NO_COLOR", "1")
         .env("HOME", std::env::temp_dir());
     let mut p = rexpect::session::spawn_command(cmd, Some(60_000)).unwrap();
