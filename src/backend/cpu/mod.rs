@@ -1,8 +1,9 @@
 //! The CPU backend: weights stay in their GGML blocks inside the file mapping; matmuls quantize the
 //! activations to 8 bits once and take integer dot products against the weight blocks, rows split
-//! across a rayon pool of `threads` workers.
+//! across a spinning pool of `threads` threads (pool.rs).
 
 mod ggml_math;
+mod pool;
 pub mod quant;
 mod simd;
 
@@ -10,8 +11,6 @@ use std::cell::RefCell;
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
-
-use rayon::prelude::*;
 
 use self::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
 use super::{AttentionParams, Backend, GateActivation};
@@ -21,7 +20,7 @@ use crate::model::Tensor;
 use crate::model::config::RopeLayout;
 
 pub struct CpuBackend {
-    pool: rayon::ThreadPool,
+    pool: pool::SpinPool,
     threads: usize,
     kernels: simd::Kernels,
 }
@@ -55,10 +54,7 @@ impl CpuBackend {
         } else {
             threads
         };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("kiln-cpu-{i}"))
-            .build()
+        let pool = pool::SpinPool::new(threads)
             .map_err(|e| Error::Unsupported(format!("cannot start {threads} threads: {e}")))?;
         Ok(CpuBackend {
             pool,
@@ -77,7 +73,7 @@ thread_local! {
     static Q8K_SCRATCH: RefCell<Vec<BlockQ8K>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A pointer that rayon tasks may share to write disjoint parts of one output.
+/// A pointer that pool tasks may share to write disjoint parts of one output.
 #[derive(Clone, Copy)]
 struct SharedOut(*mut f32);
 
@@ -129,7 +125,8 @@ impl CpuBackend {
             })
             .collect();
         let act = |i: usize| &acts[i * act_stride..(i + 1) * act_stride];
-        tasks.into_par_iter().for_each(|(ji, r0, r1)| {
+        self.pool.run(tasks.len(), &|t| {
+            let (ji, r0, r1) = tasks[t];
             let Job { w, out, kernels } = &jobs[ji];
             let m = w.rows;
             // SAFETY: each (i, r) of a job's output is written by exactly one task (r is in this
@@ -168,7 +165,7 @@ impl CpuBackend {
             .zip(outs.iter_mut())
             .map(|(w, o)| SharedOut(o[..rows * w.rows].as_mut_ptr()))
             .collect();
-        self.pool.install(|| match act_format(ws[0].tensor.dtype) {
+        match act_format(ws[0].tensor.dtype) {
             ActFormat::F32 => {
                 let jobs = jobs(ws, &outs, |t| RowKernels {
                     one: kernels.dot_f32(t),
@@ -180,9 +177,9 @@ impl CpuBackend {
                 let mut s = s.borrow_mut();
                 let nb = k / 32;
                 s.resize(rows * nb, BlockQ8::default());
-                s.par_chunks_mut(nb)
-                    .zip(x.par_chunks(k))
-                    .for_each(|(q, xr)| kernels.quantize_q8(xr, q));
+                self.pool.for_each_chunk(&mut s[..], nb, &|r, q| {
+                    kernels.quantize_q8(&x[r * k..(r + 1) * k], q)
+                });
                 let jobs = jobs(ws, &outs, |t| RowKernels {
                     one: kernels.dot_q8(t),
                     four: kernels.dot_q8_x4(t),
@@ -193,16 +190,16 @@ impl CpuBackend {
                 let mut s = s.borrow_mut();
                 let nb = k / 256;
                 s.resize(rows * nb, BlockQ8K::default());
-                s.par_chunks_mut(nb)
-                    .zip(x.par_chunks(k))
-                    .for_each(|(q, xr)| kernels.quantize_q8k(xr, q));
+                self.pool.for_each_chunk(&mut s[..], nb, &|r, q| {
+                    kernels.quantize_q8k(&x[r * k..(r + 1) * k], q)
+                });
                 let jobs = jobs(ws, &outs, |t| RowKernels {
                     one: kernels.dot_q8k(t),
                     four: kernels.dot_q8k_x4(t),
                 });
                 self.run_jobs(&jobs, rows, &s, nb);
             }),
-        });
+        }
     }
 }
 
@@ -295,7 +292,7 @@ impl Backend for CpuBackend {
         };
         let x = &mut x[..rows * dim];
         if rows * dim >= 1 << 16 {
-            self.pool.install(|| x.par_chunks_mut(dim).for_each(norm));
+            self.pool.for_each_chunk(x, dim, &|_, row| norm(row));
         } else {
             x.chunks_mut(dim).for_each(norm);
         }
@@ -412,8 +409,8 @@ impl Backend for CpuBackend {
         let group = p.n_heads / p.n_kv_heads;
         let kernels = &self.kernels;
         let out = &mut out[..p.rows * q_width];
-        self.pool.install(|| {
-            out.par_chunks_mut(hd).enumerate().for_each(|(task, o)| {
+        {
+            self.pool.for_each_chunk(out, hd, &|task, o| {
                 let (i, h) = (task / p.n_heads, task % p.n_heads);
                 let pos = p.start_pos + i;
                 let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
@@ -439,7 +436,7 @@ impl Backend for CpuBackend {
                     kernels.axpy_f16(p16, v, o);
                 }
             });
-        });
+        }
     }
 
     fn gated_activation(
@@ -460,10 +457,9 @@ impl Backend for CpuBackend {
         };
         let (g, u) = (&mut gate[..len], &up[..len]);
         if len >= 1 << 15 {
-            self.pool.install(|| {
-                g.par_chunks_mut(1 << 12)
-                    .zip(u.par_chunks(1 << 12))
-                    .for_each(|(g, u)| apply(g, u));
+            const CHUNK: usize = 1 << 12;
+            self.pool.for_each_chunk(g, CHUNK, &|i, g| {
+                apply(g, &u[i * CHUNK..i * CHUNK + g.len()])
             });
         } else {
             apply(g, u);
