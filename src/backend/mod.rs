@@ -10,8 +10,17 @@
 pub mod cpu;
 
 use crate::error::Result;
-use crate::model::Tensor;
-use crate::model::config::RopeLayout;
+use crate::tensor::Tensor;
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RopeLayout {
+    /// Adjacent pairs (2i, 2i+1): GGUF llama files, whose Q/K rows llama.cpp's converter permuted.
+    Interleaved,
+    /// Halves (i, i + d/2), "rotate-half": Hugging Face checkpoints, and qwen/gemma everywhere.
+    Neox,
+}
 
 /// What attention needs to know about one call.
 #[derive(Debug, Clone, Copy)]

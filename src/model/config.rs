@@ -5,6 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::backend::RopeLayout;
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
 
@@ -55,16 +56,6 @@ fn unsupported_arch(name: &str) -> Error {
     Error::Unsupported(format!(
         "architecture '{name}' is not supported (kiln runs llama, mistral, qwen2, qwen3 and gemma3)"
     ))
-}
-
-/// How RoPE pairs the dimensions of a head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RopeLayout {
-    /// Adjacent pairs (2i, 2i+1): GGUF llama files, whose Q/K rows llama.cpp's converter permuted.
-    Interleaved,
-    /// Halves (i, i + d/2), "rotate-half": Hugging Face checkpoints, and qwen/gemma everywhere.
-    Neox,
 }
 
 /// Position scaling applied to the RoPE frequencies.

@@ -10,9 +10,9 @@ use memmap2::Mmap;
 use serde_json::Value;
 
 use super::config::{Arch, ModelConfig};
-use super::tensor::Tensor;
 use crate::error::{Error, Result};
 use crate::gguf::{GgmlType, GgufFile};
+use crate::tensor::Tensor;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {

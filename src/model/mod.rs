@@ -9,13 +9,12 @@ pub mod generate;
 pub mod loader;
 pub mod rope;
 pub mod session;
-pub mod tensor;
 pub mod tokenizer;
 pub mod weights;
 
+pub use crate::tensor::Tensor;
 pub use arch::Model;
 pub use config::{Arch, ModelConfig};
 pub use loader::{Format, ModelFile};
 pub use session::Session;
-pub use tensor::Tensor;
 pub use tokenizer::Tokenizer;

@@ -4,9 +4,9 @@
 
 use super::config::{Arch, ModelConfig};
 use super::loader::ModelFile;
-use super::tensor::Tensor;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::tensor::Tensor;
 
 pub struct LayerWeights<B: Backend> {
     pub attn_norm: B::Weight,

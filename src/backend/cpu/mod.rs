@@ -13,11 +13,10 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use self::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
-use super::{AttentionParams, Backend, GateActivation};
+use super::{AttentionParams, Backend, GateActivation, RopeLayout};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
-use crate::model::Tensor;
-use crate::model::config::RopeLayout;
+use crate::tensor::Tensor;
 
 pub struct CpuBackend {
     pool: pool::SpinPool,
