@@ -2,10 +2,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = kiln::cli::Cli::parse();
+    let cli = kiln::cli::parse_args(std::env::args_os());
     match kiln::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {

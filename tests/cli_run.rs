@@ -231,11 +231,41 @@ fn bad_flags_exit_2() {
     for args in [
         vec!["run", "--temp", "hot", "x"],
         vec!["run", "--no-such-flag"],
+        vec!["run", "-ctk", "q9_9", "x"],
+        vec!["chat", "--cache-type-v", "f8"],
         vec!["frobnicate"],
     ] {
         let out = common::kiln().args(&args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
+    let out = common::kiln()
+        .args(["run", "-ctk", "q9_9", "x"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown cache type 'q9_9'"), "{err}");
+}
+
+/// llama.cpp's cache flags, in both spellings, reach the session (the library tests check what
+/// each cache type computes).
+#[test]
+fn cache_type_flags_choose_the_kv_cache() {
+    let model = common::fixture("models/tiny-llama.gguf");
+    let base = ["--raw", "--temp", "0", "-n", "12"];
+    let f32a = json_run(
+        &model,
+        &[&base[..], &["-ctk", "f32", "-ctv=f32", "Hello"]].concat(),
+    );
+    let f32b = json_run(
+        &model,
+        &[
+            &base[..],
+            &["--cache-type-k", "f32", "--cache-type-v", "f32", "Hello"],
+        ]
+        .concat(),
+    );
+    assert_eq!(f32a["tokens"], f32b["tokens"]);
+    assert_eq!(f32a["completion_tokens"], 12);
 }
 
 /// Ctrl-C stops generation cleanly: what was produced is flushed and the exit code is 130. (With

@@ -2,8 +2,10 @@
 
 mod common;
 
-use common::golden_run::{EXACT_F32, check_model, load};
+use common::golden_run::{EXACT_F32, check_model_with, load};
+use kiln::backend::CacheType;
 use kiln::model::ModelFile;
+use kiln::model::arch::KvCacheTypes;
 
 #[test]
 fn tiny_models_match_llama_cpp() {
@@ -15,9 +17,18 @@ fn tiny_models_match_llama_cpp() {
         ("tiny-qwen3-hf", "tiny-qwen3.gguf"),
     ] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
-        let report = check_model(&load(&mf, 2), &golden["models"][entry], &EXACT_F32);
-        eprintln!("{}", report.summary(file));
-        report.assert_all(file);
-        assert!(report.steps >= 50);
+        let model = load(&mf, 2);
+        // f16 as llama.cpp ran, and f32 (exact) caches: these F32 models have no other rounding,
+        // so both stay well within the tolerance.
+        for k in CacheType::ALL {
+            for v in CacheType::ALL {
+                let cache = KvCacheTypes { k, v };
+                let what = format!("{file} (cache {k}/{v})");
+                let report = check_model_with(&model, &golden["models"][entry], &EXACT_F32, cache);
+                eprintln!("{}", report.summary(&what));
+                report.assert_all(&what);
+                assert!(report.steps >= 50);
+            }
+        }
     }
 }

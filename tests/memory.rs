@@ -36,7 +36,7 @@ fn qwen2_peak_memory_is_bounded_by_the_file_and_the_cache() {
         let t = common::golden_run::argmax(&logits);
         logits = s.decode(t).unwrap().to_vec();
     }
-    let kv = (model.kv_bytes_per_token() * ctx) as u64;
+    let kv = (model.kv_bytes_per_token(Default::default()) * ctx) as u64;
     let peak = peak_rss_bytes();
     let limit = (1.3 * file_size as f64) as u64 + kv;
     eprintln!(

@@ -22,6 +22,55 @@ pub enum RopeLayout {
     Neox,
 }
 
+/// Element type of the key or value cache, by llama.cpp's `--cache-type-k/-v` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheType {
+    /// Exact: attention multiplies in f32.
+    F32,
+    /// Half the memory of f32; attention rounds its other operand to f16 too, as llama.cpp does.
+    #[default]
+    F16,
+}
+
+impl CacheType {
+    pub const ALL: [CacheType; 2] = [CacheType::F32, CacheType::F16];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CacheType::F32 => "f32",
+            CacheType::F16 => "f16",
+        }
+    }
+
+    /// Bytes that `width` cached values take.
+    pub fn row_bytes(self, width: usize) -> usize {
+        match self {
+            CacheType::F32 => width * 4,
+            CacheType::F16 => width * 2,
+        }
+    }
+}
+
+impl std::fmt::Display for CacheType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for CacheType {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<CacheType, String> {
+        CacheType::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| {
+                let names: Vec<&str> = CacheType::ALL.iter().map(|t| t.name()).collect();
+                format!("unknown cache type '{s}' (kiln has {})", names.join(", "))
+            })
+    }
+}
+
 /// What attention needs to know about one call.
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionParams {
@@ -50,7 +99,7 @@ pub enum GateActivation {
 pub trait Backend: Send + Sync {
     /// An f32 activation buffer on the device.
     type Buffer: Send;
-    /// Key or value cache storage: f16 values, as llama.cpp keeps them (half the memory of f32).
+    /// Key or value cache storage, of one of the `CacheType`s.
     type Cache: Send;
     /// A weight (matrix in its stored type, or a vector) on the device.
     type Weight: Send + Sync;
@@ -104,11 +153,11 @@ pub trait Backend: Send + Sync {
         layout: RopeLayout,
     );
 
-    /// A zeroed cache of `len` values.
-    fn cache(&self, len: usize) -> Result<Self::Cache>;
+    /// A zeroed cache of `len` values of type `ty`.
+    fn cache(&self, len: usize, ty: CacheType) -> Result<Self::Cache>;
 
     /// Store `rows × width` values of `src` into `dst` from row `dst_row` (KV cache append),
-    /// rounded to f16.
+    /// rounded to the cache's type.
     fn store_rows(
         &self,
         src: &Self::Buffer,
@@ -119,8 +168,9 @@ pub trait Backend: Send + Sync {
     );
 
     /// Causal multi-head attention of `q` against the first `start_pos + rows` cached keys and
-    /// values; `out` gets `rows × n_heads × head_dim`. As llama.cpp computes it: q rounded to f16
-    /// for q·k, softmax in f32, probabilities rounded to f16 for the sum over values.
+    /// values; `out` gets `rows × n_heads × head_dim`. As llama.cpp computes it: softmax in f32;
+    /// with an f16 key cache q is rounded to f16 for q·k, with an f16 value cache the
+    /// probabilities are rounded to f16 for the sum over values.
     fn attention(
         &self,
         q: &Self::Buffer,

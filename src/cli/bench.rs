@@ -14,11 +14,13 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde_json::json;
 
-use super::ModelArgs;
 use super::info::human_count;
+use super::{CacheArgs, ModelArgs};
 use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
+use crate::model::arch::KvCacheTypes;
 use crate::model::loader::Source;
+use crate::model::session::DEFAULT_BATCH;
 use crate::model::{Model, ModelFile, Session};
 use crate::sampler::Rng;
 
@@ -75,6 +77,9 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t)]
     pub backend: super::BackendKind,
 
+    #[command(flatten)]
+    pub cache: CacheArgs,
+
     /// Output format
     #[arg(short = 'o', long = "output", value_enum, default_value_t)]
     pub output: BenchFormat,
@@ -115,6 +120,7 @@ impl Test {
 struct Row {
     threads: usize,
     test: Test,
+    cache: KvCacheTypes,
     samples_ns: Vec<u64>,
     /// Weight bytes read per generated token ÷ mean seconds per token, in GB/s.
     weight_gbps: Option<f64>,
@@ -228,11 +234,16 @@ pub fn measure_read_bandwidth(threads: usize) -> Result<f64> {
     Ok(best)
 }
 
-fn run_test(model: &Model<CpuBackend>, test: &Test, rng: &mut Rng) -> Result<Duration> {
+fn run_test<B: Backend>(
+    model: &Model<B>,
+    test: &Test,
+    cache: KvCacheTypes,
+    rng: &mut Rng,
+) -> Result<Duration> {
     let vocab = model.config.vocab_size as u64;
     let mut random =
         |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
-    let mut s = Session::new(model, test.depth + test.n + 1)?;
+    let mut s = Session::with_options(model, test.depth + test.n + 1, DEFAULT_BATCH, cache)?;
     if test.depth > 0 {
         s.prefill(&random(test.depth))?;
     }
@@ -253,6 +264,39 @@ fn run_test(model: &Model<CpuBackend>, test: &Test, rng: &mut Rng) -> Result<Dur
         }
     }
     Ok(start.elapsed())
+}
+
+/// How to measure one model: its backend's threads, the cache and the repetitions.
+struct Measure<'a, B: Backend> {
+    model: &'a Model<B>,
+    threads: usize,
+    cache: KvCacheTypes,
+    repetitions: usize,
+    bytes_per_token: u64,
+}
+
+impl<B: Backend> Measure<'_, B> {
+    /// One test: a warm-up run, then the timed repetitions.
+    fn row(&self, test: &Test, progress: &ProgressBar, rng: &mut Rng) -> Result<Row> {
+        progress.set_message(format!("{} t={}", test.name(), self.threads));
+        run_test(self.model, test, self.cache, rng)?; // warm-up
+        progress.inc(1);
+        let mut samples_ns = Vec::with_capacity(self.repetitions);
+        for _ in 0..self.repetitions {
+            samples_ns.push(run_test(self.model, test, self.cache, rng)?.as_nanos() as u64);
+            progress.inc(1);
+        }
+        let row = Row {
+            threads: self.threads,
+            test: *test,
+            cache: self.cache,
+            weight_gbps: None,
+            samples_ns,
+        };
+        let weight_gbps = (test.kind == TestKind::Generate)
+            .then(|| self.bytes_per_token as f64 * mean_sd(&row.samples_ts()).0 / 1e9);
+        Ok(Row { weight_gbps, ..row })
+    }
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
@@ -302,30 +346,22 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     let mut rows = Vec::new();
     let mut backend_name = String::from("CPU");
     let mut rng = Rng::new(1234);
+    let cache = args.cache.types();
     for &t in &threads {
         let backend = match args.backend {
             super::BackendKind::Auto | super::BackendKind::Cpu => CpuBackend::new(t)?,
         };
         let model = Model::load(&file, backend)?;
         backend_name = model.backend.describe();
+        let on = Measure {
+            model: &model,
+            threads: t,
+            cache,
+            repetitions: args.repetitions,
+            bytes_per_token,
+        };
         for test in &tests {
-            progress.set_message(format!("{} t={t}", test.name()));
-            run_test(&model, test, &mut rng)?; // warm-up
-            progress.inc(1);
-            let mut samples_ns = Vec::with_capacity(args.repetitions);
-            for _ in 0..args.repetitions {
-                samples_ns.push(run_test(&model, test, &mut rng)?.as_nanos() as u64);
-                progress.inc(1);
-            }
-            let row = Row {
-                threads: t,
-                test: *test,
-                weight_gbps: None,
-                samples_ns,
-            };
-            let weight_gbps = (test.kind == TestKind::Generate)
-                .then(|| bytes_per_token as f64 * mean_sd(&row.samples_ts()).0 / 1e9);
-            rows.push(Row { weight_gbps, ..row });
+            rows.push(on.row(test, &progress, &mut rng)?);
         }
     }
     progress.finish_and_clear();
@@ -388,6 +424,8 @@ impl Report<'_> {
                     "model_n_params": self.file.parameter_count(),
                     "backends": self.backend,
                     "n_threads": r.threads,
+                    "type_k": r.cache.k.name(),
+                    "type_v": r.cache.v.name(),
                     "n_prompt": if r.test.kind == TestKind::Prompt { r.test.n } else { 0 },
                     "n_gen": if r.test.kind == TestKind::Generate { r.test.n } else { 0 },
                     "n_depth": r.test.depth,
@@ -414,6 +452,8 @@ impl Report<'_> {
             "model_n_params",
             "backends",
             "n_threads",
+            "type_k",
+            "type_v",
             "n_prompt",
             "n_gen",
             "n_depth",
@@ -445,20 +485,26 @@ impl Report<'_> {
         let size = format!("{:.2} MiB", self.model_size() as f64 / (1u64 << 20) as f64);
         let params = format!("{:.2} M", self.file.parameter_count() as f64 / 1e6);
         let roof = self.read_bw.is_some();
+        // As llama-bench: the cache types get columns only when one is not the default.
+        let types = self.rows.iter().any(|r| r.cache != KvCacheTypes::default());
         let mut header = format!(
-            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
-            "model", "size", "params", "backend", "threads", "test", "t/s"
+            "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |",
+            "model", "size", "params", "backend", "threads"
         );
         let mut rule = format!(
-            "| {} | {}: | {}: | {} | {}: | {}: | {}: |",
+            "| {} | {}: | {}: | {} | {}: |",
             "-".repeat(30),
             "-".repeat(9),
             "-".repeat(9),
             "-".repeat(10),
             "-".repeat(6),
-            "-".repeat(14),
-            "-".repeat(19)
         );
+        if types {
+            header.push_str(&format!(" {:<6} | {:<6} |", "type_k", "type_v"));
+            rule.push_str(&format!(" {} | {} |", "-".repeat(6), "-".repeat(6)));
+        }
+        header.push_str(&format!(" {:>15} | {:>20} |", "test", "t/s"));
+        rule.push_str(&format!(" {}: | {}: |", "-".repeat(14), "-".repeat(19)));
         if roof {
             header.push_str(&format!(" {:>12} | {:>9} |", "weights GB/s", "of read BW"));
             rule.push_str(&format!(" {}: | {}: |", "-".repeat(11), "-".repeat(8)));
@@ -468,15 +514,17 @@ impl Report<'_> {
         for r in &self.rows {
             let (mean, sd) = mean_sd(&r.samples_ts());
             let mut line = format!(
-                "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} | {:>15} | {:>20} |",
-                self.model_type,
-                size,
-                params,
-                "CPU",
-                r.threads,
+                "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |",
+                self.model_type, size, params, "CPU", r.threads,
+            );
+            if types {
+                line.push_str(&format!(" {:<6} | {:<6} |", r.cache.k, r.cache.v));
+            }
+            line.push_str(&format!(
+                " {:>15} | {:>20} |",
                 r.test.name(),
                 format!("{mean:.2} ± {sd:.2}")
-            );
+            ));
             if let Some(bw) = self.read_bw {
                 let (g, f) = match r.weight_gbps {
                     Some(g) => (format!("{g:.1}"), format!("{:.0} %", 100.0 * g / bw)),

@@ -17,13 +17,16 @@ use reedline::{
 };
 
 use super::run::{cancel_flag, install_interrupt_handler};
-use super::{BackendArgs, ModelArgs, SamplingArgs, context_size, load};
-use crate::backend::cpu::CpuBackend;
+use super::{
+    BackendArgs, CacheArgs, Loaded, ModelArgs, SamplingArgs, context_size, load, on_backend,
+};
+use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, TemplateOrigin};
 use crate::model::conversation::Conversation;
 use crate::model::generate::{FinishReason, GenerateOptions, Generation, StopRules, generate};
+use crate::model::session::DEFAULT_BATCH;
 use crate::model::{Session, Tokenizer};
-use crate::sampler::Sampler;
+use crate::sampler::{Sampler, SamplerConfig};
 
 #[derive(clap::Args, Debug)]
 pub struct ChatArgs {
@@ -47,6 +50,9 @@ pub struct ChatArgs {
 
     #[command(flatten)]
     pub backend: BackendArgs,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
 
     /// Do not print the stats line after each reply
     #[arg(long)]
@@ -128,9 +134,9 @@ fn use_color() -> bool {
 }
 
 /// Everything a chat needs between turns.
-struct Chat<'m> {
+struct Chat<'m, B: Backend> {
     tok: &'m Tokenizer,
-    conv: Conversation<'m, CpuBackend>,
+    conv: Conversation<'m, B>,
     sampler: Sampler,
     max_tokens: Option<usize>,
     last: Option<Generation>,
@@ -144,7 +150,7 @@ enum Flow {
     Exit,
 }
 
-impl Chat<'_> {
+impl<B: Backend> Chat<'_, B> {
     fn note(&self, msg: &str) {
         // Notes go to stderr, so a scripted chat's stdout holds only replies.
         if self.color {
@@ -359,6 +365,15 @@ fn per_s(n: usize, t: Duration) -> f64 {
 pub fn run(args: ChatArgs) -> Result<ExitCode> {
     let sampler_config = args.sampling.config()?;
     let loaded = load(&args.model, &args.backend)?;
+    on_backend!(loaded, loaded => chat_with(&args, sampler_config, loaded))
+}
+
+/// The conversation, on whichever backend the model was loaded.
+fn chat_with<B: Backend>(
+    args: &ChatArgs,
+    sampler_config: SamplerConfig,
+    loaded: Loaded<B>,
+) -> Result<ExitCode> {
     let tok = &loaded.tokenizer;
     let model = &loaded.model;
     let template = ChatTemplate::for_model(tok, model.config.arch);
@@ -369,7 +384,7 @@ pub fn run(args: ChatArgs) -> Result<ExitCode> {
         );
     }
     let ctx = context_size(args.ctx_size, model.config.context_length)?;
-    let session = Session::new(model, ctx)?;
+    let session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
     let interactive = std::io::stdin().is_terminal();
     let color = use_color();
     let mut chat = Chat {

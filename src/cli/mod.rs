@@ -16,6 +16,8 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::backend::cpu::CpuBackend;
+use crate::backend::{Backend, CacheType};
+use crate::model::arch::KvCacheTypes;
 use crate::model::{Model, ModelFile, Tokenizer};
 use crate::sampler::SamplerConfig;
 
@@ -67,6 +69,47 @@ pub struct BackendArgs {
     /// CPU threads (default: one per core)
     #[arg(short = 't', long, value_name = "N")]
     pub threads: Option<usize>,
+}
+
+/// The KV cache's element types. llama.cpp's spellings `-ctk` and `-ctv` work too.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CacheArgs {
+    /// Element type of the key cache: f32 or f16
+    #[arg(long = "cache-type-k", value_name = "TYPE", default_value_t)]
+    pub cache_type_k: CacheType,
+
+    /// Element type of the value cache: f32 or f16
+    #[arg(long = "cache-type-v", value_name = "TYPE", default_value_t)]
+    pub cache_type_v: CacheType,
+}
+
+impl CacheArgs {
+    pub fn types(&self) -> KvCacheTypes {
+        KvCacheTypes {
+            k: self.cache_type_k,
+            v: self.cache_type_v,
+        }
+    }
+}
+
+/// llama.cpp's single-dash long flags that kiln accepts, and their clap spelling.
+const LLAMA_CPP_FLAGS: [(&str, &str); 2] = [("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")];
+
+/// The command line, with llama.cpp's single-dash long flags (`-ctk f16`) spelled as clap expects.
+pub fn parse_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Cli {
+    let args = args.into_iter().map(|a| {
+        let Some(text) = a.to_str() else { return a };
+        for (short, long) in LLAMA_CPP_FLAGS {
+            if text == short {
+                return long.into();
+            }
+            if let Some(value) = text.strip_prefix(short).and_then(|r| r.strip_prefix('=')) {
+                return format!("{long}={value}").into();
+            }
+        }
+        a
+    });
+    Cli::parse_from(args)
 }
 
 /// Sampling settings; the defaults are llama.cpp's.
@@ -162,12 +205,28 @@ pub enum OutputFormat {
 }
 
 /// A model ready to run: its file, tokenizer and weights on a backend.
-pub struct Loaded {
+pub struct Loaded<B: Backend> {
     pub file: ModelFile,
     pub tokenizer: Tokenizer,
-    pub model: Model<CpuBackend>,
+    pub model: Model<B>,
     pub load_time: Duration,
 }
+
+/// A model loaded on the backend the flags chose. `on_backend!` runs generic code on it.
+pub enum AnyLoaded {
+    Cpu(Loaded<CpuBackend>),
+}
+
+/// `on_backend!(any, loaded => expr)`: evaluate `expr` with `loaded` bound to the `Loaded<B>`
+/// inside an `AnyLoaded`, whichever backend it is on.
+macro_rules! on_backend {
+    ($any:expr, $loaded:ident => $body:expr) => {
+        match $any {
+            $crate::cli::AnyLoaded::Cpu($loaded) => $body,
+        }
+    };
+}
+pub(crate) use on_backend;
 
 /// A spinner on stderr naming the loading stage, shown only if loading takes more than half a
 /// second and stderr is a terminal.
@@ -214,7 +273,7 @@ impl LoadProgress {
     }
 }
 
-pub fn load(model: &ModelArgs, backend: &BackendArgs) -> Result<Loaded> {
+pub fn load(model: &ModelArgs, backend: &BackendArgs) -> Result<AnyLoaded> {
     let start = Instant::now();
     let progress = LoadProgress::start(&model.model);
     progress.stage("reading the model file");
@@ -223,18 +282,29 @@ pub fn load(model: &ModelArgs, backend: &BackendArgs) -> Result<Loaded> {
     let tokenizer = Tokenizer::from_model(&file)?;
     progress.stage("preparing the weights");
     let threads = backend.threads.unwrap_or(0);
-    let cpu = match backend.backend {
-        BackendKind::Auto | BackendKind::Cpu => CpuBackend::new(threads)?,
+    let loaded = match backend.backend {
+        BackendKind::Auto | BackendKind::Cpu => AnyLoaded::Cpu(Loaded::new(
+            file,
+            tokenizer,
+            CpuBackend::new(threads)?,
+            start,
+        )?),
     };
-    let weights =
-        Model::load(&file, cpu).with_context(|| format!("loading {}", model.model.display()))?;
     progress.finish();
-    Ok(Loaded {
-        file,
-        tokenizer,
-        model: weights,
-        load_time: start.elapsed(),
-    })
+    Ok(loaded)
+}
+
+impl<B: Backend> Loaded<B> {
+    fn new(file: ModelFile, tokenizer: Tokenizer, backend: B, start: Instant) -> Result<Self> {
+        let model = Model::load(&file, backend)
+            .with_context(|| format!("loading {}", file.path.display()))?;
+        Ok(Loaded {
+            file,
+            tokenizer,
+            model,
+            load_time: start.elapsed(),
+        })
+    }
 }
 
 /// The context size to use: the flag, or the model's trained length capped at 4096 (llama.cpp's

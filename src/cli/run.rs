@@ -10,12 +10,16 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use super::tokenize::text_or_stdin;
-use super::{BackendArgs, ModelArgs, OutputFormat, SamplingArgs, context_size, load};
+use super::{
+    BackendArgs, CacheArgs, Loaded, ModelArgs, OutputFormat, SamplingArgs, context_size, load,
+    on_backend,
+};
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message, TemplateOrigin};
 use crate::model::generate::{FinishReason, GenerateOptions, StopRules, generate};
+use crate::model::session::DEFAULT_BATCH;
 use crate::model::{Session, Tokenizer};
-use crate::sampler::Sampler;
+use crate::sampler::{Sampler, SamplerConfig};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -57,6 +61,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub backend: BackendArgs,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
 
     /// Output format: streamed text, or one JSON object at the end
     #[arg(long, value_enum, default_value_t)]
@@ -130,8 +137,18 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     }
 
     let loaded = load(&args.model, &args.backend)?;
+    on_backend!(loaded, loaded => generate_for(&args, &text, sampler_config, loaded))
+}
+
+/// Everything after loading, on whichever backend the model was loaded.
+fn generate_for<B: Backend>(
+    args: &RunArgs,
+    text: &str,
+    sampler_config: SamplerConfig,
+    loaded: Loaded<B>,
+) -> Result<ExitCode> {
     let (tok, model) = (&loaded.tokenizer, &loaded.model);
-    let ids = prompt_ids(&args, &text, tok, model.config.arch)?;
+    let ids = prompt_ids(args, text, tok, model.config.arch)?;
     let ctx = context_size(args.ctx_size, model.config.context_length)?;
     if ids.len() > ctx {
         bail!(
@@ -144,7 +161,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     } else {
         args.max_tokens as usize
     };
-    let mut session = Session::new(model, ctx)?;
+    let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
     let mut sampler = Sampler::new(sampler_config.clone());
     install_interrupt_handler(true);
     let opts = GenerateOptions {

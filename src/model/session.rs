@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::arch::{KvCache, Model, Scratch};
+use super::arch::{KvCache, KvCacheTypes, Model, Scratch};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 
@@ -33,10 +33,21 @@ pub struct Session<'m, B: Backend> {
 impl<'m, B: Backend> Session<'m, B> {
     /// A session with room for `ctx` tokens.
     pub fn new(model: &'m Model<B>, ctx: usize) -> Result<Self> {
-        Self::with_batch(model, ctx, DEFAULT_BATCH)
+        Self::with_options(model, ctx, DEFAULT_BATCH, KvCacheTypes::default())
     }
 
     pub fn with_batch(model: &'m Model<B>, ctx: usize, batch: usize) -> Result<Self> {
+        Self::with_options(model, ctx, batch, KvCacheTypes::default())
+    }
+
+    /// A session with room for `ctx` tokens, prefilling up to `batch` per forward call, its KV
+    /// cache of the given types.
+    pub fn with_options(
+        model: &'m Model<B>,
+        ctx: usize,
+        batch: usize,
+        cache_types: KvCacheTypes,
+    ) -> Result<Self> {
         if ctx == 0 || batch == 0 {
             return Err(Error::Usage(
                 "context size and batch size must be at least 1".into(),
@@ -45,7 +56,7 @@ impl<'m, B: Backend> Session<'m, B> {
         let batch = batch.min(ctx);
         Ok(Session {
             model,
-            cache: model.new_cache(ctx)?,
+            cache: model.new_cache(ctx, cache_types)?,
             scratch: model.new_scratch(batch)?,
             tokens: Vec::new(),
             logits: vec![0.0; model.config.vocab_size],
@@ -65,6 +76,10 @@ impl<'m, B: Backend> Session<'m, B> {
 
     pub fn ctx(&self) -> usize {
         self.cache.ctx
+    }
+
+    pub fn cache_types(&self) -> KvCacheTypes {
+        self.cache.types
     }
 
     /// Positions still free in the context.

@@ -1,7 +1,10 @@
 //! Teacher-forced and free-running comparison of kiln's logits with llama.cpp's goldens, by the
 //! rules of tests/fixtures/golden/README.md.
 
+use kiln::backend::Backend;
 use kiln::backend::cpu::CpuBackend;
+use kiln::model::arch::KvCacheTypes;
+use kiln::model::session::DEFAULT_BATCH;
 use kiln::model::{Model, ModelFile, Session};
 
 pub struct Tolerance {
@@ -98,12 +101,23 @@ impl Report {
 }
 
 /// Compare every greedy case of one golden model entry.
-pub fn check_model(
-    model: &Model<CpuBackend>,
+pub fn check_model<B: Backend>(
+    model: &Model<B>,
     entry: &serde_json::Value,
     tol: &Tolerance,
 ) -> Report {
+    check_model_with(model, entry, tol, KvCacheTypes::default())
+}
+
+/// `check_model` with a KV cache of the given types.
+pub fn check_model_with<B: Backend>(
+    model: &Model<B>,
+    entry: &serde_json::Value,
+    tol: &Tolerance,
+    cache: KvCacheTypes,
+) -> Report {
     let mut r = Report::default();
+    let new_session = |ctx: usize| Session::with_options(model, ctx, DEFAULT_BATCH, cache).unwrap();
     for case in entry["greedy"].as_array().unwrap() {
         let prompt = ids(&case["prompt_ids"]);
         let name = case["prompt"]
@@ -113,7 +127,7 @@ pub fn check_model(
             .take(30)
             .collect::<String>();
         let steps = case["steps"].as_array().unwrap();
-        let mut session = Session::new(model, prompt.len() + steps.len() + 1).unwrap();
+        let mut session = new_session(prompt.len() + steps.len() + 1);
 
         // Teacher forcing: feed llama.cpp's tokens, compare logits at every step.
         let mut logits = session.prefill(&prompt).unwrap().to_vec();
@@ -144,7 +158,7 @@ pub fn check_model(
         }
 
         // Free running: greedy generation reproduces the goldens up to the first close call.
-        let mut session = Session::new(model, prompt.len() + steps.len() + 1).unwrap();
+        let mut session = new_session(prompt.len() + steps.len() + 1);
         let mut logits = session.prefill(&prompt).unwrap().to_vec();
         for (i, step) in steps.iter().enumerate() {
             if (step["margin"].as_f64().unwrap() as f32) < tol.margin {

@@ -13,7 +13,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use self::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
-use super::{AttentionParams, Backend, GateActivation, RopeLayout};
+use super::{AttentionParams, Backend, CacheType, GateActivation, RopeLayout};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
 use crate::tensor::Tensor;
@@ -70,6 +70,65 @@ impl CpuBackend {
 thread_local! {
     static Q8_SCRATCH: RefCell<Vec<BlockQ8>> = const { RefCell::new(Vec::new()) };
     static Q8K_SCRATCH: RefCell<Vec<BlockQ8K>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A key or value cache in one of the `CacheType`s.
+pub enum CpuCache {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl CpuCache {
+    pub fn cache_type(&self) -> CacheType {
+        match self {
+            CpuCache::F32(_) => CacheType::F32,
+            CpuCache::F16(_) => CacheType::F16,
+        }
+    }
+
+    /// `q` prepared for dot products with this cache's rows: rounded to f16 for an f16 cache, as
+    /// llama.cpp multiplies it with its f16 keys.
+    fn prepare_query(&self, kernels: &simd::Kernels, q: &mut [f32]) {
+        if let CpuCache::F16(_) = self {
+            kernels.round_f16(q);
+        }
+    }
+
+    /// `q · self[start..start + q.len()]`.
+    fn dot(&self, kernels: &simd::Kernels, q: &[f32], start: usize) -> f32 {
+        match self {
+            CpuCache::F32(c) => {
+                let k = &c[start..start + q.len()];
+                kernels.dot_f32(GgmlType::F32)(f32_bytes(k), q)
+            }
+            CpuCache::F16(c) => kernels.dot_f32_f16(q, &c[start..start + q.len()]),
+        }
+    }
+
+    /// Probabilities prepared for the sum over this cache's rows: rounded to f16 for an f16
+    /// cache, as llama.cpp multiplies them with its f16 values.
+    fn prepare_weights(&self, kernels: &simd::Kernels, p: &mut [f32]) {
+        if let CpuCache::F16(_) = self {
+            kernels.round_f16(p);
+        }
+    }
+
+    /// `out += a · self[start..start + out.len()]`.
+    fn axpy(&self, kernels: &simd::Kernels, a: f32, start: usize, out: &mut [f32]) {
+        match self {
+            CpuCache::F32(c) => {
+                let v = &c[start..start + out.len()];
+                out.iter_mut().zip(v).for_each(|(o, &v)| *o += a * v);
+            }
+            CpuCache::F16(c) => kernels.axpy_f16(a, &c[start..start + out.len()], out),
+        }
+    }
+}
+
+/// The bytes of an f32 slice, for the kernels that read weight rows as bytes.
+fn f32_bytes(x: &[f32]) -> &[u8] {
+    // SAFETY: any f32 is four initialized bytes, u8 has alignment 1, and the length is exact.
+    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<u8>(), std::mem::size_of_val(x)) }
 }
 
 /// A pointer that pool tasks may share to write disjoint parts of one output.
@@ -227,7 +286,7 @@ struct Job<'a, A> {
 
 impl Backend for CpuBackend {
     type Buffer = Vec<f32>;
-    type Cache = Vec<f16>;
+    type Cache = CpuCache;
     type Weight = CpuWeight;
 
     fn describe(&self) -> String {
@@ -360,27 +419,45 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn cache(&self, len: usize) -> Result<Vec<f16>> {
-        let mut v = Vec::new();
-        v.try_reserve_exact(len).map_err(|_| {
+    fn cache(&self, len: usize, ty: CacheType) -> Result<CpuCache> {
+        let too_large = || {
             Error::Unsupported(format!(
                 "cannot allocate {} MiB for the KV cache",
-                len * 2 / (1 << 20)
+                ty.row_bytes(len) / (1 << 20)
             ))
-        })?;
-        v.resize(len, f16::ZERO);
-        Ok(v)
+        };
+        Ok(match ty {
+            CacheType::F32 => {
+                let mut v = Vec::new();
+                v.try_reserve_exact(len).map_err(|_| too_large())?;
+                v.resize(len, 0.0);
+                CpuCache::F32(v)
+            }
+            CacheType::F16 => {
+                let mut v = Vec::new();
+                v.try_reserve_exact(len).map_err(|_| too_large())?;
+                v.resize(len, f16::ZERO);
+                CpuCache::F16(v)
+            }
+        })
     }
 
     fn store_rows(
         &self,
         src: &Vec<f32>,
-        dst: &mut Vec<f16>,
+        dst: &mut CpuCache,
         dst_row: usize,
         rows: usize,
         width: usize,
     ) {
-        dst[dst_row * width..(dst_row + rows) * width].convert_from_f32_slice(&src[..rows * width]);
+        let (src, range) = (
+            &src[..rows * width],
+            dst_row * width..(dst_row + rows) * width,
+        );
+        match dst {
+            CpuCache::F32(d) => d[range].copy_from_slice(src),
+            CpuCache::F16(d) => d[range].convert_from_f32_slice(src),
+        }
     }
 
     fn copy_rows_from(
@@ -397,8 +474,8 @@ impl Backend for CpuBackend {
     fn attention(
         &self,
         q: &Vec<f32>,
-        k_cache: &Vec<f16>,
-        v_cache: &Vec<f16>,
+        k_cache: &CpuCache,
+        v_cache: &CpuCache,
         out: &mut Vec<f32>,
         p: &AttentionParams,
     ) {
@@ -414,25 +491,19 @@ impl Backend for CpuBackend {
                 let pos = p.start_pos + i;
                 let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
                 let kvh = h / group;
-                // q·k with q rounded to f16, as llama.cpp multiplies it with its f16 keys.
-                let mut q16 = q[i * q_width + h * hd..i * q_width + (h + 1) * hd].to_vec();
-                kernels.round_f16(&mut q16);
+                let mut qh = q[i * q_width + h * hd..i * q_width + (h + 1) * hd].to_vec();
+                k_cache.prepare_query(kernels, &mut qh);
                 let mut scores: Vec<f32> = (lo..=pos)
-                    .map(|j| {
-                        let k = &k_cache[j * kv_width + kvh * hd..j * kv_width + (kvh + 1) * hd];
-                        kernels.dot_f32_f16(&q16, k) * p.scale
-                    })
+                    .map(|j| k_cache.dot(kernels, &qh, j * kv_width + kvh * hd) * p.scale)
                     .collect();
                 let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
                 let total = kernels.exp_sub(&mut scores, max);
                 let inv = (1.0 / total) as f32;
                 scores.iter_mut().for_each(|s| *s *= inv);
-                // Probabilities in f16, as llama.cpp multiplies them with its f16 values.
-                kernels.round_f16(&mut scores);
+                v_cache.prepare_weights(kernels, &mut scores);
                 o.fill(0.0);
-                for (j, &p16) in (lo..=pos).zip(&scores) {
-                    let v = &v_cache[j * kv_width + kvh * hd..j * kv_width + (kvh + 1) * hd];
-                    kernels.axpy_f16(p16, v, o);
+                for (j, &pj) in (lo..=pos).zip(&scores) {
+                    v_cache.axpy(kernels, pj, j * kv_width + kvh * hd, o);
                 }
             });
         }

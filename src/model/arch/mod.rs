@@ -12,7 +12,7 @@ use super::config::{Activation, Arch, ModelConfig};
 use super::loader::ModelFile;
 use super::rope::RopeFreqs;
 use super::weights::{LayerWeights, Weights};
-use crate::backend::{AttentionParams, Backend, GateActivation};
+use crate::backend::{AttentionParams, Backend, CacheType, GateActivation};
 use crate::error::{Error, Result};
 
 pub struct Model<B: Backend> {
@@ -25,10 +25,18 @@ pub struct Model<B: Backend> {
     layer_rope: Vec<usize>,
 }
 
+/// The element types of the key and of the value cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct KvCacheTypes {
+    pub k: CacheType,
+    pub v: CacheType,
+}
+
 /// The per-layer key and value caches, `ctx` rows of `kv_dim` each.
 pub struct KvCache<B: Backend> {
     pub layers: Vec<(B::Cache, B::Cache)>,
     pub ctx: usize,
+    pub types: KvCacheTypes,
 }
 
 /// Activation buffers for a chunk of up to `rows` tokens, allocated once per session.
@@ -88,19 +96,21 @@ impl<B: Backend> Model<B> {
     }
 
     /// Key and value caches for `ctx` positions.
-    pub fn new_cache(&self, ctx: usize) -> Result<KvCache<B>> {
+    pub fn new_cache(&self, ctx: usize, types: KvCacheTypes) -> Result<KvCache<B>> {
         let len = ctx
             .checked_mul(self.config.kv_dim())
             .ok_or_else(|| Error::Usage(format!("a context of {ctx} tokens is too large")))?;
+        let b = &self.backend;
         let layers = (0..self.config.n_layers)
-            .map(|_| Ok((self.backend.cache(len)?, self.backend.cache(len)?)))
+            .map(|_| Ok((b.cache(len, types.k)?, b.cache(len, types.v)?)))
             .collect::<Result<Vec<_>>>()?;
-        Ok(KvCache { layers, ctx })
+        Ok(KvCache { layers, ctx, types })
     }
 
     /// Bytes of key/value cache per token of context.
-    pub fn kv_bytes_per_token(&self) -> usize {
-        2 * self.config.n_layers * self.config.kv_dim() * std::mem::size_of::<half::f16>()
+    pub fn kv_bytes_per_token(&self, types: KvCacheTypes) -> usize {
+        let kv = self.config.kv_dim();
+        self.config.n_layers * (types.k.row_bytes(kv) + types.v.row_bytes(kv))
     }
 
     pub fn new_scratch(&self, rows: usize) -> Result<Scratch<B>> {
