@@ -71,6 +71,23 @@ impl std::str::FromStr for CacheType {
     }
 }
 
+/// What a backend measured while profiling was on (`kiln bench --profile`).
+#[derive(Debug, Clone, Default)]
+pub struct Profile {
+    /// Time per kind of operation, in the order first seen.
+    pub ops: Vec<OpTime>,
+    /// Backend-specific counts over the same span (a GPU's dispatches and submits, say).
+    pub counters: Vec<(&'static str, u64)>,
+}
+
+/// Calls of one kind of operation and the time they took.
+#[derive(Debug, Clone)]
+pub struct OpTime {
+    pub name: &'static str,
+    pub calls: u64,
+    pub time: std::time::Duration,
+}
+
 /// What attention needs to know about one call.
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionParams {
@@ -106,6 +123,15 @@ pub trait Backend: Send + Sync {
 
     /// A short description for logs and `kiln bench` (e.g. "CPU (AVX2, 2 threads)").
     fn describe(&self) -> String;
+
+    /// Start gathering a `Profile` (clearing what was gathered), or stop. Backends that cannot
+    /// profile ignore it.
+    fn set_profiling(&self, _on: bool) {}
+
+    /// What was gathered since profiling started; None when the backend does not profile.
+    fn profile(&self) -> Option<Profile> {
+        None
+    }
 
     /// Make a tensor usable by the backend. The CPU keeps the mapped bytes as they are.
     fn weight(&self, t: &Tensor) -> Result<Self::Weight>;
