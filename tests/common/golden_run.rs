@@ -13,17 +13,23 @@ pub struct Tolerance {
     pub rel: f32,
     /// The argmax must match wherever llama.cpp's margin is at least this.
     pub margin: f32,
+    /// The root mean square of all top-5 differences must not exceed this, if set.
+    pub rms: Option<f32>,
 }
 
+/// The README's rule for the real (quantized) models.
 pub const QUANTIZED: Tolerance = Tolerance {
-    abs: 0.5,
-    rel: 0.02,
+    abs: 1.0,
+    rel: 0.03,
     margin: 0.5,
+    rms: Some(0.4),
 };
+/// The README's rule for the tiny F32 models.
 pub const EXACT_F32: Tolerance = Tolerance {
     abs: 0.01,
     rel: 0.0,
     margin: 0.05,
+    rms: None,
 };
 
 pub fn load(model: &ModelFile, threads: usize) -> Model<CpuBackend> {
@@ -61,15 +67,23 @@ pub struct Report {
     pub free_running_violations: Vec<String>,
     /// Largest error as a fraction of its tolerance.
     pub worst_ratio: f32,
+    /// Sum of the squared top-5 differences, and the bound on their root mean square.
+    pub sum_sq: f64,
+    pub rms_limit: Option<f32>,
 }
 
 impl Report {
+    pub fn rms(&self) -> f32 {
+        (self.sum_sq / self.logit_checks.max(1) as f64).sqrt() as f32
+    }
+
     pub fn summary(&self, what: &str) -> String {
         format!(
-            "{what}: {} steps, {} logit checks, worst error/tolerance {:.2}; {} logit, {} argmax, {} free-running violations",
+            "{what}: {} steps, {} logit checks, worst error/tolerance {:.2}, rms {:.3}; {} logit, {} argmax, {} free-running violations",
             self.steps,
             self.logit_checks,
             self.worst_ratio,
+            self.rms(),
             self.logit_violations.len(),
             self.argmax_violations.len(),
             self.free_running_violations.len()
@@ -83,6 +97,13 @@ impl Report {
             "{what}: {:#?}",
             self.logit_violations
         );
+        if let Some(limit) = self.rms_limit {
+            assert!(
+                self.rms() <= limit,
+                "{what}: rms of the top-5 differences {:.3} > {limit}",
+                self.rms()
+            );
+        }
         self.assert_tokens(what);
     }
 
@@ -116,7 +137,10 @@ pub fn check_model_with<B: Backend>(
     tol: &Tolerance,
     cache: KvCacheTypes,
 ) -> Report {
-    let mut r = Report::default();
+    let mut r = Report {
+        rms_limit: tol.rms,
+        ..Report::default()
+    };
     let new_session = |ctx: usize| Session::with_options(model, ctx, DEFAULT_BATCH, cache).unwrap();
     for case in entry["greedy"].as_array().unwrap() {
         let prompt = ids(&case["prompt_ids"]);
@@ -135,7 +159,9 @@ pub fn check_model_with<B: Backend>(
             for pair in step["top5"].as_array().unwrap() {
                 let id = pair[0].as_u64().unwrap() as usize;
                 let want = pair[1].as_f64().unwrap() as f32;
-                let ratio = (logits[id] - want).abs() / (tol.abs + tol.rel * want.abs());
+                let d = logits[id] - want;
+                r.sum_sq += (d as f64).powi(2);
+                let ratio = d.abs() / (tol.abs + tol.rel * want.abs());
                 r.worst_ratio = r.worst_ratio.max(ratio);
                 r.logit_checks += 1;
                 if ratio > 1.0 {
