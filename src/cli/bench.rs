@@ -303,7 +303,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     if args.repetitions == 0 {
         bail!("-r must be at least 1");
     }
-    let file = ModelFile::open(&args.model.model)?;
+    let file = args.model.open()?;
     let threads = if args.threads.is_empty() {
         vec![std::thread::available_parallelism().map_or(1, |n| n.get())]
     } else {

@@ -109,7 +109,7 @@ fn summarize(m: &ModelFile) -> Summary {
 }
 
 pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
-    let m = ModelFile::open(&args.model.model)?;
+    let m = args.model.open()?;
     let s = summarize(&m);
     let mix = m.type_mix();
     match args.format {

@@ -1,8 +1,11 @@
 //! The command line: one file per subcommand, with the flag groups they share defined here and
 //! flattened into each.
 
+pub mod batch;
 pub mod bench;
 pub mod chat;
+pub mod completions;
+pub mod constrain;
 pub mod info;
 pub mod run;
 pub mod tokenize;
@@ -40,14 +43,65 @@ pub enum Command {
     Info(info::InfoArgs),
     /// Show the token ids (and pieces) of a text
     Tokenize(tokenize::TokenizeArgs),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish)
+    Completions(completions::CompletionsArgs),
 }
 
 /// The model to load.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// GGUF file or Hugging Face model directory (config.json + safetensors + tokenizer.json)
+    /// GGUF file, Hugging Face model directory (config.json + safetensors + tokenizer.json), or
+    /// a model on the Hugging Face hub: hf:OWNER/REPO[:QUANT] or hf:OWNER/REPO/FILE.gguf
     #[arg(short = 'm', long = "model", env = "KILN_MODEL", value_name = "PATH")]
     pub model: PathBuf,
+}
+
+impl ModelArgs {
+    /// The model's local path: the one given, or the hub model downloaded into (or found in) the
+    /// Hugging Face cache.
+    pub fn local_path(&self) -> Result<PathBuf> {
+        match self.model.to_str().and_then(crate::hub::HubModel::parse) {
+            Some(name) => Ok(name.map_err(FlagError)?.fetch()?),
+            None => Ok(self.model.clone()),
+        }
+    }
+
+    /// Open the model file (downloading a hub model first).
+    pub fn open(&self) -> Result<ModelFile> {
+        Ok(ModelFile::open(&self.local_path()?)?)
+    }
+}
+
+/// A bad flag value found after parsing (a schema that does not compile, an unreadable grammar):
+/// exit code 2, like the errors clap reports.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct FlagError(pub String);
+
+/// The message of an error and its causes, each cause said once: a cause whose text the message
+/// already holds (an I/O error wrapped with its file name) is not repeated.
+pub fn error_message(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.contains(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    msg
+}
+
+/// What the process exits with for an error: 2 for bad flags, 1 otherwise.
+pub fn exit_code_for(e: &anyhow::Error) -> ExitCode {
+    if e.chain().any(|c| c.is::<FlagError>()) {
+        ExitCode::from(2)
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -274,10 +328,11 @@ impl LoadProgress {
 }
 
 pub fn load(model: &ModelArgs, backend: &BackendArgs) -> Result<AnyLoaded> {
+    let path = model.local_path()?;
     let start = Instant::now();
-    let progress = LoadProgress::start(&model.model);
+    let progress = LoadProgress::start(&path);
     progress.stage("reading the model file");
-    let file = ModelFile::open(&model.model)?;
+    let file = ModelFile::open(&path)?;
     progress.stage("building the tokenizer");
     let tokenizer = Tokenizer::from_model(&file)?;
     progress.stage("preparing the weights");
@@ -331,5 +386,6 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Chat(args) => chat::run(args),
         Command::Info(args) => info::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Completions(args) => completions::run(args),
     }
 }
