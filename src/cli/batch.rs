@@ -176,6 +176,7 @@ fn run_batch<B: Backend>(
     let mut out = stdout.lock();
     let mut reader = BufReader::new(input);
     let mut failed = 0usize;
+    let mut requests = 0usize;
     let mut line_no = 0usize;
     let mut buf = Vec::new();
     loop {
@@ -199,6 +200,7 @@ fn run_batch<B: Backend>(
         if text.trim().is_empty() {
             continue;
         }
+        requests += 1;
         let (id, result) = if too_long {
             (
                 json!(line_no),
@@ -254,7 +256,7 @@ fn run_batch<B: Backend>(
         return Ok(ExitCode::from(130));
     }
     if failed > 0 {
-        eprintln!("{failed} of {line_no} requests failed");
+        eprintln!("{failed} of {requests} requests failed");
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)

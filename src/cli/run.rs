@@ -186,6 +186,12 @@ fn generate_for<B: Backend>(
     let mut sampler = Sampler::new(sampler_config.clone());
     if let Some(spec) = constraint {
         let compiler = compiler_for(tok, model.config.vocab_size)?;
+        if args.verbose {
+            eprintln!(
+                "constraint: vocabulary indexed in {:.0} ms",
+                compiler.setup_time.as_secs_f64() * 1e3
+            );
+        }
         sampler.set_constraint(Some(compile(&compiler, spec)?));
     }
     install_interrupt_handler(true);
