@@ -75,7 +75,9 @@ impl Request {
         }
         if let Some(f) = &self.response_format {
             match f["type"].as_str() {
-                Some("json_object") => asked.push(ConstraintSpec::Json),
+                Some("json_object") => asked.push(ConstraintSpec::JsonSchema(
+                    serde_json::json!({"type": "object"}),
+                )),
                 Some("json_schema") => {
                     let schema = &f["json_schema"]["schema"];
                     if schema.is_null() {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use llguidance::api::TopLevelGrammar;
 use llguidance::toktrie::{self, SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
-use llguidance::{JsonCompileOptions, Matcher, ParserFactory, TokenParser};
+use llguidance::{Matcher, ParserFactory, TokenParser};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
@@ -41,12 +41,8 @@ pub enum ConstraintSpec {
 impl ConstraintSpec {
     fn grammar(&self) -> TopLevelGrammar {
         match self {
-            ConstraintSpec::Json => {
-                TopLevelGrammar::from_json_schema(json_options(Value::Object(Default::default())))
-            }
-            ConstraintSpec::JsonSchema(schema) => {
-                TopLevelGrammar::from_json_schema(json_options(schema.clone()))
-            }
+            ConstraintSpec::Json => json_grammar(&Value::Object(Default::default())),
+            ConstraintSpec::JsonSchema(schema) => json_grammar(schema),
             ConstraintSpec::Lark(source) => TopLevelGrammar::from_lark(source.clone()),
             ConstraintSpec::Regex(re) => TopLevelGrammar::from_regex(re),
         }
@@ -63,20 +59,24 @@ impl ConstraintSpec {
     }
 }
 
-/// Bounded whitespace for a schema that does not choose its own (`x-guidance`).
-fn json_options(mut schema: Value) -> Value {
+/// A JSON text under `schema`: whitespace may come first, as JSON allows (`ws value ws`) and as
+/// a model continuing text writes (` {`), so greedy output that was already JSON is unchanged.
+/// Nothing may follow the value: trailing whitespace would keep a model that wants to go on
+/// padding until the whitespace runs out, instead of ending when the value is complete.
+fn json_grammar(schema: &Value) -> TopLevelGrammar {
+    let mut schema = schema.clone();
+    // Bounded whitespace inside too, unless the schema chooses its own (`x-guidance`).
     if let Value::Object(map) = &mut schema
         && !map.contains_key("x-guidance")
     {
-        let opts = JsonCompileOptions {
-            whitespace_pattern: Some(JSON_WHITESPACE.to_string()),
-            ..JsonCompileOptions::default()
-        };
-        if let Ok(v) = serde_json::to_value(opts) {
-            map.insert("x-guidance".to_string(), v);
-        }
+        map.insert(
+            "x-guidance".to_string(),
+            serde_json::json!({ "whitespace_pattern": JSON_WHITESPACE }),
+        );
     }
-    schema
+    TopLevelGrammar::from_lark(format!(
+        "start: JSON_LEADING_SPACE? json_value\nJSON_LEADING_SPACE: /{JSON_WHITESPACE}/\njson_value: %json {schema}\n"
+    ))
 }
 
 /// The vocabulary as llguidance sees it: a token trie over the bytes of every token.
@@ -153,10 +153,15 @@ impl ConstraintCompiler {
     /// Compile `spec`; a schema or grammar that does not compile is an error with llguidance's
     /// message. Warnings (parts of a schema llguidance ignores) are returned beside it.
     pub fn compile(&self, spec: &ConstraintSpec) -> Result<(Constraint, Vec<String>)> {
-        let parser = self
-            .factory
-            .create_parser(spec.grammar())
-            .map_err(|e| Error::Constraint(format!("the {} does not compile: {e}", spec.kind())))?;
+        let parser = self.factory.create_parser(spec.grammar()).map_err(|e| {
+            let msg = e.to_string();
+            // A schema's own error, without the wrapper grammar around it.
+            let msg = match msg.split_once("failed to compile JSON schema: ") {
+                Some((_, rest)) => rest.lines().next().unwrap_or(rest).to_string(),
+                None => msg,
+            };
+            Error::Constraint(format!("the {} does not compile: {msg}", spec.kind()))
+        })?;
         let mut matcher = Matcher::new(Ok(parser.clone()));
         let warnings = matcher.grammar_warnings();
         Ok((
