@@ -112,3 +112,52 @@ fn order_ids_errors_and_prefix_reuse() {
     }
     assert_eq!(results[5]["tokens"], results[1]["tokens"]);
 }
+
+/// Ctrl-C: the lines finished so far are written whole (the one cut short says `interrupted`),
+/// nothing more runs, and the exit code is 130.
+#[cfg(unix)]
+#[test]
+fn interrupt_keeps_the_finished_lines() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("many.jsonl");
+    let lines: Vec<String> = (0..200)
+        .map(|i| {
+            json!({"id": i, "prompt": "Tell a long story.", "max_tokens": 400, "seed": i})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
+        .args(["run", "--temp", "1", "-m"])
+        .arg(common::fixture("models/tiny-llama.gguf"))
+        .arg("--batch")
+        .arg(&file)
+        .env_remove("KILN_MODEL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let rest: Vec<String> = stdout.lines().map(Result::unwrap).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let results: Vec<Value> = std::iter::once(first.trim().to_string())
+        .chain(rest)
+        .map(|l| serde_json::from_str(&l).unwrap())
+        .collect();
+    assert!(results.len() < 200, "the run stopped early");
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["id"], i, "in order");
+        if i + 1 < results.len() {
+            assert_ne!(r["finish_reason"], "interrupted");
+        }
+    }
+}

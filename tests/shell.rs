@@ -19,7 +19,14 @@ fn completion_scripts_for_each_shell() {
         assert!(out.status.success(), "{shell}");
         let script = String::from_utf8(out.stdout).unwrap();
         assert!(script.contains(marker), "{shell}");
-        for sub in ["run", "chat", "tokenize", "completions", "json-schema", "batch"] {
+        for sub in [
+            "run",
+            "chat",
+            "tokenize",
+            "completions",
+            "json-schema",
+            "batch",
+        ] {
             assert!(script.contains(sub), "{shell} completes {sub}");
         }
     }
