@@ -281,17 +281,22 @@ fn missing_ambiguous_and_unreachable_repos_say_what_is_there() {
 }
 
 #[test]
-fn a_safetensors_repo_downloads_as_a_model_directory() {
+fn safetensors_repos_single_and_sharded_download_as_model_directories() {
     let server = HubServer::start();
-    let dir = "models/tiny-llama-hf";
-    let files = [
-        "config.json",
-        "model.safetensors",
-        "tokenizer.json",
-        "tokenizer_config.json",
-    ]
-    .map(|f| HubFile::new(f, fixture_bytes(&format!("{dir}/{f}"))));
-    server.add_repo("kiln-test/tiny-llama-hf", files.to_vec());
+    let src = common::fixture("models/tiny-llama-hf");
+    let serve_dir = |repo: &str, dir: &Path| {
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_str().unwrap().to_string();
+            files.push(HubFile::new(&name, Arc::new(std::fs::read(&path).unwrap())));
+        }
+        server.add_repo(repo, files);
+    };
+    serve_dir("kiln-test/tiny-llama-hf", &src);
+    let sharded = tempfile::tempdir().unwrap();
+    common::shard_safetensors_dir(&src, sharded.path());
+    serve_dir("kiln-test/tiny-llama-sharded", sharded.path());
     let home = tempfile::tempdir().unwrap();
     let args = [
         "--temp",
@@ -302,21 +307,33 @@ fn a_safetensors_repo_downloads_as_a_model_directory() {
         "json",
         "Once upon a time",
     ];
+    let tokens = |o: &std::process::Output| {
+        assert!(o.status.success(), "{}", stderr_of(o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["tokens"].clone()
+    };
 
     let local = common::kiln()
         .args(["run", "-m"])
-        .arg(common::fixture(dir))
+        .arg(&src)
         .args(args)
         .output()
         .unwrap();
-    let hub = kiln_hub(&server.url, home.path())
-        .args(["run", "-m", "hf:kiln-test/tiny-llama-hf"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(hub.status.success(), "{}", stderr_of(&hub));
-    let tokens = |o: &std::process::Output| {
-        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["tokens"].clone()
-    };
-    assert_eq!(tokens(&hub), tokens(&local));
+    for repo in ["kiln-test/tiny-llama-hf", "kiln-test/tiny-llama-sharded"] {
+        let hub = kiln_hub(&server.url, home.path())
+            .args(["run", "-m", &format!("hf:{repo}")])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(tokens(&hub), tokens(&local), "{repo}");
+    }
+    let log = server.log();
+    for shard in [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ] {
+        assert!(
+            log.iter().any(|s| s.path.ends_with(shard)),
+            "{shard}: {log:?}"
+        );
+    }
 }

@@ -46,11 +46,7 @@ pub fn to_lark(text: &str) -> Result<String, String> {
             match &toks[i] {
                 Token::Name(n) => out.push_str(&rule_name(n)),
                 Token::Verbatim(v) => out.push_str(v),
-                Token::Class(c) => {
-                    out.push('/');
-                    out.push_str(&c.replace('/', "\\/"));
-                    out.push('/');
-                }
+                Token::Class(c) => out.push_str(&class_regex(c)),
                 Token::AnyChar => out.push_str("/(?s:.)/"),
                 Token::Defines => return Err("unexpected ::=".into()),
             }
@@ -62,6 +58,38 @@ pub fn to_lark(text: &str) -> Result<String, String> {
     }
     out.push('\n');
     Ok(out)
+}
+
+/// A GBNF character class as a Lark regex terminal. In GBNF only `]`, `\\` and `-` are special
+/// inside a class; in Rust's regex syntax `[` opens a nested class and `&&`, `~~` are set
+/// operations, so those are escaped, and so is `/`, which would end the Lark regex.
+fn class_regex(class: &str) -> String {
+    let inner = &class[1..class.len() - 1];
+    let mut out = String::from("/[");
+    let mut chars = inner.chars().peekable();
+    if chars.peek() == Some(&'^') {
+        out.push('^');
+        chars.next();
+    }
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('/') => out.push_str("\\/"),
+                Some(e) => {
+                    out.push('\\');
+                    out.push(e);
+                }
+                None => out.push_str("\\\\"),
+            },
+            '[' | '&' | '~' | '/' => {
+                out.push('\\');
+                out.push(c);
+            }
+            _ => out.push(c),
+        }
+    }
+    out.push_str("]/");
+    out
 }
 
 fn rule_name(name: &str) -> String {
@@ -161,6 +189,11 @@ mod tests {
         assert_eq!(
             to_lark(gbnf).unwrap(),
             "start: \"[\" item ( \", \" item ) * \"]\"\nitem: /[a-z]/ {1,5} | num\nnum: /[0-9]/ + /(?s:.)/\n"
+        );
+        // Punctuation that Rust's regex classes treat specially is escaped.
+        assert_eq!(
+            to_lark("root ::= [!&/[\\]~^-]").unwrap(),
+            "start: /[!\\&\\/\\[\\]\\~^-]/\n"
         );
         assert!(to_lark("root ::= \"open").is_err());
         assert!(to_lark("\"x\" ::= y").is_err());
