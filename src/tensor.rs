@@ -66,6 +66,26 @@ impl Tensor {
         }
     }
 
+    /// A tensor of the given rows of this one, in that order, its bytes copied (rows are whole
+    /// blocks of any type). Used to separate the row groups of a fused projection.
+    pub fn gather_rows(&self, name: impl Into<String>, rows: &[usize]) -> Tensor {
+        let rb = self.row_bytes();
+        let all = self.bytes();
+        let mut bytes = Vec::with_capacity(rows.len() * rb);
+        for &r in rows {
+            bytes.extend_from_slice(&all[r * rb..(r + 1) * rb]);
+        }
+        let len = bytes.len();
+        Tensor {
+            name: name.into(),
+            dtype: self.dtype,
+            dims: vec![self.row_len(), rows.len()],
+            storage: Storage::Owned(Arc::new(bytes)),
+            start: 0,
+            len,
+        }
+    }
+
     pub fn bytes(&self) -> &[u8] {
         let all: &[u8] = match &self.storage {
             Storage::Mapped(m) => m,
