@@ -55,10 +55,20 @@ impl Tensor {
 
     pub fn from_f32(name: impl Into<String>, dims: Vec<usize>, values: &[f32]) -> Tensor {
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Tensor::from_bytes(name, GgmlType::F32, dims, bytes)
+    }
+
+    /// A tensor owning `bytes` of type `dtype` (the caller makes the length match `dims`).
+    pub fn from_bytes(
+        name: impl Into<String>,
+        dtype: GgmlType,
+        dims: Vec<usize>,
+        bytes: Vec<u8>,
+    ) -> Tensor {
         let len = bytes.len();
         Tensor {
             name: name.into(),
-            dtype: GgmlType::F32,
+            dtype,
             dims,
             storage: Storage::Owned(Arc::new(bytes)),
             start: 0,
@@ -75,15 +85,7 @@ impl Tensor {
         for &r in rows {
             bytes.extend_from_slice(&all[r * rb..(r + 1) * rb]);
         }
-        let len = bytes.len();
-        Tensor {
-            name: name.into(),
-            dtype: self.dtype,
-            dims: vec![self.row_len(), rows.len()],
-            storage: Storage::Owned(Arc::new(bytes)),
-            start: 0,
-            len,
-        }
+        Tensor::from_bytes(name, self.dtype, vec![self.row_len(), rows.len()], bytes)
     }
 
     pub fn bytes(&self) -> &[u8] {

@@ -374,7 +374,10 @@ impl ModelConfig {
                 None
             },
             attention_bias: arch == Arch::Qwen2,
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            qk_norm: matches!(
+                arch,
+                Arch::Qwen3 | Arch::Gemma3 | Arch::Qwen35 | Arch::Qwen35Moe
+            ),
             tie_embeddings: !output_present,
             context_length: md.usize(&key("context_length"))?.unwrap_or(2048),
             norm_weights_include_one: gemma,

@@ -382,3 +382,133 @@ pub(super) fn moe_combine(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use crate::backend::cpu::quant::tests::{activations, random_row};
+    use crate::tensor::Tensor;
+
+    /// Every slot of an expert matmul equals the plain matmul of its input row by its expert's
+    /// rows (cut out of the stacked weight), for unquantized, 32-block and 256-block types, with
+    /// shared and per-slot inputs, and a fused gate/up layout (stride and offset).
+    #[test]
+    fn expert_matmul_equals_a_matmul_per_expert() {
+        let be = CpuBackend::new(2).unwrap();
+        let (k_in, stride, n_exp, tokens, n_used) = (512, 24, 4, 9, 2);
+        for t in [
+            GgmlType::F32,
+            GgmlType::F16,
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            let bytes: Vec<u8> = (0..n_exp * stride)
+                .flat_map(|r| random_row(t, k_in, r as u64 + 7))
+                .collect();
+            let stacked = Tensor::from_bytes("exps", t, vec![k_in, stride, n_exp], bytes);
+            let w = be.weight(&stacked).unwrap();
+            // Token t uses experts (t + 2j) mod 4: every expert serves at least four slots.
+            let selected: Vec<f32> = (0..tokens * n_used)
+                .map(|s| ((s / n_used + 2 * (s % n_used)) % n_exp) as f32)
+                .collect();
+            for per_slot_input in [false, true] {
+                for (expert_rows, row_offset) in [(stride, 0), (stride / 2, stride / 2)] {
+                    let n_in = if per_slot_input {
+                        tokens * n_used
+                    } else {
+                        tokens
+                    };
+                    let x = activations(n_in * k_in, 5);
+                    let p = ExpertMatmulParams {
+                        rows: tokens,
+                        n_used,
+                        per_slot_input,
+                        expert_rows,
+                        expert_stride: stride,
+                        row_offset,
+                    };
+                    let mut out = vec![0.0; tokens * n_used * expert_rows];
+                    be.expert_matmul(&x, &w, &selected, &mut out, &p);
+                    for (s, &e) in selected.iter().enumerate() {
+                        let first = e as usize * stride + row_offset;
+                        let rows: Vec<usize> = (first..first + expert_rows).collect();
+                        let we = be.weight(&stacked.gather_rows("e", &rows)).unwrap();
+                        let i = if per_slot_input { s } else { s / n_used };
+                        let xi = x[i * k_in..(i + 1) * k_in].to_vec();
+                        let mut want = vec![0.0; expert_rows];
+                        be.matmul(&xi, &we, 1, &mut want);
+                        let got = &out[s * expert_rows..(s + 1) * expert_rows];
+                        for (g, w) in got.iter().zip(&want) {
+                            assert!(
+                                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                                "{t} slot {s} (per-slot {per_slot_input}): {g} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Routing: softmax, top-k highest first, ties to the lower index, weights summing to 1.
+    #[test]
+    fn routing_picks_the_top_experts_and_renormalizes() {
+        let be = CpuBackend::new(1).unwrap();
+        let logits = vec![
+            0.5, 2.0, -1.0, 2.0, 1.0, /* row 2 */ 3.0, 0.0, 0.0, 0.0, 0.0,
+        ];
+        let (mut sel, mut w) = (vec![0.0; 6], vec![0.0; 6]);
+        be.moe_route(&logits, 2, 5, 3, &mut sel, &mut w);
+        assert_eq!(&sel[..3], &[1.0, 3.0, 4.0]);
+        assert_eq!(&sel[3..5], &[0.0, 1.0]);
+        let e = |v: f32| v.exp();
+        let (a, b) = (e(2.0), e(1.0));
+        assert!((w[0] - a / (2.0 * a + b)).abs() < 1e-6 && (w[2] - b / (2.0 * a + b)).abs() < 1e-6);
+        assert!((w[3..].iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    }
+
+    /// The convolution step run token by token, or over a batch shorter or longer than the
+    /// state, gives the batched result and the same final state.
+    #[test]
+    fn conv_step_carries_its_state_across_calls() {
+        let (k, ch, rows) = (4, 8, 7);
+        let taps = activations(k * ch, 3);
+        let kernel = CpuBackend::new(1)
+            .unwrap()
+            .weight(&Tensor::from_f32("conv", vec![k, ch], &taps))
+            .unwrap();
+        let x = activations(rows * ch, 4);
+        let mut state = vec![0.0; (k - 1) * ch];
+        let mut whole = vec![0.0; rows * ch];
+        conv_step(&x, &kernel, &mut state, &mut whole, rows, ch);
+        // Reference: the definition, with zeros before the first token.
+        for t in 0..rows {
+            for c in 0..ch {
+                let mut acc = 0.0f32;
+                for j in 0..k {
+                    let src = t as isize + j as isize - (k as isize - 1);
+                    if src >= 0 {
+                        acc += x[src as usize * ch + c] * taps[c * k + j];
+                    }
+                }
+                let want = ggml_math::silu(acc);
+                assert!((whole[t * ch + c] - want).abs() < 1e-6);
+            }
+        }
+        for split in [1, 2, 5] {
+            let mut st = vec![0.0; (k - 1) * ch];
+            let mut out = vec![0.0; rows * ch];
+            for (i, piece) in x.chunks(split * ch).enumerate() {
+                let n = piece.len() / ch;
+                let mut o = vec![0.0; n * ch];
+                conv_step(piece, &kernel, &mut st, &mut o, n, ch);
+                out[i * split * ch..i * split * ch + n * ch].copy_from_slice(&o);
+            }
+            assert_eq!(out, whole, "pieces of {split}");
+            assert_eq!(st, state, "final state, pieces of {split}");
+        }
+    }
+}
