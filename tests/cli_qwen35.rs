@@ -101,7 +101,7 @@ fn run_tokenize_bench_and_info_on_both_files() {
         "rotary dims         8 of 32 per head, IMRoPE sections [2, 1, 1, 0]",
         "RRRARRRA (6 Gated DeltaNet, 2 full attention: blocks 3, 7)",
         "experts             8 (2 per token) of width 32; shared expert of width 64",
-        "recurrent state     33.00 KiB per sequence",
+        "recurrent state     33.00 KiB per sequence (and per checkpoint, up to 8)",
     ] {
         assert!(text.contains(want), "{want:?} not in {text}");
     }

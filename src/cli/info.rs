@@ -6,6 +6,7 @@ use serde_json::json;
 
 use super::{ModelArgs, OutputFormat};
 use crate::model::loader::Source;
+use crate::model::recurrent::MAX_CHECKPOINTS;
 use crate::model::{ModelConfig, ModelFile};
 
 #[derive(clap::Args, Debug)]
@@ -273,7 +274,7 @@ fn print_hybrid(c: &ModelConfig) {
             d.n_k_heads, d.n_v_heads, d.head_dim, d.conv_kernel
         );
         println!(
-            "  recurrent state     {} per sequence",
+            "  recurrent state     {} per sequence (and per checkpoint, up to {MAX_CHECKPOINTS})",
             human_bytes(c.recurrent_state_bytes() as u64)
         );
     }

@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 
 use super::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
-use super::{CpuBackend, CpuWeight, SharedOut, ggml_math, simd};
+use super::{CpuBackend, CpuWeight, SharedOut, f32_bytes, ggml_math, simd};
 use crate::backend::{DeltaNetParams, ExpertMatmulParams, RopeLayout};
 use crate::gguf::GgmlType;
 
@@ -84,43 +84,62 @@ fn f32_values(w: &CpuWeight) -> Cow<'_, [f32]> {
     Cow::Owned(w.tensor.to_f32())
 }
 
-pub(super) fn conv_step(
-    x: &[f32],
-    kernel: &CpuWeight,
-    state: &mut [f32],
-    out: &mut [f32],
-    rows: usize,
-    channels: usize,
-) {
-    let k = kernel.cols;
-    let taps = f32_values(kernel);
-    let hist = k - 1;
-    {
-        let st: &[f32] = state;
-        // Row i of (state ++ x).
-        let inp = |i: usize| -> &[f32] {
-            if i < hist {
-                &st[i * channels..(i + 1) * channels]
-            } else {
-                &x[(i - hist) * channels..(i - hist + 1) * channels]
-            }
-        };
-        for (t, o) in out[..rows * channels].chunks_mut(channels).enumerate() {
-            o.fill(0.0);
+impl CpuBackend {
+    pub(super) fn conv(
+        &self,
+        x: &[f32],
+        kernel: &CpuWeight,
+        state: &mut [f32],
+        out: &mut [f32],
+        rows: usize,
+        channels: usize,
+    ) {
+        let k = kernel.cols;
+        let hist = k - 1;
+        // Taps by time, so the inner loop runs over contiguous channels.
+        let taps = f32_values(kernel);
+        let mut by_tap = vec![0.0f32; k * channels];
+        for c in 0..channels {
             for j in 0..k {
-                for (c, (ov, &iv)) in o.iter_mut().zip(inp(t + j)).enumerate() {
-                    *ov += iv * taps[c * k + j];
-                }
+                by_tap[j * channels + c] = taps[c * k + j];
             }
-            o.iter_mut().for_each(|v| *v = ggml_math::silu(*v));
         }
-    }
-    // The new state: the last K−1 rows of (state ++ x).
-    if rows >= hist {
-        state[..hist * channels].copy_from_slice(&x[(rows - hist) * channels..rows * channels]);
-    } else {
-        state.copy_within(rows * channels..hist * channels, 0);
-        state[(hist - rows) * channels..hist * channels].copy_from_slice(&x[..rows * channels]);
+        {
+            let st: &[f32] = state;
+            // Row i of (state ++ x).
+            let inp = |i: usize| -> &[f32] {
+                if i < hist {
+                    &st[i * channels..(i + 1) * channels]
+                } else {
+                    &x[(i - hist) * channels..(i - hist + 1) * channels]
+                }
+            };
+            const ROWS_PER_TASK: usize = 16;
+            self.pool.for_each_chunk(
+                &mut out[..rows * channels],
+                ROWS_PER_TASK * channels,
+                &|task, piece| {
+                    for (i, o) in piece.chunks_mut(channels).enumerate() {
+                        let t = task * ROWS_PER_TASK + i;
+                        o.fill(0.0);
+                        for j in 0..k {
+                            let w = &by_tap[j * channels..(j + 1) * channels];
+                            for ((ov, &iv), &wv) in o.iter_mut().zip(inp(t + j)).zip(w) {
+                                *ov += iv * wv;
+                            }
+                        }
+                        o.iter_mut().for_each(|v| *v = ggml_math::silu(*v));
+                    }
+                },
+            );
+        }
+        // The new state: the last K−1 rows of (state ++ x).
+        if rows >= hist {
+            state[..hist * channels].copy_from_slice(&x[(rows - hist) * channels..rows * channels]);
+        } else {
+            state.copy_within(rows * channels..hist * channels, 0);
+            state[(hist - rows) * channels..hist * channels].copy_from_slice(&x[..rows * channels]);
+        }
     }
 }
 
@@ -135,10 +154,6 @@ fn l2_normalize(x: &[f32], eps: f32, out: &mut [f32]) {
     for (o, &v) in out.iter_mut().zip(x) {
         *o = (v * scale) * post;
     }
-}
-
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 impl CpuBackend {
@@ -160,6 +175,8 @@ impl CpuBackend {
         let out_width = n_v * d;
         let (a, dt_bias) = (a.dense(), dt_bias.dense());
         let scale = 1.0 / (d as f32).sqrt();
+        let simd_dot = self.kernels.dot_f32(GgmlType::F32);
+        let dot = |a: &[f32], b: &[f32]| simd_dot(f32_bytes(a), b);
         let out_ptr = SharedOut(out[..p.rows * out_width].as_mut_ptr());
         // One task per value head: heads are independent across the whole batch.
         self.pool
@@ -474,16 +491,16 @@ mod tests {
     /// state, gives the batched result and the same final state.
     #[test]
     fn conv_step_carries_its_state_across_calls() {
-        let (k, ch, rows) = (4, 8, 7);
+        let (k, ch, rows) = (4, 8, 37);
         let taps = activations(k * ch, 3);
-        let kernel = CpuBackend::new(1)
-            .unwrap()
+        let be = CpuBackend::new(2).unwrap();
+        let kernel = be
             .weight(&Tensor::from_f32("conv", vec![k, ch], &taps))
             .unwrap();
         let x = activations(rows * ch, 4);
         let mut state = vec![0.0; (k - 1) * ch];
         let mut whole = vec![0.0; rows * ch];
-        conv_step(&x, &kernel, &mut state, &mut whole, rows, ch);
+        be.conv(&x, &kernel, &mut state, &mut whole, rows, ch);
         // Reference: the definition, with zeros before the first token.
         for t in 0..rows {
             for c in 0..ch {
@@ -498,13 +515,13 @@ mod tests {
                 assert!((whole[t * ch + c] - want).abs() < 1e-6);
             }
         }
-        for split in [1, 2, 5] {
+        for split in [1, 2, 5, 20] {
             let mut st = vec![0.0; (k - 1) * ch];
             let mut out = vec![0.0; rows * ch];
             for (i, piece) in x.chunks(split * ch).enumerate() {
                 let n = piece.len() / ch;
                 let mut o = vec![0.0; n * ch];
-                conv_step(piece, &kernel, &mut st, &mut o, n, ch);
+                be.conv(piece, &kernel, &mut st, &mut o, n, ch);
                 out[i * split * ch..i * split * ch + n * ch].copy_from_slice(&o);
             }
             assert_eq!(out, whole, "pieces of {split}");

@@ -566,7 +566,7 @@ impl Backend for CpuBackend {
         rows: usize,
         channels: usize,
     ) {
-        hybrid::conv_step(x, kernel, state, out, rows, channels);
+        self.conv(x, kernel, state, out, rows, channels);
     }
 
     fn gated_delta_net(
