@@ -58,7 +58,8 @@ impl Tensor {
         Tensor::from_bytes(name, GgmlType::F32, dims, bytes)
     }
 
-    /// A tensor owning `bytes` of type `dtype` (the caller makes the length match `dims`).
+    /// A tensor of type `dtype` over owned bytes (tests, derived tensors). The caller sizes `bytes`
+    /// for `dims`.
     pub fn from_bytes(
         name: impl Into<String>,
         dtype: GgmlType,
@@ -74,18 +75,6 @@ impl Tensor {
             start: 0,
             len,
         }
-    }
-
-    /// A tensor of the given rows of this one, in that order, its bytes copied (rows are whole
-    /// blocks of any type). Used to separate the row groups of a fused projection.
-    pub fn gather_rows(&self, name: impl Into<String>, rows: &[usize]) -> Tensor {
-        let rb = self.row_bytes();
-        let all = self.bytes();
-        let mut bytes = Vec::with_capacity(rows.len() * rb);
-        for &r in rows {
-            bytes.extend_from_slice(&all[r * rb..(r + 1) * rb]);
-        }
-        Tensor::from_bytes(name, self.dtype, vec![self.row_len(), rows.len()], bytes)
     }
 
     pub fn bytes(&self) -> &[u8] {
@@ -124,5 +113,17 @@ impl Tensor {
     pub fn row_to_f32(&self, row: usize, out: &mut [f32]) {
         let rb = self.row_bytes();
         dequantize(self.dtype, &self.bytes()[row * rb..(row + 1) * rb], out);
+    }
+
+    /// A tensor of the given rows of this one, in that order, its bytes copied (rows are whole
+    /// blocks of any type). Used to separate the row groups of a fused projection.
+    pub fn gather_rows(&self, name: impl Into<String>, rows: &[usize]) -> Tensor {
+        let rb = self.row_bytes();
+        let all = self.bytes();
+        let mut bytes = Vec::with_capacity(rows.len() * rb);
+        for &r in rows {
+            bytes.extend_from_slice(&all[r * rb..(r + 1) * rb]);
+        }
+        Tensor::from_bytes(name, self.dtype, vec![self.row_len(), rows.len()], bytes)
     }
 }
