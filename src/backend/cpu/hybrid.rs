@@ -12,7 +12,8 @@ use super::{CpuBackend, CpuWeight, SharedOut, f32_bytes, ggml_math, simd};
 use crate::backend::{DeltaNetParams, ExpertMatmulParams, RopeLayout};
 use crate::gguf::GgmlType;
 
-/// RoPE over the first `rot_dims` values of each head (all of them for plain RoPE).
+/// RoPE over the first `rot_dims` values of each head. (The same rotation as `rope`, whose
+/// body could become a call of this one with `rot_dims == head_dim`.)
 pub(super) fn rope(
     x: &mut [f32],
     table: &[f32],

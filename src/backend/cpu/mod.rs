@@ -404,7 +404,23 @@ impl Backend for CpuBackend {
         head_dim: usize,
         layout: RopeLayout,
     ) {
-        hybrid::rope(x, table, rows, n_heads, head_dim, head_dim, layout);
+        let half = head_dim / 2;
+        let width = n_heads * head_dim;
+        for (r, row) in x[..rows * width].chunks_mut(width).enumerate() {
+            let cs = &table[r * head_dim..(r + 1) * head_dim];
+            for head in row.chunks_mut(head_dim) {
+                for i in 0..half {
+                    let (c, s) = (cs[2 * i], cs[2 * i + 1]);
+                    let (a, b) = match layout {
+                        RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+                        RopeLayout::Neox => (i, i + half),
+                    };
+                    let (x0, x1) = (head[a], head[b]);
+                    head[a] = x0 * c - x1 * s;
+                    head[b] = x0 * s + x1 * c;
+                }
+            }
+        }
     }
 
     fn cache(&self, len: usize, ty: CacheType) -> Result<CpuCache> {
