@@ -471,6 +471,37 @@ mod tests {
         }
     }
 
+    /// Partial RoPE over all dims is `rope`; over fewer, it rotates (i, i + rot/2) pairs of the
+    /// leading dims by the table and leaves the rest as they were.
+    #[test]
+    fn partial_rope_rotates_only_the_leading_dims() {
+        let be = CpuBackend::new(1).unwrap();
+        let (rows, heads, hd, rot) = (3, 2, 8, 4);
+        let x = activations(rows * heads * hd, 11);
+        let table = activations(rows * hd, 12);
+        for layout in [RopeLayout::Neox, RopeLayout::Interleaved] {
+            let (mut a, mut b) = (x.clone(), x.clone());
+            be.rope(&mut a, &table, rows, heads, hd, layout);
+            be.rope_partial(&mut b, &table, rows, heads, hd, hd, layout);
+            assert_eq!(a, b);
+        }
+        let small = activations(rows * rot, 13);
+        let mut p = x.clone();
+        be.rope_partial(&mut p, &small, rows, heads, hd, rot, RopeLayout::Neox);
+        for r in 0..rows {
+            for h in 0..heads {
+                let o = (r * heads + h) * hd;
+                assert_eq!(&p[o + rot..o + hd], &x[o + rot..o + hd], "tail untouched");
+                for i in 0..rot / 2 {
+                    let (c, s) = (small[r * rot + 2 * i], small[r * rot + 2 * i + 1]);
+                    let (x0, x1) = (x[o + i], x[o + i + rot / 2]);
+                    assert_eq!(p[o + i], x0 * c - x1 * s);
+                    assert_eq!(p[o + i + rot / 2], x0 * s + x1 * c);
+                }
+            }
+        }
+    }
+
     /// Routing: softmax, top-k highest first, ties to the lower index, weights summing to 1.
     #[test]
     fn routing_picks_the_top_experts_and_renormalizes() {
