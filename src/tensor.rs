@@ -55,10 +55,21 @@ impl Tensor {
 
     pub fn from_f32(name: impl Into<String>, dims: Vec<usize>, values: &[f32]) -> Tensor {
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Tensor::from_bytes(name, GgmlType::F32, dims, bytes)
+    }
+
+    /// A tensor of type `dtype` over owned bytes (tests, derived tensors). The caller sizes `bytes`
+    /// for `dims`.
+    pub fn from_bytes(
+        name: impl Into<String>,
+        dtype: GgmlType,
+        dims: Vec<usize>,
+        bytes: Vec<u8>,
+    ) -> Tensor {
         let len = bytes.len();
         Tensor {
             name: name.into(),
-            dtype: GgmlType::F32,
+            dtype,
             dims,
             storage: Storage::Owned(Arc::new(bytes)),
             start: 0,

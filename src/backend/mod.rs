@@ -8,6 +8,7 @@
 //! computes `out = x · Wᵀ`. Buffers are allocated for a maximum size and ops use the leading part.
 
 pub mod cpu;
+pub mod wgpu;
 
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -130,6 +131,12 @@ pub trait Backend: Send + Sync {
 
     /// What was gathered since profiling started; None when the backend does not profile.
     fn profile(&self) -> Option<Profile> {
+        None
+    }
+
+    /// A failure met while running ops, which return no errors themselves (a lost GPU device, a
+    /// validation error): the session turns it into the error of its call. Taken once.
+    fn take_error(&self) -> Option<crate::error::Error> {
         None
     }
 

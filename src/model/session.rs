@@ -115,7 +115,7 @@ impl<'m, B: Backend> Session<'m, B> {
         self.check(ids)?;
         let start = Instant::now();
         for chunk in ids.chunks(self.scratch_rows()) {
-            self.run(chunk);
+            self.run(chunk)?;
         }
         self.stats.prefill_tokens += ids.len();
         self.stats.prefill_time += start.elapsed();
@@ -129,7 +129,7 @@ impl<'m, B: Backend> Session<'m, B> {
         }
         self.check(&[id])?;
         let start = Instant::now();
-        self.run(&[id]);
+        self.run(&[id])?;
         self.stats.decode_tokens += 1;
         self.stats.decode_time += start.elapsed();
         Ok(&self.logits)
@@ -160,7 +160,7 @@ impl<'m, B: Backend> Session<'m, B> {
         self.scratch.rows()
     }
 
-    fn run(&mut self, ids: &[u32]) {
+    fn run(&mut self, ids: &[u32]) -> Result<()> {
         let start_pos = self.tokens.len();
         self.model.forward(
             ids,
@@ -169,7 +169,12 @@ impl<'m, B: Backend> Session<'m, B> {
             &mut self.scratch,
             &mut self.logits,
         );
+        if let Some(e) = self.model.backend.take_error() {
+            self.has_logits = false;
+            return Err(e);
+        }
         self.tokens.extend_from_slice(ids);
         self.has_logits = true;
+        Ok(())
     }
 }

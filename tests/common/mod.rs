@@ -49,6 +49,7 @@ pub fn hex_bytes(s: &str) -> Vec<u8> {
 
 pub mod gguf_writer;
 pub mod golden_run;
+pub mod gpu;
 pub mod synth;
 
 /// The kiln binary as a command, with no model taken from the environment and no colours.

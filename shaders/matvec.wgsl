@@ -1,0 +1,102 @@
+// matvec.wgsl — out = x · Wᵀ for a few activation rows (decode): one workgroup per weight row, its
+// invocations striding over the row's 16-value runs, f32 sums reduced across the workgroup. Up to
+// three weights of one type and width (Q/K/V, gate/up) run as one dispatch over their concatenated
+// rows (`{{NW}}` weights), each writing its own output.
+
+#include "common"
+#include "reduce"
+
+struct Params {
+    k: u32,          // values per weight row
+    n: u32,          // activation rows (≤ 8)
+    groups: u32,     // k / 16
+    row_bytes: u32,  // bytes per weight row
+    m0: u32, m1: u32, m2: u32,        // rows of each weight
+    total: u32,                       // m0 + m1 + m2
+    stride0: u32, stride1: u32, stride2: u32,  // values per output row
+    off0: u32, off1: u32, off2: u32,           // first output column written
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> w0: array<u32>;
+@group(0) @binding(3) var<storage, read_write> out0: array<f32>;
+#if NW2 || NW3
+@group(0) @binding(4) var<storage, read> w1: array<u32>;
+@group(0) @binding(5) var<storage, read_write> out1: array<f32>;
+#endif
+#if NW3
+@group(0) @binding(6) var<storage, read> w2: array<u32>;
+@group(0) @binding(7) var<storage, read_write> out2: array<f32>;
+#endif
+
+var<private> sel: u32;
+
+fn word(i: u32) -> u32 {
+#if NW2 || NW3
+    if (sel == 1u) {
+        return w1[i];
+    }
+#endif
+#if NW3
+    if (sel == 2u) {
+        return w2[i];
+    }
+#endif
+    return w0[i];
+}
+
+#include "quants"
+
+const MAXN: u32 = 8u;
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
+    {{SG_LOCALS}}
+    let r = flat_wg(wid, nwg);
+    if (r >= p.total) {
+        return;
+    }
+    var row = r;
+    sel = 0u;
+    if (row >= p.m0) {
+        row -= p.m0;
+        sel = 1u;
+        if (row >= p.m1) {
+            row -= p.m1;
+            sel = 2u;
+        }
+    }
+    let base = row * p.row_bytes;
+    var acc: array<f32, MAXN>;
+    for (var g = lid; g < p.groups; g += {{WG}}u) {
+        let y = dq16(base, g);
+        for (var i = 0u; i < p.n; i++) {
+            let xo = i * p.k + g * 16u;
+            var s = 0.0;
+            for (var j = 0u; j < 16u; j++) {
+                s += y[j] * x[xo + j];
+            }
+            acc[i] += s;
+        }
+    }
+    for (var i = 0u; i < p.n; i++) {
+        let t = wg_sum(acc[i], lid, sg_lane, sg_id, n_sg);
+        if (lid == 0u) {
+            if (sel == 0u) {
+                out0[i * p.stride0 + p.off0 + row] = t;
+            }
+#if NW2 || NW3
+            if (sel == 1u) {
+                out1[i * p.stride1 + p.off1 + row] = t;
+            }
+#endif
+#if NW3
+            if (sel == 2u) {
+                out2[i * p.stride2 + p.off2 + row] = t;
+            }
+#endif
+        }
+    }
+}
