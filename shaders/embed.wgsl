@@ -35,9 +35,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (id < p.first_row || id >= p.first_row + p.rows) {
         return;
     }
-    let y = dq16((id - p.first_row) * p.row_bytes, g);
     let o = i * p.groups * 16u + g * 16u;
-    for (var j = 0u; j < 16u; j++) {
-        out0[o + j] = y[j] * p.scale;
+    for (var q = 0u; q < 4u; q++) {
+        let y = dq4((id - p.first_row) * p.row_bytes, g, q) * p.scale;
+        out0[o + 4u * q] = y.x;
+        out0[o + 4u * q + 1u] = y.y;
+        out0[o + 4u * q + 2u] = y.z;
+        out0[o + 4u * q + 3u] = y.w;
     }
 }

@@ -38,22 +38,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let n0 = wid.y * BN;
     let tm = lid % 16u;
     let tn = lid / 16u;
-    var acc: array<f32, 8>;
+    // Rows tm, tm + 16, tm + 32, tm + 48 of activation rows tn and tn + 16.
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
         // Weights: invocations 0..127 each decode one run of 16 values (row lid / 2).
         if (lid < 128u) {
             let r = lid >> 1u;
             let h = lid & 1u;
             let g = k0 / 16u + h;
-            if (m0 + r < p.m && g < p.groups) {
-                let y = dq16((m0 + r) * p.row_bytes, g);
-                for (var j = 0u; j < 16u; j++) {
-                    ws[(h * 16u + j) * BM + r] = y[j];
+            let live = m0 + r < p.m && g < p.groups;
+            for (var q = 0u; q < 4u; q++) {
+                var y = vec4<f32>(0.0);
+                if (live) {
+                    y = dq4((m0 + r) * p.row_bytes, g, q);
                 }
-            } else {
-                for (var j = 0u; j < 16u; j++) {
-                    ws[(h * 16u + j) * BM + r] = 0.0;
-                }
+                let o = (h * 16u + 4u * q) * BM + r;
+                ws[o] = y.x;
+                ws[o + BM] = y.y;
+                ws[o + 2u * BM] = y.z;
+                ws[o + 3u * BM] = y.w;
             }
         }
         // Activations: 32 rows × 32 values, four per invocation.
@@ -68,28 +72,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk++) {
-            let a0 = ws[kk * BM + tm];
-            let a1 = ws[kk * BM + tm + 16u];
-            let a2 = ws[kk * BM + tm + 32u];
-            let a3 = ws[kk * BM + tm + 48u];
-            let b0 = xs[kk * BN + tn];
-            let b1 = xs[kk * BN + tn + 16u];
-            acc[0] += a0 * b0;
-            acc[1] += a1 * b0;
-            acc[2] += a2 * b0;
-            acc[3] += a3 * b0;
-            acc[4] += a0 * b1;
-            acc[5] += a1 * b1;
-            acc[6] += a2 * b1;
-            acc[7] += a3 * b1;
+            let a = vec4<f32>(ws[kk * BM + tm], ws[kk * BM + tm + 16u], ws[kk * BM + tm + 32u],
+                              ws[kk * BM + tm + 48u]);
+            acc0 += a * xs[kk * BN + tn];
+            acc1 += a * xs[kk * BN + tn + 16u];
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 8u; i++) {
-        let m = m0 + tm + (i % 4u) * 16u;
-        let n = n0 + tn + (i / 4u) * 16u;
-        if (m < p.m && n < p.n) {
-            out0[n * p.stride + p.off + m] = acc[i];
+    for (var i = 0u; i < 4u; i++) {
+        let m = m0 + tm + i * 16u;
+        if (m < p.m) {
+            if (n0 + tn < p.n) {
+                out0[(n0 + tn) * p.stride + p.off + m] = acc0[i];
+            }
+            if (n0 + tn + 16u < p.n) {
+                out0[(n0 + tn + 16u) * p.stride + p.off + m] = acc1[i];
+            }
         }
     }
 }

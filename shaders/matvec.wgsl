@@ -1,4 +1,4 @@
-// matvec.wgsl — out = x · Wᵀ for a few activation rows (decode): one workgroup per weight row, its
+// matvec.wgsl — out = x · Wᵀ for one activation row (decode): one workgroup per weight row, its
 // invocations striding over the row's 16-value runs, f32 sums reduced across the workgroup. Up to
 // three weights of one type and width (Q/K/V, gate/up) run as one dispatch over their concatenated
 // rows (`{{NW}}` weights), each writing its own output.
@@ -8,7 +8,7 @@
 
 struct Params {
     k: u32,          // values per weight row
-    n: u32,          // activation rows (≤ 8)
+    n: u32,          // activation rows (1)
     groups: u32,     // k / 16
     row_bytes: u32,  // bytes per weight row
     m0: u32, m1: u32, m2: u32,        // rows of each weight
@@ -48,8 +48,6 @@ fn word(i: u32) -> u32 {
 
 #include "quants"
 
-const MAXN: u32 = 8u;
-
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
@@ -69,34 +67,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         }
     }
     let base = row * p.row_bytes;
-    var acc: array<f32, MAXN>;
+    // A private array indexed by a run-time count would live in scratch memory (slow on every
+    // compiler), so this kernel takes one activation row; more rows go to matmul.wgsl.
+    var acc = 0.0;
     for (var g = lid; g < p.groups; g += {{WG}}u) {
-        let y = dq16(base, g);
-        for (var i = 0u; i < p.n; i++) {
-            let xo = i * p.k + g * 16u;
-            var s = 0.0;
-            for (var j = 0u; j < 16u; j++) {
-                s += y[j] * x[xo + j];
-            }
-            acc[i] += s;
+        for (var q = 0u; q < 4u; q++) {
+            let xo = g * 16u + q * 4u;
+            acc += dot(dq4(base, g, q), vec4<f32>(x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u]));
         }
     }
-    for (var i = 0u; i < p.n; i++) {
-        let t = wg_sum(acc[i], lid, sg_lane, sg_id, n_sg);
-        if (lid == 0u) {
-            if (sel == 0u) {
-                out0[i * p.stride0 + p.off0 + row] = t;
-            }
+    let t = wg_sum(acc, lid, sg_lane, sg_id, n_sg);
+    if (lid == 0u) {
+        if (sel == 0u) {
+            out0[p.off0 + row] = t;
+        }
 #if NW2 || NW3
-            if (sel == 1u) {
-                out1[i * p.stride1 + p.off1 + row] = t;
-            }
+        if (sel == 1u) {
+            out1[p.off1 + row] = t;
+        }
 #endif
 #if NW3
-            if (sel == 2u) {
-                out2[i * p.stride2 + p.off2 + row] = t;
-            }
-#endif
+        if (sel == 2u) {
+            out2[p.off2 + row] = t;
         }
+#endif
     }
 }

@@ -2,9 +2,11 @@
 // byte layout (WGSL has no 8- or 16-bit storage); the kernel defines `fn word(i: u32) -> u32` that
 // returns word i of the weight in use. One type is compiled per pipeline (`#if` on the type name).
 //
-// `dq16(row, g)` decodes the g-th run of 16 consecutive values of the row whose first byte is at
-// byte offset `row`, value for value as src/gguf/dequant.rs (llama.cpp's dequantize_row_*) does.
-// Every supported type keeps a run of 16 inside one block and under one scale.
+// `dq4(row, g, q)` decodes values 4q..4q+3 (q < 4) of the g-th run of 16 consecutive values of the
+// row whose first byte is at byte offset `row`, value for value as src/gguf/dequant.rs (llama.cpp's
+// dequantize_row_*) does. Every supported type keeps a run of 16 inside one block and under one
+// scale. The decoders use vectors, not private arrays: arrays indexed at run time land in scratch
+// memory on most compilers.
 
 fn byte_at(b: u32) -> u32 {
     return (word(b >> 2u) >> ((b & 3u) * 8u)) & 0xffu;
@@ -24,152 +26,102 @@ fn f16_at(b: u32) -> f32 {
     return unpack2x16float((word(b >> 2u) >> ((b & 2u) * 8u)) & 0xffffu).x;
 }
 
-// 16 bytes from byte offset b, as four little-endian words.
-fn bytes16(b: u32) -> array<u32, 4> {
-    return array<u32, 4>(u32_at(b), u32_at(b + 4u), u32_at(b + 8u), u32_at(b + 12u));
+// The four bytes of a word, low first.
+fn bytes4(w: u32) -> vec4<u32> {
+    return (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
 }
 
-fn byte_of(w: array<u32, 4>, i: u32) -> u32 {
-    return (w[i >> 2u] >> ((i & 3u) * 8u)) & 0xffu;
+// The four bytes of a word as signed values.
+fn ibytes4(w: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
 }
 
-fn sext8(v: u32) -> i32 {
-    return (i32(v << 24u)) >> 24u;
+// Bits b..b+3 of h, one per lane, as 0 or 1.
+fn bits4(h: u32, b: u32) -> vec4<u32> {
+    return (vec4<u32>(h) >> (vec4<u32>(b) + vec4<u32>(0u, 1u, 2u, 3u))) & vec4<u32>(1u);
 }
 
 #if F32
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
-    let w0 = (row >> 2u) + g * 16u;
-    for (var j = 0u; j < 16u; j++) {
-        y[j] = bitcast<f32>(word(w0 + j));
-    }
-    return y;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
+    let w = (row >> 2u) + g * 16u + q * 4u;
+    return vec4<f32>(bitcast<f32>(word(w)), bitcast<f32>(word(w + 1u)),
+                     bitcast<f32>(word(w + 2u)), bitcast<f32>(word(w + 3u)));
 }
 #endif
 
 #if F16
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
-    let w0 = (row >> 2u) + g * 8u;
-    for (var j = 0u; j < 8u; j++) {
-        let v = unpack2x16float(word(w0 + j));
-        y[2u * j] = v.x;
-        y[2u * j + 1u] = v.y;
-    }
-    return y;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
+    let w = (row >> 2u) + g * 8u + q * 2u;
+    return vec4<f32>(unpack2x16float(word(w)), unpack2x16float(word(w + 1u)));
 }
 #endif
 
 #if BF16
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
-    let w0 = (row >> 2u) + g * 8u;
-    for (var j = 0u; j < 8u; j++) {
-        let v = word(w0 + j);
-        y[2u * j] = bitcast<f32>(v << 16u);
-        y[2u * j + 1u] = bitcast<f32>(v & 0xffff0000u);
-    }
-    return y;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
+    let w = (row >> 2u) + g * 8u + q * 2u;
+    let a = word(w);
+    let b = word(w + 1u);
+    return vec4<f32>(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xffff0000u),
+                     bitcast<f32>(b << 16u), bitcast<f32>(b & 0xffff0000u));
 }
 #endif
 
 #if Q4_0
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
     let blk = row + (g >> 1u) * 18u;
-    let d = f16_at(blk);
-    let q = bytes16(blk + 2u);
-    let shift = (g & 1u) * 4u;
-    for (var j = 0u; j < 16u; j++) {
-        y[j] = d * f32(i32((byte_of(q, j) >> shift) & 0xfu) - 8);
-    }
-    return y;
+    let v = (bytes4(u32_at(blk + 2u + 4u * q)) >> vec4<u32>((g & 1u) * 4u)) & vec4<u32>(0xfu);
+    return f16_at(blk) * (vec4<f32>(v) - 8.0);
 }
 #endif
 
 #if Q4_1
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
     let blk = row + (g >> 1u) * 20u;
-    let d = f16_at(blk);
-    let m = f16_at(blk + 2u);
-    let q = bytes16(blk + 4u);
-    let shift = (g & 1u) * 4u;
-    for (var j = 0u; j < 16u; j++) {
-        y[j] = d * f32((byte_of(q, j) >> shift) & 0xfu) + m;
-    }
-    return y;
+    let v = (bytes4(u32_at(blk + 4u + 4u * q)) >> vec4<u32>((g & 1u) * 4u)) & vec4<u32>(0xfu);
+    return f16_at(blk) * vec4<f32>(v) + f16_at(blk + 2u);
 }
 #endif
 
 #if Q5_0
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
     let blk = row + (g >> 1u) * 22u;
-    let d = f16_at(blk);
-    let qh = u32_at(blk + 2u) >> ((g & 1u) * 16u);
-    let q = bytes16(blk + 6u);
-    let shift = (g & 1u) * 4u;
-    for (var j = 0u; j < 16u; j++) {
-        let v = ((byte_of(q, j) >> shift) & 0xfu) | (((qh >> j) & 1u) << 4u);
-        y[j] = d * f32(i32(v) - 16);
-    }
-    return y;
+    let lo = (bytes4(u32_at(blk + 6u + 4u * q)) >> vec4<u32>((g & 1u) * 4u)) & vec4<u32>(0xfu);
+    let hi = bits4(u32_at(blk + 2u), (g & 1u) * 16u + 4u * q);
+    return f16_at(blk) * (vec4<f32>(lo | (hi << vec4<u32>(4u))) - 16.0);
 }
 #endif
 
 #if Q5_1
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
     let blk = row + (g >> 1u) * 24u;
-    let d = f16_at(blk);
-    let m = f16_at(blk + 2u);
-    let qh = u32_at(blk + 4u) >> ((g & 1u) * 16u);
-    let q = bytes16(blk + 8u);
-    let shift = (g & 1u) * 4u;
-    for (var j = 0u; j < 16u; j++) {
-        let v = ((byte_of(q, j) >> shift) & 0xfu) | (((qh >> j) & 1u) << 4u);
-        y[j] = d * f32(v) + m;
-    }
-    return y;
+    let lo = (bytes4(u32_at(blk + 8u + 4u * q)) >> vec4<u32>((g & 1u) * 4u)) & vec4<u32>(0xfu);
+    let hi = bits4(u32_at(blk + 4u), (g & 1u) * 16u + 4u * q);
+    return f16_at(blk) * vec4<f32>(lo | (hi << vec4<u32>(4u))) + f16_at(blk + 2u);
 }
 #endif
 
 #if Q8_0
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
     let blk = row + (g >> 1u) * 34u;
-    let d = f16_at(blk);
-    let q = bytes16(blk + 2u + (g & 1u) * 16u);
-    for (var j = 0u; j < 16u; j++) {
-        y[j] = f32(sext8(byte_of(q, j))) * d;
-    }
-    return y;
+    return ibytes4(u32_at(blk + 2u + (g & 1u) * 16u + 4u * q)) * f16_at(blk);
 }
 #endif
 
 #if Q2_K
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
     let blk = row + (g >> 4u) * 84u;
     let gi = g & 15u;
     let sc = byte_at(blk + gi);
     let d = f16_at(blk + 80u) * f32(sc & 0xfu);
     let m = f16_at(blk + 82u) * f32(sc >> 4u);
-    let half = gi >> 3u;
     let shift = ((gi & 7u) >> 1u) * 2u;
-    let q = bytes16(blk + 16u + half * 32u + (gi & 1u) * 16u);
-    for (var j = 0u; j < 16u; j++) {
-        y[j] = d * f32((byte_of(q, j) >> shift) & 3u) - m;
-    }
-    return y;
+    let v = bytes4(u32_at(blk + 16u + (gi >> 3u) * 32u + (gi & 1u) * 16u + 4u * q));
+    return d * vec4<f32>((v >> vec4<u32>(shift)) & vec4<u32>(3u)) - m;
 }
 #endif
 
 #if Q3_K
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
     let blk = row + (g >> 4u) * 110u;
     let gi = g & 15u;
     // The 6-bit scale of group gi: 4 low bits from byte gi % 8 (low or high nibble), 2 high bits
@@ -184,16 +136,11 @@ fn dq16(row: u32, g: u32) -> array<f32, 16> {
     let dl = f16_at(blk + 108u) * f32(i32(lo | (hi << 4u)) - 32);
     let half = gi >> 3u;
     let sh = (gi & 7u) >> 1u;
-    let part = (gi & 1u) * 16u;
-    let q = bytes16(blk + 32u + half * 32u + part);
-    let hm = bytes16(blk + part);
-    let mbit = 1u << (half * 4u + sh);
-    for (var j = 0u; j < 16u; j++) {
-        let low = i32((byte_of(q, j) >> (2u * sh)) & 3u);
-        let high = select(4, 0, (byte_of(hm, j) & mbit) != 0u);
-        y[j] = dl * f32(low - high);
-    }
-    return y;
+    let part = (gi & 1u) * 16u + 4u * q;
+    let low = (bytes4(u32_at(blk + 32u + half * 32u + part)) >> vec4<u32>(2u * sh)) & vec4<u32>(3u);
+    let mbit = (bytes4(u32_at(blk + part)) >> vec4<u32>(half * 4u + sh)) & vec4<u32>(1u);
+    // A clear mask bit subtracts 4.
+    return dl * (vec4<f32>(low) - 4.0 * (1.0 - vec4<f32>(mbit)));
 }
 #endif
 
@@ -210,8 +157,7 @@ fn scale_min_k4(s: u32, j: u32) -> vec2<f32> {
 #endif
 
 #if Q4_K
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
     let blk = row + (g >> 4u) * 144u;
     let gi = g & 15u;
     let chunk = gi >> 2u;
@@ -219,17 +165,13 @@ fn dq16(row: u32, g: u32) -> array<f32, 16> {
     let sm = scale_min_k4(blk + 4u, 2u * chunk + sub);
     let d = f16_at(blk) * sm.x;
     let m = f16_at(blk + 2u) * sm.y;
-    let q = bytes16(blk + 16u + chunk * 32u + (gi & 1u) * 16u);
-    for (var j = 0u; j < 16u; j++) {
-        y[j] = d * f32((byte_of(q, j) >> (sub * 4u)) & 0xfu) - m;
-    }
-    return y;
+    let v = bytes4(u32_at(blk + 16u + chunk * 32u + (gi & 1u) * 16u + 4u * q));
+    return d * vec4<f32>((v >> vec4<u32>(sub * 4u)) & vec4<u32>(0xfu)) - m;
 }
 #endif
 
 #if Q5_K
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
     let blk = row + (g >> 4u) * 176u;
     let gi = g & 15u;
     let chunk = gi >> 2u;
@@ -237,35 +179,27 @@ fn dq16(row: u32, g: u32) -> array<f32, 16> {
     let sm = scale_min_k4(blk + 4u, 2u * chunk + sub);
     let d = f16_at(blk) * sm.x;
     let m = f16_at(blk + 2u) * sm.y;
-    let l0 = (gi & 1u) * 16u;
-    let q = bytes16(blk + 48u + chunk * 32u + l0);
-    let qh = bytes16(blk + 16u + l0);
-    let u = 1u << (2u * chunk + sub);
-    for (var j = 0u; j < 16u; j++) {
-        let h = select(0u, 16u, (byte_of(qh, j) & u) != 0u);
-        y[j] = d * f32(((byte_of(q, j) >> (sub * 4u)) & 0xfu) + h) - m;
-    }
-    return y;
+    let l0 = (gi & 1u) * 16u + 4u * q;
+    let lo = (bytes4(u32_at(blk + 48u + chunk * 32u + l0)) >> vec4<u32>(sub * 4u)) & vec4<u32>(0xfu);
+    let hi = (bytes4(u32_at(blk + 16u + l0)) >> vec4<u32>(2u * chunk + sub)) & vec4<u32>(1u);
+    return d * vec4<f32>(lo + hi * 16u) - m;
 }
 #endif
 
 #if Q6_K
-fn dq16(row: u32, g: u32) -> array<f32, 16> {
-    var y: array<f32, 16>;
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
     let blk = row + (g >> 4u) * 210u;
     let gi = g & 15u;
     let n = gi >> 3u;
     let k = (gi & 7u) >> 1u;
-    let l0 = (gi & 1u) * 16u;
-    let ql = bytes16(blk + n * 64u + l0 + (k & 1u) * 32u);
-    let qh = bytes16(blk + 128u + n * 32u + l0);
+    let l0 = (gi & 1u) * 16u + 4u * q;
+    let low = (bytes4(u32_at(blk + n * 64u + l0 + (k & 1u) * 32u)) >> vec4<u32>((k >> 1u) * 4u)) & vec4<u32>(0xfu);
+    let high = (bytes4(u32_at(blk + 128u + n * 32u + l0)) >> vec4<u32>(2u * k)) & vec4<u32>(3u);
     let sc = f16_at(blk + 208u) * f32(sext8(byte_at(blk + 192u + n * 8u + (gi & 1u) + 2u * k)));
-    let shift = (k >> 1u) * 4u;
-    for (var j = 0u; j < 16u; j++) {
-        let low = (byte_of(ql, j) >> shift) & 0xfu;
-        let high = (byte_of(qh, j) >> (2u * k)) & 3u;
-        y[j] = sc * f32(i32(low | (high << 4u)) - 32);
-    }
-    return y;
+    return sc * (vec4<f32>(low | (high << vec4<u32>(4u))) - 32.0);
+}
+
+fn sext8(v: u32) -> i32 {
+    return (i32(v << 24u)) >> 24u;
 }
 #endif

@@ -14,8 +14,8 @@ use crate::tensor::Tensor;
 
 use Access::{Read, ReadWrite};
 
-/// Activation rows up to which a matmul runs as mat-vec.
-const MATVEC_MAX_ROWS: usize = 8;
+/// Activation rows up to which a matmul runs as mat-vec (more take the tiled kernel).
+const MATVEC_MAX_ROWS: usize = 1;
 /// The widest attention head the kernel takes (4 values per invocation of 64).
 const MAX_HEAD_DIM: usize = 256;
 

@@ -284,7 +284,7 @@ mod tests {
         }
         d.insert("Q4_K", "1".into());
         let q = assemble("matvec", &d).unwrap();
-        assert!(q.contains("fn scale_min_k4") && q.contains("fn dq16"));
+        assert!(q.contains("fn scale_min_k4") && q.contains("fn dq4"));
         assert_eq!(q.matches("fn flat_wg").count(), 1, "common is spliced once");
         d.remove("Q4_K");
         d.insert("Q8_0", "1".into());
