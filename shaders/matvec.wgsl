@@ -1,5 +1,7 @@
-// matvec.wgsl — out = x · Wᵀ for one activation row (decode): one workgroup per weight row, its
-// invocations striding over the row's 16-value runs, f32 sums reduced across the workgroup. Up to
+// matvec.wgsl — out = x · Wᵀ for one activation row (decode). With subgroup operations each
+// subgroup takes whole weight rows (`rows_per_wg` per workgroup), its invocations striding over a
+// row's 16-value runs, summed with subgroupAdd: no barriers, no workgroup memory. Without, one
+// workgroup per row, reduced in workgroup memory. f32 sums throughout. Up to
 // three weights of one type and width (Q/K/V, gate/up) run as one dispatch over their concatenated
 // rows (`{{NW}}` weights), each writing its own output.
 
@@ -15,6 +17,7 @@ struct Params {
     total: u32,                       // m0 + m1 + m2
     stride0: u32, stride1: u32, stride2: u32,  // values per output row
     off0: u32, off1: u32, off2: u32,           // first output column written
+    rows_per_wg: u32,                          // 64 / the smallest subgroup size; 1 without
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -48,14 +51,8 @@ fn word(i: u32) -> u32 {
 
 #include "quants"
 
-@compute @workgroup_size({{WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
-    {{SG_LOCALS}}
-    let r = flat_wg(wid, nwg);
-    if (r >= p.total) {
-        return;
-    }
+// Weight row r of the concatenated rows: select its weight and return its row within it.
+fn locate(r: u32) -> u32 {
     var row = r;
     sel = 0u;
     if (row >= p.m0) {
@@ -66,30 +63,67 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             sel = 2u;
         }
     }
+    return row;
+}
+
+// Σ over the runs g = first, first + step, … of weight row `row` times x.
+fn partial_dot(row: u32, first: u32, step: u32) -> f32 {
     let base = row * p.row_bytes;
-    // A private array indexed by a run-time count would live in scratch memory (slow on every
-    // compiler), so this kernel takes one activation row; more rows go to matmul.wgsl.
     var acc = 0.0;
-    for (var g = lid; g < p.groups; g += {{WG}}u) {
+    for (var g = first; g < p.groups; g += step) {
         for (var q = 0u; q < 4u; q++) {
             let xo = g * 16u + q * 4u;
             acc += dot(dq4(base, g, q), vec4<f32>(x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u]));
         }
     }
-    let t = wg_sum(acc, lid, sg_lane, sg_id, n_sg);
-    if (lid == 0u) {
-        if (sel == 0u) {
-            out0[p.off0 + row] = t;
-        }
+    return acc;
+}
+
+fn store(row: u32, t: f32) {
+    if (sel == 0u) {
+        out0[p.off0 + row] = t;
+    }
 #if NW2 || NW3
-        if (sel == 1u) {
-            out1[p.off1 + row] = t;
-        }
+    if (sel == 1u) {
+        out1[p.off1 + row] = t;
+    }
 #endif
 #if NW3
-        if (sel == 2u) {
-            out2[p.off2 + row] = t;
-        }
+    if (sel == 2u) {
+        out2[p.off2 + row] = t;
+    }
 #endif
+}
+
+#if SUBGROUP
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
+    let first = flat_wg(wid, nwg) * p.rows_per_wg;
+    for (var rr = sg_id; rr < p.rows_per_wg; rr += n_sg) {
+        let r = first + rr;
+        if (r < p.total) {
+            let row = locate(r);
+            let t = subgroupAdd(partial_dot(row, sg_lane, sg_size));
+            if (sg_lane == 0u) {
+                store(row, t);
+            }
+        }
     }
 }
+#else
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
+    {{SG_LOCALS}}
+    let r = flat_wg(wid, nwg);
+    if (r >= p.total) {
+        return;
+    }
+    let row = locate(r);
+    let t = wg_sum(partial_dot(row, lid, {{WG}}u), lid, sg_lane, sg_id, n_sg);
+    if (lid == 0u) {
+        store(row, t);
+    }
+}
+#endif

@@ -39,7 +39,8 @@ impl Drop for DeviceBuf {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(self.id);
-        self.buf.destroy();
+        // No `destroy()`: commands recorded but not yet submitted may still use the buffer; wgpu
+        // frees it when the last of them is done.
     }
 }
 

@@ -173,6 +173,15 @@ impl WgpuBackend {
         Ok(())
     }
 
+    /// Weight rows per mat-vec workgroup of 64: one per subgroup where there are subgroups.
+    fn matvec_rows_per_wg(&self) -> usize {
+        if self.gpu.caps.subgroups {
+            (64 / self.gpu.info.subgroup_min_size.max(1) as usize).max(1)
+        } else {
+            1
+        }
+    }
+
     fn matmul_part(&self, x: &GpuBuffer, m: &Matrix, rows: usize, out: &GpuBuffer) {
         let k = m.cols as u32;
         for part in &m.parts {
@@ -193,13 +202,10 @@ impl WgpuBackend {
                     part.first_row as u32,
                     0,
                     0,
+                    self.matvec_rows_per_wg() as u32,
                 ];
-                self.run(
-                    &matvec_kernel(m.dtype, 1),
-                    &params,
-                    &buffers,
-                    grid(part.rows),
-                );
+                let groups = grid(part.rows.div_ceil(self.matvec_rows_per_wg()));
+                self.run(&matvec_kernel(m.dtype, 1), &params, &buffers, groups);
             } else {
                 let params = [
                     k,
@@ -430,6 +436,7 @@ impl Backend for WgpuBackend {
             0,
             0,
             0,
+            self.matvec_rows_per_wg() as u32,
         ];
         let mut buffers = vec![bind(&x.dev)];
         for (m, out) in ms.iter().zip(outs.iter()) {
@@ -440,7 +447,7 @@ impl Backend for WgpuBackend {
             &matvec_kernel(ms[0].dtype, ms.len()),
             &params,
             &buffers,
-            grid(total as usize),
+            grid((total as usize).div_ceil(self.matvec_rows_per_wg())),
         );
     }
 

@@ -110,7 +110,7 @@ fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
         defines.insert(
             "SG_ARGS",
             ", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_id) sg_id: u32, \
-             @builtin(num_subgroups) n_sg: u32"
+             @builtin(num_subgroups) n_sg: u32, @builtin(subgroup_size) sg_size: u32"
                 .into(),
         );
         defines.insert("SG_LOCALS", String::new());
@@ -118,7 +118,7 @@ fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
         defines.insert("SG_ARGS", String::new());
         defines.insert(
             "SG_LOCALS",
-            "let sg_lane = 0u; let sg_id = 0u; let n_sg = 1u;".into(),
+            "let sg_lane = 0u; let sg_id = 0u; let n_sg = 1u; let sg_size = 1u;".into(),
         );
     }
     let source = assemble(k.file, &defines)?;
