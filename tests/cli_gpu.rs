@@ -83,10 +83,25 @@ fn devices_check_and_bench_on_the_gpu() {
     let out = common::kiln()
         .args(["bench", "-m"])
         .arg(tiny())
-        .args(["--backend", "gpu", "-p", "8", "-n", "4", "-r", "1", "-o", "json"])
+        .args([
+            "--backend",
+            "gpu",
+            "-p",
+            "8",
+            "-n",
+            "4",
+            "-r",
+            "1",
+            "-o",
+            "json",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = rows.as_array().unwrap();
     assert_eq!(rows.len(), 2);
@@ -114,7 +129,10 @@ fn fails_with(model: &std::path::Path, args: &[&str], env: &[(&str, &str)], want
     assert_eq!(out.status.code(), Some(1), "{args:?} {env:?}: {stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
     for w in wanted {
-        assert!(stderr.contains(w), "{args:?} {env:?}: {stderr:?} lacks {w:?}");
+        assert!(
+            stderr.contains(w),
+            "{args:?} {env:?}: {stderr:?} lacks {w:?}"
+        );
     }
 }
 
@@ -125,7 +143,12 @@ fn gpu_failures_are_clear_errors() {
         ("VK_ICD_FILENAMES", "/nonexistent/none.json"),
         ("VK_DRIVER_FILES", "/nonexistent/none.json"),
     ];
-    fails_with(&tiny(), &["--backend", "gpu"], &no_driver, &["no GPU adapter"]);
+    fails_with(
+        &tiny(),
+        &["--backend", "gpu"],
+        &no_driver,
+        &["no GPU adapter"],
+    );
     fails_with(
         &tiny(),
         &["--backend", "gpu"],
@@ -141,7 +164,12 @@ fn gpu_failures_are_clear_errors() {
     if !have_gpu() {
         return;
     }
-    fails_with(&tiny(), &["--gpu", "99"], &[], &["no GPU adapter 99", "kiln devices"]);
+    fails_with(
+        &tiny(),
+        &["--gpu", "99"],
+        &[],
+        &["no GPU adapter 99", "kiln devices"],
+    );
     let smollm2 = common::real_model(common::REAL_MODELS[0]);
     fails_with(
         &smollm2,

@@ -442,3 +442,23 @@ fn reductions_without_subgroups_match_the_cpu() {
         MATMUL_NMSE,
     );
 }
+
+/// Greedy decoding's argmax on the device: the first of equal maxima, as the host's.
+#[test]
+fn argmax_on_the_device_matches_the_host() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(8);
+    for n in [1, 255, 262144] {
+        let mut x = rng.vec(n, 30.0);
+        if n > 300 {
+            x[1000] = 99.0;
+            x[70000] = 99.0;
+        }
+        let want = x
+            .iter()
+            .enumerate()
+            .fold(0, |b, (i, &v)| if v > x[b] { i } else { b });
+        let buf = upload(&g, &x);
+        assert_eq!(g.argmax(&buf, n), Some(want as u32), "n = {n}");
+    }
+}
