@@ -1,6 +1,7 @@
-// matmul.wgsl — out = x · Wᵀ for many activation rows (prefill): a tile of 64 weight rows × 32
-// activation rows per workgroup of 256; each step decodes a 64 × 32 slab of weights into workgroup
-// memory once for all 32 rows and each invocation accumulates 4 × 2 outputs in f32.
+// matmul.wgsl — out = x · Wᵀ for many activation rows (prefill): a tile of 64 weight rows × 64
+// activation rows per workgroup of 256. Each step decodes a 64 × 32 slab of weights into workgroup
+// memory once for all 64 rows (and loads 64 × 32 activations); each invocation then accumulates a
+// 4 × 4 block of outputs in f32, reading both operands as vec4s.
 
 #include "common"
 
@@ -26,23 +27,25 @@ fn word(i: u32) -> u32 {
 #include "quants"
 
 const BM: u32 = 64u;
-const BN: u32 = 32u;
+const BN: u32 = 64u;
 const BK: u32 = 32u;
 
-var<workgroup> ws: array<f32, 2048>; // [BK][BM]
-var<workgroup> xs: array<f32, 1024>; // [BK][BN]
+// [BK][BM / 4] and [BK][BN / 4]: four consecutive weight rows (activation rows) per vec4.
+var<workgroup> ws: array<vec4<f32>, 512>;
+var<workgroup> xs: array<vec4<f32>, 512>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let m0 = wid.x * BM;
     let n0 = wid.y * BN;
-    let tm = lid % 16u;
-    let tn = lid / 16u;
-    // Rows tm, tm + 16, tm + 32, tm + 48 of activation rows tn and tn + 16.
+    let tm = lid % 16u; // weight rows 4tm..4tm+3
+    let tn = lid / 16u; // activation rows 4tn..4tn+3
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
-        // Weights: invocations 0..127 each decode one run of 16 values (row lid / 2).
+        // Weights: invocations 0..127 each decode one run of 16 values (row lid / 2), 4 at a time.
         if (lid < 128u) {
             let r = lid >> 1u;
             let h = lid & 1u;
@@ -53,14 +56,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 if (live) {
                     y = dq4((m0 + r) * p.row_bytes, g, q);
                 }
-                let o = (h * 16u + 4u * q) * BM + r;
-                ws[o] = y.x;
-                ws[o + BM] = y.y;
-                ws[o + 2u * BM] = y.z;
-                ws[o + 3u * BM] = y.w;
+                let kk = h * 16u + 4u * q;
+                let c = r & 3u;
+                let o = kk * 16u + (r >> 2u);
+                ws[o][c] = y.x;
+                ws[o + 16u][c] = y.y;
+                ws[o + 32u][c] = y.z;
+                ws[o + 48u][c] = y.w;
             }
         }
-        // Activations: 32 rows × 32 values, four per invocation.
+        // Activations: 64 rows × 32 values, eight per invocation.
         for (var e = lid; e < BN * BK; e += 256u) {
             let c = e % BK;
             let rr = e / BK;
@@ -68,25 +73,34 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (n0 + rr < p.n && k0 + c < p.k) {
                 v = x[(n0 + rr) * p.k + k0 + c];
             }
-            xs[c * BN + rr] = v;
+            xs[c * 16u + (rr >> 2u)][rr & 3u] = v;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk++) {
-            let a = vec4<f32>(ws[kk * BM + tm], ws[kk * BM + tm + 16u], ws[kk * BM + tm + 32u],
-                              ws[kk * BM + tm + 48u]);
-            acc0 += a * xs[kk * BN + tn];
-            acc1 += a * xs[kk * BN + tn + 16u];
+            let a = ws[kk * 16u + tm];
+            let b = xs[kk * 16u + tn];
+            acc0 += a * b.x;
+            acc1 += a * b.y;
+            acc2 += a * b.z;
+            acc3 += a * b.w;
         }
         workgroupBarrier();
     }
+    let m = m0 + 4u * tm;
+    let n = n0 + 4u * tn;
     for (var i = 0u; i < 4u; i++) {
-        let m = m0 + tm + i * 16u;
-        if (m < p.m) {
-            if (n0 + tn < p.n) {
-                out0[(n0 + tn) * p.stride + p.off + m] = acc0[i];
+        if (m + i < p.m) {
+            if (n < p.n) {
+                out0[n * p.stride + p.off + m + i] = acc0[i];
             }
-            if (n0 + tn + 16u < p.n) {
-                out0[(n0 + tn + 16u) * p.stride + p.off + m] = acc1[i];
+            if (n + 1u < p.n) {
+                out0[(n + 1u) * p.stride + p.off + m + i] = acc1[i];
+            }
+            if (n + 2u < p.n) {
+                out0[(n + 2u) * p.stride + p.off + m + i] = acc2[i];
+            }
+            if (n + 3u < p.n) {
+                out0[(n + 3u) * p.stride + p.off + m + i] = acc3[i];
             }
         }
     }

@@ -281,6 +281,10 @@ fn elementwise_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> 
     let mut xb = upload(b, &x);
     b.rms_norm(&mut xb, &wt, 7, 1e-6);
     results.push(("rms_norm".into(), download(b, &xb, x.len())));
+    let src = upload(b, &x);
+    let mut out = b.buffer(x.len()).unwrap();
+    b.rms_norm_into(&src, &wt, 7, 80, 1e-6, &mut out);
+    results.push(("rms_norm_into".into(), download(b, &out, x.len())));
 
     // RoPE: 3 rows × 4 heads of 16, both pairings.
     let table: Vec<f32> = (0..3 * 8)

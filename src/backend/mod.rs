@@ -155,6 +155,21 @@ pub trait Backend: Send + Sync {
     /// RMSNorm of `rows` rows of width `w.len()`, in place: `x = x / rms(x) · w`.
     fn rms_norm(&self, x: &mut Self::Buffer, w: &Self::Weight, rows: usize, eps: f32);
 
+    /// `out = rms_norm(x) · w` for `rows` rows of `width`, leaving `x` as it is (the input of a
+    /// block, normed from the residual stream). A backend may fuse the copy and the norm.
+    fn rms_norm_into(
+        &self,
+        x: &Self::Buffer,
+        w: &Self::Weight,
+        rows: usize,
+        width: usize,
+        eps: f32,
+        out: &mut Self::Buffer,
+    ) {
+        self.copy_rows_from(x, 0, out, rows, width);
+        self.rms_norm(out, w, rows, eps);
+    }
+
     /// `out[rows × w.rows] = x[rows × w.cols] · Wᵀ`.
     fn matmul(&self, x: &Self::Buffer, w: &Self::Weight, rows: usize, out: &mut Self::Buffer);
 

@@ -216,7 +216,7 @@ impl WgpuBackend {
                     m.rows as u32,
                     part.first_row as u32,
                 ];
-                let groups = [part.rows.div_ceil(64) as u32, rows.div_ceil(32) as u32, 1];
+                let groups = [part.rows.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1];
                 self.run(&matmul_kernel(m.dtype), &params, &buffers, groups);
             }
         }
@@ -385,6 +385,29 @@ impl Backend for WgpuBackend {
             &k,
             &[rows as u32, *len as u32, eps.to_bits()],
             &[bind(&x.dev), bind(dev)],
+            grid(rows),
+        );
+    }
+
+    fn rms_norm_into(
+        &self,
+        x: &GpuBuffer,
+        w: &GpuWeight,
+        rows: usize,
+        width: usize,
+        eps: f32,
+        out: &mut GpuBuffer,
+    ) {
+        let GpuWeight::Vector { dev, len } = w else {
+            self.gpu.fail("rms_norm: expected a vector weight".into());
+            return;
+        };
+        debug_assert_eq!(*len, width);
+        let k = Kernel::new("rms_norm", "norm", &[ReadWrite, Read, Read]).flag("INTO");
+        self.run(
+            &k,
+            &[rows as u32, *len as u32, eps.to_bits()],
+            &[bind(&out.dev), bind(dev), bind(&x.dev)],
             grid(rows),
         );
     }
