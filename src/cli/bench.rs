@@ -542,11 +542,17 @@ impl Report<'_> {
         }
         writeln!(out, "{header}")?;
         writeln!(out, "{rule}")?;
+        // llama-bench's short backend name; the footer has the whole description.
+        let short = if self.backend.starts_with("GPU") {
+            "GPU"
+        } else {
+            "CPU"
+        };
         for r in &self.rows {
             let (mean, sd) = mean_sd(&r.samples_ts());
             let mut line = format!(
                 "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |",
-                self.model_type, size, params, "CPU", r.threads,
+                self.model_type, size, params, short, r.threads,
             );
             if types {
                 line.push_str(&format!(" {:<6} | {:<6} |", r.cache.k, r.cache.v));
