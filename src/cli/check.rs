@@ -180,9 +180,12 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
             "step", "token", "piece", "margin", "top-1", "max |Δ|", "rms"
         );
         for (i, s) in steps.iter().enumerate() {
-            let mark = match (s.top1_agrees, s.worst_ratio > 1.0) {
-                (true, false) => "",
-                _ => "  ✗",
+            let mark = if s.worst_ratio > 1.0 || (!s.top1_agrees && s.margin >= MARGIN) {
+                "  ✗"
+            } else if !s.top1_agrees {
+                "  (close call)"
+            } else {
+                ""
             };
             println!(
                 "{i:>4}  {:>7}  {:<16} {:>6.2}  {:>5}  {:>9.4}  {:>6.4}{mark}",
