@@ -114,4 +114,16 @@ impl Tensor {
         let rb = self.row_bytes();
         dequantize(self.dtype, &self.bytes()[row * rb..(row + 1) * rb], out);
     }
+
+    /// A tensor of the given rows of this one, in that order, its bytes copied (rows are whole
+    /// blocks of any type). Used to separate the row groups of a fused projection.
+    pub fn gather_rows(&self, name: impl Into<String>, rows: &[usize]) -> Tensor {
+        let rb = self.row_bytes();
+        let all = self.bytes();
+        let mut bytes = Vec::with_capacity(rows.len() * rb);
+        for &r in rows {
+            bytes.extend_from_slice(&all[r * rb..(r + 1) * rb]);
+        }
+        Tensor::from_bytes(name, self.dtype, vec![self.row_len(), rows.len()], bytes)
+    }
 }

@@ -199,15 +199,28 @@ fn model_type(m: &ModelFile) -> String {
 }
 
 /// Bytes of weights one generated token reads: every tensor except the embedding table, of which
-/// one row is read, unless the output projection is tied to it.
+/// one row is read, unless the output projection is tied to it; of routed experts, the share a
+/// token uses (n_used of n_expert); none of the multi-token-prediction blocks kiln skips.
 fn weight_bytes_per_token(m: &ModelFile) -> u64 {
+    let c = &m.config;
+    let skipped = |name: &str| {
+        name.strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|i| i.parse::<usize>().ok())
+            .is_some_and(|i| i >= c.n_layers)
+    };
     m.tensors
         .values()
         .map(|t| {
-            if t.name == "token_embd.weight" && !m.config.tie_embeddings {
+            let bytes = t.bytes().len() as u64;
+            if t.name == "token_embd.weight" && !c.tie_embeddings {
                 t.row_bytes() as u64
+            } else if skipped(&t.name) {
+                0
+            } else if let (Some(moe), true) = (&c.moe, t.name.ends_with("_exps.weight")) {
+                bytes * moe.n_used as u64 / moe.n_expert as u64
             } else {
-                t.bytes().len() as u64
+                bytes
             }
         })
         .sum()

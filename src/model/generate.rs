@@ -172,6 +172,8 @@ pub fn generate<B: Backend>(
         }
     }
     out.decode_time = t1.elapsed();
+    // A later turn that rolls back into or past this reply restarts a recurrent state here.
+    session.checkpoint()?;
     Ok(out)
 }
 
