@@ -8,6 +8,7 @@
 //! computes `out = x · Wᵀ`. Buffers are allocated for a maximum size and ops use the leading part.
 
 pub mod cpu;
+pub mod wgpu;
 
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -167,6 +168,12 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// A failure met while running ops, which return no errors themselves (a lost GPU device, a
+    /// validation error): the session turns it into the error of its call. Taken once.
+    fn take_error(&self) -> Option<crate::error::Error> {
+        None
+    }
+
     /// Make a tensor usable by the backend. The CPU keeps the mapped bytes as they are.
     fn weight(&self, t: &Tensor) -> Result<Self::Weight>;
 
@@ -181,6 +188,21 @@ pub trait Backend: Send + Sync {
 
     /// RMSNorm of `rows` rows of width `w.len()`, in place: `x = x / rms(x) · w`.
     fn rms_norm(&self, x: &mut Self::Buffer, w: &Self::Weight, rows: usize, eps: f32);
+
+    /// `out = rms_norm(x) · w` for `rows` rows of `width`, leaving `x` as it is (the input of a
+    /// block, normed from the residual stream). A backend may fuse the copy and the norm.
+    fn rms_norm_into(
+        &self,
+        x: &Self::Buffer,
+        w: &Self::Weight,
+        rows: usize,
+        width: usize,
+        eps: f32,
+        out: &mut Self::Buffer,
+    ) {
+        self.copy_rows_from(x, 0, out, rows, width);
+        self.rms_norm(out, w, rows, eps);
+    }
 
     /// `out[rows × w.rows] = x[rows × w.cols] · Wᵀ`.
     fn matmul(&self, x: &Self::Buffer, w: &Self::Weight, rows: usize, out: &mut Self::Buffer);

@@ -109,10 +109,25 @@ fn summarize(m: &ModelFile) -> Summary {
     }
 }
 
+/// What `--backend auto` would run this model on: the GPU adapter it takes, or the CPU.
+fn auto_backend() -> String {
+    match crate::backend::wgpu::list_adapters()
+        .into_iter()
+        .find(|a| a.auto)
+    {
+        Some(a) => format!(
+            "GPU {}: {} ({}) with --backend auto",
+            a.index, a.name, a.api
+        ),
+        None => "CPU with --backend auto (no discrete or integrated GPU; see kiln devices)".into(),
+    }
+}
+
 pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
     let m = args.model.open()?;
     let s = summarize(&m);
     let mix = m.type_mix();
+    let backend = auto_backend();
     match args.format {
         OutputFormat::Json => {
             let types: serde_json::Map<String, serde_json::Value> = mix
@@ -134,6 +149,7 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                 "tokenizer": s.tokenizer,
                 "vocab_tokens": s.vocab_tokens,
                 "chat_template": s.chat_template,
+                "backend": backend,
                 "config": m.config,
             });
             if let Some(schedule) = schedule(&m.config) {
@@ -179,6 +195,7 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                 .map(|n| format!(", {n} tokens"))
                 .unwrap_or_default();
             println!("tokenizer      {}{vocab}", s.tokenizer);
+            println!("backend        {backend}");
             println!(
                 "chat template  {}",
                 if s.chat_template {

@@ -133,7 +133,7 @@ impl<'m, B: Backend> Session<'m, B> {
         }
         self.check(&[id])?;
         let start = Instant::now();
-        self.run(&[id]);
+        self.run(&[id])?;
         if self.tokens.len().is_multiple_of(CHECKPOINT_INTERVAL) {
             self.checkpoint()?;
         }
@@ -204,7 +204,7 @@ impl<'m, B: Backend> Session<'m, B> {
                 let pos = self.tokens.len();
                 n = n.min(CHECKPOINT_INTERVAL - pos % CHECKPOINT_INTERVAL);
             }
-            self.run(&ids[..n]);
+            self.run(&ids[..n])?;
             ids = &ids[n..];
             if recurrent && self.tokens.len().is_multiple_of(CHECKPOINT_INTERVAL) {
                 self.checkpoint()?;
@@ -217,7 +217,7 @@ impl<'m, B: Backend> Session<'m, B> {
         self.scratch.rows()
     }
 
-    fn run(&mut self, ids: &[u32]) {
+    fn run(&mut self, ids: &[u32]) -> Result<()> {
         let start_pos = self.tokens.len();
         self.model.forward(
             ids,
@@ -226,7 +226,12 @@ impl<'m, B: Backend> Session<'m, B> {
             &mut self.scratch,
             &mut self.logits,
         );
+        if let Some(e) = self.model.backend.take_error() {
+            self.has_logits = false;
+            return Err(e);
+        }
         self.tokens.extend_from_slice(ids);
         self.has_logits = true;
+        Ok(())
     }
 }

@@ -49,6 +49,7 @@ pub fn hex_bytes(s: &str) -> Vec<u8> {
 
 pub mod gguf_writer;
 pub mod golden_run;
+pub mod gpu;
 pub mod hub_server;
 pub mod synth;
 

@@ -260,8 +260,8 @@ impl<B: Backend> Step<'_, B> {
     /// `h = rms_norm(x) · w`: the input of the next block.
     pub fn norm_input(&mut self, w: &B::Weight) {
         let (b, c) = (&self.model.backend, &self.model.config);
-        b.copy_rows_from(&self.s.x, 0, &mut self.s.h, self.rows, c.hidden_size);
-        b.rms_norm(&mut self.s.h, w, self.rows, c.rms_norm_eps);
+        let (rows, eps) = (self.rows, c.rms_norm_eps);
+        b.rms_norm_into(&self.s.x, w, rows, c.hidden_size, eps, &mut self.s.h);
     }
 
     /// `o = rms_norm(o) · w` (Gemma's post-block norms).
