@@ -174,3 +174,183 @@ fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         out[qo + d] = a / l;
     }
 }
+
+// Prefill, tiled: a workgroup of 64 per (head, block of 16 query rows), over tiles of 64 keys.
+// Scores: each invocation computes 4 rows × 4 keys; softmax: 4 invocations per row; output:
+// each invocation accumulates 4 rows × (head_dim / 16) dimensions. Every cached value read serves
+// several rows, which is what costs on any adapter (on lavapipe each read is a per-lane loop).
+// Needs head_dim a multiple of 32, at most 256.
+const BQ: u32 = 16u;
+const BKEYS: u32 = 64u;
+
+var<workgroup> tq: array<f32, 4096>;   // [BQ][head_dim]
+var<workgroup> ts: array<f32, 1024>;   // [BQ][BKEYS]: scores, then probabilities
+var<workgroup> tmax: array<f32, 64>;
+var<workgroup> tsum: array<f32, 64>;
+var<workgroup> talpha: array<f32, 16>;
+var<workgroup> tl: array<f32, 16>;
+
+fn v_pair(e: u32) -> vec2<f32> {
+#if V_F16
+    return unpack2x16float(vc[e / 2u]);
+#else
+    return vec2<f32>(vc[e], vc[e + 1u]);
+#endif
+}
+
+@compute @workgroup_size(64)
+fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let h = wid.x;
+    let i0 = wid.y * BQ;
+    let hd = p.head_dim;
+    let ko = (h / p.group) * hd;
+    let nrows = min(BQ, p.rows - i0);
+    for (var e = lid; e < BQ * hd; e += 64u) {
+        let r = e / hd;
+        var v = 0.0;
+        if (r < nrows) {
+            v = q[(i0 + r) * p.q_stride + h * hd + e % hd];
+#if K_F16
+            v = round_f16(v);
+#endif
+        }
+        tq[e] = v;
+    }
+    let first = p.start_pos + i0;
+    var kbeg = 0u;
+    if (p.window > 0u && first + 1u > p.window) {
+        kbeg = first + 1u - p.window;
+    }
+    let kend = first + nrows;
+    // Scores and output: rows 4g..4g+3 of the block; keys c, c+16, c+32, c+48 of the tile;
+    // dimensions 2c, 2c+1 (+32 each step).
+    let g = lid / 16u;
+    let c = lid % 16u;
+    let r0 = 4u * g;
+    // Softmax: row lid / 4, a quarter of the tile each.
+    let mr = lid / 4u;
+    let mq = lid % 4u;
+    var m_run = NEG;
+    var l_run = 0.0;
+    var acc_a: array<vec4<f32>, 8>;
+    var acc_b: array<vec4<f32>, 8>;
+    workgroupBarrier();
+
+    for (var t0 = kbeg; t0 < kend; t0 += BKEYS) {
+        var s0 = vec4<f32>(0.0);
+        var s1 = vec4<f32>(0.0);
+        var s2 = vec4<f32>(0.0);
+        var s3 = vec4<f32>(0.0);
+        let e0 = min(t0 + c, kend - 1u) * p.kv_stride + ko;
+        let e1 = min(t0 + c + 16u, kend - 1u) * p.kv_stride + ko;
+        let e2 = min(t0 + c + 32u, kend - 1u) * p.kv_stride + ko;
+        let e3 = min(t0 + c + 48u, kend - 1u) * p.kv_stride + ko;
+        for (var d = 0u; d < hd; d += 2u) {
+            let qx = vec4<f32>(tq[r0 * hd + d], tq[(r0 + 1u) * hd + d],
+                               tq[(r0 + 2u) * hd + d], tq[(r0 + 3u) * hd + d]);
+            let qy = vec4<f32>(tq[r0 * hd + d + 1u], tq[(r0 + 1u) * hd + d + 1u],
+                               tq[(r0 + 2u) * hd + d + 1u], tq[(r0 + 3u) * hd + d + 1u]);
+            let k0 = k_pair(e0 + d);
+            let k1 = k_pair(e1 + d);
+            let k2 = k_pair(e2 + d);
+            let k3 = k_pair(e3 + d);
+            s0 += qx * k0.x + qy * k0.y;
+            s1 += qx * k1.x + qy * k1.y;
+            s2 += qx * k2.x + qy * k2.y;
+            s3 += qx * k3.x + qy * k3.y;
+        }
+        for (var u = 0u; u < 4u; u++) {
+            var sv = s0;
+            if (u == 1u) {
+                sv = s1;
+            } else if (u == 2u) {
+                sv = s2;
+            } else if (u == 3u) {
+                sv = s3;
+            }
+            let j = t0 + c + 16u * u;
+            for (var rr = 0u; rr < 4u; rr++) {
+                let r = r0 + rr;
+                let pos = first + r;
+                var ok = r < nrows && j < kend && j <= pos;
+                if (p.window > 0u && j + p.window <= pos) {
+                    ok = false;
+                }
+                var v = NEG;
+                if (ok) {
+                    v = sv[rr] * p.scale;
+                }
+                ts[r * BKEYS + c + 16u * u] = v;
+            }
+        }
+        workgroupBarrier();
+
+        var lmax = NEG;
+        for (var jj = 0u; jj < 16u; jj++) {
+            lmax = max(lmax, ts[mr * BKEYS + mq * 16u + jj]);
+        }
+        tmax[lid] = lmax;
+        workgroupBarrier();
+        let row_max = max(max(tmax[mr * 4u], tmax[mr * 4u + 1u]),
+                          max(tmax[mr * 4u + 2u], tmax[mr * 4u + 3u]));
+        let m_new = max(m_run, row_max);
+        var lsum = 0.0;
+        for (var jj = 0u; jj < 16u; jj++) {
+            let at = mr * BKEYS + mq * 16u + jj;
+            let s = ts[at];
+            var pj = 0.0;
+            if (s > 0.5 * NEG) {
+                pj = exp(s - m_new);
+            }
+            ts[at] = pj;
+            lsum += pj;
+        }
+        tsum[lid] = lsum;
+        workgroupBarrier();
+        let alpha = exp(m_run - m_new);
+        l_run = l_run * alpha + (tsum[mr * 4u] + tsum[mr * 4u + 1u]) + (tsum[mr * 4u + 2u] + tsum[mr * 4u + 3u]);
+        m_run = m_new;
+        if (mq == 0u) {
+            talpha[mr] = alpha;
+        }
+        workgroupBarrier();
+
+        let f = vec4<f32>(talpha[r0], talpha[r0 + 1u], talpha[r0 + 2u], talpha[r0 + 3u]);
+        for (var t = 0u; t < 8u; t++) {
+            acc_a[t] *= f;
+            acc_b[t] *= f;
+        }
+        let cnt = min(BKEYS, kend - t0);
+        for (var jj = 0u; jj < cnt; jj++) {
+            let pv = vec4<f32>(ts[r0 * BKEYS + jj], ts[(r0 + 1u) * BKEYS + jj],
+                               ts[(r0 + 2u) * BKEYS + jj], ts[(r0 + 3u) * BKEYS + jj]);
+            let e = (t0 + jj) * p.kv_stride + ko + 2u * c;
+            for (var t = 0u; t < 8u; t++) {
+                if (32u * t < hd) {
+                    let vv = v_pair(e + 32u * t);
+                    acc_a[t] += pv * vv.x;
+                    acc_b[t] += pv * vv.y;
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+
+    if (mq == 0u) {
+        tl[mr] = l_run;
+    }
+    workgroupBarrier();
+    for (var rr = 0u; rr < 4u; rr++) {
+        let r = r0 + rr;
+        if (r < nrows) {
+            let o = (i0 + r) * p.q_stride + h * hd + 2u * c;
+            let inv = 1.0 / tl[r];
+            for (var t = 0u; t < 8u; t++) {
+                if (32u * t < hd) {
+                    out[o + 32u * t] = acc_a[t][rr] * inv;
+                    out[o + 32u * t + 1u] = acc_b[t][rr] * inv;
+                }
+            }
+        }
+    }
+}

@@ -1,7 +1,10 @@
 // matmul.wgsl — out = x · Wᵀ for many activation rows (prefill): a tile of 64 weight rows × 64
-// activation rows per workgroup of 256. Each step decodes a 64 × 32 slab of weights into workgroup
-// memory once for all 64 rows (and loads 64 × 32 activations); each invocation then accumulates a
-// 4 × 4 block of outputs in f32, reading both operands as vec4s.
+// activation rows per workgroup of 64. Each step decodes a 64 × 32 slab of weights into workgroup
+// memory once for all 64 rows (and loads 64 × 32 activations); each invocation then accumulates an
+// 8 × 8 block of outputs in f32 (weight rows 4t..4t+3 and 32+4t..32+4t+3 of the tile, likewise
+// for activation rows), reading both operands as vec4s. Eight by eight keeps the workgroup-memory
+// reads per multiply-add low: on a software adapter (lavapipe) each read is a per-lane loop, and
+// they, not the arithmetic, set the speed.
 
 #include "common"
 
@@ -34,39 +37,61 @@ const BK: u32 = 32u;
 var<workgroup> ws: array<vec4<f32>, 512>;
 var<workgroup> xs: array<vec4<f32>, 512>;
 
-@compute @workgroup_size(256)
+fn store4(n: u32, m: u32, v: vec4<f32>) {
+    if (n < p.n) {
+        let o = n * p.stride + p.off + m;
+        for (var i = 0u; i < 4u; i++) {
+            if (m + i < p.m) {
+                out0[o + i] = v[i];
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let m0 = wid.x * BM;
     let n0 = wid.y * BN;
-    let tm = lid % 16u; // weight rows 4tm..4tm+3
-    let tn = lid / 16u; // activation rows 4tn..4tn+3
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
+    let tm = lid % 8u; // weight rows 4tm..4tm+3 and 32+4tm..32+4tm+3
+    let tn = lid / 8u; // activation rows likewise
+    // acc_ab_j: weight rows of half a, activation row j of half b.
+    var acc000 = vec4<f32>(0.0);
+    var acc001 = vec4<f32>(0.0);
+    var acc002 = vec4<f32>(0.0);
+    var acc003 = vec4<f32>(0.0);
+    var acc010 = vec4<f32>(0.0);
+    var acc011 = vec4<f32>(0.0);
+    var acc012 = vec4<f32>(0.0);
+    var acc013 = vec4<f32>(0.0);
+    var acc100 = vec4<f32>(0.0);
+    var acc101 = vec4<f32>(0.0);
+    var acc102 = vec4<f32>(0.0);
+    var acc103 = vec4<f32>(0.0);
+    var acc110 = vec4<f32>(0.0);
+    var acc111 = vec4<f32>(0.0);
+    var acc112 = vec4<f32>(0.0);
+    var acc113 = vec4<f32>(0.0);
+    let live = m0 + lid < p.m;
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
-        // Weights: invocations 0..127 each decode one run of 16 values (row lid / 2), 4 at a time.
-        if (lid < 128u) {
-            let r = lid >> 1u;
-            let h = lid & 1u;
+        // Weights: invocation lid decodes row lid's two runs of 16 values, 4 at a time.
+        for (var h = 0u; h < 2u; h++) {
             let g = k0 / 16u + h;
-            let live = m0 + r < p.m && g < p.groups;
             for (var q = 0u; q < 4u; q++) {
                 var y = vec4<f32>(0.0);
-                if (live) {
-                    y = dq4((m0 + r) * p.row_bytes, g, q);
+                if (live && g < p.groups) {
+                    y = dq4((m0 + lid) * p.row_bytes, g, q);
                 }
                 let kk = h * 16u + 4u * q;
-                let c = r & 3u;
-                let o = kk * 16u + (r >> 2u);
+                let c = lid & 3u;
+                let o = kk * 16u + (lid >> 2u);
                 ws[o][c] = y.x;
                 ws[o + 16u][c] = y.y;
                 ws[o + 32u][c] = y.z;
                 ws[o + 48u][c] = y.w;
             }
         }
-        // Activations: 64 rows × 32 values, eight per invocation.
-        for (var e = lid; e < BN * BK; e += 256u) {
+        // Activations: 64 rows × 32 values, 32 per invocation.
+        for (var e = lid; e < BN * BK; e += 64u) {
             let c = e % BK;
             let rr = e / BK;
             var v = 0.0;
@@ -77,31 +102,47 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
         for (var kk = 0u; kk < BK; kk++) {
-            let a = ws[kk * 16u + tm];
-            let b = xs[kk * 16u + tn];
-            acc0 += a * b.x;
-            acc1 += a * b.y;
-            acc2 += a * b.z;
-            acc3 += a * b.w;
+            let a0 = ws[kk * 16u + tm];
+            let a1 = ws[kk * 16u + 8u + tm];
+            let b0 = xs[kk * 16u + tn];
+            let b1 = xs[kk * 16u + 8u + tn];
+            acc000 += a0 * b0.x;
+            acc001 += a0 * b0.y;
+            acc002 += a0 * b0.z;
+            acc003 += a0 * b0.w;
+            acc010 += a0 * b1.x;
+            acc011 += a0 * b1.y;
+            acc012 += a0 * b1.z;
+            acc013 += a0 * b1.w;
+            acc100 += a1 * b0.x;
+            acc101 += a1 * b0.y;
+            acc102 += a1 * b0.z;
+            acc103 += a1 * b0.w;
+            acc110 += a1 * b1.x;
+            acc111 += a1 * b1.y;
+            acc112 += a1 * b1.z;
+            acc113 += a1 * b1.w;
         }
         workgroupBarrier();
     }
-    let m = m0 + 4u * tm;
-    let n = n0 + 4u * tn;
-    for (var i = 0u; i < 4u; i++) {
-        if (m + i < p.m) {
-            if (n < p.n) {
-                out0[n * p.stride + p.off + m + i] = acc0[i];
-            }
-            if (n + 1u < p.n) {
-                out0[(n + 1u) * p.stride + p.off + m + i] = acc1[i];
-            }
-            if (n + 2u < p.n) {
-                out0[(n + 2u) * p.stride + p.off + m + i] = acc2[i];
-            }
-            if (n + 3u < p.n) {
-                out0[(n + 3u) * p.stride + p.off + m + i] = acc3[i];
-            }
-        }
-    }
+    let ma = m0 + 4u * tm;
+    let mb = ma + 32u;
+    let na = n0 + 4u * tn;
+    let nb = na + 32u;
+    store4(na, ma, acc000);
+    store4(na + 1u, ma, acc001);
+    store4(na + 2u, ma, acc002);
+    store4(na + 3u, ma, acc003);
+    store4(nb, ma, acc010);
+    store4(nb + 1u, ma, acc011);
+    store4(nb + 2u, ma, acc012);
+    store4(nb + 3u, ma, acc013);
+    store4(na, mb, acc100);
+    store4(na + 1u, mb, acc101);
+    store4(na + 2u, mb, acc102);
+    store4(na + 3u, mb, acc103);
+    store4(nb, mb, acc110);
+    store4(nb + 1u, mb, acc111);
+    store4(nb + 2u, mb, acc112);
+    store4(nb + 3u, mb, acc113);
 }

@@ -411,6 +411,10 @@ fn attention_cases() -> Vec<AttnCase> {
         // Sliding windows, decode and prefill.
         case(F16, F16, 300, 1, 64, Some(100)),
         case(F16, F16, 70, 6, 64, Some(3)),
+        // The tiled prefill over several blocks of 16 query rows and tiles of 64 keys (the last
+        // of each partial), wide heads, and a window that starts inside a tile.
+        case(F16, F16, 40, 70, 256, None),
+        case(F32, F16, 100, 50, 128, Some(70)),
     ]
 }
 

@@ -159,6 +159,13 @@ pub trait Backend: Send + Sync {
     /// A short description for logs and `kiln bench` (e.g. "CPU (AVX2, 2 threads)").
     fn describe(&self) -> String;
 
+    /// The index of the largest of the first `len` values of `x` (the first on ties), computed
+    /// where `x` lives, so that greedy decoding reads back one index instead of the logits. None
+    /// where the backend has no such kernel: the caller reads the values back instead.
+    fn argmax(&self, _x: &Self::Buffer, _len: usize) -> Option<u32> {
+        None
+    }
+
     /// Start gathering a `Profile` (clearing what was gathered), or stop. Backends that cannot
     /// profile ignore it.
     fn set_profiling(&self, _on: bool) {}

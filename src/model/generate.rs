@@ -107,6 +107,10 @@ pub fn generate<B: Backend>(
         logprobs: Vec::new(),
     };
     let mut emitted = 0usize;
+    // Greedy without logprobs: the backend may pick each next token where the logits live, so a
+    // GPU reads back one index per token instead of the logits.
+    let device_argmax = sampler.is_plain_greedy() && opts.logprobs == 0;
+    let mut next: Option<u32> = None;
     let t1 = Instant::now();
     let stops = &opts.rules.stop_strings;
 
@@ -119,7 +123,10 @@ pub fn generate<B: Backend>(
             out.finish = FinishReason::Length;
             break;
         }
-        let token = sampler.sample(&logits)?;
+        let token = match next.take() {
+            Some(t) => t,
+            None => sampler.sample(&logits)?,
+        };
         if opts.logprobs > 0 {
             let top = top_logprobs(&logits, opts.logprobs);
             let logprob = top
@@ -162,7 +169,14 @@ pub fn generate<B: Backend>(
             out.finish = FinishReason::ContextFull;
             break;
         }
-        logits = session.decode(token)?.to_vec();
+        if device_argmax {
+            next = session.decode_argmax(token)?;
+            if next.is_none() {
+                logits = session.logits().ok_or(Error::EmptyPrompt)?.to_vec();
+            }
+        } else {
+            logits = session.decode(token)?.to_vec();
+        }
     }
 
     if out.finish != FinishReason::StopString {

@@ -142,6 +142,37 @@ impl<'m, B: Backend> Session<'m, B> {
         Ok(&self.logits)
     }
 
+    /// Run one token after the context and return the most likely next one, picked by the
+    /// backend where the logits live (a GPU reads back one index, not the logits; `logits()` is
+    /// then None). None when the backend cannot: the logits are in `logits()` as after `decode`.
+    pub fn decode_argmax(&mut self, id: u32) -> Result<Option<u32>> {
+        if self.tokens.is_empty() {
+            return Err(Error::DecodeBeforePrefill);
+        }
+        self.check(&[id])?;
+        let start = Instant::now();
+        let start_pos = self.tokens.len();
+        let next = self.model.forward_argmax(
+            &[id],
+            start_pos,
+            &mut self.cache,
+            &mut self.scratch,
+            &mut self.logits,
+        );
+        if let Some(e) = self.model.backend.take_error() {
+            self.has_logits = false;
+            return Err(e);
+        }
+        self.tokens.push(id);
+        self.has_logits = next.is_none();
+        if self.tokens.len().is_multiple_of(CHECKPOINT_INTERVAL) {
+            self.checkpoint()?;
+        }
+        self.stats.decode_tokens += 1;
+        self.stats.decode_time += start.elapsed();
+        Ok(next)
+    }
+
     /// Keep only the first `n` tokens of the context (the cache beyond them is overwritten later).
     /// A recurrent state goes back to the nearest checkpoint at or before `n`, and the tokens
     /// from there to `n` are run again.

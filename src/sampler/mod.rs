@@ -162,6 +162,14 @@ impl Sampler {
         self.recent.clear();
     }
 
+    /// Whether the next token is simply the most likely one (greedy, no penalties, no
+    /// constraint): then a backend may pick it where the logits live.
+    pub fn is_plain_greedy(&self) -> bool {
+        self.config.temperature <= 0.0
+            && !self.config.penalties_active()
+            && self.constraint.is_none()
+    }
+
     /// Choose the next token from `logits`. Under a constraint, only the tokens it allows are
     /// candidates, and the token chosen is committed to it (the caller generates that token, or
     /// ends generation if it is an end-of-generation token).

@@ -106,6 +106,29 @@ fn attention_kernel(k: CacheType, v: CacheType, reduce: bool) -> Kernel {
     kernel
 }
 
+/// The tiled prefill attention (attention.wgsl `prefill`): 16 query rows per workgroup.
+fn attention_prefill_kernel(k: CacheType, v: CacheType) -> Kernel {
+    let mut kernel = Kernel::new(
+        "attention_prefill",
+        "attention",
+        &[Read, Read, Read, ReadWrite, ReadWrite],
+    )
+    .entry("prefill");
+    if k == CacheType::F16 {
+        kernel = kernel.flag("K_F16");
+    }
+    if v == CacheType::F16 {
+        kernel = kernel.flag("V_F16");
+    }
+    kernel
+}
+
+/// Query rows per workgroup of the tiled prefill attention.
+const PREFILL_ATTENTION_ROWS: usize = 16;
+/// Workgroup memory the tiled prefill attention needs (16 query rows of up to 256 values, a tile
+/// of 16 × 64 scores, and a few reductions), with room to spare.
+const PREFILL_ATTENTION_SHARED: u32 = 24 << 10;
+
 /// The buffer and id a dispatch binds.
 fn bind(d: &DeviceBuf) -> (&wgpu::Buffer, u64) {
     (&d.buf, d.id)
@@ -232,6 +255,28 @@ impl WgpuBackend {
         );
     }
 
+    /// Whether the adapter has the workgroup memory the tiled prefill attention needs.
+    fn tiled_prefill_attention(&self) -> bool {
+        self.gpu.limits.max_compute_workgroup_storage_size >= PREFILL_ATTENTION_SHARED
+    }
+
+    /// attention.wgsl's `Params`.
+    fn attention_params(&self, p: &AttentionParams, splits: usize, chunk: usize) -> [u32; 11] {
+        [
+            p.start_pos as u32,
+            p.rows as u32,
+            p.n_heads as u32,
+            (p.n_heads / p.n_kv_heads) as u32,
+            p.head_dim as u32,
+            (p.n_kv_heads * p.head_dim) as u32,
+            (p.n_heads * p.head_dim) as u32,
+            p.window.unwrap_or(0) as u32,
+            splits as u32,
+            chunk as u32,
+            p.scale.to_bits(),
+        ]
+    }
+
     /// The device's copy bandwidth in GB/s (bytes read plus bytes written per second): the best
     /// of several copies of a buffer as large as one binding allows, up to 256 MiB.
     pub fn measure_bandwidth(&self) -> Result<f64> {
@@ -258,15 +303,6 @@ impl WgpuBackend {
             return Err(e);
         }
         Ok(2.0 * bytes as f64 / best / 1e9)
-    }
-
-    /// The index of the largest of the first `len` values of `x`, computed on the device.
-    pub fn argmax(&self, x: &GpuBuffer, len: usize) -> Option<u32> {
-        let (res, id) = self.scratch_buffer(|s| &mut s.argmax, 1)?;
-        let k = Kernel::new("argmax", "argmax", &[Read, ReadWrite]);
-        self.run(&k, &[len as u32], &[bind(&x.dev), (&res, id)], [1, 1, 1]);
-        let bytes = self.stream().read(&self.gpu, &res, 0, 4)?;
-        Some(u32::from_le_bytes(bytes[..4].try_into().ok()?))
     }
 }
 
@@ -301,6 +337,17 @@ impl Backend for WgpuBackend {
 
     fn profile(&self) -> Option<Profile> {
         self.stream().profile()
+    }
+
+    fn argmax(&self, x: &GpuBuffer, len: usize) -> Option<u32> {
+        let (res, id) = self.scratch_buffer(|s| &mut s.argmax, 1)?;
+        let k = Kernel::new("argmax", "argmax", &[Read, ReadWrite]);
+        self.run(&k, &[len as u32], &[bind(&x.dev), (&res, id)], [1, 1, 1]);
+        let bytes = self.stream().read(&self.gpu, &res, 0, 4)?;
+        let index = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
+        // An index past the end means no value compared greater than -3.4e38 (all NaN or -inf):
+        // let the caller decide from the values.
+        (index < len as u32).then_some(index)
     }
 
     fn take_error(&self) -> Option<Error> {
@@ -514,11 +561,15 @@ impl Backend for WgpuBackend {
             ty.row_bytes(len) as u64,
             None,
         )?;
-        for k in [
+        let mut kernels = vec![
             store_kernel(ty),
             attention_kernel(ty, ty, false),
             attention_kernel(ty, ty, true),
-        ] {
+        ];
+        if self.tiled_prefill_attention() {
+            kernels.push(attention_prefill_kernel(ty, ty));
+        }
+        for k in kernels {
             self.pipelines.get(&self.gpu, &k, self.param_slot)?;
         }
         Ok(GpuCache { dev, len, ty })
@@ -560,6 +611,29 @@ impl Backend for WgpuBackend {
             ));
             return;
         }
+        if p.rows > 1 && hd.is_multiple_of(32) && self.tiled_prefill_attention() {
+            let params = self.attention_params(p, 1, 1 << 30);
+            let Some(partials) = self.scratch_buffer(|s| &mut s.partials, 1) else {
+                return;
+            };
+            self.run(
+                &attention_prefill_kernel(k_cache.ty, v_cache.ty),
+                &params,
+                &[
+                    bind(&q.dev),
+                    bind(&k_cache.dev),
+                    bind(&v_cache.dev),
+                    bind(&out.dev),
+                    (&partials.0, partials.1),
+                ],
+                [
+                    p.n_heads as u32,
+                    p.rows.div_ceil(PREFILL_ATTENTION_ROWS) as u32,
+                    1,
+                ],
+            );
+            return;
+        }
         // Decode splits the key range across workgroups; prefill has a workgroup per row already.
         let (splits, chunk) = if p.rows == 1 {
             let pos = p.start_pos;
@@ -578,19 +652,7 @@ impl Backend for WgpuBackend {
         let Some(partials) = self.scratch_buffer(|s| &mut s.partials, part_len) else {
             return;
         };
-        let params = [
-            p.start_pos as u32,
-            p.rows as u32,
-            p.n_heads as u32,
-            (p.n_heads / p.n_kv_heads) as u32,
-            hd as u32,
-            (p.n_kv_heads * hd) as u32,
-            (p.n_heads * hd) as u32,
-            p.window.unwrap_or(0) as u32,
-            splits as u32,
-            chunk as u32,
-            p.scale.to_bits(),
-        ];
+        let params = self.attention_params(p, splits, chunk);
         let buffers = [
             bind(&q.dev),
             bind(&k_cache.dev),

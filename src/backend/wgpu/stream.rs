@@ -6,11 +6,12 @@
 //! one `write_buffer` per submit; host data (token ids, RoPE tables) goes through a staging arena
 //! the same way and is copied in stream order. Bind groups are built once per (layout, buffers)
 //! and reused: buffers never move, so a decode step builds none. While profiling, each dispatch
-//! gets its own pass with timestamp writes (where the adapter has timestamp queries).
+//! gets its own pass with timestamp writes where the adapter has timestamp queries; elsewhere its
+//! own submit, timed on the host from submit to completion.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::device::Gpu;
 use super::pipelines::Pipeline;
@@ -65,6 +66,8 @@ pub struct Stream {
     profiling: bool,
     timing: Option<Timing>,
     op_times: Vec<OpTime>,
+    /// When the last submit went out (host-side timing without timestamp queries).
+    submitted_at: Option<Instant>,
 }
 
 /// Bytes of one parameter slot: the device's uniform offset alignment, at least 64.
@@ -97,6 +100,7 @@ impl Stream {
             profiling: false,
             timing: None,
             op_times: Vec::new(),
+            submitted_at: None,
         }
     }
 
@@ -156,8 +160,40 @@ impl Stream {
         });
         self.dispatches_pending += 1;
         self.dispatches += 1;
-        if self.dispatches_pending == CHUNK {
+        // Profiling without timestamp queries: one dispatch per submit, timed on the host.
+        let host_timed = self.profiling && self.timing.is_none();
+        if self.dispatches_pending == CHUNK || host_timed {
             self.flush(gpu);
+        }
+        if host_timed {
+            self.wait_and_time(gpu, pipeline.label);
+        }
+    }
+
+    /// Wait for the device to finish what was submitted; the time since the submit goes to
+    /// `label`. Includes the submit's own overhead: the best a host can tell without timestamps.
+    fn wait_and_time(&mut self, gpu: &Gpu, label: &'static str) {
+        let Some(start) = self.submitted_at.take() else {
+            return;
+        };
+        if let Err(e) = gpu.device.poll(wgpu::PollType::wait_indefinitely()) {
+            gpu.fail(format!("waiting for the GPU failed: {e}"));
+            return;
+        }
+        self.add_time(label, start.elapsed());
+    }
+
+    fn add_time(&mut self, label: &'static str, time: Duration) {
+        match self.op_times.iter_mut().find(|o| o.name == label) {
+            Some(o) => {
+                o.calls += 1;
+                o.time += time;
+            }
+            None => self.op_times.push(OpTime {
+                name: label,
+                calls: 1,
+                time,
+            }),
         }
     }
 
@@ -308,6 +344,7 @@ impl Stream {
             encoder.copy_buffer_to_buffer(&t.resolve, 0, &t.read, 0, n as u64 * 8);
         }
         gpu.queue.submit([encoder.finish()]);
+        self.submitted_at = Some(Instant::now());
         self.submits += 1;
         self.params.clear();
         self.staging.clear();
@@ -319,6 +356,7 @@ impl Stream {
 
     fn collect_times(&mut self, gpu: &Gpu, labels: &[&'static str]) {
         let Some(t) = &self.timing else { return };
+        let period_ns = t.period_ns;
         let Some(bytes) = map_read(gpu, &t.read, labels.len() as u64 * 16) else {
             return;
         };
@@ -326,18 +364,8 @@ impl Stream {
             let at =
                 |k: usize| u64::from_le_bytes(bytes[k * 8..k * 8 + 8].try_into().unwrap_or([0; 8]));
             let ticks = at(2 * i + 1).saturating_sub(at(2 * i));
-            let time = Duration::from_nanos((ticks as f64 * t.period_ns) as u64);
-            match self.op_times.iter_mut().find(|o| o.name == *label) {
-                Some(o) => {
-                    o.calls += 1;
-                    o.time += time;
-                }
-                None => self.op_times.push(OpTime {
-                    name: label,
-                    calls: 1,
-                    time,
-                }),
-            }
+            let time = Duration::from_nanos((ticks as f64 * period_ns) as u64);
+            self.add_time(label, time);
         }
     }
 

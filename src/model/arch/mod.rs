@@ -175,6 +175,45 @@ impl<B: Backend> Model<B> {
         s: &mut Scratch<B>,
         logits: &mut [f32],
     ) {
+        self.forward_to_logits(ids, start_pos, cache, s);
+        self.backend.download(&s.logits, 0, logits);
+        if let Some(cap) = self.config.final_logit_softcap {
+            logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
+        }
+    }
+
+    /// As `forward`, but return only the most likely next token, picked by the backend where the
+    /// logits live (greedy decoding on a GPU reads back one index). None when the backend cannot,
+    /// or when a logit soft-cap could merge close logits into ties: then the logits are in
+    /// `logits`, as `forward` leaves them.
+    pub fn forward_argmax(
+        &self,
+        ids: &[u32],
+        start_pos: usize,
+        cache: &mut KvCache<B>,
+        s: &mut Scratch<B>,
+        logits: &mut [f32],
+    ) -> Option<u32> {
+        if self.config.final_logit_softcap.is_none() {
+            self.forward_to_logits(ids, start_pos, cache, s);
+            if let Some(t) = self.backend.argmax(&s.logits, self.config.vocab_size) {
+                return Some(t);
+            }
+            self.backend.download(&s.logits, 0, logits);
+            return None;
+        }
+        self.forward(ids, start_pos, cache, s, logits);
+        None
+    }
+
+    /// The forward pass up to the last position's logits in `s.logits`, on the backend.
+    fn forward_to_logits(
+        &self,
+        ids: &[u32],
+        start_pos: usize,
+        cache: &mut KvCache<B>,
+        s: &mut Scratch<B>,
+    ) {
         let c = &self.config;
         let rows = ids.len();
         assert!(rows <= s.rows && start_pos + rows <= cache.ctx);
@@ -229,10 +268,6 @@ impl<B: Backend> Model<B> {
             .as_ref()
             .unwrap_or(&self.weights.tok_embd);
         b.matmul(&s.last, output, 1, &mut s.logits);
-        b.download(&s.logits, 0, logits);
-        if let Some(cap) = c.final_logit_softcap {
-            logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
-        }
     }
 }
 
