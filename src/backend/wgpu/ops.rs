@@ -63,8 +63,13 @@ fn matvec_kernel(t: GgmlType, n_weights: usize) -> Kernel {
     }
 }
 
-fn matmul_kernel(t: GgmlType) -> Kernel {
-    Kernel::new("matmul", "matmul", &[Read, Read, ReadWrite]).flag(type_define(t))
+fn matmul_kernel(t: GgmlType, sg8: bool) -> Kernel {
+    let k = Kernel::new("matmul", "matmul", &[Read, Read, ReadWrite]).flag(type_define(t));
+    if sg8 {
+        k.flag("SG8").entry("main_sg8")
+    } else {
+        k
+    }
 }
 
 fn embed_kernel(t: GgmlType) -> Kernel {
@@ -188,7 +193,7 @@ impl WgpuBackend {
             matvec_kernel(t, 1),
             matvec_kernel(t, 2),
             matvec_kernel(t, 3),
-            matmul_kernel(t),
+            matmul_kernel(t, self.matmul_sg8()),
             embed_kernel(t),
         ] {
             self.pipelines.get(&self.gpu, &k, self.param_slot)?;
@@ -239,8 +244,14 @@ impl WgpuBackend {
                     m.rows as u32,
                     part.first_row as u32,
                 ];
-                let groups = [part.rows.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1];
-                self.run(&matmul_kernel(m.dtype), &params, &buffers, groups);
+                let sg8 = self.matmul_sg8();
+                let per_wg = if sg8 { 128 } else { 64 };
+                let groups = [
+                    part.rows.div_ceil(64) as u32,
+                    rows.div_ceil(per_wg) as u32,
+                    1,
+                ];
+                self.run(&matmul_kernel(m.dtype, sg8), &params, &buffers, groups);
             }
         }
     }
@@ -253,6 +264,16 @@ impl WgpuBackend {
             &[bind(&a.dev), bind(b)],
             groups,
         );
+    }
+
+    /// Whether the prefill matmul takes its variant for subgroups of exactly 8 (lavapipe), which
+    /// shares activations between lanes instead of reading them from workgroup memory per lane.
+    fn matmul_sg8(&self) -> bool {
+        let info = &self.gpu.info;
+        self.gpu.caps.subgroups
+            && info.subgroup_min_size == 8
+            && info.subgroup_max_size == 8
+            && self.gpu.limits.max_compute_workgroup_storage_size >= 24 << 10
     }
 
     /// Whether the adapter has the workgroup memory the tiled prefill attention needs.
