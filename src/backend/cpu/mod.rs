@@ -4,6 +4,7 @@
 
 mod ggml_math;
 mod pool;
+mod profile;
 pub mod quant;
 mod simd;
 
@@ -22,6 +23,7 @@ pub struct CpuBackend {
     pool: pool::SpinPool,
     threads: usize,
     kernels: simd::Kernels,
+    profiler: profile::Profiler,
 }
 
 /// A weight as the CPU uses it: the mapped bytes, plus vectors decoded to f32 once.
@@ -59,6 +61,7 @@ impl CpuBackend {
             pool,
             threads,
             kernels: simd::Kernels::detect(),
+            profiler: profile::Profiler::default(),
         })
     }
 
@@ -123,6 +126,22 @@ impl CpuCache {
             CpuCache::F16(c) => kernels.axpy_f16(a, &c[start..start + out.len()], out),
         }
     }
+}
+
+/// The profile name of a matmul by the weight's role, from its tensor name.
+fn matmul_name(w: &CpuWeight) -> &'static str {
+    let name = w.tensor.name.as_str();
+    [
+        ("attn_q.weight", "matmul attn_qkv"),
+        ("attn_output.weight", "matmul attn_output"),
+        ("ffn_gate.weight", "matmul ffn_gate_up"),
+        ("ffn_down.weight", "matmul ffn_down"),
+        ("output.weight", "matmul output"),
+        ("token_embd.weight", "matmul output"),
+    ]
+    .iter()
+    .find(|(suffix, _)| name.ends_with(suffix))
+    .map_or("matmul other", |&(_, op)| op)
 }
 
 /// The bytes of an f32 slice, for the kernels that read weight rows as bytes.
@@ -293,6 +312,18 @@ impl Backend for CpuBackend {
         format!("CPU ({}, {} threads)", self.kernels.name(), self.threads)
     }
 
+    fn set_profiling(&self, on: bool) {
+        self.profiler.set(on);
+        self.pool.reset_jobs();
+    }
+
+    fn profile(&self) -> Option<super::Profile> {
+        Some(
+            self.profiler
+                .profile(vec![("parallel jobs", self.pool.jobs())]),
+        )
+    }
+
     fn weight(&self, t: &Tensor) -> Result<CpuWeight> {
         let cols = t.row_len();
         let rows = t.n_rows();
@@ -326,6 +357,7 @@ impl Backend for CpuBackend {
     }
 
     fn embed(&self, table: &CpuWeight, ids: &[u32], scale: f32, out: &mut Vec<f32>) {
+        let _span = self.profiler.span("embed");
         let dim = table.cols;
         for (i, &id) in ids.iter().enumerate() {
             let row = &mut out[i * dim..(i + 1) * dim];
@@ -337,6 +369,7 @@ impl Backend for CpuBackend {
     }
 
     fn rms_norm(&self, x: &mut Vec<f32>, w: &CpuWeight, rows: usize, eps: f32) {
+        let _span = self.profiler.span("rms_norm");
         let w = w.dense();
         let dim = w.len();
         // llama.cpp's arithmetic: squares in f32 summed in f64, mean and scale in f32.
@@ -357,6 +390,7 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, x: &Vec<f32>, w: &CpuWeight, rows: usize, out: &mut Vec<f32>) {
+        let _span = self.profiler.span(matmul_name(w));
         self.matmul_group(x, &[w], rows, &mut [out]);
     }
 
@@ -367,6 +401,7 @@ impl Backend for CpuBackend {
         rows: usize,
         outs: &mut [&mut Vec<f32>],
     ) {
+        let _span = self.profiler.span(matmul_name(ws[0]));
         // One pass per activation format (weights of one layer usually share it).
         let mut pending: Vec<(&CpuWeight, &mut Vec<f32>)> = ws
             .iter()
@@ -385,6 +420,7 @@ impl Backend for CpuBackend {
     }
 
     fn add_bias(&self, x: &mut Vec<f32>, b: &CpuWeight, rows: usize) {
+        let _span = self.profiler.span("add_bias");
         let b = b.dense();
         for row in x[..rows * b.len()].chunks_mut(b.len()) {
             row.iter_mut().zip(b).for_each(|(v, &bv)| *v += bv);
@@ -400,6 +436,7 @@ impl Backend for CpuBackend {
         head_dim: usize,
         layout: RopeLayout,
     ) {
+        let _span = self.profiler.span("rope");
         let half = head_dim / 2;
         let width = n_heads * head_dim;
         for (r, row) in x[..rows * width].chunks_mut(width).enumerate() {
@@ -450,6 +487,7 @@ impl Backend for CpuBackend {
         rows: usize,
         width: usize,
     ) {
+        let _span = self.profiler.span("store_rows");
         let (src, range) = (
             &src[..rows * width],
             dst_row * width..(dst_row + rows) * width,
@@ -468,6 +506,7 @@ impl Backend for CpuBackend {
         rows: usize,
         width: usize,
     ) {
+        let _span = self.profiler.span("copy_rows");
         dst[..rows * width].copy_from_slice(&src[src_row * width..(src_row + rows) * width]);
     }
 
@@ -479,6 +518,7 @@ impl Backend for CpuBackend {
         out: &mut Vec<f32>,
         p: &AttentionParams,
     ) {
+        let _span = self.profiler.span("attention");
         let hd = p.head_dim;
         let q_width = p.n_heads * hd;
         let kv_width = p.n_kv_heads * hd;
@@ -516,6 +556,7 @@ impl Backend for CpuBackend {
         len: usize,
         act: GateActivation,
     ) {
+        let _span = self.profiler.span("gated_activation");
         let kernels = &self.kernels;
         let apply = |g: &mut [f32], u: &[f32]| match act {
             GateActivation::Silu => kernels.silu_mul(g, u),
@@ -537,6 +578,7 @@ impl Backend for CpuBackend {
     }
 
     fn add(&self, x: &mut Vec<f32>, y: &Vec<f32>, len: usize) {
+        let _span = self.profiler.span("add");
         x[..len]
             .iter_mut()
             .zip(&y[..len])
