@@ -2,6 +2,7 @@
 //! activations to 8 bits once and take integer dot products against the weight blocks, rows split
 //! across a spinning pool of `threads` threads (pool.rs).
 
+mod attention;
 #[cfg(target_arch = "x86_64")]
 mod gemm;
 mod ggml_math;
@@ -386,6 +387,46 @@ impl CpuBackend {
     }
 }
 
+impl CpuBackend {
+    /// Attention one (query row, head) at a time through the cache's `dot` and `axpy`: for
+    /// cache types that `attention.rs` does not read in blocks.
+    fn attention_rows(
+        &self,
+        q: &[f32],
+        k_cache: &CpuCache,
+        v_cache: &CpuCache,
+        out: &mut [f32],
+        p: &AttentionParams,
+    ) {
+        let hd = p.head_dim;
+        let q_width = p.n_heads * hd;
+        let kv_width = p.n_kv_heads * hd;
+        let group = p.n_heads / p.n_kv_heads;
+        let kernels = &self.kernels;
+        let out = &mut out[..p.rows * q_width];
+        self.pool.for_each_chunk(out, hd, &|task, o| {
+            let (i, h) = (task / p.n_heads, task % p.n_heads);
+            let pos = p.start_pos + i;
+            let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            let kvh = h / group;
+            let mut qh = q[i * q_width + h * hd..i * q_width + (h + 1) * hd].to_vec();
+            k_cache.prepare_query(kernels, &mut qh);
+            let mut scores: Vec<f32> = (lo..=pos)
+                .map(|j| k_cache.dot(kernels, &qh, j * kv_width + kvh * hd) * p.scale)
+                .collect();
+            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+            let total = kernels.exp_sub(&mut scores, max);
+            let inv = (1.0 / total) as f32;
+            scores.iter_mut().for_each(|s| *s *= inv);
+            v_cache.prepare_weights(kernels, &mut scores);
+            o.fill(0.0);
+            for (j, &pj) in (lo..=pos).zip(&scores) {
+                v_cache.axpy(kernels, pj, j * kv_width + kvh * hd, o);
+            }
+        });
+    }
+}
+
 /// The jobs of one pass: each weight with its output and the kernels for its type.
 fn jobs<'a, A>(
     ws: &[&'a CpuWeight],
@@ -662,34 +703,7 @@ impl Backend for CpuBackend {
         p: &AttentionParams,
     ) {
         let _span = self.profiler.span("attention");
-        let hd = p.head_dim;
-        let q_width = p.n_heads * hd;
-        let kv_width = p.n_kv_heads * hd;
-        let group = p.n_heads / p.n_kv_heads;
-        let kernels = &self.kernels;
-        let out = &mut out[..p.rows * q_width];
-        {
-            self.pool.for_each_chunk(out, hd, &|task, o| {
-                let (i, h) = (task / p.n_heads, task % p.n_heads);
-                let pos = p.start_pos + i;
-                let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-                let kvh = h / group;
-                let mut qh = q[i * q_width + h * hd..i * q_width + (h + 1) * hd].to_vec();
-                k_cache.prepare_query(kernels, &mut qh);
-                let mut scores: Vec<f32> = (lo..=pos)
-                    .map(|j| k_cache.dot(kernels, &qh, j * kv_width + kvh * hd) * p.scale)
-                    .collect();
-                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-                let total = kernels.exp_sub(&mut scores, max);
-                let inv = (1.0 / total) as f32;
-                scores.iter_mut().for_each(|s| *s *= inv);
-                v_cache.prepare_weights(kernels, &mut scores);
-                o.fill(0.0);
-                for (j, &pj) in (lo..=pos).zip(&scores) {
-                    v_cache.axpy(kernels, pj, j * kv_width + kvh * hd, o);
-                }
-            });
-        }
+        self.attention_impl(q, k_cache, v_cache, out, p);
     }
 
     fn gated_activation(
