@@ -158,6 +158,7 @@ impl Codes {
 }
 
 /// Decode one GGML block into codes (the inverse of `encode`); every field `t` uses is written.
+#[cfg(test)]
 fn decode(t: GgmlType, b: &[u8], c: &mut Codes) {
     match t {
         GgmlType::Q4_0 | GgmlType::Q4_1 => {
@@ -382,6 +383,7 @@ fn code_parts(t: GgmlType) -> (Lines, Option<u32>) {
 }
 
 /// Write the 16 rows' codes of one block into the group's sections.
+#[cfg(test)]
 fn put_block(t: GgmlType, codes: &[Codes; ROWS], blocks: usize, b: usize, out: &mut [u8]) {
     let sz = sections(t).expect("packable type");
     let at = |s: usize| section_offset(t, blocks, s) + b * sz[s];
@@ -562,12 +564,181 @@ fn get_block(t: GgmlType, group: &[u8], blocks: usize, b: usize, r: usize) -> Co
 
 fn pack_group(t: GgmlType, rows: &[&[u8]; ROWS], blocks: usize, out: &mut [u8]) {
     let bb = t.block_bytes();
+    // Row by row, so the source is read as one sequential stream; the group's output (tens of
+    // KB) stays in cache.
+    for (r, row) in rows.iter().enumerate() {
+        for b in 0..blocks {
+            pack_block(t, &row[b * bb..][..bb], r, blocks, b, out);
+        }
+    }
+}
+
+/// `put_block` by way of decoded codes: the reference for `pack_block`.
+#[cfg(test)]
+fn pack_group_reference(t: GgmlType, rows: &[&[u8]; ROWS], blocks: usize, out: &mut [u8]) {
+    let bb = t.block_bytes();
     let mut codes = [Codes::ZERO; ROWS];
     for b in 0..blocks {
         for (c, row) in codes.iter_mut().zip(rows) {
             decode(t, &row[b * bb..][..bb], c);
         }
         put_block(t, &codes, blocks, b, out);
+    }
+}
+
+#[inline(always)]
+fn le32(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+#[inline(always)]
+fn le64(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
+}
+
+/// A nibble-line quad from eight codes held in the low (or high) nibbles of `x`'s bytes: byte i
+/// gets code i in its low nibble and code 4 + i in its high one.
+#[inline(always)]
+fn nibble_quad(x: u64, high: bool) -> [u8; 4] {
+    let y = if high { x >> 4 } else { x } & 0x0F0F_0F0F_0F0F_0F0F;
+    ((y as u32) | ((y >> 32) as u32) << 4).to_le_bytes()
+}
+
+/// Bit `shift` of each of `w`'s four bytes, as four bits.
+#[inline(always)]
+fn bits4(w: u32, shift: u32) -> u64 {
+    ((((w >> shift) & 0x0101_0101) as u64).wrapping_mul(0x0020_4081) >> 21) & 0xF
+}
+
+/// A 2-bit-line quad from the four words of codes at `x[at..at + 16]`, each code at bit `shift`
+/// of its byte: byte i gets the code of word q, byte i, at bits 2q..2q + 1.
+#[inline(always)]
+fn two_bit_quad(x: &[u8], at: usize, shift: u32) -> [u8; 4] {
+    let mut out = 0u32;
+    for q in 0..4 {
+        out |= ((le32(x, at + 4 * q) >> shift) & 0x0303_0303) << (2 * q);
+    }
+    out.to_le_bytes()
+}
+
+/// Pack row `r`'s block `b` (`x`, its GGML bytes) straight into the group's sections with word
+/// operations (the packing is part of load time); `put_block` from decoded codes is its
+/// reference. Masks are or'ed in, so the output must start zeroed.
+fn pack_block(t: GgmlType, x: &[u8], r: usize, blocks: usize, b: usize, out: &mut [u8]) {
+    let sz = sections(t).expect("packable type");
+    let at = |s: usize| section_offset(t, blocks, s) + b * sz[s];
+    let put4 = |out: &mut [u8], sec: usize, line: usize, v: [u8; 4]| {
+        let i = at(sec) + 64 * line + 4 * r;
+        out[i..i + 4].copy_from_slice(&v);
+    };
+    // Row r's four bits of quad mask q.
+    let or_mask = |out: &mut [u8], sec: usize, q: usize, bits: u64| {
+        let i = at(sec) + 8 * q;
+        let m = u64::from_le_bytes(out[i..i + 8].try_into().expect("8 bytes")) | bits << (4 * r);
+        out[i..i + 8].copy_from_slice(&m.to_le_bytes());
+    };
+    let put_f16 = |out: &mut [u8], sec: usize, i: usize| {
+        let o = at(sec) + 2 * r;
+        out[o..o + 2].copy_from_slice(&x[i..i + 2]);
+    };
+    let put_plane = |out: &mut [u8], sec: usize, s: usize, v: u8| {
+        out[at(sec) + 16 * s + r] = v;
+    };
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let q5 = matches!(t, GgmlType::Q5_0 | GgmlType::Q5_1);
+            let with_min = matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1);
+            let head = if with_min { 4 } else { 2 };
+            let qs_at = head + if q5 { 4 } else { 0 };
+            for o in 0..4 {
+                put4(out, 0, o, nibble_quad(le64(x, qs_at + 8 * (o % 2)), o >= 2));
+            }
+            if q5 {
+                let qh = le32(x, head) as u64;
+                for q in 0..8 {
+                    or_mask(out, 1, q, (qh >> (4 * q)) & 0xF);
+                }
+            }
+            let d_sec = if q5 { 2 } else { 1 };
+            put_f16(out, d_sec, 0);
+            if with_min {
+                put_f16(out, d_sec + 1, 2);
+            }
+        }
+        GgmlType::Q8_0 => {
+            for q in 0..8 {
+                put4(out, 0, q, le32(x, 2 + 4 * q).to_le_bytes());
+            }
+            put_f16(out, 1, 0);
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let q5 = t == GgmlType::Q5_K;
+            let (qs_at, s) = if q5 { (48, 1) } else { (16, 0) };
+            for sb in 0..8 {
+                for o in 0..4 {
+                    let word = le64(x, qs_at + 32 * (sb / 2) + 8 * o);
+                    put4(out, 0, 4 * sb + o, nibble_quad(word, sb % 2 == 1));
+                }
+                let (sc, m) = scale_min_k4(sb, &x[4..16]);
+                put_plane(out, 1 + s, sb, sc);
+                put_plane(out, 2 + s, sb, m);
+            }
+            if q5 {
+                for q in 0..64 {
+                    or_mask(out, 1, q, bits4(le32(x, 16 + 4 * (q % 8)), (q / 8) as u32));
+                }
+            }
+            put_f16(out, 3 + s, 0);
+            put_f16(out, 4 + s, 2);
+        }
+        GgmlType::Q6_K => {
+            for sb in 0..16 {
+                let (n, k, p) = (sb / 8, (sb % 8) / 2, sb % 2);
+                for h in 0..2 {
+                    let word = le64(x, 64 * n + 32 * (k & 1) + 16 * p + 8 * h);
+                    put4(out, 0, 2 * sb + h, nibble_quad(word, k >= 2));
+                }
+                put4(
+                    out,
+                    1,
+                    sb,
+                    two_bit_quad(x, 128 + 32 * n + 16 * p, 2 * k as u32),
+                );
+                put_plane(out, 2, sb, x[192 + sb]);
+            }
+            put_f16(out, 3, 208);
+        }
+        GgmlType::Q2_K | GgmlType::Q3_K => {
+            let q3 = t == GgmlType::Q3_K;
+            let qs_at = if q3 { 32 } else { 16 };
+            let mut scales = [0u8; 16];
+            if q3 {
+                for (s, v) in scales.iter_mut().zip(q3_k_scales(&x[96..108])) {
+                    *s = v as u8;
+                }
+            } else {
+                scales.copy_from_slice(&x[..16]);
+            }
+            for sb in 0..16 {
+                let (half, k4, part) = (sb / 8, (sb % 8) / 2, sb % 2);
+                let at = qs_at + 32 * half + 16 * part;
+                put4(out, 0, sb, two_bit_quad(x, at, 2 * k4 as u32));
+                if q3 {
+                    for q in 0..4 {
+                        let w = le32(x, 16 * part + 4 * q);
+                        or_mask(out, 1, 4 * sb + q, bits4(w, (4 * half + k4) as u32));
+                    }
+                }
+                put_plane(out, if q3 { 2 } else { 1 }, sb, scales[sb]);
+            }
+            if q3 {
+                put_f16(out, 3, 108);
+            } else {
+                put_f16(out, 2, 80);
+                put_f16(out, 3, 82);
+            }
+        }
+        _ => unreachable!("{t} has no packed layout"),
     }
 }
 
@@ -581,9 +752,9 @@ pub fn unpack_row(p: &Packed, row: usize, out: &mut [u8]) {
     }
 }
 
-/// A zeroed, page-aligned byte buffer of its own anonymous mapping: on Linux it asks for
-/// transparent huge pages, which halve the cost of faulting it in and spare the matmuls TLB misses
-/// as they stream through the weights.
+/// A zeroed, page-aligned byte buffer: an anonymous mapping of its own. (Transparent huge pages
+/// were tried: generation gained at most a few percent, and on this project's VMs faulting in
+/// huge pages cost more than a second of load time per GB.)
 struct AlignedBytes {
     map: memmap2::MmapMut,
     len: usize,
@@ -593,8 +764,6 @@ impl AlignedBytes {
     /// None when the allocation fails.
     fn zeroed(len: usize) -> Option<AlignedBytes> {
         let map = memmap2::MmapMut::map_anon(len.max(1)).ok()?;
-        #[cfg(target_os = "linux")]
-        let _ = map.advise(memmap2::Advice::HugePage);
         Some(AlignedBytes { map, len })
     }
 
@@ -653,5 +822,23 @@ pub(crate) mod tests {
             "8 rows"
         );
         assert!(pack_serial(GgmlType::F16, &[0; 2 * 16 * 32], 16, 32).is_none());
+    }
+
+    /// The word-level packer writes exactly what packing the decoded codes writes.
+    #[test]
+    fn fast_packing_equals_packing_the_codes() {
+        for t in GgmlType::ALL {
+            let Some(sz) = sections(t) else { continue };
+            let blocks = 512 / t.block_len();
+            let rows: Vec<Vec<u8>> = (0..ROWS as u64)
+                .map(|r| random_row(t, 512, 7 * r + t.id() as u64))
+                .collect();
+            let refs: [&[u8]; ROWS] = std::array::from_fn(|r| rows[r].as_slice());
+            let n: usize = sz.iter().sum::<usize>() * blocks;
+            let (mut fast, mut slow) = (vec![0u8; n], vec![0u8; n]);
+            pack_group(t, &refs, blocks, &mut fast);
+            pack_group_reference(t, &refs, blocks, &mut slow);
+            assert!(fast == slow, "{t}");
+        }
     }
 }
