@@ -10,7 +10,8 @@ use crate::gguf::dequant::dequantize;
 
 #[derive(Clone)]
 enum Storage {
-    Mapped(Arc<Mmap>),
+    /// A mapping, and whether it maps a file (else anonymous memory that holds the only copy).
+    Mapped(Arc<Mmap>, bool),
     Owned(Arc<Vec<u8>>),
 }
 
@@ -33,12 +34,14 @@ impl std::fmt::Debug for Tensor {
 }
 
 impl Tensor {
-    /// A view of `len` bytes at `start` in a mapping. The caller has checked the range.
+    /// A view of `len` bytes at `start` in a mapping (of a file, or of anonymous memory). The
+    /// caller has checked the range.
     pub fn mapped(
         name: String,
         dtype: GgmlType,
         dims: Vec<usize>,
         map: Arc<Mmap>,
+        file_backed: bool,
         start: usize,
         len: usize,
     ) -> Tensor {
@@ -47,7 +50,7 @@ impl Tensor {
             name,
             dtype,
             dims,
-            storage: Storage::Mapped(map),
+            storage: Storage::Mapped(map, file_backed),
             start,
             len,
         }
@@ -79,7 +82,7 @@ impl Tensor {
 
     pub fn bytes(&self) -> &[u8] {
         let all: &[u8] = match &self.storage {
-            Storage::Mapped(m) => m,
+            Storage::Mapped(m, _) => m,
             Storage::Owned(v) => v,
         };
         &all[self.start..self.start + self.len]
@@ -107,6 +110,29 @@ impl Tensor {
         let mut out = vec![0.0; self.n_elements()];
         dequantize(self.dtype, self.bytes(), &mut out);
         out
+    }
+
+    /// Let the OS drop the pages of `range` (of this tensor's bytes) of the file mapping from the
+    /// process's resident memory
+    /// (after a backend has copied the tensor into its own layout). The bytes stay readable: a
+    /// later read faults them in again from the file.
+    pub fn release_pages(&self, range: std::ops::Range<usize>) {
+        #[cfg(unix)]
+        if let Storage::Mapped(m, true) = &self.storage
+            && range.end <= self.len
+            && !range.is_empty()
+        {
+            // SAFETY: the mapping is a read-only file mapping, so dropping its pages does not
+            // change what any reference reads. Page-rounding may drop a neighbour's pages too,
+            // with the same effect. Failure only means the pages stay resident.
+            let _ = unsafe {
+                m.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    self.start + range.start,
+                    range.len(),
+                )
+            };
+        }
     }
 
     /// One row decoded to f32.

@@ -246,6 +246,74 @@ fn bench_json_holds_every_sample() {
     }
 }
 
+/// `--profile`: each row carries per-op times that fit inside the measured time, with the matmuls
+/// and attention among them, and the markdown report adds a profile table per test.
+#[test]
+fn bench_profile_accounts_for_the_measured_time() {
+    let model = common::fixture("models/tiny-llama.gguf");
+    let out = common::kiln()
+        .arg("bench")
+        .arg("-m")
+        .arg(&model)
+        .args([
+            "-p",
+            "16",
+            "-n",
+            "8",
+            "-r",
+            "2",
+            "-t",
+            "2",
+            "--no-roofline",
+            "--profile",
+            "-o",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for r in v.as_array().unwrap() {
+        let total: f64 = r["samples_ns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s.as_f64().unwrap())
+            .sum();
+        let ops = r["profile"]["ops"].as_array().unwrap();
+        let timed: f64 = ops.iter().map(|o| o["ns"].as_f64().unwrap()).sum();
+        assert!(timed > 0.0 && timed <= total, "{timed} of {total}");
+        let names: Vec<&str> = ops.iter().map(|o| o["op"].as_str().unwrap()).collect();
+        for want in ["matmul ffn_gate_up", "attention", "rms_norm"] {
+            assert!(names.contains(&want), "{names:?}");
+        }
+        // Generation runs the layers once per token: 8 tokens × 2 runs × the model's layers.
+        if r["n_gen"] == 8 {
+            let attn = ops.iter().find(|o| o["op"] == "attention").unwrap();
+            assert_eq!(attn["calls"].as_u64().unwrap() % 16, 0);
+        }
+    }
+    let out = common::kiln()
+        .arg("bench")
+        .arg("-m")
+        .arg(&model)
+        .args([
+            "-p",
+            "8",
+            "-n",
+            "0",
+            "-r",
+            "1",
+            "--no-roofline",
+            "--profile",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("profile: pp8 t="), "{text}");
+    assert!(text.contains("| matmul attn_qkv"), "{text}");
+}
+
 #[test]
 fn bench_markdown_table_and_bad_flags() {
     let model = common::fixture("models/tiny-llama.gguf");

@@ -181,8 +181,16 @@ pub trait Backend: Send + Sync {
         None
     }
 
-    /// Make a tensor usable by the backend. The CPU keeps the mapped bytes as they are.
+    /// Make a tensor usable by the backend. The CPU keeps the mapped bytes as they are, or
+    /// repacks matrices for its kernels.
     fn weight(&self, t: &Tensor) -> Result<Self::Weight>;
+
+    /// An embedding table that is only looked up (`embed`), never multiplied (the output
+    /// projection is a separate tensor): a backend may keep it as it is, reading only the rows
+    /// it is asked for.
+    fn embedding_table(&self, t: &Tensor) -> Result<Self::Weight> {
+        self.weight(t)
+    }
 
     /// A zeroed buffer of `len` values; an error (not an abort) when memory runs out.
     fn buffer(&self, len: usize) -> Result<Self::Buffer>;

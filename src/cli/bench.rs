@@ -16,8 +16,8 @@ use serde_json::json;
 
 use super::info::human_count;
 use super::{CacheArgs, ModelArgs};
-use crate::backend::Backend;
 use crate::backend::cpu::CpuBackend;
+use crate::backend::{Backend, Profile};
 use crate::model::arch::KvCacheTypes;
 use crate::model::loader::Source;
 use crate::model::session::DEFAULT_BATCH;
@@ -91,6 +91,11 @@ pub struct BenchArgs {
     /// Skip measuring the machine's memory read bandwidth (the roofline columns)
     #[arg(long)]
     pub no_roofline: bool,
+
+    /// Time each kind of backend operation during the timed runs and report where a token's
+    /// time goes (the timing itself costs a little speed)
+    #[arg(long)]
+    pub profile: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,6 +133,8 @@ struct Row {
     samples_ns: Vec<u64>,
     /// Weight bytes read per generated token ÷ mean seconds per token, in GB/s.
     weight_gbps: Option<f64>,
+    /// Per-op times over the timed repetitions, with `--profile`.
+    profile: Option<Profile>,
 }
 
 impl Row {
@@ -251,12 +258,14 @@ pub fn measure_read_bandwidth(threads: usize) -> Result<f64> {
     Ok(best)
 }
 
+/// Run one test; its time and, when `profile` is set, the backend's profile of the timed part.
 fn run_test<B: Backend>(
     model: &Model<B>,
     test: &Test,
     cache: KvCacheTypes,
     rng: &mut Rng,
-) -> Result<Duration> {
+    profile: bool,
+) -> Result<(Duration, Option<Profile>)> {
     let vocab = model.config.vocab_size as u64;
     let mut random =
         |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
@@ -265,6 +274,9 @@ fn run_test<B: Backend>(
         s.prefill(&random(test.depth))?;
     }
     let tokens = random(test.n);
+    if profile {
+        model.backend.set_profiling(true);
+    }
     let start = Instant::now();
     match test.kind {
         TestKind::Prompt => {
@@ -280,7 +292,36 @@ fn run_test<B: Backend>(
             }
         }
     }
-    Ok(start.elapsed())
+    let elapsed = start.elapsed();
+    let profile = profile.then(|| model.backend.profile()).flatten();
+    if profile.is_some() {
+        model.backend.set_profiling(false);
+    }
+    Ok((elapsed, profile))
+}
+
+/// The sum of two runs' profiles.
+fn merge_profiles(a: Option<Profile>, b: Option<Profile>) -> Option<Profile> {
+    let (mut a, b) = match (a, b) {
+        (Some(a), Some(b)) => (a, b),
+        (a, b) => return a.or(b),
+    };
+    for op in b.ops {
+        match a.ops.iter_mut().find(|o| o.name == op.name) {
+            Some(o) => {
+                o.calls += op.calls;
+                o.time += op.time;
+            }
+            None => a.ops.push(op),
+        }
+    }
+    for (name, n) in b.counters {
+        match a.counters.iter_mut().find(|c| c.0 == name) {
+            Some(c) => c.1 += n,
+            None => a.counters.push((name, n)),
+        }
+    }
+    Some(a)
 }
 
 /// How to measure one model: its backend's threads, the cache and the repetitions.
@@ -290,17 +331,21 @@ struct Measure<'a, B: Backend> {
     cache: KvCacheTypes,
     repetitions: usize,
     bytes_per_token: u64,
+    profile: bool,
 }
 
 impl<B: Backend> Measure<'_, B> {
     /// One test: a warm-up run, then the timed repetitions.
     fn row(&self, test: &Test, progress: &ProgressBar, rng: &mut Rng) -> Result<Row> {
         progress.set_message(format!("{} t={}", test.name(), self.threads));
-        run_test(self.model, test, self.cache, rng)?; // warm-up
+        run_test(self.model, test, self.cache, rng, false)?; // warm-up
         progress.inc(1);
         let mut samples_ns = Vec::with_capacity(self.repetitions);
+        let mut profile = None;
         for _ in 0..self.repetitions {
-            samples_ns.push(run_test(self.model, test, self.cache, rng)?.as_nanos() as u64);
+            let (time, p) = run_test(self.model, test, self.cache, rng, self.profile)?;
+            samples_ns.push(time.as_nanos() as u64);
+            profile = merge_profiles(profile, p);
             progress.inc(1);
         }
         let row = Row {
@@ -309,6 +354,7 @@ impl<B: Backend> Measure<'_, B> {
             cache: self.cache,
             weight_gbps: None,
             samples_ns,
+            profile,
         };
         let weight_gbps = (test.kind == TestKind::Generate)
             .then(|| self.bytes_per_token as f64 * mean_sd(&row.samples_ts()).0 / 1e9);
@@ -378,6 +424,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
                 cache,
                 repetitions: args.repetitions,
                 bytes_per_token,
+                profile: args.profile,
             };
             measure(&|test, rng| on.row(test, &progress, rng))?;
             (model.backend.describe(), bw, "GPU copy")
@@ -399,6 +446,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
                     cache,
                     repetitions: args.repetitions,
                     bytes_per_token,
+                    profile: args.profile,
                 };
                 measure(&|test, rng| on.row(test, &progress, rng))?;
             }
@@ -483,6 +531,15 @@ impl Report<'_> {
                     "weights_gbps": r.weight_gbps,
                     "read_bandwidth_gbps": self.read_bw,
                     "roofline_fraction": r.weight_gbps.zip(self.read_bw).map(|(w, b)| w / b),
+                    "profile": r.profile.as_ref().map(|p| json!({
+                        "ops": p.ops.iter().map(|o| json!({
+                            "op": o.name,
+                            "calls": o.calls,
+                            "ns": o.time.as_nanos() as u64,
+                        })).collect::<Vec<_>>(),
+                        "counters": p.counters.iter().map(|(n, v)| json!({"name": n, "count": v}))
+                            .collect::<Vec<_>>(),
+                    })),
                 })
             })
             .collect()
@@ -595,6 +652,64 @@ impl Report<'_> {
             footer.push_str(&format!("; measured {kind} bandwidth {bw:.1} GB/s"));
         }
         writeln!(out, "{footer}")?;
+        for r in &self.rows {
+            if let Some(p) = &r.profile {
+                profile_table(out, r, p)?;
+            }
+        }
         Ok(())
     }
+}
+
+/// Where one test's time went: per op, its calls and time per token and its share of the run.
+fn profile_table(out: &mut impl Write, r: &Row, p: &Profile) -> Result<()> {
+    let tokens = (r.test.n * r.samples_ns.len()) as f64;
+    let total_ns: u64 = r.samples_ns.iter().sum();
+    let mut ops: Vec<_> = p.ops.iter().collect();
+    ops.sort_by_key(|o| std::cmp::Reverse(o.time));
+    writeln!(out)?;
+    writeln!(
+        out,
+        "profile: {} t={} (per token)",
+        r.test.name(),
+        r.threads
+    )?;
+    writeln!(out)?;
+    writeln!(
+        out,
+        "| {:<20} | {:>8} | {:>10} | {:>6} |",
+        "op", "calls", "µs", "share"
+    )?;
+    writeln!(
+        out,
+        "| {} | {}: | {}: | {}: |",
+        "-".repeat(20),
+        "-".repeat(7),
+        "-".repeat(9),
+        "-".repeat(5)
+    )?;
+    let mut line = |name: &str, calls: f64, ns: f64| {
+        writeln!(
+            out,
+            "| {:<20} | {:>8.1} | {:>10.1} | {:>5.1}% |",
+            name,
+            calls / tokens,
+            ns / tokens / 1e3,
+            100.0 * ns / total_ns as f64
+        )
+    };
+    let mut accounted = 0.0;
+    for o in ops {
+        let ns = o.time.as_nanos() as f64;
+        accounted += ns;
+        line(o.name, o.calls as f64, ns)?;
+    }
+    line("(outside ops)", 0.0, total_ns as f64 - accounted)?;
+    if !p.counters.is_empty() {
+        writeln!(out)?;
+        for (name, n) in &p.counters {
+            writeln!(out, "{name}: {:.1} per token", *n as f64 / tokens)?;
+        }
+    }
+    Ok(())
 }

@@ -51,6 +51,9 @@ pub struct GgufFile {
     pub tensors: Vec<GgufTensor>,
     pub alignment: u64,
     pub map: Arc<Mmap>,
+    /// Whether `map` maps a file (rather than anonymous memory holding a copy): only then may a
+    /// backend drop its pages once it has copied the weights (`Tensor::release_pages`).
+    pub file_backed: bool,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -69,7 +72,9 @@ impl GgufFile {
         // SAFETY: the mapping is read-only; kiln never writes model files. Another process truncating
         // the file while it is mapped is outside what any mmap-based loader can defend against.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-        Self::from_map(path, Arc::new(map))
+        let mut g = Self::from_map(path, Arc::new(map))?;
+        g.file_backed = true;
+        Ok(g)
     }
 
     /// Parse GGUF bytes held in memory (synthetic models, tests). They are copied into an anonymous
@@ -182,6 +187,7 @@ impl GgufFile {
             tensors,
             alignment,
             map,
+            file_backed: false,
         })
     }
 

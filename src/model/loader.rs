@@ -57,6 +57,7 @@ impl ModelFile {
                 t.ggml_type,
                 dims,
                 gguf.map.clone(),
+                gguf.file_backed,
                 t.offset,
                 t.nbytes,
             );
@@ -232,7 +233,15 @@ fn open_hf(dir: &Path) -> Result<ModelFile> {
                     format!("tensor '{hf_name}' appears twice"),
                 ));
             }
-            let t = Tensor::mapped(name.clone(), dtype, dims, map.clone(), start, end - begin);
+            let t = Tensor::mapped(
+                name.clone(),
+                dtype,
+                dims,
+                map.clone(),
+                true,
+                start,
+                end - begin,
+            );
             tensors.insert(name, t);
         }
     }

@@ -162,8 +162,13 @@ impl<B: Backend> Weights<B> {
         } else {
             Some(f.get("output.weight", &[h, vocab])?)
         };
+        let tok_embd = if c.tie_embeddings {
+            f.get("token_embd.weight", &[h, vocab])?
+        } else {
+            backend.embedding_table(f.tensor("token_embd.weight", &[h, vocab])?)?
+        };
         Ok(Weights {
-            tok_embd: f.get("token_embd.weight", &[h, vocab])?,
+            tok_embd,
             output_norm: f.norm("output_norm.weight", h)?,
             output,
             layers,

@@ -2,10 +2,15 @@
 //! activations to 8 bits once and take integer dot products against the weight blocks, rows split
 //! across a spinning pool of `threads` threads (pool.rs).
 
+mod attention;
+#[cfg(target_arch = "x86_64")]
+mod gemm;
 mod ggml_math;
 mod hybrid;
 mod pool;
+mod profile;
 pub mod quant;
+mod repack;
 mod simd;
 
 use std::cell::RefCell;
@@ -26,14 +31,17 @@ pub struct CpuBackend {
     pool: pool::SpinPool,
     threads: usize,
     kernels: simd::Kernels,
+    profiler: profile::Profiler,
 }
 
-/// A weight as the CPU uses it: the mapped bytes, plus vectors decoded to f32 once.
+/// A weight as the CPU uses it: the mapped bytes, plus vectors decoded to f32 once, or, where the
+/// CPU has kernels for it, the matrix repacked (`repack.rs`), its mapped bytes then left unread.
 pub struct CpuWeight {
     tensor: Tensor,
     rows: usize,
     cols: usize,
     dense: Option<Vec<f32>>,
+    packed: Option<repack::Packed>,
 }
 
 impl CpuWeight {
@@ -63,6 +71,7 @@ impl CpuBackend {
             pool,
             threads,
             kernels: simd::Kernels::detect(),
+            profiler: profile::Profiler::default(),
         })
     }
 
@@ -74,6 +83,8 @@ impl CpuBackend {
 thread_local! {
     static Q8_SCRATCH: RefCell<Vec<BlockQ8>> = const { RefCell::new(Vec::new()) };
     static Q8K_SCRATCH: RefCell<Vec<BlockQ8K>> = const { RefCell::new(Vec::new()) };
+    /// Σ of each Q8 block's values (the packed kernels' offset correction).
+    static XSUM_SCRATCH: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A key or value cache in one of the `CacheType`s.
@@ -127,6 +138,22 @@ impl CpuCache {
             CpuCache::F16(c) => kernels.axpy_f16(a, &c[start..start + out.len()], out),
         }
     }
+}
+
+/// The profile name of a matmul by the weight's role, from its tensor name.
+fn matmul_name(w: &CpuWeight) -> &'static str {
+    let name = w.tensor.name.as_str();
+    [
+        ("attn_q.weight", "matmul attn_qkv"),
+        ("attn_output.weight", "matmul attn_output"),
+        ("ffn_gate.weight", "matmul ffn_gate_up"),
+        ("ffn_down.weight", "matmul ffn_down"),
+        ("output.weight", "matmul output"),
+        ("token_embd.weight", "matmul output"),
+    ]
+    .iter()
+    .find(|(suffix, _)| name.ends_with(suffix))
+    .map_or("matmul other", |&(_, op)| op)
 }
 
 /// The bytes of an f32 slice, for the kernels that read weight rows as bytes.
@@ -216,8 +243,19 @@ impl CpuBackend {
         });
     }
 
+    /// Whether weights of type `t` are repacked at load (the CPU has packed kernels for it).
+    fn packs(&self, t: GgmlType) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(isa) = self.kernels.gemm_isa() {
+            return gemm::q8k_kernel(isa, t).is_some() || gemm::q8_kernel(isa, t).is_some();
+        }
+        let _ = t;
+        false
+    }
+
     /// Matmuls of one input by weights that take the same activation format: the input is
-    /// quantized once and all the weights' rows run in one parallel pass.
+    /// quantized once and all the weights' rows run in one parallel pass (two when some weights
+    /// are repacked and some are not).
     fn matmul_group(&self, x: &[f32], ws: &[&CpuWeight], rows: usize, outs: &mut [&mut Vec<f32>]) {
         let k = ws[0].cols;
         let x = &x[..rows * k];
@@ -227,9 +265,15 @@ impl CpuBackend {
             .zip(outs.iter_mut())
             .map(|(w, o)| SharedOut(o[..rows * w.rows].as_mut_ptr()))
             .collect();
+        let (packed, plain): (Vec<_>, Vec<_>) = ws
+            .iter()
+            .copied()
+            .zip(outs)
+            .partition(|(w, _)| w.packed.is_some());
+        let (plain_ws, plain_outs): (Vec<&CpuWeight>, Vec<SharedOut>) = plain.into_iter().unzip();
         match act_format(ws[0].tensor.dtype) {
             ActFormat::F32 => {
-                let jobs = jobs(ws, &outs, |t| RowKernels {
+                let jobs = jobs(&plain_ws, &plain_outs, |t| RowKernels {
                     one: kernels.dot_f32(t),
                     four: None,
                 });
@@ -242,7 +286,21 @@ impl CpuBackend {
                 self.pool.for_each_chunk(&mut s[..], nb, &|r, q| {
                     kernels.quantize_q8(&x[r * k..(r + 1) * k], q)
                 });
-                let jobs = jobs(ws, &outs, |t| RowKernels {
+                #[cfg(target_arch = "x86_64")]
+                if !packed.is_empty() {
+                    XSUM_SCRATCH.with(|xs| {
+                        let mut xs = xs.borrow_mut();
+                        xs.resize(rows * nb, 0);
+                        let q = &s[..];
+                        self.pool.for_each_chunk(&mut xs[..], nb, &|r, sums| {
+                            for (sum, b) in sums.iter_mut().zip(&q[r * nb..]) {
+                                *sum = b.qs.iter().map(|&v| v as i32).sum();
+                            }
+                        });
+                        self.run_packed(&packed, gemm::q8_kernel, rows, &s, nb, &xs);
+                    });
+                }
+                let jobs = jobs(&plain_ws, &plain_outs, |t| RowKernels {
                     one: kernels.dot_q8(t),
                     four: kernels.dot_q8_x4(t),
                 });
@@ -255,13 +313,121 @@ impl CpuBackend {
                 self.pool.for_each_chunk(&mut s[..], nb, &|r, q| {
                     kernels.quantize_q8k(&x[r * k..(r + 1) * k], q)
                 });
-                let jobs = jobs(ws, &outs, |t| RowKernels {
+                #[cfg(target_arch = "x86_64")]
+                if !packed.is_empty() {
+                    self.run_packed(&packed, gemm::q8k_kernel, rows, &s, nb, &[]);
+                }
+                let jobs = jobs(&plain_ws, &plain_outs, |t| RowKernels {
                     one: kernels.dot_q8k(t),
                     four: kernels.dot_q8k_x4(t),
                 });
                 self.run_jobs(&jobs, rows, &s, nb);
             }),
         }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = packed;
+    }
+
+    /// The repacked weights' share of a matmul pass: tasks of a few row groups each, over blocks
+    /// of tokens whose activations stay in the L2 cache, every (group, token) written once.
+    #[cfg(target_arch = "x86_64")]
+    fn run_packed<A: Sync>(
+        &self,
+        jobs: &[(&CpuWeight, SharedOut)],
+        kernel_for: fn(gemm::GemmIsa, GgmlType) -> Option<gemm::GroupKernel<A>>,
+        rows: usize,
+        acts: &[A],
+        stride: usize,
+        xsum: &[i32],
+    ) {
+        let Some(isa) = self.kernels.gemm_isa() else {
+            unreachable!("weights are packed only where packed kernels run")
+        };
+        let kernels: Vec<gemm::GroupKernel<A>> = jobs
+            .iter()
+            .map(|(w, _)| kernel_for(isa, w.tensor.dtype).expect("packed kernel for a packed type"))
+            .collect();
+        const L2_BUDGET: usize = 256 << 10;
+        let token_block = (L2_BUDGET / (stride * std::mem::size_of::<A>()).max(1))
+            .next_multiple_of(8)
+            .max(8);
+        let token_blocks = rows.div_ceil(token_block);
+        let groups: usize = jobs.iter().map(|(w, _)| w.rows / repack::ROWS).sum();
+        let per_thread = if rows == 1 { 4 } else { 2 };
+        let chunk = groups.div_ceil(self.threads * per_thread).max(1);
+        let mut tasks = Vec::new();
+        for tb in 0..token_blocks {
+            for (ji, (w, _)) in jobs.iter().enumerate() {
+                let n = w.rows / repack::ROWS;
+                tasks.extend(
+                    (0..n)
+                        .step_by(chunk)
+                        .map(|g0| (tb, ji, g0, (g0 + chunk).min(n))),
+                );
+            }
+        }
+        self.pool.run(tasks.len(), &|i| {
+            let (tb, ji, g0, g1) = tasks[i];
+            let (w, out) = &jobs[ji];
+            let p = w.packed.as_ref().expect("packed job");
+            let tokens = tb * token_block..((tb + 1) * token_block).min(rows);
+            for group in g0..g1 {
+                let call = gemm::GroupCall {
+                    p,
+                    group,
+                    x: acts,
+                    stride,
+                    xsum,
+                    tokens: tokens.clone(),
+                    out: out.get(),
+                    m: w.rows,
+                };
+                // SAFETY: `isa` was detected on this CPU; the call covers rows of this task's
+                // groups and tokens within `rows`, whose outputs no other task writes, and the
+                // activations hold `rows × stride` blocks.
+                unsafe { kernels[ji](&call) }
+            }
+        });
+    }
+}
+
+impl CpuBackend {
+    /// Attention one (query row, head) at a time through the cache's `dot` and `axpy`: for
+    /// cache types that `attention.rs` does not read in blocks.
+    fn attention_rows(
+        &self,
+        q: &[f32],
+        k_cache: &CpuCache,
+        v_cache: &CpuCache,
+        out: &mut [f32],
+        p: &AttentionParams,
+    ) {
+        let hd = p.head_dim;
+        let q_width = p.n_heads * hd;
+        let kv_width = p.n_kv_heads * hd;
+        let group = p.n_heads / p.n_kv_heads;
+        let kernels = &self.kernels;
+        let out = &mut out[..p.rows * q_width];
+        self.pool.for_each_chunk(out, hd, &|task, o| {
+            let (i, h) = (task / p.n_heads, task % p.n_heads);
+            let pos = p.start_pos + i;
+            let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            let kvh = h / group;
+            let mut qh = q[i * q_width + h * hd..i * q_width + (h + 1) * hd].to_vec();
+            k_cache.prepare_query(kernels, &mut qh);
+            let mut scores: Vec<f32> = (lo..=pos)
+                .map(|j| k_cache.dot(kernels, &qh, j * kv_width + kvh * hd) * p.scale)
+                .collect();
+            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+            let total = kernels.exp_sub(&mut scores, max);
+            let inv = (1.0 / total) as f32;
+            scores.iter_mut().for_each(|s| *s *= inv);
+            v_cache.prepare_weights(kernels, &mut scores);
+            o.fill(0.0);
+            for (j, &pj) in (lo..=pos).zip(&scores) {
+                v_cache.axpy(kernels, pj, j * kv_width + kvh * hd, o);
+            }
+        });
     }
 }
 
@@ -297,15 +463,58 @@ impl Backend for CpuBackend {
         format!("CPU ({}, {} threads)", self.kernels.name(), self.threads)
     }
 
+    fn set_profiling(&self, on: bool) {
+        self.profiler.set(on);
+        self.pool.reset_jobs();
+    }
+
+    fn profile(&self) -> Option<super::Profile> {
+        Some(
+            self.profiler
+                .profile(vec![("parallel jobs", self.pool.jobs())]),
+        )
+    }
+
     fn weight(&self, t: &Tensor) -> Result<CpuWeight> {
         let cols = t.row_len();
         let rows = t.n_rows();
         let dense = (t.dims.len() == 1).then(|| t.to_f32());
+        // Packed a slice of groups at a time, each slice's mapped pages dropped behind it, so
+        // the file's pages and the packed copy are never both resident for more than a slice.
+        let group_src = t.row_bytes() * repack::ROWS;
+        // Stacks of expert matrices (3-D) are not repacked: expert matmuls read single rows of
+        // the experts a token is routed to, straight from the mapping (hybrid.rs).
+        let packed = if t.dims.len() == 2 && self.packs(t.dtype) {
+            repack::pack(t.dtype, t.bytes(), rows, cols, &|out, group_bytes, f| {
+                let per_slice = ((8 << 20) / group_bytes).max(1);
+                for (i, slice) in out.chunks_mut(per_slice * group_bytes).enumerate() {
+                    let g0 = i * per_slice;
+                    self.pool
+                        .for_each_chunk(slice, group_bytes, &|g, out| f(g0 + g, out));
+                    let g1 = g0 + slice.len() / group_bytes;
+                    t.release_pages(g0 * group_src..g1 * group_src);
+                }
+            })
+        } else {
+            None
+        };
         Ok(CpuWeight {
             tensor: t.clone(),
             rows,
             cols,
             dense,
+            packed,
+        })
+    }
+
+    fn embedding_table(&self, t: &Tensor) -> Result<CpuWeight> {
+        // Not repacked: a lookup reads only its rows, so most of the table never becomes resident.
+        Ok(CpuWeight {
+            tensor: t.clone(),
+            rows: t.n_rows(),
+            cols: t.row_len(),
+            dense: None,
+            packed: None,
         })
     }
 
@@ -330,10 +539,19 @@ impl Backend for CpuBackend {
     }
 
     fn embed(&self, table: &CpuWeight, ids: &[u32], scale: f32, out: &mut Vec<f32>) {
+        let _span = self.profiler.span("embed");
         let dim = table.cols;
+        let mut bytes = Vec::new();
         for (i, &id) in ids.iter().enumerate() {
             let row = &mut out[i * dim..(i + 1) * dim];
-            table.tensor.row_to_f32(id as usize, row);
+            match &table.packed {
+                Some(p) => {
+                    bytes.resize(table.tensor.row_bytes(), 0);
+                    repack::unpack_row(p, id as usize, &mut bytes);
+                    crate::gguf::dequant::dequantize(table.tensor.dtype, &bytes, row);
+                }
+                None => table.tensor.row_to_f32(id as usize, row),
+            }
             if scale != 1.0 {
                 row.iter_mut().for_each(|v| *v *= scale);
             }
@@ -341,6 +559,7 @@ impl Backend for CpuBackend {
     }
 
     fn rms_norm(&self, x: &mut Vec<f32>, w: &CpuWeight, rows: usize, eps: f32) {
+        let _span = self.profiler.span("rms_norm");
         let w = w.dense();
         let dim = w.len();
         // llama.cpp's arithmetic: squares in f32 summed in f64, mean and scale in f32.
@@ -361,6 +580,7 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&self, x: &Vec<f32>, w: &CpuWeight, rows: usize, out: &mut Vec<f32>) {
+        let _span = self.profiler.span(matmul_name(w));
         self.matmul_group(x, &[w], rows, &mut [out]);
     }
 
@@ -371,6 +591,7 @@ impl Backend for CpuBackend {
         rows: usize,
         outs: &mut [&mut Vec<f32>],
     ) {
+        let _span = self.profiler.span(matmul_name(ws[0]));
         // One pass per activation format (weights of one layer usually share it).
         let mut pending: Vec<(&CpuWeight, &mut Vec<f32>)> = ws
             .iter()
@@ -389,6 +610,7 @@ impl Backend for CpuBackend {
     }
 
     fn add_bias(&self, x: &mut Vec<f32>, b: &CpuWeight, rows: usize) {
+        let _span = self.profiler.span("add_bias");
         let b = b.dense();
         for row in x[..rows * b.len()].chunks_mut(b.len()) {
             row.iter_mut().zip(b).for_each(|(v, &bv)| *v += bv);
@@ -404,6 +626,7 @@ impl Backend for CpuBackend {
         head_dim: usize,
         layout: RopeLayout,
     ) {
+        let _span = self.profiler.span("rope");
         let half = head_dim / 2;
         let width = n_heads * head_dim;
         for (r, row) in x[..rows * width].chunks_mut(width).enumerate() {
@@ -454,6 +677,7 @@ impl Backend for CpuBackend {
         rows: usize,
         width: usize,
     ) {
+        let _span = self.profiler.span("store_rows");
         let (src, range) = (
             &src[..rows * width],
             dst_row * width..(dst_row + rows) * width,
@@ -472,6 +696,7 @@ impl Backend for CpuBackend {
         rows: usize,
         width: usize,
     ) {
+        let _span = self.profiler.span("copy_rows");
         dst[..rows * width].copy_from_slice(&src[src_row * width..(src_row + rows) * width]);
     }
 
@@ -483,34 +708,8 @@ impl Backend for CpuBackend {
         out: &mut Vec<f32>,
         p: &AttentionParams,
     ) {
-        let hd = p.head_dim;
-        let q_width = p.n_heads * hd;
-        let kv_width = p.n_kv_heads * hd;
-        let group = p.n_heads / p.n_kv_heads;
-        let kernels = &self.kernels;
-        let out = &mut out[..p.rows * q_width];
-        {
-            self.pool.for_each_chunk(out, hd, &|task, o| {
-                let (i, h) = (task / p.n_heads, task % p.n_heads);
-                let pos = p.start_pos + i;
-                let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-                let kvh = h / group;
-                let mut qh = q[i * q_width + h * hd..i * q_width + (h + 1) * hd].to_vec();
-                k_cache.prepare_query(kernels, &mut qh);
-                let mut scores: Vec<f32> = (lo..=pos)
-                    .map(|j| k_cache.dot(kernels, &qh, j * kv_width + kvh * hd) * p.scale)
-                    .collect();
-                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-                let total = kernels.exp_sub(&mut scores, max);
-                let inv = (1.0 / total) as f32;
-                scores.iter_mut().for_each(|s| *s *= inv);
-                v_cache.prepare_weights(kernels, &mut scores);
-                o.fill(0.0);
-                for (j, &pj) in (lo..=pos).zip(&scores) {
-                    v_cache.axpy(kernels, pj, j * kv_width + kvh * hd, o);
-                }
-            });
-        }
+        let _span = self.profiler.span("attention");
+        self.attention_impl(q, k_cache, v_cache, out, p);
     }
 
     fn gated_activation(
@@ -520,6 +719,7 @@ impl Backend for CpuBackend {
         len: usize,
         act: GateActivation,
     ) {
+        let _span = self.profiler.span("gated_activation");
         let kernels = &self.kernels;
         let apply = |g: &mut [f32], u: &[f32]| match act {
             GateActivation::Silu => kernels.silu_mul(g, u),
@@ -541,6 +741,7 @@ impl Backend for CpuBackend {
     }
 
     fn add(&self, x: &mut Vec<f32>, y: &Vec<f32>, len: usize) {
+        let _span = self.profiler.span("add");
         x[..len]
             .iter_mut()
             .zip(&y[..len])

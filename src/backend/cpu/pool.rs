@@ -48,6 +48,8 @@ pub struct SpinPool {
     workers: Vec<JoinHandle<()>>,
     /// One job at a time.
     running: Mutex<()>,
+    /// Parallel jobs run (for `kiln bench --profile`).
+    jobs: AtomicUsize,
 }
 
 impl SpinPool {
@@ -77,6 +79,7 @@ impl SpinPool {
             shared,
             workers,
             running: Mutex::new(()),
+            jobs: AtomicUsize::new(0),
         })
     }
 
@@ -90,6 +93,7 @@ impl SpinPool {
             return;
         }
         let _one_job = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        self.jobs.fetch_add(1, Ordering::Relaxed);
         let s = &*self.shared;
         // SAFETY (lifetime erasure): the job is cleared and no worker is inside it when `run`
         // returns (see the waits below), so `f` outlives every use.
@@ -123,6 +127,15 @@ impl SpinPool {
         if s.panicked.swap(false, Ordering::SeqCst) {
             panic!("a CPU kernel task panicked");
         }
+    }
+
+    /// Parallel jobs run since the last `reset_jobs`.
+    pub fn jobs(&self) -> u64 {
+        self.jobs.load(Ordering::Relaxed) as u64
+    }
+
+    pub fn reset_jobs(&self) {
+        self.jobs.store(0, Ordering::Relaxed);
     }
 
     /// Run `f(i, chunk)` over the `chunk`-sized pieces of `data` (the last may be shorter).

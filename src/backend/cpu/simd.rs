@@ -3,6 +3,8 @@
 //! `x86` kernels; everything else, and other CPUs, the portable ones in `quant.rs`. Each matmul
 //! resolves its kernel once into a function pointer.
 
+#[cfg(target_arch = "x86_64")]
+use super::gemm::GemmIsa;
 use super::quant::{self, BlockQ8, BlockQ8K};
 use crate::gguf::GgmlType;
 
@@ -24,9 +26,14 @@ enum Level {
 
 pub struct Kernels {
     level: Level,
+    /// The instruction set of the matmul kernels over repacked weights (`gemm.rs`), if any.
+    #[cfg(target_arch = "x86_64")]
+    gemm: Option<GemmIsa>,
 }
 
 impl Kernels {
+    /// The best kernels this CPU runs. `KILN_NO_SIMD` forces the portable ones; `KILN_NO_AVX512`
+    /// the AVX2 ones on a CPU with AVX-512 (to measure or test them).
     pub fn detect() -> Kernels {
         #[cfg(target_arch = "x86_64")]
         if std::env::var_os("KILN_NO_SIMD").is_none()
@@ -34,19 +41,35 @@ impl Kernels {
             && is_x86_feature_detected!("fma")
             && is_x86_feature_detected!("f16c")
         {
-            let level = if is_x86_feature_detected!("avxvnni") {
-                Level::AvxVnni
+            let (level, gemm) = if is_x86_feature_detected!("avxvnni") {
+                (Level::AvxVnni, GemmIsa::AvxVnni)
             } else {
-                Level::Avx2
+                (Level::Avx2, GemmIsa::Avx2)
             };
-            return Kernels { level };
+            let avx512 = is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512dq")
+                && is_x86_feature_detected!("avx512vnni")
+                && std::env::var_os("KILN_NO_AVX512").is_none();
+            let gemm = if avx512 { GemmIsa::Avx512Vnni } else { gemm };
+            return Kernels {
+                level,
+                gemm: Some(gemm),
+            };
         }
         Kernels {
             level: Level::Portable,
+            #[cfg(target_arch = "x86_64")]
+            gemm: None,
         }
     }
 
     pub fn name(&self) -> &'static str {
+        #[cfg(target_arch = "x86_64")]
+        if self.gemm == Some(GemmIsa::Avx512Vnni) {
+            return "AVX-512 VNNI";
+        }
         match self.level {
             Level::Portable => "portable",
             #[cfg(target_arch = "x86_64")]
@@ -54,6 +77,12 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Level::AvxVnni => "AVX2+VNNI",
         }
+    }
+
+    /// The instruction set of the matmul kernels over repacked weights, where this CPU has one.
+    #[cfg(target_arch = "x86_64")]
+    pub fn gemm_isa(&self) -> Option<GemmIsa> {
+        self.gemm
     }
 
     pub fn quantize_q8(&self, x: &[f32], out: &mut [BlockQ8]) {
@@ -1205,7 +1234,11 @@ mod tests {
             }
         }
         for level in levels {
-            check_level(Kernels { level });
+            check_level(Kernels {
+                level,
+                #[cfg(target_arch = "x86_64")]
+                gemm: None,
+            });
         }
     }
 

@@ -1,0 +1,970 @@
+//! Matmul kernels over repacked weights (`repack.rs`), x86-64 only: AVX-512 VNNI where the CPU has
+//! it, AVX2 (with AVX-VNNI where present) otherwise. One kernel call multiplies a group of 16
+//! weight rows by a tile of tokens (8 with AVX-512, 4 with AVX2; 1 when generating): each 64-byte
+//! weight line is loaded once and multiplied, as integers, with every token's 8-bit activations,
+//! so prefill is a real GEMM rather than a loop of dot products.
+//!
+//! The kernels are written once, generic over `Isa` (16 rows per AVX-512 register; AVX2 takes the
+//! 16 rows as two halves of 8), and instantiated per instruction set in `#[target_feature]`
+//! wrappers. Integer arithmetic is exact and each token's float operations are the same whatever
+//! the tile size, so a row's result does not depend on how many tokens were batched with it.
+#![allow(clippy::needless_range_loop)] // tile kernels index parallel arrays with one index
+
+use std::arch::x86_64::*;
+use std::ops::Range;
+
+use super::quant::{BlockQ8, BlockQ8K};
+use super::repack::{Packed, ROWS, section_offset};
+use crate::gguf::GgmlType;
+
+/// The vector operations the kernels need, on `LANES` rows at once (one i32 or f32 per row; four
+/// weight bytes per row in byte form).
+pub(super) trait Isa: Copy {
+    /// Rows per register.
+    const LANES: usize;
+    /// `dot_i8` returns Σ (w + I8_OFFSET)·x.
+    const I8_OFFSET: i32;
+    type I: Copy;
+    type F: Copy;
+
+    unsafe fn zero() -> Self::I;
+    unsafe fn fzero() -> Self::F;
+    /// `4 · LANES` bytes (one half-line with AVX2).
+    unsafe fn load(p: *const u8) -> Self::I;
+    /// Bytes of `v` and'ed with `c`.
+    unsafe fn and8(v: Self::I, c: i8) -> Self::I;
+    unsafe fn or(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn srl16<const N: u32>(v: Self::I) -> Self::I;
+    unsafe fn shl16<const N: u32>(v: Self::I) -> Self::I;
+    /// Bytes whose bit is set in `mask` (bit 4r + i for row r, byte i) or'ed with `c`.
+    unsafe fn or_where(v: Self::I, mask: u64, c: i8) -> Self::I;
+    /// acc + Σ u·x per row over four bytes: u unsigned (< 128), x the four signed activation
+    /// bytes, broadcast.
+    unsafe fn dot(acc: Self::I, u: Self::I, x: i32) -> Self::I;
+    /// acc + Σ (w + I8_OFFSET)·x per row, w signed.
+    unsafe fn dot_i8(acc: Self::I, w: Self::I, x: i32) -> Self::I;
+    /// acc + a.lo·x.lo + a.hi·x.hi per row, over i16 halves.
+    unsafe fn madd16(acc: Self::I, a: Self::I, x: i32) -> Self::I;
+    /// acc + a·b in i32.
+    unsafe fn mul_add(acc: Self::I, a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn sub(a: Self::I, b: Self::I) -> Self::I;
+    unsafe fn sub_splat(a: Self::I, x: i32) -> Self::I;
+    unsafe fn and32(a: Self::I, x: i32) -> Self::I;
+    unsafe fn shl32<const N: u32>(v: Self::I) -> Self::I;
+    unsafe fn srl32<const N: u32>(v: Self::I) -> Self::I;
+    /// `LANES` unsigned bytes, zero-extended.
+    unsafe fn u8s(p: *const u8) -> Self::I;
+    /// `LANES` signed bytes, sign-extended.
+    unsafe fn i8s(p: *const u8) -> Self::I;
+    /// `LANES` f16 values.
+    unsafe fn f16s(p: *const u8) -> Self::F;
+    unsafe fn cvt(v: Self::I) -> Self::F;
+    unsafe fn fsplat(x: f32) -> Self::F;
+    unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
+    /// a·b + c
+    unsafe fn fmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+    /// c − a·b
+    unsafe fn fnmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
+    unsafe fn store(p: *mut f32, v: Self::F);
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct Avx512;
+
+impl Isa for Avx512 {
+    const LANES: usize = 16;
+    const I8_OFFSET: i32 = 128;
+    type I = __m512i;
+    type F = __m512;
+
+    #[inline(always)]
+    unsafe fn zero() -> __m512i {
+        unsafe { _mm512_setzero_si512() }
+    }
+    #[inline(always)]
+    unsafe fn fzero() -> __m512 {
+        unsafe { _mm512_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> __m512i {
+        unsafe { _mm512_loadu_si512(p as *const _) }
+    }
+    #[inline(always)]
+    unsafe fn and8(v: __m512i, c: i8) -> __m512i {
+        unsafe { _mm512_and_si512(v, _mm512_set1_epi8(c)) }
+    }
+    #[inline(always)]
+    unsafe fn or(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_or_si512(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn srl16<const N: u32>(v: __m512i) -> __m512i {
+        unsafe { _mm512_srli_epi16::<N>(v) }
+    }
+    #[inline(always)]
+    unsafe fn shl16<const N: u32>(v: __m512i) -> __m512i {
+        unsafe { _mm512_slli_epi16::<N>(v) }
+    }
+    #[inline(always)]
+    unsafe fn or_where(v: __m512i, mask: u64, c: i8) -> __m512i {
+        unsafe { _mm512_mask_add_epi8(v, mask, v, _mm512_set1_epi8(c)) }
+    }
+    #[inline(always)]
+    unsafe fn dot(acc: __m512i, u: __m512i, x: i32) -> __m512i {
+        unsafe { _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(x)) }
+    }
+    #[inline(always)]
+    unsafe fn dot_i8(acc: __m512i, w: __m512i, x: i32) -> __m512i {
+        unsafe {
+            let u = _mm512_xor_si512(w, _mm512_set1_epi8(-128));
+            _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(x))
+        }
+    }
+    #[inline(always)]
+    unsafe fn madd16(acc: __m512i, a: __m512i, x: i32) -> __m512i {
+        unsafe { _mm512_dpwssd_epi32(acc, a, _mm512_set1_epi32(x)) }
+    }
+    #[inline(always)]
+    unsafe fn mul_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_add_epi32(acc, _mm512_mullo_epi32(a, b)) }
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_sub_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub_splat(a: __m512i, x: i32) -> __m512i {
+        unsafe { _mm512_sub_epi32(a, _mm512_set1_epi32(x)) }
+    }
+    #[inline(always)]
+    unsafe fn and32(a: __m512i, x: i32) -> __m512i {
+        unsafe { _mm512_and_si512(a, _mm512_set1_epi32(x)) }
+    }
+    #[inline(always)]
+    unsafe fn shl32<const N: u32>(v: __m512i) -> __m512i {
+        unsafe { _mm512_slli_epi32::<N>(v) }
+    }
+    #[inline(always)]
+    unsafe fn srl32<const N: u32>(v: __m512i) -> __m512i {
+        unsafe { _mm512_srli_epi32::<N>(v) }
+    }
+    #[inline(always)]
+    unsafe fn u8s(p: *const u8) -> __m512i {
+        unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i)) }
+    }
+    #[inline(always)]
+    unsafe fn i8s(p: *const u8) -> __m512i {
+        unsafe { _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i)) }
+    }
+    #[inline(always)]
+    unsafe fn f16s(p: *const u8) -> __m512 {
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
+    }
+    #[inline(always)]
+    unsafe fn cvt(v: __m512i) -> __m512 {
+        unsafe { _mm512_cvtepi32_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn fsplat(x: f32) -> __m512 {
+        unsafe { _mm512_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
+        unsafe { _mm512_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        unsafe { _mm512_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn fnmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
+        unsafe { _mm512_fnmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m512) {
+        unsafe { _mm512_storeu_ps(p, v) }
+    }
+}
+
+/// AVX2, eight rows per register; `VNNI` uses AVX-VNNI's `vpdpbusd` for byte dot products.
+#[derive(Clone, Copy)]
+pub(super) struct Avx2<const VNNI: bool>;
+
+impl<const VNNI: bool> Isa for Avx2<VNNI> {
+    const LANES: usize = 8;
+    const I8_OFFSET: i32 = 0;
+    type I = __m256i;
+    type F = __m256;
+
+    #[inline(always)]
+    unsafe fn zero() -> __m256i {
+        unsafe { _mm256_setzero_si256() }
+    }
+    #[inline(always)]
+    unsafe fn fzero() -> __m256 {
+        unsafe { _mm256_setzero_ps() }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> __m256i {
+        unsafe { _mm256_loadu_si256(p as *const __m256i) }
+    }
+    #[inline(always)]
+    unsafe fn and8(v: __m256i, c: i8) -> __m256i {
+        unsafe { _mm256_and_si256(v, _mm256_set1_epi8(c)) }
+    }
+    #[inline(always)]
+    unsafe fn or(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_or_si256(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn srl16<const N: u32>(v: __m256i) -> __m256i {
+        unsafe { _mm256_srl_epi16(v, _mm_cvtsi32_si128(N as i32)) }
+    }
+    #[inline(always)]
+    unsafe fn shl16<const N: u32>(v: __m256i) -> __m256i {
+        unsafe { _mm256_sll_epi16(v, _mm_cvtsi32_si128(N as i32)) }
+    }
+    #[inline(always)]
+    unsafe fn or_where(v: __m256i, mask: u64, c: i8) -> __m256i {
+        unsafe {
+            // llama.cpp's bytes_from_bits_32: byte i becomes 0xFF where bit i is set.
+            let shuf = _mm256_set_epi64x(
+                0x0303030303030303,
+                0x0202020202020202,
+                0x0101010101010101,
+                0x0000000000000000,
+            );
+            let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(mask as u32 as i32), shuf);
+            let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+            let set = _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+            _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(c)))
+        }
+    }
+    #[inline(always)]
+    unsafe fn dot(acc: __m256i, u: __m256i, x: i32) -> __m256i {
+        unsafe {
+            let x = _mm256_set1_epi32(x);
+            if VNNI {
+                _mm256_dpbusd_avx_epi32(acc, u, x)
+            } else {
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+                _mm256_add_epi32(acc, p)
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn dot_i8(acc: __m256i, w: __m256i, x: i32) -> __m256i {
+        unsafe {
+            // |w| · (x with w's sign): exact, and within maddubs' range.
+            let x = _mm256_sign_epi8(_mm256_set1_epi32(x), w);
+            let w = _mm256_sign_epi8(w, w);
+            if VNNI {
+                _mm256_dpbusd_avx_epi32(acc, w, x)
+            } else {
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+                _mm256_add_epi32(acc, p)
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn madd16(acc: __m256i, a: __m256i, x: i32) -> __m256i {
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(a, _mm256_set1_epi32(x))) }
+    }
+    #[inline(always)]
+    unsafe fn mul_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_add_epi32(acc, _mm256_mullo_epi32(a, b)) }
+    }
+    #[inline(always)]
+    unsafe fn sub(a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_sub_epi32(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn sub_splat(a: __m256i, x: i32) -> __m256i {
+        unsafe { _mm256_sub_epi32(a, _mm256_set1_epi32(x)) }
+    }
+    #[inline(always)]
+    unsafe fn and32(a: __m256i, x: i32) -> __m256i {
+        unsafe { _mm256_and_si256(a, _mm256_set1_epi32(x)) }
+    }
+    #[inline(always)]
+    unsafe fn shl32<const N: u32>(v: __m256i) -> __m256i {
+        unsafe { _mm256_sll_epi32(v, _mm_cvtsi32_si128(N as i32)) }
+    }
+    #[inline(always)]
+    unsafe fn srl32<const N: u32>(v: __m256i) -> __m256i {
+        unsafe { _mm256_srl_epi32(v, _mm_cvtsi32_si128(N as i32)) }
+    }
+    #[inline(always)]
+    unsafe fn u8s(p: *const u8) -> __m256i {
+        unsafe { _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i)) }
+    }
+    #[inline(always)]
+    unsafe fn i8s(p: *const u8) -> __m256i {
+        unsafe { _mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i)) }
+    }
+    #[inline(always)]
+    unsafe fn f16s(p: *const u8) -> __m256 {
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
+    }
+    #[inline(always)]
+    unsafe fn cvt(v: __m256i) -> __m256 {
+        unsafe { _mm256_cvtepi32_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn fsplat(x: f32) -> __m256 {
+        unsafe { _mm256_set1_ps(x) }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
+        unsafe { _mm256_mul_ps(a, b) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        unsafe { _mm256_fmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn fnmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
+        unsafe { _mm256_fnmadd_ps(a, b, c) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: __m256) {
+        unsafe { _mm256_storeu_ps(p, v) }
+    }
+}
+
+/// Four activation bytes at `p` as one i32 (for broadcasting).
+#[inline(always)]
+unsafe fn quad(p: *const i8) -> i32 {
+    unsafe { (p as *const i32).read_unaligned() }
+}
+
+/// An i16 pair vector from two i32 vectors whose values fit in i16.
+#[inline(always)]
+unsafe fn pair<V: Isa>(lo: V::I, hi: V::I) -> V::I {
+    unsafe { V::or(V::and32(lo, 0xFFFF), V::shl32::<16>(hi)) }
+}
+
+/// Where one tile's operands are: the group's sections, the rows of this half (AVX2 takes a group
+/// as two halves of 8 rows), and per token its activation blocks and, for Q8 activations, their
+/// integer sums.
+pub(super) struct Tile<A, const T: usize> {
+    sec: [*const u8; 6],
+    blocks: usize,
+    /// Byte offset of this half's rows in a line.
+    line: usize,
+    /// Index of this half's first row in a plane.
+    lane: usize,
+    /// Bit offset of this half's rows in a quad mask.
+    shift: usize,
+    x: [*const A; T],
+    xsum: [*const i32; T],
+}
+
+impl<A, const T: usize> Tile<A, T> {
+    /// Byte `i` of block `b`'s part of section `s`, whose parts are `size` bytes.
+    #[inline(always)]
+    unsafe fn at(&self, s: usize, size: usize, b: usize, i: usize) -> *const u8 {
+        unsafe { self.sec[s].add(b * size + i) }
+    }
+
+    /// The quad mask `q` of block `b` in section `s` (`size` bytes per block), for this half.
+    #[inline(always)]
+    unsafe fn mask(&self, s: usize, size: usize, b: usize, q: usize) -> u64 {
+        unsafe { (self.at(s, size, b, 8 * q) as *const u64).read_unaligned() >> self.shift }
+    }
+
+    /// Token `t`'s activation block `b`.
+    #[inline(always)]
+    unsafe fn x(&self, t: usize, b: usize) -> &A {
+        unsafe { &*self.x[t].add(b) }
+    }
+}
+
+/// One weight type's kernel: `acc[t] += ` the tile's rows · token t, over all blocks.
+pub(super) trait Kernel<A> {
+    unsafe fn run<V: Isa, const T: usize>(tile: &Tile<A, T>, acc: &mut [V::F; T]);
+}
+
+/// Q4_K (and Q5_K with `Q5`): eight 32-value sub-blocks with 6-bit scales and minimums.
+pub(super) struct KQ4<const Q5: bool>;
+
+impl<const Q5: bool> Kernel<BlockQ8K> for KQ4<Q5> {
+    #[inline(always)]
+    unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
+        unsafe {
+            let s = Q5 as usize; // Q5_K has its masks as section 1
+            for b in 0..tile.blocks {
+                let mut acc_s = [V::zero(); T];
+                for j in 0..8 {
+                    let mut acc_j = [V::zero(); T];
+                    for o in 0..4 {
+                        let line = V::load(tile.at(0, 2048, b, (4 * j + o) * 64 + tile.line));
+                        let mut lo = V::and8(line, 0x0F);
+                        let mut hi = V::and8(V::srl16::<4>(line), 0x0F);
+                        if Q5 {
+                            let q = 8 * j + 2 * o;
+                            lo = V::or_where(lo, tile.mask(1, 512, b, q), 16);
+                            hi = V::or_where(hi, tile.mask(1, 512, b, q + 1), 16);
+                        }
+                        let k = 32 * j + 8 * o;
+                        for t in 0..T {
+                            let xq = tile.x(t, b).qs.as_ptr();
+                            acc_j[t] = V::dot(acc_j[t], lo, quad(xq.add(k)));
+                            acc_j[t] = V::dot(acc_j[t], hi, quad(xq.add(k + 4)));
+                        }
+                    }
+                    let scale = V::u8s(tile.at(1 + s, 128, b, 16 * j + tile.lane));
+                    for t in 0..T {
+                        acc_s[t] = V::mul_add(acc_s[t], acc_j[t], scale);
+                    }
+                }
+                // Σ_j min_j · (activation sum of sub-block j): the two 16-value sums at once.
+                let mut acc_m = [V::zero(); T];
+                for j in 0..8 {
+                    let m = V::u8s(tile.at(2 + s, 128, b, 16 * j + tile.lane));
+                    let m2 = V::or(m, V::shl32::<16>(m));
+                    for t in 0..T {
+                        let bs = quad(tile.x(t, b).bsums.as_ptr().add(2 * j) as *const i8);
+                        acc_m[t] = V::madd16(acc_m[t], m2, bs);
+                    }
+                }
+                let d = V::f16s(tile.at(3 + s, 32, b, 2 * tile.lane));
+                let dmin = V::f16s(tile.at(4 + s, 32, b, 2 * tile.lane));
+                for t in 0..T {
+                    let dx = V::fsplat(tile.x(t, b).d);
+                    acc[t] = V::fmadd(V::cvt(acc_s[t]), V::mul(d, dx), acc[t]);
+                    acc[t] = V::fnmadd(V::cvt(acc_m[t]), V::mul(dmin, dx), acc[t]);
+                }
+            }
+        }
+    }
+}
+
+/// Σ_i over the eight pairs of 16-value sub-blocks of `pairs[i]` · the activation sums of
+/// sub-blocks 2i and 2i + 1.
+#[inline(always)]
+unsafe fn pair_sums<V: Isa, const T: usize>(
+    tile: &Tile<BlockQ8K, T>,
+    b: usize,
+    pairs: &[V::I; 8],
+) -> [V::I; T] {
+    unsafe {
+        let mut acc = [V::zero(); T];
+        for i in 0..8 {
+            for t in 0..T {
+                let bs = quad(tile.x(t, b).bsums.as_ptr().add(2 * i) as *const i8);
+                acc[t] = V::madd16(acc[t], pairs[i], bs);
+            }
+        }
+        acc
+    }
+}
+
+/// The scaled integer sums Σ_s scale_s · (codes of sub-block s · activations) of one block of a
+/// 16-sub-block type, given each sub-block's four operands and its scales.
+#[inline(always)]
+unsafe fn sixteen_sub_blocks<V: Isa, const T: usize>(
+    tile: &Tile<BlockQ8K, T>,
+    b: usize,
+    operands: &[[V::I; 4]; 16],
+    scales: &[V::I; 16],
+) -> [V::I; T] {
+    unsafe {
+        let mut acc_s = [V::zero(); T];
+        for s in 0..16 {
+            let mut acc_j = [V::zero(); T];
+            for t in 0..T {
+                let xq = tile.x(t, b).qs.as_ptr().add(16 * s);
+                for k in 0..4 {
+                    acc_j[t] = V::dot(acc_j[t], operands[s][k], quad(xq.add(4 * k)));
+                }
+            }
+            for t in 0..T {
+                acc_s[t] = V::mul_add(acc_s[t], acc_j[t], scales[s]);
+            }
+        }
+        acc_s
+    }
+}
+
+/// Q6_K: sixteen 16-value sub-blocks with signed 8-bit scales; weights d·scale·(u − 32).
+pub(super) struct KQ6;
+
+impl Kernel<BlockQ8K> for KQ6 {
+    #[inline(always)]
+    unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
+        unsafe {
+            for b in 0..tile.blocks {
+                let mut acc_s = [V::zero(); T];
+                for s in 0..16 {
+                    let l0 = V::load(tile.at(0, 2048, b, 2 * s * 64 + tile.line));
+                    let l1 = V::load(tile.at(0, 2048, b, (2 * s + 1) * 64 + tile.line));
+                    let hh = V::load(tile.at(1, 1024, b, s * 64 + tile.line));
+                    let q = [
+                        V::or(V::and8(l0, 0x0F), V::and8(V::shl16::<4>(hh), 0x30)),
+                        V::or(
+                            V::and8(V::srl16::<4>(l0), 0x0F),
+                            V::and8(V::shl16::<2>(hh), 0x30),
+                        ),
+                        V::or(V::and8(l1, 0x0F), V::and8(hh, 0x30)),
+                        V::or(
+                            V::and8(V::srl16::<4>(l1), 0x0F),
+                            V::and8(V::srl16::<2>(hh), 0x30),
+                        ),
+                    ];
+                    let mut acc_j = [V::zero(); T];
+                    for t in 0..T {
+                        let xq = tile.x(t, b).qs.as_ptr().add(16 * s);
+                        for k in 0..4 {
+                            acc_j[t] = V::dot(acc_j[t], q[k], quad(xq.add(4 * k)));
+                        }
+                    }
+                    let scale = V::i8s(tile.at(2, 256, b, 16 * s + tile.lane));
+                    for t in 0..T {
+                        acc_s[t] = V::mul_add(acc_s[t], acc_j[t], scale);
+                    }
+                }
+                let mut pairs = [V::zero(); 8];
+                for i in 0..8 {
+                    pairs[i] = pair::<V>(
+                        V::i8s(tile.at(2, 256, b, 32 * i + tile.lane)),
+                        V::i8s(tile.at(2, 256, b, 32 * i + 16 + tile.lane)),
+                    );
+                }
+                let acc_o = pair_sums::<V, T>(tile, b, &pairs);
+                let d = V::f16s(tile.at(3, 32, b, 2 * tile.lane));
+                for t in 0..T {
+                    let total = V::sub(acc_s[t], V::shl32::<5>(acc_o[t]));
+                    acc[t] = V::fmadd(V::cvt(total), V::mul(d, V::fsplat(tile.x(t, b).d)), acc[t]);
+                }
+            }
+        }
+    }
+}
+
+/// The four operands of 2-bit line `line` (values 4k..4k+3 of a 16-value sub-block).
+#[inline(always)]
+unsafe fn two_bit<V: Isa>(line: V::I) -> [V::I; 4] {
+    unsafe {
+        [
+            V::and8(line, 3),
+            V::and8(V::srl16::<2>(line), 3),
+            V::and8(V::srl16::<4>(line), 3),
+            V::and8(V::srl16::<6>(line), 3),
+        ]
+    }
+}
+
+/// Q2_K: sixteen 16-value sub-blocks, 2-bit codes, 4-bit scales and minimums.
+pub(super) struct KQ2;
+
+impl Kernel<BlockQ8K> for KQ2 {
+    #[inline(always)]
+    unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
+        unsafe {
+            for b in 0..tile.blocks {
+                let mut operands = [[V::zero(); 4]; 16];
+                let mut scales = [V::zero(); 16];
+                for s in 0..16 {
+                    operands[s] = two_bit::<V>(V::load(tile.at(0, 1024, b, s * 64 + tile.line)));
+                    scales[s] = V::and32(V::u8s(tile.at(1, 256, b, 16 * s + tile.lane)), 0xF);
+                }
+                let acc_s = sixteen_sub_blocks::<V, T>(tile, b, &operands, &scales);
+                let mut pairs = [V::zero(); 8];
+                for i in 0..8 {
+                    pairs[i] = pair::<V>(
+                        V::srl32::<4>(V::u8s(tile.at(1, 256, b, 32 * i + tile.lane))),
+                        V::srl32::<4>(V::u8s(tile.at(1, 256, b, 32 * i + 16 + tile.lane))),
+                    );
+                }
+                let acc_m = pair_sums::<V, T>(tile, b, &pairs);
+                let d = V::f16s(tile.at(2, 32, b, 2 * tile.lane));
+                let dmin = V::f16s(tile.at(3, 32, b, 2 * tile.lane));
+                for t in 0..T {
+                    let dx = V::fsplat(tile.x(t, b).d);
+                    acc[t] = V::fmadd(V::cvt(acc_s[t]), V::mul(d, dx), acc[t]);
+                    acc[t] = V::fnmadd(V::cvt(acc_m[t]), V::mul(dmin, dx), acc[t]);
+                }
+            }
+        }
+    }
+}
+
+/// Q3_K: sixteen 16-value sub-blocks, 3-bit codes (2-bit lines plus masks), signed 6-bit scales;
+/// weights d·scale·(u − 4).
+pub(super) struct KQ3;
+
+impl Kernel<BlockQ8K> for KQ3 {
+    #[inline(always)]
+    unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
+        unsafe {
+            for b in 0..tile.blocks {
+                let mut operands = [[V::zero(); 4]; 16];
+                let mut scales = [V::zero(); 16];
+                for s in 0..16 {
+                    let low = two_bit::<V>(V::load(tile.at(0, 1024, b, s * 64 + tile.line)));
+                    for k in 0..4 {
+                        operands[s][k] = V::or_where(low[k], tile.mask(1, 512, b, 4 * s + k), 4);
+                    }
+                    scales[s] = V::i8s(tile.at(2, 256, b, 16 * s + tile.lane));
+                }
+                let acc_s = sixteen_sub_blocks::<V, T>(tile, b, &operands, &scales);
+                let mut pairs = [V::zero(); 8];
+                for i in 0..8 {
+                    pairs[i] = pair::<V>(scales[2 * i], scales[2 * i + 1]);
+                }
+                let acc_o = pair_sums::<V, T>(tile, b, &pairs);
+                let d = V::f16s(tile.at(3, 32, b, 2 * tile.lane));
+                for t in 0..T {
+                    let total = V::sub(acc_s[t], V::shl32::<2>(acc_o[t]));
+                    acc[t] = V::fmadd(V::cvt(total), V::mul(d, V::fsplat(tile.x(t, b).d)), acc[t]);
+                }
+            }
+        }
+    }
+}
+
+/// The 32-value block types against Q8 activations: `KIND` is one of the `Q*` constants below.
+pub(super) struct K32<const KIND: u8>;
+
+const Q4_0: u8 = 0;
+const Q4_1: u8 = 1;
+const Q5_0: u8 = 2;
+const Q5_1: u8 = 3;
+const Q8_0: u8 = 4;
+
+impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
+    #[inline(always)]
+    unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8, T>, acc: &mut [V::F; T]) {
+        unsafe {
+            let q5 = KIND == Q5_0 || KIND == Q5_1;
+            let with_min = KIND == Q4_1 || KIND == Q5_1;
+            // Codes are u = w + offset for the signed types.
+            let offset = match KIND {
+                Q4_0 => 8,
+                Q5_0 => 16,
+                Q8_0 => V::I8_OFFSET,
+                _ => 0,
+            };
+            let d_sec = if q5 { 2 } else { 1 };
+            for b in 0..tile.blocks {
+                let mut acc_j = [V::zero(); T];
+                if KIND == Q8_0 {
+                    for q in 0..8 {
+                        let line = V::load(tile.at(0, 512, b, q * 64 + tile.line));
+                        for t in 0..T {
+                            let xq = tile.x(t, b).qs.as_ptr();
+                            acc_j[t] = V::dot_i8(acc_j[t], line, quad(xq.add(4 * q)));
+                        }
+                    }
+                } else {
+                    for o in 0..4 {
+                        let line = V::load(tile.at(0, 256, b, o * 64 + tile.line));
+                        let mut lo = V::and8(line, 0x0F);
+                        let mut hi = V::and8(V::srl16::<4>(line), 0x0F);
+                        if q5 {
+                            lo = V::or_where(lo, tile.mask(1, 64, b, 2 * o), 16);
+                            hi = V::or_where(hi, tile.mask(1, 64, b, 2 * o + 1), 16);
+                        }
+                        for t in 0..T {
+                            let xq = tile.x(t, b).qs.as_ptr();
+                            acc_j[t] = V::dot(acc_j[t], lo, quad(xq.add(8 * o)));
+                            acc_j[t] = V::dot(acc_j[t], hi, quad(xq.add(8 * o + 4)));
+                        }
+                    }
+                }
+                let d = V::f16s(tile.at(d_sec, 32, b, 2 * tile.lane));
+                for t in 0..T {
+                    let xb = tile.x(t, b);
+                    let sum = if offset != 0 {
+                        V::sub_splat(acc_j[t], offset * *tile.xsum[t].add(b))
+                    } else {
+                        acc_j[t]
+                    };
+                    acc[t] = V::fmadd(V::cvt(sum), V::mul(d, V::fsplat(xb.d)), acc[t]);
+                }
+                if with_min {
+                    let m = V::f16s(tile.at(d_sec + 1, 32, b, 2 * tile.lane));
+                    for t in 0..T {
+                        acc[t] = V::fmadd(m, V::fsplat(tile.x(t, b).s), acc[t]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What one call computes: rows `16·group..16·group + 16` of `p` against `tokens`, each token's
+/// activations `stride` blocks apart in `x` (and their sums, for Q8, in `xsum`), written to
+/// `out[t·m + row]`.
+pub(super) struct GroupCall<'a, A> {
+    pub p: &'a Packed,
+    pub group: usize,
+    pub x: &'a [A],
+    pub stride: usize,
+    pub xsum: &'a [i32],
+    pub tokens: Range<usize>,
+    pub out: *mut f32,
+    pub m: usize,
+}
+
+#[inline(always)]
+unsafe fn run_group<V: Isa, A, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>) {
+    unsafe {
+        let base = c.p.group(c.group).as_ptr();
+        let n_sec = super::repack::sections(c.p.dtype).map_or(0, |s| s.len());
+        let mut sec = [base; 6];
+        for (s, p) in sec.iter_mut().enumerate().take(n_sec) {
+            *p = base.add(section_offset(c.p.dtype, c.p.blocks, s));
+        }
+        let row0 = c.group * ROWS;
+        for h in 0..ROWS / V::LANES {
+            let mut t0 = c.tokens.start;
+            while t0 < c.tokens.end {
+                let n = (c.tokens.end - t0).min(TILE);
+                if n == 1 {
+                    tile::<V, A, K, 1>(c, &sec, h, t0, 1, row0);
+                } else {
+                    tile::<V, A, K, TILE>(c, &sec, h, t0, n, row0);
+                }
+                t0 += n;
+            }
+        }
+    }
+}
+
+/// `n` tokens from `t0` (padded to `T` by repeating the last one) against half `h` of the group.
+#[inline(always)]
+unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
+    c: &GroupCall<A>,
+    sec: &[*const u8; 6],
+    h: usize,
+    t0: usize,
+    n: usize,
+    row0: usize,
+) {
+    unsafe {
+        let mut x = [c.x.as_ptr(); T];
+        let mut xsum = [c.xsum.as_ptr(); T];
+        for t in 0..T {
+            let tok = t0 + t.min(n - 1);
+            x[t] = c.x.as_ptr().add(tok * c.stride);
+            if !c.xsum.is_empty() {
+                xsum[t] = c.xsum.as_ptr().add(tok * c.stride);
+            }
+        }
+        let tile = Tile {
+            sec: *sec,
+            blocks: c.p.blocks,
+            line: h * 4 * V::LANES,
+            lane: h * V::LANES,
+            shift: h * 4 * V::LANES,
+            x,
+            xsum,
+        };
+        let mut acc = [V::fzero(); T];
+        K::run::<V, T>(&tile, &mut acc);
+        for t in 0..n {
+            V::store(c.out.add((t0 + t) * c.m + row0 + h * V::LANES), acc[t]);
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn group_avx512<A, K: Kernel<A>>(c: &GroupCall<A>) {
+    unsafe { run_group::<Avx512, A, K, 8>(c) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn group_avx2<A, K: Kernel<A>>(c: &GroupCall<A>) {
+    unsafe { run_group::<Avx2<false>, A, K, 4>(c) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn group_avxvnni<A, K: Kernel<A>>(c: &GroupCall<A>) {
+    unsafe { run_group::<Avx2<true>, A, K, 4>(c) }
+}
+
+/// An instruction set the packed kernels run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum GemmIsa {
+    Avx512Vnni,
+    AvxVnni,
+    Avx2,
+}
+
+/// A kernel for one group call. Unsafe: the CPU must have the instruction set it was made for,
+/// and the call's ranges must lie within its buffers.
+pub(super) type GroupKernel<A> = unsafe fn(&GroupCall<A>);
+
+macro_rules! pick {
+    ($isa:expr, $a:ty, $k:ty) => {
+        match $isa {
+            GemmIsa::Avx512Vnni => group_avx512::<$a, $k> as GroupKernel<$a>,
+            GemmIsa::AvxVnni => group_avxvnni::<$a, $k>,
+            GemmIsa::Avx2 => group_avx2::<$a, $k>,
+        }
+    };
+}
+
+/// The packed kernel for a K-quant, on `isa`.
+pub(super) fn q8k_kernel(isa: GemmIsa, t: GgmlType) -> Option<GroupKernel<BlockQ8K>> {
+    Some(match t {
+        GgmlType::Q2_K => pick!(isa, BlockQ8K, KQ2),
+        GgmlType::Q3_K => pick!(isa, BlockQ8K, KQ3),
+        GgmlType::Q4_K => pick!(isa, BlockQ8K, KQ4<false>),
+        GgmlType::Q5_K => pick!(isa, BlockQ8K, KQ4<true>),
+        GgmlType::Q6_K => pick!(isa, BlockQ8K, KQ6),
+        _ => return None,
+    })
+}
+
+/// The packed kernel for a 32-value block type, on `isa`.
+pub(super) fn q8_kernel(isa: GemmIsa, t: GgmlType) -> Option<GroupKernel<BlockQ8>> {
+    Some(match t {
+        GgmlType::Q4_0 => pick!(isa, BlockQ8, K32<Q4_0>),
+        GgmlType::Q4_1 => pick!(isa, BlockQ8, K32<Q4_1>),
+        GgmlType::Q5_0 => pick!(isa, BlockQ8, K32<Q5_0>),
+        GgmlType::Q5_1 => pick!(isa, BlockQ8, K32<Q5_1>),
+        GgmlType::Q8_0 => pick!(isa, BlockQ8, K32<Q8_0>),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::quant::tests::{activations, random_row};
+    use super::super::quant::{self, quantize_q8, quantize_q8k};
+    use super::super::repack::tests::pack_serial;
+    use super::*;
+
+    /// The instruction sets this CPU runs.
+    fn isas() -> Vec<GemmIsa> {
+        let mut v = Vec::new();
+        if is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+        {
+            v.push(GemmIsa::Avx2);
+            if is_x86_feature_detected!("avxvnni") {
+                v.push(GemmIsa::AvxVnni);
+            }
+            if is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512dq")
+                && is_x86_feature_detected!("avx512vnni")
+            {
+                v.push(GemmIsa::Avx512Vnni);
+            }
+        }
+        v
+    }
+
+    /// Run `kernel` over all groups of `p` for `tokens`, into an `n × m` output.
+    #[allow(clippy::too_many_arguments)]
+    fn run<A>(
+        kernel: GroupKernel<A>,
+        p: &Packed,
+        x: &[A],
+        stride: usize,
+        xsum: &[i32],
+        n: usize,
+        tokens: Range<usize>,
+        out: &mut [f32],
+    ) {
+        let m = out.len() / n;
+        for group in 0..m / ROWS {
+            let call = GroupCall {
+                p,
+                group,
+                x,
+                stride,
+                xsum,
+                tokens: tokens.clone(),
+                out: out.as_mut_ptr(),
+                m,
+            };
+            // SAFETY: the ISA was detected; the output holds n × m values.
+            unsafe { kernel(&call) }
+        }
+    }
+
+    /// Every packed kernel, on every instruction set this CPU has, agrees with the portable dot
+    /// products on the original blocks (integer parts exactly, so only float summation order
+    /// differs), and gives each token the same bits whether it ran alone or in a tile.
+    #[test]
+    fn packed_kernels_match_the_portable_dot_products() {
+        let (m, k, n) = (48, 512, 11);
+        for isa in isas() {
+            for t in GgmlType::ALL {
+                let (k8, k8k) = (q8_kernel(isa, t), q8k_kernel(isa, t));
+                if k8.is_none() && k8k.is_none() {
+                    continue;
+                }
+                let w: Vec<u8> = (0..m)
+                    .flat_map(|r| random_row(t, k, 77 + 13 * r as u64 + t.id() as u64))
+                    .collect();
+                let rb = w.len() / m;
+                let p = pack_serial(t, &w, m, k).expect("packable");
+                let x: Vec<f32> = (0..n)
+                    .flat_map(|i| activations(k, 500 + i as u64))
+                    .collect();
+                let mut reference = vec![0f32; n * m];
+                let mut tiled = vec![0f32; n * m];
+                let mut alone = vec![0f32; n * m];
+                if let Some(kernel) = k8 {
+                    let nb = k / 32;
+                    let mut q = vec![BlockQ8::default(); n * nb];
+                    for i in 0..n {
+                        quantize_q8(&x[i * k..(i + 1) * k], &mut q[i * nb..(i + 1) * nb]);
+                    }
+                    let xsum: Vec<i32> = q
+                        .iter()
+                        .map(|b| b.qs.iter().map(|&v| v as i32).sum())
+                        .collect();
+                    for i in 0..n {
+                        for r in 0..m {
+                            reference[i * m + r] =
+                                quant::dot_q8(t, &w[r * rb..(r + 1) * rb], &q[i * nb..]);
+                        }
+                    }
+                    run(kernel, &p, &q, nb, &xsum, n, 0..n, &mut tiled);
+                    for i in 0..n {
+                        run(kernel, &p, &q, nb, &xsum, n, i..i + 1, &mut alone);
+                    }
+                } else if let Some(kernel) = k8k {
+                    let nb = k / 256;
+                    let mut q = vec![BlockQ8K::default(); n * nb];
+                    for i in 0..n {
+                        quantize_q8k(&x[i * k..(i + 1) * k], &mut q[i * nb..(i + 1) * nb]);
+                    }
+                    for i in 0..n {
+                        for r in 0..m {
+                            reference[i * m + r] =
+                                quant::dot_q8k(t, &w[r * rb..(r + 1) * rb], &q[i * nb..]);
+                        }
+                    }
+                    run(kernel, &p, &q, nb, &[], n, 0..n, &mut tiled);
+                    for i in 0..n {
+                        run(kernel, &p, &q, nb, &[], n, i..i + 1, &mut alone);
+                    }
+                }
+                let scale = reference.iter().fold(0f32, |a, v| a.max(v.abs()));
+                for (i, (&got, &want)) in tiled.iter().zip(&reference).enumerate() {
+                    assert!(
+                        (got - want).abs() <= 1e-5 * scale,
+                        "{t} {isa:?} token {} row {}: {got} vs {want}",
+                        i / m,
+                        i % m
+                    );
+                }
+                assert_eq!(
+                    tiled.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{t} {isa:?}: tiled and one-token results differ"
+                );
+            }
+        }
+    }
+}

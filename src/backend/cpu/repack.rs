@@ -1,0 +1,844 @@
+//! Weights repacked at load for the x86 matmul kernels (`gemm.rs`). GGML stores each row's blocks
+//! one after another; here rows go in groups of 16, and within a group the values of the 16 rows
+//! are interleaved four at a time, so one 64-byte load holds four consecutive values (one integer
+//! dot product's worth) of each of 16 output rows, and each weight byte is read once per tile of
+//! tokens instead of once per token.
+//!
+//! A group of 16 rows is a struct of arrays: for each of its `sections`, the section of every block
+//! along the row, in order (so a kernel walking the blocks reads each section sequentially); the
+//! group is padded to 64 bytes. Values are stored unsigned ("u", the GGML code as an unsigned
+//! number, e.g. 0..15 for 4-bit codes) in these line formats (a "line" is 16 rows × 4 bytes):
+//! - nibble lines: byte i of row r holds u[8o + i] in its low and u[8o + 4 + i] in its high nibble,
+//!   so one line gives the quads 2o and 2o + 1 of a sub-block;
+//! - 2-bit lines (Q2_K, Q3_K): byte i holds u[4q + i] & 3 in bits 2q..2q+1, q = 0..3 (16 values);
+//! - Q6_K high lines: byte i holds (u[4q + i] >> 4) & 3 in bits 2q..2q+1 (16 values);
+//! - bit masks (the fifth bit of Q5 codes, the third of Q3_K's): one u64 per quad, bit 4r + i;
+//! - Q8_0 lines: the signed bytes as stored, one quad per line.
+//!
+//! Per-row numbers (f16 scales, integer sub-block scales and minimums) are stored as 16-entry
+//! planes. Sizes equal GGML's for every type except the K-quants whose 6-bit sub-block scales are
+//! unpacked to bytes (Q3_K +3.6 %, Q4_K +2.8 %, Q5_K +2.3 %), so repacking does not grow memory.
+//!
+//! The original bytes stay the reference: `unpack_row` decodes a packed row back to them, and the
+//! tests check that it does for every type.
+
+#![allow(clippy::needless_range_loop)] // codes, planes and lines are indexed together
+
+use crate::gguf::GgmlType;
+use crate::gguf::dequant::{q3_k_scales, scale_min_k4};
+
+/// Rows per interleaved group.
+pub const ROWS: usize = 16;
+
+/// A matrix in the repacked layout.
+pub struct Packed {
+    pub dtype: GgmlType,
+    /// Blocks per row.
+    pub blocks: usize,
+    /// Bytes per group of 16 rows.
+    pub group_bytes: usize,
+    data: AlignedBytes,
+}
+
+impl Packed {
+    /// The bytes of row group `g`.
+    #[inline]
+    pub fn group(&self, g: usize) -> &[u8] {
+        &self.data.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
+    }
+
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        self.data.len
+    }
+}
+
+/// The sections of a block, in storage order, and their sizes in bytes for a group of 16 rows.
+pub fn sections(t: GgmlType) -> Option<&'static [usize]> {
+    Some(match t {
+        // nibble lines, d
+        GgmlType::Q4_0 => &[256, 32],
+        // nibble lines, d, m
+        GgmlType::Q4_1 => &[256, 32, 32],
+        // nibble lines, fifth-bit masks, d
+        GgmlType::Q5_0 => &[256, 64, 32],
+        // nibble lines, fifth-bit masks, d, m
+        GgmlType::Q5_1 => &[256, 64, 32, 32],
+        // signed byte lines, d
+        GgmlType::Q8_0 => &[512, 32],
+        // 2-bit lines, scale bytes (GGML's: scale | min << 4), d, dmin
+        GgmlType::Q2_K => &[1024, 256, 32, 32],
+        // 2-bit lines, third-bit masks, scales (i8, −32..31), d
+        GgmlType::Q3_K => &[1024, 512, 256, 32],
+        // nibble lines, scales, mins, d, dmin
+        GgmlType::Q4_K => &[2048, 128, 128, 32, 32],
+        // nibble lines, fifth-bit masks, scales, mins, d, dmin
+        GgmlType::Q5_K => &[2048, 512, 128, 128, 32, 32],
+        // nibble lines (low four bits), high lines, scales (i8), d
+        GgmlType::Q6_K => &[2048, 1024, 256, 32],
+        _ => return None,
+    })
+}
+
+/// Byte offset of section `s` within a group of a row of `blocks` blocks.
+#[inline]
+pub fn section_offset(t: GgmlType, blocks: usize, s: usize) -> usize {
+    sections(t).map_or(0, |sz| sz[..s].iter().sum::<usize>() * blocks)
+}
+
+/// Whether `t` has a repacked layout for a matrix of `rows` rows of `cols` values.
+pub fn packable(t: GgmlType, rows: usize, cols: usize) -> bool {
+    sections(t).is_some()
+        && rows.is_multiple_of(ROWS)
+        && cols.is_multiple_of(t.block_len())
+        && rows > 0
+}
+
+/// Runs `f(i, chunk)` over the `chunk`-byte pieces of a buffer, possibly in parallel.
+pub type ForEachChunk<'a> = &'a dyn Fn(&mut [u8], usize, &(dyn Fn(usize, &mut [u8]) + Sync));
+
+/// Repack `rows` rows of GGML blocks (`data`, row after row), the groups packed through `par`.
+/// None when the type has no packed layout or the shape does not fit it (rows not a multiple of
+/// 16), or memory runs out.
+pub fn pack(
+    t: GgmlType,
+    data: &[u8],
+    rows: usize,
+    cols: usize,
+    par: ForEachChunk,
+) -> Option<Packed> {
+    if !packable(t, rows, cols) {
+        return None;
+    }
+    let blocks = cols / t.block_len();
+    let row_bytes = blocks * t.block_bytes();
+    if data.len() != rows * row_bytes {
+        return None;
+    }
+    let per_block: usize = sections(t)?.iter().sum();
+    let group_bytes = (per_block * blocks).next_multiple_of(64);
+    let mut data_out = AlignedBytes::zeroed(group_bytes * (rows / ROWS))?;
+    par(data_out.as_mut_slice(), group_bytes, &|g, out| {
+        let rows: [&[u8]; ROWS] =
+            std::array::from_fn(|r| &data[(g * ROWS + r) * row_bytes..][..row_bytes]);
+        pack_group(t, &rows, blocks, out);
+    });
+    Some(Packed {
+        dtype: t,
+        blocks,
+        group_bytes,
+        data: data_out,
+    })
+}
+
+/// One block of one row, decoded to unsigned codes and integer sub-block parameters.
+struct Codes {
+    u: [u8; 256],
+    /// Sub-block scales (K-quants).
+    sc: [i8; 16],
+    /// Sub-block minimums (Q2_K, Q4_K, Q5_K).
+    m: [u8; 16],
+    /// f16 bits of the block scale, and of the minimum's scale (K-quants) or the minimum (Q4_1, Q5_1).
+    d: u16,
+    dmin: u16,
+}
+
+fn le16(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+
+impl Codes {
+    const ZERO: Codes = Codes {
+        u: [0; 256],
+        sc: [0; 16],
+        m: [0; 16],
+        d: 0,
+        dmin: 0,
+    };
+}
+
+/// Decode one GGML block into codes (the inverse of `encode`); every field `t` uses is written.
+#[cfg(test)]
+fn decode(t: GgmlType, b: &[u8], c: &mut Codes) {
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            let off = if t == GgmlType::Q4_0 { 2 } else { 4 };
+            c.d = le16(b, 0);
+            if t == GgmlType::Q4_1 {
+                c.dmin = le16(b, 2);
+            }
+            for j in 0..16 {
+                c.u[j] = b[off + j] & 0xF;
+                c.u[j + 16] = b[off + j] >> 4;
+            }
+        }
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let off = if t == GgmlType::Q5_0 { 2 } else { 4 };
+            c.d = le16(b, 0);
+            if t == GgmlType::Q5_1 {
+                c.dmin = le16(b, 2);
+            }
+            let qh = u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]]);
+            for j in 0..16 {
+                c.u[j] = (b[off + 4 + j] & 0xF) | ((((qh >> j) & 1) as u8) << 4);
+                c.u[j + 16] = (b[off + 4 + j] >> 4) | ((((qh >> (j + 16)) & 1) as u8) << 4);
+            }
+        }
+        GgmlType::Q8_0 => {
+            c.d = le16(b, 0);
+            c.u[..32].copy_from_slice(&b[2..34]);
+        }
+        GgmlType::Q2_K => {
+            c.d = le16(b, 80);
+            c.dmin = le16(b, 82);
+            for s in 0..16 {
+                c.sc[s] = (b[s] & 0xF) as i8;
+                c.m[s] = b[s] >> 4;
+            }
+            for v in 0..256 {
+                let (half, k4, part, l) = (v / 128, (v / 32) % 4, (v / 16) % 2, v % 16);
+                c.u[v] = (b[16 + half * 32 + part * 16 + l] >> (2 * k4)) & 3;
+            }
+        }
+        GgmlType::Q3_K => {
+            c.d = le16(b, 108);
+            c.sc = q3_k_scales(&b[96..108]);
+            for v in 0..256 {
+                let (half, k4, part, l) = (v / 128, (v / 32) % 4, (v / 16) % 2, v % 16);
+                let low = (b[32 + half * 32 + part * 16 + l] >> (2 * k4)) & 3;
+                let high = (b[part * 16 + l] >> (half * 4 + k4)) & 1;
+                c.u[v] = low | (high << 2);
+            }
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            c.d = le16(b, 0);
+            c.dmin = le16(b, 2);
+            for s in 0..8 {
+                let (sc, m) = scale_min_k4(s, &b[4..16]);
+                c.sc[s] = sc as i8;
+                c.m[s] = m;
+            }
+            let (qs, qh) = if t == GgmlType::Q4_K {
+                (&b[16..144], None)
+            } else {
+                (&b[48..176], Some(&b[16..48]))
+            };
+            for j in 0..4 {
+                for l in 0..32 {
+                    let q = qs[32 * j + l];
+                    c.u[64 * j + l] = q & 0xF;
+                    c.u[64 * j + 32 + l] = q >> 4;
+                    if let Some(qh) = qh {
+                        c.u[64 * j + l] |= ((qh[l] >> (2 * j)) & 1) << 4;
+                        c.u[64 * j + 32 + l] |= ((qh[l] >> (2 * j + 1)) & 1) << 4;
+                    }
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            c.d = le16(b, 208);
+            for s in 0..16 {
+                c.sc[s] = b[192 + s] as i8;
+            }
+            for n in 0..2 {
+                let (ql, qh) = (&b[64 * n..], &b[128 + 32 * n..]);
+                for l in 0..32 {
+                    let base = 128 * n + l;
+                    c.u[base] = (ql[l] & 0xF) | ((qh[l] & 3) << 4);
+                    c.u[base + 32] = (ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4);
+                    c.u[base + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                    c.u[base + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+                }
+            }
+        }
+        _ => unreachable!("{t} has no packed layout"),
+    }
+}
+
+/// Encode codes back into one GGML block (the inverse of `decode`).
+fn encode(t: GgmlType, c: &Codes, b: &mut [u8]) {
+    b.fill(0);
+    let put16 = |b: &mut [u8], i: usize, v: u16| b[i..i + 2].copy_from_slice(&v.to_le_bytes());
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            put16(b, 0, c.d);
+            let mut off = if matches!(t, GgmlType::Q4_0 | GgmlType::Q5_0) {
+                2
+            } else {
+                put16(b, 2, c.dmin);
+                4
+            };
+            if matches!(t, GgmlType::Q5_0 | GgmlType::Q5_1) {
+                let mut qh = 0u32;
+                for j in 0..32 {
+                    qh |= ((c.u[j] >> 4) as u32 & 1) << j;
+                }
+                b[off..off + 4].copy_from_slice(&qh.to_le_bytes());
+                off += 4;
+            }
+            for j in 0..16 {
+                b[off + j] = (c.u[j] & 0xF) | ((c.u[j + 16] & 0xF) << 4);
+            }
+        }
+        GgmlType::Q8_0 => {
+            put16(b, 0, c.d);
+            b[2..34].copy_from_slice(&c.u[..32]);
+        }
+        GgmlType::Q2_K => {
+            for s in 0..16 {
+                b[s] = (c.sc[s] as u8 & 0xF) | (c.m[s] << 4);
+            }
+            for v in 0..256 {
+                let (half, k4, part, l) = (v / 128, (v / 32) % 4, (v / 16) % 2, v % 16);
+                b[16 + half * 32 + part * 16 + l] |= (c.u[v] & 3) << (2 * k4);
+            }
+            put16(b, 80, c.d);
+            put16(b, 82, c.dmin);
+        }
+        GgmlType::Q3_K => {
+            for v in 0..256 {
+                let (half, k4, part, l) = (v / 128, (v / 32) % 4, (v / 16) % 2, v % 16);
+                b[32 + half * 32 + part * 16 + l] |= (c.u[v] & 3) << (2 * k4);
+                b[part * 16 + l] |= ((c.u[v] >> 2) & 1) << (half * 4 + k4);
+            }
+            for (i, &s) in c.sc.iter().enumerate() {
+                let q = (s as i32 + 32) as u8;
+                if i < 8 {
+                    b[96 + i] |= q & 0xF;
+                } else {
+                    b[96 + i - 8] |= (q & 0xF) << 4;
+                }
+                b[104 + i % 4] |= ((q >> 4) & 3) << (2 * (i / 4));
+            }
+            put16(b, 108, c.d);
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            put16(b, 0, c.d);
+            put16(b, 2, c.dmin);
+            let sc = &mut b[4..16];
+            for s in 0..8 {
+                let (q, m) = (c.sc[s] as u8, c.m[s]);
+                if s < 4 {
+                    sc[s] |= q & 63;
+                    sc[s + 4] |= m & 63;
+                } else {
+                    sc[s + 4] |= (q & 0xF) | ((m & 0xF) << 4);
+                    sc[s - 4] |= (q >> 4) << 6;
+                    sc[s] |= (m >> 4) << 6;
+                }
+            }
+            let qs_at = if t == GgmlType::Q4_K { 16 } else { 48 };
+            for j in 0..4 {
+                for l in 0..32 {
+                    let (lo, hi) = (c.u[64 * j + l], c.u[64 * j + 32 + l]);
+                    b[qs_at + 32 * j + l] = (lo & 0xF) | ((hi & 0xF) << 4);
+                    if t == GgmlType::Q5_K {
+                        b[16 + l] |= ((lo >> 4) & 1) << (2 * j) | ((hi >> 4) & 1) << (2 * j + 1);
+                    }
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            for n in 0..2 {
+                for l in 0..32 {
+                    let base = 128 * n + l;
+                    let (q1, q2, q3, q4) =
+                        (c.u[base], c.u[base + 32], c.u[base + 64], c.u[base + 96]);
+                    b[64 * n + l] = (q1 & 0xF) | ((q3 & 0xF) << 4);
+                    b[64 * n + l + 32] = (q2 & 0xF) | ((q4 & 0xF) << 4);
+                    b[128 + 32 * n + l] =
+                        (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
+                }
+            }
+            for s in 0..16 {
+                b[192 + s] = c.sc[s] as u8;
+            }
+            put16(b, 208, c.d);
+        }
+        _ => unreachable!("{t} has no packed layout"),
+    }
+}
+
+/// Which line format holds a type's codes, for `put_codes`/`get_codes`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lines {
+    /// Low four bits as nibble lines.
+    Nibbles,
+    /// Low two bits as 2-bit lines (16-value sub-blocks).
+    TwoBit,
+    /// Raw bytes, one quad per line.
+    Bytes,
+}
+
+/// How a type's codes are split: the line format of the low bits, and where the high bits go.
+fn code_parts(t: GgmlType) -> (Lines, Option<u32>) {
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => (Lines::Nibbles, None),
+        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5_K => (Lines::Nibbles, Some(4)),
+        GgmlType::Q6_K => (Lines::Nibbles, None),
+        GgmlType::Q2_K => (Lines::TwoBit, None),
+        GgmlType::Q3_K => (Lines::TwoBit, Some(2)),
+        _ => (Lines::Bytes, None),
+    }
+}
+
+/// Write the 16 rows' codes of one block into the group's sections.
+#[cfg(test)]
+fn put_block(t: GgmlType, codes: &[Codes; ROWS], blocks: usize, b: usize, out: &mut [u8]) {
+    let sz = sections(t).expect("packable type");
+    let at = |s: usize| section_offset(t, blocks, s) + b * sz[s];
+    let n = t.block_len();
+    let (lines, high_bit) = code_parts(t);
+    // Low bits.
+    let qs = &mut out[at(0)..at(0) + sz[0]];
+    match lines {
+        Lines::Nibbles => {
+            for o in 0..n / 8 {
+                for (r, c) in codes.iter().enumerate() {
+                    for i in 0..4 {
+                        qs[o * 64 + 4 * r + i] =
+                            (c.u[8 * o + i] & 0xF) | ((c.u[8 * o + 4 + i] & 0xF) << 4);
+                    }
+                }
+            }
+        }
+        Lines::TwoBit => {
+            for s in 0..n / 16 {
+                for (r, c) in codes.iter().enumerate() {
+                    for i in 0..4 {
+                        qs[s * 64 + 4 * r + i] = (0..4)
+                            .fold(0, |acc, q| acc | ((c.u[16 * s + 4 * q + i] & 3) << (2 * q)));
+                    }
+                }
+            }
+        }
+        Lines::Bytes => {
+            for q in 0..n / 4 {
+                for (r, c) in codes.iter().enumerate() {
+                    qs[q * 64 + 4 * r..][..4].copy_from_slice(&c.u[4 * q..4 * q + 4]);
+                }
+            }
+        }
+    }
+    let mut next = 1;
+    // High bits as masks, or Q6_K's high lines.
+    if let Some(bit) = high_bit {
+        let masks = &mut out[at(next)..at(next) + sz[next]];
+        for q in 0..n / 4 {
+            let mut m = 0u64;
+            for (r, c) in codes.iter().enumerate() {
+                for i in 0..4 {
+                    m |= (((c.u[4 * q + i] >> bit) & 1) as u64) << (4 * r + i);
+                }
+            }
+            masks[8 * q..8 * q + 8].copy_from_slice(&m.to_le_bytes());
+        }
+        next += 1;
+    }
+    if t == GgmlType::Q6_K {
+        let hi = &mut out[at(next)..at(next) + sz[next]];
+        for s in 0..16 {
+            for (r, c) in codes.iter().enumerate() {
+                for i in 0..4 {
+                    hi[s * 64 + 4 * r + i] = (0..4).fold(0, |acc, q| {
+                        acc | (((c.u[16 * s + 4 * q + i] >> 4) & 3) << (2 * q))
+                    });
+                }
+            }
+        }
+        next += 1;
+    }
+    // Sub-block scales and minimums (K-quants).
+    let subs = match t {
+        GgmlType::Q4_K | GgmlType::Q5_K => 8,
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q6_K => 16,
+        _ => 0,
+    };
+    if subs > 0 {
+        let plane = &mut out[at(next)..at(next) + sz[next]];
+        for s in 0..subs {
+            for (r, c) in codes.iter().enumerate() {
+                plane[s * 16 + r] = if t == GgmlType::Q2_K {
+                    (c.sc[s] as u8) | (c.m[s] << 4)
+                } else {
+                    c.sc[s] as u8
+                };
+            }
+        }
+        next += 1;
+        if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K) {
+            let plane = &mut out[at(next)..at(next) + sz[next]];
+            for s in 0..subs {
+                for (r, c) in codes.iter().enumerate() {
+                    plane[s * 16 + r] = c.m[s];
+                }
+            }
+            next += 1;
+        }
+    }
+    // f16 planes: d, then the minimum (scale) where the type has one.
+    let d = &mut out[at(next)..at(next) + 32];
+    for (r, c) in codes.iter().enumerate() {
+        d[2 * r..2 * r + 2].copy_from_slice(&c.d.to_le_bytes());
+    }
+    next += 1;
+    if next < sz.len() {
+        let m = &mut out[at(next)..at(next) + 32];
+        for (r, c) in codes.iter().enumerate() {
+            m[2 * r..2 * r + 2].copy_from_slice(&c.dmin.to_le_bytes());
+        }
+    }
+}
+
+/// Read back row `r`'s codes of block `b` (the inverse of `put_block`).
+fn get_block(t: GgmlType, group: &[u8], blocks: usize, b: usize, r: usize) -> Codes {
+    let sz = sections(t).expect("packable type");
+    let at = |s: usize| section_offset(t, blocks, s) + b * sz[s];
+    let n = t.block_len();
+    let (lines, high_bit) = code_parts(t);
+    let mut c = Codes::ZERO;
+    let qs = &group[at(0)..];
+    for v in 0..n {
+        c.u[v] = match lines {
+            Lines::Nibbles => {
+                let (o, i) = (v / 8, v % 8);
+                let byte = qs[o * 64 + 4 * r + i % 4];
+                if i < 4 { byte & 0xF } else { byte >> 4 }
+            }
+            Lines::TwoBit => {
+                let (s, q, i) = (v / 16, (v % 16) / 4, v % 4);
+                (qs[s * 64 + 4 * r + i] >> (2 * q)) & 3
+            }
+            Lines::Bytes => qs[(v / 4) * 64 + 4 * r + v % 4],
+        };
+    }
+    let mut next = 1;
+    if let Some(bit) = high_bit {
+        let masks = &group[at(next)..];
+        for v in 0..n {
+            let m = u64::from_le_bytes(masks[8 * (v / 4)..][..8].try_into().expect("8 bytes"));
+            c.u[v] |= (((m >> (4 * r + v % 4)) & 1) as u8) << bit;
+        }
+        next += 1;
+    }
+    if t == GgmlType::Q6_K {
+        let hi = &group[at(next)..];
+        for v in 0..n {
+            let (s, q, i) = (v / 16, (v % 16) / 4, v % 4);
+            c.u[v] |= ((hi[s * 64 + 4 * r + i] >> (2 * q)) & 3) << 4;
+        }
+        next += 1;
+    }
+    let subs = match t {
+        GgmlType::Q4_K | GgmlType::Q5_K => 8,
+        GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q6_K => 16,
+        _ => 0,
+    };
+    if subs > 0 {
+        let plane = &group[at(next)..];
+        for s in 0..subs {
+            let v = plane[s * 16 + r];
+            if t == GgmlType::Q2_K {
+                c.sc[s] = (v & 0xF) as i8;
+                c.m[s] = v >> 4;
+            } else {
+                c.sc[s] = v as i8;
+            }
+        }
+        next += 1;
+        if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K) {
+            let plane = &group[at(next)..];
+            for s in 0..subs {
+                c.m[s] = plane[s * 16 + r];
+            }
+            next += 1;
+        }
+    }
+    c.d = le16(&group[at(next)..], 2 * r);
+    next += 1;
+    if next < sz.len() {
+        c.dmin = le16(&group[at(next)..], 2 * r);
+    }
+    c
+}
+
+fn pack_group(t: GgmlType, rows: &[&[u8]; ROWS], blocks: usize, out: &mut [u8]) {
+    let bb = t.block_bytes();
+    // Row by row, so the source is read as one sequential stream; the group's output (tens of
+    // KB) stays in cache.
+    for (r, row) in rows.iter().enumerate() {
+        for b in 0..blocks {
+            pack_block(t, &row[b * bb..][..bb], r, blocks, b, out);
+        }
+    }
+}
+
+/// `put_block` by way of decoded codes: the reference for `pack_block`.
+#[cfg(test)]
+fn pack_group_reference(t: GgmlType, rows: &[&[u8]; ROWS], blocks: usize, out: &mut [u8]) {
+    let bb = t.block_bytes();
+    let mut codes = [Codes::ZERO; ROWS];
+    for b in 0..blocks {
+        for (c, row) in codes.iter_mut().zip(rows) {
+            decode(t, &row[b * bb..][..bb], c);
+        }
+        put_block(t, &codes, blocks, b, out);
+    }
+}
+
+#[inline(always)]
+fn le32(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+#[inline(always)]
+fn le64(b: &[u8], i: usize) -> u64 {
+    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
+}
+
+/// A nibble-line quad from eight codes held in the low (or high) nibbles of `x`'s bytes: byte i
+/// gets code i in its low nibble and code 4 + i in its high one.
+#[inline(always)]
+fn nibble_quad(x: u64, high: bool) -> [u8; 4] {
+    let y = if high { x >> 4 } else { x } & 0x0F0F_0F0F_0F0F_0F0F;
+    ((y as u32) | ((y >> 32) as u32) << 4).to_le_bytes()
+}
+
+/// Bit `shift` of each of `w`'s four bytes, as four bits.
+#[inline(always)]
+fn bits4(w: u32, shift: u32) -> u64 {
+    ((((w >> shift) & 0x0101_0101) as u64).wrapping_mul(0x0020_4081) >> 21) & 0xF
+}
+
+/// A 2-bit-line quad from the four words of codes at `x[at..at + 16]`, each code at bit `shift`
+/// of its byte: byte i gets the code of word q, byte i, at bits 2q..2q + 1.
+#[inline(always)]
+fn two_bit_quad(x: &[u8], at: usize, shift: u32) -> [u8; 4] {
+    let mut out = 0u32;
+    for q in 0..4 {
+        out |= ((le32(x, at + 4 * q) >> shift) & 0x0303_0303) << (2 * q);
+    }
+    out.to_le_bytes()
+}
+
+/// Pack row `r`'s block `b` (`x`, its GGML bytes) straight into the group's sections with word
+/// operations (the packing is part of load time); `put_block` from decoded codes is its
+/// reference. Masks are or'ed in, so the output must start zeroed.
+fn pack_block(t: GgmlType, x: &[u8], r: usize, blocks: usize, b: usize, out: &mut [u8]) {
+    let sz = sections(t).expect("packable type");
+    let at = |s: usize| section_offset(t, blocks, s) + b * sz[s];
+    let put4 = |out: &mut [u8], sec: usize, line: usize, v: [u8; 4]| {
+        let i = at(sec) + 64 * line + 4 * r;
+        out[i..i + 4].copy_from_slice(&v);
+    };
+    // Row r's four bits of quad mask q.
+    let or_mask = |out: &mut [u8], sec: usize, q: usize, bits: u64| {
+        let i = at(sec) + 8 * q;
+        let m = u64::from_le_bytes(out[i..i + 8].try_into().expect("8 bytes")) | bits << (4 * r);
+        out[i..i + 8].copy_from_slice(&m.to_le_bytes());
+    };
+    let put_f16 = |out: &mut [u8], sec: usize, i: usize| {
+        let o = at(sec) + 2 * r;
+        out[o..o + 2].copy_from_slice(&x[i..i + 2]);
+    };
+    let put_plane = |out: &mut [u8], sec: usize, s: usize, v: u8| {
+        out[at(sec) + 16 * s + r] = v;
+    };
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let q5 = matches!(t, GgmlType::Q5_0 | GgmlType::Q5_1);
+            let with_min = matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1);
+            let head = if with_min { 4 } else { 2 };
+            let qs_at = head + if q5 { 4 } else { 0 };
+            for o in 0..4 {
+                put4(out, 0, o, nibble_quad(le64(x, qs_at + 8 * (o % 2)), o >= 2));
+            }
+            if q5 {
+                let qh = le32(x, head) as u64;
+                for q in 0..8 {
+                    or_mask(out, 1, q, (qh >> (4 * q)) & 0xF);
+                }
+            }
+            let d_sec = if q5 { 2 } else { 1 };
+            put_f16(out, d_sec, 0);
+            if with_min {
+                put_f16(out, d_sec + 1, 2);
+            }
+        }
+        GgmlType::Q8_0 => {
+            for q in 0..8 {
+                put4(out, 0, q, le32(x, 2 + 4 * q).to_le_bytes());
+            }
+            put_f16(out, 1, 0);
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let q5 = t == GgmlType::Q5_K;
+            let (qs_at, s) = if q5 { (48, 1) } else { (16, 0) };
+            for sb in 0..8 {
+                for o in 0..4 {
+                    let word = le64(x, qs_at + 32 * (sb / 2) + 8 * o);
+                    put4(out, 0, 4 * sb + o, nibble_quad(word, sb % 2 == 1));
+                }
+                let (sc, m) = scale_min_k4(sb, &x[4..16]);
+                put_plane(out, 1 + s, sb, sc);
+                put_plane(out, 2 + s, sb, m);
+            }
+            if q5 {
+                for q in 0..64 {
+                    or_mask(out, 1, q, bits4(le32(x, 16 + 4 * (q % 8)), (q / 8) as u32));
+                }
+            }
+            put_f16(out, 3 + s, 0);
+            put_f16(out, 4 + s, 2);
+        }
+        GgmlType::Q6_K => {
+            for sb in 0..16 {
+                let (n, k, p) = (sb / 8, (sb % 8) / 2, sb % 2);
+                for h in 0..2 {
+                    let word = le64(x, 64 * n + 32 * (k & 1) + 16 * p + 8 * h);
+                    put4(out, 0, 2 * sb + h, nibble_quad(word, k >= 2));
+                }
+                put4(
+                    out,
+                    1,
+                    sb,
+                    two_bit_quad(x, 128 + 32 * n + 16 * p, 2 * k as u32),
+                );
+                put_plane(out, 2, sb, x[192 + sb]);
+            }
+            put_f16(out, 3, 208);
+        }
+        GgmlType::Q2_K | GgmlType::Q3_K => {
+            let q3 = t == GgmlType::Q3_K;
+            let qs_at = if q3 { 32 } else { 16 };
+            let mut scales = [0u8; 16];
+            if q3 {
+                for (s, v) in scales.iter_mut().zip(q3_k_scales(&x[96..108])) {
+                    *s = v as u8;
+                }
+            } else {
+                scales.copy_from_slice(&x[..16]);
+            }
+            for sb in 0..16 {
+                let (half, k4, part) = (sb / 8, (sb % 8) / 2, sb % 2);
+                let at = qs_at + 32 * half + 16 * part;
+                put4(out, 0, sb, two_bit_quad(x, at, 2 * k4 as u32));
+                if q3 {
+                    for q in 0..4 {
+                        let w = le32(x, 16 * part + 4 * q);
+                        or_mask(out, 1, 4 * sb + q, bits4(w, (4 * half + k4) as u32));
+                    }
+                }
+                put_plane(out, if q3 { 2 } else { 1 }, sb, scales[sb]);
+            }
+            if q3 {
+                put_f16(out, 3, 108);
+            } else {
+                put_f16(out, 2, 80);
+                put_f16(out, 3, 82);
+            }
+        }
+        _ => unreachable!("{t} has no packed layout"),
+    }
+}
+
+/// Row `row` of a packed matrix, back in GGML blocks (`out` holds one row's bytes).
+pub fn unpack_row(p: &Packed, row: usize, out: &mut [u8]) {
+    let t = p.dtype;
+    let bb = t.block_bytes();
+    let group = p.group(row / ROWS);
+    for (b, block) in out.chunks_exact_mut(bb).enumerate().take(p.blocks) {
+        encode(t, &get_block(t, group, p.blocks, b, row % ROWS), block);
+    }
+}
+
+/// A zeroed, page-aligned byte buffer: an anonymous mapping of its own. (Transparent huge pages
+/// were tried: generation gained at most a few percent, and on this project's VMs faulting in
+/// huge pages cost more than a second of load time per GB.)
+struct AlignedBytes {
+    map: memmap2::MmapMut,
+    len: usize,
+}
+
+impl AlignedBytes {
+    /// None when the allocation fails.
+    fn zeroed(len: usize) -> Option<AlignedBytes> {
+        let map = memmap2::MmapMut::map_anon(len.max(1)).ok()?;
+        Some(AlignedBytes { map, len })
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.map[..self.len]
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.map[..self.len]
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::super::quant::tests::random_row;
+    use super::*;
+
+    /// `pack` run serially.
+    pub(crate) fn pack_serial(
+        t: GgmlType,
+        data: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Option<Packed> {
+        pack(t, data, rows, cols, &|out, chunk, f| {
+            out.chunks_mut(chunk).enumerate().for_each(|(i, c)| f(i, c))
+        })
+    }
+
+    /// Packing then unpacking gives back every row's bytes, for every packed type.
+    #[test]
+    fn unpack_inverts_pack() {
+        for t in GgmlType::ALL {
+            if sections(t).is_none() {
+                continue;
+            }
+            let (rows, cols) = (32, 512);
+            let data: Vec<u8> = (0..rows)
+                .flat_map(|r| random_row(t, cols, 1000 + r as u64 + t.id() as u64))
+                .collect();
+            let p = pack_serial(t, &data, rows, cols).expect("packable");
+            let rb = data.len() / rows;
+            assert!(
+                p.bytes() <= data.len() * 1037 / 1000,
+                "{t}: {} bytes",
+                p.bytes()
+            );
+            let mut back = vec![0u8; rb];
+            for r in 0..rows {
+                unpack_row(&p, r, &mut back);
+                assert_eq!(back, data[r * rb..(r + 1) * rb], "{t} row {r}");
+            }
+        }
+        assert!(
+            pack_serial(GgmlType::Q4_K, &[0; 144 * 8], 8, 256).is_none(),
+            "8 rows"
+        );
+        assert!(pack_serial(GgmlType::F16, &[0; 2 * 16 * 32], 16, 32).is_none());
+    }
+
+    /// The word-level packer writes exactly what packing the decoded codes writes.
+    #[test]
+    fn fast_packing_equals_packing_the_codes() {
+        for t in GgmlType::ALL {
+            let Some(sz) = sections(t) else { continue };
+            let blocks = 512 / t.block_len();
+            let rows: Vec<Vec<u8>> = (0..ROWS as u64)
+                .map(|r| random_row(t, 512, 7 * r + t.id() as u64))
+                .collect();
+            let refs: [&[u8]; ROWS] = std::array::from_fn(|r| rows[r].as_slice());
+            let n: usize = sz.iter().sum::<usize>() * blocks;
+            let (mut fast, mut slow) = (vec![0u8; n], vec![0u8; n]);
+            pack_group(t, &refs, blocks, &mut fast);
+            pack_group_reference(t, &refs, blocks, &mut slow);
+            assert!(fast == slow, "{t}");
+        }
+    }
+}
