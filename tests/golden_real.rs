@@ -3,15 +3,48 @@
 
 mod common;
 
-use common::golden_run::{QUANTIZED, Report, check_model, load};
+use common::golden_run::{QUANTIZED, Report, check_model_with, load};
+use kiln::backend::CacheType;
 use kiln::model::ModelFile;
+use kiln::model::arch::KvCacheTypes;
 
 fn run(golden_file: &str, name: &str) -> Report {
+    run_with(golden_file, name, KvCacheTypes::default())
+}
+
+fn run_with(golden_file: &str, name: &str, cache: KvCacheTypes) -> Report {
     let golden = common::golden(golden_file);
     let mf = ModelFile::open(&common::real_model(name)).unwrap();
-    let report = check_model(&load(&mf, 2), &golden["models"][name], &QUANTIZED);
-    eprintln!("{}", report.summary(&format!("{golden_file} {name}")));
+    let report = check_model_with(&load(&mf, 2), &golden["models"][name], &QUANTIZED, cache);
+    eprintln!(
+        "{}",
+        report.summary(&format!(
+            "{golden_file} {name} (cache {}/{})",
+            cache.k, cache.v
+        ))
+    );
     report
+}
+
+/// Every real model, short prompts and the long one, with both caches of type `ty`: the same rule
+/// holds as for llama.cpp's default f16 cache.
+fn all_models_with(ty: CacheType) {
+    let cache = KvCacheTypes { k: ty, v: ty };
+    for name in common::REAL_MODELS {
+        for file in ["llama-cpp.json", "llama-cpp-long.json"] {
+            run_with(file, name, cache).assert_all(&format!("{file} {name} cache {ty}"));
+        }
+    }
+}
+
+#[test]
+fn q8_0_cache_on_every_real_model() {
+    all_models_with(CacheType::Q8_0);
+}
+
+#[test]
+fn f32_cache_on_every_real_model() {
+    all_models_with(CacheType::F32);
 }
 
 #[test]

@@ -18,7 +18,8 @@ use reedline::{
 
 use super::run::{cancel_flag, install_interrupt_handler};
 use super::{
-    BackendArgs, CacheArgs, Loaded, ModelArgs, SamplingArgs, context_size, load, on_backend,
+    BackendArgs, CacheArgs, ContextShiftArgs, Loaded, ModelArgs, SamplingArgs, context_size, load,
+    on_backend,
 };
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, TemplateOrigin};
@@ -53,6 +54,9 @@ pub struct ChatArgs {
 
     #[command(flatten)]
     pub cache: CacheArgs,
+
+    #[command(flatten)]
+    pub shift: ContextShiftArgs,
 
     /// Do not print the stats line after each reply
     #[arg(long)]
@@ -143,6 +147,7 @@ struct Chat<'m, B: Backend> {
     interactive: bool,
     color: bool,
     show_stats: bool,
+    shift: ContextShiftArgs,
 }
 
 enum Flow {
@@ -285,6 +290,11 @@ impl<B: Backend> Chat<'_, B> {
                 turn.dropped_messages
             ));
         }
+        // A context shift keeps the system prompt (as it stands now) unless --keep says otherwise.
+        let prefix = self.conv.fixed_prefix(self.tok)?;
+        let keep = self.shift.keep(&prefix, self.tok.bos, -1);
+        self.conv.session.set_context_shift(keep)?;
+        let shifts_before = self.conv.session.stats.context_shifts;
         cancel_flag().store(false, Ordering::SeqCst);
         let opts = GenerateOptions {
             rules: StopRules {
@@ -317,6 +327,15 @@ impl<B: Backend> Chat<'_, B> {
         out.flush()?;
         drop(out);
         self.conv.assistant_reply(&generation.text);
+        let stats = &self.conv.session.stats;
+        if let (true, Some(keep)) = (stats.context_shifts > shifts_before, keep) {
+            self.note(&format!(
+                "(context full: shifted {} times; the first {keep} tokens are kept, {} old ones \
+                 dropped so far)",
+                stats.context_shifts - shifts_before,
+                stats.shifted_out_tokens
+            ));
+        }
         match generation.finish {
             FinishReason::Interrupted => self.note("(reply stopped)"),
             FinishReason::ContextFull => self.note(
@@ -396,6 +415,7 @@ fn chat_with<B: Backend>(
         interactive,
         color,
         show_stats: !args.no_stats && interactive,
+        shift: args.shift.clone(),
     };
     install_interrupt_handler(false);
 

@@ -74,11 +74,11 @@ pub struct BackendArgs {
 /// The KV cache's element types. llama.cpp's spellings `-ctk` and `-ctv` work too.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CacheArgs {
-    /// Element type of the key cache: f32 or f16
+    /// Element type of the key cache: f32, f16 or q8_0
     #[arg(long = "cache-type-k", value_name = "TYPE", default_value_t)]
     pub cache_type_k: CacheType,
 
-    /// Element type of the value cache: f32 or f16
+    /// Element type of the value cache: f32, f16 or q8_0
     #[arg(long = "cache-type-v", value_name = "TYPE", default_value_t)]
     pub cache_type_v: CacheType,
 }
@@ -89,6 +89,45 @@ impl CacheArgs {
             k: self.cache_type_k,
             v: self.cache_type_v,
         }
+    }
+}
+
+/// What to do when the context fills up (`run` and `chat`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ContextShiftArgs {
+    /// When the context is full, drop the oldest half of the tokens after the kept ones and go
+    /// on, the cached keys re-rotated for their new positions (llama.cpp's context shift).
+    /// Without it, generation stops with `context_full`
+    #[arg(long)]
+    pub context_shift: bool,
+
+    /// Tokens at the start of the context that a context shift keeps, besides the BOS token
+    /// (-1: the whole prompt in run, the system prompt in chat; default: 0 in run, the system
+    /// prompt in chat)
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        requires = "context_shift"
+    )]
+    pub keep: Option<i64>,
+}
+
+impl ContextShiftArgs {
+    /// How many tokens at the start of a context that begins with `prompt` a shift keeps, or None
+    /// without `--context-shift`. As llama.cpp's `n_keep`: N < 0, or more than the prompt, keeps
+    /// the whole prompt; otherwise N tokens after the BOS token, which is always kept.
+    /// `default` stands in for a missing `--keep`.
+    pub fn keep(&self, prompt: &[u32], bos: Option<u32>, default: i64) -> Option<usize> {
+        if !self.context_shift {
+            return None;
+        }
+        let n = self.keep.unwrap_or(default);
+        let has_bos = usize::from(bos.is_some() && prompt.first() == bos.as_ref());
+        Some(match usize::try_from(n) {
+            Ok(n) if n <= prompt.len() => (n + has_bos).min(prompt.len()),
+            _ => prompt.len(),
+        })
     }
 }
 

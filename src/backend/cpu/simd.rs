@@ -239,6 +239,11 @@ impl Kernels {
             .zip(x)
             .for_each(|(yv, xv)| *yv += a * xv.to_f32());
     }
+
+    /// y += a·x with x a row of Q8_0 blocks (attention output from a q8_0 value cache).
+    pub fn axpy_q8_0(&self, a: f32, x: &[u8], y: &mut [f32]) {
+        quant::axpy_q8_0(a, x, y)
+    }
 }
 
 /// x86-64 kernels, each generated twice from one body: with AVX2 (`maddubs` + `madd` for byte dot
