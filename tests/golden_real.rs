@@ -26,25 +26,29 @@ fn run_with(golden_file: &str, name: &str, cache: KvCacheTypes) -> Report {
     report
 }
 
-/// Every real model, short prompts and the long one, with both caches of type `ty`: the same rule
-/// holds as for llama.cpp's default f16 cache.
-fn all_models_with(ty: CacheType) {
+/// Every real model with both caches of type `ty`, against the cases of `golden_files`, by the
+/// README's rule for real models.
+fn all_models_with(ty: CacheType, golden_files: &[&str]) {
     let cache = KvCacheTypes { k: ty, v: ty };
     for name in common::REAL_MODELS {
-        for file in ["llama-cpp.json", "llama-cpp-long.json"] {
+        for file in golden_files {
             run_with(file, name, cache).assert_all(&format!("{file} {name} cache {ty}"));
         }
     }
 }
 
+/// Against llama.cpp with the same cache, short prompts and the long one: quantizing the keys
+/// moves Qwen2.5's logits by more than the rule allows against the f16 goldens, for llama.cpp
+/// itself too (worst 1.09× the tolerance, rms 0.25; kiln 1.03×, rms 0.24). See the README.
 #[test]
 fn q8_0_cache_on_every_real_model() {
-    all_models_with(CacheType::Q8_0);
+    all_models_with(CacheType::Q8_0, &["llama-cpp-kv-q8_0.json"]);
 }
 
+/// The exact cache against llama.cpp's default f16 one: within the rule on every model.
 #[test]
 fn f32_cache_on_every_real_model() {
-    all_models_with(CacheType::F32);
+    all_models_with(CacheType::F32, &["llama-cpp.json", "llama-cpp-long.json"]);
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //! across a spinning pool of `threads` threads (pool.rs).
 
 mod ggml_math;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod pool;
 pub mod quant;
 mod simd;
