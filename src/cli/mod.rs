@@ -372,3 +372,31 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Tokenize(args) => tokenize::run(args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ContextShiftArgs;
+
+    #[test]
+    fn keep_counts_as_llama_cpp_n_keep() {
+        let shift = |keep| ContextShiftArgs {
+            context_shift: true,
+            keep,
+        };
+        let (with_bos, bos) = ([1, 10, 11, 12, 13], Some(1));
+        // The BOS token is kept besides N; N < 0 or past the prompt keeps the prompt.
+        assert_eq!(shift(None).keep(&with_bos, bos, 0), Some(1));
+        assert_eq!(shift(Some(2)).keep(&with_bos, bos, 0), Some(3));
+        assert_eq!(shift(Some(-1)).keep(&with_bos, bos, 0), Some(5));
+        assert_eq!(shift(Some(9)).keep(&with_bos, bos, 0), Some(5));
+        assert_eq!(shift(None).keep(&with_bos, bos, -1), Some(5));
+        // No BOS at the start: N tokens exactly.
+        assert_eq!(shift(Some(2)).keep(&[10, 11, 12], bos, 0), Some(2));
+        assert_eq!(shift(Some(2)).keep(&[10, 11, 12], None, 0), Some(2));
+        let off = ContextShiftArgs {
+            context_shift: false,
+            keep: None,
+        };
+        assert_eq!(off.keep(&with_bos, bos, 0), None);
+    }
+}

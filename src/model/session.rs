@@ -86,6 +86,11 @@ impl<'m, B: Backend> Session<'m, B> {
         self.cache.ctx
     }
 
+    /// The KV cache (for inspection).
+    pub fn cache(&self) -> &KvCache<B> {
+        &self.cache
+    }
+
     pub fn cache_types(&self) -> KvCacheTypes {
         self.cache.types
     }

@@ -209,8 +209,9 @@ impl CpuCache {
         }
     }
 
-    /// Values `start..start + out.len()` as f32 (rotated back).
-    fn load(&self, start: usize, out: &mut [f32]) {
+    /// Values `start..start + out.len()` as f32 (rotated back): what the cache holds, as the ops
+    /// that read it see it.
+    pub fn read(&self, start: usize, out: &mut [f32]) {
         match self {
             CpuCache::F32(c) => out.copy_from_slice(&c[start..start + out.len()]),
             CpuCache::F16(c) => c[start..start + out.len()].convert_to_f32_slice(out),
@@ -616,7 +617,7 @@ impl Backend for CpuBackend {
         let cs = &table[..head_dim];
         let mut row = vec![0.0f32; width];
         for r in first_row..first_row + rows {
-            cache.load(r * width, &mut row);
+            cache.read(r * width, &mut row);
             for head in row.chunks_mut(head_dim) {
                 rotate_head(head, cs, layout);
             }
