@@ -45,6 +45,14 @@ pub enum Error {
 
     #[error("{0}")]
     Usage(String),
+
+    /// A model on the Hugging Face hub that cannot be found, reached or downloaded.
+    #[error("{0}")]
+    Hub(String),
+
+    /// A constraint (JSON schema, grammar, regex) that does not compile or cannot go on.
+    #[error("{0}")]
+    Constraint(String),
 }
 
 impl Error {

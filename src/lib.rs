@@ -8,6 +8,7 @@ pub mod backend;
 pub mod cli;
 pub mod error;
 pub mod gguf;
+pub mod hub;
 pub mod model;
 pub mod sampler;
 pub mod tensor;

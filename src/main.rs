@@ -7,8 +7,8 @@ fn main() -> ExitCode {
     match kiln::cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::from(1)
+            eprintln!("error: {}", kiln::cli::error_message(&e));
+            kiln::cli::exit_code_for(&e)
         }
     }
 }

@@ -55,10 +55,21 @@ impl Tensor {
 
     pub fn from_f32(name: impl Into<String>, dims: Vec<usize>, values: &[f32]) -> Tensor {
         let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        Tensor::from_bytes(name, GgmlType::F32, dims, bytes)
+    }
+
+    /// A tensor of type `dtype` over owned bytes (tests, derived tensors). The caller sizes `bytes`
+    /// for `dims`.
+    pub fn from_bytes(
+        name: impl Into<String>,
+        dtype: GgmlType,
+        dims: Vec<usize>,
+        bytes: Vec<u8>,
+    ) -> Tensor {
         let len = bytes.len();
         Tensor {
             name: name.into(),
-            dtype: GgmlType::F32,
+            dtype,
             dims,
             storage: Storage::Owned(Arc::new(bytes)),
             start: 0,
@@ -102,5 +113,17 @@ impl Tensor {
     pub fn row_to_f32(&self, row: usize, out: &mut [f32]) {
         let rb = self.row_bytes();
         dequantize(self.dtype, &self.bytes()[row * rb..(row + 1) * rb], out);
+    }
+
+    /// A tensor of the given rows of this one, in that order, its bytes copied (rows are whole
+    /// blocks of any type). Used to separate the row groups of a fused projection.
+    pub fn gather_rows(&self, name: impl Into<String>, rows: &[usize]) -> Tensor {
+        let rb = self.row_bytes();
+        let all = self.bytes();
+        let mut bytes = Vec::with_capacity(rows.len() * rb);
+        for &r in rows {
+            bytes.extend_from_slice(&all[r * rb..(r + 1) * rb]);
+        }
+        Tensor::from_bytes(name, self.dtype, vec![self.row_len(), rows.len()], bytes)
     }
 }

@@ -380,3 +380,37 @@ fn kiln_chat_shifts_and_says_so() {
     assert!(!stderr.contains("error"), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
 }
+
+/// Qwen3.5 keeps recurrent state, which a shift cannot drop tokens from: with `--context-shift`
+/// kiln says so and stops at the full context, as without the flag.
+#[test]
+fn a_recurrent_model_says_it_cannot_shift_and_stops() {
+    let model = common::fixture("models/qwen35-tiny.gguf");
+    let out = common::kiln()
+        .args(["run", "-m", model.to_str().unwrap(), "--temp", "0"])
+        .args([
+            "--format",
+            "json",
+            "-c",
+            "24",
+            "-n",
+            "100",
+            "--context-shift",
+        ])
+        .arg("Once upon a time")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--context-shift is impossible for qwen35 models"),
+        "{stderr}"
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["finish_reason"], "context_full");
+    let mf = ModelFile::open(&model).unwrap();
+    let m = load(&mf, 1);
+    assert!(!m.can_shift_context());
+    let mut s = Session::new(&m, 16).unwrap();
+    assert!(s.set_context_shift(Some(0)).is_err());
+}

@@ -139,44 +139,11 @@ fn info_text_output_and_bad_paths() {
 
 #[test]
 fn sharded_safetensors_read_like_the_single_file() {
-    use safetensors::tensor::{Dtype, TensorView};
-    use std::collections::HashMap;
-
     let src = common::fixture("models/tiny-llama-hf");
     let single = kiln::model::ModelFile::open(&src).unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
-        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
-    }
-    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
-    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
-    names.sort();
-    let mut weight_map = serde_json::Map::new();
-    for (shard, chunk) in names.chunks(names.len().div_ceil(2)).enumerate() {
-        let file = format!("model-{:05}-of-00002.safetensors", shard + 1);
-        let views: HashMap<String, TensorView> = chunk
-            .iter()
-            .map(|n| {
-                let t = st.tensor(n).unwrap();
-                assert_eq!(t.dtype(), Dtype::F32);
-                weight_map.insert(n.clone(), Value::String(file.clone()));
-                (
-                    n.clone(),
-                    TensorView::new(t.dtype(), t.shape().to_vec(), t.data()).unwrap(),
-                )
-            })
-            .collect();
-        safetensors::serialize_to_file(views, None, &dir.path().join(&file)).unwrap();
-    }
-    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
-    std::fs::write(
-        dir.path().join("model.safetensors.index.json"),
-        index.to_string(),
-    )
-    .unwrap();
-
+    common::shard_safetensors_dir(&src, dir.path());
     let sharded = kiln::model::ModelFile::open(dir.path()).unwrap();
     assert_eq!(sharded.tensors.len(), single.tensors.len());
     for (name, t) in &single.tensors {

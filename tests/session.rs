@@ -135,6 +135,8 @@ fn properties_hold_on_the_tiny_models() {
         "tiny-llama-hf",
         "tiny-qwen3.gguf",
         "tiny-qwen3-hf",
+        "qwen35-tiny.gguf",
+        "qwen35moe-tiny.gguf",
     ] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
         check_properties(&mf, "The capital of France is", 12);

@@ -8,6 +8,7 @@
 //! computes `out = x · Wᵀ`. Buffers are allocated for a maximum size and ops use the leading part.
 
 pub mod cpu;
+pub mod wgpu;
 
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -148,6 +149,40 @@ pub enum GateActivation {
     GeluTanh,
 }
 
+/// Shapes of one Gated DeltaNet call (`Backend::gated_delta_net`).
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaNetParams {
+    /// Tokens of one sequence, in order.
+    pub rows: usize,
+    /// Key (and query) heads.
+    pub n_k_heads: usize,
+    /// Value heads, a multiple of `n_k_heads`.
+    pub n_v_heads: usize,
+    /// Width of every key, query and value head.
+    pub head_dim: usize,
+    /// Epsilon of the L2 normalization of q and k: x / sqrt(Σx² + eps).
+    pub eps: f32,
+}
+
+/// Which rows of a stacked expert weight one `Backend::expert_matmul` call multiplies by.
+#[derive(Debug, Clone, Copy)]
+pub struct ExpertMatmulParams {
+    /// Tokens.
+    pub rows: usize,
+    /// Experts used per token (slots per token).
+    pub n_used: usize,
+    /// True when every slot has its own input row (`x` has `rows · n_used` rows); false when
+    /// the slots of a token share its row (`x` has `rows` rows).
+    pub per_slot_input: bool,
+    /// Output rows taken from each expert: the width of each output row.
+    pub expert_rows: usize,
+    /// Rows from one expert's block to the next in the weight (`expert_rows`, or more for a
+    /// fused gate-and-up weight).
+    pub expert_stride: usize,
+    /// First row used within each expert's block.
+    pub row_offset: usize,
+}
+
 pub trait Backend: Send + Sync {
     /// An f32 activation buffer on the device.
     type Buffer: Send;
@@ -168,6 +203,12 @@ pub trait Backend: Send + Sync {
         None
     }
 
+    /// A failure met while running ops, which return no errors themselves (a lost GPU device, a
+    /// validation error): the session turns it into the error of its call. Taken once.
+    fn take_error(&self) -> Option<crate::error::Error> {
+        None
+    }
+
     /// Make a tensor usable by the backend. The CPU keeps the mapped bytes as they are.
     fn weight(&self, t: &Tensor) -> Result<Self::Weight>;
 
@@ -182,6 +223,21 @@ pub trait Backend: Send + Sync {
 
     /// RMSNorm of `rows` rows of width `w.len()`, in place: `x = x / rms(x) · w`.
     fn rms_norm(&self, x: &mut Self::Buffer, w: &Self::Weight, rows: usize, eps: f32);
+
+    /// `out = rms_norm(x) · w` for `rows` rows of `width`, leaving `x` as it is (the input of a
+    /// block, normed from the residual stream). A backend may fuse the copy and the norm.
+    fn rms_norm_into(
+        &self,
+        x: &Self::Buffer,
+        w: &Self::Weight,
+        rows: usize,
+        width: usize,
+        eps: f32,
+        out: &mut Self::Buffer,
+    ) {
+        self.copy_rows_from(x, 0, out, rows, width);
+        self.rms_norm(out, w, rows, eps);
+    }
 
     /// `out[rows × w.rows] = x[rows × w.cols] · Wᵀ`.
     fn matmul(&self, x: &Self::Buffer, w: &Self::Weight, rows: usize, out: &mut Self::Buffer);
@@ -301,4 +357,161 @@ pub trait Backend: Send + Sync {
         rows: usize,
         width: usize,
     );
+
+    // ---- Hybrid recurrent and mixture-of-experts models (Qwen3.5) ----
+    //
+    // A backend that implements the seven operations below returns true here; `Model::load`
+    // refuses Qwen3.5 files on one that does not, so their default bodies are never reached.
+    // (They have defaults so that a backend written before these operations existed still
+    // builds and runs every other architecture.)
+
+    /// True when the backend implements `rope_partial`, `mul_sigmoid`, `conv_step`,
+    /// `gated_delta_net`, `moe_route`, `expert_matmul` and `moe_combine`.
+    fn supports_hybrid_ops(&self) -> bool {
+        false
+    }
+
+    /// RoPE over the first `rot_dims` values of each head only (partial rotary embedding); the
+    /// other `head_dim − rot_dims` values pass through unchanged. `table` holds, per row, the
+    /// `rot_dims / 2` pairs (cos, sin) of that row's position. Neox pairs (i, i + rot_dims/2),
+    /// Interleaved pairs (2i, 2i+1), both within the first `rot_dims`. With `rot_dims ==
+    /// head_dim` this is exactly `rope`.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_partial(
+        &self,
+        x: &mut Self::Buffer,
+        table: &Self::Buffer,
+        rows: usize,
+        n_heads: usize,
+        head_dim: usize,
+        rot_dims: usize,
+        layout: RopeLayout,
+    ) {
+        let _ = (x, table, rows, n_heads, head_dim, rot_dims, layout);
+        unreachable!("rope_partial: Model::load checks supports_hybrid_ops first");
+    }
+
+    /// `x[r][i] *= sigmoid(gate[r][i / (width / gate_width)])` for `rows` rows of `width`:
+    /// an elementwise sigmoid gate (`gate_width == width`, Qwen3.5's attention output gate) or
+    /// one gate value per row (`gate_width == 1`, the shared expert's gate). `gate` has rows of
+    /// `gate_width` values, which divides `width`. sigmoid(v) = 1 / (1 + e^−v).
+    fn mul_sigmoid(
+        &self,
+        x: &mut Self::Buffer,
+        gate: &Self::Buffer,
+        rows: usize,
+        width: usize,
+        gate_width: usize,
+    ) {
+        let _ = (x, gate, rows, width, gate_width);
+        unreachable!("mul_sigmoid: Model::load checks supports_hybrid_ops first");
+    }
+
+    /// The convolution step of a recurrent block: a causal depthwise convolution over time
+    /// followed by SiLU, carrying its state between calls.
+    ///
+    /// `x` holds `rows` consecutive tokens of one sequence × `channels`. `kernel` is a GGUF
+    /// `ssm_conv1d` weight, F32, `channels` rows of K taps (tap K−1 multiplies the current
+    /// token). `state` holds the K−1 input rows that precede `x`, oldest first ((K−1) ×
+    /// `channels`; zeros at the start of a sequence). With `inp` = state rows followed by `x`:
+    /// `out[t][c] = silu(Σ_{j<K} kernel[c][j] · inp[t + j][c])` for t < `rows`, summed in j order
+    /// in f32, silu(v) = v / (1 + e^−v); then `state` = the last K−1 rows of `inp`.
+    fn conv_step(
+        &self,
+        x: &Self::Buffer,
+        kernel: &Self::Weight,
+        state: &mut Self::Buffer,
+        out: &mut Self::Buffer,
+        rows: usize,
+        channels: usize,
+    ) {
+        let _ = (x, kernel, state, out, rows, channels);
+        unreachable!("conv_step: Model::load checks supports_hybrid_ops first");
+    }
+
+    /// The Gated DeltaNet recurrence (Qwen3.5's linear attention) over `p.rows` consecutive
+    /// tokens of one sequence, in one call (prefill and decode alike).
+    ///
+    /// Inputs, per token t (row-major, one row per token):
+    /// - `qkv`: `2·n_k·d + n_v·d` values, the convolved channels: q heads, then k heads (n_k
+    ///   each), then v heads (n_v), each head `d = p.head_dim` wide;
+    /// - `alpha`, `beta`: `n_v` values, the raw decay and write-strength projections;
+    /// - `a` (`ssm_a`, n_v values, already −exp(A_log)) and `dt_bias` (n_v): 1-D weights.
+    ///
+    /// `state` holds one d × d matrix S per value head (n_v·d·d values, zeros at the start of a
+    /// sequence), stored transposed as llama.cpp does: `state[h·d·d + j·d + i] = S_h[i][j]`, i
+    /// over key dims, j over value dims. Value head h reads key/query head `h mod n_k` (GGUF's
+    /// tiled order). For each token, in order, and each value head h:
+    /// - q, k ← q / sqrt(Σq² + eps), k / sqrt(Σk² + eps);
+    /// - g = a[h] · softplus(alpha[t][h] + dt_bias[h]) (softplus(v) = v for v > 20, else
+    ///   ln(1 + e^v)); β = sigmoid(beta[t][h]);
+    /// - S ← e^g · S; δ = β · (v − Sᵀk); S ← S + k δᵀ;
+    /// - `out[t][h·d + j] = (Sᵀq)[j] / sqrt(d)`.
+    ///
+    /// `out` gets `rows × n_v·d` values and `state` the state after the last token.
+    #[allow(clippy::too_many_arguments)]
+    fn gated_delta_net(
+        &self,
+        qkv: &Self::Buffer,
+        alpha: &Self::Buffer,
+        beta: &Self::Buffer,
+        a: &Self::Weight,
+        dt_bias: &Self::Weight,
+        state: &mut Self::Buffer,
+        out: &mut Self::Buffer,
+        p: &DeltaNetParams,
+    ) {
+        let _ = (qkv, alpha, beta, a, dt_bias, state, out, p);
+        unreachable!("gated_delta_net: Model::load checks supports_hybrid_ops first");
+    }
+
+    /// Mixture-of-experts routing: for each of `rows` rows of `n_expert` router logits, the
+    /// softmax over all experts, the `n_used` most probable (highest first, ties to the lower
+    /// index), and their probabilities renormalized to sum to 1 (the sum clamped below at
+    /// 6.103515625e-5, as llama.cpp does). `selected` gets the expert indices as f32 integers and
+    /// `weights` their weights, `rows × n_used` each.
+    fn moe_route(
+        &self,
+        logits: &Self::Buffer,
+        rows: usize,
+        n_expert: usize,
+        n_used: usize,
+        selected: &mut Self::Buffer,
+        weights: &mut Self::Buffer,
+    ) {
+        let _ = (logits, rows, n_expert, n_used, selected, weights);
+        unreachable!("moe_route: Model::load checks supports_hybrid_ops first");
+    }
+
+    /// The matmuls of the selected experts (llama.cpp's `mul_mat_id`). `w` stacks the experts'
+    /// matrices (GGUF `[in, rows, n_expert]`: expert e's row r is row `e · p.expert_stride + r`
+    /// of the weight). For slot s = t·n_used + j (token t, its j-th expert e = `selected[s]`):
+    /// `out[s] = x_s · W_e[p.row_offset .. p.row_offset + p.expert_rows]ᵀ`, where x_s is row s
+    /// of `x` with `p.per_slot_input`, else row t. `out` gets `rows · n_used × expert_rows`.
+    fn expert_matmul(
+        &self,
+        x: &Self::Buffer,
+        w: &Self::Weight,
+        selected: &Self::Buffer,
+        out: &mut Self::Buffer,
+        p: &ExpertMatmulParams,
+    ) {
+        let _ = (x, w, selected, out, p);
+        unreachable!("expert_matmul: Model::load checks supports_hybrid_ops first");
+    }
+
+    /// The weighted sum of each token's expert outputs: `out[t] = Σ_j weights[t·n_used + j] ·
+    /// y[t·n_used + j]` (j in order) for `rows` tokens of `width` values; `out` is overwritten.
+    fn moe_combine(
+        &self,
+        y: &Self::Buffer,
+        weights: &Self::Buffer,
+        rows: usize,
+        n_used: usize,
+        width: usize,
+        out: &mut Self::Buffer,
+    ) {
+        let _ = (y, weights, rows, n_used, width, out);
+        unreachable!("moe_combine: Model::load checks supports_hybrid_ops first");
+    }
 }

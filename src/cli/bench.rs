@@ -74,8 +74,12 @@ pub struct BenchArgs {
     pub threads: Vec<usize>,
 
     /// Compute backend
-    #[arg(long, value_enum, default_value_t)]
+    #[arg(long, value_enum, default_value_t, env = "KILN_BACKEND")]
     pub backend: super::BackendKind,
+
+    /// The GPU adapter to use, by its index in `kiln devices`
+    #[arg(long = "gpu", value_name = "N", env = "KILN_GPU")]
+    pub gpu: Option<usize>,
 
     #[command(flatten)]
     pub cache: CacheArgs,
@@ -195,15 +199,28 @@ fn model_type(m: &ModelFile) -> String {
 }
 
 /// Bytes of weights one generated token reads: every tensor except the embedding table, of which
-/// one row is read, unless the output projection is tied to it.
+/// one row is read, unless the output projection is tied to it; of routed experts, the share a
+/// token uses (n_used of n_expert); none of the multi-token-prediction blocks kiln skips.
 fn weight_bytes_per_token(m: &ModelFile) -> u64 {
+    let c = &m.config;
+    let skipped = |name: &str| {
+        name.strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|i| i.parse::<usize>().ok())
+            .is_some_and(|i| i >= c.n_layers)
+    };
     m.tensors
         .values()
         .map(|t| {
-            if t.name == "token_embd.weight" && !m.config.tie_embeddings {
+            let bytes = t.bytes().len() as u64;
+            if t.name == "token_embd.weight" && !c.tie_embeddings {
                 t.row_bytes() as u64
+            } else if skipped(&t.name) {
+                0
+            } else if let (Some(moe), true) = (&c.moe, t.name.ends_with("_exps.weight")) {
+                bytes * moe.n_used as u64 / moe.n_expert as u64
             } else {
-                t.bytes().len() as u64
+                bytes
             }
         })
         .sum()
@@ -303,7 +320,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     if args.repetitions == 0 {
         bail!("-r must be at least 1");
     }
-    let file = ModelFile::open(&args.model.model)?;
+    let file = args.model.open()?;
     let threads = if args.threads.is_empty() {
         vec![std::thread::available_parallelism().map_or(1, |n| n.get())]
     } else {
@@ -335,35 +352,59 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
-    let read_bw = if args.no_roofline {
-        None
-    } else {
-        progress.set_message("measuring memory bandwidth");
-        Some(measure_read_bandwidth(*threads.iter().max().unwrap_or(&1))?)
-    };
-
     let bytes_per_token = weight_bytes_per_token(&file);
     let mut rows = Vec::new();
-    let mut backend_name = String::from("CPU");
     let mut rng = Rng::new(1234);
     let cache = args.cache.types();
-    for &t in &threads {
-        let backend = match args.backend {
-            super::BackendKind::Auto | super::BackendKind::Cpu => CpuBackend::new(t)?,
-        };
-        let model = Model::load(&file, backend)?;
-        backend_name = model.backend.describe();
-        let on = Measure {
-            model: &model,
-            threads: t,
-            cache,
-            repetitions: args.repetitions,
-            bytes_per_token,
-        };
+    let mut measure = |model: &dyn Fn(&Test, &mut Rng) -> Result<Row>| -> Result<()> {
         for test in &tests {
-            rows.push(on.row(test, &progress, &mut rng)?);
+            rows.push(model(test, &mut rng)?);
         }
-    }
+        Ok(())
+    };
+    let (backend_name, read_bw, bw_kind) = match super::choose_gpu(args.backend, args.gpu)? {
+        Some(gpu) => {
+            // The GPU's roofline is its own memory, measured with a copy kernel.
+            let bw = if args.no_roofline {
+                None
+            } else {
+                progress.set_message("measuring GPU memory bandwidth");
+                Some(gpu.measure_bandwidth()?)
+            };
+            let model = Model::load(&file, gpu)?;
+            let on = Measure {
+                model: &model,
+                threads: 1,
+                cache,
+                repetitions: args.repetitions,
+                bytes_per_token,
+            };
+            measure(&|test, rng| on.row(test, &progress, rng))?;
+            (model.backend.describe(), bw, "GPU copy")
+        }
+        None => {
+            let bw = if args.no_roofline {
+                None
+            } else {
+                progress.set_message("measuring memory bandwidth");
+                Some(measure_read_bandwidth(*threads.iter().max().unwrap_or(&1))?)
+            };
+            let mut name = String::from("CPU");
+            for &t in &threads {
+                let model = Model::load(&file, CpuBackend::new(t)?)?;
+                name = model.backend.describe();
+                let on = Measure {
+                    model: &model,
+                    threads: t,
+                    cache,
+                    repetitions: args.repetitions,
+                    bytes_per_token,
+                };
+                measure(&|test, rng| on.row(test, &progress, rng))?;
+            }
+            (name, bw, "read")
+        }
+    };
     progress.finish_and_clear();
 
     let report = Report {
@@ -371,6 +412,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         model_type: model_type(&file),
         backend: backend_name,
         read_bw,
+        bw_kind,
         rows,
     };
     let mut out = std::io::stdout().lock();
@@ -396,6 +438,8 @@ struct Report<'a> {
     model_type: String,
     backend: String,
     read_bw: Option<f64>,
+    /// What `read_bw` measured: this machine's memory read, or the GPU's copy bandwidth.
+    bw_kind: &'static str,
     rows: Vec<Row>,
 }
 
@@ -511,11 +555,17 @@ impl Report<'_> {
         }
         writeln!(out, "{header}")?;
         writeln!(out, "{rule}")?;
+        // llama-bench's short backend name; the footer has the whole description.
+        let short = if self.backend.starts_with("GPU") {
+            "GPU"
+        } else {
+            "CPU"
+        };
         for r in &self.rows {
             let (mean, sd) = mean_sd(&r.samples_ts());
             let mut line = format!(
                 "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |",
-                self.model_type, size, params, "CPU", r.threads,
+                self.model_type, size, params, short, r.threads,
             );
             if types {
                 line.push_str(&format!(" {:<6} | {:<6} |", r.cache.k, r.cache.v));
@@ -541,7 +591,8 @@ impl Report<'_> {
             self.backend
         );
         if let Some(bw) = self.read_bw {
-            footer.push_str(&format!("; measured read bandwidth {bw:.1} GB/s"));
+            let kind = self.bw_kind;
+            footer.push_str(&format!("; measured {kind} bandwidth {bw:.1} GB/s"));
         }
         writeln!(out, "{footer}")?;
         Ok(())

@@ -61,6 +61,15 @@ pub struct ChatArgs {
     /// Do not print the stats line after each reply
     #[arg(long)]
     pub no_stats: bool,
+
+    /// Print what each turn adds to the prompt (rendered through the chat template) and its
+    /// token ids to stderr
+    #[arg(long)]
+    pub verbose_prompt: bool,
+
+    /// Every reply is constrained (each one is a complete JSON value, grammar sentence, …)
+    #[command(flatten)]
+    pub constraint: super::constrain::ConstraintArgs,
 }
 
 const HELP: &str = "\
@@ -148,6 +157,7 @@ struct Chat<'m, B: Backend> {
     color: bool,
     show_stats: bool,
     shift: ContextShiftArgs,
+    verbose_prompt: bool,
 }
 
 enum Flow {
@@ -290,6 +300,12 @@ impl<B: Backend> Chat<'_, B> {
                 turn.dropped_messages
             ));
         }
+        if self.verbose_prompt {
+            super::tokenize::print_verbose_prompt(self.tok, &turn.new_tokens);
+        }
+        if let Some(c) = self.sampler.constraint_mut() {
+            c.restart();
+        }
         // A context shift keeps the system prompt (as it stands now) unless --keep says otherwise.
         let prefix = self.conv.fixed_prefix(self.tok)?;
         let keep = self.shift.keep(&prefix, self.tok.bos, -1);
@@ -371,7 +387,7 @@ impl<B: Backend> Chat<'_, B> {
             self.turn(&text).map(|_| Flow::Continue)
         };
         result.unwrap_or_else(|e| {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", super::error_message(&e));
             Flow::Continue
         })
     }
@@ -383,6 +399,7 @@ fn per_s(n: usize, t: Duration) -> f64 {
 
 pub fn run(args: ChatArgs) -> Result<ExitCode> {
     let sampler_config = args.sampling.config()?;
+    args.constraint.spec()?;
     let loaded = load(&args.model, &args.backend)?;
     on_backend!(loaded, loaded => chat_with(&args, sampler_config, loaded))
 }
@@ -406,16 +423,22 @@ fn chat_with<B: Backend>(
     let session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
     let interactive = std::io::stdin().is_terminal();
     let color = use_color();
+    let mut sampler = Sampler::new(sampler_config);
+    if let Some(spec) = args.constraint.spec()? {
+        let compiler = super::constrain::compiler_for(tok, model.config.vocab_size)?;
+        sampler.set_constraint(Some(super::constrain::compile(&compiler, &spec)?));
+    }
     let mut chat = Chat {
         tok,
         conv: Conversation::new(session, template, args.system.clone()),
-        sampler: Sampler::new(sampler_config),
+        sampler,
         max_tokens: (args.max_tokens >= 0).then_some(args.max_tokens as usize),
         last: None,
         interactive,
         color,
         show_stats: !args.no_stats && interactive,
-        shift: args.shift.clone(),
+        shift: args.shift.for_model(model),
+        verbose_prompt: args.verbose_prompt,
     };
     install_interrupt_handler(false);
 

@@ -5,8 +5,9 @@ use anyhow::Result;
 use serde_json::json;
 
 use super::{ModelArgs, OutputFormat};
-use crate::model::ModelFile;
 use crate::model::loader::Source;
+use crate::model::recurrent::MAX_CHECKPOINTS;
+use crate::model::{ModelConfig, ModelFile};
 
 #[derive(clap::Args, Debug)]
 pub struct InfoArgs {
@@ -108,10 +109,25 @@ fn summarize(m: &ModelFile) -> Summary {
     }
 }
 
+/// What `--backend auto` would run this model on: the GPU adapter it takes, or the CPU.
+fn auto_backend() -> String {
+    match crate::backend::wgpu::list_adapters()
+        .into_iter()
+        .find(|a| a.auto)
+    {
+        Some(a) => format!(
+            "GPU {}: {} ({}) with --backend auto",
+            a.index, a.name, a.api
+        ),
+        None => "CPU with --backend auto (no discrete or integrated GPU; see kiln devices)".into(),
+    }
+}
+
 pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
-    let m = ModelFile::open(&args.model.model)?;
+    let m = args.model.open()?;
     let s = summarize(&m);
     let mix = m.type_mix();
+    let backend = auto_backend();
     match args.format {
         OutputFormat::Json => {
             let types: serde_json::Map<String, serde_json::Value> = mix
@@ -133,8 +149,13 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                 "tokenizer": s.tokenizer,
                 "vocab_tokens": s.vocab_tokens,
                 "chat_template": s.chat_template,
+                "backend": backend,
                 "config": m.config,
             });
+            if let Some(schedule) = schedule(&m.config) {
+                out["schedule"] = json!(schedule);
+                out["recurrent_state_bytes"] = json!(m.config.recurrent_state_bytes());
+            }
             if args.metadata
                 && let Some(g) = m.gguf()
             {
@@ -174,6 +195,7 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                 .map(|n| format!(", {n} tokens"))
                 .unwrap_or_default();
             println!("tokenizer      {}{vocab}", s.tokenizer);
+            println!("backend        {backend}");
             println!(
                 "chat template  {}",
                 if s.chat_template {
@@ -210,6 +232,7 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
             println!("  qk_norm             {}", c.qk_norm);
             println!("  tied_embeddings     {}", c.tie_embeddings);
             println!("  activation          {:?}", c.activation);
+            print_hybrid(c);
             if args.metadata
                 && let Some(g) = m.gguf()
             {
@@ -227,6 +250,63 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The block schedule of a hybrid model: "R" for a recurrent (Gated DeltaNet) block, "A" for
+/// full attention.
+fn schedule(c: &ModelConfig) -> Option<String> {
+    c.delta_net.as_ref()?;
+    Some(
+        (0..c.n_layers)
+            .map(|l| if c.layer_is_recurrent(l) { 'R' } else { 'A' })
+            .collect(),
+    )
+}
+
+/// Qwen3.5's extra facts: schedule, DeltaNet shapes, partial RoPE, experts, state size.
+fn print_hybrid(c: &ModelConfig) {
+    if c.rope_dims != c.head_dim || c.rope_sections.is_some() {
+        let sections = c
+            .rope_sections
+            .map(|s| format!(", IMRoPE sections {s:?}"))
+            .unwrap_or_default();
+        println!(
+            "  rotary dims         {} of {} per head{sections}",
+            c.rope_dims, c.head_dim
+        );
+    }
+    if let (Some(d), Some(schedule)) = (&c.delta_net, schedule(c)) {
+        let attention: Vec<String> = (0..c.n_layers)
+            .filter(|&l| !c.layer_is_recurrent(l))
+            .map(|l| l.to_string())
+            .collect();
+        println!(
+            "  schedule            {schedule} ({} Gated DeltaNet, {} full attention: blocks {})",
+            c.n_layers - attention.len(),
+            attention.len(),
+            attention.join(", ")
+        );
+        println!(
+            "  gated deltanet      {} key heads, {} value heads of {}, conv kernel {}",
+            d.n_k_heads, d.n_v_heads, d.head_dim, d.conv_kernel
+        );
+        println!(
+            "  recurrent state     {} per sequence (and per checkpoint, up to {MAX_CHECKPOINTS})",
+            human_bytes(c.recurrent_state_bytes() as u64)
+        );
+    }
+    if let Some(m) = &c.moe {
+        println!(
+            "  experts             {} ({} per token) of width {}; shared expert of width {}",
+            m.n_expert, m.n_used, m.expert_ff, m.shared_ff
+        );
+    }
+    if c.nextn_layers > 0 {
+        println!(
+            "  mtp blocks          {} (multi-token prediction; skipped)",
+            c.nextn_layers
+        );
+    }
 }
 
 fn describe_scaling(s: &crate::model::config::RopeScaling) -> String {

@@ -1,8 +1,13 @@
 //! The command line: one file per subcommand, with the flag groups they share defined here and
 //! flattened into each.
 
+pub mod batch;
 pub mod bench;
 pub mod chat;
+pub mod check;
+pub mod completions;
+pub mod constrain;
+pub mod devices;
 pub mod info;
 pub mod run;
 pub mod tokenize;
@@ -16,6 +21,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::backend::cpu::CpuBackend;
+use crate::backend::wgpu::{AdapterChoice, WgpuBackend};
 use crate::backend::{Backend, CacheType};
 use crate::model::arch::KvCacheTypes;
 use crate::model::{Model, ModelFile, Tokenizer};
@@ -40,31 +46,92 @@ pub enum Command {
     Info(info::InfoArgs),
     /// Show the token ids (and pieces) of a text
     Tokenize(tokenize::TokenizeArgs),
+    /// Print a shell completion script (bash, zsh, fish, powershell, elvish)
+    Completions(completions::CompletionsArgs),
+    /// List the GPU adapters, their limits and features, and which one `--backend auto` takes
+    Devices(devices::DevicesArgs),
+    /// Compare the GPU with the CPU: greedy tokens replayed teacher-forced, logits judged
+    Check(check::CheckArgs),
 }
 
 /// The model to load.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// GGUF file or Hugging Face model directory (config.json + safetensors + tokenizer.json)
+    /// GGUF file, Hugging Face model directory (config.json + safetensors + tokenizer.json), or
+    /// a model on the Hugging Face hub: hf:OWNER/REPO[:QUANT] or hf:OWNER/REPO/FILE.gguf
     #[arg(short = 'm', long = "model", env = "KILN_MODEL", value_name = "PATH")]
     pub model: PathBuf,
 }
 
+impl ModelArgs {
+    /// The model's local path: the one given, or the hub model downloaded into (or found in) the
+    /// Hugging Face cache.
+    pub fn local_path(&self) -> Result<PathBuf> {
+        match self.model.to_str().and_then(crate::hub::HubModel::parse) {
+            Some(name) => Ok(name.map_err(FlagError)?.fetch()?),
+            None => Ok(self.model.clone()),
+        }
+    }
+
+    /// Open the model file (downloading a hub model first).
+    pub fn open(&self) -> Result<ModelFile> {
+        Ok(ModelFile::open(&self.local_path()?)?)
+    }
+}
+
+/// A bad flag value found after parsing (a schema that does not compile, an unreadable grammar):
+/// exit code 2, like the errors clap reports.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct FlagError(pub String);
+
+/// The message of an error and its causes, each cause said once: a cause whose text the message
+/// already holds (an I/O error wrapped with its file name) is not repeated.
+pub fn error_message(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if msg.contains(&text) {
+            continue;
+        }
+        if !msg.is_empty() {
+            msg.push_str(": ");
+        }
+        msg.push_str(&text);
+    }
+    msg
+}
+
+/// What the process exits with for an error: 2 for bad flags, 1 otherwise.
+pub fn exit_code_for(e: &anyhow::Error) -> ExitCode {
+    if e.chain().any(|c| c.is::<FlagError>()) {
+        ExitCode::from(2)
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum BackendKind {
-    /// The best available: the CPU for now
+    /// A discrete or integrated GPU if there is one, else the CPU
     #[default]
     Auto,
     /// The CPU, with SIMD kernels chosen at run time
     Cpu,
+    /// A GPU through wgpu (Vulkan, Metal, DX12); software adapters such as lavapipe too
+    Gpu,
 }
 
 /// Where and how the model runs.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BackendArgs {
     /// Compute backend
-    #[arg(long, value_enum, default_value_t)]
+    #[arg(long, value_enum, default_value_t, env = "KILN_BACKEND")]
     pub backend: BackendKind,
+
+    /// The GPU adapter to use, by its index in `kiln devices`
+    #[arg(long = "gpu", value_name = "N", env = "KILN_GPU")]
+    pub gpu: Option<usize>,
 
     /// CPU threads (default: one per core)
     #[arg(short = 't', long, value_name = "N")]
@@ -114,6 +181,24 @@ pub struct ContextShiftArgs {
 }
 
 impl ContextShiftArgs {
+    /// These settings for `model`: a model with recurrent state (Qwen3.5) cannot shift its
+    /// context, so `--context-shift` is dropped with a note, and generation stops with
+    /// `context_full` when the context fills, as without the flag.
+    pub fn for_model<B: Backend>(&self, model: &Model<B>) -> ContextShiftArgs {
+        if self.context_shift && !model.can_shift_context() {
+            eprintln!(
+                "note: --context-shift is impossible for {} models (their recurrent state cannot \
+                 drop old tokens); generation stops when the context is full",
+                model.config.arch.name()
+            );
+            return ContextShiftArgs {
+                context_shift: false,
+                keep: None,
+            };
+        }
+        self.clone()
+    }
+
     /// How many tokens at the start of a context that begins with `prompt` a shift keeps, or None
     /// without `--context-shift`. As llama.cpp's `n_keep`: N < 0, or more than the prompt, keeps
     /// the whole prompt; otherwise N tokens after the BOS token, which is always kept.
@@ -252,8 +337,10 @@ pub struct Loaded<B: Backend> {
 }
 
 /// A model loaded on the backend the flags chose. `on_backend!` runs generic code on it.
+/// (Boxed: the two backends' states differ much in size.)
 pub enum AnyLoaded {
-    Cpu(Loaded<CpuBackend>),
+    Cpu(Box<Loaded<CpuBackend>>),
+    Gpu(Box<Loaded<WgpuBackend>>),
 }
 
 /// `on_backend!(any, loaded => expr)`: evaluate `expr` with `loaded` bound to the `Loaded<B>`
@@ -261,7 +348,14 @@ pub enum AnyLoaded {
 macro_rules! on_backend {
     ($any:expr, $loaded:ident => $body:expr) => {
         match $any {
-            $crate::cli::AnyLoaded::Cpu($loaded) => $body,
+            $crate::cli::AnyLoaded::Cpu(boxed) => {
+                let $loaded = *boxed;
+                $body
+            }
+            $crate::cli::AnyLoaded::Gpu(boxed) => {
+                let $loaded = *boxed;
+                $body
+            }
         }
     };
 }
@@ -313,24 +407,57 @@ impl LoadProgress {
 }
 
 pub fn load(model: &ModelArgs, backend: &BackendArgs) -> Result<AnyLoaded> {
+    let path = model.local_path()?;
     let start = Instant::now();
-    let progress = LoadProgress::start(&model.model);
+    let progress = LoadProgress::start(&path);
     progress.stage("reading the model file");
-    let file = ModelFile::open(&model.model)?;
+    let file = ModelFile::open(&path)?;
     progress.stage("building the tokenizer");
     let tokenizer = Tokenizer::from_model(&file)?;
     progress.stage("preparing the weights");
     let threads = backend.threads.unwrap_or(0);
-    let loaded = match backend.backend {
-        BackendKind::Auto | BackendKind::Cpu => AnyLoaded::Cpu(Loaded::new(
+    let loaded = match choose_gpu(backend.backend, backend.gpu)? {
+        None => AnyLoaded::Cpu(Box::new(Loaded::new(
             file,
             tokenizer,
             CpuBackend::new(threads)?,
             start,
-        )?),
+        )?)),
+        Some(gpu) => AnyLoaded::Gpu(Box::new(Loaded::new(file, tokenizer, gpu, start)?)),
     };
     progress.finish();
     Ok(loaded)
+}
+
+/// The GPU `--backend` and `--gpu` choose, or None for the CPU backend. `auto` takes a discrete
+/// or integrated GPU (a software adapter such as lavapipe is slower than kiln's CPU backend) and
+/// falls back to the CPU, with a warning if the GPU it found would not open.
+pub fn choose_gpu(kind: BackendKind, index: Option<usize>) -> Result<Option<WgpuBackend>> {
+    let choice = index.map(AdapterChoice::Index);
+    match kind {
+        BackendKind::Cpu => {
+            if index.is_some() {
+                anyhow::bail!("--gpu picks a GPU adapter, but --backend cpu asks for the CPU");
+            }
+            Ok(None)
+        }
+        BackendKind::Gpu => Ok(Some(WgpuBackend::new(
+            choice.unwrap_or(AdapterChoice::Best),
+        )?)),
+        BackendKind::Auto => match choice {
+            Some(c) => Ok(Some(WgpuBackend::new(c)?)),
+            None => match WgpuBackend::open(
+                AdapterChoice::Hardware,
+                crate::backend::wgpu::GpuOptions::from_env()?,
+            ) {
+                Ok(found) => Ok(found),
+                Err(e) => {
+                    eprintln!("warning: {e}; using the CPU backend");
+                    Ok(None)
+                }
+            },
+        },
+    }
 }
 
 impl<B: Backend> Loaded<B> {
@@ -370,6 +497,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Chat(args) => chat::run(args),
         Command::Info(args) => info::run(args),
         Command::Tokenize(args) => tokenize::run(args),
+        Command::Completions(args) => completions::run(args),
+        Command::Devices(args) => devices::run(args),
+        Command::Check(args) => check::run(args),
     }
 }
 

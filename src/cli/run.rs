@@ -9,17 +9,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use super::tokenize::text_or_stdin;
+use super::constrain::{ConstraintArgs, compile, compiler_for};
+use super::tokenize::{print_verbose_prompt, text_or_stdin};
 use super::{
     BackendArgs, CacheArgs, ContextShiftArgs, Loaded, ModelArgs, OutputFormat, SamplingArgs,
     context_size, load, on_backend,
 };
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message, TemplateOrigin};
-use crate::model::generate::{FinishReason, GenerateOptions, StopRules, generate};
+use crate::model::generate::{FinishReason, GenerateOptions, Generation, StopRules, generate};
 use crate::model::session::DEFAULT_BATCH;
 use crate::model::{Session, Tokenizer};
-use crate::sampler::{Sampler, SamplerConfig};
+use crate::sampler::{ConstraintSpec, Sampler, SamplerConfig};
 
 #[derive(clap::Args, Debug)]
 pub struct RunArgs {
@@ -79,6 +80,18 @@ pub struct RunArgs {
     /// Print load, prompt and generation timings to stderr
     #[arg(short = 'v', long)]
     pub verbose: bool,
+
+    /// Print the prompt as the model is given it (rendered through the chat template) and its
+    /// token ids to stderr
+    #[arg(long)]
+    pub verbose_prompt: bool,
+
+    /// Run many requests from a JSON Lines file (`-`: standard input), one JSON result per line
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "logprobs"])]
+    pub batch: Option<String>,
+
+    #[command(flatten)]
+    pub constraint: ConstraintArgs,
 }
 
 /// Set by Ctrl-C.
@@ -130,17 +143,21 @@ fn prompt_ids(
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
+    if args.batch.is_some() {
+        return super::batch::run(args);
+    }
     let sampler_config = args.sampling.config()?;
     if args.logprobs > 0 && args.format != OutputFormat::Json {
         bail!("--logprobs needs --format json");
     }
+    let constraint = args.constraint.spec()?;
     let text = text_or_stdin(args.prompt.clone())?;
     if text.is_empty() {
         bail!("the prompt is empty");
     }
 
     let loaded = load(&args.model, &args.backend)?;
-    on_backend!(loaded, loaded => generate_for(&args, &text, sampler_config, loaded))
+    on_backend!(loaded, loaded => generate_for(&args, &text, sampler_config, constraint.as_ref(), loaded))
 }
 
 /// Everything after loading, on whichever backend the model was loaded.
@@ -148,10 +165,14 @@ fn generate_for<B: Backend>(
     args: &RunArgs,
     text: &str,
     sampler_config: SamplerConfig,
+    constraint: Option<&ConstraintSpec>,
     loaded: Loaded<B>,
 ) -> Result<ExitCode> {
     let (tok, model) = (&loaded.tokenizer, &loaded.model);
     let ids = prompt_ids(args, text, tok, model.config.arch)?;
+    if args.verbose_prompt {
+        print_verbose_prompt(tok, &ids);
+    }
     let ctx = context_size(args.ctx_size, model.config.context_length)?;
     if ids.len() > ctx {
         bail!(
@@ -165,8 +186,19 @@ fn generate_for<B: Backend>(
         args.max_tokens as usize
     };
     let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
-    session.set_context_shift(args.shift.keep(&ids, tok.bos, 0))?;
+    let shift = args.shift.for_model(model);
+    session.set_context_shift(shift.keep(&ids, tok.bos, 0))?;
     let mut sampler = Sampler::new(sampler_config.clone());
+    if let Some(spec) = constraint {
+        let compiler = compiler_for(tok, model.config.vocab_size)?;
+        if args.verbose {
+            eprintln!(
+                "constraint: vocabulary indexed in {:.0} ms",
+                compiler.setup_time.as_secs_f64() * 1e3
+            );
+        }
+        sampler.set_constraint(Some(compile(&compiler, spec)?));
+    }
     install_interrupt_handler(true);
     let opts = GenerateOptions {
         rules: StopRules {
@@ -202,7 +234,6 @@ fn generate_for<B: Backend>(
         return Ok(ExitCode::SUCCESS);
     }
 
-    let per_s = |n: usize, t: std::time::Duration| n as f64 / t.as_secs_f64().max(1e-9);
     match args.format {
         OutputFormat::Text => {
             if std::io::stdout().is_terminal() && last_char.is_some_and(|c| c != '\n') {
@@ -210,40 +241,7 @@ fn generate_for<B: Backend>(
             }
         }
         OutputFormat::Json => {
-            let piece = |id: u32| tok.decode(&[id], false).unwrap_or_default();
-            let logprobs: Vec<serde_json::Value> = result
-                .logprobs
-                .iter()
-                .map(|s| {
-                    json!({
-                        "id": s.token,
-                        "text": piece(s.token),
-                        "logprob": s.logprob,
-                        "top": s.top.iter().map(|&(id, logit, logprob)| json!({
-                            "id": id, "text": piece(id), "logit": logit, "logprob": logprob,
-                        })).collect::<Vec<_>>(),
-                    })
-                })
-                .collect();
-            let mut v = json!({
-                "model": loaded.file.display_name(),
-                "text": result.text,
-                "tokens": result.tokens,
-                "finish_reason": result.finish.as_str(),
-                "prompt_tokens": result.prompt_tokens,
-                "completion_tokens": result.tokens.len(),
-                "seed": sampler_config.seed,
-                "timings": {
-                    "load_ms": loaded.load_time.as_secs_f64() * 1e3,
-                    "prefill_ms": result.prefill_time.as_secs_f64() * 1e3,
-                    "decode_ms": result.decode_time.as_secs_f64() * 1e3,
-                    "prefill_tokens_per_s": per_s(result.prompt_tokens, result.prefill_time),
-                    "decode_tokens_per_s": per_s(result.tokens.len(), result.decode_time),
-                },
-            });
-            if args.logprobs > 0 {
-                v["logprobs"] = serde_json::Value::Array(logprobs);
-            }
+            let v = result_json(&loaded, &result, &sampler, args.logprobs > 0);
             writeln!(out, "{v}")?;
         }
     }
@@ -266,9 +264,72 @@ fn generate_for<B: Backend>(
             result.finish.as_str(),
             loaded.model.backend.describe(),
         );
+        if let Some(c) = sampler.constraint() {
+            // The mask is computed once per sampled token, inside the decode time.
+            let per_token = result.decode_time / c.stats.masks.max(1) as u32;
+            eprintln!(
+                "constraint: {} masks, {:.3} ms each = {:.1} % of a token's {:.2} ms",
+                c.stats.masks,
+                c.stats.per_mask().as_secs_f64() * 1e3,
+                100.0 * c.stats.per_mask().as_secs_f64() / per_token.as_secs_f64().max(1e-12),
+                per_token.as_secs_f64() * 1e3,
+            );
+        }
     }
     if result.finish == FinishReason::Interrupted {
         return Ok(ExitCode::from(130));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn per_s(n: usize, t: std::time::Duration) -> f64 {
+    n as f64 / t.as_secs_f64().max(1e-9)
+}
+
+/// The object `--format json` prints for a generation (batch mode prints one per request).
+pub fn result_json<B: Backend>(
+    loaded: &Loaded<B>,
+    result: &Generation,
+    sampler: &Sampler,
+    with_logprobs: bool,
+) -> serde_json::Value {
+    let tok = &loaded.tokenizer;
+    let piece = |id: u32| tok.decode(&[id], false).unwrap_or_default();
+    let logprobs: Vec<serde_json::Value> = result
+        .logprobs
+        .iter()
+        .map(|s| {
+            json!({
+                "id": s.token,
+                "text": piece(s.token),
+                "logprob": s.logprob,
+                "top": s.top.iter().map(|&(id, logit, logprob)| json!({
+                    "id": id, "text": piece(id), "logit": logit, "logprob": logprob,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let mut v = json!({
+        "model": loaded.file.display_name(),
+        "text": result.text,
+        "tokens": result.tokens,
+        "finish_reason": result.finish.as_str(),
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.tokens.len(),
+        "seed": sampler.config.seed,
+        "timings": {
+            "load_ms": loaded.load_time.as_secs_f64() * 1e3,
+            "prefill_ms": result.prefill_time.as_secs_f64() * 1e3,
+            "decode_ms": result.decode_time.as_secs_f64() * 1e3,
+            "prefill_tokens_per_s": per_s(result.prompt_tokens, result.prefill_time),
+            "decode_tokens_per_s": per_s(result.tokens.len(), result.decode_time),
+        },
+    });
+    if with_logprobs {
+        v["logprobs"] = serde_json::Value::Array(logprobs);
+    }
+    if let Some(c) = sampler.constraint() {
+        v["timings"]["mask_ms"] = json!(c.stats.mask_time.as_secs_f64() * 1e3);
+    }
+    v
 }

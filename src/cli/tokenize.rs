@@ -1,4 +1,5 @@
-//! `kiln tokenize`: the token ids (and pieces) the model sees for a text.
+//! `kiln tokenize`: the token ids (and pieces) the model sees for a text, as given or (`--chat`)
+//! as the chat template renders it.
 
 use std::io::Read;
 
@@ -6,7 +7,8 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use super::{ModelArgs, OutputFormat};
-use crate::model::{ModelFile, Tokenizer};
+use crate::model::Tokenizer;
+use crate::model::chat::{ChatTemplate, Message};
 
 #[derive(clap::Args, Debug)]
 pub struct TokenizeArgs {
@@ -21,8 +23,17 @@ pub struct TokenizeArgs {
     pub pieces: bool,
 
     /// Leave out the BOS token the model would otherwise get first
-    #[arg(long)]
+    #[arg(long, conflicts_with = "chat")]
     pub no_bos: bool,
+
+    /// Tokenize the text as a user message rendered through the model's chat template, up to
+    /// where the reply begins: exactly what `kiln run --chat` gives the model
+    #[arg(long)]
+    pub chat: bool,
+
+    /// With --chat: a system message before the user's
+    #[arg(long, value_name = "TEXT", requires = "chat")]
+    pub system: Option<String>,
 
     /// Output format
     #[arg(long, value_enum, default_value_t)]
@@ -44,10 +55,20 @@ pub fn text_or_stdin(arg: Option<String>) -> Result<String> {
 }
 
 pub fn run(args: TokenizeArgs) -> Result<std::process::ExitCode> {
-    let model = ModelFile::open(&args.model.model)?;
+    let model = args.model.open()?;
     let tok = Tokenizer::from_model(&model)?;
     let text = text_or_stdin(args.text)?;
-    let ids = tok.encode(&text, !args.no_bos)?;
+    let ids = if args.chat {
+        let template = ChatTemplate::for_model(&tok, model.config.arch);
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(Message::new("system", system));
+        }
+        messages.push(Message::new("user", &text));
+        template.prompt_ids(&tok, &messages, true)?
+    } else {
+        tok.encode(&text, !args.no_bos)?
+    };
     let pieces: Vec<String> = ids
         .iter()
         .map(|&id| tok.decode(&[id], false))
@@ -71,4 +92,17 @@ pub fn run(args: TokenizeArgs) -> Result<std::process::ExitCode> {
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// `--verbose-prompt`: the prompt as the model is given it, then each token id and its text, on
+/// stderr (llama.cpp's format).
+pub fn print_verbose_prompt(tok: &Tokenizer, ids: &[u32]) {
+    let text = tok.decode(ids, false).unwrap_or_default();
+    eprintln!("prompt: {text:?}");
+    eprintln!("number of tokens in prompt = {}", ids.len());
+    for &id in ids {
+        let piece = tok.decode(&[id], false).unwrap_or_default();
+        eprintln!("{id:>7} -> {piece:?}");
+    }
+    eprintln!();
 }

@@ -130,6 +130,22 @@ impl Metadata {
             .map(Some)
     }
 
+    pub fn bool_array(&self, key: &str) -> Result<Option<Vec<bool>>> {
+        let Some(a) = self.array(key)? else {
+            return Ok(None);
+        };
+        a.values
+            .iter()
+            .map(|v| match v {
+                MetadataValue::Bool(b) => Ok(*b),
+                other => integer(other)
+                    .map(|i| i != 0)
+                    .ok_or_else(|| wrong_kind(key, "booleans", other)),
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
     /// A short human-readable rendering of a value (arrays abbreviated), for `kiln info`.
     pub fn display(&self, key: &str) -> String {
         self.raw.get(key).map(display_value).unwrap_or_default()

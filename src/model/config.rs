@@ -17,6 +17,10 @@ pub enum Arch {
     Qwen2,
     Qwen3,
     Gemma3,
+    /// Qwen3.5 dense: Gated DeltaNet blocks between gated full-attention blocks.
+    Qwen35,
+    /// Qwen3.5 mixture of experts: the same blocks with routed and shared experts.
+    Qwen35Moe,
 }
 
 impl Arch {
@@ -26,6 +30,8 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gemma3 => "gemma3",
+            Arch::Qwen35 => "qwen35",
+            Arch::Qwen35Moe => "qwen35moe",
         }
     }
 
@@ -36,8 +42,15 @@ impl Arch {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gemma3" | "gemma3_text" => Arch::Gemma3,
+            "qwen35" => Arch::Qwen35,
+            "qwen35moe" => Arch::Qwen35Moe,
             other => return Err(unsupported_arch(other)),
         })
+    }
+
+    /// Qwen3.5's hybrid layout (recurrent blocks with a state beside the KV cache).
+    pub fn is_hybrid(self) -> bool {
+        matches!(self, Arch::Qwen35 | Arch::Qwen35Moe)
     }
 
     /// From config.json `model_type`.
@@ -54,7 +67,8 @@ impl Arch {
 
 fn unsupported_arch(name: &str) -> Error {
     Error::Unsupported(format!(
-        "architecture '{name}' is not supported (kiln runs llama, mistral, qwen2, qwen3 and gemma3)"
+        "architecture '{name}' is not supported (kiln runs llama, mistral, qwen2, qwen3, gemma3, \
+         and qwen35/qwen35moe from GGUF)"
     ))
 }
 
@@ -75,6 +89,56 @@ pub enum Activation {
     Silu,
     /// GELU with the tanh approximation (gate) · up.
     GeluTanh,
+}
+
+/// The Gated DeltaNet (linear attention) blocks of a hybrid model (Qwen3.5).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeltaNetConfig {
+    /// Per block: true for a DeltaNet block, false for full attention.
+    pub recurrent: Vec<bool>,
+    /// Taps of the causal convolution over the q/k/v channels (`ssm.conv_kernel`).
+    pub conv_kernel: usize,
+    /// Key (and query) heads (`ssm.group_count`).
+    pub n_k_heads: usize,
+    /// Value heads (`ssm.time_step_rank`), a multiple of the key heads.
+    pub n_v_heads: usize,
+    /// Width of every key, query and value head (`ssm.state_size`).
+    pub head_dim: usize,
+}
+
+impl DeltaNetConfig {
+    /// Channels of the q/k/v projection, which the convolution runs over.
+    pub fn conv_channels(&self) -> usize {
+        (2 * self.n_k_heads + self.n_v_heads) * self.head_dim
+    }
+
+    /// Width of the value heads together (`ssm.inner_size`).
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.head_dim
+    }
+
+    /// f32 values of one block's convolution state (the last K−1 input rows).
+    pub fn conv_state_len(&self) -> usize {
+        self.conv_kernel.saturating_sub(1) * self.conv_channels()
+    }
+
+    /// f32 values of one block's recurrent state (a head_dim² matrix per value head).
+    pub fn ssm_state_len(&self) -> usize {
+        self.n_v_heads * self.head_dim * self.head_dim
+    }
+}
+
+/// The routed and shared experts of a mixture-of-experts feed-forward block.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MoeConfig {
+    /// Experts per block (`expert_count`).
+    pub n_expert: usize,
+    /// Experts each token is routed to (`expert_used_count`).
+    pub n_used: usize,
+    /// Width of each routed expert (`expert_feed_forward_length`).
+    pub expert_ff: usize,
+    /// Width of the shared expert (`expert_shared_feed_forward_length`).
+    pub shared_ff: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -109,6 +173,18 @@ pub struct ModelConfig {
     pub attention_scale: f32,
     pub activation: Activation,
     pub final_logit_softcap: Option<f32>,
+    /// Leading dimensions of each head that RoPE rotates; the rest pass through (partial
+    /// rotary). Equal to head_dim except in Qwen3.5 (`rope.dimension_count`).
+    pub rope_dims: usize,
+    /// Multimodal RoPE sections (Qwen3.5's IMRoPE), in rotary pairs. Text positions use the same
+    /// position in the first three; pairs in none of them stay unrotated.
+    pub rope_sections: Option<[usize; 4]>,
+    /// Hybrid models: which blocks are Gated DeltaNet, and their shapes.
+    pub delta_net: Option<DeltaNetConfig>,
+    /// Mixture-of-experts feed-forward blocks.
+    pub moe: Option<MoeConfig>,
+    /// Multi-token-prediction blocks the file carries after the `n_layers` used (skipped).
+    pub nextn_layers: usize,
 }
 
 impl ModelConfig {
@@ -143,6 +219,31 @@ impl ModelConfig {
         } else {
             self.rope_scaling.as_ref()
         }
+    }
+
+    /// True when block `layer` is a recurrent (Gated DeltaNet) block rather than attention.
+    pub fn layer_is_recurrent(&self, layer: usize) -> bool {
+        self.delta_net
+            .as_ref()
+            .is_some_and(|d| d.recurrent.get(layer).copied().unwrap_or(false))
+    }
+
+    /// Blocks with a KV cache (every block except recurrent ones).
+    pub fn attention_layers(&self) -> usize {
+        (0..self.n_layers)
+            .filter(|&l| !self.layer_is_recurrent(l))
+            .count()
+    }
+
+    /// Bytes of recurrent state per sequence (conv rows and DeltaNet matrices of every
+    /// recurrent block, f32); 0 for models without recurrent blocks.
+    pub fn recurrent_state_bytes(&self) -> usize {
+        self.delta_net.as_ref().map_or(0, |d| {
+            let blocks = (0..self.n_layers)
+                .filter(|&l| self.layer_is_recurrent(l))
+                .count();
+            blocks * (d.conv_state_len() + d.ssm_state_len()) * 4
+        })
     }
 
     pub fn q_dim(&self) -> usize {
@@ -223,12 +324,28 @@ impl ModelConfig {
             1.0 / (head_dim as f32).sqrt()
         };
 
+        let block_count = need("block_count")?;
+        let hybrid = if arch.is_hybrid() {
+            Some(hybrid_from_gguf(md, arch_name, block_count, head_dim)?)
+        } else {
+            None
+        };
+        let intermediate_size = match &hybrid {
+            // The shared expert is an MoE block's dense part.
+            Some(h) => match &h.moe {
+                Some(m) => m.shared_ff,
+                None => need("feed_forward_length")?,
+            },
+            None => need("feed_forward_length")?,
+        };
+        let nextn_layers = hybrid.as_ref().map_or(0, |h| h.nextn_layers);
+
         let cfg = ModelConfig {
             arch,
             vocab_size,
             hidden_size,
-            intermediate_size: need("feed_forward_length")?,
-            n_layers: need("block_count")?,
+            intermediate_size,
+            n_layers: block_count - nextn_layers,
             n_heads,
             n_kv_heads,
             head_dim,
@@ -257,7 +374,10 @@ impl ModelConfig {
                 None
             },
             attention_bias: arch == Arch::Qwen2,
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
+            qk_norm: matches!(
+                arch,
+                Arch::Qwen3 | Arch::Gemma3 | Arch::Qwen35 | Arch::Qwen35Moe
+            ),
             tie_embeddings: !output_present,
             context_length: md.usize(&key("context_length"))?.unwrap_or(2048),
             norm_weights_include_one: gemma,
@@ -272,6 +392,11 @@ impl ModelConfig {
                 .f64(&key("final_logit_softcapping"))?
                 .filter(|&c| c > 0.0)
                 .map(|c| c as f32),
+            rope_dims: hybrid.as_ref().map_or(head_dim, |h| h.rope_dims),
+            rope_sections: hybrid.as_ref().and_then(|h| h.rope_sections),
+            moe: hybrid.as_ref().and_then(|h| h.moe.clone()),
+            delta_net: hybrid.map(|h| h.delta_net),
+            nextn_layers,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -383,6 +508,11 @@ impl ModelConfig {
             final_logit_softcap: float("final_logit_softcapping")?
                 .filter(|&x| x > 0.0)
                 .map(|x| x as f32),
+            rope_dims: head_dim,
+            rope_sections: None,
+            delta_net: None,
+            moe: None,
+            nextn_layers: 0,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -438,6 +568,206 @@ impl ModelConfig {
         }
         Ok(())
     }
+}
+
+/// What a Qwen3.5 GGUF adds to the common keys.
+struct HybridKeys {
+    delta_net: DeltaNetConfig,
+    moe: Option<MoeConfig>,
+    rope_dims: usize,
+    rope_sections: Option<[usize; 4]>,
+    nextn_layers: usize,
+}
+
+/// Read Qwen3.5's keys (`{arch}.ssm.*`, the layer schedule, experts, partial IMRoPE), naming the
+/// key in every error. `block_count` includes any multi-token-prediction blocks.
+fn hybrid_from_gguf(
+    md: &Metadata,
+    arch: &str,
+    block_count: usize,
+    head_dim: usize,
+) -> Result<HybridKeys> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let need = |k: &str| -> Result<usize> {
+        md.usize(&key(k))?
+            .ok_or_else(|| Error::Format(format!("metadata has no {}", key(k))))
+    };
+    let bad = |m: String| Err(Error::Format(m));
+
+    let nextn_layers = md.usize(&key("nextn_predict_layers"))?.unwrap_or(0);
+    if nextn_layers >= block_count {
+        return bad(format!(
+            "{} = {nextn_layers} leaves none of the {block_count} blocks",
+            key("nextn_predict_layers")
+        ));
+    }
+    let n_layers = block_count - nextn_layers;
+    let recurrent = match md.bool_array(&key("attention.recurrent_layers"))? {
+        Some(flags) => {
+            if flags.len() != block_count {
+                return bad(format!(
+                    "{} has {} entries for {block_count} blocks",
+                    key("attention.recurrent_layers"),
+                    flags.len()
+                ));
+            }
+            flags[..n_layers].to_vec()
+        }
+        None => {
+            let interval = md.usize(&key("full_attention_interval"))?.unwrap_or(4);
+            if interval == 0 {
+                return bad(format!(
+                    "{} must be at least 1",
+                    key("full_attention_interval")
+                ));
+            }
+            (0..n_layers).map(|i| (i + 1) % interval != 0).collect()
+        }
+    };
+
+    let head = need("ssm.state_size")?;
+    let n_k_heads = need("ssm.group_count")?;
+    let n_v_heads = need("ssm.time_step_rank")?;
+    let inner = need("ssm.inner_size")?;
+    let conv_kernel = need("ssm.conv_kernel")?;
+    if head == 0 || n_k_heads == 0 || n_v_heads == 0 {
+        return bad(format!(
+            "{}, {} and {} must be positive",
+            key("ssm.state_size"),
+            key("ssm.group_count"),
+            key("ssm.time_step_rank")
+        ));
+    }
+    if !n_v_heads.is_multiple_of(n_k_heads) {
+        return bad(format!(
+            "{} value heads ({}) are not a multiple of the {} key heads ({})",
+            n_v_heads,
+            key("ssm.time_step_rank"),
+            n_k_heads,
+            key("ssm.group_count")
+        ));
+    }
+    if inner != n_v_heads.saturating_mul(head) {
+        return bad(format!(
+            "{} = {inner} is not value heads × head size = {n_v_heads} × {head}",
+            key("ssm.inner_size")
+        ));
+    }
+    if !(1..=64).contains(&conv_kernel) {
+        return bad(format!(
+            "{} = {conv_kernel} is outside 1..=64",
+            key("ssm.conv_kernel")
+        ));
+    }
+    for (name, v) in [("ssm.state_size", head), ("ssm.time_step_rank", n_v_heads)] {
+        if v > 1 << 16 {
+            return bad(format!("{} = {v} is implausibly large", key(name)));
+        }
+    }
+
+    let rope_dims = md.usize(&key("rope.dimension_count"))?.unwrap_or(head_dim);
+    if rope_dims == 0 || rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
+        return bad(format!(
+            "{} = {rope_dims} must be even and within the head size {head_dim}",
+            key("rope.dimension_count")
+        ));
+    }
+    let rope_sections = match md.i64_array(&key("rope.dimension_sections"))? {
+        None => None,
+        Some(v) => {
+            if v.len() != 4 || v.iter().any(|&s| !(0..=1 << 16).contains(&s)) {
+                return bad(format!(
+                    "{} should be 4 non-negative integers, found {v:?}",
+                    key("rope.dimension_sections")
+                ));
+            }
+            let s = [v[0] as usize, v[1] as usize, v[2] as usize, v[3] as usize];
+            let sum: usize = s.iter().sum();
+            if sum == 0 || sum > rope_dims / 2 {
+                return bad(format!(
+                    "{} {s:?} sum to {sum}, but there are {} rotary pairs ({} = {rope_dims})",
+                    key("rope.dimension_sections"),
+                    rope_dims / 2,
+                    key("rope.dimension_count")
+                ));
+            }
+            Some(s)
+        }
+    };
+
+    let moe = match md.usize(&key("expert_count"))? {
+        None | Some(0) => None,
+        Some(n_expert) => {
+            let n_used = need("expert_used_count")?;
+            if n_used == 0 || n_used > n_expert || n_expert > 1 << 16 {
+                return bad(format!(
+                    "{} = {n_used} must be between 1 and {} = {n_expert}",
+                    key("expert_used_count"),
+                    key("expert_count")
+                ));
+            }
+            let dense_ff = md.usize(&key("feed_forward_length"))?;
+            let expert_ff = match md.usize(&key("expert_feed_forward_length")) {
+                Ok(Some(ff)) => ff,
+                Ok(None) => dense_ff.map(|ff| ff / n_used).ok_or_else(|| {
+                    Error::Format(format!(
+                        "metadata has no {}",
+                        key("expert_feed_forward_length")
+                    ))
+                })?,
+                // A per-layer array: kiln runs files whose experts all have one width.
+                Err(_) => {
+                    let v = md
+                        .i64_array(&key("expert_feed_forward_length"))?
+                        .unwrap_or_default();
+                    match v.first() {
+                        Some(&f) if f > 0 && v.iter().all(|&x| x == f) => f as usize,
+                        _ => {
+                            return Err(Error::Unsupported(format!(
+                                "{} varies across layers ({v:?})",
+                                key("expert_feed_forward_length")
+                            )));
+                        }
+                    }
+                }
+            };
+            let shared_ff = md
+                .usize(&key("expert_shared_feed_forward_length"))?
+                .or(dense_ff)
+                .ok_or_else(|| {
+                    Error::Format(format!(
+                        "metadata has no {}",
+                        key("expert_shared_feed_forward_length")
+                    ))
+                })?;
+            if expert_ff == 0 || shared_ff == 0 || expert_ff > 1 << 20 || shared_ff > 1 << 24 {
+                return bad(format!(
+                    "expert widths {expert_ff} and {shared_ff} ({} and {}) must be positive and plausible",
+                    key("expert_feed_forward_length"),
+                    key("expert_shared_feed_forward_length")
+                ));
+            }
+            Some(MoeConfig {
+                n_expert,
+                n_used,
+                expert_ff,
+                shared_ff,
+            })
+        }
+    };
+    Ok(HybridKeys {
+        delta_net: DeltaNetConfig {
+            recurrent,
+            conv_kernel,
+            n_k_heads,
+            n_v_heads,
+            head_dim: head,
+        },
+        moe,
+        rope_dims,
+        rope_sections,
+        nextn_layers,
+    })
 }
 
 /// Gemma 3's local/global layout: `sliding_window_pattern: 6`, or a `layer_types` list whose

@@ -119,7 +119,7 @@ pub fn generate<B: Backend>(
             out.finish = FinishReason::Length;
             break;
         }
-        let token = sampler.sample(&logits);
+        let token = sampler.sample(&logits)?;
         if opts.logprobs > 0 {
             let top = top_logprobs(&logits, opts.logprobs);
             let logprob = top
@@ -173,6 +173,8 @@ pub fn generate<B: Backend>(
         }
     }
     out.decode_time = t1.elapsed();
+    // A later turn that rolls back into or past this reply restarts a recurrent state here.
+    session.checkpoint()?;
     Ok(out)
 }
 

@@ -7,6 +7,7 @@ pub mod config;
 pub mod conversation;
 pub mod generate;
 pub mod loader;
+pub mod recurrent;
 pub mod rope;
 pub mod session;
 pub mod tokenizer;

@@ -1,7 +1,9 @@
 //! Rotary position embedding tables: for each position, the (cos, sin) of every frequency of a
 //! head, computed on the host once per forward call for all layers that share them. The arithmetic
 //! is llama.cpp's rope cache (f32 angles by repeated multiplication, libm `cosf`/`sinf`), so
-//! kiln's rotations round as llama.cpp's do.
+//! kiln's rotations round as llama.cpp's do. A table covers the rotated dimensions of a head
+//! (all of them, or Qwen3.5's leading `rope.dimension_count`); with IMRoPE sections, pairs outside
+//! the text sections get angle 0 (unrotated), as llama.cpp's mrope cache gives text tokens.
 
 use super::config::RopeScaling;
 
@@ -14,24 +16,34 @@ pub struct RopeFreqs {
     freq_scale: f32,
     /// Per-frequency divisors (Llama 3), if any.
     divisors: Option<Vec<f32>>,
+    /// Per pair: false where an IMRoPE section leaves it unrotated for text.
+    rotated: Option<Vec<bool>>,
 }
 
 impl RopeFreqs {
-    pub fn new(head_dim: usize, theta: f32, scaling: Option<&RopeScaling>) -> RopeFreqs {
+    /// Frequencies for `dims` rotated dimensions per head (head_dim, or fewer for partial RoPE),
+    /// with IMRoPE `sections` when the model has them.
+    pub fn new(
+        dims: usize,
+        theta: f32,
+        scaling: Option<&RopeScaling>,
+        sections: Option<[usize; 4]>,
+    ) -> RopeFreqs {
         let (freq_scale, divisors) = match scaling {
             None => (1.0, None),
             Some(RopeScaling::Linear { factor }) => (1.0 / factor, None),
             Some(RopeScaling::PerFrequency { divisors }) => (1.0, Some(divisors.clone())),
         };
         RopeFreqs {
-            half: head_dim / 2,
-            theta_scale: theta.powf(-2.0 / head_dim as f32),
+            half: dims / 2,
+            theta_scale: theta.powf(-2.0 / dims as f32),
             freq_scale,
             divisors,
+            rotated: sections.map(|s| imrope_text_pairs(s, dims / 2)),
         }
     }
 
-    /// Fill `out` with `rows` rows of head_dim values: (cos, sin) pairs for positions
+    /// Fill `out` with `rows` rows of `dims` values: (cos, sin) pairs for positions
     /// `start_pos..start_pos + rows`.
     pub fn table(&self, start_pos: usize, rows: usize, out: &mut Vec<f32>) {
         out.clear();
@@ -52,10 +64,52 @@ impl RopeFreqs {
         let mut theta = pos;
         for i in 0..self.half {
             let divisor = self.divisors.as_ref().map_or(1.0, |d| d[i]);
-            let angle = self.freq_scale * (theta / divisor);
+            let on = self.rotated.as_ref().is_none_or(|r| r[i]);
+            let angle = if on {
+                self.freq_scale * (theta / divisor)
+            } else {
+                0.0
+            };
             out.push(angle.cos());
             out.push(angle.sin());
             theta *= self.theta_scale;
         }
+    }
+}
+
+/// Which rotary pairs a text token rotates under interleaved multimodal RoPE (llama.cpp's
+/// `ggml_mrope_cache_init` with IMROPE): pair i falls in sector i mod Σsections, and sectors
+/// cycle through the temporal, height and width components, each up to 3× its section size.
+/// Text positions are (p, p, p, 0), so those three rotate by p and the rest by 0.
+fn imrope_text_pairs(sections: [usize; 4], pairs: usize) -> Vec<bool> {
+    let total: usize = sections.iter().sum();
+    (0..pairs)
+        .map(|i| {
+            let sector = i % total.max(1);
+            (sector.is_multiple_of(3) && sector < 3 * sections[0])
+                || (sector % 3 == 1 && sector < 3 * sections[1])
+                || (sector % 3 == 2 && sector < 3 * sections[2])
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imrope_sections_that_cover_every_pair_rotate_all_of_them() {
+        assert!(imrope_text_pairs([2, 1, 1, 0], 4).iter().all(|&r| r));
+        assert!(imrope_text_pairs([11, 11, 10, 0], 32).iter().all(|&r| r));
+        // A fourth (extra) section, or sections short of the pairs, leave pairs unrotated.
+        assert_eq!(
+            imrope_text_pairs([1, 1, 1, 1], 4),
+            vec![true, true, true, false]
+        );
+        assert_eq!(imrope_text_pairs([1, 0, 0, 0], 2), vec![true, true]);
+        assert_eq!(
+            imrope_text_pairs([1, 0, 1, 0], 4),
+            vec![true, false, true, false]
+        );
     }
 }

@@ -1,12 +1,15 @@
 //! A session: the tokens of one conversation and their KV cache. `prefill` runs many tokens in
 //! batched forward calls (chunks of up to `batch` tokens, each one matrix-matrix pass), `decode`
-//! one; both return the logits of the last token. `truncate` rolls the context back;
-//! `shift_context` drops old tokens to make room (llama.cpp's context shift), and with
-//! `set_context_shift` generation does so by itself whenever the context fills.
+//! one; both return the logits of the last token. `truncate` rolls the context back; for models
+//! with recurrent blocks (Qwen3.5) it restores the nearest state checkpoint and recomputes from
+//! there (recurrent.rs), so prefill and decode take checkpoints as they go. `shift_context` drops
+//! old tokens to make room (llama.cpp's context shift), and with `set_context_shift` generation
+//! does so by itself whenever the context fills (not for models with recurrent state).
 
 use std::time::{Duration, Instant};
 
 use super::arch::{KvCache, KvCacheTypes, Model, Scratch};
+use super::recurrent::CHECKPOINT_INTERVAL;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 
@@ -23,6 +26,8 @@ pub struct SessionStats {
     /// Context shifts made, and the tokens they dropped.
     pub context_shifts: usize,
     pub shifted_out_tokens: usize,
+    /// Tokens run again by `truncate` to rebuild a recurrent state from a checkpoint.
+    pub recomputed_tokens: usize,
 }
 
 pub struct Session<'m, B: Backend> {
@@ -127,9 +132,8 @@ impl<'m, B: Backend> Session<'m, B> {
         }
         self.check(ids)?;
         let start = Instant::now();
-        for chunk in ids.chunks(self.scratch_rows()) {
-            self.run(chunk);
-        }
+        self.run_chunks(ids)?;
+        self.checkpoint()?;
         self.stats.prefill_tokens += ids.len();
         self.stats.prefill_time += start.elapsed();
         Ok(&self.logits)
@@ -142,13 +146,18 @@ impl<'m, B: Backend> Session<'m, B> {
         }
         self.check(&[id])?;
         let start = Instant::now();
-        self.run(&[id]);
+        self.run(&[id])?;
+        if self.tokens.len().is_multiple_of(CHECKPOINT_INTERVAL) {
+            self.checkpoint()?;
+        }
         self.stats.decode_tokens += 1;
         self.stats.decode_time += start.elapsed();
         Ok(&self.logits)
     }
 
     /// Keep only the first `n` tokens of the context (the cache beyond them is overwritten later).
+    /// A recurrent state goes back to the nearest checkpoint at or before `n`, and the tokens
+    /// from there to `n` are run again.
     pub fn truncate(&mut self, n: usize) -> Result<()> {
         if n > self.tokens.len() {
             return Err(Error::Usage(format!(
@@ -157,6 +166,13 @@ impl<'m, B: Backend> Session<'m, B> {
             )));
         }
         if n < self.tokens.len() {
+            if let Some(r) = &mut self.cache.recurrent {
+                let from = r.restore(&self.model.backend, n);
+                let redo = self.tokens[from..n].to_vec();
+                self.tokens.truncate(from);
+                self.run_chunks(&redo)?;
+                self.stats.recomputed_tokens += redo.len();
+            }
             self.tokens.truncate(n);
             self.has_logits = false;
         }
@@ -222,13 +238,54 @@ impl<'m, B: Backend> Session<'m, B> {
     pub fn reset(&mut self) {
         self.tokens.clear();
         self.has_logits = false;
+        if let Some(r) = &mut self.cache.recurrent {
+            r.clear_checkpoints();
+        }
+    }
+
+    /// Keep a copy of the recurrent state at the current length, so `truncate` can come back
+    /// here without recomputing (prefill does this at its end; `generate` at a reply's end).
+    /// Nothing for models without recurrent blocks.
+    pub fn checkpoint(&mut self) -> Result<()> {
+        let pos = self.tokens.len();
+        match &mut self.cache.recurrent {
+            Some(r) if pos > 0 => r.save(&self.model.backend, &self.model.config, pos),
+            _ => Ok(()),
+        }
+    }
+
+    /// The positions with a recurrent-state checkpoint (empty for other models).
+    pub fn checkpoints(&self) -> Vec<usize> {
+        self.cache
+            .recurrent
+            .as_ref()
+            .map_or_else(Vec::new, |r| r.checkpoint_positions())
+    }
+
+    /// Run `ids` in batches of up to the scratch size; for recurrent models a batch also ends at
+    /// each multiple of `CHECKPOINT_INTERVAL`, where a checkpoint is taken.
+    fn run_chunks(&mut self, mut ids: &[u32]) -> Result<()> {
+        let recurrent = self.cache.recurrent.is_some();
+        while !ids.is_empty() {
+            let mut n = ids.len().min(self.scratch_rows());
+            if recurrent {
+                let pos = self.tokens.len();
+                n = n.min(CHECKPOINT_INTERVAL - pos % CHECKPOINT_INTERVAL);
+            }
+            self.run(&ids[..n])?;
+            ids = &ids[n..];
+            if recurrent && self.tokens.len().is_multiple_of(CHECKPOINT_INTERVAL) {
+                self.checkpoint()?;
+            }
+        }
+        Ok(())
     }
 
     fn scratch_rows(&self) -> usize {
         self.scratch.rows()
     }
 
-    fn run(&mut self, ids: &[u32]) {
+    fn run(&mut self, ids: &[u32]) -> Result<()> {
         let start_pos = self.tokens.len();
         self.model.forward(
             ids,
@@ -237,7 +294,12 @@ impl<'m, B: Backend> Session<'m, B> {
             &mut self.scratch,
             &mut self.logits,
         );
+        if let Some(e) = self.model.backend.take_error() {
+            self.has_logits = false;
+            return Err(e);
+        }
         self.tokens.extend_from_slice(ids);
         self.has_logits = true;
+        Ok(())
     }
 }

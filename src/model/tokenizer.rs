@@ -418,6 +418,80 @@ impl Tokenizer {
     }
 }
 
+/// What a vocabulary entry stands for in the output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenBytes {
+    /// The bytes it decodes to (a fragment of UTF-8 for byte tokens).
+    Text(Vec<u8>),
+    /// A special token (BOS, end-of-turn, …), by name: it has no text of its own.
+    Special(String),
+}
+
+/// The byte each character of a byte-level BPE vocabulary entry stands for (GPT-2's table:
+/// printable bytes map to themselves, the others to U+0100 onwards in byte order).
+fn byte_level_table() -> HashMap<char, u8> {
+    let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut next = 0x100u32;
+    (0..=255u8)
+        .map(|b| {
+            if printable(b) {
+                (b as char, b)
+            } else {
+                let c = char::from_u32(next).unwrap_or('\0');
+                next += 1;
+                (c, b)
+            }
+        })
+        .collect()
+}
+
+impl Tokenizer {
+    /// What every token id stands for, in id order: its bytes (from the vocabulary entry, through
+    /// byte-level BPE's character table or SentencePiece's `▁` and `<0xNN>` conventions), or the
+    /// name of a special token. Constrained generation builds its token trie from this.
+    pub fn vocabulary_bytes(&self) -> Vec<TokenBytes> {
+        let byte_level = match self.kind {
+            TokenizerKind::Gpt2 { .. } => true,
+            TokenizerKind::SentencePiece => false,
+            // tokenizer.json: its decoder says which convention the vocabulary follows.
+            TokenizerKind::HuggingFace => self.inner.get_decoder().is_some_and(|d| {
+                serde_json::to_string(d).is_ok_and(|s| s.contains("\"ByteLevel\""))
+            }),
+        };
+        let table = byte_level_table();
+        let added = self.inner.get_added_tokens_decoder();
+        (0..self.n_vocab as u32)
+            .map(|id| {
+                if let Some(t) = added.get(&id) {
+                    return if t.special {
+                        TokenBytes::Special(t.content.clone())
+                    } else {
+                        TokenBytes::Text(t.content.clone().into_bytes())
+                    };
+                }
+                let Some(piece) = self.inner.id_to_token(id) else {
+                    return TokenBytes::Special(format!("<[{id}]>"));
+                };
+                if byte_level {
+                    match piece.chars().map(|c| table.get(&c).copied()).collect() {
+                        Some(bytes) => TokenBytes::Text(bytes),
+                        None => TokenBytes::Text(piece.into_bytes()),
+                    }
+                } else if let Some(byte) = piece
+                    .strip_prefix("<0x")
+                    .and_then(|h| h.strip_suffix('>'))
+                    .filter(|h| h.len() == 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    TokenBytes::Text(vec![byte])
+                } else {
+                    TokenBytes::Text(piece.replace('▁', " ").into_bytes())
+                }
+            })
+            .collect()
+    }
+}
+
 fn tok_err(msg: impl Into<String>) -> Error {
     Error::Tokenizer(msg.into())
 }

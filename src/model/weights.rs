@@ -1,12 +1,18 @@
 //! The weights of a model, found by canonical name, checked against the configuration (so a bad
 //! file is a clear error here rather than an out-of-bounds access in a kernel), and handed to the
-//! backend.
+//! backend. Qwen3.5's hybrid blocks are in weights/hybrid.rs.
+
+mod hybrid;
 
 use super::config::{Arch, ModelConfig};
 use super::loader::ModelFile;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+
+pub use hybrid::{
+    DeltaNetWeights, ExpertsGateUp, Ffn, GatedAttentionWeights, HybridLayer, Mixer, MoeWeights,
+};
 
 pub struct LayerWeights<B: Backend> {
     pub attn_norm: B::Weight,
@@ -29,12 +35,18 @@ pub struct LayerWeights<B: Backend> {
     pub post_ffn_norm: Option<B::Weight>,
 }
 
+/// The weights of one block: a standard transformer layer, or a Qwen3.5 hybrid block.
+pub enum Block<B: Backend> {
+    Standard(LayerWeights<B>),
+    Hybrid(HybridLayer<B>),
+}
+
 pub struct Weights<B: Backend> {
     pub tok_embd: B::Weight,
     pub output_norm: B::Weight,
     /// None: tied to the embedding table.
     pub output: Option<B::Weight>,
-    pub layers: Vec<LayerWeights<B>>,
+    pub layers: Vec<Block<B>>,
 }
 
 struct Finder<'a, B: Backend> {
@@ -99,6 +111,10 @@ impl<B: Backend> Weights<B> {
         let gemma = c.arch == Arch::Gemma3;
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
+            if c.arch.is_hybrid() {
+                layers.push(Block::Hybrid(hybrid::layer(&f, c, i)?));
+                continue;
+            }
             let n = |part: &str| format!("blk.{i}.{part}");
             let bias = |part: &str, dim: usize| -> Result<Option<B::Weight>> {
                 if c.attention_bias {
@@ -121,7 +137,7 @@ impl<B: Backend> Weights<B> {
                     Ok(None)
                 }
             };
-            layers.push(LayerWeights {
+            layers.push(Block::Standard(LayerWeights {
                 attn_norm: f.norm(&n("attn_norm.weight"), h)?,
                 wq: f.get(&n("attn_q.weight"), &[h, q])?,
                 wk: f.get(&n("attn_k.weight"), &[h, kv])?,
@@ -138,7 +154,7 @@ impl<B: Backend> Weights<B> {
                 w_up: f.get(&n("ffn_up.weight"), &[h, ff])?,
                 w_down: f.get(&n("ffn_down.weight"), &[ff, h])?,
                 post_ffn_norm: gemma_norm("post_ffw_norm.weight")?,
-            });
+            }));
         }
         let vocab = c.vocab_size;
         let output = if c.tie_embeddings {

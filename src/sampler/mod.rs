@@ -1,8 +1,15 @@
 //! Token sampling, as llama.cpp's default chain: penalties → top-k → top-p → min-p → temperature →
 //! draw from the softmax. `temperature <= 0` is greedy (penalties still apply). A seeded
-//! xoshiro256** generator makes `--seed` reproduce a run exactly.
+//! xoshiro256** generator makes `--seed` reproduce a run exactly. With a [`Constraint`] (JSON
+//! schema, grammar, regex), tokens it does not allow are masked out before the chain, and every
+//! token sampled advances it.
+
+pub mod constraint;
+pub mod gbnf;
 
 use std::collections::{HashMap, VecDeque};
+
+pub use constraint::{Constraint, ConstraintCompiler, ConstraintSpec};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplerConfig {
@@ -102,6 +109,9 @@ pub struct Sampler {
     recent: VecDeque<u32>,
     /// Reused candidate list: (token, logit).
     candidates: Vec<(u32, f32)>,
+    constraint: Option<Constraint>,
+    /// Reused logits with the constraint's mask applied.
+    masked: Vec<f32>,
 }
 
 impl Sampler {
@@ -111,7 +121,22 @@ impl Sampler {
             config,
             recent: VecDeque::new(),
             candidates: Vec::new(),
+            constraint: None,
+            masked: Vec::new(),
         }
+    }
+
+    /// Constrain what is sampled from now on (`None`: no constraint).
+    pub fn set_constraint(&mut self, constraint: Option<Constraint>) {
+        self.constraint = constraint;
+    }
+
+    pub fn constraint(&self) -> Option<&Constraint> {
+        self.constraint.as_ref()
+    }
+
+    pub fn constraint_mut(&mut self) -> Option<&mut Constraint> {
+        self.constraint.as_mut()
     }
 
     /// Change settings mid-conversation; a new seed restarts the random sequence.
@@ -137,8 +162,31 @@ impl Sampler {
         self.recent.clear();
     }
 
-    /// Choose the next token from `logits`.
-    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+    /// Choose the next token from `logits`. Under a constraint, only the tokens it allows are
+    /// candidates, and the token chosen is committed to it (the caller generates that token, or
+    /// ends generation if it is an end-of-generation token).
+    pub fn sample(&mut self, logits: &[f32]) -> crate::Result<u32> {
+        let Some(constraint) = self.constraint.as_mut() else {
+            return Ok(self.sample_from(logits));
+        };
+        let mask = constraint.mask()?;
+        let mut masked = std::mem::take(&mut self.masked);
+        masked.clear();
+        masked.resize(logits.len(), f32::NEG_INFINITY);
+        mask.iter_set_entries(|i| {
+            if let (Some(m), Some(&l)) = (masked.get_mut(i), logits.get(i)) {
+                *m = l;
+            }
+        });
+        let token = self.sample_from(&masked);
+        self.masked = masked;
+        if let Some(constraint) = self.constraint.as_mut() {
+            constraint.commit(token)?;
+        }
+        Ok(token)
+    }
+
+    fn sample_from(&mut self, logits: &[f32]) -> u32 {
         let c = &self.config;
         let mut penalized: Option<Vec<(u32, f32)>> = None;
         if c.penalties_active() && !self.recent.is_empty() {
@@ -237,7 +285,13 @@ impl Sampler {
                 return t;
             }
         }
-        cands[cands.len() - 1].0
+        // Rounding left r ≥ 0: the last candidate that had any weight (never a masked one).
+        cands
+            .iter()
+            .zip(&weights)
+            .rev()
+            .find(|(_, w)| **w > 0.0)
+            .map_or(cands[0].0, |(&(t, _), _)| t)
     }
 }
 
@@ -276,7 +330,7 @@ mod tests {
     #[test]
     fn greedy_takes_the_argmax() {
         let mut s = Sampler::new(SamplerConfig::greedy());
-        assert_eq!(s.sample(&logits()), 1);
+        assert_eq!(s.sample(&logits()).unwrap(), 1);
     }
 
     #[test]
@@ -287,13 +341,13 @@ mod tests {
         });
         s.accept(1);
         // 3.0 / 1.5 = 2.0 falls below 2.9.
-        assert_eq!(s.sample(&logits()), 5);
+        assert_eq!(s.sample(&logits()).unwrap(), 5);
         let mut s = Sampler::new(SamplerConfig {
             presence_penalty: 0.2,
             ..SamplerConfig::greedy()
         });
         s.accept(1);
-        assert_eq!(s.sample(&logits()), 5);
+        assert_eq!(s.sample(&logits()).unwrap(), 5);
     }
 
     #[test]
@@ -303,7 +357,7 @@ mod tests {
             ..SamplerConfig::default()
         });
         for _ in 0..20 {
-            assert_eq!(s.sample(&logits()), 1);
+            assert_eq!(s.sample(&logits()).unwrap(), 1);
         }
         let draw = |seed| {
             let mut s = Sampler::new(SamplerConfig {
@@ -314,7 +368,9 @@ mod tests {
                 min_p: 0.0,
                 ..SamplerConfig::default()
             });
-            (0..50).map(|_| s.sample(&logits())).collect::<Vec<_>>()
+            (0..50)
+                .map(|_| s.sample(&logits()).unwrap())
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(7), draw(7));
         assert_ne!(draw(7), draw(8));
@@ -334,7 +390,7 @@ mod tests {
         let n = 20000;
         let mut counts = vec![0usize; l.len()];
         for _ in 0..n {
-            counts[s.sample(&l) as usize] += 1;
+            counts[s.sample(&l).unwrap() as usize] += 1;
         }
         let total: f64 = l.iter().map(|&x| (x as f64).exp()).sum();
         for (i, &c) in counts.iter().enumerate() {
@@ -356,7 +412,7 @@ mod tests {
             ..SamplerConfig::default()
         });
         for _ in 0..500 {
-            assert!([1, 2, 5].contains(&s.sample(&logits())));
+            assert!([1, 2, 5].contains(&s.sample(&logits()).unwrap()));
         }
         let mut s = Sampler::new(SamplerConfig {
             temperature: 1.0,
@@ -367,7 +423,7 @@ mod tests {
             ..SamplerConfig::default()
         });
         for _ in 0..500 {
-            assert!([1, 5].contains(&s.sample(&logits())));
+            assert!([1, 5].contains(&s.sample(&logits()).unwrap()));
         }
     }
 

@@ -58,6 +58,8 @@ pub fn argmax(l: &[f32]) -> u32 {
 #[derive(Default, Debug)]
 pub struct Report {
     pub steps: usize,
+    /// Steps whose argmax equals llama.cpp's token, close calls included.
+    pub argmax_equal: usize,
     pub logit_checks: usize,
     /// Top-5 logits outside `abs + rel·|logit|`.
     pub logit_violations: Vec<String>,
@@ -79,8 +81,9 @@ impl Report {
 
     pub fn summary(&self, what: &str) -> String {
         format!(
-            "{what}: {} steps, {} logit checks, worst error/tolerance {:.2}, rms {:.3}; {} logit, {} argmax, {} free-running violations",
+            "{what}: {} steps ({} argmax equal), {} logit checks, worst error/tolerance {:.2}, rms {:.3}; {} logit, {} argmax, {} free-running violations",
             self.steps,
+            self.argmax_equal,
             self.logit_checks,
             self.worst_ratio,
             self.rms(),
@@ -182,6 +185,7 @@ pub fn teacher_forced<B: Backend>(
             }
         }
         let token = step["token"].as_u64().unwrap() as u32;
+        r.argmax_equal += usize::from(argmax(&logits) == token);
         if step["margin"].as_f64().unwrap() as f32 >= tol.margin && argmax(&logits) != token {
             r.argmax_violations.push(format!(
                 "{name:?} step {i}: argmax {} where llama.cpp chose {token} (margin {})",

@@ -49,6 +49,8 @@ pub fn hex_bytes(s: &str) -> Vec<u8> {
 
 pub mod gguf_writer;
 pub mod golden_run;
+pub mod gpu;
+pub mod hub_server;
 pub mod synth;
 
 /// The kiln binary as a command, with no model taken from the environment and no colours.
@@ -56,4 +58,38 @@ pub fn kiln() -> assert_cmd::Command {
     let mut c = assert_cmd::Command::cargo_bin("kiln").unwrap();
     c.env_remove("KILN_MODEL").env("NO_COLOR", "1");
     c
+}
+
+/// Copy the Hugging Face model directory `src` (one model.safetensors) into `dest` with its
+/// weights split over two shards and a model.safetensors.index.json, as large models come.
+pub fn shard_safetensors_dir(src: &std::path::Path, dest: &std::path::Path) {
+    use safetensors::tensor::{Dtype, TensorView};
+    use serde_json::Value;
+    use std::collections::HashMap;
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join(f), dest.join(f)).unwrap();
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = st.names().into_iter().map(str::to_string).collect();
+    names.sort();
+    let mut weight_map = serde_json::Map::new();
+    for (shard, chunk) in names.chunks(names.len().div_ceil(2)).enumerate() {
+        let file = format!("model-{:05}-of-00002.safetensors", shard + 1);
+        let views: HashMap<String, TensorView> = chunk
+            .iter()
+            .map(|n| {
+                let t = st.tensor(n).unwrap();
+                assert_eq!(t.dtype(), Dtype::F32);
+                weight_map.insert(n.clone(), Value::String(file.clone()));
+                (
+                    n.clone(),
+                    TensorView::new(t.dtype(), t.shape().to_vec(), t.data()).unwrap(),
+                )
+            })
+            .collect();
+        safetensors::serialize_to_file(views, None, &dest.join(&file)).unwrap();
+    }
+    let index = serde_json::json!({"metadata": {}, "weight_map": weight_map});
+    std::fs::write(dest.join("model.safetensors.index.json"), index.to_string()).unwrap();
 }

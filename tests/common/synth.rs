@@ -11,7 +11,7 @@ use kiln::model::ModelFile;
 use super::gguf_writer::GgufWriter;
 
 /// A writer holding every tensor and metadata entry of a GGUF file, keys renamed by `rename`.
-fn copy_of(src: &GgufFile, rename: impl Fn(&str) -> String) -> GgufWriter {
+pub fn copy_of(src: &GgufFile, rename: impl Fn(&str) -> String) -> GgufWriter {
     let mut w = GgufWriter::default();
     for key in src.metadata.keys() {
         if key == "general.alignment" {
@@ -30,7 +30,7 @@ fn copy_of(src: &GgufFile, rename: impl Fn(&str) -> String) -> GgufWriter {
     w
 }
 
-fn open(label: &str, w: &GgufWriter) -> ModelFile {
+pub fn open(label: &str, w: &GgufWriter) -> ModelFile {
     let g = GgufFile::from_bytes(Path::new(label), &w.to_bytes()).unwrap();
     ModelFile::from_gguf(g).unwrap()
 }

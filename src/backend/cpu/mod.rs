@@ -3,6 +3,7 @@
 //! across a spinning pool of `threads` threads (pool.rs).
 
 mod ggml_math;
+mod hybrid;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod pool;
@@ -15,7 +16,10 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use self::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
-use super::{AttentionParams, Backend, CacheType, GateActivation, RopeLayout};
+use super::{
+    AttentionParams, Backend, CacheType, DeltaNetParams, ExpertMatmulParams, GateActivation,
+    RopeLayout,
+};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
 use crate::tensor::Tensor;
@@ -709,5 +713,96 @@ impl Backend for CpuBackend {
             .iter_mut()
             .zip(&y[..len])
             .for_each(|(a, &b)| *a += b);
+    }
+
+    // Hybrid recurrent and mixture-of-experts models: the code is in hybrid.rs.
+
+    fn supports_hybrid_ops(&self) -> bool {
+        true
+    }
+
+    fn rope_partial(
+        &self,
+        x: &mut Vec<f32>,
+        table: &Vec<f32>,
+        rows: usize,
+        n_heads: usize,
+        head_dim: usize,
+        rot_dims: usize,
+        layout: RopeLayout,
+    ) {
+        hybrid::rope(x, table, rows, n_heads, head_dim, rot_dims, layout);
+    }
+
+    fn mul_sigmoid(
+        &self,
+        x: &mut Vec<f32>,
+        gate: &Vec<f32>,
+        rows: usize,
+        width: usize,
+        gate_width: usize,
+    ) {
+        hybrid::mul_sigmoid(x, gate, rows, width, gate_width);
+    }
+
+    fn conv_step(
+        &self,
+        x: &Vec<f32>,
+        kernel: &CpuWeight,
+        state: &mut Vec<f32>,
+        out: &mut Vec<f32>,
+        rows: usize,
+        channels: usize,
+    ) {
+        self.conv(x, kernel, state, out, rows, channels);
+    }
+
+    fn gated_delta_net(
+        &self,
+        qkv: &Vec<f32>,
+        alpha: &Vec<f32>,
+        beta: &Vec<f32>,
+        a: &CpuWeight,
+        dt_bias: &CpuWeight,
+        state: &mut Vec<f32>,
+        out: &mut Vec<f32>,
+        p: &DeltaNetParams,
+    ) {
+        self.delta_net(qkv, alpha, beta, a, dt_bias, state, out, p);
+    }
+
+    fn moe_route(
+        &self,
+        logits: &Vec<f32>,
+        rows: usize,
+        n_expert: usize,
+        n_used: usize,
+        selected: &mut Vec<f32>,
+        weights: &mut Vec<f32>,
+    ) {
+        self.route(logits, rows, n_expert, n_used, selected, weights);
+    }
+
+    fn expert_matmul(
+        &self,
+        x: &Vec<f32>,
+        w: &CpuWeight,
+        selected: &Vec<f32>,
+        out: &mut Vec<f32>,
+        p: &ExpertMatmulParams,
+    ) {
+        self.expert_matmul_cpu(x, w, selected, out, p);
+    }
+
+    fn moe_combine(
+        &self,
+        y: &Vec<f32>,
+        weights: &Vec<f32>,
+        rows: usize,
+        n_used: usize,
+        width: usize,
+        out: &mut Vec<f32>,
+    ) {
+        hybrid::moe_combine(y, weights, rows, n_used, width, out);
     }
 }

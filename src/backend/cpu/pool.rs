@@ -99,9 +99,13 @@ impl SpinPool {
             },
             n,
         };
-        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
+        // The counters are reset before the job is published: a worker late from the previous
+        // job (it saw that generation but entered after `run` stopped waiting for it) may read
+        // the new job at once, and a task it claims must not have its `done` wiped by a reset
+        // that comes after (that lost count left `run` spinning forever).
         s.next.store(0, Ordering::SeqCst);
         s.done.store(0, Ordering::SeqCst);
+        *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
         s.generation.fetch_add(1, Ordering::SeqCst);
         {
             let _g = s.wake_lock.lock().unwrap_or_else(|e| e.into_inner());

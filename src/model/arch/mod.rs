@@ -2,16 +2,21 @@
 //! over a chunk of tokens, with the shared building blocks (norms, attention, feed-forward,
 //! residual) that each architecture family composes in its own short file:
 //! `llama.rs` (Llama, SmolLM2, Mistral; its layer also serves Qwen), `qwen.rs` (Qwen2 and Qwen3's
-//! attention options), `gemma3.rs`.
+//! attention options), `gemma3.rs`, `qwen35.rs` (Qwen3.5's hybrid blocks, over the Gated
+//! DeltaNet block in `delta_net.rs` and the mixture of experts in `moe.rs`).
 
+mod delta_net;
 mod gemma3;
 mod llama;
+mod moe;
 mod qwen;
+mod qwen35;
 
 use super::config::{Activation, Arch, ModelConfig};
 use super::loader::ModelFile;
+use super::recurrent::RecurrentState;
 use super::rope::RopeFreqs;
-use super::weights::{LayerWeights, Weights};
+use super::weights::{Block, GatedAttentionWeights, LayerWeights, Weights};
 use crate::backend::{AttentionParams, Backend, CacheType, GateActivation};
 use crate::error::{Error, Result};
 
@@ -32,11 +37,13 @@ pub struct KvCacheTypes {
     pub v: CacheType,
 }
 
-/// The per-layer key and value caches, `ctx` rows of `kv_dim` each.
+/// The per-layer key and value caches, `ctx` rows of `kv_dim` each (empty for recurrent
+/// blocks), and the recurrent blocks' state when the model has them.
 pub struct KvCache<B: Backend> {
     pub layers: Vec<(B::Cache, B::Cache)>,
     pub ctx: usize,
     pub types: KvCacheTypes,
+    pub recurrent: Option<RecurrentState<B>>,
 }
 
 /// Activation buffers for a chunk of up to `rows` tokens, allocated once per session.
@@ -56,6 +63,8 @@ pub struct Scratch<B: Backend> {
     rope_host: Vec<f32>,
     last: B::Buffer,
     logits: B::Buffer,
+    /// What Qwen3.5's blocks need besides.
+    hybrid: Option<qwen35::HybridScratch<B>>,
 }
 
 impl<B: Backend> Scratch<B> {
@@ -68,14 +77,22 @@ impl<B: Backend> Scratch<B> {
 impl<B: Backend> Model<B> {
     pub fn load(file: &ModelFile, backend: B) -> Result<Model<B>> {
         let config = file.config.clone();
+        if config.arch.is_hybrid() && !backend.supports_hybrid_ops() {
+            return Err(Error::Unsupported(format!(
+                "{} cannot run {} models yet (it lacks the recurrent and expert operations)",
+                backend.describe(),
+                config.arch.name()
+            )));
+        }
         let weights = Weights::load(file, &backend)?;
         let mut ropes: Vec<RopeFreqs> = Vec::new();
         let mut layer_rope = Vec::with_capacity(config.n_layers);
         for il in 0..config.n_layers {
             let r = RopeFreqs::new(
-                config.head_dim,
+                config.rope_dims,
                 config.layer_rope_theta(il),
                 config.layer_rope_scaling(il),
+                config.rope_sections,
             );
             let idx = match ropes.iter().position(|x| *x == r) {
                 Some(i) => i,
@@ -111,15 +128,22 @@ impl<B: Backend> Model<B> {
             .checked_mul(self.config.kv_dim())
             .ok_or_else(|| Error::Usage(format!("a context of {ctx} tokens is too large")))?;
         let b = &self.backend;
-        let layers = (0..self.config.n_layers)
-            .map(|_| {
+        let c = &self.config;
+        let layers = (0..c.n_layers)
+            .map(|il| {
+                let len = if c.layer_is_recurrent(il) { 0 } else { len };
                 Ok((
                     b.cache(len, types.k, types.k.key_rotation(hd))?,
                     b.cache(len, types.v, types.v.value_rotation(hd))?,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(KvCache { layers, ctx, types })
+        Ok(KvCache {
+            layers,
+            ctx,
+            types,
+            recurrent: RecurrentState::new(c, b)?,
+        })
     }
 
     /// Whether the context can be shifted: every layer's state is a KV cache of RoPE'd keys, which
@@ -128,6 +152,7 @@ impl<B: Backend> Model<B> {
     pub fn can_shift_context(&self) -> bool {
         match self.config.arch {
             Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => true,
+            Arch::Qwen35 | Arch::Qwen35Moe => false,
         }
     }
 
@@ -184,7 +209,7 @@ impl<B: Backend> Model<B> {
     /// Bytes of key/value cache per token of context.
     pub fn kv_bytes_per_token(&self, types: KvCacheTypes) -> usize {
         let kv = self.config.kv_dim();
-        self.config.n_layers * (types.k.row_bytes(kv) + types.v.row_bytes(kv))
+        self.config.attention_layers() * (types.k.row_bytes(kv) + types.v.row_bytes(kv))
     }
 
     pub fn new_scratch(&self, rows: usize) -> Result<Scratch<B>> {
@@ -209,6 +234,7 @@ impl<B: Backend> Model<B> {
             rope_host: Vec::new(),
             last: b.buffer(c.hidden_size)?,
             logits: b.buffer(c.vocab_size)?,
+            hybrid: qwen35::HybridScratch::new(c, b, rows)?,
         })
     }
 
@@ -236,6 +262,12 @@ impl<B: Backend> Model<B> {
             rope.table(start_pos, rows, &mut s.rope_host);
             b.upload(table, &s.rope_host);
         }
+        if start_pos == 0
+            && let Some(r) = &mut cache.recurrent
+        {
+            // A sequence starts from the zero state.
+            r.zero(b);
+        }
         for (il, layer) in self.weights.layers.iter().enumerate() {
             let mut step = Step {
                 model: self,
@@ -245,11 +277,21 @@ impl<B: Backend> Model<B> {
                 start_pos,
                 il,
             };
-            match c.arch {
-                Arch::Llama => llama::layer(&mut step, layer, AttentionOpts::default()),
-                Arch::Qwen2 => llama::layer(&mut step, layer, qwen::QWEN2),
-                Arch::Qwen3 => llama::layer(&mut step, layer, qwen::QWEN3),
-                Arch::Gemma3 => gemma3::layer(&mut step, layer),
+            match (c.arch, layer) {
+                (_, Block::Hybrid(layer)) => qwen35::layer(&mut step, layer),
+                (Arch::Llama, Block::Standard(layer)) => {
+                    llama::layer(&mut step, layer, AttentionOpts::default())
+                }
+                (Arch::Qwen2, Block::Standard(layer)) => {
+                    llama::layer(&mut step, layer, qwen::QWEN2)
+                }
+                (Arch::Qwen3, Block::Standard(layer)) => {
+                    llama::layer(&mut step, layer, qwen::QWEN3)
+                }
+                (Arch::Gemma3, Block::Standard(layer)) => gemma3::layer(&mut step, layer),
+                (Arch::Qwen35 | Arch::Qwen35Moe, Block::Standard(_)) => {
+                    unreachable!("Qwen3.5 weights load as hybrid blocks")
+                }
             }
         }
         b.copy_row(&s.x, rows - 1, &mut s.last, c.hidden_size);
@@ -291,8 +333,8 @@ impl<B: Backend> Step<'_, B> {
     /// `h = rms_norm(x) · w`: the input of the next block.
     pub fn norm_input(&mut self, w: &B::Weight) {
         let (b, c) = (&self.model.backend, &self.model.config);
-        b.copy_rows_from(&self.s.x, 0, &mut self.s.h, self.rows, c.hidden_size);
-        b.rms_norm(&mut self.s.h, w, self.rows, c.rms_norm_eps);
+        let (rows, eps) = (self.rows, c.rms_norm_eps);
+        b.rms_norm_into(&self.s.x, w, rows, c.hidden_size, eps, &mut self.s.h);
     }
 
     /// `o = rms_norm(o) · w` (Gemma's post-block norms).
@@ -346,7 +388,15 @@ impl<B: Backend> Step<'_, B> {
             c.head_dim,
             c.rope_layout,
         );
+        self.attend();
+        b.matmul(&self.s.attn, &l.wo, rows, &mut self.s.o);
+    }
 
+    /// Append `k` and `v` to this layer's cache and attend with `q` into `attn`.
+    fn attend(&mut self) {
+        let (m, rows, il) = (self.model, self.rows, self.il);
+        let (b, c) = (&m.backend, &m.config);
+        let s = &mut *self.s;
         let (kc, vc) = &mut self.cache.layers[il];
         b.store_rows(&s.k, kc, self.start_pos, rows, c.kv_dim());
         b.store_rows(&s.v, vc, self.start_pos, rows, c.kv_dim());
@@ -360,24 +410,53 @@ impl<B: Backend> Step<'_, B> {
             window: c.layer_window(il),
         };
         b.attention(&s.q, kc, vc, &mut s.attn, &params);
+    }
+
+    /// Qwen3.5's gated attention of `h` into `o`: the query, its gate, keys and values; QK-norm;
+    /// RoPE over the leading `rope_dims` of each head; attention; the output times sigmoid(gate).
+    pub fn gated_attention(&mut self, l: &GatedAttentionWeights<B>) {
+        let (m, rows, il) = (self.model, self.rows, self.il);
+        let (b, c) = (&m.backend, &m.config);
+        let s = &mut *self.s;
+        let gate = &mut s
+            .hybrid
+            .as_mut()
+            .expect("hybrid models have hybrid scratch")
+            .q_gate;
+        b.matmul_many(
+            &s.h,
+            &[&l.wq, &l.wq_gate, &l.wk, &l.wv],
+            rows,
+            &mut [&mut s.q, gate, &mut s.k, &mut s.v],
+        );
+        b.rms_norm(&mut s.q, &l.q_norm, rows * c.n_heads, c.rms_norm_eps);
+        b.rms_norm(&mut s.k, &l.k_norm, rows * c.n_kv_heads, c.rms_norm_eps);
+        let table = &s.rope_tables[m.layer_rope[il]];
+        let (hd, rd, layout) = (c.head_dim, c.rope_dims, c.rope_layout);
+        b.rope_partial(&mut s.q, table, rows, c.n_heads, hd, rd, layout);
+        b.rope_partial(&mut s.k, table, rows, c.n_kv_heads, hd, rd, layout);
+        self.attend();
+        let s = &mut *self.s;
+        let gate = &s.hybrid.as_ref().expect("hybrid scratch").q_gate;
+        b.mul_sigmoid(&mut s.attn, gate, rows, c.q_dim(), c.q_dim());
         b.matmul(&s.attn, &l.wo, rows, &mut s.o);
     }
 
     /// Gated feed-forward of `h` into `o`: down(act(gate(h)) · up(h)).
     pub fn feed_forward(&mut self, l: &LayerWeights<B>) {
+        self.gated_ffn(&l.w_gate, &l.w_up, &l.w_down);
+    }
+
+    /// `o = down(act(gate(h)) · up(h))` with the given weights.
+    pub fn gated_ffn(&mut self, gate: &B::Weight, up: &B::Weight, down: &B::Weight) {
         let (b, c) = (&self.model.backend, &self.model.config);
         let s = &mut *self.s;
         let act = match c.activation {
             Activation::Silu => GateActivation::Silu,
             Activation::GeluTanh => GateActivation::GeluTanh,
         };
-        b.matmul_many(
-            &s.h,
-            &[&l.w_gate, &l.w_up],
-            self.rows,
-            &mut [&mut s.gate, &mut s.up],
-        );
+        b.matmul_many(&s.h, &[gate, up], self.rows, &mut [&mut s.gate, &mut s.up]);
         b.gated_activation(&mut s.gate, &s.up, self.rows * c.intermediate_size, act);
-        b.matmul(&s.gate, &l.w_down, self.rows, &mut s.o);
+        b.matmul(&s.gate, down, self.rows, &mut s.o);
     }
 }

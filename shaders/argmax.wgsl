@@ -1,0 +1,43 @@
+// argmax.wgsl — the index of the largest of n values (the first on ties), in one workgroup, so
+// greedy decoding reads back 4 bytes instead of the logits.
+
+struct Params {
+    n: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read_write> result: array<u32>;
+
+var<workgroup> best_v: array<f32, 256>;
+var<workgroup> best_i: array<u32, 256>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) lid: u32) {
+    var bv = -3.4e38;
+    var bi = 0xffffffffu;
+    for (var i = lid; i < p.n; i += 256u) {
+        let v = x[i];
+        if (v > bv) {
+            bv = v;
+            bi = i;
+        }
+    }
+    best_v[lid] = bv;
+    best_i[lid] = bi;
+    workgroupBarrier();
+    for (var s = 128u; s > 0u; s >>= 1u) {
+        if (lid < s) {
+            let ov = best_v[lid + s];
+            let oi = best_i[lid + s];
+            if (ov > best_v[lid] || (ov == best_v[lid] && oi < best_i[lid])) {
+                best_v[lid] = ov;
+                best_i[lid] = oi;
+            }
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        result[0] = best_i[0];
+    }
+}

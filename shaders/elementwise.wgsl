@@ -1,0 +1,76 @@
+// elementwise.wgsl — one invocation per value: residual add, bias add, the gated activations of
+// the feed-forward block, and row copies. The entry point is chosen by name.
+
+#include "common"
+
+struct Params {
+    len: u32,    // values to write
+    width: u32,  // bias length / row width
+    src_off: u32,
+    dst_off: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+
+fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return gid.x + gid.y * nwg.x * 256u;
+}
+
+// a += b
+@compute @workgroup_size(256)
+fn add(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i < p.len) {
+        a[i] += b[i];
+    }
+}
+
+// a[r] += b for each row r
+@compute @workgroup_size(256)
+fn add_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i < p.len) {
+        a[i] += b[i % p.width];
+    }
+}
+
+// a = silu(a) · b, as ggml: x / (1 + e^−x)
+@compute @workgroup_size(256)
+fn silu_mul(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i < p.len) {
+        let g = a[i];
+        a[i] = g / (1.0 + exp(-g)) * b[i];
+    }
+}
+
+// a = gelu_tanh(a) · b, as ggml's f16 table: the input and the result rounded to f16, exact
+// outside ±10.
+@compute @workgroup_size(256)
+fn gelu_mul(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i < p.len) {
+        let g = a[i];
+        var r: f32;
+        if (g <= -10.0) {
+            r = 0.0;
+        } else if (g >= 10.0) {
+            r = g;
+        } else {
+            let h = round_f16(g);
+            r = round_f16(0.5 * h * (1.0 + tanh(0.7978846 * h * (1.0 + 0.044715 * h * h))));
+        }
+        a[i] = r * b[i];
+    }
+}
+
+// a[dst_off + i] = b[src_off + i]
+@compute @workgroup_size(256)
+fn copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i < p.len) {
+        a[p.dst_off + i] = b[p.src_off + i];
+    }
+}

@@ -1,0 +1,563 @@
+//! The CPU side of the operations that hybrid recurrent and mixture-of-experts models add to the
+//! `Backend` trait (Qwen3.5): partial RoPE, sigmoid gates, the DeltaNet convolution step and
+//! recurrence, expert routing, expert matmuls and their weighted sum. The contracts are on the
+//! trait (backend/mod.rs); the arithmetic follows llama.cpp's CPU ops (`ggml_ssm_conv`,
+//! `ggml_gated_delta_net`, `ggml_soft_max`, `ggml_top_k`, `ggml_mul_mat_id`) so results round as
+//! llama.cpp's do. The expert matmuls run on the same SIMD dot kernels as every other matmul.
+
+use std::borrow::Cow;
+
+use super::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
+use super::{CpuBackend, CpuWeight, SharedOut, f32_bytes, ggml_math, simd};
+use crate::backend::{DeltaNetParams, ExpertMatmulParams, RopeLayout};
+use crate::gguf::GgmlType;
+
+/// RoPE over the first `rot_dims` values of each head. (The same rotation as `rope`, whose
+/// body could become a call of this one with `rot_dims == head_dim`.)
+pub(super) fn rope(
+    x: &mut [f32],
+    table: &[f32],
+    rows: usize,
+    n_heads: usize,
+    head_dim: usize,
+    rot_dims: usize,
+    layout: RopeLayout,
+) {
+    let half = rot_dims / 2;
+    let width = n_heads * head_dim;
+    for (r, row) in x[..rows * width].chunks_mut(width).enumerate() {
+        let cs = &table[r * rot_dims..(r + 1) * rot_dims];
+        for head in row.chunks_mut(head_dim) {
+            for i in 0..half {
+                let (c, s) = (cs[2 * i], cs[2 * i + 1]);
+                let (a, b) = match layout {
+                    RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+                    RopeLayout::Neox => (i, i + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * c - x1 * s;
+                head[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/// llama.cpp's `ggml_vec_sigmoid_f32`: 1 / (1 + expf(−v)) with the C library's expf.
+fn sigmoid(v: f32) -> f32 {
+    1.0 / (1.0 + (-v).exp())
+}
+
+/// llama.cpp's softplus: v above 20, else ln(1 + e^v).
+fn softplus(v: f32) -> f32 {
+    if v > 20.0 { v } else { (1.0 + v.exp()).ln() }
+}
+
+pub(super) fn mul_sigmoid(
+    x: &mut [f32],
+    gate: &[f32],
+    rows: usize,
+    width: usize,
+    gate_width: usize,
+) {
+    let group = width / gate_width;
+    for (row, g) in x[..rows * width]
+        .chunks_mut(width)
+        .zip(gate.chunks(gate_width))
+    {
+        for (xs, &gv) in row.chunks_mut(group).zip(g) {
+            let s = sigmoid(gv);
+            xs.iter_mut().for_each(|v| *v *= s);
+        }
+    }
+}
+
+/// An F32 weight's values without copying where the bytes are aligned (they are in a GGUF
+/// mapping), decoded otherwise.
+fn f32_values(w: &CpuWeight) -> Cow<'_, [f32]> {
+    let bytes = w.tensor.bytes();
+    if w.tensor.dtype == GgmlType::F32 {
+        // SAFETY: every bit pattern is a valid f32; align_to only yields the aligned middle.
+        let (pre, mid, post) = unsafe { bytes.align_to::<f32>() };
+        if pre.is_empty() && post.is_empty() && cfg!(target_endian = "little") {
+            return Cow::Borrowed(mid);
+        }
+    }
+    Cow::Owned(w.tensor.to_f32())
+}
+
+impl CpuBackend {
+    pub(super) fn conv(
+        &self,
+        x: &[f32],
+        kernel: &CpuWeight,
+        state: &mut [f32],
+        out: &mut [f32],
+        rows: usize,
+        channels: usize,
+    ) {
+        let k = kernel.cols;
+        let hist = k - 1;
+        // Taps by time, so the inner loop runs over contiguous channels.
+        let taps = f32_values(kernel);
+        let mut by_tap = vec![0.0f32; k * channels];
+        for c in 0..channels {
+            for j in 0..k {
+                by_tap[j * channels + c] = taps[c * k + j];
+            }
+        }
+        {
+            let st: &[f32] = state;
+            // Row i of (state ++ x).
+            let inp = |i: usize| -> &[f32] {
+                if i < hist {
+                    &st[i * channels..(i + 1) * channels]
+                } else {
+                    &x[(i - hist) * channels..(i - hist + 1) * channels]
+                }
+            };
+            const ROWS_PER_TASK: usize = 16;
+            self.pool.for_each_chunk(
+                &mut out[..rows * channels],
+                ROWS_PER_TASK * channels,
+                &|task, piece| {
+                    for (i, o) in piece.chunks_mut(channels).enumerate() {
+                        let t = task * ROWS_PER_TASK + i;
+                        o.fill(0.0);
+                        for j in 0..k {
+                            let w = &by_tap[j * channels..(j + 1) * channels];
+                            for ((ov, &iv), &wv) in o.iter_mut().zip(inp(t + j)).zip(w) {
+                                *ov += iv * wv;
+                            }
+                        }
+                        o.iter_mut().for_each(|v| *v = ggml_math::silu(*v));
+                    }
+                },
+            );
+        }
+        // The new state: the last K−1 rows of (state ++ x).
+        if rows >= hist {
+            state[..hist * channels].copy_from_slice(&x[(rows - hist) * channels..rows * channels]);
+        } else {
+            state.copy_within(rows * channels..hist * channels, 0);
+            state[(hist - rows) * channels..hist * channels].copy_from_slice(&x[..rows * channels]);
+        }
+    }
+}
+
+/// `x / sqrt(Σx² + eps)` as llama.cpp computes it (`build_gdn_l2_norm`): an RMS norm with
+/// epsilon eps/n, squares summed in f64, then scaled by 1/sqrt(n).
+fn l2_normalize(x: &[f32], eps: f32, out: &mut [f32]) {
+    let n = x.len() as f32;
+    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let mean = (sum / x.len() as f64) as f32;
+    let scale = 1.0 / (mean + eps / n).sqrt();
+    let post = 1.0 / n.sqrt();
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (v * scale) * post;
+    }
+}
+
+impl CpuBackend {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn delta_net(
+        &self,
+        qkv: &[f32],
+        alpha: &[f32],
+        beta: &[f32],
+        a: &CpuWeight,
+        dt_bias: &CpuWeight,
+        state: &mut [f32],
+        out: &mut [f32],
+        p: &DeltaNetParams,
+    ) {
+        let d = p.head_dim;
+        let (n_k, n_v) = (p.n_k_heads, p.n_v_heads);
+        let qkv_width = 2 * n_k * d + n_v * d;
+        let out_width = n_v * d;
+        let (a, dt_bias) = (a.dense(), dt_bias.dense());
+        let scale = 1.0 / (d as f32).sqrt();
+        let simd_dot = self.kernels.dot_f32(GgmlType::F32);
+        let dot = |a: &[f32], b: &[f32]| simd_dot(f32_bytes(a), b);
+        let out_ptr = SharedOut(out[..p.rows * out_width].as_mut_ptr());
+        // One task per value head: heads are independent across the whole batch.
+        self.pool
+            .for_each_chunk(&mut state[..n_v * d * d], d * d, &|h, s| {
+                let kh = h % n_k;
+                let (mut q, mut k, mut delta) = (vec![0.0; d], vec![0.0; d], vec![0.0; d]);
+                for t in 0..p.rows {
+                    let row = &qkv[t * qkv_width..(t + 1) * qkv_width];
+                    l2_normalize(&row[kh * d..(kh + 1) * d], p.eps, &mut q);
+                    l2_normalize(&row[(n_k + kh) * d..(n_k + kh + 1) * d], p.eps, &mut k);
+                    let v = &row[(2 * n_k + h) * d..(2 * n_k + h + 1) * d];
+                    let g = softplus(alpha[t * n_v + h] + dt_bias[h]) * a[h];
+                    let b = sigmoid(beta[t * n_v + h]);
+
+                    let decay = g.exp();
+                    s.iter_mut().for_each(|x| *x *= decay);
+                    // Row j of `s` is column j of S: δ[j] = β (v[j] − S[:, j]·k).
+                    for (j, dj) in delta.iter_mut().enumerate() {
+                        *dj = (v[j] - dot(&s[j * d..(j + 1) * d], &k)) * b;
+                    }
+                    for (j, &dj) in delta.iter().enumerate() {
+                        s[j * d..(j + 1) * d]
+                            .iter_mut()
+                            .zip(&k)
+                            .for_each(|(x, &kv)| *x += kv * dj);
+                    }
+                    for j in 0..d {
+                        let o = dot(&s[j * d..(j + 1) * d], &q) * scale;
+                        // SAFETY: task h alone writes columns h·d..(h+1)·d of each output row.
+                        unsafe { *out_ptr.get().add(t * out_width + h * d + j) = o };
+                    }
+                }
+            });
+    }
+
+    pub(super) fn route(
+        &self,
+        logits: &[f32],
+        rows: usize,
+        n_expert: usize,
+        n_used: usize,
+        selected: &mut [f32],
+        weights: &mut [f32],
+    ) {
+        let mut probs = vec![0.0f32; n_expert];
+        let mut order: Vec<usize> = Vec::with_capacity(n_expert);
+        for t in 0..rows {
+            probs.copy_from_slice(&logits[t * n_expert..(t + 1) * n_expert]);
+            let max = probs.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let sum = self.kernels.exp_sub(&mut probs, max);
+            let inv = (1.0 / sum) as f32;
+            probs.iter_mut().for_each(|p| *p *= inv);
+            order.clear();
+            order.extend(0..n_expert);
+            // Highest probability first; the stable sort sends ties to the lower index.
+            order.sort_by(|&i, &j| probs[j].total_cmp(&probs[i]));
+            let chosen = &order[..n_used];
+            let total: f32 = chosen.iter().map(|&e| probs[e]).sum();
+            let total = total.max(6.103_515_6e-5);
+            for (j, &e) in chosen.iter().enumerate() {
+                selected[t * n_used + j] = e as f32;
+                weights[t * n_used + j] = probs[e] / total;
+            }
+        }
+    }
+
+    pub(super) fn expert_matmul_cpu(
+        &self,
+        x: &[f32],
+        w: &CpuWeight,
+        selected: &[f32],
+        out: &mut [f32],
+        p: &ExpertMatmulParams,
+    ) {
+        let slots = p.rows * p.n_used;
+        let k = w.cols;
+        let n_expert = w.rows / p.expert_stride.max(1);
+        // The slots routed to each expert.
+        let mut by_expert: Vec<Vec<usize>> = vec![Vec::new(); n_expert];
+        for (s, &e) in selected[..slots].iter().enumerate() {
+            by_expert[e as usize].push(s);
+        }
+        let input_row = |s: usize| if p.per_slot_input { s } else { s / p.n_used };
+        let n_inputs = if p.per_slot_input { slots } else { p.rows };
+        let x = &x[..n_inputs * k];
+        let out = SharedOut(out[..slots * p.expert_rows].as_mut_ptr());
+        let kernels = &self.kernels;
+        let dtype = w.tensor.dtype;
+        let job = ExpertJob {
+            w,
+            by_expert: &by_expert,
+            out,
+            p,
+        };
+        match act_format(dtype) {
+            ActFormat::F32 => {
+                self.run_expert_job(&job, x, k, &input_row, kernels.dot_f32(dtype), None)
+            }
+            ActFormat::Q8 => {
+                let nb = k / 32;
+                let mut q = vec![BlockQ8::default(); n_inputs * nb];
+                self.pool.for_each_chunk(&mut q, nb, &|r, blocks| {
+                    kernels.quantize_q8(&x[r * k..(r + 1) * k], blocks)
+                });
+                self.run_expert_job(
+                    &job,
+                    &q,
+                    nb,
+                    &input_row,
+                    kernels.dot_q8(dtype),
+                    kernels.dot_q8_x4(dtype),
+                )
+            }
+            ActFormat::Q8K => {
+                let nb = k / 256;
+                let mut q = vec![BlockQ8K::default(); n_inputs * nb];
+                self.pool.for_each_chunk(&mut q, nb, &|r, blocks| {
+                    kernels.quantize_q8k(&x[r * k..(r + 1) * k], blocks)
+                });
+                self.run_expert_job(
+                    &job,
+                    &q,
+                    nb,
+                    &input_row,
+                    kernels.dot_q8k(dtype),
+                    kernels.dot_q8k_x4(dtype),
+                )
+            }
+        }
+    }
+
+    /// Split the used experts' rows across the pool; each task multiplies a chunk of one
+    /// expert's rows by every activation routed to that expert, four at a time where a
+    /// four-row kernel exists.
+    fn run_expert_job<A: Sync>(
+        &self,
+        job: &ExpertJob,
+        acts: &[A],
+        act_stride: usize,
+        input_row: &(dyn Fn(usize) -> usize + Sync),
+        one: fn(&[u8], &[A]) -> f32,
+        four: Option<simd::Dot4<A>>,
+    ) {
+        let p = job.p;
+        let used: Vec<usize> = (0..job.by_expert.len())
+            .filter(|&e| !job.by_expert[e].is_empty())
+            .collect();
+        let total = used.len() * p.expert_rows;
+        let chunk = total
+            .div_ceil(self.threads * 8)
+            .clamp(1, 256)
+            .next_multiple_of(4)
+            .min(p.expert_rows.max(1));
+        let tasks: Vec<(usize, usize, usize)> = used
+            .iter()
+            .flat_map(|&e| {
+                (0..p.expert_rows)
+                    .step_by(chunk)
+                    .map(move |r0| (e, r0, (r0 + chunk).min(p.expert_rows)))
+            })
+            .collect();
+        let act = |s: usize| {
+            let i = input_row(s);
+            &acts[i * act_stride..(i + 1) * act_stride]
+        };
+        let m = p.expert_rows;
+        self.pool.run(tasks.len(), &|ti| {
+            let (e, r0, r1) = tasks[ti];
+            let slots = &job.by_expert[e];
+            // SAFETY: slot s's row r of the output is written by the one task that holds
+            // (expert of s, r), and s·m + r < slots·m.
+            let put = |s: usize, r: usize, v: f32| unsafe { *job.out.get().add(s * m + r) = v };
+            for r in r0..r1 {
+                let wrow = job.w.row(e * p.expert_stride + p.row_offset + r);
+                let mut i = 0;
+                if let Some(dot4) = four {
+                    while i + 4 <= slots.len() {
+                        let s4 = [slots[i], slots[i + 1], slots[i + 2], slots[i + 3]];
+                        let v = dot4(wrow, s4.map(act));
+                        for (s, vs) in s4.into_iter().zip(v) {
+                            put(s, r, vs);
+                        }
+                        i += 4;
+                    }
+                }
+                for &s in &slots[i..] {
+                    put(s, r, one(wrow, act(s)));
+                }
+            }
+        });
+    }
+}
+
+/// One expert matmul: the weight, which slots each expert serves, and where results go.
+struct ExpertJob<'a> {
+    w: &'a CpuWeight,
+    by_expert: &'a [Vec<usize>],
+    out: SharedOut,
+    p: &'a ExpertMatmulParams,
+}
+
+pub(super) fn moe_combine(
+    y: &[f32],
+    weights: &[f32],
+    rows: usize,
+    n_used: usize,
+    width: usize,
+    out: &mut [f32],
+) {
+    for (t, o) in out[..rows * width].chunks_mut(width).enumerate() {
+        for j in 0..n_used {
+            let s = t * n_used + j;
+            let wj = weights[s];
+            let ys = &y[s * width..(s + 1) * width];
+            if j == 0 {
+                o.iter_mut().zip(ys).for_each(|(ov, &yv)| *ov = yv * wj);
+            } else {
+                o.iter_mut().zip(ys).for_each(|(ov, &yv)| *ov += yv * wj);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Backend;
+    use crate::backend::cpu::quant::tests::{activations, random_row};
+    use crate::tensor::Tensor;
+
+    /// Every slot of an expert matmul equals the plain matmul of its input row by its expert's
+    /// rows (cut out of the stacked weight), for unquantized, 32-block and 256-block types, with
+    /// shared and per-slot inputs, and a fused gate/up layout (stride and offset).
+    #[test]
+    fn expert_matmul_equals_a_matmul_per_expert() {
+        let be = CpuBackend::new(2).unwrap();
+        let (k_in, stride, n_exp, tokens, n_used) = (512, 24, 4, 9, 2);
+        for t in [
+            GgmlType::F32,
+            GgmlType::F16,
+            GgmlType::Q8_0,
+            GgmlType::Q4_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            let bytes: Vec<u8> = (0..n_exp * stride)
+                .flat_map(|r| random_row(t, k_in, r as u64 + 7))
+                .collect();
+            let stacked = Tensor::from_bytes("exps", t, vec![k_in, stride, n_exp], bytes);
+            let w = be.weight(&stacked).unwrap();
+            // Token t uses experts (t + 2j) mod 4: every expert serves at least four slots.
+            let selected: Vec<f32> = (0..tokens * n_used)
+                .map(|s| ((s / n_used + 2 * (s % n_used)) % n_exp) as f32)
+                .collect();
+            for per_slot_input in [false, true] {
+                for (expert_rows, row_offset) in [(stride, 0), (stride / 2, stride / 2)] {
+                    let n_in = if per_slot_input {
+                        tokens * n_used
+                    } else {
+                        tokens
+                    };
+                    let x = activations(n_in * k_in, 5);
+                    let p = ExpertMatmulParams {
+                        rows: tokens,
+                        n_used,
+                        per_slot_input,
+                        expert_rows,
+                        expert_stride: stride,
+                        row_offset,
+                    };
+                    let mut out = vec![0.0; tokens * n_used * expert_rows];
+                    be.expert_matmul(&x, &w, &selected, &mut out, &p);
+                    for (s, &e) in selected.iter().enumerate() {
+                        let first = e as usize * stride + row_offset;
+                        let rows: Vec<usize> = (first..first + expert_rows).collect();
+                        let we = be.weight(&stacked.gather_rows("e", &rows)).unwrap();
+                        let i = if per_slot_input { s } else { s / n_used };
+                        let xi = x[i * k_in..(i + 1) * k_in].to_vec();
+                        let mut want = vec![0.0; expert_rows];
+                        be.matmul(&xi, &we, 1, &mut want);
+                        let got = &out[s * expert_rows..(s + 1) * expert_rows];
+                        for (g, w) in got.iter().zip(&want) {
+                            assert!(
+                                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                                "{t} slot {s} (per-slot {per_slot_input}): {g} vs {w}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Partial RoPE over all dims is `rope`; over fewer, it rotates (i, i + rot/2) pairs of the
+    /// leading dims by the table and leaves the rest as they were.
+    #[test]
+    fn partial_rope_rotates_only_the_leading_dims() {
+        let be = CpuBackend::new(1).unwrap();
+        let (rows, heads, hd, rot) = (3, 2, 8, 4);
+        let x = activations(rows * heads * hd, 11);
+        let table = activations(rows * hd, 12);
+        for layout in [RopeLayout::Neox, RopeLayout::Interleaved] {
+            let (mut a, mut b) = (x.clone(), x.clone());
+            be.rope(&mut a, &table, rows, heads, hd, layout);
+            be.rope_partial(&mut b, &table, rows, heads, hd, hd, layout);
+            assert_eq!(a, b);
+        }
+        let small = activations(rows * rot, 13);
+        let mut p = x.clone();
+        be.rope_partial(&mut p, &small, rows, heads, hd, rot, RopeLayout::Neox);
+        for r in 0..rows {
+            for h in 0..heads {
+                let o = (r * heads + h) * hd;
+                assert_eq!(&p[o + rot..o + hd], &x[o + rot..o + hd], "tail untouched");
+                for i in 0..rot / 2 {
+                    let (c, s) = (small[r * rot + 2 * i], small[r * rot + 2 * i + 1]);
+                    let (x0, x1) = (x[o + i], x[o + i + rot / 2]);
+                    assert_eq!(p[o + i], x0 * c - x1 * s);
+                    assert_eq!(p[o + i + rot / 2], x0 * s + x1 * c);
+                }
+            }
+        }
+    }
+
+    /// Routing: softmax, top-k highest first, ties to the lower index, weights summing to 1.
+    #[test]
+    fn routing_picks_the_top_experts_and_renormalizes() {
+        let be = CpuBackend::new(1).unwrap();
+        let logits = vec![
+            0.5, 2.0, -1.0, 2.0, 1.0, /* row 2 */ 3.0, 0.0, 0.0, 0.0, 0.0,
+        ];
+        let (mut sel, mut w) = (vec![0.0; 6], vec![0.0; 6]);
+        be.moe_route(&logits, 2, 5, 3, &mut sel, &mut w);
+        assert_eq!(&sel[..3], &[1.0, 3.0, 4.0]);
+        assert_eq!(&sel[3..5], &[0.0, 1.0]);
+        let e = |v: f32| v.exp();
+        let (a, b) = (e(2.0), e(1.0));
+        assert!((w[0] - a / (2.0 * a + b)).abs() < 1e-6 && (w[2] - b / (2.0 * a + b)).abs() < 1e-6);
+        assert!((w[3..].iter().sum::<f32>() - 1.0).abs() < 1e-6);
+    }
+
+    /// The convolution step run token by token, or over a batch shorter or longer than the
+    /// state, gives the batched result and the same final state.
+    #[test]
+    fn conv_step_carries_its_state_across_calls() {
+        let (k, ch, rows) = (4, 8, 37);
+        let taps = activations(k * ch, 3);
+        let be = CpuBackend::new(2).unwrap();
+        let kernel = be
+            .weight(&Tensor::from_f32("conv", vec![k, ch], &taps))
+            .unwrap();
+        let x = activations(rows * ch, 4);
+        let mut state = vec![0.0; (k - 1) * ch];
+        let mut whole = vec![0.0; rows * ch];
+        be.conv(&x, &kernel, &mut state, &mut whole, rows, ch);
+        // Reference: the definition, with zeros before the first token.
+        for t in 0..rows {
+            for c in 0..ch {
+                let mut acc = 0.0f32;
+                for j in 0..k {
+                    let src = t as isize + j as isize - (k as isize - 1);
+                    if src >= 0 {
+                        acc += x[src as usize * ch + c] * taps[c * k + j];
+                    }
+                }
+                let want = ggml_math::silu(acc);
+                assert!((whole[t * ch + c] - want).abs() < 1e-6);
+            }
+        }
+        for split in [1, 2, 5, 20] {
+            let mut st = vec![0.0; (k - 1) * ch];
+            let mut out = vec![0.0; rows * ch];
+            for (i, piece) in x.chunks(split * ch).enumerate() {
+                let n = piece.len() / ch;
+                let mut o = vec![0.0; n * ch];
+                be.conv(piece, &kernel, &mut st, &mut o, n, ch);
+                out[i * split * ch..i * split * ch + n * ch].copy_from_slice(&o);
+            }
+            assert_eq!(out, whole, "pieces of {split}");
+            assert_eq!(st, state, "final state, pieces of {split}");
+        }
+    }
+}

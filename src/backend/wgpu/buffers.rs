@@ -1,0 +1,231 @@
+//! Device memory: activation buffers, KV caches and weights, each a `DeviceBuf` that counts its
+//! bytes against the device (and `KILN_WGPU_MAX_MEMORY`) and, when dropped, tells the bind-group
+//! cache to forget it. Weights are uploaded once from the file mapping in their GGUF block layout;
+//! a matrix larger than one binding may cover is split by whole rows into parts.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::device::Gpu;
+use crate::backend::CacheType;
+use crate::error::{Error, Result};
+use crate::gguf::GgmlType;
+use crate::tensor::Tensor;
+
+/// Bookkeeping shared by every buffer of one backend.
+#[derive(Default)]
+pub struct Memory {
+    next_id: AtomicU64,
+    pub allocated: AtomicU64,
+    /// Ids of dropped buffers, for the bind-group cache to purge.
+    pub dead: Mutex<Vec<u64>>,
+}
+
+/// A device buffer with an identity (for the bind-group cache) and an accounted size.
+pub struct DeviceBuf {
+    pub buf: wgpu::Buffer,
+    pub id: u64,
+    bytes: u64,
+    memory: Arc<Memory>,
+}
+
+impl Drop for DeviceBuf {
+    fn drop(&mut self) {
+        self.memory
+            .allocated
+            .fetch_sub(self.bytes, Ordering::Relaxed);
+        self.memory
+            .dead
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(self.id);
+        // No `destroy()`: commands recorded but not yet submitted may still use the buffer; wgpu
+        // frees it when the last of them is done.
+    }
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+/// A storage buffer of `bytes` (rounded up to 4), zeroed, or with `contents`.
+pub fn create(
+    gpu: &Gpu,
+    memory: &Arc<Memory>,
+    what: &str,
+    bytes: u64,
+    contents: Option<&[u8]>,
+) -> Result<DeviceBuf> {
+    let size = bytes.max(4).next_multiple_of(4);
+    if size > gpu.max_binding {
+        return Err(Error::Unsupported(format!(
+            "{what} needs a {:.1} MiB buffer, more than the GPU ({}) can bind ({:.1} MiB); try --backend cpu",
+            mib(size),
+            gpu.info.name,
+            mib(gpu.max_binding)
+        )));
+    }
+    let before = memory.allocated.load(Ordering::Relaxed);
+    if let Some(cap) = gpu.max_memory
+        && before + size > cap
+    {
+        return Err(Error::Unsupported(format!(
+            "{what} does not fit in GPU memory: {:.1} MiB are in use and it needs {:.1} MiB more, \
+             beyond the {:.1} MiB allowed (KILN_WGPU_MAX_MEMORY); try --backend cpu",
+            mib(before),
+            mib(size),
+            mib(cap)
+        )));
+    }
+    let usage =
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+    let buf = gpu.checked(what, || {
+        gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage,
+            mapped_at_creation: contents.is_some(),
+        })
+    })?;
+    if let Some(data) = contents {
+        let mut view = buf
+            .slice(..)
+            .get_mapped_range_mut()
+            .map_err(|e| Error::Unsupported(format!("cannot write {what} to the GPU: {e}")))?;
+        view.slice(..data.len()).copy_from_slice(data);
+        drop(view);
+        buf.unmap();
+    }
+    memory.allocated.fetch_add(size, Ordering::Relaxed);
+    Ok(DeviceBuf {
+        buf,
+        id: memory.next_id.fetch_add(1, Ordering::Relaxed),
+        bytes: size,
+        memory: memory.clone(),
+    })
+}
+
+/// An f32 activation buffer.
+pub struct GpuBuffer {
+    pub dev: DeviceBuf,
+    pub len: usize,
+}
+
+/// A key or value cache: f32 values, or f16 pairs packed into u32 words.
+pub struct GpuCache {
+    pub dev: DeviceBuf,
+    pub len: usize,
+    pub ty: CacheType,
+}
+
+/// Rows `first_row..first_row + rows` of a matrix, in one buffer.
+pub struct Part {
+    pub dev: DeviceBuf,
+    pub first_row: usize,
+    pub rows: usize,
+}
+
+/// A weight matrix in its stored type.
+pub struct Matrix {
+    pub dtype: GgmlType,
+    pub cols: usize,
+    pub rows: usize,
+    pub row_bytes: usize,
+    pub parts: Vec<Part>,
+}
+
+pub enum GpuWeight {
+    /// A vector (norm weight, bias), decoded to f32 at load.
+    Vector {
+        dev: DeviceBuf,
+        len: usize,
+    },
+    Matrix(Matrix),
+}
+
+impl GpuWeight {
+    pub fn matrix(&self) -> Option<&Matrix> {
+        match self {
+            GpuWeight::Matrix(m) => Some(m),
+            GpuWeight::Vector { .. } => None,
+        }
+    }
+}
+
+/// The matrix types the kernels read (the CPU's, less the activation-only Q8_1 and Q8_K).
+pub const MATRIX_TYPES: [GgmlType; 13] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// Upload a tensor: vectors as f32, matrices as stored, split by rows to fit one binding.
+pub fn upload_weight(gpu: &Gpu, memory: &Arc<Memory>, t: &Tensor) -> Result<GpuWeight> {
+    if t.dims.len() == 1 {
+        let values = t.to_f32();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let dev = create(gpu, memory, &t.name, bytes.len() as u64, Some(&bytes))?;
+        return Ok(GpuWeight::Vector {
+            dev,
+            len: values.len(),
+        });
+    }
+    if !MATRIX_TYPES.contains(&t.dtype) {
+        return Err(Error::Unsupported(format!(
+            "tensor '{}' is {}, which the GPU backend does not read; try --backend cpu",
+            t.name, t.dtype
+        )));
+    }
+    let (cols, rows, row_bytes) = (t.row_len(), t.n_rows(), t.row_bytes());
+    if !cols.is_multiple_of(16) {
+        return Err(Error::Unsupported(format!(
+            "tensor '{}' has rows of {cols} values; the GPU kernels need a multiple of 16; try --backend cpu",
+            t.name
+        )));
+    }
+    // Four spare bytes let the kernels read a word past a 2-byte-aligned end.
+    let rows_per_part =
+        ((gpu.weight_binding as usize).saturating_sub(4) / row_bytes.max(1)).min(rows);
+    if rows_per_part == 0 {
+        return Err(Error::Unsupported(format!(
+            "a row of tensor '{}' takes {row_bytes} bytes, more than the GPU can bind ({} bytes); try --backend cpu",
+            t.name, gpu.weight_binding
+        )));
+    }
+    let data = t.bytes();
+    let mut parts = Vec::new();
+    let mut first = 0;
+    while first < rows {
+        let n = rows_per_part.min(rows - first);
+        let bytes = &data[first * row_bytes..(first + n) * row_bytes];
+        let what = if rows_per_part < rows {
+            format!("rows {first}..{} of {}", first + n, t.name)
+        } else {
+            t.name.clone()
+        };
+        let dev = create(gpu, memory, &what, bytes.len() as u64 + 4, Some(bytes))?;
+        parts.push(Part {
+            dev,
+            first_row: first,
+            rows: n,
+        });
+        first += n;
+    }
+    Ok(GpuWeight::Matrix(Matrix {
+        dtype: t.dtype,
+        cols,
+        rows,
+        row_bytes,
+        parts,
+    }))
+}

@@ -1,0 +1,299 @@
+//! Adapters and the device: listing every adapter (`kiln devices`), choosing one (`--backend`,
+//! `--gpu N`), opening it with the adapter's real limits and the optional features kiln uses, and
+//! turning wgpu's asynchronous failures (validation errors, lost devices) into a sticky error that
+//! the session reports, instead of wgpu's default handler, which panics.
+
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+
+/// Which adapter to take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdapterChoice {
+    /// A discrete or integrated GPU, if there is one (`--backend auto`).
+    Hardware,
+    /// The best adapter of any kind, software ones included (`--backend gpu`).
+    Best,
+    /// The adapter at this index of `kiln devices`' list (`--gpu N`).
+    Index(usize),
+}
+
+/// What `kiln devices` shows of an adapter.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AdapterSummary {
+    pub index: usize,
+    pub name: String,
+    pub device_type: String,
+    pub api: String,
+    pub driver: String,
+    pub max_storage_binding: u64,
+    pub max_buffer: u64,
+    pub workgroup_memory: u32,
+    pub max_invocations: u32,
+    pub storage_offset_alignment: u32,
+    /// Subgroup sizes (min, max), where the adapter has subgroup operations.
+    pub subgroups: Option<(u32, u32)>,
+    pub shader_f16: bool,
+    pub timestamps: bool,
+    /// Whether `--backend auto` takes this adapter.
+    pub auto: bool,
+}
+
+fn instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    desc.backends = wgpu::Backends::PRIMARY;
+    wgpu::Instance::new(desc)
+}
+
+fn adapters(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
+    pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY))
+}
+
+/// Preference among adapters: discrete, integrated, virtual, other, then CPU (software).
+fn rank(t: wgpu::DeviceType) -> u32 {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+fn is_hardware(t: wgpu::DeviceType) -> bool {
+    matches!(
+        t,
+        wgpu::DeviceType::DiscreteGpu | wgpu::DeviceType::IntegratedGpu
+    )
+}
+
+/// The index `auto` would take, if any.
+fn auto_index(list: &[wgpu::Adapter]) -> Option<usize> {
+    best_index(list, true)
+}
+
+fn best_index(list: &[wgpu::Adapter], hardware_only: bool) -> Option<usize> {
+    list.iter()
+        .enumerate()
+        .filter(|(_, a)| !hardware_only || is_hardware(a.get_info().device_type))
+        .min_by_key(|(i, a)| (rank(a.get_info().device_type), *i))
+        .map(|(i, _)| i)
+}
+
+fn summary(index: usize, a: &wgpu::Adapter, auto: bool) -> AdapterSummary {
+    let info = a.get_info();
+    let limits = a.limits();
+    let features = a.features();
+    let driver = [info.driver.as_str(), info.driver_info.as_str()]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    AdapterSummary {
+        index,
+        name: info.name.clone(),
+        device_type: format!("{:?}", info.device_type),
+        api: format!("{:?}", info.backend),
+        driver,
+        max_storage_binding: limits.max_storage_buffer_binding_size,
+        max_buffer: limits.max_buffer_size,
+        workgroup_memory: limits.max_compute_workgroup_storage_size,
+        max_invocations: limits.max_compute_invocations_per_workgroup,
+        storage_offset_alignment: limits.min_storage_buffer_offset_alignment,
+        subgroups: features
+            .contains(wgpu::Features::SUBGROUP)
+            .then_some((info.subgroup_min_size, info.subgroup_max_size)),
+        shader_f16: features.contains(wgpu::Features::SHADER_F16),
+        timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+        auto,
+    }
+}
+
+/// Every adapter wgpu finds (Vulkan, Metal, DX12), in the order `--gpu N` numbers them.
+pub fn list_adapters() -> Vec<AdapterSummary> {
+    let list = adapters(&instance());
+    let auto = auto_index(&list);
+    list.iter()
+        .enumerate()
+        .map(|(i, a)| summary(i, a, Some(i) == auto))
+        .collect()
+}
+
+/// Whether `--backend auto` would find a GPU.
+pub fn hardware_adapter_present() -> bool {
+    auto_index(&adapters(&instance())).is_some()
+}
+
+/// The optional features kiln uses, where the adapter has them.
+#[derive(Debug, Clone, Copy)]
+pub struct Capabilities {
+    pub subgroups: bool,
+    pub timestamps: bool,
+}
+
+/// An open device and what kiln needs to know about it.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    pub caps: Capabilities,
+    /// The largest buffer one binding may cover (the adapter's limit, a multiple of 4).
+    pub max_binding: u64,
+    /// The largest part of a weight matrix: `max_binding`, or less by `KILN_WGPU_MAX_BINDING`.
+    pub weight_binding: u64,
+    /// A cap on the device memory kiln allocates (`KILN_WGPU_MAX_MEMORY`), for tests and users
+    /// sharing a GPU.
+    pub max_memory: Option<u64>,
+    /// The first failure wgpu reported asynchronously, until the session takes it.
+    pub error: Arc<Mutex<Option<String>>>,
+}
+
+fn env_bytes(name: &str) -> Result<Option<u64>> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| n >= 16)
+            .map(Some)
+            .ok_or_else(|| Error::Usage(format!("{name}={v}: expected a number of bytes ≥ 16"))),
+    }
+}
+
+/// Settings of a device beyond the adapter's own; the environment's by default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GpuOptions {
+    /// Bytes one binding may cover at most, below the adapter's limit (`KILN_WGPU_MAX_BINDING`):
+    /// tests use it to make weights split.
+    pub max_binding: Option<u64>,
+    /// Bytes of device memory kiln may allocate (`KILN_WGPU_MAX_MEMORY`).
+    pub max_memory: Option<u64>,
+    /// Use the workgroup-memory reductions even where the adapter has subgroup operations
+    /// (`KILN_WGPU_NO_SUBGROUPS=1`), so tests cover both variants on one adapter.
+    pub no_subgroups: bool,
+}
+
+impl GpuOptions {
+    pub fn from_env() -> Result<GpuOptions> {
+        Ok(GpuOptions {
+            max_binding: env_bytes("KILN_WGPU_MAX_BINDING")?,
+            max_memory: env_bytes("KILN_WGPU_MAX_MEMORY")?,
+            no_subgroups: std::env::var_os("KILN_WGPU_NO_SUBGROUPS").is_some_and(|v| v == "1"),
+        })
+    }
+}
+
+/// Open the adapter `choice` picks. `Ok(None)`: there is no such adapter (the caller decides
+/// whether that is an error).
+pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
+    let instance = instance();
+    let list = adapters(&instance);
+    let index = match choice {
+        AdapterChoice::Hardware => auto_index(&list),
+        AdapterChoice::Best => best_index(&list, false),
+        AdapterChoice::Index(i) => {
+            if i >= list.len() {
+                let names: Vec<String> = list
+                    .iter()
+                    .enumerate()
+                    .map(|(i, a)| format!("{i}: {}", a.get_info().name))
+                    .collect();
+                return Err(Error::Usage(format!(
+                    "there is no GPU adapter {i}: {} (see kiln devices)",
+                    if names.is_empty() {
+                        "none was found".to_string()
+                    } else {
+                        format!("the adapters are {}", names.join(", "))
+                    }
+                )));
+            }
+            Some(i)
+        }
+    };
+    let Some(index) = index else { return Ok(None) };
+    let adapter = &list[index];
+    let info = adapter.get_info();
+    let limits = adapter.limits();
+    let available = adapter.features();
+    // The kernels compute in f32 (f16 only as storage, through pack2x16float), so SHADER_F16 is
+    // not requested.
+    let wanted = wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+    let features = available & wanted;
+    let caps = Capabilities {
+        subgroups: features.contains(wgpu::Features::SUBGROUP) && !options.no_subgroups,
+        timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+    };
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("kiln"),
+        required_features: features,
+        required_limits: limits.clone(),
+        experimental_features: wgpu::ExperimentalFeatures::disabled(),
+        memory_hints: wgpu::MemoryHints::Performance,
+        trace: wgpu::Trace::Off,
+    }))
+    .map_err(|e| Error::Unsupported(format!("cannot open the GPU {}: {e}", info.name)))?;
+
+    let error: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    let sink = error.clone();
+    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+        let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert_with(|| format!("GPU error: {e}"));
+    }));
+    let sink = error.clone();
+    device.set_device_lost_callback(move |reason, message| {
+        if reason != wgpu::DeviceLostReason::Destroyed {
+            let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert_with(|| format!("the GPU device was lost ({reason:?}): {message}"));
+        }
+    });
+
+    let adapter_max = limits
+        .max_storage_buffer_binding_size
+        .min(limits.max_buffer_size);
+    let max_binding = adapter_max / 4 * 4;
+    let weight_binding = options
+        .max_binding
+        .map_or(max_binding, |n| n.min(max_binding) / 4 * 4);
+    Ok(Some(Gpu {
+        device,
+        queue,
+        info,
+        limits,
+        caps,
+        max_binding,
+        weight_binding,
+        max_memory: options.max_memory,
+        error,
+    }))
+}
+
+impl Gpu {
+    /// Record a failure unless one is already recorded.
+    pub fn fail(&self, message: String) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert(message);
+    }
+
+    pub fn take_error(&self) -> Option<String> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    /// Run `f`, turning validation and out-of-memory errors it raises into an `Err`.
+    pub fn checked<T>(&self, what: &str, f: impl FnOnce() -> T) -> Result<T> {
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let value = f();
+        let v = pollster::block_on(validation.pop());
+        let o = pollster::block_on(oom.pop());
+        match (o, v) {
+            (Some(e), _) => Err(Error::Unsupported(format!(
+                "the GPU ({}) ran out of memory for {what}: {e}; try --backend cpu",
+                self.info.name
+            ))),
+            (None, Some(e)) => Err(Error::Unsupported(format!("GPU error in {what}: {e}"))),
+            (None, None) => Ok(value),
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! The wgpu backend (Vulkan, Metal, DX12): the `Backend` ops as WGSL compute kernels on buffers
+//! that stay on the device. How a call becomes GPU work:
+//! 1. `ops.rs` implements each op: it picks the kernel variant (`pipelines.rs`: the shader in
+//!    `shaders/`, assembled for the weight type, cache type and adapter features), packs the
+//!    op's sizes into a parameter block and records a dispatch.
+//! 2. `stream.rs` collects the dispatches of a forward pass into one encoder and compute pass,
+//!    submitting every few dozen, and reads back only what the host asks for (the logits, or the
+//!    argmax of greedy decoding).
+//! 3. `buffers.rs` owns device memory: weights uploaded once in their GGUF block layout (split by
+//!    rows above the binding limit), f32 activations, f32 or f16 KV caches.
+//! 4. `device.rs` lists and opens adapters and turns wgpu's asynchronous errors into a sticky
+//!    error the session reports (`Backend::take_error`).
+//!
+//! Adding an op: a kernel in the shader file of its family (or a new file, listed in
+//! `pipelines::SOURCES`), a `Kernel` naming its bindings, and a few lines in `ops.rs` recording it.
+
+mod buffers;
+mod device;
+mod ops;
+mod pipelines;
+mod stream;
+
+use std::sync::{Arc, Mutex};
+
+pub use buffers::{GpuBuffer, GpuCache, GpuWeight};
+pub use device::{
+    AdapterChoice, AdapterSummary, GpuOptions, hardware_adapter_present, list_adapters,
+};
+
+use self::buffers::Memory;
+use self::device::Gpu;
+use self::pipelines::Pipelines;
+use self::stream::Stream;
+use crate::error::{Error, Result};
+
+/// Buffers the backend keeps for itself, grown on demand.
+#[derive(Default)]
+struct Scratch {
+    /// Token ids of `embed`.
+    ids: Option<GpuBuffer>,
+    /// Per-split partial results of decode attention.
+    partials: Option<GpuBuffer>,
+    /// The index `argmax` writes.
+    argmax: Option<GpuBuffer>,
+}
+
+pub struct WgpuBackend {
+    gpu: Gpu,
+    memory: Arc<Memory>,
+    pipelines: Pipelines,
+    stream: Mutex<Stream>,
+    scratch: Mutex<Scratch>,
+    param_slot: u64,
+}
+
+impl WgpuBackend {
+    /// Open the adapter `choice` picks, with the environment's options; an error when there is
+    /// none.
+    pub fn new(choice: AdapterChoice) -> Result<WgpuBackend> {
+        match Self::open(choice, GpuOptions::from_env()?)? {
+            Some(b) => Ok(b),
+            None => Err(Error::Unsupported(match choice {
+                AdapterChoice::Hardware => {
+                    "no GPU adapter was found (kiln devices lists what wgpu sees)".into()
+                }
+                _ => "no GPU adapter was found: wgpu sees no Vulkan, Metal or DX12 device \
+                      (on Linux without a GPU, Mesa's lavapipe provides one: mesa-vulkan-drivers); \
+                      use --backend cpu"
+                    .into(),
+            })),
+        }
+    }
+
+    /// Open the adapter `choice` picks; `Ok(None)` when there is none.
+    pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<WgpuBackend>> {
+        let Some(gpu) = device::open(choice, options)? else {
+            return Ok(None);
+        };
+        let param_slot = stream::param_slot(&gpu);
+        Ok(Some(WgpuBackend {
+            stream: Mutex::new(Stream::new(&gpu)),
+            gpu,
+            memory: Arc::new(Memory::default()),
+            pipelines: Pipelines::default(),
+            scratch: Mutex::new(Scratch::default()),
+            param_slot,
+        }))
+    }
+
+    /// The adapter's name.
+    pub fn adapter_name(&self) -> &str {
+        &self.gpu.info.name
+    }
+
+    /// Whether the adapter is a CPU (software) one such as lavapipe.
+    pub fn is_software(&self) -> bool {
+        self.gpu.info.device_type == wgpu::DeviceType::Cpu
+    }
+
+    /// Bytes of device memory kiln holds now.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.memory
+            .allocated
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn stream(&self) -> std::sync::MutexGuard<'_, Stream> {
+        let mut s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        let mut dead = self.memory.dead.lock().unwrap_or_else(|p| p.into_inner());
+        s.purge(&mut dead);
+        s
+    }
+}

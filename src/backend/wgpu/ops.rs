@@ -1,0 +1,741 @@
+//! The `Backend` ops on the GPU: for each, the kernel variant, its parameter block (u32 words,
+//! f32 as bits, in the order of the shader's `Params`), its buffers and its grid.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::buffers::{self, DeviceBuf, GpuBuffer, GpuCache, GpuWeight, Matrix};
+use super::pipelines::{Access, Kernel, Pipeline};
+use super::{Scratch, WgpuBackend};
+use crate::backend::{AttentionParams, Backend, CacheType, GateActivation, Profile, RopeLayout};
+use crate::error::{Error, Result};
+use crate::gguf::GgmlType;
+use crate::tensor::Tensor;
+
+use Access::{Read, ReadWrite};
+
+/// Activation rows up to which a matmul runs as mat-vec (more take the tiled kernel).
+const MATVEC_MAX_ROWS: usize = 1;
+/// The widest attention head the kernel takes (4 values per invocation of 64).
+const MAX_HEAD_DIM: usize = 256;
+
+/// A grid of `n` workgroups, spilling from x into y past the 65535 limit.
+fn grid(n: usize) -> [u32; 3] {
+    let x = n.min(65535);
+    [x as u32, n.div_ceil(x.max(1)) as u32, 1]
+}
+
+fn words(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The define that selects a weight type's block decoder in quants.wgsl.
+fn type_define(t: GgmlType) -> &'static str {
+    match t {
+        GgmlType::F32 => "F32",
+        GgmlType::F16 => "F16",
+        GgmlType::BF16 => "BF16",
+        GgmlType::Q4_0 => "Q4_0",
+        GgmlType::Q4_1 => "Q4_1",
+        GgmlType::Q5_0 => "Q5_0",
+        GgmlType::Q5_1 => "Q5_1",
+        GgmlType::Q8_0 => "Q8_0",
+        GgmlType::Q8_1 => "Q8_1",
+        GgmlType::Q2_K => "Q2_K",
+        GgmlType::Q3_K => "Q3_K",
+        GgmlType::Q4_K => "Q4_K",
+        GgmlType::Q5_K => "Q5_K",
+        GgmlType::Q6_K => "Q6_K",
+        GgmlType::Q8_K => "Q8_K",
+    }
+}
+
+fn matvec_kernel(t: GgmlType, n_weights: usize) -> Kernel {
+    let mut bindings = vec![Read, Read, ReadWrite];
+    for _ in 1..n_weights {
+        bindings.extend([Read, ReadWrite]);
+    }
+    let k = Kernel::new("matvec", "matvec", &bindings).flag(type_define(t));
+    match n_weights {
+        2 => k.flag("NW2"),
+        3 => k.flag("NW3"),
+        _ => k,
+    }
+}
+
+fn matmul_kernel(t: GgmlType) -> Kernel {
+    Kernel::new("matmul", "matmul", &[Read, Read, ReadWrite]).flag(type_define(t))
+}
+
+fn embed_kernel(t: GgmlType) -> Kernel {
+    Kernel::new("embed", "embed", &[Read, Read, ReadWrite]).flag(type_define(t))
+}
+
+fn elementwise_kernel(entry: &'static str) -> Kernel {
+    Kernel::new(entry, "elementwise", &[ReadWrite, Read]).entry(entry)
+}
+
+fn store_kernel(ty: CacheType) -> Kernel {
+    let k = Kernel::new("kv_store", "kv", &[Read, ReadWrite]);
+    if ty == CacheType::F16 {
+        k.flag("F16CACHE")
+    } else {
+        k
+    }
+}
+
+fn attention_kernel(k: CacheType, v: CacheType, reduce: bool) -> Kernel {
+    let mut kernel = Kernel::new(
+        if reduce {
+            "attention_reduce"
+        } else {
+            "attention"
+        },
+        "attention",
+        &[Read, Read, Read, ReadWrite, ReadWrite],
+    );
+    if reduce {
+        kernel = kernel.entry("reduce");
+    }
+    if k == CacheType::F16 {
+        kernel = kernel.flag("K_F16");
+    }
+    if v == CacheType::F16 {
+        kernel = kernel.flag("V_F16");
+    }
+    kernel
+}
+
+/// The buffer and id a dispatch binds.
+fn bind(d: &DeviceBuf) -> (&wgpu::Buffer, u64) {
+    (&d.buf, d.id)
+}
+
+impl WgpuBackend {
+    /// The pipeline of `k`; on failure the error is recorded for the session and None returned.
+    fn pipeline(&self, k: &Kernel) -> Option<Arc<Pipeline>> {
+        match self.pipelines.get(&self.gpu, k, self.param_slot) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                self.gpu.fail(e.to_string());
+                None
+            }
+        }
+    }
+
+    fn run(&self, k: &Kernel, params: &[u32], buffers: &[(&wgpu::Buffer, u64)], groups: [u32; 3]) {
+        if let Some(p) = self.pipeline(k) {
+            self.stream()
+                .dispatch(&self.gpu, &p, &words(params), buffers, groups);
+        }
+    }
+
+    /// A backend-owned buffer of at least `len` values, grown as needed.
+    fn scratch_buffer(
+        &self,
+        pick: impl Fn(&mut Scratch) -> &mut Option<GpuBuffer>,
+        len: usize,
+    ) -> Option<(wgpu::Buffer, u64)> {
+        let mut s = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = pick(&mut s);
+        if slot.as_ref().is_none_or(|b| b.len < len) {
+            match self.buffer(len.next_power_of_two().max(64)) {
+                Ok(b) => *slot = Some(b),
+                Err(e) => {
+                    self.gpu.fail(e.to_string());
+                    return None;
+                }
+            }
+        }
+        slot.as_ref().map(|b| (b.dev.buf.clone(), b.dev.id))
+    }
+
+    fn matrix<'a>(&self, w: &'a GpuWeight, op: &str) -> Option<&'a Matrix> {
+        let m = w.matrix();
+        if m.is_none() {
+            self.gpu
+                .fail(format!("{op}: expected a weight matrix, got a vector"));
+        }
+        m
+    }
+
+    /// Build ahead the pipelines a weight of type `t` will use.
+    fn prepare_matrix(&self, t: GgmlType) -> Result<()> {
+        for k in [
+            matvec_kernel(t, 1),
+            matvec_kernel(t, 2),
+            matvec_kernel(t, 3),
+            matmul_kernel(t),
+            embed_kernel(t),
+        ] {
+            self.pipelines.get(&self.gpu, &k, self.param_slot)?;
+        }
+        Ok(())
+    }
+
+    /// Weight rows per mat-vec workgroup of 64: one per subgroup where there are subgroups.
+    fn matvec_rows_per_wg(&self) -> usize {
+        if self.gpu.caps.subgroups {
+            (64 / self.gpu.info.subgroup_min_size.max(1) as usize).max(1)
+        } else {
+            1
+        }
+    }
+
+    fn matmul_part(&self, x: &GpuBuffer, m: &Matrix, rows: usize, out: &GpuBuffer) {
+        let k = m.cols as u32;
+        for part in &m.parts {
+            let buffers = [bind(&x.dev), bind(&part.dev), bind(&out.dev)];
+            if rows <= MATVEC_MAX_ROWS {
+                let params = [
+                    k,
+                    rows as u32,
+                    k / 16,
+                    m.row_bytes as u32,
+                    part.rows as u32,
+                    0,
+                    0,
+                    part.rows as u32,
+                    m.rows as u32,
+                    0,
+                    0,
+                    part.first_row as u32,
+                    0,
+                    0,
+                    self.matvec_rows_per_wg() as u32,
+                ];
+                let groups = grid(part.rows.div_ceil(self.matvec_rows_per_wg()));
+                self.run(&matvec_kernel(m.dtype, 1), &params, &buffers, groups);
+            } else {
+                let params = [
+                    k,
+                    rows as u32,
+                    k / 16,
+                    m.row_bytes as u32,
+                    part.rows as u32,
+                    m.rows as u32,
+                    part.first_row as u32,
+                ];
+                let groups = [part.rows.div_ceil(64) as u32, rows.div_ceil(64) as u32, 1];
+                self.run(&matmul_kernel(m.dtype), &params, &buffers, groups);
+            }
+        }
+    }
+
+    fn elementwise(&self, entry: &'static str, a: &GpuBuffer, b: &DeviceBuf, params: [u32; 4]) {
+        let groups = grid((params[0] as usize).div_ceil(256));
+        self.run(
+            &elementwise_kernel(entry),
+            &params,
+            &[bind(&a.dev), bind(b)],
+            groups,
+        );
+    }
+
+    /// The device's copy bandwidth in GB/s (bytes read plus bytes written per second): the best
+    /// of several copies of a buffer as large as one binding allows, up to 256 MiB.
+    pub fn measure_bandwidth(&self) -> Result<f64> {
+        let bytes = (self.gpu.max_binding.min(256 << 20) / 2) / 16 * 16;
+        let len = (bytes / 4) as usize;
+        let src = self.buffer(len)?;
+        let dst = self.buffer(len)?;
+        let k = Kernel::new("copy_bandwidth", "bench", &[ReadWrite, Read]);
+        let n = bytes / 16;
+        let groups = grid((n as usize).div_ceil(256));
+        let mut best = f64::MAX;
+        for rep in 0..6 {
+            let start = Instant::now();
+            for _ in 0..4 {
+                self.run(&k, &[n as u32], &[bind(&dst.dev), bind(&src.dev)], groups);
+            }
+            let mut one = [0f32; 1];
+            self.download(&dst, 0, &mut one);
+            if rep > 0 {
+                best = best.min(start.elapsed().as_secs_f64() / 4.0);
+            }
+        }
+        if let Some(e) = self.take_error() {
+            return Err(e);
+        }
+        Ok(2.0 * bytes as f64 / best / 1e9)
+    }
+
+    /// The index of the largest of the first `len` values of `x`, computed on the device.
+    pub fn argmax(&self, x: &GpuBuffer, len: usize) -> Option<u32> {
+        let (res, id) = self.scratch_buffer(|s| &mut s.argmax, 1)?;
+        let k = Kernel::new("argmax", "argmax", &[Read, ReadWrite]);
+        self.run(&k, &[len as u32], &[bind(&x.dev), (&res, id)], [1, 1, 1]);
+        let bytes = self.stream().read(&self.gpu, &res, 0, 4)?;
+        Some(u32::from_le_bytes(bytes[..4].try_into().ok()?))
+    }
+}
+
+impl Backend for WgpuBackend {
+    type Buffer = GpuBuffer;
+    type Cache = GpuCache;
+    type Weight = GpuWeight;
+
+    fn describe(&self) -> String {
+        let info = &self.gpu.info;
+        let mut extras = Vec::new();
+        if self.gpu.caps.subgroups {
+            extras.push(format!(
+                "subgroups {}-{}",
+                info.subgroup_min_size, info.subgroup_max_size
+            ));
+        }
+        if self.is_software() {
+            extras.push("software".into());
+        }
+        let extras = if extras.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", extras.join(", "))
+        };
+        format!("GPU ({}, {:?}{extras})", info.name, info.backend)
+    }
+
+    fn set_profiling(&self, on: bool) {
+        self.stream().set_profiling(&self.gpu, on);
+    }
+
+    fn profile(&self) -> Option<Profile> {
+        self.stream().profile()
+    }
+
+    fn take_error(&self) -> Option<Error> {
+        self.gpu.take_error().map(Error::Unsupported)
+    }
+
+    fn weight(&self, t: &Tensor) -> Result<GpuWeight> {
+        let w = buffers::upload_weight(&self.gpu, &self.memory, t)?;
+        if let Some(m) = w.matrix() {
+            self.prepare_matrix(m.dtype)?;
+        }
+        Ok(w)
+    }
+
+    fn buffer(&self, len: usize) -> Result<GpuBuffer> {
+        let dev = buffers::create(
+            &self.gpu,
+            &self.memory,
+            "an activation buffer",
+            len as u64 * 4,
+            None,
+        )?;
+        Ok(GpuBuffer { dev, len })
+    }
+
+    fn upload(&self, dst: &mut GpuBuffer, src: &[f32]) {
+        let bytes: Vec<u8> = src.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.stream().upload(&dst.dev.buf, 0, &bytes);
+    }
+
+    fn download(&self, src: &GpuBuffer, offset: usize, out: &mut [f32]) {
+        let bytes = self.stream().read(
+            &self.gpu,
+            &src.dev.buf,
+            offset as u64 * 4,
+            out.len() as u64 * 4,
+        );
+        match bytes {
+            Some(b) => {
+                for (o, c) in out.iter_mut().zip(b.chunks_exact(4)) {
+                    *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+            None => out.fill(0.0),
+        }
+    }
+
+    fn embed(&self, table: &GpuWeight, ids: &[u32], scale: f32, out: &mut GpuBuffer) {
+        let Some(m) = self.matrix(table, "embed") else {
+            return;
+        };
+        let Some((ids_buf, ids_id)) = self.scratch_buffer(|s| &mut s.ids, ids.len()) else {
+            return;
+        };
+        self.stream().upload(&ids_buf, 0, &words(ids));
+        let groups = m.cols / 16;
+        for part in &m.parts {
+            let params = [
+                ids.len() as u32,
+                groups as u32,
+                m.row_bytes as u32,
+                part.first_row as u32,
+                part.rows as u32,
+                scale.to_bits(),
+            ];
+            self.run(
+                &embed_kernel(m.dtype),
+                &params,
+                &[(&ids_buf, ids_id), bind(&part.dev), bind(&out.dev)],
+                [groups.div_ceil(64) as u32, ids.len() as u32, 1],
+            );
+        }
+    }
+
+    fn rms_norm(&self, x: &mut GpuBuffer, w: &GpuWeight, rows: usize, eps: f32) {
+        let GpuWeight::Vector { dev, len } = w else {
+            self.gpu.fail("rms_norm: expected a vector weight".into());
+            return;
+        };
+        let k = Kernel::new("rms_norm", "norm", &[ReadWrite, Read]);
+        self.run(
+            &k,
+            &[rows as u32, *len as u32, eps.to_bits()],
+            &[bind(&x.dev), bind(dev)],
+            grid(rows),
+        );
+    }
+
+    fn rms_norm_into(
+        &self,
+        x: &GpuBuffer,
+        w: &GpuWeight,
+        rows: usize,
+        width: usize,
+        eps: f32,
+        out: &mut GpuBuffer,
+    ) {
+        let GpuWeight::Vector { dev, len } = w else {
+            self.gpu.fail("rms_norm: expected a vector weight".into());
+            return;
+        };
+        debug_assert_eq!(*len, width);
+        let k = Kernel::new("rms_norm", "norm", &[ReadWrite, Read, Read]).flag("INTO");
+        self.run(
+            &k,
+            &[rows as u32, *len as u32, eps.to_bits()],
+            &[bind(&out.dev), bind(dev), bind(&x.dev)],
+            grid(rows),
+        );
+    }
+
+    fn matmul(&self, x: &GpuBuffer, w: &GpuWeight, rows: usize, out: &mut GpuBuffer) {
+        if let Some(m) = self.matrix(w, "matmul") {
+            self.matmul_part(x, m, rows, out);
+        }
+    }
+
+    fn matmul_many(
+        &self,
+        x: &GpuBuffer,
+        ws: &[&GpuWeight],
+        rows: usize,
+        outs: &mut [&mut GpuBuffer],
+    ) {
+        let ms: Vec<&Matrix> = ws.iter().filter_map(|w| w.matrix()).collect();
+        let fused = rows <= MATVEC_MAX_ROWS
+            && (2..=3).contains(&ms.len())
+            && ms.len() == ws.len()
+            && ms.iter().all(|m| {
+                m.parts.len() == 1
+                    && m.dtype == ms[0].dtype
+                    && m.cols == ms[0].cols
+                    && m.row_bytes == ms[0].row_bytes
+            });
+        if !fused {
+            for (w, out) in ws.iter().zip(outs.iter_mut()) {
+                self.matmul(x, w, rows, out);
+            }
+            return;
+        }
+        let k = ms[0].cols as u32;
+        let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows as u32);
+        let total: u32 = (0..3).map(rows_of).sum();
+        let params = [
+            k,
+            rows as u32,
+            k / 16,
+            ms[0].row_bytes as u32,
+            rows_of(0),
+            rows_of(1),
+            rows_of(2),
+            total,
+            rows_of(0),
+            rows_of(1),
+            rows_of(2),
+            0,
+            0,
+            0,
+            self.matvec_rows_per_wg() as u32,
+        ];
+        let mut buffers = vec![bind(&x.dev)];
+        for (m, out) in ms.iter().zip(outs.iter()) {
+            buffers.push(bind(&m.parts[0].dev));
+            buffers.push(bind(&out.dev));
+        }
+        self.run(
+            &matvec_kernel(ms[0].dtype, ms.len()),
+            &params,
+            &buffers,
+            grid((total as usize).div_ceil(self.matvec_rows_per_wg())),
+        );
+    }
+
+    fn add_bias(&self, x: &mut GpuBuffer, b: &GpuWeight, rows: usize) {
+        let GpuWeight::Vector { dev, len } = b else {
+            self.gpu.fail("add_bias: expected a vector weight".into());
+            return;
+        };
+        self.elementwise("add_bias", x, dev, [(rows * len) as u32, *len as u32, 0, 0]);
+    }
+
+    fn rope(
+        &self,
+        x: &mut GpuBuffer,
+        table: &GpuBuffer,
+        rows: usize,
+        n_heads: usize,
+        head_dim: usize,
+        layout: RopeLayout,
+    ) {
+        let pairs = rows * n_heads * head_dim / 2;
+        let k = Kernel::new("rope", "rope", &[ReadWrite, Read]);
+        self.run(
+            &k,
+            &[
+                pairs as u32,
+                n_heads as u32,
+                head_dim as u32,
+                (layout == RopeLayout::Neox) as u32,
+            ],
+            &[bind(&x.dev), bind(&table.dev)],
+            grid(pairs.div_ceil(256)),
+        );
+    }
+
+    fn cache(&self, len: usize, ty: CacheType, rotation: usize) -> Result<GpuCache> {
+        if ty == CacheType::Q8_0 {
+            return Err(Error::Unsupported(
+                "q8_0 KV cache is not supported by the GPU backend yet; use -ctk f16 or \
+                 --backend cpu"
+                    .into(),
+            ));
+        }
+        // Only quantized types are stored rotated.
+        debug_assert_eq!(rotation, 1);
+        let dev = buffers::create(
+            &self.gpu,
+            &self.memory,
+            "the KV cache",
+            ty.row_bytes(len) as u64,
+            None,
+        )?;
+        for k in [
+            store_kernel(ty),
+            attention_kernel(ty, ty, false),
+            attention_kernel(ty, ty, true),
+        ] {
+            self.pipelines.get(&self.gpu, &k, self.param_slot)?;
+        }
+        Ok(GpuCache { dev, len, ty })
+    }
+
+    fn store_rows(
+        &self,
+        src: &GpuBuffer,
+        dst: &mut GpuCache,
+        dst_row: usize,
+        rows: usize,
+        width: usize,
+    ) {
+        let len = rows * width;
+        let threads = match dst.ty {
+            CacheType::F16 => len / 2,
+            CacheType::F32 => len,
+            // `cache` refuses it.
+            CacheType::Q8_0 => return,
+        };
+        self.run(
+            &store_kernel(dst.ty),
+            &[len as u32, (dst_row * width) as u32],
+            &[bind(&src.dev), bind(&dst.dev)],
+            grid(threads.div_ceil(256)),
+        );
+    }
+
+    fn move_cache_rows(
+        &self,
+        cache: &mut GpuCache,
+        src_row: usize,
+        dst_row: usize,
+        rows: usize,
+        width: usize,
+    ) {
+        // Words per row: f32 values, or f16 pairs (rows are even).
+        let row_words = match cache.ty {
+            CacheType::F32 => width,
+            CacheType::F16 => width / 2,
+            CacheType::Q8_0 => return,
+        };
+        let gap = src_row.abs_diff(dst_row);
+        if gap == 0 || rows == 0 {
+            return;
+        }
+        // Overlapping ranges go in pieces of at most `gap` rows, each reading rows the ones
+        // before it have not written yet: from the front when moving down, the back when up.
+        let k = Kernel::new("kv_move", "kv_shift", &[ReadWrite]).entry("move_rows");
+        let mut done = 0;
+        while done < rows {
+            let n = gap.min(rows - done);
+            let first = if dst_row < src_row {
+                done
+            } else {
+                rows - done - n
+            };
+            let len = n * row_words;
+            self.run(
+                &k,
+                &[
+                    len as u32,
+                    ((src_row + first) * row_words) as u32,
+                    ((dst_row + first) * row_words) as u32,
+                    0,
+                    0,
+                ],
+                &[bind(&cache.dev)],
+                grid(len.div_ceil(256)),
+            );
+            done += n;
+        }
+    }
+
+    fn rope_cache(
+        &self,
+        cache: &mut GpuCache,
+        table: &GpuBuffer,
+        first_row: usize,
+        rows: usize,
+        n_heads: usize,
+        head_dim: usize,
+        layout: RopeLayout,
+    ) {
+        let mut k = Kernel::new("kv_rope", "kv_shift", &[ReadWrite, Read]).entry("rope_rows");
+        match cache.ty {
+            CacheType::F32 => {}
+            CacheType::F16 => k = k.flag("F16CACHE"),
+            CacheType::Q8_0 => return,
+        }
+        let heads = rows * n_heads;
+        if heads == 0 {
+            return;
+        }
+        self.run(
+            &k,
+            &[
+                heads as u32,
+                (first_row * n_heads * head_dim) as u32,
+                0,
+                head_dim as u32,
+                (layout == RopeLayout::Neox) as u32,
+            ],
+            &[bind(&cache.dev), bind(&table.dev)],
+            grid(heads.div_ceil(256)),
+        );
+    }
+
+    fn attention(
+        &self,
+        q: &GpuBuffer,
+        k_cache: &GpuCache,
+        v_cache: &GpuCache,
+        out: &mut GpuBuffer,
+        p: &AttentionParams,
+    ) {
+        let hd = p.head_dim;
+        if hd > MAX_HEAD_DIM || !hd.is_multiple_of(2) {
+            self.gpu.fail(format!(
+                "attention heads of {hd} values: the GPU kernel takes even sizes up to {MAX_HEAD_DIM}"
+            ));
+            return;
+        }
+        // Decode splits the key range across workgroups; prefill has a workgroup per row already.
+        let (splits, chunk) = if p.rows == 1 {
+            let pos = p.start_pos;
+            let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            let span = pos + 1 - lo;
+            let splits = span.div_ceil(128).clamp(1, 16);
+            (splits, span.div_ceil(splits))
+        } else {
+            (1, 1 << 30)
+        };
+        let part_len = if splits > 1 {
+            p.rows * p.n_heads * splits * (hd + 2)
+        } else {
+            1
+        };
+        let Some(partials) = self.scratch_buffer(|s| &mut s.partials, part_len) else {
+            return;
+        };
+        let params = [
+            p.start_pos as u32,
+            p.rows as u32,
+            p.n_heads as u32,
+            (p.n_heads / p.n_kv_heads) as u32,
+            hd as u32,
+            (p.n_kv_heads * hd) as u32,
+            (p.n_heads * hd) as u32,
+            p.window.unwrap_or(0) as u32,
+            splits as u32,
+            chunk as u32,
+            p.scale.to_bits(),
+        ];
+        let buffers = [
+            bind(&q.dev),
+            bind(&k_cache.dev),
+            bind(&v_cache.dev),
+            bind(&out.dev),
+            (&partials.0, partials.1),
+        ];
+        self.run(
+            &attention_kernel(k_cache.ty, v_cache.ty, false),
+            &params,
+            &buffers,
+            [p.n_heads as u32, p.rows as u32, splits as u32],
+        );
+        if splits > 1 {
+            self.run(
+                &attention_kernel(k_cache.ty, v_cache.ty, true),
+                &params,
+                &buffers,
+                [p.n_heads as u32, p.rows as u32, 1],
+            );
+        }
+    }
+
+    fn gated_activation(
+        &self,
+        gate: &mut GpuBuffer,
+        up: &GpuBuffer,
+        len: usize,
+        act: GateActivation,
+    ) {
+        let entry = match act {
+            GateActivation::Silu => "silu_mul",
+            GateActivation::GeluTanh => "gelu_mul",
+        };
+        self.elementwise(entry, gate, &up.dev, [len as u32, 0, 0, 0]);
+    }
+
+    fn add(&self, x: &mut GpuBuffer, y: &GpuBuffer, len: usize) {
+        self.elementwise("add", x, &y.dev, [len as u32, 0, 0, 0]);
+    }
+
+    fn copy_rows_from(
+        &self,
+        src: &GpuBuffer,
+        src_row: usize,
+        dst: &mut GpuBuffer,
+        rows: usize,
+        width: usize,
+    ) {
+        self.elementwise(
+            "copy",
+            dst,
+            &src.dev,
+            [(rows * width) as u32, 0, (src_row * width) as u32, 0],
+        );
+    }
+}

@@ -1,0 +1,294 @@
+//! Shader assembly and the pipeline cache. The WGSL kernels live in `shaders/` (one file per op
+//! family), compiled into the binary; a small preprocessor splices them when a pipeline is built:
+//! `#include "name"` pastes a shared snippet (once per shader), `#if A || B` / `#else` / `#endif`
+//! keep lines by the defines, `{{NAME}}` substitutes a define's value. A pipeline is keyed by its
+//! file, entry point and defines, built once (at load for the weight and cache types the model
+//! uses) and reused; its bind-group layout follows the binding list of its `Kernel`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use super::device::Gpu;
+use crate::error::{Error, Result};
+
+/// The shader sources, by the name `#include` and `Kernel::file` use.
+const SOURCES: [(&str, &str); 14] = [
+    ("common", include_str!("../../../shaders/common.wgsl")),
+    ("reduce", include_str!("../../../shaders/reduce.wgsl")),
+    ("quants", include_str!("../../../shaders/quants.wgsl")),
+    ("matvec", include_str!("../../../shaders/matvec.wgsl")),
+    ("matmul", include_str!("../../../shaders/matmul.wgsl")),
+    ("norm", include_str!("../../../shaders/norm.wgsl")),
+    (
+        "elementwise",
+        include_str!("../../../shaders/elementwise.wgsl"),
+    ),
+    ("rope", include_str!("../../../shaders/rope.wgsl")),
+    ("embed", include_str!("../../../shaders/embed.wgsl")),
+    ("kv", include_str!("../../../shaders/kv.wgsl")),
+    ("kv_shift", include_str!("../../../shaders/kv_shift.wgsl")),
+    ("attention", include_str!("../../../shaders/attention.wgsl")),
+    ("bench", include_str!("../../../shaders/bench.wgsl")),
+    ("argmax", include_str!("../../../shaders/argmax.wgsl")),
+];
+
+/// How a kernel uses one storage binding (binding 0 is always the parameter block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    Read,
+    ReadWrite,
+}
+
+/// One compute pipeline to build: a shader file's entry point under some defines.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Kernel {
+    /// Name for profiles and error messages.
+    pub label: &'static str,
+    pub file: &'static str,
+    pub entry: &'static str,
+    /// Flags (value "1"); `build` adds the substitutions every kernel shares.
+    pub defines: BTreeMap<&'static str, String>,
+    /// Storage bindings 1.., in order.
+    pub bindings: Vec<Access>,
+}
+
+impl Kernel {
+    pub fn new(label: &'static str, file: &'static str, bindings: &[Access]) -> Kernel {
+        Kernel {
+            label,
+            file,
+            entry: "main",
+            defines: BTreeMap::new(),
+            bindings: bindings.to_vec(),
+        }
+    }
+
+    pub fn entry(mut self, entry: &'static str) -> Kernel {
+        self.entry = entry;
+        self
+    }
+
+    pub fn flag(mut self, name: &'static str) -> Kernel {
+        self.defines.insert(name, "1".into());
+        self
+    }
+}
+
+/// A built pipeline and its bind-group layout.
+pub struct Pipeline {
+    pub label: &'static str,
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+    /// Distinguishes layouts in the bind-group cache.
+    pub id: u64,
+}
+
+/// Pipelines built so far, by kernel.
+#[derive(Default)]
+pub struct Pipelines {
+    built: Mutex<HashMap<Kernel, Arc<Pipeline>>>,
+}
+
+impl Pipelines {
+    /// The pipeline of `kernel`, built on first use.
+    pub fn get(&self, gpu: &Gpu, kernel: &Kernel, param_slot: u64) -> Result<Arc<Pipeline>> {
+        let mut built = self.built.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = built.get(kernel) {
+            return Ok(p.clone());
+        }
+        let id = built.len() as u64 + 1;
+        let p = Arc::new(build(gpu, kernel, param_slot, id)?);
+        built.insert(kernel.clone(), p.clone());
+        Ok(p)
+    }
+}
+
+fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
+    let mut defines = k.defines.clone();
+    defines.insert("WG", "64".into());
+    if gpu.caps.subgroups {
+        defines.insert("SUBGROUP", "1".into());
+        defines.insert(
+            "SG_ARGS",
+            ", @builtin(subgroup_invocation_id) sg_lane: u32, @builtin(subgroup_id) sg_id: u32, \
+             @builtin(num_subgroups) n_sg: u32, @builtin(subgroup_size) sg_size: u32"
+                .into(),
+        );
+        defines.insert("SG_LOCALS", String::new());
+    } else {
+        defines.insert("SG_ARGS", String::new());
+        defines.insert(
+            "SG_LOCALS",
+            "let sg_lane = 0u; let sg_id = 0u; let n_sg = 1u; let sg_size = 1u;".into(),
+        );
+    }
+    let source = assemble(k.file, &defines)?;
+    let what = format!("the {} kernel", k.label);
+    gpu.checked(&what, || {
+        let module = gpu
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(k.label),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
+            });
+        let mut entries = vec![wgpu::BindGroupLayoutEntry {
+            binding: 0,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: true,
+                min_binding_size: std::num::NonZeroU64::new(param_slot),
+            },
+            count: None,
+        }];
+        for (i, a) in k.bindings.iter().enumerate() {
+            entries.push(wgpu::BindGroupLayoutEntry {
+                binding: i as u32 + 1,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage {
+                        read_only: *a == Access::Read,
+                    },
+                    has_dynamic_offset: false,
+                    min_binding_size: None,
+                },
+                count: None,
+            });
+        }
+        let layout = gpu
+            .device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(k.label),
+                entries: &entries,
+            });
+        let pipeline_layout = gpu
+            .device
+            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(k.label),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+        let pipeline = gpu
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(k.label),
+                layout: Some(&pipeline_layout),
+                module: &module,
+                entry_point: Some(k.entry),
+                compilation_options: wgpu::PipelineCompilationOptions::default(),
+                cache: None,
+            });
+        Pipeline {
+            label: k.label,
+            pipeline,
+            layout,
+            id,
+        }
+    })
+}
+
+fn source(name: &str) -> Result<&'static str> {
+    SOURCES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+        .ok_or_else(|| Error::Unsupported(format!("no shader named '{name}'")))
+}
+
+/// The WGSL of shader `name` with its includes spliced, conditionals resolved and defines
+/// substituted.
+pub fn assemble(name: &str, defines: &BTreeMap<&str, String>) -> Result<String> {
+    let mut out = String::new();
+    let mut included = Vec::new();
+    splice(name, defines, &mut included, &mut out)?;
+    Ok(out)
+}
+
+fn splice<'a>(
+    name: &'a str,
+    defines: &BTreeMap<&str, String>,
+    included: &mut Vec<&'a str>,
+    out: &mut String,
+) -> Result<()> {
+    if included.contains(&name) {
+        return Ok(());
+    }
+    included.push(name);
+    let bad = |line: usize, what: &str| {
+        Error::Unsupported(format!("shaders/{name}.wgsl:{}: {what}", line + 1))
+    };
+    // For each open #if: whether its current branch is kept.
+    let mut stack: Vec<bool> = Vec::new();
+    let active = |stack: &[bool]| stack.iter().all(|&keep| keep);
+    for (ln, line) in source(name)?.lines().enumerate() {
+        let t = line.trim();
+        if let Some(cond) = t.strip_prefix("#if ") {
+            let value = cond.split("||").any(|c| defines.contains_key(c.trim()));
+            stack.push(value);
+        } else if t == "#else" {
+            let top = stack
+                .last_mut()
+                .ok_or_else(|| bad(ln, "#else without #if"))?;
+            *top = !*top;
+        } else if t == "#endif" {
+            stack.pop().ok_or_else(|| bad(ln, "#endif without #if"))?;
+        } else if !active(&stack) {
+            continue;
+        } else if let Some(inc) = t.strip_prefix("#include ") {
+            let inc = inc.trim().trim_matches('"');
+            let inc = SOURCES
+                .iter()
+                .find(|(n, _)| *n == inc)
+                .map(|(n, _)| *n)
+                .ok_or_else(|| bad(ln, &format!("no snippet '{inc}'")))?;
+            splice(inc, defines, included, out)?;
+        } else if t.starts_with("//") {
+            // Comments are not spliced (they may name the syntax) and not needed by the compiler.
+            continue;
+        } else {
+            let mut rest = line;
+            while let Some(start) = rest.find("{{") {
+                let end = rest[start..]
+                    .find("}}")
+                    .ok_or_else(|| bad(ln, "unclosed {{"))?;
+                let key = &rest[start + 2..start + end];
+                let value = defines
+                    .get(key)
+                    .ok_or_else(|| bad(ln, &format!("{{{{{key}}}}} is not defined")))?;
+                out.push_str(&rest[..start]);
+                out.push_str(value);
+                rest = &rest[start + end + 2..];
+            }
+            out.push_str(rest);
+            out.push('\n');
+        }
+    }
+    if !stack.is_empty() {
+        return Err(bad(0, "#if without #endif"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_shader_assembles_for_every_variant() {
+        let mut d = BTreeMap::new();
+        for (k, v) in [("WG", "64"), ("SG_ARGS", ""), ("SG_LOCALS", "")] {
+            d.insert(k, v.to_string());
+        }
+        for (name, _) in SOURCES {
+            let text = assemble(name, &d).unwrap();
+            assert!(!text.contains("#if") && !text.contains("{{"), "{name}");
+        }
+        d.insert("Q4_K", "1".into());
+        let q = assemble("matvec", &d).unwrap();
+        assert!(q.contains("fn scale_min_k4") && q.contains("fn dq4"));
+        assert_eq!(q.matches("fn flat_wg").count(), 1, "common is spliced once");
+        d.remove("Q4_K");
+        d.insert("Q8_0", "1".into());
+        assert!(!assemble("matvec", &d).unwrap().contains("fn scale_min_k4"));
+    }
+}

@@ -1,0 +1,447 @@
+//! The command stream. Ops record dispatches and copies here instead of submitting them; the stream
+//! encodes them into one command encoder and compute pass and submits every `CHUNK` dispatches
+//! (so the GPU starts while the host records the rest of the forward pass), and at a readback.
+//!
+//! Each dispatch's parameters take one slot of a uniform arena (a dynamic offset), written with
+//! one `write_buffer` per submit; host data (token ids, RoPE tables) goes through a staging arena
+//! the same way and is copied in stream order. Bind groups are built once per (layout, buffers)
+//! and reused: buffers never move, so a decode step builds none. While profiling, each dispatch
+//! gets its own pass with timestamp writes (where the adapter has timestamp queries).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::device::Gpu;
+use super::pipelines::Pipeline;
+use crate::backend::{OpTime, Profile};
+
+/// Dispatches per submit.
+pub const CHUNK: usize = 64;
+
+enum Cmd {
+    Dispatch {
+        pipeline: Arc<Pipeline>,
+        bind_group: wgpu::BindGroup,
+        slot: u32,
+        groups: [u32; 3],
+    },
+    /// Copy from the staging arena.
+    Upload {
+        staging_offset: u64,
+        dst: wgpu::Buffer,
+        dst_offset: u64,
+        size: u64,
+    },
+    Copy {
+        src: wgpu::Buffer,
+        src_offset: u64,
+        dst: wgpu::Buffer,
+        dst_offset: u64,
+        size: u64,
+    },
+}
+
+struct Timing {
+    queries: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    read: wgpu::Buffer,
+    period_ns: f64,
+}
+
+pub struct Stream {
+    cmds: Vec<Cmd>,
+    dispatches_pending: usize,
+    params: Vec<u8>,
+    staging: Vec<u8>,
+    param_slot: u64,
+    param_buf: wgpu::Buffer,
+    staging_buf: Option<wgpu::Buffer>,
+    readback: Option<wgpu::Buffer>,
+    bind_groups: HashMap<(u64, Vec<u64>), wgpu::BindGroup>,
+    pub dispatches: u64,
+    pub submits: u64,
+    pub readbacks: u64,
+    profiling: bool,
+    timing: Option<Timing>,
+    op_times: Vec<OpTime>,
+}
+
+/// Bytes of one parameter slot: the device's uniform offset alignment, at least 64.
+pub fn param_slot(gpu: &Gpu) -> u64 {
+    (gpu.limits.min_uniform_buffer_offset_alignment as u64).max(64)
+}
+
+impl Stream {
+    pub fn new(gpu: &Gpu) -> Stream {
+        let param_slot = param_slot(gpu);
+        let param_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("kiln params"),
+            size: param_slot * CHUNK as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        Stream {
+            cmds: Vec::new(),
+            dispatches_pending: 0,
+            params: Vec::new(),
+            staging: Vec::new(),
+            param_slot,
+            param_buf,
+            staging_buf: None,
+            readback: None,
+            bind_groups: HashMap::new(),
+            dispatches: 0,
+            submits: 0,
+            readbacks: 0,
+            profiling: false,
+            timing: None,
+            op_times: Vec::new(),
+        }
+    }
+
+    /// Record a dispatch of `pipeline` over `groups` workgroups with parameters `params` and the
+    /// storage `buffers` (bindings 1..).
+    pub fn dispatch(
+        &mut self,
+        gpu: &Gpu,
+        pipeline: &Arc<Pipeline>,
+        params: &[u8],
+        buffers: &[(&wgpu::Buffer, u64)],
+        groups: [u32; 3],
+    ) {
+        if groups.contains(&0) {
+            return;
+        }
+        let key = (
+            pipeline.id,
+            buffers.iter().map(|&(_, id)| id).collect::<Vec<u64>>(),
+        );
+        let slot_size = self.param_slot;
+        let param_buf = &self.param_buf;
+        let bind_group = self
+            .bind_groups
+            .entry(key)
+            .or_insert_with(|| {
+                let mut entries = vec![wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: param_buf,
+                        offset: 0,
+                        size: std::num::NonZeroU64::new(slot_size),
+                    }),
+                }];
+                for (i, (b, _)) in buffers.iter().enumerate() {
+                    entries.push(wgpu::BindGroupEntry {
+                        binding: i as u32 + 1,
+                        resource: b.as_entire_binding(),
+                    });
+                }
+                gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                    label: Some(pipeline.label),
+                    layout: &pipeline.layout,
+                    entries: &entries,
+                })
+            })
+            .clone();
+        let slot = self.dispatches_pending as u32;
+        self.params
+            .resize(slot as usize * self.param_slot as usize, 0);
+        self.params.extend_from_slice(params);
+        self.cmds.push(Cmd::Dispatch {
+            pipeline: pipeline.clone(),
+            bind_group,
+            slot,
+            groups,
+        });
+        self.dispatches_pending += 1;
+        self.dispatches += 1;
+        if self.dispatches_pending == CHUNK {
+            self.flush(gpu);
+        }
+    }
+
+    /// Record a copy of host bytes into `dst` at `dst_offset`, in stream order.
+    pub fn upload(&mut self, dst: &wgpu::Buffer, dst_offset: u64, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let staging_offset = self.staging.len() as u64;
+        self.staging.extend_from_slice(data);
+        self.staging
+            .resize(self.staging.len().next_multiple_of(4), 0);
+        self.cmds.push(Cmd::Upload {
+            staging_offset,
+            dst: dst.clone(),
+            dst_offset,
+            size: (data.len() as u64).next_multiple_of(4),
+        });
+    }
+
+    /// Record a device-side copy.
+    pub fn copy(
+        &mut self,
+        src: &wgpu::Buffer,
+        src_offset: u64,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+        size: u64,
+    ) {
+        if size == 0 {
+            return;
+        }
+        self.cmds.push(Cmd::Copy {
+            src: src.clone(),
+            src_offset,
+            dst: dst.clone(),
+            dst_offset,
+            size,
+        });
+    }
+
+    /// Forget the bind groups of dropped buffers.
+    pub fn purge(&mut self, dead: &mut Vec<u64>) {
+        if !dead.is_empty() {
+            self.bind_groups
+                .retain(|(_, ids), _| !ids.iter().any(|id| dead.contains(id)));
+            dead.clear();
+        }
+    }
+
+    /// Encode and submit everything recorded.
+    pub fn flush(&mut self, gpu: &Gpu) {
+        if self.cmds.is_empty() {
+            return;
+        }
+        if !self.params.is_empty() {
+            gpu.queue.write_buffer(&self.param_buf, 0, &self.params);
+        }
+        if !self.staging.is_empty() {
+            let need = self.staging.len() as u64;
+            if self.staging_buf.as_ref().is_none_or(|b| b.size() < need) {
+                self.staging_buf = Some(gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("kiln staging"),
+                    size: need.next_power_of_two().max(4096),
+                    usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }));
+            }
+            if let Some(b) = &self.staging_buf {
+                gpu.queue.write_buffer(b, 0, &self.staging);
+            }
+        }
+        let timed = self.profiling && self.timing.is_some();
+        let mut labels: Vec<&'static str> = Vec::new();
+        let mut encoder = gpu
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("kiln"),
+            });
+        let mut pass: Option<wgpu::ComputePass<'static>> = None;
+        for cmd in self.cmds.drain(..) {
+            match cmd {
+                Cmd::Dispatch {
+                    pipeline,
+                    bind_group,
+                    slot,
+                    groups,
+                } => {
+                    if timed {
+                        drop(pass.take());
+                        let t = self
+                            .timing
+                            .as_ref()
+                            .map(|t| wgpu::ComputePassTimestampWrites {
+                                query_set: &t.queries,
+                                beginning_of_pass_write_index: Some(2 * labels.len() as u32),
+                                end_of_pass_write_index: Some(2 * labels.len() as u32 + 1),
+                            });
+                        labels.push(pipeline.label);
+                        pass = Some(
+                            encoder
+                                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                                    label: None,
+                                    timestamp_writes: t,
+                                })
+                                .forget_lifetime(),
+                        );
+                    }
+                    let p = pass.get_or_insert_with(|| {
+                        encoder
+                            .begin_compute_pass(&wgpu::ComputePassDescriptor::default())
+                            .forget_lifetime()
+                    });
+                    p.set_pipeline(&pipeline.pipeline);
+                    p.set_bind_group(0, &bind_group, &[slot * self.param_slot as u32]);
+                    p.dispatch_workgroups(groups[0], groups[1], groups[2]);
+                }
+                Cmd::Upload {
+                    staging_offset,
+                    dst,
+                    dst_offset,
+                    size,
+                } => {
+                    pass = None;
+                    if let Some(s) = &self.staging_buf {
+                        encoder.copy_buffer_to_buffer(s, staging_offset, &dst, dst_offset, size);
+                    }
+                }
+                Cmd::Copy {
+                    src,
+                    src_offset,
+                    dst,
+                    dst_offset,
+                    size,
+                } => {
+                    pass = None;
+                    encoder.copy_buffer_to_buffer(&src, src_offset, &dst, dst_offset, size);
+                }
+            }
+        }
+        drop(pass);
+        if timed
+            && !labels.is_empty()
+            && let Some(t) = &self.timing
+        {
+            let n = 2 * labels.len() as u32;
+            encoder.resolve_query_set(&t.queries, 0..n, &t.resolve, 0);
+            encoder.copy_buffer_to_buffer(&t.resolve, 0, &t.read, 0, n as u64 * 8);
+        }
+        gpu.queue.submit([encoder.finish()]);
+        self.submits += 1;
+        self.params.clear();
+        self.staging.clear();
+        self.dispatches_pending = 0;
+        if timed && !labels.is_empty() {
+            self.collect_times(gpu, &labels);
+        }
+    }
+
+    fn collect_times(&mut self, gpu: &Gpu, labels: &[&'static str]) {
+        let Some(t) = &self.timing else { return };
+        let Some(bytes) = map_read(gpu, &t.read, labels.len() as u64 * 16) else {
+            return;
+        };
+        for (i, label) in labels.iter().enumerate() {
+            let at =
+                |k: usize| u64::from_le_bytes(bytes[k * 8..k * 8 + 8].try_into().unwrap_or([0; 8]));
+            let ticks = at(2 * i + 1).saturating_sub(at(2 * i));
+            let time = Duration::from_nanos((ticks as f64 * t.period_ns) as u64);
+            match self.op_times.iter_mut().find(|o| o.name == *label) {
+                Some(o) => {
+                    o.calls += 1;
+                    o.time += time;
+                }
+                None => self.op_times.push(OpTime {
+                    name: label,
+                    calls: 1,
+                    time,
+                }),
+            }
+        }
+    }
+
+    /// Submit what is recorded, then copy `size` bytes of `src` from `offset` to the host.
+    pub fn read(
+        &mut self,
+        gpu: &Gpu,
+        src: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+    ) -> Option<Vec<u8>> {
+        let size4 = size.next_multiple_of(4);
+        if self.readback.as_ref().is_none_or(|b| b.size() < size4) {
+            self.readback = Some(gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("kiln readback"),
+                size: size4.next_power_of_two().max(4096),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        let rb = self.readback.clone()?;
+        self.copy(src, offset, &rb, 0, size4);
+        self.flush(gpu);
+        self.readbacks += 1;
+        let mut bytes = map_read(gpu, &rb, size4)?;
+        bytes.truncate(size as usize);
+        Some(bytes)
+    }
+
+    pub fn set_profiling(&mut self, gpu: &Gpu, on: bool) {
+        self.profiling = on;
+        self.dispatches = 0;
+        self.submits = 0;
+        self.readbacks = 0;
+        self.op_times.clear();
+        if on && gpu.caps.timestamps && self.timing.is_none() {
+            let n = 2 * CHUNK as u64;
+            self.timing = Some(Timing {
+                queries: gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("kiln timestamps"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count: n as u32,
+                }),
+                resolve: gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: n * 8,
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                }),
+                read: gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: None,
+                    size: n * 8,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }),
+                period_ns: gpu.queue.get_timestamp_period() as f64,
+            });
+        }
+    }
+
+    pub fn profile(&self) -> Option<Profile> {
+        if !self.profiling {
+            return None;
+        }
+        Some(Profile {
+            ops: self.op_times.clone(),
+            counters: vec![
+                ("dispatches", self.dispatches),
+                ("submits", self.submits),
+                ("readbacks", self.readbacks),
+            ],
+        })
+    }
+}
+
+/// Map `size` bytes of a MAP_READ buffer, wait, and copy them out. None when the device failed
+/// (the failure is recorded for the session).
+fn map_read(gpu: &Gpu, buf: &wgpu::Buffer, size: u64) -> Option<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    buf.map_async(wgpu::MapMode::Read, 0..size, move |r| {
+        let _ = tx.send(r);
+    });
+    if let Err(e) = gpu.device.poll(wgpu::PollType::wait_indefinitely()) {
+        gpu.fail(format!("waiting for the GPU failed: {e}"));
+        return None;
+    }
+    match rx.recv() {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            gpu.fail(format!("reading back from the GPU failed: {e}"));
+            return None;
+        }
+        Err(_) => {
+            gpu.fail("reading back from the GPU failed: the map request was dropped".into());
+            return None;
+        }
+    }
+    let out = match buf.slice(0..size).get_mapped_range() {
+        Ok(view) => view.to_vec(),
+        Err(e) => {
+            gpu.fail(format!("reading back from the GPU failed: {e}"));
+            return None;
+        }
+    };
+    buf.unmap();
+    Some(out)
+}

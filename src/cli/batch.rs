@@ -1,0 +1,394 @@
+//! `kiln run --batch FILE|-`: many requests in one process. Each input line is a JSON request
+//! (OpenAI's chat/completions field names where they exist: `prompt` or `messages`, `system`,
+//! `max_tokens`, `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`, penalties,
+//! `json_schema`, `response_format`, plus kiln's `regex` and `grammar`); each output line is the
+//! object `kiln run --format json` prints, with the request's `id`, in input order. Flags on the
+//! command line are the defaults every request can override.
+//!
+//! The model is loaded once and one KV cache serves every request: the tokens a request shares
+//! with what the cache holds (a common system prompt) are not prefilled again
+//! (`cached_prompt_tokens` in its result). A bad line (not JSON, an unknown field, a prompt longer
+//! than the context, a schema that does not compile) gives an error object for that line and the
+//! run goes on; the exit code is then 1. Ctrl-C stops after the lines already finished (and the
+//! interrupted one, marked `interrupted`), with exit code 130.
+
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::run::{RunArgs, cancel_flag, install_interrupt_handler, result_json};
+use super::{Loaded, context_size, error_message, load, on_backend};
+use crate::backend::Backend;
+use crate::model::chat::{ChatTemplate, Message};
+use crate::model::generate::{FinishReason, GenerateOptions, StopRules, generate};
+use crate::model::session::DEFAULT_BATCH;
+use crate::model::{Session, Tokenizer};
+use crate::sampler::{ConstraintCompiler, ConstraintSpec, Sampler};
+
+/// The longest input line read (a request with a long prompt fits many times over).
+const MAX_LINE_BYTES: u64 = 16 << 20;
+
+/// One request line.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct Request {
+    id: Option<Value>,
+    prompt: Option<String>,
+    messages: Option<Vec<Message>>,
+    system: Option<String>,
+    max_tokens: Option<i64>,
+    temperature: Option<f32>,
+    top_k: Option<usize>,
+    top_p: Option<f32>,
+    min_p: Option<f32>,
+    seed: Option<u64>,
+    repeat_penalty: Option<f32>,
+    frequency_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    repeat_last_n: Option<usize>,
+    stop: Option<Stop>,
+    json_schema: Option<Value>,
+    /// OpenAI's `{"type": "json_object"}` or `{"type": "json_schema", "json_schema": {"schema": …}}`.
+    response_format: Option<Value>,
+    regex: Option<String>,
+    /// A grammar in llguidance's Lark syntax (the text, not a file).
+    grammar: Option<String>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Request {
+    /// The constraint the request asks for, else the command line's.
+    fn constraint(&self, default: Option<&ConstraintSpec>) -> Result<Option<ConstraintSpec>> {
+        let mut asked = Vec::new();
+        if let Some(s) = &self.json_schema {
+            asked.push(ConstraintSpec::JsonSchema(s.clone()));
+        }
+        if let Some(f) = &self.response_format {
+            match f["type"].as_str() {
+                Some("json_object") => asked.push(ConstraintSpec::JsonSchema(
+                    serde_json::json!({"type": "object"}),
+                )),
+                Some("json_schema") => {
+                    let schema = &f["json_schema"]["schema"];
+                    if schema.is_null() {
+                        bail!("response_format json_schema needs json_schema.schema");
+                    }
+                    asked.push(ConstraintSpec::JsonSchema(schema.clone()));
+                }
+                Some("text") => {}
+                _ => bail!("response_format type must be text, json_object or json_schema"),
+            }
+        }
+        if let Some(r) = &self.regex {
+            asked.push(ConstraintSpec::Regex(r.clone()));
+        }
+        if let Some(g) = &self.grammar {
+            asked.push(ConstraintSpec::Lark(g.clone()));
+        }
+        match asked.len() {
+            0 => Ok(default.cloned()),
+            1 => Ok(asked.pop()),
+            _ => bail!("give at most one of json_schema, response_format, regex and grammar"),
+        }
+    }
+}
+
+pub fn run(args: RunArgs) -> Result<ExitCode> {
+    let source = args.batch.clone().unwrap_or_default();
+    // Flag values are checked before the model loads.
+    args.sampling.config()?;
+    let default_constraint = args.constraint.spec()?;
+    let input: Box<dyn Read> = if source == "-" {
+        Box::new(std::io::stdin())
+    } else {
+        Box::new(std::fs::File::open(&source).with_context(|| format!("opening {source}"))?)
+    };
+    let total_lines = (source != "-")
+        .then(|| std::fs::read(&source).ok())
+        .flatten()
+        .map(|b| {
+            b.split(|&c| c == b'\n')
+                .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+                .count()
+        });
+    let loaded = load(&args.model, &args.backend)?;
+    on_backend!(loaded, loaded => run_batch(&args, input, total_lines, default_constraint.as_ref(), loaded))
+}
+
+/// The state shared by the requests: the model, one session (its KV cache reused across
+/// requests), the chat template, and the constraint compiler once one is needed.
+struct Batch<'a, 'm, B: Backend> {
+    args: &'a RunArgs,
+    loaded: &'m Loaded<B>,
+    session: Session<'m, B>,
+    template: ChatTemplate,
+    chat: bool,
+    default_constraint: Option<&'a ConstraintSpec>,
+    compiler: Option<ConstraintCompiler>,
+}
+
+fn run_batch<B: Backend>(
+    args: &RunArgs,
+    input: Box<dyn Read>,
+    total_lines: Option<usize>,
+    default_constraint: Option<&ConstraintSpec>,
+    loaded: Loaded<B>,
+) -> Result<ExitCode> {
+    let (tok, model) = (&loaded.tokenizer, &loaded.model);
+    let ctx = context_size(args.ctx_size, model.config.context_length)?;
+    let session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
+    let mut batch = Batch {
+        args,
+        loaded: &loaded,
+        session,
+        template: ChatTemplate::for_model(tok, model.config.arch),
+        chat: args.chat || args.system.is_some() || (!args.raw && tok.chat_template.is_some()),
+        default_constraint,
+        compiler: None,
+    };
+    install_interrupt_handler(true);
+
+    let progress = if std::io::stderr().is_terminal() {
+        let bar = match total_lines {
+            Some(n) => indicatif::ProgressBar::new(n as u64),
+            None => indicatif::ProgressBar::new_spinner(),
+        };
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} requests ({per_sec})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut reader = BufReader::new(input);
+    let mut failed = 0usize;
+    let mut requests = 0usize;
+    let mut line_no = 0usize;
+    let mut buf = Vec::new();
+    loop {
+        if cancel_flag().load(Ordering::SeqCst) {
+            break;
+        }
+        buf.clear();
+        let n = (&mut reader)
+            .take(MAX_LINE_BYTES + 1)
+            .read_until(b'\n', &mut buf)
+            .context("reading the batch input")?;
+        if n == 0 {
+            break;
+        }
+        line_no += 1;
+        let too_long = buf.len() as u64 > MAX_LINE_BYTES;
+        if too_long && !buf.ends_with(b"\n") {
+            skip_line(&mut reader).context("reading the batch input")?;
+        }
+        let text = String::from_utf8_lossy(&buf);
+        if text.trim().is_empty() {
+            continue;
+        }
+        requests += 1;
+        let (id, result) = if too_long {
+            (
+                json!(line_no),
+                Err(anyhow::anyhow!(
+                    "the line is longer than {MAX_LINE_BYTES} bytes"
+                )),
+            )
+        } else {
+            match serde_json::from_str::<Request>(text.trim()) {
+                Ok(req) => {
+                    let id = req.id.clone().unwrap_or(json!(line_no));
+                    (id, batch.request(&req))
+                }
+                Err(e) => {
+                    let id = serde_json::from_str::<Value>(text.trim())
+                        .ok()
+                        .and_then(|v| v.get("id").cloned())
+                        .unwrap_or(json!(line_no));
+                    (id, Err(anyhow::anyhow!("not a valid request: {e}")))
+                }
+            }
+        };
+        let (line, interrupted) = match result {
+            Ok((mut v, finish)) => {
+                // The id first, for readers that look at the start of a line.
+                let mut with_id = serde_json::Map::new();
+                with_id.insert("id".to_string(), id);
+                if let Value::Object(map) = &mut v {
+                    with_id.append(map);
+                }
+                (Value::Object(with_id), finish == FinishReason::Interrupted)
+            }
+            Err(e) => {
+                failed += 1;
+                (
+                    json!({ "id": id, "line": line_no, "error": error_message(&e) }),
+                    false,
+                )
+            }
+        };
+        progress.suspend(|| -> Result<()> {
+            writeln!(out, "{line}")?;
+            out.flush()?;
+            Ok(())
+        })?;
+        progress.inc(1);
+        if interrupted {
+            break;
+        }
+    }
+    progress.finish_and_clear();
+    if cancel_flag().load(Ordering::SeqCst) {
+        return Ok(ExitCode::from(130));
+    }
+    if failed > 0 {
+        eprintln!("{failed} of {requests} requests failed");
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+impl<B: Backend> Batch<'_, '_, B> {
+    /// Run one request on the shared session; its result object and how it finished.
+    fn request(&mut self, req: &Request) -> Result<(Value, FinishReason)> {
+        let tok: &Tokenizer = &self.loaded.tokenizer;
+        let ids = self.prompt_ids(req)?;
+        let ctx = self.session.ctx();
+        if ids.len() > ctx {
+            bail!(
+                "the prompt is {} tokens but the context holds {ctx}; use -c to enlarge it",
+                ids.len()
+            );
+        }
+
+        let mut sampling = self.args.sampling.clone();
+        macro_rules! take {
+            ($($field:ident => $flag:ident),*) => {$(
+                if let Some(v) = req.$field { sampling.$flag = v; }
+            )*};
+        }
+        take!(temperature => temperature, top_k => top_k, top_p => top_p, min_p => min_p,
+              repeat_penalty => repeat_penalty, frequency_penalty => frequency_penalty,
+              presence_penalty => presence_penalty, repeat_last_n => repeat_last_n);
+        if req.seed.is_some() {
+            sampling.seed = req.seed;
+        }
+        let mut sampler = Sampler::new(sampling.config()?);
+        if let Some(spec) = req.constraint(self.default_constraint)? {
+            if self.compiler.is_none() {
+                self.compiler = Some(super::constrain::compiler_for(
+                    tok,
+                    self.loaded.model.config.vocab_size,
+                )?);
+            }
+            if let Some(compiler) = &self.compiler {
+                sampler.set_constraint(Some(super::constrain::compile(compiler, &spec)?));
+            }
+        }
+        let max_tokens = req.max_tokens.unwrap_or(self.args.max_tokens);
+        let stop_strings = match &req.stop {
+            None => self.args.stop.clone(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+
+        // Keep what the cache shares with this prompt; always run at least one token so there
+        // are logits to start from.
+        let shared = self
+            .session
+            .tokens()
+            .iter()
+            .zip(&ids)
+            .take_while(|(a, b)| a == b)
+            .count()
+            .min(ids.len() - 1);
+        self.session.truncate(shared)?;
+        // The penalties see the whole prompt, as in a run without reuse.
+        for &t in &ids[..shared] {
+            sampler.accept(t);
+        }
+        let opts = GenerateOptions {
+            rules: StopRules {
+                max_tokens: usize::try_from(max_tokens).unwrap_or(usize::MAX),
+                stop_strings,
+            },
+            logprobs: 0,
+            cancel: Some(cancel_flag()),
+        };
+        let result = generate(
+            &mut self.session,
+            tok,
+            &mut sampler,
+            &ids[shared..],
+            &opts,
+            |_| Ok(()),
+        )?;
+        let mut v = result_json(self.loaded, &result, &sampler, false);
+        v["cached_prompt_tokens"] = json!(shared);
+        Ok((v, result.finish))
+    }
+
+    fn prompt_ids(&self, req: &Request) -> Result<Vec<u32>> {
+        let tok = &self.loaded.tokenizer;
+        let mut messages = Vec::new();
+        let system = req.system.as_ref().or(self.args.system.as_ref());
+        match (&req.prompt, &req.messages) {
+            (Some(_), Some(_)) => bail!("give either prompt or messages, not both"),
+            (None, None) => bail!("the request has neither prompt nor messages"),
+            (Some(p), None) if p.is_empty() => bail!("the prompt is empty"),
+            (Some(p), None) if !self.chat && req.system.is_none() => {
+                return Ok(tok.encode(p, true)?);
+            }
+            (Some(p), None) => {
+                if let Some(s) = system {
+                    messages.push(Message::new("system", s));
+                }
+                messages.push(Message::new("user", p));
+            }
+            (None, Some(m)) => {
+                if m.is_empty() {
+                    bail!("messages is empty");
+                }
+                if let Some(s) = system
+                    && m[0].role != "system"
+                {
+                    messages.push(Message::new("system", s));
+                }
+                messages.extend(m.iter().cloned());
+            }
+        }
+        Ok(self.template.prompt_ids(tok, &messages, true)?)
+    }
+}
+
+/// Skip the rest of an overlong line without holding it.
+fn skip_line(reader: &mut impl BufRead) -> std::io::Result<()> {
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        if let Some(p) = buf.iter().position(|&b| b == b'\n') {
+            reader.consume(p + 1);
+            return Ok(());
+        }
+        let n = buf.len();
+        reader.consume(n);
+    }
+}

@@ -1,0 +1,211 @@
+//! `kiln check`: does the GPU compute what the CPU computes? Generates N greedy tokens on the CPU
+//! backend, replays them teacher-forced on the GPU, and compares the logits at every step by the
+//! golden README's rule for quantized models: every |Δ| ≤ 1.0 + 0.03·|logit| on the CPU's top 5,
+//! the root mean square of those Δ ≤ 0.4, and the same argmax wherever the CPU's margin between
+//! its best two tokens is at least 0.5. Exit 0 when that holds, 1 when not.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use serde_json::json;
+
+use super::{BackendArgs, BackendKind, CacheArgs, ModelArgs, OutputFormat};
+use crate::backend::Backend;
+use crate::backend::cpu::CpuBackend;
+use crate::backend::wgpu::{AdapterChoice, WgpuBackend};
+use crate::model::{Model, ModelFile, Session, Tokenizer};
+
+const ABS: f32 = 1.0;
+const REL: f32 = 0.03;
+const RMS: f32 = 0.4;
+const MARGIN: f32 = 0.5;
+
+#[derive(clap::Args, Debug)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// The prompt to continue
+    #[arg(default_value = "The capital of France is")]
+    pub prompt: String,
+
+    /// Greedy tokens to generate and compare
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 16,
+        value_name = "N"
+    )]
+    pub steps: usize,
+
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
+
+    /// Output format
+    #[arg(long, value_enum, default_value_t)]
+    pub format: OutputFormat,
+}
+
+struct Step {
+    token: u32,
+    piece: String,
+    margin: f32,
+    top1_agrees: bool,
+    max_diff: f32,
+    /// Largest |Δ| as a fraction of its allowance.
+    worst_ratio: f32,
+    sum_sq: f64,
+}
+
+fn top(logits: &[f32], k: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..logits.len()).collect();
+    let k = k.min(idx.len()).max(1);
+    idx.select_nth_unstable_by(k - 1, |&a, &b| logits[b].total_cmp(&logits[a]));
+    idx.truncate(k);
+    idx.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    idx
+}
+
+/// The CPU's greedy tokens and its logits before each.
+fn cpu_run(
+    model: &Model<CpuBackend>,
+    prompt: &[u32],
+    n: usize,
+    args: &CheckArgs,
+) -> Result<Vec<Vec<f32>>> {
+    let mut s = Session::with_options(model, prompt.len() + n + 1, 512, args.cache.types())?;
+    let mut logits = s.prefill(prompt)?.to_vec();
+    let mut seen = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = top(&logits, 1)[0] as u32;
+        seen.push(logits);
+        logits = s.decode(t)?.to_vec();
+    }
+    Ok(seen)
+}
+
+pub fn run(args: CheckArgs) -> Result<ExitCode> {
+    anyhow::ensure!(args.steps > 0, "-n must be at least 1");
+    let file = ModelFile::open(&args.model.model)?;
+    let tok = Tokenizer::from_model(&file)?;
+    let prompt = tok.encode(&args.prompt, true)?;
+    anyhow::ensure!(!prompt.is_empty(), "the prompt is empty");
+    let gpu = match args.backend.backend {
+        BackendKind::Cpu => {
+            anyhow::bail!("kiln check compares the CPU backend with a GPU: leave out --backend cpu")
+        }
+        _ => WgpuBackend::new(
+            args.backend
+                .gpu
+                .map_or(AdapterChoice::Best, AdapterChoice::Index),
+        )?,
+    };
+    let cpu_model = Model::load(&file, CpuBackend::new(args.backend.threads.unwrap_or(0))?)
+        .with_context(|| format!("loading {}", file.path.display()))?;
+    let cpu_name = cpu_model.backend.describe();
+    let reference = cpu_run(&cpu_model, &prompt, args.steps, &args)?;
+    drop(cpu_model);
+
+    let model = Model::load(&file, gpu)
+        .with_context(|| format!("loading {} on the GPU", file.path.display()))?;
+    let gpu_name = model.backend.describe();
+    let mut s = Session::with_options(
+        &model,
+        prompt.len() + args.steps + 1,
+        512,
+        args.cache.types(),
+    )?;
+    let mut logits = s.prefill(&prompt)?.to_vec();
+    let mut steps = Vec::with_capacity(args.steps);
+    for want in &reference {
+        let best = top(want, 2);
+        let token = best[0] as u32;
+        let margin = want[best[0]] - best.get(1).map_or(f32::NEG_INFINITY, |&i| want[i]);
+        let (mut max_diff, mut worst_ratio, mut sum_sq) = (0f32, 0f32, 0f64);
+        for i in top(want, 5) {
+            let d = (logits[i] - want[i]).abs();
+            max_diff = max_diff.max(d);
+            worst_ratio = worst_ratio.max(d / (ABS + REL * want[i].abs()));
+            sum_sq += (d as f64).powi(2);
+        }
+        steps.push(Step {
+            token,
+            piece: tok.decode(&[token], false).unwrap_or_default(),
+            margin,
+            top1_agrees: top(&logits, 1)[0] as u32 == token,
+            max_diff,
+            worst_ratio,
+            sum_sq,
+        });
+        logits = s.decode(token)?.to_vec();
+    }
+
+    let checks = steps.len() * 5;
+    let rms = (steps.iter().map(|s| s.sum_sq).sum::<f64>() / checks as f64).sqrt() as f32;
+    let agree = steps.iter().filter(|s| s.top1_agrees).count();
+    let logit_fail = steps.iter().filter(|s| s.worst_ratio > 1.0).count();
+    let argmax_fail = steps
+        .iter()
+        .filter(|s| !s.top1_agrees && s.margin >= MARGIN)
+        .count();
+    let pass = logit_fail == 0 && argmax_fail == 0 && rms <= RMS;
+
+    if args.format == OutputFormat::Json {
+        let out = json!({
+            "model": file.path.display().to_string(),
+            "reference": cpu_name,
+            "backend": gpu_name,
+            "prompt_tokens": prompt.len(),
+            "steps": steps.iter().enumerate().map(|(i, s)| json!({
+                "step": i, "token": s.token, "piece": s.piece, "cpu_margin": s.margin,
+                "top1_agrees": s.top1_agrees, "max_abs_diff": s.max_diff,
+                "worst_fraction_of_tolerance": s.worst_ratio,
+                "rms": (s.sum_sq / 5.0).sqrt(),
+            })).collect::<Vec<_>>(),
+            "top1_agreement": agree as f64 / steps.len() as f64,
+            "rms": rms,
+            "logit_violations": logit_fail,
+            "argmax_violations": argmax_fail,
+            "pass": pass,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("reference: {cpu_name}");
+        println!("checked:   {gpu_name}");
+        println!(
+            "{:>4}  {:>7}  {:<16} {:>6}  {:>5}  {:>9}  {:>6}",
+            "step", "token", "piece", "margin", "top-1", "max |Δ|", "rms"
+        );
+        for (i, s) in steps.iter().enumerate() {
+            let mark = if s.worst_ratio > 1.0 || (!s.top1_agrees && s.margin >= MARGIN) {
+                "  ✗"
+            } else if !s.top1_agrees {
+                "  (close call)"
+            } else {
+                ""
+            };
+            println!(
+                "{i:>4}  {:>7}  {:<16} {:>6.2}  {:>5}  {:>9.4}  {:>6.4}{mark}",
+                s.token,
+                format!("{:?}", s.piece),
+                s.margin,
+                if s.top1_agrees { "yes" } else { "no" },
+                s.max_diff,
+                (s.sum_sq / 5.0).sqrt(),
+            );
+        }
+        println!(
+            "top-1 agreement {agree}/{}; rms of the top-5 Δ {rms:.4} (limit {RMS}); {logit_fail} steps beyond |Δ| ≤ {ABS} + {REL}·|logit|, {argmax_fail} argmax changes at margin ≥ {MARGIN}",
+            steps.len()
+        );
+        println!("{}", if pass { "PASS" } else { "FAIL" });
+    }
+    Ok(if pass {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

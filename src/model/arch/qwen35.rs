@@ -1,0 +1,63 @@
+//! Qwen3.5 (`qwen35`, `qwen35moe`): a hybrid of Gated DeltaNet blocks (linear attention with a
+//! recurrent state, delta_net.rs) and, every few blocks, gated full attention (sigmoid output
+//! gate, QK-norm, partial IMRoPE); each followed by a SwiGLU feed-forward, or in the MoE variant
+//! by routed experts plus a gated shared expert (moe.rs). Every block is pre-norm with two
+//! residual adds.
+
+use super::Step;
+use super::moe::MoeScratch;
+use crate::backend::Backend;
+use crate::error::Result;
+use crate::model::config::ModelConfig;
+use crate::model::weights::{Ffn, HybridLayer, Mixer};
+
+pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &HybridLayer<B>) {
+    f.norm_input(&l.attn_norm);
+    match &l.mixer {
+        Mixer::DeltaNet(d) => f.delta_net(d),
+        Mixer::Attention(a) => f.gated_attention(a),
+    }
+    f.residual();
+
+    f.norm_input(&l.post_attention_norm);
+    match &l.ffn {
+        Ffn::Dense { gate, up, down } => f.gated_ffn(gate, up, down),
+        Ffn::Moe(m) => f.moe(m),
+    }
+    f.residual();
+}
+
+/// The activation buffers Qwen3.5's blocks add, for up to `rows` tokens.
+pub(crate) struct HybridScratch<B: Backend> {
+    /// The attention's gate (one value per query value).
+    pub q_gate: B::Buffer,
+    /// DeltaNet: the q/k/v projection, its convolution, z, alpha and beta, and the output.
+    pub qkv: B::Buffer,
+    pub conv: B::Buffer,
+    pub z: B::Buffer,
+    pub alpha: B::Buffer,
+    pub beta: B::Buffer,
+    pub delta: B::Buffer,
+    pub moe: Option<MoeScratch<B>>,
+}
+
+impl<B: Backend> HybridScratch<B> {
+    pub fn new(c: &ModelConfig, b: &B, rows: usize) -> Result<Option<HybridScratch<B>>> {
+        let Some(d) = &c.delta_net else {
+            return Ok(None);
+        };
+        Ok(Some(HybridScratch {
+            q_gate: b.buffer(rows * c.q_dim())?,
+            qkv: b.buffer(rows * d.conv_channels())?,
+            conv: b.buffer(rows * d.conv_channels())?,
+            z: b.buffer(rows * d.value_dim())?,
+            alpha: b.buffer(rows * d.n_v_heads)?,
+            beta: b.buffer(rows * d.n_v_heads)?,
+            delta: b.buffer(rows * d.value_dim())?,
+            moe: match &c.moe {
+                Some(m) => Some(MoeScratch::new(m, c.hidden_size, b, rows)?),
+                None => None,
+            },
+        }))
+    }
+}

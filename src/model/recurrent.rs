@@ -1,0 +1,178 @@
+//! The recurrent state of a hybrid model's sequence (Qwen3.5): per Gated DeltaNet block, the
+//! convolution's last K−1 input rows and the DeltaNet matrices. It lives beside the KV cache of
+//! the attention blocks, allocated once per session.
+//!
+//! A KV cache can be cut back to any length by forgetting rows; a recurrent state cannot, since
+//! it folds every token in. So the state is copied at checkpoints (token counts) the session
+//! chooses — the end of each prefill and reply, and every `CHECKPOINT_INTERVAL` tokens — and
+//! rolling back to n tokens restores the nearest checkpoint at or before n, from which the
+//! session recomputes the rest. Checkpoint slots are allocated on first use and at most
+//! `MAX_CHECKPOINTS` are kept (the oldest give way), which bounds their memory.
+
+use super::config::ModelConfig;
+use crate::backend::Backend;
+use crate::error::Result;
+
+/// Tokens between the checkpoints taken while a long prompt is prefilled or a reply decoded.
+pub const CHECKPOINT_INTERVAL: usize = 512;
+/// Checkpoints kept per session.
+pub const MAX_CHECKPOINTS: usize = 8;
+
+/// One recurrent block's state.
+pub struct LayerState<B: Backend> {
+    /// The last K−1 input rows of the convolution, oldest first.
+    pub conv: B::Buffer,
+    /// One head_dim × head_dim matrix per value head (the `gated_delta_net` layout).
+    pub ssm: B::Buffer,
+}
+
+/// A copy of every recurrent block's state after `pos` tokens.
+struct Checkpoint<B: Backend> {
+    pos: Option<usize>,
+    layers: Vec<Option<LayerState<B>>>,
+}
+
+pub struct RecurrentState<B: Backend> {
+    /// Per block: the live state of a recurrent block, None for attention blocks.
+    pub layers: Vec<Option<LayerState<B>>>,
+    /// Slots; `pos` None marks a free one.
+    checkpoints: Vec<Checkpoint<B>>,
+    /// Values in each block's conv and ssm buffers.
+    conv_len: usize,
+    ssm_len: usize,
+    /// Zeros to upload when a sequence starts over.
+    zeros: Vec<f32>,
+}
+
+impl<B: Backend> RecurrentState<B> {
+    /// The zero state of `config`'s recurrent blocks; None for models without any.
+    pub fn new(config: &ModelConfig, b: &B) -> Result<Option<RecurrentState<B>>> {
+        let Some(d) = &config.delta_net else {
+            return Ok(None);
+        };
+        let layers = alloc_layers(config, b)?;
+        Ok(Some(RecurrentState {
+            layers,
+            checkpoints: Vec::new(),
+            conv_len: d.conv_state_len(),
+            ssm_len: d.ssm_state_len(),
+            zeros: vec![0.0; d.conv_state_len().max(d.ssm_state_len())],
+        }))
+    }
+
+    /// Start a new sequence: the live state becomes zero (checkpoints are kept; they are
+    /// forgotten by `restore`).
+    pub fn zero(&mut self, b: &B) {
+        for l in self.layers.iter_mut().flatten() {
+            b.upload(&mut l.conv, &self.zeros[..self.conv_len]);
+            b.upload(&mut l.ssm, &self.zeros[..self.ssm_len]);
+        }
+    }
+
+    /// Positions that have a checkpoint, in increasing order.
+    pub fn checkpoint_positions(&self) -> Vec<usize> {
+        let mut p: Vec<usize> = self.checkpoints.iter().filter_map(|c| c.pos).collect();
+        p.sort_unstable();
+        p
+    }
+
+    /// Copy the live state as the checkpoint of `pos` tokens (nothing if one exists). A new
+    /// slot is allocated while fewer than `MAX_CHECKPOINTS` exist; otherwise the oldest is
+    /// reused.
+    pub fn save(&mut self, b: &B, config: &ModelConfig, pos: usize) -> Result<()> {
+        if self.checkpoints.iter().any(|c| c.pos == Some(pos)) {
+            return Ok(());
+        }
+        let slot = match self.checkpoints.iter().position(|c| c.pos.is_none()) {
+            Some(i) => i,
+            None if self.checkpoints.len() < MAX_CHECKPOINTS => {
+                self.checkpoints.push(Checkpoint {
+                    pos: None,
+                    layers: alloc_layers(config, b)?,
+                });
+                self.checkpoints.len() - 1
+            }
+            None => self
+                .checkpoints
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, c)| c.pos)
+                .map_or(0, |(i, _)| i),
+        };
+        self.copy(b, Direction::Save, slot);
+        self.checkpoints[slot].pos = Some(pos);
+        Ok(())
+    }
+
+    /// Roll the live state back to the latest checkpoint at or before `n` tokens (the zero
+    /// state at 0 when there is none), forget the checkpoints after `n`, and return the
+    /// checkpoint's position: the caller recomputes the tokens from there to `n`.
+    pub fn restore(&mut self, b: &B, n: usize) -> usize {
+        for c in &mut self.checkpoints {
+            if c.pos.is_some_and(|p| p > n) {
+                c.pos = None;
+            }
+        }
+        let best = self
+            .checkpoints
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.pos.map(|p| (p, i)))
+            .max();
+        match best {
+            Some((pos, i)) if pos > 0 => {
+                self.copy(b, Direction::Restore, i);
+                pos
+            }
+            _ => {
+                self.zero(b);
+                0
+            }
+        }
+    }
+
+    /// Copy every block's state between the live state and checkpoint `slot`.
+    fn copy(&mut self, b: &B, dir: Direction, slot: usize) {
+        let (conv_len, ssm_len) = (self.conv_len, self.ssm_len);
+        let cp = &mut self.checkpoints[slot].layers;
+        for (live, saved) in self.layers.iter_mut().zip(cp.iter_mut()) {
+            if let (Some(live), Some(saved)) = (live, saved) {
+                let (src, dst) = match dir {
+                    Direction::Save => (&*live, saved),
+                    Direction::Restore => (&*saved, live),
+                };
+                b.copy_rows_from(&src.conv, 0, &mut dst.conv, 1, conv_len);
+                b.copy_rows_from(&src.ssm, 0, &mut dst.ssm, 1, ssm_len);
+            }
+        }
+    }
+
+    /// Forget every checkpoint.
+    pub fn clear_checkpoints(&mut self) {
+        self.checkpoints.iter_mut().for_each(|c| c.pos = None);
+    }
+}
+
+fn alloc_layers<B: Backend>(config: &ModelConfig, b: &B) -> Result<Vec<Option<LayerState<B>>>> {
+    let Some(d) = &config.delta_net else {
+        return Ok(Vec::new());
+    };
+    (0..config.n_layers)
+        .map(|il| {
+            if config.layer_is_recurrent(il) {
+                Ok(Some(LayerState {
+                    conv: b.buffer(d.conv_state_len())?,
+                    ssm: b.buffer(d.ssm_state_len())?,
+                }))
+            } else {
+                Ok(None)
+            }
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy)]
+enum Direction {
+    Save,
+    Restore,
+}

@@ -1,0 +1,163 @@
+//! `kiln run --batch`: JSON Lines in, one result per line out, in order, with ids; broken lines
+//! give error objects and exit code 1 without stopping the run; a prompt prefix shared with the
+//! previous request is not prefilled again, and reusing it changes nothing (the results equal
+//! separate `kiln run`s).
+
+mod common;
+
+use serde_json::{Value, json};
+
+fn run_json(args: &[&str]) -> Value {
+    let out = common::kiln()
+        .args(["run", "--format", "json", "-m"])
+        .arg(common::fixture("models/tiny-llama.gguf"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn order_ids_errors_and_prefix_reuse() {
+    let system = "You are a careful assistant. Answer briefly, in plain words, and never make \
+                  anything up. If you do not know, say so.";
+    let lines = [
+        json!({"id": "first", "system": system, "prompt": "Name a colour.", "max_tokens": 6, "temperature": 0}).to_string(),
+        json!({"id": 2, "system": system, "prompt": "Name a fruit.", "max_tokens": 6, "temperature": 0}).to_string(),
+        "{\"id\": \"broken\", \"prompt\": ".to_string(),
+        json!({"id": "unknown-field", "prompt": "x", "temprature": 0.5}).to_string(),
+        String::new(),
+        json!({"id": "too-long", "prompt": "word ".repeat(200)}).to_string(),
+        json!({"id": "last", "messages": [{"role": "system", "content": system}, {"role": "user", "content": "Name a fruit."}], "max_tokens": 6, "temperature": 0}).to_string(),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("requests.jsonl");
+    std::fs::write(&file, lines.join("\n")).unwrap();
+
+    let out = common::kiln()
+        .args(["run", "-c", "128", "-m"])
+        .arg(common::fixture("models/tiny-llama.gguf"))
+        .arg("--batch")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a failed line makes the exit code 1"
+    );
+    let results: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ids: Vec<&Value> = results.iter().map(|r| &r["id"]).collect();
+    assert_eq!(
+        ids,
+        [
+            &json!("first"),
+            &json!(2),
+            &json!(3),
+            &json!("unknown-field"),
+            &json!("too-long"),
+            &json!("last")
+        ],
+        "input order, ids echoed (a line that is not JSON gets its line number)"
+    );
+    for (i, says) in [
+        (2, "not a valid request"),
+        (3, "temprature"),
+        (4, "context holds 128"),
+    ] {
+        let err = results[i]["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{}", results[i]));
+        assert!(err.contains(says), "{err}");
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("3 of 6 requests failed"), "{err}");
+
+    // The second request shares the system prompt's tokens: only the rest is prefilled.
+    let whole = |prompt: &str| {
+        let out = common::kiln()
+            .args([
+                "tokenize", "--chat", "--format", "json", "--system", system, "-m",
+            ])
+            .arg(common::fixture("models/tiny-llama.gguf"))
+            .arg(prompt)
+            .output()
+            .unwrap();
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["count"]
+            .as_u64()
+            .unwrap()
+    };
+    let second = &results[1];
+    let cached = second["cached_prompt_tokens"].as_u64().unwrap();
+    let prefilled = second["prompt_tokens"].as_u64().unwrap();
+    assert!(cached > 20, "the shared system prompt is reused: {second}");
+    assert_eq!(cached + prefilled, whole("Name a fruit."));
+    assert_eq!(results[0]["cached_prompt_tokens"], 0);
+    // The same conversation as messages: all but the last token come from the cache.
+    assert_eq!(results[5]["prompt_tokens"], 1);
+
+    // Reuse changes nothing: each result equals a run of its own.
+    for (r, prompt) in [
+        (&results[0], "Name a colour."),
+        (&results[1], "Name a fruit."),
+    ] {
+        let alone = run_json(&["--system", system, "--temp", "0", "-n", "6", prompt]);
+        assert_eq!(r["tokens"], alone["tokens"], "{prompt}");
+        assert_eq!(r["text"], alone["text"]);
+    }
+    assert_eq!(results[5]["tokens"], results[1]["tokens"]);
+}
+
+/// Ctrl-C: the lines finished so far are written whole (the one cut short says `interrupted`),
+/// nothing more runs, and the exit code is 130.
+#[cfg(unix)]
+#[test]
+fn interrupt_keeps_the_finished_lines() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("many.jsonl");
+    let lines: Vec<String> = (0..200)
+        .map(|i| {
+            json!({"id": i, "prompt": "Tell a long story.", "max_tokens": 400, "seed": i})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("kiln"))
+        .args(["run", "--temp", "1", "-m"])
+        .arg(common::fixture("models/tiny-llama.gguf"))
+        .arg("--batch")
+        .arg(&file)
+        .env_remove("KILN_MODEL")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let rest: Vec<String> = stdout.lines().map(Result::unwrap).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let results: Vec<Value> = std::iter::once(first.trim().to_string())
+        .chain(rest)
+        .map(|l| serde_json::from_str(&l).unwrap())
+        .collect();
+    assert!(results.len() < 200, "the run stopped early");
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(r["id"], i, "in order");
+        if i + 1 < results.len() {
+            assert_ne!(r["finish_reason"], "interrupted");
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! The GPU from the command line: `--backend gpu` runs end to end and agrees with the CPU,
+//! `kiln devices`, `kiln check`, `kiln bench --backend gpu`, weights split by
+//! KILN_WGPU_MAX_BINDING, and the failures (no adapter, `--gpu 99`, a model too large for the
+//! memory allowed, bad settings) exit 1 with a clear message, never a panic. Skips without a GPU
+//! adapter unless KILN_REQUIRE_GPU=1.
+
+mod common;
+
+use serde_json::Value;
+
+fn tiny() -> std::path::PathBuf {
+    common::fixture("models/tiny-llama.gguf")
+}
+
+fn have_gpu() -> bool {
+    common::gpu::gpu().is_some()
+}
+
+/// Greedy `kiln run --format json` token ids on a backend, with extra environment.
+fn greedy_ids(backend: &str, env: &[(&str, &str)]) -> Vec<Value> {
+    let mut cmd = common::kiln();
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .args(["run", "-m"])
+        .arg(tiny())
+        .args(["--backend", backend, "--raw", "--temp", "0", "-n", "12"])
+        .args(["--format", "json", "The capital of France is"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{backend}: {stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["tokens"].as_array().unwrap().clone()
+}
+
+#[test]
+fn run_on_the_gpu_agrees_with_the_cpu_split_or_not() {
+    if !have_gpu() {
+        return;
+    }
+    let cpu = greedy_ids("cpu", &[]);
+    assert_eq!(cpu.len(), 12);
+    assert_eq!(greedy_ids("gpu", &[]), cpu);
+    // 1 MiB bindings split the 3 MiB embedding table (also the output matrix) into parts.
+    assert_eq!(
+        greedy_ids("gpu", &[("KILN_WGPU_MAX_BINDING", "1048576")]),
+        cpu
+    );
+    // KILN_BACKEND chooses it too.
+    assert_eq!(greedy_ids("auto", &[("KILN_BACKEND", "gpu")]), cpu);
+}
+
+#[test]
+fn devices_check_and_bench_on_the_gpu() {
+    if !have_gpu() {
+        return;
+    }
+    let out = common::kiln().arg("devices").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.starts_with("0: "), "{text}");
+    assert!(text.contains("limits: storage binding"), "{text}");
+    let out = common::kiln()
+        .args(["devices", "--format", "json"])
+        .output()
+        .unwrap();
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(list[0]["max_storage_binding"].as_u64().unwrap() > 0);
+
+    let out = common::kiln()
+        .args(["check", "-m"])
+        .arg(tiny())
+        .args(["-n", "6", "--format", "json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(out.status.success(), "{v}");
+    assert_eq!(v["pass"], true);
+    assert_eq!(v["steps"].as_array().unwrap().len(), 6);
+    assert!(v["rms"].as_f64().unwrap() < 0.01, "{v}");
+
+    let out = common::kiln()
+        .args(["bench", "-m"])
+        .arg(tiny())
+        .args([
+            "--backend",
+            "gpu",
+            "-p",
+            "8",
+            "-n",
+            "4",
+            "-r",
+            "1",
+            "-o",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        assert!(r["backends"].as_str().unwrap().starts_with("GPU ("), "{r}");
+        assert!(r["read_bandwidth_gbps"].as_f64().unwrap() > 0.0, "{r}");
+    }
+}
+
+/// Runs `kiln run --backend gpu` on `model` with `args` and environment; expects exit 1 and a
+/// message containing each of `wanted`.
+fn fails_with(model: &std::path::Path, args: &[&str], env: &[(&str, &str)], wanted: &[&str]) {
+    let mut cmd = common::kiln();
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd
+        .args(["run", "-m"])
+        .arg(model)
+        .args(args)
+        .args(["-n", "2", "hello"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?} {env:?}: {stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for w in wanted {
+        assert!(
+            stderr.contains(w),
+            "{args:?} {env:?}: {stderr:?} lacks {w:?}"
+        );
+    }
+}
+
+#[test]
+fn gpu_failures_are_clear_errors() {
+    // Without any Vulkan driver: no adapter (whether or not this machine has one).
+    let no_driver = [
+        ("VK_ICD_FILENAMES", "/nonexistent/none.json"),
+        ("VK_DRIVER_FILES", "/nonexistent/none.json"),
+    ];
+    fails_with(
+        &tiny(),
+        &["--backend", "gpu"],
+        &no_driver,
+        &["no GPU adapter"],
+    );
+    fails_with(
+        &tiny(),
+        &["--backend", "gpu"],
+        &[("KILN_WGPU_MAX_BINDING", "lots")],
+        &["KILN_WGPU_MAX_BINDING=lots"],
+    );
+    fails_with(
+        &tiny(),
+        &["--backend", "cpu", "--gpu", "0"],
+        &[],
+        &["--backend cpu"],
+    );
+    if !have_gpu() {
+        return;
+    }
+    fails_with(
+        &tiny(),
+        &["--gpu", "99"],
+        &[],
+        &["no GPU adapter 99", "kiln devices"],
+    );
+    let smollm2 = common::real_model(common::REAL_MODELS[0]);
+    fails_with(
+        &smollm2,
+        &["--backend", "gpu"],
+        &[("KILN_WGPU_MAX_MEMORY", "16777216")],
+        &["does not fit in GPU memory", "--backend cpu"],
+    );
+}

@@ -1,0 +1,131 @@
+//! The commands on both Qwen3.5 files as real processes: `kiln run` reproduces llama.cpp's greedy
+//! tokens, `kiln chat` holds a two-turn conversation, `kiln bench` reports pp and tg, `kiln
+//! tokenize` gives llama.cpp's ids, and `kiln info` describes the hybrid layout.
+
+mod common;
+
+use serde_json::Value;
+
+const MODELS: [&str; 2] = ["qwen35-tiny.gguf", "qwen35moe-tiny.gguf"];
+
+fn kiln_json(args: &[&str], model: &str) -> Value {
+    let out = common::kiln()
+        .args(args)
+        .arg("-m")
+        .arg(common::fixture(&format!("models/{model}")))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{model} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn run_tokenize_bench_and_info_on_both_files() {
+    let golden = common::golden("llama-cpp-qwen35.json");
+    for model in MODELS {
+        let g = &golden["models"][model];
+
+        // Greedy generation from the first prompt reproduces llama.cpp's tokens up to its first
+        // close call (margin < 0.05).
+        let case = &g["greedy"][0];
+        let sure: Vec<u64> = case["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .take_while(|s| s["margin"].as_f64().unwrap() >= 0.05)
+            .map(|s| s["token"].as_u64().unwrap())
+            .collect();
+        let n = sure.len().to_string();
+        let prompt = case["prompt"].as_str().unwrap();
+        let v = kiln_json(
+            &[
+                "run", "--raw", "--temp", "0", "-n", &n, "--format", "json", prompt,
+            ],
+            model,
+        );
+        let got: Vec<u64> = v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect();
+        assert_eq!(got, sure, "{model}: kiln run");
+
+        let text = g["tokenize"][0]["text"].as_str().unwrap();
+        let v = kiln_json(&["tokenize", "--no-bos", "--format", "json", text], model);
+        assert_eq!(v["ids"], g["tokenize"][0]["ids"], "{model}: kiln tokenize");
+
+        let v = kiln_json(
+            &[
+                "bench",
+                "-p",
+                "32",
+                "-n",
+                "8",
+                "-r",
+                "1",
+                "--no-roofline",
+                "-o",
+                "json",
+            ],
+            model,
+        );
+        let tests: Vec<&str> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["test"].as_str().unwrap())
+            .collect();
+        assert_eq!(tests, ["pp32", "tg8"], "{model}: kiln bench");
+
+        let v = kiln_json(&["info", "--format", "json"], model);
+        assert_eq!(v["schedule"], "RRRARRRA", "{model}");
+        // 6 DeltaNet blocks × (3 conv rows × 128 channels + 4 heads × 16 × 16) × 4 bytes.
+        assert_eq!(v["recurrent_state_bytes"], 6 * (3 * 128 + 4 * 16 * 16) * 4);
+        assert_eq!(v["config"]["rope_dims"], 8);
+        let moe = model.contains("moe");
+        let experts = if moe { Value::from(8) } else { Value::Null };
+        assert_eq!(v["config"]["moe"]["n_expert"], experts, "{model}");
+    }
+    let out = common::kiln()
+        .args(["info", "-m"])
+        .arg(common::fixture("models/qwen35moe-tiny.gguf"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for want in [
+        "rotary dims         8 of 32 per head, IMRoPE sections [2, 1, 1, 0]",
+        "RRRARRRA (6 Gated DeltaNet, 2 full attention: blocks 3, 7)",
+        "experts             8 (2 per token) of width 32; shared expert of width 64",
+        "recurrent state     33.00 KiB per sequence (and per checkpoint, up to 8)",
+    ] {
+        assert!(text.contains(want), "{want:?} not in {text}");
+    }
+}
+
+/// A scripted two-turn chat: both replies printed, exit 0.
+#[test]
+fn chat_holds_a_conversation_on_both_files() {
+    for model in MODELS {
+        let out = common::kiln()
+            .arg("chat")
+            .arg("-m")
+            .arg(common::fixture(&format!("models/{model}")))
+            .args(["--temp", "0", "-n", "8"])
+            .write_stdin("What is 2+2?\nAnd 3+3?\n")
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        );
+        assert_eq!(out.status.code(), Some(0), "{model}: {stderr}");
+        let replies: Vec<&str> = stdout.trim_end().split("\n\n").collect();
+        assert_eq!(replies.len(), 2, "{model}: {stdout:?}");
+        assert!(replies.iter().all(|r| !r.trim().is_empty()), "{stdout:?}");
+    }
+}

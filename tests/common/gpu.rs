@@ -1,0 +1,28 @@
+//! The GPU for the GPU tests: the best wgpu adapter, software ones (lavapipe) included. Without
+//! one the tests skip and say why, unless `KILN_REQUIRE_GPU=1` (CI), where that is a failure.
+
+use kiln::backend::wgpu::{AdapterChoice, GpuOptions, WgpuBackend};
+
+pub fn gpu_with(options: GpuOptions) -> Option<WgpuBackend> {
+    let found = WgpuBackend::open(AdapterChoice::Best, options);
+    match found {
+        Ok(Some(b)) => Some(b),
+        other => {
+            let why = match other {
+                Err(e) => e.to_string(),
+                _ => "no Vulkan, Metal or DX12 adapter".to_string(),
+            };
+            if std::env::var_os("KILN_REQUIRE_GPU").is_some_and(|v| v == "1") {
+                panic!("KILN_REQUIRE_GPU=1 but there is no usable GPU adapter: {why}");
+            }
+            eprintln!(
+                "skipped: {why} (install mesa-vulkan-drivers for lavapipe, or set KILN_REQUIRE_GPU=1 to fail)"
+            );
+            None
+        }
+    }
+}
+
+pub fn gpu() -> Option<WgpuBackend> {
+    gpu_with(GpuOptions::default())
+}

@@ -1,0 +1,566 @@
+//! Per-op parity of the GPU backend with the CPU backend on random inputs, at llama.cpp's
+//! test-backend-ops thresholds: NMSE = Σ(cpu − gpu)² / Σ cpu² ≤ 5e-4 for matmul and attention,
+//! ≤ 1e-6 for the rest. Every weight type, odd sizes (rows not a multiple of a workgroup's),
+//! split weights and a 262144-row output; the reductions with and without subgroup operations.
+//! Skips without a GPU adapter unless KILN_REQUIRE_GPU=1.
+
+mod common;
+
+use common::gpu::{gpu, gpu_with};
+use half::{bf16, f16};
+use kiln::backend::cpu::CpuBackend;
+use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
+use kiln::backend::{AttentionParams, Backend, CacheType, GateActivation, RopeLayout};
+use kiln::gguf::GgmlType;
+use kiln::tensor::Tensor;
+
+const MATMUL_NMSE: f64 = 5e-4;
+const OTHER_NMSE: f64 = 1e-6;
+
+/// The weight types the GPU reads.
+const TYPES: [GgmlType; 13] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [-1, 1).
+    fn f(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f() * scale).collect()
+    }
+}
+
+/// Byte offsets of the f16 scales (and mins) in a block of each quantized type.
+fn scale_offsets(t: GgmlType) -> &'static [usize] {
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// A random `rows × cols` weight of type `t`: random quants under small positive scales.
+fn random_weight(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Tensor {
+    let n = rows * cols;
+    let bytes: Vec<u8> = match t {
+        GgmlType::F32 => rng
+            .vec(n, 1.0)
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect(),
+        GgmlType::F16 => (0..n)
+            .flat_map(|_| f16::from_f32(rng.f()).to_le_bytes())
+            .collect(),
+        GgmlType::BF16 => (0..n)
+            .flat_map(|_| bf16::from_f32(rng.f()).to_le_bytes())
+            .collect(),
+        _ => {
+            let bb = t.block_bytes();
+            let nb = n / t.block_len();
+            let mut b: Vec<u8> = (0..nb * bb).map(|_| rng.next() as u8).collect();
+            for blk in b.chunks_mut(bb) {
+                for &o in scale_offsets(t) {
+                    let d = f16::from_f32(0.005 + 0.015 * (rng.f() + 1.0) / 2.0);
+                    blk[o..o + 2].copy_from_slice(&d.to_le_bytes());
+                }
+            }
+            b
+        }
+    };
+    Tensor::from_bytes(format!("w.{t}"), t, vec![cols, rows], bytes)
+}
+
+fn nmse(want: &[f32], got: &[f32]) -> f64 {
+    assert_eq!(want.len(), got.len());
+    let num: f64 = want
+        .iter()
+        .zip(got)
+        .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+        .sum();
+    let den: f64 = want.iter().map(|&a| (a as f64).powi(2)).sum();
+    num / den.max(1e-30)
+}
+
+fn check(what: &str, want: &[f32], got: &[f32], limit: f64) {
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "{what}: non-finite GPU output"
+    );
+    let e = nmse(want, got);
+    assert!(e <= limit, "{what}: NMSE {e:e} > {limit:e}");
+}
+
+fn upload<B: Backend>(b: &B, values: &[f32]) -> B::Buffer {
+    let mut buf = b.buffer(values.len()).unwrap();
+    b.upload(&mut buf, values);
+    buf
+}
+
+fn download<B: Backend>(b: &B, buf: &B::Buffer, len: usize) -> Vec<f32> {
+    let mut out = vec![0.0; len];
+    b.download(buf, 0, &mut out);
+    if let Some(e) = b.take_error() {
+        panic!("{}: {e}", b.describe());
+    }
+    out
+}
+
+fn matmul<B: Backend>(b: &B, w: &Tensor, x: &[f32], n: usize) -> Vec<f32> {
+    let wt = b.weight(w).unwrap();
+    let m = w.n_rows();
+    let xb = upload(b, x);
+    let mut out = b.buffer(n * m).unwrap();
+    b.matmul(&xb, &wt, n, &mut out);
+    download(b, &out, n * m)
+}
+
+fn cpu() -> CpuBackend {
+    CpuBackend::new(2).unwrap()
+}
+
+#[test]
+fn matmul_every_type_matches_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let c = cpu();
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    // 67 rows: not a multiple of any workgroup's; 1 and 5 rows run as mat-vec, 37 as tiles.
+    for t in TYPES {
+        let w = random_weight(t, 67, 256, &mut rng);
+        for n in [1, 5, 37] {
+            let x = rng.vec(n * 256, 1.0);
+            let what = format!("matmul {t} {n}×256 · (67×256)ᵀ");
+            check(
+                &what,
+                &matmul(&c, &w, &x, n),
+                &matmul(&g, &w, &x, n),
+                MATMUL_NMSE,
+            );
+        }
+    }
+}
+
+fn matmul_many<B: Backend>(b: &B, ws: &[Tensor], x: &[f32], n: usize) -> Vec<Vec<f32>> {
+    let wts: Vec<B::Weight> = ws.iter().map(|w| b.weight(w).unwrap()).collect();
+    let refs: Vec<&B::Weight> = wts.iter().collect();
+    let xb = upload(b, x);
+    let mut outs: Vec<B::Buffer> = ws
+        .iter()
+        .map(|w| b.buffer(n * w.n_rows()).unwrap())
+        .collect();
+    let mut out_refs: Vec<&mut B::Buffer> = outs.iter_mut().collect();
+    b.matmul_many(&xb, &refs, n, &mut out_refs);
+    outs.iter()
+        .zip(ws)
+        .map(|(o, w)| download(b, o, n * w.n_rows()))
+        .collect()
+}
+
+#[test]
+fn matmul_many_matches_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let c = cpu();
+    let mut rng = Rng(17);
+    for t in [GgmlType::Q8_0, GgmlType::Q4_K] {
+        // Q, K, V shapes (one dispatch at decode), and gate/up.
+        let qkv = [
+            random_weight(t, 40, 256, &mut rng),
+            random_weight(t, 24, 256, &mut rng),
+            random_weight(t, 24, 256, &mut rng),
+        ];
+        for (ws, n) in [(&qkv[..], 1), (&qkv[..], 3), (&qkv[..2], 2), (&qkv[..], 20)] {
+            let x = rng.vec(n * 256, 1.0);
+            let (want, got) = (matmul_many(&c, ws, &x, n), matmul_many(&g, ws, &x, n));
+            for (i, (w, o)) in want.iter().zip(&got).enumerate() {
+                check(
+                    &format!("matmul_many {t} n={n} output {i}"),
+                    w,
+                    o,
+                    MATMUL_NMSE,
+                );
+            }
+        }
+    }
+}
+
+fn embed<B: Backend>(b: &B, table: &Tensor, ids: &[u32], scale: f32) -> Vec<f32> {
+    let w = b.weight(table).unwrap();
+    let len = ids.len() * table.row_len();
+    let mut out = b.buffer(len).unwrap();
+    b.embed(&w, ids, scale, &mut out);
+    download(b, &out, len)
+}
+
+#[test]
+fn embedding_lookup_every_type_matches_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let c = cpu();
+    let mut rng = Rng(5);
+    let ids = [0, 39, 17, 17, 3];
+    for t in TYPES {
+        let table = random_weight(t, 40, 256, &mut rng);
+        for scale in [1.0, 2.5] {
+            let what = format!("embed {t} ×{scale}");
+            check(
+                &what,
+                &embed(&c, &table, &ids, scale),
+                &embed(&g, &table, &ids, scale),
+                OTHER_NMSE,
+            );
+        }
+    }
+}
+
+/// A 262144-row output (Gemma 3's vocabulary: more workgroups than one grid dimension holds),
+/// with the weight split into parts by a lowered binding limit, at decode and prefill sizes;
+/// and an embedding lookup that reads rows from several parts.
+#[test]
+fn split_weights_and_a_262144_row_output_match_the_cpu() {
+    let options = GpuOptions {
+        max_binding: Some(3 << 20),
+        ..GpuOptions::default()
+    };
+    let Some(g) = gpu_with(options) else { return };
+    let c = cpu();
+    let mut rng = Rng(99);
+    let w = random_weight(GgmlType::Q8_0, 262144, 32, &mut rng);
+    assert!(
+        w.bytes().len() > 2 * (3 << 20),
+        "the weight must split in 3+"
+    );
+    for n in [1, 9] {
+        let x = rng.vec(n * 32, 1.0);
+        let what = format!("matmul Q8_0 {n}×32 · (262144×32)ᵀ in parts");
+        check(
+            &what,
+            &matmul(&c, &w, &x, n),
+            &matmul(&g, &w, &x, n),
+            MATMUL_NMSE,
+        );
+    }
+    let ids = [0, 262143, 100000, 200000, 5];
+    check(
+        "embed from parts",
+        &embed(&c, &w, &ids, 1.0),
+        &embed(&g, &w, &ids, 1.0),
+        OTHER_NMSE,
+    );
+}
+
+/// RMSNorm, RoPE (both layouts), residual and bias adds, gated activations and row copies.
+fn elementwise_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> {
+    let mut results = Vec::new();
+    // RMSNorm: 7 rows of 80 (not a multiple of the workgroup).
+    let x = rng.vec(7 * 80, 3.0);
+    let w = Tensor::from_f32("norm", vec![80], &rng.vec(80, 1.0));
+    let wt = b.weight(&w).unwrap();
+    let mut xb = upload(b, &x);
+    b.rms_norm(&mut xb, &wt, 7, 1e-6);
+    results.push(("rms_norm".into(), download(b, &xb, x.len())));
+    let src = upload(b, &x);
+    let mut out = b.buffer(x.len()).unwrap();
+    b.rms_norm_into(&src, &wt, 7, 80, 1e-6, &mut out);
+    results.push(("rms_norm_into".into(), download(b, &out, x.len())));
+
+    // RoPE: 3 rows × 4 heads of 16, both pairings.
+    let table: Vec<f32> = (0..3 * 8)
+        .flat_map(|i| {
+            let a = i as f32 * 0.37;
+            [a.cos(), a.sin()]
+        })
+        .collect();
+    let tb = upload(b, &table);
+    for layout in [RopeLayout::Interleaved, RopeLayout::Neox] {
+        let x = rng.vec(3 * 4 * 16, 1.0);
+        let mut xb = upload(b, &x);
+        b.rope(&mut xb, &tb, 3, 4, 16, layout);
+        results.push((format!("rope {layout:?}"), download(b, &xb, x.len())));
+    }
+
+    let n = 1000;
+    let (a, y) = (rng.vec(n, 12.0), rng.vec(n, 2.0));
+    let yb = upload(b, &y);
+    let mut ab = upload(b, &a);
+    b.add(&mut ab, &yb, n);
+    results.push(("add".into(), download(b, &ab, n)));
+
+    let bias = Tensor::from_f32("bias", vec![40], &rng.vec(40, 1.0));
+    let bt = b.weight(&bias).unwrap();
+    let mut ab = upload(b, &a);
+    b.add_bias(&mut ab, &bt, 25);
+    results.push(("add_bias".into(), download(b, &ab, n)));
+
+    for act in [GateActivation::Silu, GateActivation::GeluTanh] {
+        let mut ab = upload(b, &a);
+        b.gated_activation(&mut ab, &yb, n, act);
+        results.push((format!("{act:?}"), download(b, &ab, n)));
+    }
+
+    let src = upload(b, &a);
+    let mut dst = b.buffer(3 * 40).unwrap();
+    b.copy_rows_from(&src, 5, &mut dst, 3, 40);
+    results.push(("copy_rows_from".into(), download(b, &dst, 3 * 40)));
+    results
+}
+
+fn compare_elementwise(g: &WgpuBackend) {
+    let want = elementwise_ops(&cpu(), &mut Rng(3));
+    let got = elementwise_ops(g, &mut Rng(3));
+    for ((what, w), (_, o)) in want.iter().zip(&got) {
+        check(what, w, o, OTHER_NMSE);
+    }
+}
+
+struct AttnCase {
+    k: CacheType,
+    v: CacheType,
+    start_pos: usize,
+    rows: usize,
+    head_dim: usize,
+    window: Option<usize>,
+}
+
+/// Fill K and V caches with random rows for positions 0..start_pos + rows, then attend.
+fn attention<B: Backend>(b: &B, c: &AttnCase, rng: &mut Rng) -> Vec<f32> {
+    let (n_heads, n_kv) = (4, 2);
+    let kv_width = n_kv * c.head_dim;
+    let ctx = c.start_pos + c.rows + 3;
+    let mut kc = b.cache(ctx * kv_width, c.k, 1).unwrap();
+    let mut vc = b.cache(ctx * kv_width, c.v, 1).unwrap();
+    let total = c.start_pos + c.rows;
+    let k = upload(b, &rng.vec(total * kv_width, 1.0));
+    let v = upload(b, &rng.vec(total * kv_width, 1.0));
+    b.store_rows(&k, &mut kc, 0, total, kv_width);
+    b.store_rows(&v, &mut vc, 0, total, kv_width);
+    let q_len = c.rows * n_heads * c.head_dim;
+    let q = upload(b, &rng.vec(q_len, 1.0));
+    let mut out = b.buffer(q_len).unwrap();
+    let p = AttentionParams {
+        start_pos: c.start_pos,
+        rows: c.rows,
+        n_heads,
+        n_kv_heads: n_kv,
+        head_dim: c.head_dim,
+        scale: 1.0 / (c.head_dim as f32).sqrt(),
+        window: c.window,
+    };
+    b.attention(&q, &kc, &vc, &mut out, &p);
+    download(b, &out, q_len)
+}
+
+fn compare_attention(g: &WgpuBackend, cases: &[AttnCase]) {
+    let c = cpu();
+    for (i, case) in cases.iter().enumerate() {
+        let seed = 1000 + i as u64;
+        let what = format!(
+            "attention k {} v {} pos {} rows {} head_dim {} window {:?}",
+            case.k, case.v, case.start_pos, case.rows, case.head_dim, case.window
+        );
+        check(
+            &what,
+            &attention(&c, case, &mut Rng(seed)),
+            &attention(g, case, &mut Rng(seed)),
+            MATMUL_NMSE,
+        );
+    }
+}
+
+fn attention_cases() -> Vec<AttnCase> {
+    use CacheType::{F16, F32};
+    let case = |k, v, start_pos, rows, head_dim, window| AttnCase {
+        k,
+        v,
+        start_pos,
+        rows,
+        head_dim,
+        window,
+    };
+    vec![
+        // Prefill (tiled over keys), every cache-type pair.
+        case(F32, F32, 0, 9, 64, None),
+        case(F16, F16, 0, 9, 64, None),
+        case(F32, F16, 2, 5, 8, None),
+        case(F16, F32, 2, 5, 8, None),
+        // Decode: the key range split over workgroups and reduced.
+        case(F16, F16, 300, 1, 64, None),
+        case(F32, F32, 200, 1, 256, None),
+        // Sliding windows, decode and prefill.
+        case(F16, F16, 300, 1, 64, Some(100)),
+        case(F16, F16, 70, 6, 64, Some(3)),
+    ]
+}
+
+/// A context shift on random caches (`total` rows; drop `keep..keep + discard`, move the rest
+/// down, re-rotate their keys back by `discard` positions), then one decode step of attention over
+/// what is left: it reads every moved key and value.
+fn shifted_attention<B: Backend>(
+    b: &B,
+    ty: CacheType,
+    layout: RopeLayout,
+    head_dim: usize,
+    rng: &mut Rng,
+) -> Vec<f32> {
+    let (n_heads, n_kv) = (4, 2);
+    let (total, keep, discard) = (300, 5, 147);
+    let moved = total - keep - discard;
+    let kv_width = n_kv * head_dim;
+    let mut kc = b.cache(total * kv_width, ty, 1).unwrap();
+    let mut vc = b.cache(total * kv_width, ty, 1).unwrap();
+    b.store_rows(
+        &upload(b, &rng.vec(total * kv_width, 1.0)),
+        &mut kc,
+        0,
+        total,
+        kv_width,
+    );
+    b.store_rows(
+        &upload(b, &rng.vec(total * kv_width, 1.0)),
+        &mut vc,
+        0,
+        total,
+        kv_width,
+    );
+    let table: Vec<f32> = (0..head_dim / 2)
+        .flat_map(|i| {
+            let angle = -(discard as f32) * 10000f32.powf(-2.0 * i as f32 / head_dim as f32);
+            [angle.cos(), angle.sin()]
+        })
+        .collect();
+    b.move_cache_rows(&mut kc, keep + discard, keep, moved, kv_width);
+    b.move_cache_rows(&mut vc, keep + discard, keep, moved, kv_width);
+    b.rope_cache(
+        &mut kc,
+        &upload(b, &table),
+        keep,
+        moved,
+        n_kv,
+        head_dim,
+        layout,
+    );
+    let q_len = n_heads * head_dim;
+    let q = upload(b, &rng.vec(q_len, 2.0));
+    let mut out = b.buffer(q_len).unwrap();
+    let p = AttentionParams {
+        start_pos: keep + moved - 1,
+        rows: 1,
+        n_heads,
+        n_kv_heads: n_kv,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window: None,
+    };
+    b.attention(&q, &kc, &vc, &mut out, &p);
+    download(b, &out, q_len)
+}
+
+/// The context-shift ops (`move_cache_rows`, `rope_cache`) on the GPU leave the caches as the
+/// CPU's do (the CPU's are checked against keys rotated afresh in tests/context_shift.rs).
+#[test]
+fn context_shift_ops_match_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let c = cpu();
+    for ty in [CacheType::F32, CacheType::F16] {
+        for layout in [RopeLayout::Neox, RopeLayout::Interleaved] {
+            for head_dim in [64, 8] {
+                let what =
+                    format!("shifted attention, {ty} cache, {layout:?}, heads of {head_dim}");
+                let seed = 77 + head_dim as u64;
+                check(
+                    &what,
+                    &shifted_attention(&c, ty, layout, head_dim, &mut Rng(seed)),
+                    &shifted_attention(&g, ty, layout, head_dim, &mut Rng(seed)),
+                    MATMUL_NMSE,
+                );
+            }
+        }
+    }
+}
+
+/// The GPU backend refuses a q8_0 cache with a clear error.
+#[test]
+fn a_q8_0_cache_is_refused_on_the_gpu() {
+    let Some(g) = gpu() else { return };
+    let e = g.cache(64 * 32, CacheType::Q8_0, 1).err().expect("refused");
+    assert!(
+        e.to_string()
+            .contains("q8_0 KV cache is not supported by the GPU backend"),
+        "{e}"
+    );
+}
+
+#[test]
+fn norms_rope_and_elementwise_ops_match_the_cpu() {
+    let Some(g) = gpu() else { return };
+    compare_elementwise(&g);
+}
+
+#[test]
+fn attention_matches_the_cpu() {
+    let Some(g) = gpu() else { return };
+    compare_attention(&g, &attention_cases());
+}
+
+/// The workgroup-memory reductions, which adapters without subgroup operations run.
+#[test]
+fn reductions_without_subgroups_match_the_cpu() {
+    let options = GpuOptions {
+        no_subgroups: true,
+        ..GpuOptions::default()
+    };
+    let Some(g) = gpu_with(options) else { return };
+    compare_elementwise(&g);
+    compare_attention(&g, &attention_cases()[4..7]);
+    let mut rng = Rng(11);
+    let w = random_weight(GgmlType::Q6_K, 67, 512, &mut rng);
+    let x = rng.vec(2 * 512, 1.0);
+    check(
+        "matvec Q6_K without subgroups",
+        &matmul(&cpu(), &w, &x, 2),
+        &matmul(&g, &w, &x, 2),
+        MATMUL_NMSE,
+    );
+}
+
+/// Greedy decoding's argmax on the device: the first of equal maxima, as the host's.
+#[test]
+fn argmax_on_the_device_matches_the_host() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(8);
+    for n in [1, 255, 262144] {
+        let mut x = rng.vec(n, 30.0);
+        if n > 300 {
+            x[1000] = 99.0;
+            x[70000] = 99.0;
+        }
+        let want = x
+            .iter()
+            .enumerate()
+            .fold(0, |b, (i, &v)| if v > x[b] { i } else { b });
+        let buf = upload(&g, &x);
+        assert_eq!(g.argmax(&buf, n), Some(want as u32), "n = {n}");
+    }
+}
