@@ -28,7 +28,7 @@ fn move_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
     }
 }
 
-fn get(i: u32) -> f32 {
+fn load_value(i: u32) -> f32 {
 #if F16CACHE
     return unpack2x16float(cache[i / 2u])[i % 2u];
 #else
@@ -36,7 +36,7 @@ fn get(i: u32) -> f32 {
 #endif
 }
 
-fn set(i: u32, v: f32) {
+fn store_value(i: u32, v: f32) {
 #if F16CACHE
     var pair = unpack2x16float(cache[i / 2u]);
     pair[i % 2u] = v;
@@ -67,9 +67,9 @@ fn rope_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
         }
         let c = table[2u * i];
         let s = table[2u * i + 1u];
-        let x0 = get(a);
-        let x1 = get(b);
-        set(a, x0 * c - x1 * s);
-        set(b, x0 * s + x1 * c);
+        let x0 = load_value(a);
+        let x1 = load_value(b);
+        store_value(a, x0 * c - x1 * s);
+        store_value(b, x0 * s + x1 * c);
     }
 }
