@@ -369,6 +369,8 @@ fn kiln_chat_shifts_and_says_so() {
             "128",
             "-n",
             "160",
+            "--backend",
+            "cpu",
         ])
         .args(["--context-shift", "--system", "You are a pirate."])
         .write_stdin("Tell me a long story about a dragon.\nWhat was its name?\n")
@@ -377,7 +379,7 @@ fn kiln_chat_shifts_and_says_so() {
     assert!(out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("(context full: shifted"), "{stderr}");
-    assert!(!stderr.contains("error"), "{stderr}");
+    assert!(!stderr.contains("error:"), "{stderr}");
     assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
 }
 
@@ -392,12 +394,12 @@ fn a_recurrent_model_says_it_cannot_shift_and_stops() {
             "--format",
             "json",
             "-c",
-            "24",
+            "64",
             "-n",
-            "100",
+            "200",
             "--context-shift",
         ])
-        .arg("Once upon a time")
+        .args(["--backend", "cpu", "Hi"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
