@@ -349,8 +349,8 @@ fn attention<B: Backend>(b: &B, c: &AttnCase, rng: &mut Rng) -> Vec<f32> {
     let (n_heads, n_kv) = (4, 2);
     let kv_width = n_kv * c.head_dim;
     let ctx = c.start_pos + c.rows + 3;
-    let mut kc = b.cache(ctx * kv_width, c.k).unwrap();
-    let mut vc = b.cache(ctx * kv_width, c.v).unwrap();
+    let mut kc = b.cache(ctx * kv_width, c.k, 1).unwrap();
+    let mut vc = b.cache(ctx * kv_width, c.v, 1).unwrap();
     let total = c.start_pos + c.rows;
     let k = upload(b, &rng.vec(total * kv_width, 1.0));
     let v = upload(b, &rng.vec(total * kv_width, 1.0));
@@ -416,6 +416,104 @@ fn attention_cases() -> Vec<AttnCase> {
         case(F16, F16, 40, 70, 256, None),
         case(F32, F16, 100, 50, 128, Some(70)),
     ]
+}
+
+/// A context shift on random caches (`total` rows; drop `keep..keep + discard`, move the rest
+/// down, re-rotate their keys back by `discard` positions), then one decode step of attention over
+/// what is left: it reads every moved key and value.
+fn shifted_attention<B: Backend>(
+    b: &B,
+    ty: CacheType,
+    layout: RopeLayout,
+    head_dim: usize,
+    rng: &mut Rng,
+) -> Vec<f32> {
+    let (n_heads, n_kv) = (4, 2);
+    let (total, keep, discard) = (300, 5, 147);
+    let moved = total - keep - discard;
+    let kv_width = n_kv * head_dim;
+    let mut kc = b.cache(total * kv_width, ty, 1).unwrap();
+    let mut vc = b.cache(total * kv_width, ty, 1).unwrap();
+    b.store_rows(
+        &upload(b, &rng.vec(total * kv_width, 1.0)),
+        &mut kc,
+        0,
+        total,
+        kv_width,
+    );
+    b.store_rows(
+        &upload(b, &rng.vec(total * kv_width, 1.0)),
+        &mut vc,
+        0,
+        total,
+        kv_width,
+    );
+    let table: Vec<f32> = (0..head_dim / 2)
+        .flat_map(|i| {
+            let angle = -(discard as f32) * 10000f32.powf(-2.0 * i as f32 / head_dim as f32);
+            [angle.cos(), angle.sin()]
+        })
+        .collect();
+    b.move_cache_rows(&mut kc, keep + discard, keep, moved, kv_width);
+    b.move_cache_rows(&mut vc, keep + discard, keep, moved, kv_width);
+    b.rope_cache(
+        &mut kc,
+        &upload(b, &table),
+        keep,
+        moved,
+        n_kv,
+        head_dim,
+        layout,
+    );
+    let q_len = n_heads * head_dim;
+    let q = upload(b, &rng.vec(q_len, 2.0));
+    let mut out = b.buffer(q_len).unwrap();
+    let p = AttentionParams {
+        start_pos: keep + moved - 1,
+        rows: 1,
+        n_heads,
+        n_kv_heads: n_kv,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window: None,
+    };
+    b.attention(&q, &kc, &vc, &mut out, &p);
+    download(b, &out, q_len)
+}
+
+/// The context-shift ops (`move_cache_rows`, `rope_cache`) on the GPU leave the caches as the
+/// CPU's do (the CPU's are checked against keys rotated afresh in tests/context_shift.rs).
+#[test]
+fn context_shift_ops_match_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let c = cpu();
+    for ty in [CacheType::F32, CacheType::F16] {
+        for layout in [RopeLayout::Neox, RopeLayout::Interleaved] {
+            for head_dim in [64, 8] {
+                let what =
+                    format!("shifted attention, {ty} cache, {layout:?}, heads of {head_dim}");
+                let seed = 77 + head_dim as u64;
+                check(
+                    &what,
+                    &shifted_attention(&c, ty, layout, head_dim, &mut Rng(seed)),
+                    &shifted_attention(&g, ty, layout, head_dim, &mut Rng(seed)),
+                    MATMUL_NMSE,
+                );
+            }
+        }
+    }
+}
+
+/// The GPU backend refuses a q8_0 cache with a clear error.
+#[test]
+fn a_q8_0_cache_is_refused_on_the_gpu() {
+    let Some(g) = gpu() else { return };
+    let e = g.cache(64 * 32, CacheType::Q8_0, 1).err().expect("refused");
+    assert!(
+        e.to_string()
+            .contains("q8_0 KV cache is not supported by the GPU backend"),
+        "{e}"
+    );
 }
 
 #[test]

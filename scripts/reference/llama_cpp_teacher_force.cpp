@@ -1,5 +1,6 @@
 // Teacher-forced logits from llama.cpp: prints, per step, the logits of given token ids.
-// usage: tf MODEL "prompt ids comma" "step tokens comma" "ids-to-print per step ; separated" [kv_f32] [fa]
+// usage: tf MODEL "prompt ids comma" "step tokens comma" "ids-to-print per step ; separated" [kv] [fa]
+// kv: the KV cache type, f16 (default), f32 or q8_0 (1 means f32, 0 f16); q8_0 needs fa = 1.
 #include "llama.h"
 #include <cstdio>
 #include <cstdlib>
@@ -14,7 +15,12 @@ int main(int argc, char **argv) {
     auto cp = llama_context_default_params();
     cp.n_ctx = 2048; cp.n_batch = 2048; cp.n_ubatch = 512; cp.n_threads = 2; cp.n_threads_batch = 2;
     cp.flash_attn_type = (argc > 6 && atoi(argv[6])) ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
-    if (argc > 5 && atoi(argv[5])) { cp.type_k = GGML_TYPE_F32; cp.type_v = GGML_TYPE_F32; }
+    if (argc > 5) {
+        std::string kv = argv[5];
+        if (kv == "1" || kv == "f32") { cp.type_k = GGML_TYPE_F32; cp.type_v = GGML_TYPE_F32; }
+        else if (kv == "q8_0") { cp.type_k = GGML_TYPE_Q8_0; cp.type_v = GGML_TYPE_Q8_0; }
+        else if (kv != "0" && kv != "f16") { fprintf(stderr, "unknown KV type %s\n", argv[5]); return 1; }
+    }
     llama_context *ctx = llama_init_from_model(model, cp);
     std::vector<int> prompt = parse(argv[2]), steps = parse(argv[3]);
     std::vector<std::string> show; { std::stringstream ss(argv[4]); std::string t; while (std::getline(ss, t, ';')) show.push_back(t); }

@@ -32,23 +32,58 @@ pub enum CacheType {
     /// Half the memory of f32; attention rounds its other operand to f16 too, as llama.cpp does.
     #[default]
     F16,
+    /// GGML's Q8_0 blocks (32 values in 8 bits with an f16 scale: 34 bytes), about half of f16.
+    /// As llama.cpp: the query is quantized to 8 bits for integer dot products with the keys;
+    /// value rows are expanded one at a time.
+    #[serde(rename = "q8_0")]
+    Q8_0,
 }
 
 impl CacheType {
-    pub const ALL: [CacheType; 2] = [CacheType::F32, CacheType::F16];
+    pub const ALL: [CacheType; 3] = [CacheType::F32, CacheType::F16, CacheType::Q8_0];
 
     pub fn name(self) -> &'static str {
         match self {
             CacheType::F32 => "f32",
             CacheType::F16 => "f16",
+            CacheType::Q8_0 => "q8_0",
         }
     }
 
-    /// Bytes that `width` cached values take.
+    /// Values per block: a row of the cache (and each head in it) must hold whole blocks.
+    pub fn block_len(self) -> usize {
+        match self {
+            CacheType::F32 | CacheType::F16 => 1,
+            CacheType::Q8_0 => 32,
+        }
+    }
+
+    /// The Walsh–Hadamard rotation (its size n, or 1 for none) to store keys of heads of
+    /// `head_dim` with, as llama.cpp does for quantized caches: rotating each run of n values
+    /// spreads a few large dimensions (Qwen2's keys have some) over the whole block, so its scale
+    /// no longer crushes the small ones. Keys use the largest power of two from 64 up that
+    /// divides the head.
+    pub fn key_rotation(self, head_dim: usize) -> usize {
+        if self.block_len() == 1 || !head_dim.is_multiple_of(64) {
+            return 1;
+        }
+        1 << head_dim.trailing_zeros()
+    }
+
+    /// The Walsh–Hadamard rotation for values: 64, as llama.cpp (smaller serves values better).
+    pub fn value_rotation(self, head_dim: usize) -> usize {
+        if self.block_len() == 1 || !head_dim.is_multiple_of(64) {
+            return 1;
+        }
+        64
+    }
+
+    /// Bytes that `width` cached values take (`width` a multiple of `block_len`).
     pub fn row_bytes(self, width: usize) -> usize {
         match self {
             CacheType::F32 => width * 4,
             CacheType::F16 => width * 2,
+            CacheType::Q8_0 => width.div_ceil(32) * 34,
         }
     }
 }
@@ -250,8 +285,12 @@ pub trait Backend: Send + Sync {
         layout: RopeLayout,
     );
 
-    /// A zeroed cache of `len` values of type `ty`.
-    fn cache(&self, len: usize, ty: CacheType) -> Result<Self::Cache>;
+    /// A zeroed cache of `len` values of type `ty`. With `rotation` n > 1 (a power of two, for a
+    /// quantized type; see `CacheType::key_rotation`) each run of n values is stored multiplied
+    /// by the orthonormal n×n Walsh–Hadamard matrix H (H·H = I), and every op undoes it: q·k is
+    /// taken as (Hq)·(Hk), attention's output from rotated values is rotated back, `rope_cache`
+    /// rotates back before RoPE. Only the rounding differs from an unrotated cache.
+    fn cache(&self, len: usize, ty: CacheType, rotation: usize) -> Result<Self::Cache>;
 
     /// Store `rows × width` values of `src` into `dst` from row `dst_row` (KV cache append),
     /// rounded to the cache's type.
@@ -264,10 +303,40 @@ pub trait Backend: Send + Sync {
         width: usize,
     );
 
+    /// Move `rows` rows of `width` values from row `src_row` of `cache` to row `dst_row` (the ranges
+    /// may overlap): a context shift closes the gap its dropped tokens leave.
+    fn move_cache_rows(
+        &self,
+        cache: &mut Self::Cache,
+        src_row: usize,
+        dst_row: usize,
+        rows: usize,
+        width: usize,
+    );
+
+    /// Rotate the keys in `rows` rows of `cache` from `first_row` (each `n_heads` heads of
+    /// `head_dim`) further by the rotation in `table`: one row of `head_dim / 2` pairs (cos, sin),
+    /// RoPE at a position delta, so keys cached at position p become keys at p + delta. RoPE is a
+    /// rotation, so a context shift re-rotates keys instead of recomputing them. The result is
+    /// rounded to the cache's type (a quantized cache's rows are expanded, rotated and quantized
+    /// again, as llama.cpp does).
+    #[allow(clippy::too_many_arguments)]
+    fn rope_cache(
+        &self,
+        cache: &mut Self::Cache,
+        table: &Self::Buffer,
+        first_row: usize,
+        rows: usize,
+        n_heads: usize,
+        head_dim: usize,
+        layout: RopeLayout,
+    );
+
     /// Causal multi-head attention of `q` against the first `start_pos + rows` cached keys and
     /// values; `out` gets `rows × n_heads × head_dim`. As llama.cpp computes it: softmax in f32;
     /// with an f16 key cache q is rounded to f16 for q·k, with an f16 value cache the
-    /// probabilities are rounded to f16 for the sum over values.
+    /// probabilities are rounded to f16 for the sum over values; with a q8_0 key cache q is
+    /// quantized to 8 bits for integer dot products, and q8_0 value rows are expanded one by one.
     fn attention(
         &self,
         q: &Self::Buffer,

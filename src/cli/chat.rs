@@ -18,7 +18,8 @@ use reedline::{
 
 use super::run::{cancel_flag, install_interrupt_handler};
 use super::{
-    BackendArgs, CacheArgs, Loaded, ModelArgs, SamplingArgs, context_size, load, on_backend,
+    BackendArgs, CacheArgs, ContextShiftArgs, Loaded, ModelArgs, SamplingArgs, context_size, load,
+    on_backend,
 };
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, TemplateOrigin};
@@ -53,6 +54,9 @@ pub struct ChatArgs {
 
     #[command(flatten)]
     pub cache: CacheArgs,
+
+    #[command(flatten)]
+    pub shift: ContextShiftArgs,
 
     /// Do not print the stats line after each reply
     #[arg(long)]
@@ -152,6 +156,7 @@ struct Chat<'m, B: Backend> {
     interactive: bool,
     color: bool,
     show_stats: bool,
+    shift: ContextShiftArgs,
     verbose_prompt: bool,
 }
 
@@ -301,6 +306,11 @@ impl<B: Backend> Chat<'_, B> {
         if let Some(c) = self.sampler.constraint_mut() {
             c.restart();
         }
+        // A context shift keeps the system prompt (as it stands now) unless --keep says otherwise.
+        let prefix = self.conv.fixed_prefix(self.tok)?;
+        let keep = self.shift.keep(&prefix, self.tok.bos, -1);
+        self.conv.session.set_context_shift(keep)?;
+        let shifts_before = self.conv.session.stats.context_shifts;
         cancel_flag().store(false, Ordering::SeqCst);
         let opts = GenerateOptions {
             rules: StopRules {
@@ -333,6 +343,15 @@ impl<B: Backend> Chat<'_, B> {
         out.flush()?;
         drop(out);
         self.conv.assistant_reply(&generation.text);
+        let stats = &self.conv.session.stats;
+        if let (true, Some(keep)) = (stats.context_shifts > shifts_before, keep) {
+            self.note(&format!(
+                "(context full: shifted {} times; the first {keep} tokens are kept, {} old ones \
+                 dropped so far)",
+                stats.context_shifts - shifts_before,
+                stats.shifted_out_tokens
+            ));
+        }
         match generation.finish {
             FinishReason::Interrupted => self.note("(reply stopped)"),
             FinishReason::ContextFull => self.note(
@@ -418,6 +437,7 @@ fn chat_with<B: Backend>(
         interactive,
         color,
         show_stats: !args.no_stats && interactive,
+        shift: args.shift.for_model(model),
         verbose_prompt: args.verbose_prompt,
     };
     install_interrupt_handler(false);

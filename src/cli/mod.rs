@@ -141,11 +141,11 @@ pub struct BackendArgs {
 /// The KV cache's element types. llama.cpp's spellings `-ctk` and `-ctv` work too.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CacheArgs {
-    /// Element type of the key cache: f32 or f16
+    /// Element type of the key cache: f32, f16 or q8_0
     #[arg(long = "cache-type-k", value_name = "TYPE", default_value_t)]
     pub cache_type_k: CacheType,
 
-    /// Element type of the value cache: f32 or f16
+    /// Element type of the value cache: f32, f16 or q8_0
     #[arg(long = "cache-type-v", value_name = "TYPE", default_value_t)]
     pub cache_type_v: CacheType,
 }
@@ -156,6 +156,63 @@ impl CacheArgs {
             k: self.cache_type_k,
             v: self.cache_type_v,
         }
+    }
+}
+
+/// What to do when the context fills up (`run` and `chat`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ContextShiftArgs {
+    /// When the context is full, drop the oldest half of the tokens after the kept ones and go
+    /// on, the cached keys re-rotated for their new positions (llama.cpp's context shift).
+    /// Without it, generation stops with `context_full`
+    #[arg(long)]
+    pub context_shift: bool,
+
+    /// Tokens at the start of the context that a context shift keeps, besides the BOS token
+    /// (-1: the whole prompt in run, the system prompt in chat; default: 0 in run, the system
+    /// prompt in chat)
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        requires = "context_shift"
+    )]
+    pub keep: Option<i64>,
+}
+
+impl ContextShiftArgs {
+    /// These settings for `model`: a model with recurrent state (Qwen3.5) cannot shift its
+    /// context, so `--context-shift` is dropped with a note, and generation stops with
+    /// `context_full` when the context fills, as without the flag.
+    pub fn for_model<B: Backend>(&self, model: &Model<B>) -> ContextShiftArgs {
+        if self.context_shift && !model.can_shift_context() {
+            eprintln!(
+                "note: --context-shift is impossible for {} models (their recurrent state cannot \
+                 drop old tokens); generation stops when the context is full",
+                model.config.arch.name()
+            );
+            return ContextShiftArgs {
+                context_shift: false,
+                keep: None,
+            };
+        }
+        self.clone()
+    }
+
+    /// How many tokens at the start of a context that begins with `prompt` a shift keeps, or None
+    /// without `--context-shift`. As llama.cpp's `n_keep`: N < 0, or more than the prompt, keeps
+    /// the whole prompt; otherwise N tokens after the BOS token, which is always kept.
+    /// `default` stands in for a missing `--keep`.
+    pub fn keep(&self, prompt: &[u32], bos: Option<u32>, default: i64) -> Option<usize> {
+        if !self.context_shift {
+            return None;
+        }
+        let n = self.keep.unwrap_or(default);
+        let has_bos = usize::from(bos.is_some() && prompt.first() == bos.as_ref());
+        Some(match usize::try_from(n) {
+            Ok(n) if n <= prompt.len() => (n + has_bos).min(prompt.len()),
+            _ => prompt.len(),
+        })
     }
 }
 
@@ -443,5 +500,33 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Completions(args) => completions::run(args),
         Command::Devices(args) => devices::run(args),
         Command::Check(args) => check::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ContextShiftArgs;
+
+    #[test]
+    fn keep_counts_as_llama_cpp_n_keep() {
+        let shift = |keep| ContextShiftArgs {
+            context_shift: true,
+            keep,
+        };
+        let (with_bos, bos) = ([1, 10, 11, 12, 13], Some(1));
+        // The BOS token is kept besides N; N < 0 or past the prompt keeps the prompt.
+        assert_eq!(shift(None).keep(&with_bos, bos, 0), Some(1));
+        assert_eq!(shift(Some(2)).keep(&with_bos, bos, 0), Some(3));
+        assert_eq!(shift(Some(-1)).keep(&with_bos, bos, 0), Some(5));
+        assert_eq!(shift(Some(9)).keep(&with_bos, bos, 0), Some(5));
+        assert_eq!(shift(None).keep(&with_bos, bos, -1), Some(5));
+        // No BOS at the start: N tokens exactly.
+        assert_eq!(shift(Some(2)).keep(&[10, 11, 12], bos, 0), Some(2));
+        assert_eq!(shift(Some(2)).keep(&[10, 11, 12], None, 0), Some(2));
+        let off = ContextShiftArgs {
+            context_shift: false,
+            keep: None,
+        };
+        assert_eq!(off.keep(&with_bos, bos, 0), None);
     }
 }

@@ -12,8 +12,8 @@ use serde_json::json;
 use super::constrain::{ConstraintArgs, compile, compiler_for};
 use super::tokenize::{print_verbose_prompt, text_or_stdin};
 use super::{
-    BackendArgs, CacheArgs, Loaded, ModelArgs, OutputFormat, SamplingArgs, context_size, load,
-    on_backend,
+    BackendArgs, CacheArgs, ContextShiftArgs, Loaded, ModelArgs, OutputFormat, SamplingArgs,
+    context_size, load, on_backend,
 };
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message, TemplateOrigin};
@@ -65,6 +65,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub cache: CacheArgs,
+
+    #[command(flatten)]
+    pub shift: ContextShiftArgs,
 
     /// Output format: streamed text, or one JSON object at the end
     #[arg(long, value_enum, default_value_t)]
@@ -183,6 +186,8 @@ fn generate_for<B: Backend>(
         args.max_tokens as usize
     };
     let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
+    let shift = args.shift.for_model(model);
+    session.set_context_shift(shift.keep(&ids, tok.bos, 0))?;
     let mut sampler = Sampler::new(sampler_config.clone());
     if let Some(spec) = constraint {
         let compiler = compiler_for(tok, model.config.vocab_size)?;
@@ -243,6 +248,12 @@ fn generate_for<B: Backend>(
     out.flush()?;
 
     if args.verbose {
+        if session.stats.context_shifts > 0 {
+            eprintln!(
+                "\ncontext shifted {} times, {} tokens dropped",
+                session.stats.context_shifts, session.stats.shifted_out_tokens
+            );
+        }
         eprintln!(
             "\nload {:.0} ms | prompt {} tokens, {:.1} tok/s | generated {} tokens, {:.1} tok/s | {} | {}",
             loaded.load_time.as_secs_f64() * 1e3,

@@ -103,6 +103,27 @@ impl<'m, B: Backend> Conversation<'m, B> {
         })
     }
 
+    /// The tokens every rendering of this conversation starts with, whatever is said: the BOS
+    /// token and the system prompt (or the template's own default one). What a context shift
+    /// keeps in a chat.
+    pub fn fixed_prefix(&self, tok: &Tokenizer) -> Result<Vec<u32>> {
+        let render = |text: &str| {
+            let mut messages: Vec<Message> = self
+                .system
+                .iter()
+                .map(|s| Message::new("system", s))
+                .collect();
+            messages.push(Message::new("user", text));
+            self.template.prompt_ids(tok, &messages, true)
+        };
+        let (a, b) = (render("A")?, render("B")?);
+        Ok(a.iter()
+            .zip(&b)
+            .take_while(|(x, y)| x == y)
+            .map(|(&x, _)| x)
+            .collect())
+    }
+
     /// Record the assistant's reply (what was generated, possibly cut short).
     pub fn assistant_reply(&mut self, text: &str) {
         self.messages.push(Message::new("assistant", text));

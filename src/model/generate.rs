@@ -165,7 +165,8 @@ pub fn generate<B: Backend>(
             out.finish = FinishReason::Length;
             break;
         }
-        if session.remaining() == 0 {
+        // A full context ends generation, unless the session shifts it (--context-shift).
+        if !session.make_room()? {
             out.finish = FinishReason::ContextFull;
             break;
         }

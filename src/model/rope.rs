@@ -49,19 +49,30 @@ impl RopeFreqs {
         out.clear();
         out.reserve(rows * self.half * 2);
         for r in 0..rows {
-            let mut theta = (start_pos + r) as f32;
-            for i in 0..self.half {
-                let divisor = self.divisors.as_ref().map_or(1.0, |d| d[i]);
-                let on = self.rotated.as_ref().is_none_or(|r| r[i]);
-                let angle = if on {
-                    self.freq_scale * (theta / divisor)
-                } else {
-                    0.0
-                };
-                out.push(angle.cos());
-                out.push(angle.sin());
-                theta *= self.theta_scale;
-            }
+            self.push_row((start_pos + r) as f32, out);
+        }
+    }
+
+    /// One row of (cos, sin) pairs for a position delta (negative to move keys back): the
+    /// rotation that takes a key RoPE'd at p to p + delta.
+    pub fn shift_table(&self, delta: i64, out: &mut Vec<f32>) {
+        out.clear();
+        self.push_row(delta as f32, out);
+    }
+
+    fn push_row(&self, pos: f32, out: &mut Vec<f32>) {
+        let mut theta = pos;
+        for i in 0..self.half {
+            let divisor = self.divisors.as_ref().map_or(1.0, |d| d[i]);
+            let on = self.rotated.as_ref().is_none_or(|r| r[i]);
+            let angle = if on {
+                self.freq_scale * (theta / divisor)
+            } else {
+                0.0
+            };
+            out.push(angle.cos());
+            out.push(angle.sin());
+            theta *= self.theta_scale;
         }
     }
 }

@@ -2,7 +2,9 @@
 //! batched forward calls (chunks of up to `batch` tokens, each one matrix-matrix pass), `decode`
 //! one; both return the logits of the last token. `truncate` rolls the context back; for models
 //! with recurrent blocks (Qwen3.5) it restores the nearest state checkpoint and recomputes from
-//! there (recurrent.rs), so prefill and decode take checkpoints as they go.
+//! there (recurrent.rs), so prefill and decode take checkpoints as they go. `shift_context` drops
+//! old tokens to make room (llama.cpp's context shift), and with `set_context_shift` generation
+//! does so by itself whenever the context fills (not for models with recurrent state).
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +23,9 @@ pub struct SessionStats {
     pub prefill_time: Duration,
     pub decode_tokens: usize,
     pub decode_time: Duration,
+    /// Context shifts made, and the tokens they dropped.
+    pub context_shifts: usize,
+    pub shifted_out_tokens: usize,
     /// Tokens run again by `truncate` to rebuild a recurrent state from a checkpoint.
     pub recomputed_tokens: usize,
 }
@@ -32,6 +37,8 @@ pub struct Session<'m, B: Backend> {
     tokens: Vec<u32>,
     logits: Vec<f32>,
     has_logits: bool,
+    /// With context shift on: how many tokens at the start every shift keeps.
+    shift_keep: Option<usize>,
     pub stats: SessionStats,
 }
 
@@ -66,6 +73,7 @@ impl<'m, B: Backend> Session<'m, B> {
             tokens: Vec::new(),
             logits: vec![0.0; model.config.vocab_size],
             has_logits: false,
+            shift_keep: None,
             stats: SessionStats::default(),
         })
     }
@@ -81,6 +89,11 @@ impl<'m, B: Backend> Session<'m, B> {
 
     pub fn ctx(&self) -> usize {
         self.cache.ctx
+    }
+
+    /// The KV cache (for inspection).
+    pub fn cache(&self) -> &KvCache<B> {
+        &self.cache
     }
 
     pub fn cache_types(&self) -> KvCacheTypes {
@@ -195,6 +208,61 @@ impl<'m, B: Backend> Session<'m, B> {
             self.has_logits = false;
         }
         Ok(())
+    }
+
+    /// Whether this model's context can be shifted (not with recurrent state).
+    pub fn can_shift_context(&self) -> bool {
+        self.model.can_shift_context()
+    }
+
+    /// Context shift on (`Some(keep)`: when the context is full, `make_room` drops the oldest half
+    /// of the tokens after the first `keep`) or off. An error for a model that cannot shift.
+    pub fn set_context_shift(&mut self, keep: Option<usize>) -> Result<()> {
+        if keep.is_some() && !self.can_shift_context() {
+            return Err(Error::Unsupported(format!(
+                "context shift is impossible for {} models: they keep recurrent state, not a \
+                 cache of tokens that can be dropped",
+                self.model.config.arch.name()
+            )));
+        }
+        self.shift_keep = keep;
+        Ok(())
+    }
+
+    /// The tokens a context shift keeps, if it is on.
+    pub fn context_shift(&self) -> Option<usize> {
+        self.shift_keep
+    }
+
+    /// Drop the oldest half of the tokens after the first `keep` (llama.cpp's `n_discard =
+    /// n_left / 2`), moving the rest down and re-rotating their cached keys for their new
+    /// positions. Returns how many tokens were dropped (0 when nothing follows the kept ones).
+    /// The logits of the last token stay valid: they depend on what it saw when it ran.
+    pub fn shift_context(&mut self, keep: usize) -> Result<usize> {
+        let len = self.tokens.len();
+        let keep = keep.min(len);
+        let discard = (len - keep) / 2;
+        if discard == 0 {
+            return Ok(0);
+        }
+        self.model
+            .shift_cache(&mut self.cache, keep, discard, len)?;
+        self.tokens.drain(keep..keep + discard);
+        self.stats.context_shifts += 1;
+        self.stats.shifted_out_tokens += discard;
+        Ok(discard)
+    }
+
+    /// Make room for one more token if the context is full: shift it when context shift is on.
+    /// Returns whether there is room.
+    pub fn make_room(&mut self) -> Result<bool> {
+        if self.remaining() > 0 {
+            return Ok(true);
+        }
+        match self.shift_keep {
+            Some(keep) => Ok(self.shift_context(keep)? > 0),
+            None => Ok(false),
+        }
     }
 
     /// Forget the whole context.

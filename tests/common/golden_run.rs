@@ -144,66 +144,85 @@ pub fn check_model_with<B: Backend>(
         rms_limit: tol.rms,
         ..Report::default()
     };
-    let new_session = |ctx: usize| Session::with_options(model, ctx, DEFAULT_BATCH, cache).unwrap();
     for case in entry["greedy"].as_array().unwrap() {
-        let prompt = ids(&case["prompt_ids"]);
-        let name = case["prompt"]
-            .as_str()
-            .unwrap()
-            .chars()
-            .take(30)
-            .collect::<String>();
-        let steps = case["steps"].as_array().unwrap();
-        let mut session = new_session(prompt.len() + steps.len() + 1);
-
-        // Teacher forcing: feed llama.cpp's tokens, compare logits at every step.
-        let mut logits = session.prefill(&prompt).unwrap().to_vec();
-        for (i, step) in steps.iter().enumerate() {
-            for pair in step["top5"].as_array().unwrap() {
-                let id = pair[0].as_u64().unwrap() as usize;
-                let want = pair[1].as_f64().unwrap() as f32;
-                let d = logits[id] - want;
-                r.sum_sq += (d as f64).powi(2);
-                let ratio = d.abs() / (tol.abs + tol.rel * want.abs());
-                r.worst_ratio = r.worst_ratio.max(ratio);
-                r.logit_checks += 1;
-                if ratio > 1.0 {
-                    r.logit_violations.push(format!(
-                        "{name:?} step {i}: logit of {id} is {}, llama.cpp {want} (margin {})",
-                        logits[id], step["margin"]
-                    ));
-                }
-            }
-            let token = step["token"].as_u64().unwrap() as u32;
-            r.argmax_equal += usize::from(argmax(&logits) == token);
-            if step["margin"].as_f64().unwrap() as f32 >= tol.margin && argmax(&logits) != token {
-                r.argmax_violations.push(format!(
-                    "{name:?} step {i}: argmax {} where llama.cpp chose {token} (margin {})",
-                    argmax(&logits),
-                    step["margin"]
-                ));
-            }
-            r.steps += 1;
-            logits = session.decode(token).unwrap().to_vec();
-        }
-
-        // Free running: greedy generation reproduces the goldens up to the first close call.
-        let mut session = new_session(prompt.len() + steps.len() + 1);
-        let mut logits = session.prefill(&prompt).unwrap().to_vec();
-        for (i, step) in steps.iter().enumerate() {
-            if (step["margin"].as_f64().unwrap() as f32) < tol.margin {
-                break;
-            }
-            let token = argmax(&logits);
-            if token != step["token"].as_u64().unwrap() as u32 {
-                r.free_running_violations.push(format!(
-                    "{name:?} step {i}: generated {token}, golden {}",
-                    step["token"]
-                ));
-                break;
-            }
-            logits = session.decode(token).unwrap().to_vec();
-        }
+        teacher_forced(model, case, tol, cache, &mut r);
+        free_running(model, case, tol, cache, &mut r);
     }
     r
+}
+
+fn case_name(case: &serde_json::Value) -> String {
+    case["prompt"].as_str().unwrap().chars().take(30).collect()
+}
+
+/// Teacher forcing: feed llama.cpp's tokens, compare logits at every step.
+pub fn teacher_forced<B: Backend>(
+    model: &Model<B>,
+    case: &serde_json::Value,
+    tol: &Tolerance,
+    cache: KvCacheTypes,
+    r: &mut Report,
+) {
+    let (prompt, name) = (ids(&case["prompt_ids"]), case_name(case));
+    let steps = case["steps"].as_array().unwrap();
+    let ctx = prompt.len() + steps.len() + 1;
+    let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, cache).unwrap();
+    let mut logits = session.prefill(&prompt).unwrap().to_vec();
+    for (i, step) in steps.iter().enumerate() {
+        for pair in step["top5"].as_array().unwrap() {
+            let id = pair[0].as_u64().unwrap() as usize;
+            let want = pair[1].as_f64().unwrap() as f32;
+            let d = logits[id] - want;
+            r.sum_sq += (d as f64).powi(2);
+            let ratio = d.abs() / (tol.abs + tol.rel * want.abs());
+            r.worst_ratio = r.worst_ratio.max(ratio);
+            r.logit_checks += 1;
+            if ratio > 1.0 {
+                r.logit_violations.push(format!(
+                    "{name:?} step {i}: logit of {id} is {}, llama.cpp {want} (margin {})",
+                    logits[id], step["margin"]
+                ));
+            }
+        }
+        let token = step["token"].as_u64().unwrap() as u32;
+        r.argmax_equal += usize::from(argmax(&logits) == token);
+        if step["margin"].as_f64().unwrap() as f32 >= tol.margin && argmax(&logits) != token {
+            r.argmax_violations.push(format!(
+                "{name:?} step {i}: argmax {} where llama.cpp chose {token} (margin {})",
+                argmax(&logits),
+                step["margin"]
+            ));
+        }
+        r.steps += 1;
+        logits = session.decode(token).unwrap().to_vec();
+    }
+}
+
+/// Free running: greedy generation reproduces the goldens up to the first close call.
+pub fn free_running<B: Backend>(
+    model: &Model<B>,
+    case: &serde_json::Value,
+    tol: &Tolerance,
+    cache: KvCacheTypes,
+    r: &mut Report,
+) {
+    let (prompt, name) = (ids(&case["prompt_ids"]), case_name(case));
+    let steps = case["steps"].as_array().unwrap();
+    let ctx = prompt.len() + steps.len() + 1;
+    let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, cache).unwrap();
+    let mut logits = session.prefill(&prompt).unwrap().to_vec();
+    for (i, step) in steps.iter().enumerate() {
+        if (step["margin"].as_f64().unwrap() as f32) < tol.margin {
+            break;
+        }
+        let token = argmax(&logits);
+        if token != step["token"].as_u64().unwrap() as u32 {
+            r.free_running_violations.push(format!(
+                "{name:?} step {i}: generated {token}, golden {}",
+                step["token"]
+            ));
+            break;
+        }
+        logits = session.decode(token).unwrap().to_vec();
+    }
 }

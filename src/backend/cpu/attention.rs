@@ -16,8 +16,6 @@
 
 use std::cell::RefCell;
 
-use half::slice::HalfFloatSliceExt;
-
 use super::{CpuBackend, CpuCache, f32_bytes, ggml_math, simd};
 use crate::backend::AttentionParams;
 use crate::gguf::GgmlType;
@@ -32,6 +30,7 @@ impl CpuCache {
     fn f32_blocks(&self) -> bool {
         match self {
             CpuCache::F32(_) | CpuCache::F16(_) => true,
+            CpuCache::Q8_0 { .. } => false,
         }
     }
 
@@ -52,11 +51,7 @@ impl CpuCache {
         out: &mut [f32],
     ) {
         for (r, o) in out.chunks_exact_mut(len).take(n).enumerate() {
-            let start = (first + r) * width + offset;
-            match self {
-                CpuCache::F32(c) => o.copy_from_slice(&c[start..start + len]),
-                CpuCache::F16(c) => c[start..start + len].convert_to_f32_slice(o),
-            }
+            self.read((first + r) * width + offset, o);
         }
     }
 }
@@ -602,7 +597,7 @@ mod tests {
 
     /// A cache of `ty` holding `n` rows of `width` pseudo-random values.
     fn filled(b: &CpuBackend, ty: CacheType, n: usize, width: usize, seed: u64) -> CpuCache {
-        let mut c = b.cache(n * width, ty).unwrap();
+        let mut c = b.cache(n * width, ty, 1).unwrap();
         let src = activations(n * width, seed);
         b.store_rows(&src, &mut c, 0, n, width);
         c

@@ -7,6 +7,8 @@ mod attention;
 mod gemm;
 mod ggml_math;
 mod hybrid;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod pool;
 mod profile;
 pub mod quant;
@@ -87,10 +89,35 @@ thread_local! {
     static XSUM_SCRATCH: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A key or value cache in one of the `CacheType`s.
+/// A key or value cache in one of the `CacheType`s. Attention reaches its rows only through
+/// `prepare_query`/`dot` (keys) and `prepare_weights`/`axpy` (values), so each type keeps its own
+/// representation and arithmetic.
 pub enum CpuCache {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    /// GGML Q8_0 blocks (f16 scale, 32 signed bytes), 32 values per 34 bytes, each run of
+    /// `rotation` values stored Hadamard-rotated (see `Backend::cache`; 1: not rotated).
+    Q8_0 {
+        blocks: Vec<u8>,
+        rotation: usize,
+    },
+}
+
+/// A query row prepared for dot products with a key cache's rows.
+pub enum CacheQuery {
+    /// f32 values (rounded to f16 for an f16 cache).
+    F32(Vec<f32>),
+    /// 8-bit blocks, for integer dot products with Q8_0 keys.
+    Q8(Vec<BlockQ8>),
+}
+
+/// Bytes of a Q8_0 block and values in it.
+const Q8_0_BYTES: usize = 34;
+const Q8_0_LEN: usize = 32;
+
+/// The bytes of Q8_0 values `start..start + len` (both multiples of 32).
+fn q8_0_range(start: usize, len: usize) -> std::ops::Range<usize> {
+    start / Q8_0_LEN * Q8_0_BYTES..(start + len) / Q8_0_LEN * Q8_0_BYTES
 }
 
 impl CpuCache {
@@ -98,25 +125,46 @@ impl CpuCache {
         match self {
             CpuCache::F32(_) => CacheType::F32,
             CpuCache::F16(_) => CacheType::F16,
+            CpuCache::Q8_0 { .. } => CacheType::Q8_0,
         }
     }
 
-    /// `q` prepared for dot products with this cache's rows: rounded to f16 for an f16 cache, as
-    /// llama.cpp multiplies it with its f16 keys.
-    fn prepare_query(&self, kernels: &simd::Kernels, q: &mut [f32]) {
-        if let CpuCache::F16(_) = self {
-            kernels.round_f16(q);
-        }
-    }
-
-    /// `q · self[start..start + q.len()]`.
-    fn dot(&self, kernels: &simd::Kernels, q: &[f32], start: usize) -> f32 {
+    /// `q` prepared for dot products with this cache's rows, as llama.cpp multiplies it with its
+    /// keys: rounded to f16 for an f16 cache, rotated as the keys are and quantized to 8 bits
+    /// for a Q8_0 one.
+    fn prepare_query(&self, kernels: &simd::Kernels, q: &[f32]) -> CacheQuery {
         match self {
-            CpuCache::F32(c) => {
+            CpuCache::F32(_) => CacheQuery::F32(q.to_vec()),
+            CpuCache::F16(_) => {
+                let mut q = q.to_vec();
+                kernels.round_f16(&mut q);
+                CacheQuery::F32(q)
+            }
+            CpuCache::Q8_0 { rotation, .. } => {
+                let mut q = q.to_vec();
+                rotate(&mut q, *rotation);
+                let mut blocks = vec![BlockQ8::default(); q.len() / Q8_0_LEN];
+                kernels.quantize_q8(&q, &mut blocks);
+                CacheQuery::Q8(blocks)
+            }
+        }
+    }
+
+    /// `q · self[start..start + len]` for a query of `len` values.
+    fn dot(&self, kernels: &simd::Kernels, q: &CacheQuery, start: usize) -> f32 {
+        match (self, q) {
+            (CpuCache::F32(c), CacheQuery::F32(q)) => {
                 let k = &c[start..start + q.len()];
                 kernels.dot_f32(GgmlType::F32)(f32_bytes(k), q)
             }
-            CpuCache::F16(c) => kernels.dot_f32_f16(q, &c[start..start + q.len()]),
+            (CpuCache::F16(c), CacheQuery::F32(q)) => {
+                kernels.dot_f32_f16(q, &c[start..start + q.len()])
+            }
+            (CpuCache::Q8_0 { blocks, .. }, CacheQuery::Q8(q)) => {
+                let k = &blocks[q8_0_range(start, q.len() * Q8_0_LEN)];
+                kernels.dot_q8(GgmlType::Q8_0)(k, q)
+            }
+            _ => unreachable!("a query is prepared by the cache it is used with"),
         }
     }
 
@@ -128,7 +176,8 @@ impl CpuCache {
         }
     }
 
-    /// `out += a · self[start..start + out.len()]`.
+    /// `out += a · self[start..start + out.len()]` (in the cache's rotated basis: `finish_output`
+    /// rotates the sum back).
     fn axpy(&self, kernels: &simd::Kernels, a: f32, start: usize, out: &mut [f32]) {
         match self {
             CpuCache::F32(c) => {
@@ -136,7 +185,90 @@ impl CpuCache {
                 out.iter_mut().zip(v).for_each(|(o, &v)| *o += a * v);
             }
             CpuCache::F16(c) => kernels.axpy_f16(a, &c[start..start + out.len()], out),
+            CpuCache::Q8_0 { blocks, .. } => {
+                kernels.axpy_q8_0(a, &blocks[q8_0_range(start, out.len())], out)
+            }
         }
+    }
+
+    /// Finish a sum of `axpy`s: rotate it back if the values are stored rotated.
+    fn finish_output(&self, out: &mut [f32]) {
+        if let CpuCache::Q8_0 { rotation, .. } = self {
+            rotate(out, *rotation);
+        }
+    }
+
+    /// Write `src` at value `start`, rounded to the cache's type (a Q8_0 cache rotates it and
+    /// quantizes it as llama.cpp's x86 `quantize_row_q8_0` does).
+    fn store(&mut self, kernels: &simd::Kernels, src: &[f32], start: usize) {
+        match self {
+            CpuCache::F32(d) => d[start..start + src.len()].copy_from_slice(src),
+            CpuCache::F16(d) => d[start..start + src.len()].convert_from_f32_slice(src),
+            CpuCache::Q8_0 { blocks, rotation } => {
+                let dst = &mut blocks[q8_0_range(start, src.len())];
+                let run = (*rotation).max(Q8_0_LEN);
+                let mut x = vec![0.0f32; run];
+                for (src, dst) in src
+                    .chunks_exact(run)
+                    .zip(dst.chunks_exact_mut(run / 32 * 34))
+                {
+                    x.copy_from_slice(src);
+                    rotate(&mut x, *rotation);
+                    let mut q = [BlockQ8::default(); 1];
+                    for (xb, out) in x.chunks_exact(Q8_0_LEN).zip(dst.chunks_exact_mut(34)) {
+                        kernels.quantize_q8(xb, &mut q);
+                        quant::pack_q8_0(&q[0], out);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Values `start..start + out.len()` as f32 (rotated back): what the cache holds, as the ops
+    /// that read it see it.
+    pub fn read(&self, start: usize, out: &mut [f32]) {
+        match self {
+            CpuCache::F32(c) => out.copy_from_slice(&c[start..start + out.len()]),
+            CpuCache::F16(c) => c[start..start + out.len()].convert_to_f32_slice(out),
+            CpuCache::Q8_0 { blocks, rotation } => {
+                let blocks = &blocks[q8_0_range(start, out.len())];
+                crate::gguf::dequant::dequantize(GgmlType::Q8_0, blocks, out);
+                rotate(out, *rotation);
+            }
+        }
+    }
+
+    /// Copy values `src..src + len` to `dst..dst + len` (the ranges may overlap).
+    fn copy_within(&mut self, src: usize, dst: usize, len: usize) {
+        match self {
+            CpuCache::F32(c) => c.copy_within(src..src + len, dst),
+            CpuCache::F16(c) => c.copy_within(src..src + len, dst),
+            CpuCache::Q8_0 { blocks, .. } => {
+                blocks.copy_within(q8_0_range(src, len), q8_0_range(dst, len).start)
+            }
+        }
+    }
+}
+
+/// Multiply each run of `rotation` values by the Hadamard matrix (nothing for 1).
+fn rotate(x: &mut [f32], rotation: usize) {
+    if rotation > 1 {
+        quant::hadamard(x, rotation);
+    }
+}
+
+/// Rotate one head by the (cos, sin) pairs `cs` (RoPE), its dimensions paired as `layout` says.
+fn rotate_head(head: &mut [f32], cs: &[f32], layout: RopeLayout) {
+    let half = head.len() / 2;
+    for i in 0..half {
+        let (c, s) = (cs[2 * i], cs[2 * i + 1]);
+        let (a, b) = match layout {
+            RopeLayout::Interleaved => (2 * i, 2 * i + 1),
+            RopeLayout::Neox => (i, i + half),
+        };
+        let (x0, x1) = (head[a], head[b]);
+        head[a] = x0 * c - x1 * s;
+        head[b] = x0 * s + x1 * c;
     }
 }
 
@@ -413,8 +545,10 @@ impl CpuBackend {
             let pos = p.start_pos + i;
             let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
             let kvh = h / group;
-            let mut qh = q[i * q_width + h * hd..i * q_width + (h + 1) * hd].to_vec();
-            k_cache.prepare_query(kernels, &mut qh);
+            let qh = k_cache.prepare_query(
+                kernels,
+                &q[i * q_width + h * hd..i * q_width + (h + 1) * hd],
+            );
             let mut scores: Vec<f32> = (lo..=pos)
                 .map(|j| k_cache.dot(kernels, &qh, j * kv_width + kvh * hd) * p.scale)
                 .collect();
@@ -427,6 +561,7 @@ impl CpuBackend {
             for (j, &pj) in (lo..=pos).zip(&scores) {
                 v_cache.axpy(kernels, pj, j * kv_width + kvh * hd, o);
             }
+            v_cache.finish_output(o);
         });
     }
 }
@@ -627,45 +762,52 @@ impl Backend for CpuBackend {
         layout: RopeLayout,
     ) {
         let _span = self.profiler.span("rope");
-        let half = head_dim / 2;
         let width = n_heads * head_dim;
         for (r, row) in x[..rows * width].chunks_mut(width).enumerate() {
             let cs = &table[r * head_dim..(r + 1) * head_dim];
             for head in row.chunks_mut(head_dim) {
-                for i in 0..half {
-                    let (c, s) = (cs[2 * i], cs[2 * i + 1]);
-                    let (a, b) = match layout {
-                        RopeLayout::Interleaved => (2 * i, 2 * i + 1),
-                        RopeLayout::Neox => (i, i + half),
-                    };
-                    let (x0, x1) = (head[a], head[b]);
-                    head[a] = x0 * c - x1 * s;
-                    head[b] = x0 * s + x1 * c;
-                }
+                rotate_head(head, cs, layout);
             }
         }
     }
 
-    fn cache(&self, len: usize, ty: CacheType) -> Result<CpuCache> {
+    fn cache(&self, len: usize, ty: CacheType, rotation: usize) -> Result<CpuCache> {
+        if !len.is_multiple_of(ty.block_len()) {
+            return Err(Error::Unsupported(format!(
+                "a {ty} cache holds whole blocks of {} values, not {len}",
+                ty.block_len()
+            )));
+        }
+        let rotation = rotation.max(1);
+        if rotation > 1
+            && (ty.block_len() == 1
+                || !rotation.is_power_of_two()
+                || !rotation.is_multiple_of(ty.block_len())
+                || !len.is_multiple_of(rotation))
+        {
+            return Err(Error::Unsupported(format!(
+                "a {ty} cache of {len} values cannot be stored in rotations of {rotation}"
+            )));
+        }
         let too_large = || {
             Error::Unsupported(format!(
                 "cannot allocate {} MiB for the KV cache",
                 ty.row_bytes(len) / (1 << 20)
             ))
         };
+        fn zeroed<T: Clone>(len: usize, zero: T) -> Option<Vec<T>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(len).ok()?;
+            v.resize(len, zero);
+            Some(v)
+        }
         Ok(match ty {
-            CacheType::F32 => {
-                let mut v = Vec::new();
-                v.try_reserve_exact(len).map_err(|_| too_large())?;
-                v.resize(len, 0.0);
-                CpuCache::F32(v)
-            }
-            CacheType::F16 => {
-                let mut v = Vec::new();
-                v.try_reserve_exact(len).map_err(|_| too_large())?;
-                v.resize(len, f16::ZERO);
-                CpuCache::F16(v)
-            }
+            CacheType::F32 => CpuCache::F32(zeroed(len, 0.0).ok_or_else(too_large)?),
+            CacheType::F16 => CpuCache::F16(zeroed(len, f16::ZERO).ok_or_else(too_large)?),
+            CacheType::Q8_0 => CpuCache::Q8_0 {
+                blocks: zeroed(ty.row_bytes(len), 0).ok_or_else(too_large)?,
+                rotation,
+            },
         })
     }
 
@@ -678,13 +820,39 @@ impl Backend for CpuBackend {
         width: usize,
     ) {
         let _span = self.profiler.span("store_rows");
-        let (src, range) = (
-            &src[..rows * width],
-            dst_row * width..(dst_row + rows) * width,
-        );
-        match dst {
-            CpuCache::F32(d) => d[range].copy_from_slice(src),
-            CpuCache::F16(d) => d[range].convert_from_f32_slice(src),
+        dst.store(&self.kernels, &src[..rows * width], dst_row * width);
+    }
+
+    fn move_cache_rows(
+        &self,
+        cache: &mut CpuCache,
+        src_row: usize,
+        dst_row: usize,
+        rows: usize,
+        width: usize,
+    ) {
+        cache.copy_within(src_row * width, dst_row * width, rows * width);
+    }
+
+    fn rope_cache(
+        &self,
+        cache: &mut CpuCache,
+        table: &Vec<f32>,
+        first_row: usize,
+        rows: usize,
+        n_heads: usize,
+        head_dim: usize,
+        layout: RopeLayout,
+    ) {
+        let width = n_heads * head_dim;
+        let cs = &table[..head_dim];
+        let mut row = vec![0.0f32; width];
+        for r in first_row..first_row + rows {
+            cache.read(r * width, &mut row);
+            for head in row.chunks_mut(head_dim) {
+                rotate_head(head, cs, layout);
+            }
+            cache.store(&self.kernels, &row, r * width);
         }
     }
 

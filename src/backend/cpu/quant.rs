@@ -92,6 +92,46 @@ pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
     }
 }
 
+/// One quantized block in GGML's Q8_0 layout (f16 scale, then the 32 bytes): a q8_0 KV cache's
+/// storage. `b.d` is already an f16 value, so the conversion is exact.
+pub fn pack_q8_0(b: &BlockQ8, out: &mut [u8]) {
+    out[..2].copy_from_slice(&half::f16::from_f32(b.d).to_bits().to_le_bytes());
+    for (o, &q) in out[2..34].iter_mut().zip(&b.qs) {
+        *o = q as u8;
+    }
+}
+
+/// `y += a · x` for `x` a row of Q8_0 blocks, each value expanded to d·q first (llama.cpp's
+/// dequantize-then-`vec_mad` for a q8_0 value cache).
+pub fn axpy_q8_0(a: f32, x: &[u8], y: &mut [f32]) {
+    for (xb, yb) in x.chunks_exact(34).zip(y.chunks_exact_mut(32)) {
+        let d = f16_at(xb, 0);
+        for (yv, &q) in yb.iter_mut().zip(&xb[2..34]) {
+            *yv += (d * (q as i8) as f32) * a;
+        }
+    }
+}
+
+/// Multiply each run of `n` values (a power of two) by the orthonormal n×n Walsh–Hadamard
+/// matrix, its own inverse: the rotation a quantized KV cache stores its rows in. Butterflies,
+/// then one scaling by 1/√n.
+pub fn hadamard(x: &mut [f32], n: usize) {
+    let scale = 1.0 / (n as f32).sqrt();
+    for chunk in x.chunks_exact_mut(n) {
+        let mut h = 1;
+        while h < n {
+            for pair in chunk.chunks_exact_mut(2 * h) {
+                let (a, b) = pair.split_at_mut(h);
+                for (u, v) in a.iter_mut().zip(b) {
+                    (*u, *v) = (*u + *v, *u - *v);
+                }
+            }
+            h *= 2;
+        }
+        chunk.iter_mut().for_each(|v| *v *= scale);
+    }
+}
+
 /// The value of largest magnitude (the first, on ties: its sign decides Q8_K's scale) and that
 /// magnitude.
 pub fn signed_absmax(x: &[f32]) -> (f32, f32) {

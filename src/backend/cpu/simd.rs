@@ -1,10 +1,13 @@
 //! Kernel dispatch by CPU features detected at run time. On x86-64 with AVX2 the hot dot products
 //! (32-block types against 8-bit activations, K-quants against Q8_K, f32 for attention) use the
-//! `x86` kernels; everything else, and other CPUs, the portable ones in `quant.rs`. Each matmul
-//! resolves its kernel once into a function pointer.
+//! `x86` kernels, on aarch64 the NEON ones in `neon.rs` (with SDOT where the CPU has dotprod);
+//! everything else, and other CPUs, the portable ones in `quant.rs`. Each matmul resolves its
+//! kernel once into a function pointer.
 
 #[cfg(target_arch = "x86_64")]
 use super::gemm::GemmIsa;
+#[cfg(target_arch = "aarch64")]
+use super::neon;
 use super::quant::{self, BlockQ8, BlockQ8K};
 use crate::gguf::GgmlType;
 
@@ -22,6 +25,12 @@ enum Level {
     /// AVX2 plus AVX-VNNI byte dot products.
     #[cfg(target_arch = "x86_64")]
     AvxVnni,
+    /// NEON (every aarch64 CPU).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
+    /// NEON plus the dotprod extension's SDOT byte dot products.
+    #[cfg(target_arch = "aarch64")]
+    NeonDot,
 }
 
 pub struct Kernels {
@@ -58,10 +67,29 @@ impl Kernels {
                 gemm: Some(gemm),
             };
         }
+        #[cfg(target_arch = "aarch64")]
+        if std::env::var_os("KILN_NO_SIMD").is_none() {
+            let level = if std::arch::is_aarch64_feature_detected!("dotprod") {
+                Level::NeonDot
+            } else {
+                Level::Neon
+            };
+            return Kernels { level };
+        }
         Kernels {
             level: Level::Portable,
             #[cfg(target_arch = "x86_64")]
             gemm: None,
+        }
+    }
+
+    /// The aarch64 kernels' instruction set, when those are in use.
+    #[cfg(target_arch = "aarch64")]
+    fn arm(&self) -> Option<neon::Isa> {
+        match self.level {
+            Level::Neon => Some(neon::Isa::Neon),
+            Level::NeonDot => Some(neon::Isa::DotProd),
+            Level::Portable => None,
         }
     }
 
@@ -76,6 +104,10 @@ impl Kernels {
             Level::Avx2 => "AVX2",
             #[cfg(target_arch = "x86_64")]
             Level::AvxVnni => "AVX2+VNNI",
+            #[cfg(target_arch = "aarch64")]
+            Level::Neon => "NEON",
+            #[cfg(target_arch = "aarch64")]
+            Level::NeonDot => "NEON+dotprod",
         }
     }
 
@@ -90,6 +122,10 @@ impl Kernels {
         if self.level != Level::Portable {
             return x86::quantize_q8(x, out);
         }
+        #[cfg(target_arch = "aarch64")]
+        if self.arm().is_some() {
+            return neon::quantize_q8(x, out);
+        }
         quant::quantize_q8(x, out)
     }
 
@@ -97,6 +133,10 @@ impl Kernels {
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Portable {
             return x86::quantize_q8k(x, out);
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.arm().is_some() {
+            return neon::quantize_q8k(x, out);
         }
         quant::quantize_q8k(x, out)
     }
@@ -110,6 +150,12 @@ impl Kernels {
                 GgmlType::F16 => return x86::dot_f16_bytes,
                 _ => {}
             }
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.arm().is_some()
+            && let Some(f) = neon::dot_f32(t)
+        {
+            return f;
         }
         match t {
             GgmlType::F32 => |w, x| quant::dot_f32(GgmlType::F32, w, x),
@@ -142,6 +188,12 @@ impl Kernels {
                 _ => {}
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        if let Some(isa) = self.arm()
+            && let Some(f) = neon::dot_q8(isa, t)
+        {
+            return f;
+        }
         match t {
             GgmlType::Q4_0 => |w, x| quant::dot_q8(GgmlType::Q4_0, w, x),
             GgmlType::Q4_1 => |w, x| quant::dot_q8(GgmlType::Q4_1, w, x),
@@ -172,6 +224,12 @@ impl Kernels {
                 _ => {}
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        if let Some(isa) = self.arm()
+            && let Some(f) = neon::dot_q8k(isa, t)
+        {
+            return f;
+        }
         match t {
             GgmlType::Q2_K => |w, x| quant::dot_q8k(GgmlType::Q2_K, w, x),
             GgmlType::Q3_K => |w, x| quant::dot_q8k(GgmlType::Q3_K, w, x),
@@ -196,6 +254,10 @@ impl Kernels {
             (Level::Avx2, GgmlType::Q8_0) => return Some(x86::avx2_q8_0_x4),
             _ => {}
         }
+        #[cfg(target_arch = "aarch64")]
+        if let Some(isa) = self.arm() {
+            return neon::dot_q8_x4(isa, t);
+        }
         let _ = t;
         None
     }
@@ -210,6 +272,10 @@ impl Kernels {
             (Level::Avx2, GgmlType::Q6_K) => return Some(x86::avx2_q6_k_x4),
             _ => {}
         }
+        #[cfg(target_arch = "aarch64")]
+        if let Some(isa) = self.arm() {
+            return neon::dot_q8k_x4(isa, t);
+        }
         let _ = t;
         None
     }
@@ -219,6 +285,10 @@ impl Kernels {
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Portable {
             return x86::silu_mul(gate, up);
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.arm().is_some() {
+            return neon::silu_mul(gate, up);
         }
         for (g, &u) in gate.iter_mut().zip(up) {
             *g = super::ggml_math::silu(*g) * u;
@@ -230,6 +300,10 @@ impl Kernels {
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Portable {
             return x86::exp_sub(x, max);
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.arm().is_some() {
+            return neon::exp_sub(x, max);
         }
         x.iter_mut()
             .map(|v| {
@@ -245,6 +319,10 @@ impl Kernels {
         if self.level != Level::Portable {
             return x86::round_f16(x);
         }
+        #[cfg(target_arch = "aarch64")]
+        if self.arm().is_some() {
+            return neon::round_f16(x);
+        }
         x.iter_mut()
             .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
     }
@@ -255,6 +333,10 @@ impl Kernels {
         if self.level != Level::Portable {
             return x86::dot_f32_f16(a, b);
         }
+        #[cfg(target_arch = "aarch64")]
+        if self.arm().is_some() {
+            return neon::dot_f32_f16(a, b);
+        }
         a.iter().zip(b).map(|(x, y)| x * y.to_f32()).sum()
     }
 
@@ -264,9 +346,22 @@ impl Kernels {
         if self.level != Level::Portable {
             return x86::axpy_f16(a, x, y);
         }
+        #[cfg(target_arch = "aarch64")]
+        if self.arm().is_some() {
+            return neon::axpy_f16(a, x, y);
+        }
         y.iter_mut()
             .zip(x)
             .for_each(|(yv, xv)| *yv += a * xv.to_f32());
+    }
+
+    /// y += a·x with x a row of Q8_0 blocks (attention output from a q8_0 value cache).
+    pub fn axpy_q8_0(&self, a: f32, x: &[u8], y: &mut [f32]) {
+        #[cfg(target_arch = "aarch64")]
+        if self.arm().is_some() {
+            return neon::axpy_q8_0(a, x, y);
+        }
+        quant::axpy_q8_0(a, x, y)
     }
 }
 
@@ -1233,6 +1328,17 @@ mod tests {
                 levels.push(Level::AvxVnni);
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        if Kernels::detect().level != Level::Portable {
+            levels.push(Level::Neon);
+            if std::arch::is_aarch64_feature_detected!("dotprod") {
+                levels.push(Level::NeonDot);
+            }
+        }
+        // CI names the kernels its (emulated) CPU must get, so a run cannot pass by testing less.
+        if let Ok(expected) = std::env::var("KILN_EXPECT_KERNELS") {
+            assert_eq!(Kernels::detect().name(), expected);
+        }
         for level in levels {
             check_level(Kernels {
                 level,
@@ -1365,6 +1471,16 @@ mod tests {
         k.axpy_f16(0.5, &b, &mut y);
         for i in 0..77 {
             assert!((y[i] - (a[i] + 0.5 * b[i].to_f32())).abs() < 1e-6);
+        }
+        let q8 = random_row(GgmlType::Q8_0, 96, 3);
+        let (mut y, mut want) = (activations(96, 4), activations(96, 4));
+        k.axpy_q8_0(0.7, &q8, &mut y);
+        quant::axpy_q8_0(0.7, &q8, &mut want);
+        for i in 0..96 {
+            assert!(
+                (y[i] - want[i]).abs() <= 1e-6 * want[i].abs().max(1.0),
+                "axpy_q8_0 [{i}]"
+            );
         }
     }
 }

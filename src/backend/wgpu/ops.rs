@@ -574,7 +574,16 @@ impl Backend for WgpuBackend {
         );
     }
 
-    fn cache(&self, len: usize, ty: CacheType) -> Result<GpuCache> {
+    fn cache(&self, len: usize, ty: CacheType, rotation: usize) -> Result<GpuCache> {
+        if ty == CacheType::Q8_0 {
+            return Err(Error::Unsupported(
+                "q8_0 KV cache is not supported by the GPU backend yet; use -ctk f16 or \
+                 --backend cpu"
+                    .into(),
+            ));
+        }
+        // Only quantized types are stored rotated.
+        debug_assert_eq!(rotation, 1);
         let dev = buffers::create(
             &self.gpu,
             &self.memory,
@@ -608,12 +617,94 @@ impl Backend for WgpuBackend {
         let threads = match dst.ty {
             CacheType::F16 => len / 2,
             CacheType::F32 => len,
+            // `cache` refuses it.
+            CacheType::Q8_0 => return,
         };
         self.run(
             &store_kernel(dst.ty),
             &[len as u32, (dst_row * width) as u32],
             &[bind(&src.dev), bind(&dst.dev)],
             grid(threads.div_ceil(256)),
+        );
+    }
+
+    fn move_cache_rows(
+        &self,
+        cache: &mut GpuCache,
+        src_row: usize,
+        dst_row: usize,
+        rows: usize,
+        width: usize,
+    ) {
+        // Words per row: f32 values, or f16 pairs (rows are even).
+        let row_words = match cache.ty {
+            CacheType::F32 => width,
+            CacheType::F16 => width / 2,
+            CacheType::Q8_0 => return,
+        };
+        let gap = src_row.abs_diff(dst_row);
+        if gap == 0 || rows == 0 {
+            return;
+        }
+        // Overlapping ranges go in pieces of at most `gap` rows, each reading rows the ones
+        // before it have not written yet: from the front when moving down, the back when up.
+        let k = Kernel::new("kv_move", "kv_shift", &[ReadWrite]).entry("move_rows");
+        let mut done = 0;
+        while done < rows {
+            let n = gap.min(rows - done);
+            let first = if dst_row < src_row {
+                done
+            } else {
+                rows - done - n
+            };
+            let len = n * row_words;
+            self.run(
+                &k,
+                &[
+                    len as u32,
+                    ((src_row + first) * row_words) as u32,
+                    ((dst_row + first) * row_words) as u32,
+                    0,
+                    0,
+                ],
+                &[bind(&cache.dev)],
+                grid(len.div_ceil(256)),
+            );
+            done += n;
+        }
+    }
+
+    fn rope_cache(
+        &self,
+        cache: &mut GpuCache,
+        table: &GpuBuffer,
+        first_row: usize,
+        rows: usize,
+        n_heads: usize,
+        head_dim: usize,
+        layout: RopeLayout,
+    ) {
+        let mut k = Kernel::new("kv_rope", "kv_shift", &[ReadWrite, Read]).entry("rope_rows");
+        match cache.ty {
+            CacheType::F32 => {}
+            CacheType::F16 => k = k.flag("F16CACHE"),
+            CacheType::Q8_0 => return,
+        }
+        let heads = rows * n_heads;
+        if heads == 0 {
+            return;
+        }
+        self.run(
+            &k,
+            &[
+                heads as u32,
+                (first_row * n_heads * head_dim) as u32,
+                0,
+                head_dim as u32,
+                (layout == RopeLayout::Neox) as u32,
+            ],
+            &[bind(&cache.dev), bind(&table.dev)],
+            grid(heads.div_ceil(256)),
         );
     }
 

@@ -12,7 +12,7 @@ use super::device::Gpu;
 use crate::error::{Error, Result};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 13] = [
+const SOURCES: [(&str, &str); 14] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
     ("quants", include_str!("../../../shaders/quants.wgsl")),
@@ -26,6 +26,7 @@ const SOURCES: [(&str, &str); 13] = [
     ("rope", include_str!("../../../shaders/rope.wgsl")),
     ("embed", include_str!("../../../shaders/embed.wgsl")),
     ("kv", include_str!("../../../shaders/kv.wgsl")),
+    ("kv_shift", include_str!("../../../shaders/kv_shift.wgsl")),
     ("attention", include_str!("../../../shaders/attention.wgsl")),
     ("bench", include_str!("../../../shaders/bench.wgsl")),
     ("argmax", include_str!("../../../shaders/argmax.wgsl")),

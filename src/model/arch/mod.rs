@@ -114,6 +114,16 @@ impl<B: Backend> Model<B> {
 
     /// Key and value caches for `ctx` positions.
     pub fn new_cache(&self, ctx: usize, types: KvCacheTypes) -> Result<KvCache<B>> {
+        let hd = self.config.head_dim;
+        for ty in [types.k, types.v] {
+            if !hd.is_multiple_of(ty.block_len()) {
+                return Err(Error::Unsupported(format!(
+                    "a {ty} KV cache needs a head dimension that is a multiple of {}; this \
+                     model's is {hd} (use -ctk/-ctv f16 or f32)",
+                    ty.block_len()
+                )));
+            }
+        }
         let len = ctx
             .checked_mul(self.config.kv_dim())
             .ok_or_else(|| Error::Usage(format!("a context of {ctx} tokens is too large")))?;
@@ -122,7 +132,10 @@ impl<B: Backend> Model<B> {
         let layers = (0..c.n_layers)
             .map(|il| {
                 let len = if c.layer_is_recurrent(il) { 0 } else { len };
-                Ok((b.cache(len, types.k)?, b.cache(len, types.v)?))
+                Ok((
+                    b.cache(len, types.k, types.k.key_rotation(hd))?,
+                    b.cache(len, types.v, types.v.value_rotation(hd))?,
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(KvCache {
@@ -131,6 +144,66 @@ impl<B: Backend> Model<B> {
             types,
             recurrent: RecurrentState::new(c, b)?,
         })
+    }
+
+    /// Whether the context can be shifted: every layer's state is a KV cache of RoPE'd keys, which
+    /// a shift can move and re-rotate. (An architecture with recurrent state cannot: that state
+    /// holds every past token, with no way to take the oldest out.)
+    pub fn can_shift_context(&self) -> bool {
+        match self.config.arch {
+            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => true,
+            Arch::Qwen35 | Arch::Qwen35Moe => false,
+        }
+    }
+
+    /// Context shift on the cache: of its first `len` rows, drop `keep..keep + discard` and move
+    /// the rows after them down by `discard`, their keys rotated back by `discard` positions with
+    /// each layer's own RoPE frequencies. The cache then holds what running the remaining tokens
+    /// at their new positions would have stored, up to rounding.
+    pub fn shift_cache(
+        &self,
+        cache: &mut KvCache<B>,
+        keep: usize,
+        discard: usize,
+        len: usize,
+    ) -> Result<()> {
+        if !self.can_shift_context() {
+            return Err(Error::Unsupported(format!(
+                "{} models keep recurrent state, which a context shift cannot shift",
+                self.config.arch.name()
+            )));
+        }
+        if keep + discard > len || len > cache.ctx {
+            return Err(Error::Usage(format!(
+                "cannot drop tokens {keep}..{} of a context of {len}",
+                keep + discard
+            )));
+        }
+        let (b, c) = (&self.backend, &self.config);
+        let moved = len - keep - discard;
+        let mut host = Vec::new();
+        let mut tables = Vec::with_capacity(self.ropes.len());
+        for rope in &self.ropes {
+            rope.shift_table(-(discard as i64), &mut host);
+            let mut t = b.buffer(host.len())?;
+            b.upload(&mut t, &host);
+            tables.push(t);
+        }
+        for (il, (kc, vc)) in cache.layers.iter_mut().enumerate() {
+            b.move_cache_rows(kc, keep + discard, keep, moved, c.kv_dim());
+            b.move_cache_rows(vc, keep + discard, keep, moved, c.kv_dim());
+            let table = &tables[self.layer_rope[il]];
+            b.rope_cache(
+                kc,
+                table,
+                keep,
+                moved,
+                c.n_kv_heads,
+                c.head_dim,
+                c.rope_layout,
+            );
+        }
+        Ok(())
     }
 
     /// Bytes of key/value cache per token of context.

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# CI's aarch64 step: cross-build kiln for 64-bit ARM and run, under qemu's user-mode emulator, the
+# CPU kernel tests (NEON and NEON+dotprod against the portable kernels, every block type) and one
+# real-model golden test, on an emulated CPU with dotprod (`max`) and one without (`cortex-a72`,
+# where plain NEON must be what is picked). Installs the cross toolchain, qemu and the Rust target
+# when they are missing (Debian's gcc-aarch64-linux-gnu and qemu-user). Linker and runner:
+# .cargo/config.toml.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+target=aarch64-unknown-linux-gnu
+
+if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user
+fi
+rustup target list --installed | grep -qx "$target" || rustup target add "$target"
+scripts/fetch-models.sh
+
+# neon.rs compiles only for this target, so it is linted here.
+cargo clippy --target "$target" --lib -- -D warnings
+cargo test --release --target "$target" --lib --test golden_real --no-run
+
+for cpu in max cortex-a72; do
+  case "$cpu" in
+    max) kernels="NEON+dotprod" ;;
+    *) kernels="NEON" ;;
+  esac
+  echo "== qemu-aarch64 -cpu $cpu ($kernels)"
+  QEMU_CPU="$cpu" KILN_EXPECT_KERNELS="$kernels" \
+    cargo test --release --target "$target" --lib -- backend::cpu
+  QEMU_CPU="$cpu" \
+    cargo test --release --target "$target" --test golden_real -- --exact gemma3_first_prompt_teacher_forced
+done
