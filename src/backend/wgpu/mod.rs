@@ -16,6 +16,7 @@
 
 mod buffers;
 mod device;
+mod hybrid;
 mod ops;
 mod pipelines;
 mod stream;

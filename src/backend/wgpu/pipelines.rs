@@ -12,7 +12,7 @@ use super::device::Gpu;
 use crate::error::{Error, Result};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 13] = [
+const SOURCES: [(&str, &str); 16] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
     ("quants", include_str!("../../../shaders/quants.wgsl")),
@@ -29,6 +29,9 @@ const SOURCES: [(&str, &str); 13] = [
     ("attention", include_str!("../../../shaders/attention.wgsl")),
     ("bench", include_str!("../../../shaders/bench.wgsl")),
     ("argmax", include_str!("../../../shaders/argmax.wgsl")),
+    ("hybrid", include_str!("../../../shaders/hybrid.wgsl")),
+    ("delta_net", include_str!("../../../shaders/delta_net.wgsl")),
+    ("moe", include_str!("../../../shaders/moe.wgsl")),
 ];
 
 /// How a kernel uses one storage binding (binding 0 is always the parameter block).
