@@ -96,7 +96,7 @@ fn route(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: ve
 #if EXPERT_MATVEC
 struct Params {
     k: u32,              // values per weight row (and per input row)
-    groups: u32,         // k / 16
+    groups: u32,         // k / 16, rounded up
     row_bytes: u32,
     expert_rows: u32,    // output values per slot
     expert_stride: u32,  // weight rows from one expert to the next
@@ -127,8 +127,13 @@ fn partial_dot(row: u32, xb: u32, first: u32, step: u32) -> f32 {
     var acc = 0.0;
     for (var g = first; g < p.groups; g += step) {
         for (var q = 0u; q < 4u; q++) {
-            let xo = xb + g * 16u + q * 4u;
-            acc += dot(dq4(base, g, q), vec4<f32>(x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u]));
+            let i = g * 16u + q * 4u;
+            var xv = vec4<f32>(x[xb + i], x[xb + i + 1u], x[xb + i + 2u], x[xb + i + 3u]);
+            if (i + 4u > p.k) {
+                // Past the row: the weight is padded with zeros (see matvec.wgsl).
+                xv = select(vec4<f32>(0.0), xv, vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.k));
+            }
+            acc += dot(dq4(base, g, q), xv);
         }
     }
     return acc;

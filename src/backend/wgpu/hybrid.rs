@@ -253,7 +253,7 @@ impl WgpuBackend {
         for part in &m.parts {
             let params = [
                 m.cols as u32,
-                (m.cols / 16) as u32,
+                m.cols.div_ceil(16) as u32,
                 m.row_bytes as u32,
                 p.expert_rows as u32,
                 p.expert_stride as u32,

@@ -199,7 +199,7 @@ impl WgpuBackend {
                 let params = [
                     k,
                     rows as u32,
-                    k / 16,
+                    k.div_ceil(16),
                     m.row_bytes as u32,
                     part.rows as u32,
                     0,
@@ -219,7 +219,7 @@ impl WgpuBackend {
                 let params = [
                     k,
                     rows as u32,
-                    k / 16,
+                    k.div_ceil(16),
                     m.row_bytes as u32,
                     part.rows as u32,
                     m.rows as u32,
@@ -371,7 +371,7 @@ impl Backend for WgpuBackend {
             return;
         };
         self.stream().upload(&ids_buf, 0, &words(ids));
-        let groups = m.cols / 16;
+        let groups = m.cols.div_ceil(16);
         for part in &m.parts {
             let params = [
                 ids.len() as u32,
@@ -380,6 +380,7 @@ impl Backend for WgpuBackend {
                 part.first_row as u32,
                 part.rows as u32,
                 scale.to_bits(),
+                m.cols as u32,
             ];
             self.run(
                 &embed_kernel(m.dtype),
@@ -462,7 +463,7 @@ impl Backend for WgpuBackend {
         let params = [
             k,
             rows as u32,
-            k / 16,
+            k.div_ceil(16),
             ms[0].row_bytes as u32,
             rows_of(0),
             rows_of(1),
