@@ -667,7 +667,12 @@ fn expert_matmuls<B: Backend>(b: &B, types: &[GgmlType], rng: &mut Rng) -> Vec<O
 
 fn compare(want: &[Outcome], got: &[Outcome]) {
     for ((what, w, limit), (_, o, _)) in want.iter().zip(got) {
-        eprintln!("{what}: max |Δ| {:.2e}", max_abs_diff(w, o));
+        let scale = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+        eprintln!(
+            "{what}: max |Δ| {:.2e} (of values up to {scale:.2}), NMSE {:.1e}",
+            max_abs_diff(w, o),
+            nmse(w, o)
+        );
         if *limit == 0.0 {
             assert_eq!(w, o, "{what}");
         } else {
