@@ -206,7 +206,7 @@ fn qwen35_truncate_restores_checkpoints_on_the_gpu() {
         all.extend_from_slice(&reply);
         let (p, end) = (prompt.len(), all.len());
         // (n, the checkpoint it restarts from)
-        for (n, from) in [(end - 1, p), (p + 2, p), (p, p), (p - 3, 0)] {
+        for (n, from) in [(end - 1, end - 1), (p + 2, p), (p, p), (p - 3, 0)] {
             let what = format!("{file}: truncate({n}) on the GPU");
             let mut s = session(&model, end + 8);
             s.prefill(&prompt).unwrap();

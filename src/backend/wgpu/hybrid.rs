@@ -249,6 +249,12 @@ impl WgpuBackend {
             return;
         };
         let slots = p.rows * p.n_used;
+        if slots > 65535 {
+            self.gpu.fail(format!(
+                "expert_matmul: {slots} expert slots in one call, more than one grid dimension holds"
+            ));
+            return;
+        }
         let rows_per_wg = self.matvec_rows_per_wg();
         for part in &m.parts {
             let params = [
