@@ -278,7 +278,13 @@ mod tests {
     #[test]
     fn every_shader_assembles_for_every_variant() {
         let mut d = BTreeMap::new();
-        for (k, v) in [("WG", "64"), ("SG_ARGS", ""), ("SG_LOCALS", "")] {
+        // D: the head width the DeltaNet kernel is built for.
+        for (k, v) in [
+            ("WG", "64"),
+            ("SG_ARGS", ""),
+            ("SG_LOCALS", ""),
+            ("D", "16"),
+        ] {
             d.insert(k, v.to_string());
         }
         for (name, _) in SOURCES {
