@@ -6,11 +6,12 @@
 
 struct Params {
     n: u32,          // ids
-    groups: u32,     // row length / 16
+    groups: u32,     // row length / 16, rounded up
     row_bytes: u32,
     first_row: u32,  // first table row held by this part
     rows: u32,       // rows held by this part
     scale: f32,
+    width: u32,      // values per row (rows of float tables are padded to whole runs of 16)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -35,12 +36,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if (id < p.first_row || id >= p.first_row + p.rows) {
         return;
     }
-    let o = i * p.groups * 16u + g * 16u;
+    let c = g * 16u;
+    let o = i * p.width + c;
     for (var q = 0u; q < 4u; q++) {
         let y = dq4((id - p.first_row) * p.row_bytes, g, q) * p.scale;
-        out0[o + 4u * q] = y.x;
-        out0[o + 4u * q + 1u] = y.y;
-        out0[o + 4u * q + 2u] = y.z;
-        out0[o + 4u * q + 3u] = y.w;
+        for (var l = 0u; l < 4u; l++) {
+            if (c + 4u * q + l < p.width) {
+                out0[o + 4u * q + l] = y[l];
+            }
+        }
     }
 }

@@ -11,7 +11,7 @@
 struct Params {
     k: u32,          // values per weight row
     n: u32,          // activation rows
-    groups: u32,     // k / 16
+    groups: u32,     // k / 16, rounded up
     row_bytes: u32,
     m: u32,          // weight rows
     stride: u32,     // values per output row

@@ -11,7 +11,7 @@
 struct Params {
     k: u32,          // values per weight row
     n: u32,          // activation rows (1)
-    groups: u32,     // k / 16
+    groups: u32,     // k / 16, rounded up
     row_bytes: u32,  // bytes per weight row
     m0: u32, m1: u32, m2: u32,        // rows of each weight
     total: u32,                       // m0 + m1 + m2
@@ -66,6 +66,16 @@ fn locate(r: u32) -> u32 {
     return row;
 }
 
+// x[i..i + 4], zeros past the row (a float weight of a width not a multiple of 16 is padded with
+// zeros to whole runs; the activations past it need not be finite).
+fn x4(i: u32) -> vec4<f32> {
+    let v = vec4<f32>(x[i], x[i + 1u], x[i + 2u], x[i + 3u]);
+    if (i + 4u <= p.k) {
+        return v;
+    }
+    return select(vec4<f32>(0.0), v, vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.k));
+}
+
 // Σ over the runs g = first, first + step, … of weight row `row` times x.
 fn partial_dot(row: u32, first: u32, step: u32) -> f32 {
     let base = row * p.row_bytes;
@@ -73,7 +83,7 @@ fn partial_dot(row: u32, first: u32, step: u32) -> f32 {
     for (var g = first; g < p.groups; g += step) {
         for (var q = 0u; q < 4u; q++) {
             let xo = g * 16u + q * 4u;
-            acc += dot(dq4(base, g, q), vec4<f32>(x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u]));
+            acc += dot(dq4(base, g, q), x4(xo));
         }
     }
     return acc;

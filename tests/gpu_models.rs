@@ -159,3 +159,81 @@ fn session_properties_hold_on_the_gpu() {
     let Some(model) = load(&mf) else { return };
     check_properties(&model, &mf, 3);
 }
+
+const QWEN35: [&str; 2] = ["qwen35-tiny.gguf", "qwen35moe-tiny.gguf"];
+
+/// Qwen3.5's tiny models (dense and MoE) against llama.cpp on the GPU, by golden_qwen35's
+/// criteria: an f32 KV cache, every top-5 logit within 0.01, the argmax equal wherever the margin
+/// is at least 0.05; every golden prompt, the 961-token one (two 512-token prefill chunks, the
+/// recurrent state carried across) included.
+#[test]
+fn qwen35_matches_llama_cpp_on_the_gpu() {
+    let golden = common::golden("llama-cpp-qwen35.json");
+    let f32_cache = KvCacheTypes {
+        k: CacheType::F32,
+        v: CacheType::F32,
+    };
+    for file in QWEN35 {
+        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+        let Some(model) = load(&mf) else { return };
+        let what = format!("{file} on the GPU");
+        let report = check_model_with(&model, &golden["models"][file], &EXACT_F32, f32_cache);
+        eprintln!("{}", report.summary(&what));
+        report.assert_all(&what);
+        assert_eq!(report.steps, 144, "{what}: every golden step checked");
+    }
+}
+
+/// The recurrent state's checkpoints on the GPU: after a prefill and a reply (checkpoints at
+/// both ends), `truncate(n)` restores the nearest checkpoint at or before n (the zero state
+/// before the first), recomputes the rest, and the next token's logits equal a fresh prefill
+/// of n + 1 tokens.
+#[test]
+fn qwen35_truncate_restores_checkpoints_on_the_gpu() {
+    for file in QWEN35 {
+        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+        let Some(model) = load(&mf) else { return };
+        let tok = Tokenizer::from_model(&mf).unwrap();
+        let prompt = tok
+            .encode(
+                "The capital of France is Paris, and the capital of Italy is",
+                true,
+            )
+            .unwrap();
+        let reply = [11, 29, 1782, 314, 260, 42];
+        let mut all = prompt.clone();
+        all.extend_from_slice(&reply);
+        let (p, end) = (prompt.len(), all.len());
+        // (n, the checkpoint it restarts from)
+        for (n, from) in [(end - 1, end - 1), (p + 2, p), (p, p), (p - 3, 0)] {
+            let what = format!("{file}: truncate({n}) on the GPU");
+            let mut s = session(&model, end + 8);
+            s.prefill(&prompt).unwrap();
+            for &t in &reply[..reply.len() - 1] {
+                s.decode(t).unwrap();
+            }
+            s.checkpoint().unwrap();
+            assert_eq!(s.checkpoints(), vec![p, end - 1], "{what}");
+            s.truncate(n).unwrap();
+            assert_eq!(
+                s.stats.recomputed_tokens,
+                n - from,
+                "{what}: tokens recomputed"
+            );
+            let after = s.decode(all[n]).unwrap().to_vec();
+            let fresh = session(&model, end + 8)
+                .prefill(&all[..=n])
+                .unwrap()
+                .to_vec();
+            let d = after
+                .iter()
+                .zip(&fresh)
+                .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            eprintln!("{what}: max |Δ| vs a fresh prefill {d:e}");
+            assert!(
+                d <= 1e-3,
+                "{what}: logits differ from a fresh prefill by {d:e}"
+            );
+        }
+    }
+}

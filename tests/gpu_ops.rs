@@ -10,7 +10,10 @@ use common::gpu::{gpu, gpu_with};
 use half::{bf16, f16};
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
-use kiln::backend::{AttentionParams, Backend, CacheType, GateActivation, RopeLayout};
+use kiln::backend::{
+    AttentionParams, Backend, CacheType, DeltaNetParams, ExpertMatmulParams, GateActivation,
+    RopeLayout,
+};
 use kiln::gguf::GgmlType;
 use kiln::tensor::Tensor;
 
@@ -566,5 +569,278 @@ fn argmax_on_the_device_matches_the_host() {
             .fold(0, |b, (i, &v)| if v > x[b] { i } else { b });
         let buf = upload(&g, &x);
         assert_eq!(g.argmax(&buf, n), Some(want as u32), "n = {n}");
+    }
+}
+
+// ---- Hybrid recurrent and mixture-of-experts ops (Qwen3.5) ----
+
+/// One result of an op: its name, its values and the NMSE it is held to.
+type Outcome = (String, Vec<f32>, f64);
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+/// Partial RoPE, the sigmoid gates, the convolution step carried across calls, the DeltaNet
+/// recurrence (prefill then decode, from zero and from a random state, heads narrower and wider
+/// than a workgroup), routing (with exact ties) and the weighted sum of experts.
+fn hybrid_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<Outcome> {
+    let mut results: Vec<Outcome> = Vec::new();
+    let mut push = |what: String, v: Vec<f32>| results.push((what, v, OTHER_NMSE));
+
+    // Partial RoPE: 3 rows × 4 heads of 32, rotating 8 (Qwen3.5's tiny files) or all 32.
+    for rot in [8, 32] {
+        let table: Vec<f32> = (0..3 * rot / 2)
+            .flat_map(|i| {
+                let a = i as f32 * 0.41;
+                [a.cos(), a.sin()]
+            })
+            .collect();
+        let tb = upload(b, &table);
+        for layout in [RopeLayout::Neox, RopeLayout::Interleaved] {
+            let x = rng.vec(3 * 4 * 32, 1.0);
+            let mut xb = upload(b, &x);
+            b.rope_partial(&mut xb, &tb, 3, 4, 32, rot, layout);
+            push(
+                format!("rope_partial {rot}/32 {layout:?}"),
+                download(b, &xb, x.len()),
+            );
+        }
+    }
+
+    // Sigmoid gates: elementwise, one per row, one per 16 values.
+    for gate_width in [48, 1, 3] {
+        let (rows, width) = (5, 48);
+        let x = rng.vec(rows * width, 2.0);
+        let gate = upload(b, &rng.vec(rows * gate_width, 4.0));
+        let mut xb = upload(b, &x);
+        b.mul_sigmoid(&mut xb, &gate, rows, width, gate_width);
+        push(
+            format!("mul_sigmoid gate width {gate_width}"),
+            download(b, &xb, x.len()),
+        );
+    }
+
+    // Convolution step: 70 channels (not a multiple of a workgroup), K = 4, a prefill of 9, a
+    // decode step, then 2 tokens (shorter than the state).
+    let (k, ch) = (4, 70);
+    let taps = Tensor::from_f32("conv", vec![k, ch], &rng.vec(k * ch, 1.0));
+    let kernel = b.weight(&taps).unwrap();
+    let mut state = upload(b, &rng.vec((k - 1) * ch, 1.0));
+    for rows in [9, 1, 2] {
+        let x = upload(b, &rng.vec(rows * ch, 2.0));
+        let mut out = b.buffer(rows * ch).unwrap();
+        b.conv_step(&x, &kernel, &mut state, &mut out, rows, ch);
+        push(
+            format!("conv_step {rows} rows"),
+            download(b, &out, rows * ch),
+        );
+        push(
+            format!("conv state after {rows} rows"),
+            download(b, &state, (k - 1) * ch),
+        );
+    }
+
+    // Gated DeltaNet: 2 key heads, 4 value heads (tiled mapping), heads of 16 and 96.
+    for (d, random_state) in [(16, false), (96, true)] {
+        let (n_k, n_v) = (2, 4);
+        let width = (2 * n_k + n_v) * d;
+        let a = Tensor::from_f32(
+            "ssm_a",
+            vec![n_v],
+            &rng.vec(n_v, 1.0)
+                .iter()
+                .map(|v| -(v * 2.0).exp())
+                .collect::<Vec<_>>(),
+        );
+        let dt = Tensor::from_f32("ssm_dt", vec![n_v], &rng.vec(n_v, 1.0));
+        let (a, dt) = (b.weight(&a).unwrap(), b.weight(&dt).unwrap());
+        let s0 = if random_state {
+            rng.vec(n_v * d * d, 0.5)
+        } else {
+            vec![0.0; n_v * d * d]
+        };
+        let mut state = upload(b, &s0);
+        for rows in [7, 1] {
+            let qkv = upload(b, &rng.vec(rows * width, 1.0));
+            let alpha = upload(b, &rng.vec(rows * n_v, 3.0));
+            let beta = upload(b, &rng.vec(rows * n_v, 3.0));
+            let mut out = b.buffer(rows * n_v * d).unwrap();
+            let p = DeltaNetParams {
+                rows,
+                n_k_heads: n_k,
+                n_v_heads: n_v,
+                head_dim: d,
+                eps: 1e-6,
+            };
+            b.gated_delta_net(&qkv, &alpha, &beta, &a, &dt, &mut state, &mut out, &p);
+            push(
+                format!("gated_delta_net d={d} {rows} rows"),
+                download(b, &out, rows * n_v * d),
+            );
+            push(
+                format!("gated_delta_net d={d} state after {rows} rows"),
+                download(b, &state, n_v * d * d),
+            );
+        }
+    }
+
+    // Routing: 6 rows of 40 experts, 4 used; the last row all equal (ties to the lower index).
+    let (rows, n_exp, n_used) = (6, 40, 4);
+    let mut logits = rng.vec(rows * n_exp, 3.0);
+    logits[(rows - 1) * n_exp..].fill(0.5);
+    let lb = upload(b, &logits);
+    let mut sel = b.buffer(rows * n_used).unwrap();
+    let mut wts = b.buffer(rows * n_used).unwrap();
+    b.moe_route(&lb, rows, n_exp, n_used, &mut sel, &mut wts);
+    results.push((
+        "moe_route selected".into(),
+        download(b, &sel, rows * n_used),
+        0.0,
+    ));
+    results.push((
+        "moe_route weights".into(),
+        download(b, &wts, rows * n_used),
+        OTHER_NMSE,
+    ));
+
+    // The weighted sum of 3 experts' rows of 40 for 5 tokens.
+    let (rows, n_used, width) = (5, 3, 40);
+    let y = upload(b, &rng.vec(rows * n_used * width, 2.0));
+    let w = upload(b, &rng.vec(rows * n_used, 1.0));
+    let mut out = b.buffer(rows * width).unwrap();
+    b.moe_combine(&y, &w, rows, n_used, width, &mut out);
+    results.push((
+        "moe_combine".into(),
+        download(b, &out, rows * width),
+        OTHER_NMSE,
+    ));
+    results
+}
+
+/// Expert matmuls of every weight type: shared and per-slot inputs, a fused gate/up layout
+/// (stride and row offset), decode (1 token) and prefill (9 tokens) sizes.
+fn expert_matmuls<B: Backend>(b: &B, types: &[GgmlType], rng: &mut Rng) -> Vec<Outcome> {
+    let mut results = Vec::new();
+    let (k_in, stride, n_exp, n_used) = (256, 24, 5, 2);
+    for &t in types {
+        let w = random_weight(t, n_exp * stride, k_in, rng);
+        let mut stacked = w.clone();
+        stacked.dims = vec![k_in, stride, n_exp];
+        let wt = b.weight(&stacked).unwrap();
+        for tokens in [1, 9] {
+            // Token t uses experts (3t + 2j) mod 5.
+            let selected: Vec<f32> = (0..tokens * n_used)
+                .map(|s| ((3 * (s / n_used) + 2 * (s % n_used)) % n_exp) as f32)
+                .collect();
+            let sel = upload(b, &selected);
+            for per_slot_input in [false, true] {
+                for (expert_rows, row_offset) in [(stride, 0), (stride / 2, stride / 2)] {
+                    let n_in = if per_slot_input {
+                        tokens * n_used
+                    } else {
+                        tokens
+                    };
+                    let x = upload(b, &rng.vec(n_in * k_in, 1.0));
+                    let p = ExpertMatmulParams {
+                        rows: tokens,
+                        n_used,
+                        per_slot_input,
+                        expert_rows,
+                        expert_stride: stride,
+                        row_offset,
+                    };
+                    let len = tokens * n_used * expert_rows;
+                    let mut out = b.buffer(len).unwrap();
+                    b.expert_matmul(&x, &wt, &sel, &mut out, &p);
+                    results.push((
+                        format!(
+                            "expert_matmul {t} {tokens} tokens per-slot {per_slot_input} rows {expert_rows}+{row_offset}"
+                        ),
+                        download(b, &out, len),
+                        MATMUL_NMSE,
+                    ));
+                }
+            }
+        }
+    }
+    results
+}
+
+fn compare(want: &[Outcome], got: &[Outcome]) {
+    for ((what, w, limit), (_, o, _)) in want.iter().zip(got) {
+        let scale = w.iter().fold(0f32, |m, v| m.max(v.abs()));
+        eprintln!(
+            "{what}: max |Δ| {:.2e} (of values up to {scale:.2}), NMSE {:.1e}",
+            max_abs_diff(w, o),
+            nmse(w, o)
+        );
+        if *limit == 0.0 {
+            assert_eq!(w, o, "{what}");
+        } else {
+            check(what, w, o, *limit);
+        }
+    }
+}
+
+#[test]
+fn hybrid_ops_match_the_cpu() {
+    let Some(g) = gpu() else { return };
+    compare(
+        &hybrid_ops(&cpu(), &mut Rng(21)),
+        &hybrid_ops(&g, &mut Rng(21)),
+    );
+    compare(
+        &expert_matmuls(&cpu(), &TYPES, &mut Rng(22)),
+        &expert_matmuls(&g, &TYPES, &mut Rng(22)),
+    );
+}
+
+/// The hybrid ops' workgroup-memory reductions (no subgroups), and an expert weight split into
+/// parts by a lowered binding limit.
+#[test]
+fn hybrid_ops_without_subgroups_and_split_experts_match_the_cpu() {
+    let options = GpuOptions {
+        no_subgroups: true,
+        max_binding: Some(4096),
+        ..GpuOptions::default()
+    };
+    let Some(g) = gpu_with(options) else { return };
+    compare(
+        &hybrid_ops(&cpu(), &mut Rng(23)),
+        &hybrid_ops(&g, &mut Rng(23)),
+    );
+    let types = [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16];
+    compare(
+        &expert_matmuls(&cpu(), &types, &mut Rng(24)),
+        &expert_matmuls(&g, &types, &mut Rng(24)),
+    );
+}
+
+/// Float weights whose rows are not a multiple of 16 values (Qwen3.5 MoE's hidden size of 40):
+/// padded on the device, as matmul (mat-vec and tiled), embedding and expert matmul inputs.
+#[test]
+fn float_weights_of_odd_widths_match_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let c = cpu();
+    let mut rng = Rng(25);
+    for t in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+        let w = random_weight(t, 67, 40, &mut rng);
+        for n in [1, 7] {
+            let x = rng.vec(n * 40, 1.0);
+            check(
+                &format!("matmul {t} {n}×40"),
+                &matmul(&c, &w, &x, n),
+                &matmul(&g, &w, &x, n),
+                MATMUL_NMSE,
+            );
+        }
+        let ids = [3, 0, 66];
+        check(
+            &format!("embed {t} rows of 40"),
+            &embed(&c, &w, &ids, 1.5),
+            &embed(&g, &w, &ids, 1.5),
+            OTHER_NMSE,
+        );
     }
 }

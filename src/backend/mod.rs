@@ -374,17 +374,6 @@ pub trait Backend: Send + Sync {
     );
 
     // ---- Hybrid recurrent and mixture-of-experts models (Qwen3.5) ----
-    //
-    // A backend that implements the seven operations below returns true here; `Model::load`
-    // refuses Qwen3.5 files on one that does not, so their default bodies are never reached.
-    // (They have defaults so that a backend written before these operations existed still
-    // builds and runs every other architecture.)
-
-    /// True when the backend implements `rope_partial`, `mul_sigmoid`, `conv_step`,
-    /// `gated_delta_net`, `moe_route`, `expert_matmul` and `moe_combine`.
-    fn supports_hybrid_ops(&self) -> bool {
-        false
-    }
 
     /// RoPE over the first `rot_dims` values of each head only (partial rotary embedding); the
     /// other `head_dim − rot_dims` values pass through unchanged. `table` holds, per row, the
@@ -401,10 +390,7 @@ pub trait Backend: Send + Sync {
         head_dim: usize,
         rot_dims: usize,
         layout: RopeLayout,
-    ) {
-        let _ = (x, table, rows, n_heads, head_dim, rot_dims, layout);
-        unreachable!("rope_partial: Model::load checks supports_hybrid_ops first");
-    }
+    );
 
     /// `x[r][i] *= sigmoid(gate[r][i / (width / gate_width)])` for `rows` rows of `width`:
     /// an elementwise sigmoid gate (`gate_width == width`, Qwen3.5's attention output gate) or
@@ -417,10 +403,7 @@ pub trait Backend: Send + Sync {
         rows: usize,
         width: usize,
         gate_width: usize,
-    ) {
-        let _ = (x, gate, rows, width, gate_width);
-        unreachable!("mul_sigmoid: Model::load checks supports_hybrid_ops first");
-    }
+    );
 
     /// The convolution step of a recurrent block: a causal depthwise convolution over time
     /// followed by SiLU, carrying its state between calls.
@@ -439,10 +422,7 @@ pub trait Backend: Send + Sync {
         out: &mut Self::Buffer,
         rows: usize,
         channels: usize,
-    ) {
-        let _ = (x, kernel, state, out, rows, channels);
-        unreachable!("conv_step: Model::load checks supports_hybrid_ops first");
-    }
+    );
 
     /// The Gated DeltaNet recurrence (Qwen3.5's linear attention) over `p.rows` consecutive
     /// tokens of one sequence, in one call (prefill and decode alike).
@@ -475,10 +455,7 @@ pub trait Backend: Send + Sync {
         state: &mut Self::Buffer,
         out: &mut Self::Buffer,
         p: &DeltaNetParams,
-    ) {
-        let _ = (qkv, alpha, beta, a, dt_bias, state, out, p);
-        unreachable!("gated_delta_net: Model::load checks supports_hybrid_ops first");
-    }
+    );
 
     /// Mixture-of-experts routing: for each of `rows` rows of `n_expert` router logits, the
     /// softmax over all experts, the `n_used` most probable (highest first, ties to the lower
@@ -493,10 +470,7 @@ pub trait Backend: Send + Sync {
         n_used: usize,
         selected: &mut Self::Buffer,
         weights: &mut Self::Buffer,
-    ) {
-        let _ = (logits, rows, n_expert, n_used, selected, weights);
-        unreachable!("moe_route: Model::load checks supports_hybrid_ops first");
-    }
+    );
 
     /// The matmuls of the selected experts (llama.cpp's `mul_mat_id`). `w` stacks the experts'
     /// matrices (GGUF `[in, rows, n_expert]`: expert e's row r is row `e · p.expert_stride + r`
@@ -510,10 +484,7 @@ pub trait Backend: Send + Sync {
         selected: &Self::Buffer,
         out: &mut Self::Buffer,
         p: &ExpertMatmulParams,
-    ) {
-        let _ = (x, w, selected, out, p);
-        unreachable!("expert_matmul: Model::load checks supports_hybrid_ops first");
-    }
+    );
 
     /// The weighted sum of each token's expert outputs: `out[t] = Σ_j weights[t·n_used + j] ·
     /// y[t·n_used + j]` (j in order) for `rows` tokens of `width` values; `out` is overwritten.
@@ -525,8 +496,5 @@ pub trait Backend: Send + Sync {
         n_used: usize,
         width: usize,
         out: &mut Self::Buffer,
-    ) {
-        let _ = (y, weights, rows, n_used, width, out);
-        unreachable!("moe_combine: Model::load checks supports_hybrid_ops first");
-    }
+    );
 }

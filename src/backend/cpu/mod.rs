@@ -918,10 +918,6 @@ impl Backend for CpuBackend {
 
     // Hybrid recurrent and mixture-of-experts models: the code is in hybrid.rs.
 
-    fn supports_hybrid_ops(&self) -> bool {
-        true
-    }
-
     fn rope_partial(
         &self,
         x: &mut Vec<f32>,

@@ -186,13 +186,20 @@ pub fn upload_weight(gpu: &Gpu, memory: &Arc<Memory>, t: &Tensor) -> Result<GpuW
             t.name, t.dtype
         )));
     }
-    let (cols, rows, row_bytes) = (t.row_len(), t.n_rows(), t.row_bytes());
-    if !cols.is_multiple_of(16) {
+    let (cols, rows, stored_row_bytes) = (t.row_len(), t.n_rows(), t.row_bytes());
+    // The kernels read rows in runs of 16 values. Block types always hold whole runs; a float
+    // row of another width (Qwen3.5 MoE's hidden size of 40) is padded with zeros to the next
+    // run, and the kernels stop reading activations at `cols`.
+    let row_bytes = if cols.is_multiple_of(16) {
+        stored_row_bytes
+    } else if t.dtype.block_len() == 1 {
+        cols.next_multiple_of(16) * stored_row_bytes / cols
+    } else {
         return Err(Error::Unsupported(format!(
             "tensor '{}' has rows of {cols} values; the GPU kernels need a multiple of 16; try --backend cpu",
             t.name
         )));
-    }
+    };
     // Four spare bytes let the kernels read a word past a 2-byte-aligned end.
     let rows_per_part =
         ((gpu.weight_binding as usize).saturating_sub(4) / row_bytes.max(1)).min(rows);
@@ -202,7 +209,18 @@ pub fn upload_weight(gpu: &Gpu, memory: &Arc<Memory>, t: &Tensor) -> Result<GpuW
             t.name, gpu.weight_binding
         )));
     }
-    let data = t.bytes();
+    let data: std::borrow::Cow<[u8]> = if row_bytes == stored_row_bytes {
+        t.bytes().into()
+    } else {
+        let mut padded = vec![0u8; rows * row_bytes];
+        for (dst, src) in padded
+            .chunks_mut(row_bytes)
+            .zip(t.bytes().chunks(stored_row_bytes))
+        {
+            dst[..stored_row_bytes].copy_from_slice(src);
+        }
+        padded.into()
+    };
     let mut parts = Vec::new();
     let mut first = 0;
     while first < rows {

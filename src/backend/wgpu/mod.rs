@@ -11,11 +11,15 @@
 //! 4. `device.rs` lists and opens adapters and turns wgpu's asynchronous errors into a sticky
 //!    error the session reports (`Backend::take_error`).
 //!
+//! 5. `hybrid.rs` holds the ops of hybrid recurrent and mixture-of-experts models (Qwen3.5); their
+//!    recurrent state is plain activation buffers, checkpointed by device-side copies.
+//!
 //! Adding an op: a kernel in the shader file of its family (or a new file, listed in
 //! `pipelines::SOURCES`), a `Kernel` naming its bindings, and a few lines in `ops.rs` recording it.
 
 mod buffers;
 mod device;
+mod hybrid;
 mod ops;
 mod pipelines;
 mod stream;

@@ -7,7 +7,10 @@ use std::time::Instant;
 use super::buffers::{self, DeviceBuf, GpuBuffer, GpuCache, GpuWeight, Matrix};
 use super::pipelines::{Access, Kernel, Pipeline};
 use super::{Scratch, WgpuBackend};
-use crate::backend::{AttentionParams, Backend, CacheType, GateActivation, Profile, RopeLayout};
+use crate::backend::{
+    AttentionParams, Backend, CacheType, DeltaNetParams, ExpertMatmulParams, GateActivation,
+    Profile, RopeLayout,
+};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
 use crate::tensor::Tensor;
@@ -20,7 +23,7 @@ const MATVEC_MAX_ROWS: usize = 1;
 const MAX_HEAD_DIM: usize = 256;
 
 /// A grid of `n` workgroups, spilling from x into y past the 65535 limit.
-fn grid(n: usize) -> [u32; 3] {
+pub(super) fn grid(n: usize) -> [u32; 3] {
     let x = n.min(65535);
     [x as u32, n.div_ceil(x.max(1)) as u32, 1]
 }
@@ -30,7 +33,7 @@ fn words(v: &[u32]) -> Vec<u8> {
 }
 
 /// The define that selects a weight type's block decoder in quants.wgsl.
-fn type_define(t: GgmlType) -> &'static str {
+pub(super) fn type_define(t: GgmlType) -> &'static str {
     match t {
         GgmlType::F32 => "F32",
         GgmlType::F16 => "F16",
@@ -135,7 +138,7 @@ const PREFILL_ATTENTION_ROWS: usize = 16;
 const PREFILL_ATTENTION_SHARED: u32 = 24 << 10;
 
 /// The buffer and id a dispatch binds.
-fn bind(d: &DeviceBuf) -> (&wgpu::Buffer, u64) {
+pub(super) fn bind(d: &DeviceBuf) -> (&wgpu::Buffer, u64) {
     (&d.buf, d.id)
 }
 
@@ -151,7 +154,13 @@ impl WgpuBackend {
         }
     }
 
-    fn run(&self, k: &Kernel, params: &[u32], buffers: &[(&wgpu::Buffer, u64)], groups: [u32; 3]) {
+    pub(super) fn run(
+        &self,
+        k: &Kernel,
+        params: &[u32],
+        buffers: &[(&wgpu::Buffer, u64)],
+        groups: [u32; 3],
+    ) {
         if let Some(p) = self.pipeline(k) {
             self.stream()
                 .dispatch(&self.gpu, &p, &words(params), buffers, groups);
@@ -178,7 +187,7 @@ impl WgpuBackend {
         slot.as_ref().map(|b| (b.dev.buf.clone(), b.dev.id))
     }
 
-    fn matrix<'a>(&self, w: &'a GpuWeight, op: &str) -> Option<&'a Matrix> {
+    pub(super) fn matrix<'a>(&self, w: &'a GpuWeight, op: &str) -> Option<&'a Matrix> {
         let m = w.matrix();
         if m.is_none() {
             self.gpu
@@ -202,7 +211,7 @@ impl WgpuBackend {
     }
 
     /// Weight rows per mat-vec workgroup of 64: one per subgroup where there are subgroups.
-    fn matvec_rows_per_wg(&self) -> usize {
+    pub(super) fn matvec_rows_per_wg(&self) -> usize {
         if self.gpu.caps.subgroups {
             (64 / self.gpu.info.subgroup_min_size.max(1) as usize).max(1)
         } else {
@@ -218,7 +227,7 @@ impl WgpuBackend {
                 let params = [
                     k,
                     rows as u32,
-                    k / 16,
+                    k.div_ceil(16),
                     m.row_bytes as u32,
                     part.rows as u32,
                     0,
@@ -238,7 +247,7 @@ impl WgpuBackend {
                 let params = [
                     k,
                     rows as u32,
-                    k / 16,
+                    k.div_ceil(16),
                     m.row_bytes as u32,
                     part.rows as u32,
                     m.rows as u32,
@@ -376,9 +385,15 @@ impl Backend for WgpuBackend {
     }
 
     fn weight(&self, t: &Tensor) -> Result<GpuWeight> {
+        if super::hybrid::is_conv_taps(t) {
+            return self.upload_taps(t);
+        }
         let w = buffers::upload_weight(&self.gpu, &self.memory, t)?;
         if let Some(m) = w.matrix() {
             self.prepare_matrix(m.dtype)?;
+            if t.dims.len() == 3 {
+                self.prepare_experts(m.dtype)?;
+            }
         }
         Ok(w)
     }
@@ -424,7 +439,7 @@ impl Backend for WgpuBackend {
             return;
         };
         self.stream().upload(&ids_buf, 0, &words(ids));
-        let groups = m.cols / 16;
+        let groups = m.cols.div_ceil(16);
         for part in &m.parts {
             let params = [
                 ids.len() as u32,
@@ -433,6 +448,7 @@ impl Backend for WgpuBackend {
                 part.first_row as u32,
                 part.rows as u32,
                 scale.to_bits(),
+                m.cols as u32,
             ];
             self.run(
                 &embed_kernel(m.dtype),
@@ -515,7 +531,7 @@ impl Backend for WgpuBackend {
         let params = [
             k,
             rows as u32,
-            k / 16,
+            k.div_ceil(16),
             ms[0].row_bytes as u32,
             rows_of(0),
             rows_of(1),
@@ -820,5 +836,90 @@ impl Backend for WgpuBackend {
             &src.dev,
             [(rows * width) as u32, 0, (src_row * width) as u32, 0],
         );
+    }
+    #[allow(clippy::too_many_arguments)]
+    fn rope_partial(
+        &self,
+        x: &mut GpuBuffer,
+        table: &GpuBuffer,
+        rows: usize,
+        n_heads: usize,
+        head_dim: usize,
+        rot_dims: usize,
+        layout: RopeLayout,
+    ) {
+        self.gpu_rope_partial(x, table, rows, n_heads, head_dim, rot_dims, layout);
+    }
+
+    fn mul_sigmoid(
+        &self,
+        x: &mut GpuBuffer,
+        gate: &GpuBuffer,
+        rows: usize,
+        width: usize,
+        gate_width: usize,
+    ) {
+        self.gpu_mul_sigmoid(x, gate, rows, width, gate_width);
+    }
+
+    fn conv_step(
+        &self,
+        x: &GpuBuffer,
+        kernel: &GpuWeight,
+        state: &mut GpuBuffer,
+        out: &mut GpuBuffer,
+        rows: usize,
+        channels: usize,
+    ) {
+        self.gpu_conv_step(x, kernel, state, out, rows, channels);
+    }
+
+    fn gated_delta_net(
+        &self,
+        qkv: &GpuBuffer,
+        alpha: &GpuBuffer,
+        beta: &GpuBuffer,
+        a: &GpuWeight,
+        dt_bias: &GpuWeight,
+        state: &mut GpuBuffer,
+        out: &mut GpuBuffer,
+        p: &DeltaNetParams,
+    ) {
+        self.gpu_gated_delta_net(qkv, alpha, beta, a, dt_bias, state, out, p);
+    }
+
+    fn moe_route(
+        &self,
+        logits: &GpuBuffer,
+        rows: usize,
+        n_expert: usize,
+        n_used: usize,
+        selected: &mut GpuBuffer,
+        weights: &mut GpuBuffer,
+    ) {
+        self.gpu_moe_route(logits, rows, n_expert, n_used, selected, weights);
+    }
+
+    fn expert_matmul(
+        &self,
+        x: &GpuBuffer,
+        w: &GpuWeight,
+        selected: &GpuBuffer,
+        out: &mut GpuBuffer,
+        p: &ExpertMatmulParams,
+    ) {
+        self.gpu_expert_matmul(x, w, selected, out, p);
+    }
+
+    fn moe_combine(
+        &self,
+        y: &GpuBuffer,
+        weights: &GpuBuffer,
+        rows: usize,
+        n_used: usize,
+        width: usize,
+        out: &mut GpuBuffer,
+    ) {
+        self.gpu_moe_combine(y, weights, rows, n_used, width, out);
     }
 }

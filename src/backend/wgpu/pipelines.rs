@@ -12,7 +12,7 @@ use super::device::Gpu;
 use crate::error::{Error, Result};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 14] = [
+const SOURCES: [(&str, &str); 17] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
     ("quants", include_str!("../../../shaders/quants.wgsl")),
@@ -30,6 +30,9 @@ const SOURCES: [(&str, &str); 14] = [
     ("attention", include_str!("../../../shaders/attention.wgsl")),
     ("bench", include_str!("../../../shaders/bench.wgsl")),
     ("argmax", include_str!("../../../shaders/argmax.wgsl")),
+    ("hybrid", include_str!("../../../shaders/hybrid.wgsl")),
+    ("delta_net", include_str!("../../../shaders/delta_net.wgsl")),
+    ("moe", include_str!("../../../shaders/moe.wgsl")),
 ];
 
 /// How a kernel uses one storage binding (binding 0 is always the parameter block).
@@ -276,7 +279,13 @@ mod tests {
     #[test]
     fn every_shader_assembles_for_every_variant() {
         let mut d = BTreeMap::new();
-        for (k, v) in [("WG", "64"), ("SG_ARGS", ""), ("SG_LOCALS", "")] {
+        // D: the head width the DeltaNet kernel is built for.
+        for (k, v) in [
+            ("WG", "64"),
+            ("SG_ARGS", ""),
+            ("SG_LOCALS", ""),
+            ("D", "16"),
+        ] {
             d.insert(k, v.to_string());
         }
         for (name, _) in SOURCES {

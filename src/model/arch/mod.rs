@@ -77,13 +77,6 @@ impl<B: Backend> Scratch<B> {
 impl<B: Backend> Model<B> {
     pub fn load(file: &ModelFile, backend: B) -> Result<Model<B>> {
         let config = file.config.clone();
-        if config.arch.is_hybrid() && !backend.supports_hybrid_ops() {
-            return Err(Error::Unsupported(format!(
-                "{} cannot run {} models yet (it lacks the recurrent and expert operations)",
-                backend.describe(),
-                config.arch.name()
-            )));
-        }
         let weights = Weights::load(file, &backend)?;
         let mut ropes: Vec<RopeFreqs> = Vec::new();
         let mut layer_rope = Vec::with_capacity(config.n_layers);

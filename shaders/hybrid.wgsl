@@ -1,0 +1,161 @@
+// hybrid.wgsl — the small ops of hybrid recurrent and mixture-of-experts models (Qwen3.5): partial
+// RoPE, sigmoid gates, the causal convolution step of a DeltaNet block and its state, and the
+// weighted sum of expert outputs. One op per pipeline: its define (ROPE_PARTIAL, MUL_SIGMOID,
+// CONV_STEP, MOE_COMBINE) declares its bindings, and its entry point has the op's name. The
+// contracts and the CPU reference are in src/backend/mod.rs and src/backend/cpu/hybrid.rs.
+
+#include "common"
+
+fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return gid.x + gid.y * nwg.x * 256u;
+}
+
+#if ROPE_PARTIAL
+struct Params {
+    pairs: u32,     // rows × heads × rot_dims / 2
+    heads: u32,
+    head_dim: u32,
+    rot_dims: u32,  // leading values of each head that rotate
+    neox: u32,      // 1: pairs (i, i + rot/2); 0: (2i, 2i + 1)
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read> table: array<f32>;
+
+// One invocation per rotated pair; the table has rot_dims / 2 pairs (cos, sin) per row.
+@compute @workgroup_size(256)
+fn rope_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let t = index(gid, nwg);
+    if (t >= p.pairs) {
+        return;
+    }
+    let half = p.rot_dims / 2u;
+    let i = t % half;
+    let head = t / half; // row × heads + h
+    let row = head / p.heads;
+    let c = table[row * p.rot_dims + 2u * i];
+    let s = table[row * p.rot_dims + 2u * i + 1u];
+    let base = head * p.head_dim;
+    var a: u32;
+    var b: u32;
+    if (p.neox == 1u) {
+        a = base + i;
+        b = base + i + half;
+    } else {
+        a = base + 2u * i;
+        b = a + 1u;
+    }
+    let x0 = x[a];
+    let x1 = x[b];
+    x[a] = x0 * c - x1 * s;
+    x[b] = x0 * s + x1 * c;
+}
+#endif
+
+#if MUL_SIGMOID
+struct Params {
+    len: u32,         // rows × width
+    width: u32,
+    gate_width: u32,  // gate values per row, dividing width
+    group: u32,       // width / gate_width: values under one gate value
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read> gate: array<f32>;
+
+// x *= sigmoid(gate) of its row and group, sigmoid(v) = 1 / (1 + e^−v) as ggml.
+@compute @workgroup_size(256)
+fn mul_sigmoid(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i < p.len) {
+        let r = i / p.width;
+        let g = gate[r * p.gate_width + (i % p.width) / p.group];
+        x[i] *= 1.0 / (1.0 + exp(-g));
+    }
+}
+#endif
+
+#if CONV_STEP
+struct Params {
+    rows: u32,      // tokens
+    channels: u32,
+    taps: u32,      // K: the state holds K − 1 rows
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> kernel: array<f32>;
+@group(0) @binding(3) var<storage, read_write> state: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;
+
+// Row i of (state ++ x), channel c.
+fn input(i: u32, c: u32) -> f32 {
+    let hist = p.taps - 1u;
+    if (i < hist) {
+        return state[i * p.channels + c];
+    }
+    return x[(i - hist) * p.channels + c];
+}
+
+// One invocation per (token, channel): silu(Σ_j kernel[c][j] · inp[t + j][c]), summed in j order.
+@compute @workgroup_size(256)
+fn conv_step(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= p.rows * p.channels) {
+        return;
+    }
+    let t = i / p.channels;
+    let c = i % p.channels;
+    var acc = 0.0;
+    for (var j = 0u; j < p.taps; j++) {
+        acc += input(t + j, c) * kernel[c * p.taps + j];
+    }
+    out[i] = acc / (1.0 + exp(-acc));
+}
+
+// After conv_step, one invocation per channel: the state becomes the last K − 1 rows of
+// (state ++ x). In ascending order each read lies at or past the row written, so it works in
+// place when the batch is shorter than the state.
+@compute @workgroup_size(256)
+fn conv_state(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let c = index(gid, nwg);
+    if (c >= p.channels) {
+        return;
+    }
+    for (var i = 0u; i + 1u < p.taps; i++) {
+        state[i * p.channels + c] = input(p.rows + i, c);
+    }
+}
+#endif
+
+#if MOE_COMBINE
+struct Params {
+    len: u32,     // rows × width
+    width: u32,
+    n_used: u32,  // slots per token
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> y: array<f32>;
+@group(0) @binding(2) var<storage, read> weights: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+// out[t][c] = Σ_j weights[t·n + j] · y[t·n + j][c], j in order.
+@compute @workgroup_size(256)
+fn moe_combine(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= p.len) {
+        return;
+    }
+    let t = i / p.width;
+    let c = i % p.width;
+    let s0 = t * p.n_used;
+    var acc = y[s0 * p.width + c] * weights[s0];
+    for (var j = 1u; j < p.n_used; j++) {
+        acc += y[(s0 + j) * p.width + c] * weights[s0 + j];
+    }
+    out[i] = acc;
+}
+#endif
