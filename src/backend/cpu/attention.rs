@@ -400,9 +400,9 @@ fn scores(
     s: &mut [f32],
     stride: usize,
 ) {
-    let n = k.len() / hd;
     #[cfg(target_arch = "x86_64")]
     if kernels.gemm_isa() == Some(super::gemm::GemmIsa::Avx512Vnni) {
+        let n = k.len() / hd;
         // SAFETY: AVX-512F was detected; the slices hold nq × hd, n × hd and nq × stride values.
         unsafe {
             match hd {
