@@ -7,7 +7,7 @@
 
 use super::WgpuBackend;
 use super::buffers::{self, GpuBuffer, GpuWeight};
-use super::ops::{bind, grid, type_define};
+use super::ops::{bind, grid};
 use super::pipelines::{Access, Kernel};
 use crate::backend::{DeltaNetParams, ExpertMatmulParams, RopeLayout};
 use crate::error::Result;
@@ -30,7 +30,7 @@ fn small_kernel(op: &'static str, define: &'static str, bindings: &[Access]) -> 
 fn expert_kernel(t: GgmlType) -> Kernel {
     Kernel::new("expert_matvec", "moe", &[Read, Read, Read, ReadWrite])
         .flag("EXPERT_MATVEC")
-        .flag(type_define(t))
+        .flag(t.name())
 }
 
 /// A convolution's taps (`ssm_conv1d`: rows of K = 4 F32 values) are kept as f32 values, as a

@@ -32,33 +32,15 @@ fn words(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
-/// The define that selects a weight type's block decoder in quants.wgsl.
-pub(super) fn type_define(t: GgmlType) -> &'static str {
-    match t {
-        GgmlType::F32 => "F32",
-        GgmlType::F16 => "F16",
-        GgmlType::BF16 => "BF16",
-        GgmlType::Q4_0 => "Q4_0",
-        GgmlType::Q4_1 => "Q4_1",
-        GgmlType::Q5_0 => "Q5_0",
-        GgmlType::Q5_1 => "Q5_1",
-        GgmlType::Q8_0 => "Q8_0",
-        GgmlType::Q8_1 => "Q8_1",
-        GgmlType::Q2_K => "Q2_K",
-        GgmlType::Q3_K => "Q3_K",
-        GgmlType::Q4_K => "Q4_K",
-        GgmlType::Q5_K => "Q5_K",
-        GgmlType::Q6_K => "Q6_K",
-        GgmlType::Q8_K => "Q8_K",
-    }
-}
+// Kernels that read weights take the type's name (`GgmlType::name`) as the define that selects
+// its block decoder in quants.wgsl.
 
 fn matvec_kernel(t: GgmlType, n_weights: usize) -> Kernel {
     let mut bindings = vec![Read, Read, ReadWrite];
     for _ in 1..n_weights {
         bindings.extend([Read, ReadWrite]);
     }
-    let k = Kernel::new("matvec", "matvec", &bindings).flag(type_define(t));
+    let k = Kernel::new("matvec", "matvec", &bindings).flag(t.name());
     match n_weights {
         2 => k.flag("NW2"),
         3 => k.flag("NW3"),
@@ -67,7 +49,7 @@ fn matvec_kernel(t: GgmlType, n_weights: usize) -> Kernel {
 }
 
 fn matmul_kernel(t: GgmlType, sg8: bool) -> Kernel {
-    let k = Kernel::new("matmul", "matmul", &[Read, Read, ReadWrite]).flag(type_define(t));
+    let k = Kernel::new("matmul", "matmul", &[Read, Read, ReadWrite]).flag(t.name());
     if sg8 {
         k.flag("SG8").entry("main_sg8")
     } else {
@@ -76,7 +58,7 @@ fn matmul_kernel(t: GgmlType, sg8: bool) -> Kernel {
 }
 
 fn embed_kernel(t: GgmlType) -> Kernel {
-    Kernel::new("embed", "embed", &[Read, Read, ReadWrite]).flag(type_define(t))
+    Kernel::new("embed", "embed", &[Read, Read, ReadWrite]).flag(t.name())
 }
 
 fn elementwise_kernel(entry: &'static str) -> Kernel {
