@@ -1,6 +1,6 @@
-// hybrid.wgsl — the small ops of hybrid recurrent and mixture-of-experts models (Qwen3.5): partial
-// RoPE, sigmoid gates, the causal convolution step of a DeltaNet block and its state, and the
-// weighted sum of expert outputs. One op per pipeline: its define (ROPE_PARTIAL, MUL_SIGMOID,
+// hybrid.wgsl — the small ops of hybrid recurrent and mixture-of-experts models (Qwen3.5): sigmoid
+// gates, the causal convolution step of a DeltaNet block and its state, and the
+// weighted sum of expert outputs. One op per pipeline: its define (MUL_SIGMOID,
 // CONV_STEP, MOE_COMBINE) declares its bindings, and its entry point has the op's name. The
 // contracts and the CPU reference are in src/backend/mod.rs and src/backend/cpu/hybrid.rs.
 
@@ -9,49 +9,6 @@
 fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return gid.x + gid.y * nwg.x * 256u;
 }
-
-#if ROPE_PARTIAL
-struct Params {
-    pairs: u32,     // rows × heads × rot_dims / 2
-    heads: u32,
-    head_dim: u32,
-    rot_dims: u32,  // leading values of each head that rotate
-    neox: u32,      // 1: pairs (i, i + rot/2); 0: (2i, 2i + 1)
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
-@group(0) @binding(2) var<storage, read> table: array<f32>;
-
-// One invocation per rotated pair; the table has rot_dims / 2 pairs (cos, sin) per row.
-@compute @workgroup_size(256)
-fn rope_partial(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let t = index(gid, nwg);
-    if (t >= p.pairs) {
-        return;
-    }
-    let half = p.rot_dims / 2u;
-    let i = t % half;
-    let head = t / half; // row × heads + h
-    let row = head / p.heads;
-    let c = table[row * p.rot_dims + 2u * i];
-    let s = table[row * p.rot_dims + 2u * i + 1u];
-    let base = head * p.head_dim;
-    var a: u32;
-    var b: u32;
-    if (p.neox == 1u) {
-        a = base + i;
-        b = base + i + half;
-    } else {
-        a = base + 2u * i;
-        b = a + 1u;
-    }
-    let x0 = x[a];
-    let x1 = x[b];
-    x[a] = x0 * c - x1 * s;
-    x[b] = x0 * s + x1 * c;
-}
-#endif
 
 #if MUL_SIGMOID
 struct Params {

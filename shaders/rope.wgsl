@@ -1,11 +1,13 @@
 // rope.wgsl — rotary position embedding in place, one invocation per rotated pair. The table
-// holds, per row, head_dim / 2 pairs (cos, sin) computed on the host as llama.cpp's rope cache.
+// holds, per row, rot_dims / 2 pairs (cos, sin) computed on the host as llama.cpp's rope cache.
+// rot_dims is head_dim for full RoPE; Qwen3.5 rotates only the leading rot_dims of each head.
 
 struct Params {
-    pairs: u32,     // rows × heads × head_dim / 2
+    pairs: u32,     // rows × heads × rot_dims / 2
     heads: u32,
     head_dim: u32,
-    neox: u32,      // 1: halves (i, i + d/2); 0: adjacent (2i, 2i + 1)
+    rot_dims: u32,  // leading values of each head that rotate
+    neox: u32,      // 1: pairs (i, i + rot_dims/2); 0: adjacent (2i, 2i + 1)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -18,12 +20,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (t >= p.pairs) {
         return;
     }
-    let half = p.head_dim / 2u;
+    let half = p.rot_dims / 2u;
     let i = t % half;
     let head = t / half; // row × heads + h
     let row = head / p.heads;
-    let c = table[row * p.head_dim + 2u * i];
-    let s = table[row * p.head_dim + 2u * i + 1u];
+    let c = table[row * p.rot_dims + 2u * i];
+    let s = table[row * p.rot_dims + 2u * i + 1u];
     let base = head * p.head_dim;
     var a: u32;
     var b: u32;

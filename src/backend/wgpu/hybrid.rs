@@ -65,6 +65,7 @@ impl WgpuBackend {
         }
     }
 
+    /// RoPE over the leading `rot_dims` values of each head (all of them for full RoPE).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gpu_rope_partial(
         &self,
@@ -77,7 +78,7 @@ impl WgpuBackend {
         layout: RopeLayout,
     ) {
         let pairs = rows * n_heads * rot_dims / 2;
-        let k = small_kernel("rope_partial", "ROPE_PARTIAL", &[ReadWrite, Read]);
+        let k = Kernel::new("rope", "rope", &[ReadWrite, Read]);
         self.run(
             &k,
             &[

@@ -557,19 +557,7 @@ impl Backend for WgpuBackend {
         head_dim: usize,
         layout: RopeLayout,
     ) {
-        let pairs = rows * n_heads * head_dim / 2;
-        let k = Kernel::new("rope", "rope", &[ReadWrite, Read]);
-        self.run(
-            &k,
-            &[
-                pairs as u32,
-                n_heads as u32,
-                head_dim as u32,
-                (layout == RopeLayout::Neox) as u32,
-            ],
-            &[bind(&x.dev), bind(&table.dev)],
-            grid(pairs.div_ceil(256)),
-        );
+        self.gpu_rope_partial(x, table, rows, n_heads, head_dim, head_dim, layout);
     }
 
     fn cache(&self, len: usize, ty: CacheType, rotation: usize) -> Result<GpuCache> {
