@@ -54,17 +54,6 @@ impl WgpuBackend {
             .map(|_| ())
     }
 
-    fn vector<'a>(&self, w: &'a GpuWeight, op: &str) -> Option<(&'a buffers::DeviceBuf, usize)> {
-        match w {
-            GpuWeight::Vector { dev, len } => Some((dev, *len)),
-            GpuWeight::Matrix(_) => {
-                self.gpu
-                    .fail(format!("{op}: expected a vector weight, got a matrix"));
-                None
-            }
-        }
-    }
-
     /// RoPE over the leading `rot_dims` values of each head (all of them for full RoPE).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn gpu_rope_partial(

@@ -169,6 +169,22 @@ impl WgpuBackend {
         slot.as_ref().map(|b| (b.dev.buf.clone(), b.dev.id))
     }
 
+    /// The buffer and length of a vector weight (a norm's or a bias); a matrix is a failure.
+    pub(super) fn vector<'a>(
+        &self,
+        w: &'a GpuWeight,
+        op: &str,
+    ) -> Option<(&'a buffers::DeviceBuf, usize)> {
+        match w {
+            GpuWeight::Vector { dev, len } => Some((dev, *len)),
+            GpuWeight::Matrix(_) => {
+                self.gpu
+                    .fail(format!("{op}: expected a vector weight, got a matrix"));
+                None
+            }
+        }
+    }
+
     pub(super) fn matrix<'a>(&self, w: &'a GpuWeight, op: &str) -> Option<&'a Matrix> {
         let m = w.matrix();
         if m.is_none() {
@@ -442,14 +458,13 @@ impl Backend for WgpuBackend {
     }
 
     fn rms_norm(&self, x: &mut GpuBuffer, w: &GpuWeight, rows: usize, eps: f32) {
-        let GpuWeight::Vector { dev, len } = w else {
-            self.gpu.fail("rms_norm: expected a vector weight".into());
+        let Some((dev, len)) = self.vector(w, "rms_norm") else {
             return;
         };
         let k = Kernel::new("rms_norm", "norm", &[ReadWrite, Read]);
         self.run(
             &k,
-            &[rows as u32, *len as u32, eps.to_bits()],
+            &[rows as u32, len as u32, eps.to_bits()],
             &[bind(&x.dev), bind(dev)],
             grid(rows),
         );
@@ -464,15 +479,14 @@ impl Backend for WgpuBackend {
         eps: f32,
         out: &mut GpuBuffer,
     ) {
-        let GpuWeight::Vector { dev, len } = w else {
-            self.gpu.fail("rms_norm: expected a vector weight".into());
+        let Some((dev, len)) = self.vector(w, "rms_norm") else {
             return;
         };
-        debug_assert_eq!(*len, width);
+        debug_assert_eq!(len, width);
         let k = Kernel::new("rms_norm", "norm", &[ReadWrite, Read, Read]).flag("INTO");
         self.run(
             &k,
-            &[rows as u32, *len as u32, eps.to_bits()],
+            &[rows as u32, len as u32, eps.to_bits()],
             &[bind(&out.dev), bind(dev), bind(&x.dev)],
             grid(rows),
         );
@@ -541,11 +555,10 @@ impl Backend for WgpuBackend {
     }
 
     fn add_bias(&self, x: &mut GpuBuffer, b: &GpuWeight, rows: usize) {
-        let GpuWeight::Vector { dev, len } = b else {
-            self.gpu.fail("add_bias: expected a vector weight".into());
+        let Some((dev, len)) = self.vector(b, "add_bias") else {
             return;
         };
-        self.elementwise("add_bias", x, dev, [(rows * len) as u32, *len as u32, 0, 0]);
+        self.elementwise("add_bias", x, dev, [(rows * len) as u32, len as u32, 0, 0]);
     }
 
     fn rope(
