@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::quant::{BlockQ8, BlockQ8K};
-use super::repack::{Packed, ROWS, section_offset};
+use super::repack::{BlockPlace, Packed, ROWS, chunk_blocks, chunk_bytes};
 use crate::gguf::GgmlType;
 
 /// The vector operations the kernels need, on `LANES` rows at once (one i32 or f32 per row; four
@@ -348,8 +348,12 @@ unsafe fn pair<V: Isa>(lo: V::I, hi: V::I) -> V::I {
 /// as two halves of 8 rows), and per token its activation blocks and, for Q8 activations, their
 /// integer sums.
 pub(super) struct Tile<A, const T: usize> {
+    /// Where each section starts in the group's first chunk.
     sec: [*const u8; 6],
     blocks: usize,
+    /// log2 of the blocks per chunk (one or two), and the chunk's size.
+    chunk_shift: u32,
+    chunk_bytes: usize,
     /// Byte offset of this half's rows in a line.
     line: usize,
     /// Index of this half's first row in a plane.
@@ -364,13 +368,16 @@ impl<A, const T: usize> Tile<A, T> {
     /// Byte `i` of block `b`'s part of section `s`, whose parts are `size` bytes.
     #[inline(always)]
     unsafe fn at(&self, s: usize, size: usize, b: usize, i: usize) -> *const u8 {
-        unsafe { self.sec[s].add(b * size + i) }
+        let chunk = b >> self.chunk_shift;
+        let within = b & ((1 << self.chunk_shift) - 1);
+        unsafe { self.sec[s].add(chunk * self.chunk_bytes + within * size + i) }
     }
 
-    /// The quad mask `q` of block `b` in section `s` (`size` bytes per block), for this half.
+    /// The quad mask at byte `i` of block `b`'s part of section `s` (`size` bytes per block),
+    /// for this half.
     #[inline(always)]
-    unsafe fn mask(&self, s: usize, size: usize, b: usize, q: usize) -> u64 {
-        unsafe { (self.at(s, size, b, 8 * q) as *const u64).read_unaligned() >> self.shift }
+    unsafe fn mask(&self, s: usize, size: usize, b: usize, i: usize) -> u64 {
+        unsafe { (self.at(s, size, b, i) as *const u64).read_unaligned() >> self.shift }
     }
 
     /// Token `t`'s activation block `b`.
@@ -393,18 +400,20 @@ impl<const Q5: bool> Kernel<BlockQ8K> for KQ4<Q5> {
     unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
         unsafe {
             let s = Q5 as usize; // Q5_K has its masks as section 1
+            // Q5_K's sub-blocks are 256 bytes of lines and then 64 of their masks.
+            let (region, unit) = if Q5 { (2560, 320) } else { (2048, 256) };
             for b in 0..tile.blocks {
                 let mut acc_s = [V::zero(); T];
                 for j in 0..8 {
                     let mut acc_j = [V::zero(); T];
                     for o in 0..4 {
-                        let line = V::load(tile.at(0, 2048, b, (4 * j + o) * 64 + tile.line));
+                        let line = V::load(tile.at(0, region, b, j * unit + o * 64 + tile.line));
                         let mut lo = V::and8(line, 0x0F);
                         let mut hi = V::and8(V::srl16::<4>(line), 0x0F);
                         if Q5 {
-                            let q = 8 * j + 2 * o;
-                            lo = V::or_where(lo, tile.mask(1, 512, b, q), 16);
-                            hi = V::or_where(hi, tile.mask(1, 512, b, q + 1), 16);
+                            let q = j * unit + 256 + 16 * o;
+                            lo = V::or_where(lo, tile.mask(0, region, b, q), 16);
+                            hi = V::or_where(hi, tile.mask(0, region, b, q + 8), 16);
                         }
                         let k = 32 * j + 8 * o;
                         for t in 0..T {
@@ -497,9 +506,10 @@ impl Kernel<BlockQ8K> for KQ6 {
             for b in 0..tile.blocks {
                 let mut acc_s = [V::zero(); T];
                 for s in 0..16 {
-                    let l0 = V::load(tile.at(0, 2048, b, 2 * s * 64 + tile.line));
-                    let l1 = V::load(tile.at(0, 2048, b, (2 * s + 1) * 64 + tile.line));
-                    let hh = V::load(tile.at(1, 1024, b, s * 64 + tile.line));
+                    // Sub-block s: its two nibble lines, then its high line.
+                    let l0 = V::load(tile.at(0, 3072, b, s * 192 + tile.line));
+                    let l1 = V::load(tile.at(0, 3072, b, s * 192 + 64 + tile.line));
+                    let hh = V::load(tile.at(0, 3072, b, s * 192 + 128 + tile.line));
                     let q = [
                         V::or(V::and8(l0, 0x0F), V::and8(V::shl16::<4>(hh), 0x30)),
                         V::or(
@@ -602,9 +612,13 @@ impl Kernel<BlockQ8K> for KQ3 {
                 let mut operands = [[V::zero(); 4]; 16];
                 let mut scales = [V::zero(); 16];
                 for s in 0..16 {
-                    let low = two_bit::<V>(V::load(tile.at(0, 1024, b, s * 64 + tile.line)));
+                    // Sub-blocks 2p and 2p + 1: their two lines, then their eight masks.
+                    let unit = (s / 2) * 192;
+                    let line = tile.at(0, 1536, b, unit + (s % 2) * 64 + tile.line);
+                    let low = two_bit::<V>(V::load(line));
                     for k in 0..4 {
-                        operands[s][k] = V::or_where(low[k], tile.mask(1, 512, b, 4 * s + k), 4);
+                        let m = tile.mask(0, 1536, b, unit + 128 + (s % 2) * 32 + 8 * k);
+                        operands[s][k] = V::or_where(low[k], m, 4);
                     }
                     scales[s] = V::i8s(tile.at(2, 256, b, 16 * s + tile.lane));
                 }
@@ -663,8 +677,8 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
                         let mut lo = V::and8(line, 0x0F);
                         let mut hi = V::and8(V::srl16::<4>(line), 0x0F);
                         if q5 {
-                            lo = V::or_where(lo, tile.mask(1, 64, b, 2 * o), 16);
-                            hi = V::or_where(hi, tile.mask(1, 64, b, 2 * o + 1), 16);
+                            lo = V::or_where(lo, tile.mask(1, 64, b, 16 * o), 16);
+                            hi = V::or_where(hi, tile.mask(1, 64, b, 16 * o + 8), 16);
                         }
                         for t in 0..T {
                             let xq = tile.x(t, b).qs.as_ptr();
@@ -713,9 +727,10 @@ unsafe fn run_group<V: Isa, A, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>
     unsafe {
         let base = c.p.group(c.group).as_ptr();
         let n_sec = super::repack::sections(c.p.dtype).map_or(0, |s| s.len());
+        let first = BlockPlace::new(c.p.dtype, 0);
         let mut sec = [base; 6];
         for (s, p) in sec.iter_mut().enumerate().take(n_sec) {
-            *p = base.add(section_offset(c.p.dtype, c.p.blocks, s));
+            *p = base.add(first.at(s, 0));
         }
         let row0 = c.group * ROWS;
         for h in 0..ROWS / V::LANES {
@@ -756,6 +771,8 @@ unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
         let tile = Tile {
             sec: *sec,
             blocks: c.p.blocks,
+            chunk_shift: chunk_blocks(c.p.dtype).trailing_zeros(),
+            chunk_bytes: chunk_bytes(c.p.dtype),
             line: h * 4 * V::LANES,
             lane: h * V::LANES,
             shift: h * 4 * V::LANES,
