@@ -661,6 +661,7 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
                 _ => 0,
             };
             let d_sec = if q5 { 2 } else { 1 };
+            let region = if q5 { 320 } else { 256 };
             for b in 0..tile.blocks {
                 let mut acc_j = [V::zero(); T];
                 if KIND == Q8_0 {
@@ -673,12 +674,13 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
                     }
                 } else {
                     for o in 0..4 {
-                        let line = V::load(tile.at(0, 256, b, o * 64 + tile.line));
+                        // Q5_0/Q5_1: the block's four lines, then their masks.
+                        let line = V::load(tile.at(0, region, b, o * 64 + tile.line));
                         let mut lo = V::and8(line, 0x0F);
                         let mut hi = V::and8(V::srl16::<4>(line), 0x0F);
                         if q5 {
-                            lo = V::or_where(lo, tile.mask(1, 64, b, 16 * o), 16);
-                            hi = V::or_where(hi, tile.mask(1, 64, b, 16 * o + 8), 16);
+                            lo = V::or_where(lo, tile.mask(0, region, b, 256 + 16 * o), 16);
+                            hi = V::or_where(hi, tile.mask(0, region, b, 256 + 16 * o + 8), 16);
                         }
                         for t in 0..T {
                             let xq = tile.x(t, b).qs.as_ptr();

@@ -21,9 +21,11 @@
 //! - Q8_0 lines: the signed bytes as stored, one quad per line.
 //!
 //! Per-row numbers (f16 scales, integer sub-block scales and minimums) are stored as 16-entry
-//! planes. Sizes equal GGML's for every type except the K-quants whose 6-bit sub-block scales are
-//! unpacked to bytes (Q3_K +3.6 %, Q4_K +2.8 %, Q5_K +2.3 %), so repacking does not grow memory (a
-//! row with an odd number of blocks of a two-block-chunk type gets one block of padding).
+//! planes, at the head of each chunk. Sizes equal GGML's except for the K-quants whose 6-bit
+//! sub-block scales are unpacked to bytes (Q4_K +2.8 %, Q5_K +2.3 %, Q3_K +3.6 %) and the types
+//! whose chunk head is padded to a line (Q3_K +1.8 %, Q6_K +1.0 %), so repacking does not grow
+//! memory (a row with an odd number of blocks of a two-block-chunk type also gets one block of
+//! padding).
 //!
 //! The original bytes stay the reference: `unpack_row` decodes a packed row back to them, and the
 //! tests check that it does for every type.
@@ -86,26 +88,49 @@ pub fn sections(t: GgmlType) -> Option<&'static [usize]> {
     })
 }
 
-/// Blocks per chunk of the group: the fewest whose parts fill whole 64-byte lines.
+/// Blocks per chunk of the group: two for the 32-value types whose f16 scales are half a line.
 pub fn chunk_blocks(t: GgmlType) -> usize {
-    let per_block: usize = sections(t).map_or(64, |sz| sz.iter().sum());
-    64 / gcd(per_block, 64)
+    match t {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => 2,
+        _ => 1,
+    }
 }
 
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 { a } else { gcd(b, a % b) }
+/// How many of the type's first sections hold lines (and their masks), read as one region.
+fn line_sections(t: GgmlType) -> usize {
+    if interleave(t).is_some() { 2 } else { 1 }
+}
+
+/// Bytes at the head of a chunk for its blocks' small parts (sub-block scales and minimums, f16
+/// planes), padded so that the lines after them are aligned.
+fn head_bytes(t: GgmlType) -> usize {
+    let sz = sections(t).unwrap_or(&[]);
+    let small: usize = sz.iter().skip(line_sections(t)).sum();
+    (small * chunk_blocks(t)).next_multiple_of(64)
+}
+
+/// Bytes per block of a chunk's line region.
+fn region_bytes(t: GgmlType) -> usize {
+    sections(t).map_or(0, |sz| sz.iter().take(line_sections(t)).sum())
 }
 
 /// Bytes per chunk of `chunk_blocks(t)` blocks.
 pub fn chunk_bytes(t: GgmlType) -> usize {
-    sections(t).map_or(0, |sz| sz.iter().sum::<usize>()) * chunk_blocks(t)
+    head_bytes(t) + region_bytes(t) * chunk_blocks(t)
 }
 
-/// For types whose first two sections the kernels read side by side (Q3_K's and Q5_K's bit
-/// masks, Q6_K's high lines), the two are interleaved in reading order: `(a, c)` means units of
-/// `a` bytes of section 0 followed by `c` bytes of section 1, the pair taking the place of both.
+/// Bytes per group of 16 rows of `blocks` blocks.
+pub fn group_bytes(t: GgmlType, blocks: usize) -> usize {
+    blocks.div_ceil(chunk_blocks(t)) * chunk_bytes(t)
+}
+
+/// For types whose first two sections the kernels read side by side (bit masks, Q6_K's high
+/// lines), the two are interleaved in reading order: `(a, c)` means units of `a` bytes of
+/// section 0 followed by `c` bytes of section 1, the pair taking the place of both.
 pub fn interleave(t: GgmlType) -> Option<(usize, usize)> {
     match t {
+        // a block's four nibble lines, then its eight quad masks
+        GgmlType::Q5_0 | GgmlType::Q5_1 => Some((256, 64)),
         // two 2-bit lines, then their sub-blocks' eight quad masks
         GgmlType::Q3_K => Some((128, 64)),
         // one 32-value sub-block's four nibble lines, then its eight quad masks
@@ -131,16 +156,24 @@ impl BlockPlace {
         let per_chunk = chunk_blocks(t);
         let chunk = (b / per_chunk) * chunk_bytes(t);
         let within = b % per_chunk;
+        let lines = line_sections(t);
         let mut base = [0; 6];
-        let mut start = 0;
-        for (s, &size) in sz.iter().enumerate() {
-            base[s] = chunk + start * per_chunk + within * size;
-            start += size;
+        // The small parts first, so a kernel reading a block's scales before its lines still
+        // moves forward through memory, then the lines.
+        let mut start = chunk;
+        for s in lines..sz.len() {
+            base[s] = start + within * sz[s];
+            start += sz[s] * per_chunk;
+        }
+        let region = chunk + head_bytes(t) + within * region_bytes(t);
+        let mut at = region;
+        for s in 0..lines {
+            base[s] = at;
+            at += sz[s];
         }
         let unit = interleave(t).map(|(a, c)| {
-            // The two sections share one region per block.
-            base[0] = chunk + within * (sz[0] + sz[1]);
-            base[1] = base[0];
+            // The two sections share the region.
+            base[1] = region;
             (a.trailing_zeros(), c.trailing_zeros())
         });
         BlockPlace { base, unit }
@@ -193,7 +226,7 @@ pub fn pack(
     if data.len() != rows * row_bytes {
         return None;
     }
-    let group_bytes = blocks.div_ceil(chunk_blocks(t)) * chunk_bytes(t);
+    let group_bytes = group_bytes(t, blocks);
     let mut data_out = AlignedBytes::zeroed(group_bytes * (rows / ROWS))?;
     par(data_out.as_mut_slice(), group_bytes, &|g, out| {
         let rows: [&[u8]; ROWS] =
@@ -889,7 +922,7 @@ pub(crate) mod tests {
             let p = pack_serial(t, &data, rows, cols).expect("packable");
             let rb = data.len() / rows;
             assert!(
-                p.bytes() <= data.len() * 1037 / 1000,
+                p.bytes() <= data.len() * 1055 / 1000,
                 "{t}: {} bytes",
                 p.bytes()
             );
@@ -910,13 +943,15 @@ pub(crate) mod tests {
     #[test]
     fn fast_packing_equals_packing_the_codes() {
         for t in GgmlType::ALL {
-            let Some(sz) = sections(t) else { continue };
+            if sections(t).is_none() {
+                continue;
+            }
             let blocks = 512 / t.block_len();
             let rows: Vec<Vec<u8>> = (0..ROWS as u64)
                 .map(|r| random_row(t, 512, 7 * r + t.id() as u64))
                 .collect();
             let refs: [&[u8]; ROWS] = std::array::from_fn(|r| rows[r].as_slice());
-            let n: usize = sz.iter().sum::<usize>() * blocks;
+            let n = group_bytes(t, blocks);
             let (mut fast, mut slow) = (vec![0u8; n], vec![0u8; n]);
             pack_group(t, &refs, blocks, &mut fast);
             pack_group_reference(t, &refs, blocks, &mut slow);
