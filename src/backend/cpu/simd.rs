@@ -209,6 +209,8 @@ impl Kernels {
         #[cfg(target_arch = "x86_64")]
         if self.level == Level::AvxVnni {
             match t {
+                GgmlType::Q2_K => return x86::vnni_q2_k,
+                GgmlType::Q3_K => return x86::vnni_q3_k,
                 GgmlType::Q4_K => return x86::vnni_q4_k,
                 GgmlType::Q5_K => return x86::vnni_q5_k,
                 GgmlType::Q6_K => return x86::vnni_q6_k,
@@ -218,6 +220,8 @@ impl Kernels {
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Portable {
             match t {
+                GgmlType::Q2_K => return x86::dot_q2_k,
+                GgmlType::Q3_K => return x86::dot_q3_k,
                 GgmlType::Q4_K => return x86::dot_q4_k,
                 GgmlType::Q5_K => return x86::dot_q5_k,
                 GgmlType::Q6_K => return x86::dot_q6_k,
@@ -374,7 +378,7 @@ mod x86 {
     use std::arch::x86_64::*;
 
     use super::super::quant::{BlockQ8, BlockQ8K};
-    use crate::gguf::dequant::scale_min_k4;
+    use crate::gguf::dequant::{q3_k_scales, scale_min_k4};
 
     /// An f16 at byte `i`, converted with F16C (only reached from F16C kernels).
     #[inline(always)]
@@ -886,6 +890,92 @@ mod x86 {
                     }
                 }
 
+                /// Σ over the 16 sub-blocks of a Q2_K/Q3_K block of scale_s · (codes ·
+                /// activations), where `codes(n, g)` are the unsigned codes of values
+                /// 128n + 32g..+32 (sub-blocks 8n + 2g and 8n + 2g + 1).
+                #[inline(always)]
+                unsafe fn sixteen_sub_blocks(
+                    xq: &[i8; 256],
+                    scales: &[i16; 16],
+                    codes: impl Fn(usize, usize) -> __m256i,
+                ) -> i32 {
+                    unsafe {
+                        let mut acc = _mm256_setzero_si256();
+                        for n in 0..2 {
+                            for g in 0..4 {
+                                let xs = load(xq.as_ptr().add(128 * n + 32 * g) as *const u8);
+                                let p16 = _mm256_maddubs_epi16(codes(n, g), xs);
+                                let (s0, s1) = (scales[8 * n + 2 * g], scales[8 * n + 2 * g + 1]);
+                                let sc = _mm256_set_m128i(_mm_set1_epi16(s1), _mm_set1_epi16(s0));
+                                acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p16, sc));
+                            }
+                        }
+                        hsum_i32(acc)
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q2_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
+                    unsafe {
+                        let mut total = 0.0f32;
+                        for (wb, xb) in w.chunks_exact(84).zip(x) {
+                            let mut scales = [0i16; 16];
+                            let mut sum_min = 0i32;
+                            for (j, &sc) in wb[..16].iter().enumerate() {
+                                scales[j] = (sc & 0xF) as i16;
+                                sum_min += (sc >> 4) as i32 * xb.bsums[j] as i32;
+                            }
+                            let qs = wb.as_ptr().add(16);
+                            let sum = sixteen_sub_blocks(&xb.qs, &scales, |n, g| {
+                                let q = load(qs.add(32 * n));
+                                let q = match g {
+                                    0 => q,
+                                    1 => _mm256_srli_epi16(q, 2),
+                                    2 => _mm256_srli_epi16(q, 4),
+                                    _ => _mm256_srli_epi16(q, 6),
+                                };
+                                _mm256_and_si256(q, _mm256_set1_epi8(3))
+                            });
+                            let (d, dmin) = (f16(wb, 80) * xb.d, f16(wb, 82) * xb.d);
+                            total += d * sum as f32 - dmin * sum_min as f32;
+                        }
+                        total
+                    }
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn q3_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
+                    unsafe {
+                        let mut total = 0.0f32;
+                        for (wb, xb) in w.chunks_exact(110).zip(x) {
+                            let mut scales = [0i16; 16];
+                            let mut offset = 0i32;
+                            for (j, sc) in q3_k_scales(&wb[96..108]).into_iter().enumerate() {
+                                scales[j] = sc as i16;
+                                offset += sc as i32 * xb.bsums[j] as i32;
+                            }
+                            let hmask = load(wb.as_ptr());
+                            let qs = wb.as_ptr().add(32);
+                            // Codes u = low two bits | the hmask bit << 2; weights are u − 4.
+                            let sum = sixteen_sub_blocks(&xb.qs, &scales, |n, g| {
+                                let q = load(qs.add(32 * n));
+                                let q = match g {
+                                    0 => q,
+                                    1 => _mm256_srli_epi16(q, 2),
+                                    2 => _mm256_srli_epi16(q, 4),
+                                    _ => _mm256_srli_epi16(q, 6),
+                                };
+                                let low = _mm256_and_si256(q, _mm256_set1_epi8(3));
+                                let m = _mm256_set1_epi8((1u8 << (4 * n + g)) as i8);
+                                let set = _mm256_cmpeq_epi8(_mm256_and_si256(hmask, m), m);
+                                _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(4)))
+                            });
+                            total += f16(wb, 108) * xb.d * (sum - 4 * offset) as f32;
+                        }
+                        total
+                    }
+                }
+
                 #[target_feature(enable = $features)]
                 pub unsafe fn q6_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
                     unsafe {
@@ -1268,6 +1358,8 @@ mod x86 {
     safe!(dot_q5_0, avx2::q5_0, &[u8], &[BlockQ8]);
     safe!(dot_q5_1, avx2::q5_1, &[u8], &[BlockQ8]);
     safe!(dot_q8_0, avx2::q8_0, &[u8], &[BlockQ8]);
+    safe!(dot_q2_k, avx2::q2_k, &[u8], &[BlockQ8K]);
+    safe!(dot_q3_k, avx2::q3_k, &[u8], &[BlockQ8K]);
     safe!(dot_q4_k, avx2::q4_k, &[u8], &[BlockQ8K]);
     safe!(dot_q5_k, avx2::q5_k, &[u8], &[BlockQ8K]);
     safe!(dot_q6_k, avx2::q6_k, &[u8], &[BlockQ8K]);
@@ -1276,6 +1368,8 @@ mod x86 {
     safe!(vnni_q5_0, vnni::q5_0, &[u8], &[BlockQ8]);
     safe!(vnni_q5_1, vnni::q5_1, &[u8], &[BlockQ8]);
     safe!(vnni_q8_0, vnni::q8_0, &[u8], &[BlockQ8]);
+    safe!(vnni_q2_k, vnni::q2_k, &[u8], &[BlockQ8K]);
+    safe!(vnni_q3_k, vnni::q3_k, &[u8], &[BlockQ8K]);
     safe!(vnni_q4_k, vnni::q4_k, &[u8], &[BlockQ8K]);
     safe!(vnni_q5_k, vnni::q5_k, &[u8], &[BlockQ8K]);
     safe!(vnni_q6_k, vnni::q6_k, &[u8], &[BlockQ8K]);
