@@ -572,24 +572,34 @@ fn sentencepiece_merges(
     scores: &[f32],
     vocab: &AHashMap<String, u32>,
 ) -> Vec<(String, String)> {
-    let mut merges: Vec<(f32, u32, u32, &str, &str)> = Vec::new();
+    // (score, left id, right id, left length in bytes, right length): the pieces themselves are
+    // looked up by id only once the order is known.
+    let mut merges: Vec<(f32, u32, u32, u32, u32)> = Vec::new();
     for (id, piece) in tokens.iter().enumerate() {
         for (split, _) in piece.char_indices().skip(1) {
             let (l, r) = piece.split_at(split);
-            if let (Some(&lid), Some(&rid)) = (vocab.get(l), vocab.get(r)) {
-                merges.push((scores[id], lid, rid, l, r));
+            if let Some(&lid) = vocab.get(l)
+                && let Some(&rid) = vocab.get(r)
+            {
+                merges.push((scores[id], lid, rid, l.len() as u32, r.len() as u32));
             }
         }
     }
-    merges.sort_by(|a, b| {
+    // (left, right) pairs are unique, so the order is total and an unstable sort gives it.
+    merges.sort_unstable_by(|a, b| {
         b.0.total_cmp(&a.0)
-            .then_with(|| a.3.len().cmp(&b.3.len()))
-            .then_with(|| a.4.len().cmp(&b.4.len()))
+            .then_with(|| a.3.cmp(&b.3))
+            .then_with(|| a.4.cmp(&b.4))
             .then_with(|| (a.1, a.2).cmp(&(b.1, b.2)))
     });
     merges
         .into_iter()
-        .map(|(_, _, _, l, r)| (l.to_string(), r.to_string()))
+        .map(|(_, l, r, _, _)| {
+            (
+                tokens[l as usize].to_string(),
+                tokens[r as usize].to_string(),
+            )
+        })
         .collect()
 }
 
