@@ -55,7 +55,6 @@ impl Packed {
         &self.data.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
     }
 
-    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.data.len
     }
