@@ -470,26 +470,27 @@ unsafe fn pair_sums<V: Isa, const T: usize>(
 }
 
 /// The scaled integer sums Σ_s scale_s · (codes of sub-block s · activations) of one block of a
-/// 16-sub-block type, given each sub-block's four operands and its scales.
+/// 16-sub-block type; `sub_block(s)` gives sub-block s's four operands and its scales, decoded as
+/// they are used (a block's worth of decoded operands held at once would not fit in registers).
 #[inline(always)]
 unsafe fn sixteen_sub_blocks<V: Isa, const T: usize>(
     tile: &Tile<BlockQ8K, T>,
     b: usize,
-    operands: &[[V::I; 4]; 16],
-    scales: &[V::I; 16],
+    sub_block: impl Fn(usize) -> ([V::I; 4], V::I),
 ) -> [V::I; T] {
     unsafe {
         let mut acc_s = [V::zero(); T];
         for s in 0..16 {
+            let (operands, scale) = sub_block(s);
             let mut acc_j = [V::zero(); T];
             for t in 0..T {
                 let xq = tile.x(t, b).qs.as_ptr().add(16 * s);
                 for k in 0..4 {
-                    acc_j[t] = V::dot(acc_j[t], operands[s][k], quad(xq.add(4 * k)));
+                    acc_j[t] = V::dot(acc_j[t], operands[k], quad(xq.add(4 * k)));
                 }
             }
             for t in 0..T {
-                acc_s[t] = V::mul_add(acc_s[t], acc_j[t], scales[s]);
+                acc_s[t] = V::mul_add(acc_s[t], acc_j[t], scale);
             }
         }
         acc_s
@@ -573,13 +574,12 @@ impl Kernel<BlockQ8K> for KQ2 {
     unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
         unsafe {
             for b in 0..tile.blocks {
-                let mut operands = [[V::zero(); 4]; 16];
-                let mut scales = [V::zero(); 16];
-                for s in 0..16 {
-                    operands[s] = two_bit::<V>(V::load(tile.at(0, 1024, b, s * 64 + tile.line)));
-                    scales[s] = V::and32(V::u8s(tile.at(1, 256, b, 16 * s + tile.lane)), 0xF);
-                }
-                let acc_s = sixteen_sub_blocks::<V, T>(tile, b, &operands, &scales);
+                let acc_s = sixteen_sub_blocks::<V, T>(tile, b, |s| {
+                    (
+                        two_bit::<V>(V::load(tile.at(0, 1024, b, s * 64 + tile.line))),
+                        V::and32(V::u8s(tile.at(1, 256, b, 16 * s + tile.lane)), 0xF),
+                    )
+                });
                 let mut pairs = [V::zero(); 8];
                 for i in 0..8 {
                     pairs[i] = pair::<V>(
@@ -609,23 +609,21 @@ impl Kernel<BlockQ8K> for KQ3 {
     unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
         unsafe {
             for b in 0..tile.blocks {
-                let mut operands = [[V::zero(); 4]; 16];
-                let mut scales = [V::zero(); 16];
-                for s in 0..16 {
+                let scale = |s: usize| V::i8s(tile.at(2, 256, b, 16 * s + tile.lane));
+                let acc_s = sixteen_sub_blocks::<V, T>(tile, b, |s| {
                     // Sub-blocks 2p and 2p + 1: their two lines, then their eight masks.
                     let unit = (s / 2) * 192;
                     let line = tile.at(0, 1536, b, unit + (s % 2) * 64 + tile.line);
-                    let low = two_bit::<V>(V::load(line));
-                    for k in 0..4 {
+                    let mut operands = two_bit::<V>(V::load(line));
+                    for (k, op) in operands.iter_mut().enumerate() {
                         let m = tile.mask(0, 1536, b, unit + 128 + (s % 2) * 32 + 8 * k);
-                        operands[s][k] = V::or_where(low[k], m, 4);
+                        *op = V::or_where(*op, m, 4);
                     }
-                    scales[s] = V::i8s(tile.at(2, 256, b, 16 * s + tile.lane));
-                }
-                let acc_s = sixteen_sub_blocks::<V, T>(tile, b, &operands, &scales);
+                    (operands, scale(s))
+                });
                 let mut pairs = [V::zero(); 8];
                 for i in 0..8 {
-                    pairs[i] = pair::<V>(scales[2 * i], scales[2 * i + 1]);
+                    pairs[i] = pair::<V>(scale(2 * i), scale(2 * i + 1));
                 }
                 let acc_o = pair_sums::<V, T>(tile, b, &pairs);
                 let d = V::f16s(tile.at(3, 32, b, 2 * tile.lane));
