@@ -55,6 +55,7 @@ impl Packed {
         &self.data.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
     }
 
+    #[cfg(any(test, target_arch = "x86_64"))]
     pub fn bytes(&self) -> usize {
         self.data.len
     }
