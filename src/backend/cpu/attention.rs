@@ -7,9 +7,11 @@
 //! order. A query's chunks are combined in the same order whichever way the work was split, so a
 //! row gets the same bits in prefill and in generation.
 //!
-//! The cache is read through `CpuCache::read_f32` (f32 and f16 caches: converted to f32 a chunk at
-//! a time, with F16C/AVX-512 via `half`). Cache types with their own arithmetic keep the per-row
-//! path through `CpuCache`'s `dot`/`axpy` (`attention_rows`). As llama.cpp multiplies: with an f16
+//! With AVX-512 the kernels read f32 and f16 caches in place, converting f16 as they load it (at 4k
+//! tokens of context this doubled SmolLM2's generation speed against converting each chunk into a
+//! copy first); elsewhere `CpuCache::read_f32` converts a chunk at a time into scratch. Cache types
+//! with their own arithmetic keep the per-row path through `CpuCache`'s `dot`/`axpy`
+//! (`attention_rows`). As llama.cpp multiplies: with an f16
 //! key cache queries are rounded to f16, with an f16 value cache the softmax weights are.
 
 #![allow(clippy::needless_range_loop)] // register tiles are indexed in step with their inputs
@@ -189,10 +191,16 @@ impl Call<'_> {
         sc.acc.resize(nq * hd, 0.0);
         sc.max.resize(nq, 0.0);
         sc.sum.resize(nq, 0.0);
-        self.k.read_f32(c0, n, kv_width, kvh * hd, hd, &mut sc.k);
-        self.v.read_f32(c0, n, kv_width, kvh * hd, hd, &mut sc.v);
-        sc.k[n * hd..n16 * hd].fill(0.0);
-        scores(self.kernels, &sc.q, nq, hd, &sc.k[..n16 * hd], &mut sc.s, c);
+        let in_place = self.in_place();
+        if in_place {
+            #[cfg(target_arch = "x86_64")]
+            self.scores_in_place(sc, kvh, c0, n, nq);
+        } else {
+            self.k.read_f32(c0, n, kv_width, kvh * hd, hd, &mut sc.k);
+            self.v.read_f32(c0, n, kv_width, kvh * hd, hd, &mut sc.v);
+            sc.k[n * hd..n16 * hd].fill(0.0);
+            scores(self.kernels, &sc.q, nq, hd, &sc.k[..n16 * hd], &mut sc.s, c);
+        }
         // Per query: the chunk's keys it sees, softmax weights over them, zero elsewhere.
         let (mut lo_all, mut hi_all) = (n, 0);
         for (qi, s) in sc.s.chunks_exact_mut(c).take(nq).enumerate() {
@@ -217,7 +225,10 @@ impl Call<'_> {
             s[b..n].fill(0.0);
             (lo_all, hi_all) = (lo_all.min(a), hi_all.max(b));
         }
-        if lo_all < hi_all {
+        if lo_all < hi_all && in_place {
+            #[cfg(target_arch = "x86_64")]
+            self.accumulate_in_place(sc, kvh, c0 + lo_all, lo_all, hi_all - lo_all, nq);
+        } else if lo_all < hi_all {
             accumulate(
                 &sc.s[lo_all..],
                 c,
@@ -235,6 +246,88 @@ impl Call<'_> {
             sum: &sc.sum[..nq],
             acc: &sc.acc[..nq * hd],
         }
+    }
+
+    /// Whether the AVX-512 kernels read this call's keys and values in place in the caches
+    /// (f32 or f16, converted as loaded) rather than from f32 copies of each chunk.
+    fn in_place(&self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self.kernels.gemm_isa() == Some(super::gemm::GemmIsa::Avx512Vnni)
+            && matches!(self.hd(), 64 | 128 | 256)
+        {
+            return true;
+        }
+        false
+    }
+
+    /// The keys of KV head `kvh` from position `c0` as the x86 kernels read them in place, and
+    /// how many rows the cache holds from there.
+    #[cfg(target_arch = "x86_64")]
+    fn rows_at(&self, cache: &CpuCache, kvh: usize, c0: usize) -> (x86::AnyRows, usize) {
+        let kv_width = self.p.n_kv_heads * self.hd();
+        let start = c0 * kv_width + kvh * self.hd();
+        let (rows, len) = match cache {
+            CpuCache::F32(c) => (
+                x86::AnyRows::F32(x86::F32Rows(c[start..].as_ptr(), kv_width)),
+                c.len(),
+            ),
+            CpuCache::F16(c) => (
+                x86::AnyRows::F16(x86::F16Rows(c[start..].as_ptr() as *const u16, kv_width)),
+                c.len(),
+            ),
+            CpuCache::Q8_0 { .. } => unreachable!("q8_0 caches take the per-row path"),
+        };
+        // Rows whose `hd` values lie within the cache.
+        (rows, (len - start + kv_width - self.hd()) / kv_width)
+    }
+
+    /// `sc.s` for the `n` keys of chunk `c0` of KV head `kvh`, read in place (the last partial
+    /// group of 16 keys through a zero-padded copy).
+    #[cfg(target_arch = "x86_64")]
+    fn scores_in_place(&self, sc: &mut Scratch, kvh: usize, c0: usize, n: usize, nq: usize) {
+        let (hd, c) = (self.hd(), self.chunk);
+        let (rows, available) = self.rows_at(self.k, kvh, c0);
+        assert!(n <= available, "attention reads past the key cache");
+        let full = n / 16 * 16;
+        // SAFETY: AVX-512F was detected (`in_place`); `rows` holds `n` ≥ `full` rows.
+        unsafe { x86::scores_any(hd, &sc.q, nq, rows, full, &mut sc.s, c) };
+        if full < n {
+            let kv_width = self.p.n_kv_heads * hd;
+            self.k
+                .read_f32(c0 + full, n - full, kv_width, kvh * hd, hd, &mut sc.k);
+            sc.k[(n - full) * hd..16 * hd].fill(0.0);
+            let tail = x86::AnyRows::F32(x86::F32Rows(sc.k.as_ptr(), hd));
+            // SAFETY: as above; the copy holds 16 rows.
+            unsafe { x86::scores_any(hd, &sc.q, nq, tail, 16, &mut sc.s[full..], c) };
+        }
+    }
+
+    /// `sc.acc` from the weights in `sc.s` from column `col` on and the `n` values of KV head
+    /// `kvh` from position `first`, read in place.
+    #[cfg(target_arch = "x86_64")]
+    fn accumulate_in_place(
+        &self,
+        sc: &mut Scratch,
+        kvh: usize,
+        first: usize,
+        col: usize,
+        n: usize,
+        nq: usize,
+    ) {
+        let (rows, available) = self.rows_at(self.v, kvh, first);
+        assert!(n <= available, "attention reads past the value cache");
+        // SAFETY: AVX-512F was detected (`in_place`); `rows` holds `n` rows.
+        unsafe {
+            x86::accumulate_any(
+                self.hd(),
+                &sc.s[col..],
+                self.chunk,
+                nq,
+                rows,
+                n,
+                &mut sc.acc,
+            )
+        };
     }
 
     /// The chunks rows `rows` see, in order.
@@ -406,9 +499,10 @@ fn scores(
         // SAFETY: AVX-512F was detected; the slices hold nq × hd, n × hd and nq × stride values.
         unsafe {
             match hd {
-                64 => return x86::scores::<4>(q, nq, k, n, s, stride),
-                128 => return x86::scores::<8>(q, nq, k, n, s, stride),
-                256 => return x86::scores::<16>(q, nq, k, n, s, stride),
+                64 | 128 | 256 => {
+                    let rows = x86::AnyRows::F32(x86::F32Rows(k.as_ptr(), hd));
+                    return x86::scores_any(hd, q, nq, rows, n, s, stride);
+                }
                 _ => {}
             }
         }
@@ -437,9 +531,11 @@ fn accumulate(
         // SAFETY: AVX-512F was detected; the slices hold what the loops read.
         unsafe {
             match hd {
-                64 => return x86::accumulate::<4, 4>(p, stride, nq, v, n, acc),
-                128 => return x86::accumulate::<8, 2>(p, stride, nq, v, n, acc),
-                256 => return x86::accumulate::<16, 1>(p, stride, nq, v, n, acc),
+                64 | 128 | 256 => {
+                    assert!(v.len() >= n * hd);
+                    let rows = x86::AnyRows::F32(x86::F32Rows(v.as_ptr(), hd));
+                    return x86::accumulate_any(hd, p, stride, nq, rows, n, acc);
+                }
                 _ => {}
             }
         }
@@ -514,18 +610,106 @@ mod x86 {
         }
     }
 
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn scores<const NV: usize>(
+    /// Rows of `16 · NV`-value vectors to read: keys or values, in a scratch buffer or in place
+    /// in the cache.
+    pub trait Rows: Copy {
+        /// Values 16c..16c + 16 of row `j`, as f32.
+        unsafe fn load(self, j: usize, c: usize) -> __m512;
+    }
+
+    /// f32 rows, row j at `ptr + j · stride`.
+    #[derive(Clone, Copy)]
+    pub struct F32Rows(pub *const f32, pub usize);
+
+    /// f16 rows (their bits), row j at `ptr + j · stride`: converted as they are loaded (the
+    /// conversion is exact, so the sums are those of f32 copies).
+    #[derive(Clone, Copy)]
+    pub struct F16Rows(pub *const u16, pub usize);
+
+    impl Rows for F32Rows {
+        #[inline(always)]
+        unsafe fn load(self, j: usize, c: usize) -> __m512 {
+            unsafe { _mm512_loadu_ps(self.0.add(j * self.1 + 16 * c)) }
+        }
+    }
+
+    impl Rows for F16Rows {
+        #[inline(always)]
+        unsafe fn load(self, j: usize, c: usize) -> __m512 {
+            unsafe {
+                let h = _mm256_loadu_si256(self.0.add(j * self.1 + 16 * c) as *const __m256i);
+                _mm512_cvtph_ps(h)
+            }
+        }
+    }
+
+    /// Rows of either kind.
+    #[derive(Clone, Copy)]
+    pub enum AnyRows {
+        F32(F32Rows),
+        F16(F16Rows),
+    }
+
+    /// `scores` for head dimension `hd` (64, 128 or 256). Unsafe: as `scores`.
+    pub unsafe fn scores_any(
+        hd: usize,
         q: &[f32],
         nq: usize,
-        k: &[f32],
+        k: AnyRows,
+        n: usize,
+        s: &mut [f32],
+        stride: usize,
+    ) {
+        unsafe {
+            match (hd, k) {
+                (64, AnyRows::F32(k)) => scores::<4, _>(q, nq, k, n, s, stride),
+                (64, AnyRows::F16(k)) => scores::<4, _>(q, nq, k, n, s, stride),
+                (128, AnyRows::F32(k)) => scores::<8, _>(q, nq, k, n, s, stride),
+                (128, AnyRows::F16(k)) => scores::<8, _>(q, nq, k, n, s, stride),
+                (256, AnyRows::F32(k)) => scores::<16, _>(q, nq, k, n, s, stride),
+                (256, AnyRows::F16(k)) => scores::<16, _>(q, nq, k, n, s, stride),
+                _ => unreachable!("head dimension {hd} has no AVX-512 kernel"),
+            }
+        }
+    }
+
+    /// `accumulate` for head dimension `hd` (64, 128 or 256). Unsafe: as `accumulate`.
+    pub unsafe fn accumulate_any(
+        hd: usize,
+        p: &[f32],
+        stride: usize,
+        nq: usize,
+        v: AnyRows,
+        n: usize,
+        acc: &mut [f32],
+    ) {
+        unsafe {
+            match (hd, v) {
+                (64, AnyRows::F32(v)) => accumulate::<4, 4, _>(p, stride, nq, v, n, acc),
+                (64, AnyRows::F16(v)) => accumulate::<4, 4, _>(p, stride, nq, v, n, acc),
+                (128, AnyRows::F32(v)) => accumulate::<8, 2, _>(p, stride, nq, v, n, acc),
+                (128, AnyRows::F16(v)) => accumulate::<8, 2, _>(p, stride, nq, v, n, acc),
+                (256, AnyRows::F32(v)) => accumulate::<16, 1, _>(p, stride, nq, v, n, acc),
+                (256, AnyRows::F16(v)) => accumulate::<16, 1, _>(p, stride, nq, v, n, acc),
+                _ => unreachable!("head dimension {hd} has no AVX-512 kernel"),
+            }
+        }
+    }
+
+    /// `s[qi·stride + j] = q_qi · k_j` for the `nq` queries and `n` keys (a multiple of 16).
+    /// Unsafe: the CPU must have AVX-512F, and `k` must hold `n` rows.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn scores<const NV: usize, R: Rows>(
+        q: &[f32],
+        nq: usize,
+        k: R,
         n: usize,
         s: &mut [f32],
         stride: usize,
     ) {
         unsafe {
             let hd = 16 * NV;
-            assert!(q.len() >= nq * hd && k.len() >= n * hd && n.is_multiple_of(16));
+            assert!(q.len() >= nq * hd && n.is_multiple_of(16));
             assert!(nq == 0 || s.len() >= (nq - 1) * stride + n);
             for qi in 0..nq {
                 let qp = q.as_ptr().add(qi * hd);
@@ -538,10 +722,9 @@ mod x86 {
                     for i in 0..16 {
                         // Key 4L + q goes to part[4q + L], so reduce16 returns keys in order.
                         let key = j0 + 4 * (i % 4) + i / 4;
-                        let kp = k.as_ptr().add(key * hd);
-                        let mut a = _mm512_mul_ps(_mm512_loadu_ps(kp), qr[0]);
+                        let mut a = _mm512_mul_ps(k.load(key, 0), qr[0]);
                         for c in 1..NV {
-                            a = _mm512_fmadd_ps(_mm512_loadu_ps(kp.add(16 * c)), qr[c], a);
+                            a = _mm512_fmadd_ps(k.load(key, c), qr[c], a);
                         }
                         part[i] = a;
                     }
@@ -551,30 +734,35 @@ mod x86 {
         }
     }
 
+    /// `acc[qi] = Σ_j p[qi·stride + j] · v_j` over `n` value rows. Unsafe: the CPU must have
+    /// AVX-512F, and `v` must hold `n` rows.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn accumulate<const NV: usize, const T: usize>(
+    pub unsafe fn accumulate<const NV: usize, const T: usize, R: Rows>(
         p: &[f32],
         stride: usize,
         nq: usize,
-        v: &[f32],
+        v: R,
         n: usize,
         acc: &mut [f32],
     ) {
         unsafe {
             let hd = 16 * NV;
-            assert!(v.len() >= n * hd && acc.len() >= nq * hd);
+            assert!(acc.len() >= nq * hd);
             assert!(nq == 0 || n == 0 || p.len() >= (nq - 1) * stride + n);
             let mut q0 = 0;
             while q0 < nq {
                 let t = T.min(nq - q0);
                 let mut a = [[_mm512_setzero_ps(); NV]; T];
                 for j in 0..n {
-                    let vp = v.as_ptr().add(j * hd);
+                    let mut row = [_mm512_setzero_ps(); NV];
+                    for c in 0..NV {
+                        row[c] = v.load(j, c);
+                    }
                     for r in 0..T {
                         // Rows past t repeat the last one; their sums are not stored.
                         let w = _mm512_set1_ps(*p.get_unchecked((q0 + r.min(t - 1)) * stride + j));
                         for c in 0..NV {
-                            a[r][c] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vp.add(16 * c)), a[r][c]);
+                            a[r][c] = _mm512_fmadd_ps(w, row[c], a[r][c]);
                         }
                     }
                 }
