@@ -10,7 +10,7 @@
 //! reading order (`interleave`). So a kernel walking the blocks reads the group front to back as
 //! one stream, which the hardware prefetcher follows, and every line load is aligned. (Groups
 //! stored section by section, which the kernels read as several streams at once, held one-token
-//! matmuls to 10-15 GB/s per core on this project's machine against 21-23 GB/s this way.)
+//! matmuls to 8-15 GB/s per core on this project's machine against 20-30 GB/s this way.)
 //! Values are stored unsigned ("u", the GGML code as an unsigned number, e.g. 0..15 for 4-bit
 //! codes) in these line formats (a "line" is 16 rows × 4 bytes):
 //! - nibble lines: byte i of row r holds u[8o + i] in its low and u[8o + 4 + i] in its high nibble,
@@ -263,12 +263,12 @@ impl Codes {
     };
 }
 
-/// Decode one GGML block into codes (the inverse of `encode`); every field `t` uses is written.
 #[cfg(test)]
 fn le16(b: &[u8], i: usize) -> u16 {
     u16::from_le_bytes([b[i], b[i + 1]])
 }
 
+/// Decode one GGML block into codes (the inverse of `encode`); every field `t` uses is written.
 #[cfg(test)]
 fn decode(t: GgmlType, b: &[u8], c: &mut Codes) {
     match t {
@@ -681,9 +681,10 @@ fn pack_group(t: GgmlType, rows: &[&[u8]; ROWS], blocks: usize, out: &mut [u8]) 
     let bb = t.block_bytes();
     // Row by row, so the source is read as one sequential stream; the group's output (tens of
     // KB) stays in cache.
+    let places: Vec<BlockPlace> = (0..blocks).map(|b| BlockPlace::new(t, b)).collect();
     for (r, row) in rows.iter().enumerate() {
-        for b in 0..blocks {
-            pack_block(t, &row[b * bb..][..bb], r, b, out);
+        for (b, place) in places.iter().enumerate() {
+            pack_block(t, &row[b * bb..][..bb], r, place, out);
         }
     }
 }
@@ -736,11 +737,10 @@ fn two_bit_quad(x: &[u8], at: usize, shift: u32) -> [u8; 4] {
     out.to_le_bytes()
 }
 
-/// Pack row `r`'s block `b` (`x`, its GGML bytes) straight into the group's sections with word
-/// operations (the packing is part of load time); `put_block` from decoded codes is its
-/// reference. Masks are or'ed in, so the output must start zeroed.
-fn pack_block(t: GgmlType, x: &[u8], r: usize, b: usize, out: &mut [u8]) {
-    let place = BlockPlace::new(t, b);
+/// Pack row `r`'s block (`x`, its GGML bytes; `place`, where its parts go) straight into the
+/// group's sections with word operations (the packing is part of load time); `put_block` from
+/// decoded codes is its reference. Masks are or'ed in, so the output must start zeroed.
+fn pack_block(t: GgmlType, x: &[u8], r: usize, place: &BlockPlace, out: &mut [u8]) {
     // Lines are 64 bytes and masks 8, so neither straddles an interleaving unit.
     let put4 = |out: &mut [u8], sec: usize, line: usize, v: [u8; 4]| {
         let i = place.at(sec, 64 * line + 4 * r);
