@@ -7,9 +7,10 @@
 //! order. A query's chunks are combined in the same order whichever way the work was split, so a
 //! row gets the same bits in prefill and in generation.
 //!
-//! With AVX-512 the kernels read f32 and f16 caches in place, converting f16 as they load it
-//! (SmolLM2 generating at 4k tokens of context: 66-81 t/s, against ~49 when each chunk was first
-//! converted into a copy); elsewhere `CpuCache::read_f32` converts a chunk at a time into scratch. Cache types
+//! On x86 (AVX-512, or AVX2 with FMA and F16C) the kernels read f32 and f16 caches in place,
+//! converting f16 as they load it (SmolLM2 generating at 4k tokens of context: 66-81 t/s with
+//! AVX-512 against ~49 when each chunk was first converted into a copy; 64-73 against 42-48 with
+//! AVX2); elsewhere `CpuCache::read_f32` converts a chunk at a time into scratch. Cache types
 //! with their own arithmetic keep the per-row path through `CpuCache`'s `dot`/`axpy`
 //! (`attention_rows`). As llama.cpp multiplies: with an f16
 //! key cache queries are rounded to f16, with an f16 value cache the softmax weights are.
@@ -59,6 +60,12 @@ impl CpuCache {
 }
 
 /// The shape of one attention call, and its prepared inputs.
+/// The kernels that read a cache in place: AVX-512 or AVX2 on x86, none elsewhere.
+#[cfg(target_arch = "x86_64")]
+type InPlace = x86::Isa;
+#[cfg(not(target_arch = "x86_64"))]
+enum InPlace {}
+
 struct Call<'a> {
     p: &'a AttentionParams,
     k: &'a CpuCache,
@@ -192,9 +199,11 @@ impl Call<'_> {
         sc.max.resize(nq, 0.0);
         sc.sum.resize(nq, 0.0);
         let in_place = self.in_place();
-        if in_place {
+        if let Some(isa) = in_place {
             #[cfg(target_arch = "x86_64")]
-            self.scores_in_place(sc, kvh, c0, n, nq);
+            self.scores_in_place(isa, sc, kvh, c0, n, nq);
+            #[cfg(not(target_arch = "x86_64"))]
+            match isa {}
         } else {
             self.k.read_f32(c0, n, kv_width, kvh * hd, hd, &mut sc.k);
             self.v.read_f32(c0, n, kv_width, kvh * hd, hd, &mut sc.v);
@@ -225,9 +234,11 @@ impl Call<'_> {
             s[b..n].fill(0.0);
             (lo_all, hi_all) = (lo_all.min(a), hi_all.max(b));
         }
-        if lo_all < hi_all && in_place {
+        if let (true, Some(isa)) = (lo_all < hi_all, in_place) {
             #[cfg(target_arch = "x86_64")]
-            self.accumulate_in_place(sc, kvh, c0 + lo_all, lo_all, hi_all - lo_all, nq);
+            self.accumulate_in_place(isa, sc, kvh, c0, lo_all..hi_all, nq);
+            #[cfg(not(target_arch = "x86_64"))]
+            match isa {}
         } else if lo_all < hi_all {
             accumulate(
                 &sc.s[lo_all..],
@@ -248,16 +259,17 @@ impl Call<'_> {
         }
     }
 
-    /// Whether the AVX-512 kernels read this call's keys and values in place in the caches
-    /// (f32 or f16, converted as loaded) rather than from f32 copies of each chunk.
-    fn in_place(&self) -> bool {
+    /// The x86 kernels that read this call's keys and values in place in the caches (f32 or
+    /// f16, converted as loaded), if any; otherwise each chunk is copied into f32 first.
+    fn in_place(&self) -> Option<InPlace> {
         #[cfg(target_arch = "x86_64")]
-        if self.kernels.gemm_isa() == Some(super::gemm::GemmIsa::Avx512Vnni)
-            && matches!(self.hd(), 64 | 128 | 256)
-        {
-            return true;
+        if matches!(self.hd(), 64 | 128 | 256) {
+            return self.kernels.gemm_isa().map(|isa| match isa {
+                super::gemm::GemmIsa::Avx512Vnni => x86::Isa::Avx512,
+                super::gemm::GemmIsa::AvxVnni | super::gemm::GemmIsa::Avx2 => x86::Isa::Avx2,
+            });
         }
-        false
+        None
     }
 
     /// The keys of KV head `kvh` from position `c0` as the x86 kernels read them in place, and
@@ -284,13 +296,21 @@ impl Call<'_> {
     /// `sc.s` for the `n` keys of chunk `c0` of KV head `kvh`, read in place (the last partial
     /// group of 16 keys through a zero-padded copy).
     #[cfg(target_arch = "x86_64")]
-    fn scores_in_place(&self, sc: &mut Scratch, kvh: usize, c0: usize, n: usize, nq: usize) {
+    fn scores_in_place(
+        &self,
+        isa: InPlace,
+        sc: &mut Scratch,
+        kvh: usize,
+        c0: usize,
+        n: usize,
+        nq: usize,
+    ) {
         let (hd, c) = (self.hd(), self.chunk);
         let (rows, available) = self.rows_at(self.k, kvh, c0);
         assert!(n <= available, "attention reads past the key cache");
         let full = n / 16 * 16;
-        // SAFETY: AVX-512F was detected (`in_place`); `rows` holds `n` ≥ `full` rows.
-        unsafe { x86::scores_any(hd, &sc.q, nq, rows, full, &mut sc.s, c) };
+        // SAFETY: the CPU has `isa` (`in_place`); `rows` holds `n` ≥ `full` rows.
+        unsafe { x86::scores_any(isa, hd, &sc.q, nq, rows, full, &mut sc.s, c) };
         if full < n {
             let kv_width = self.p.n_kv_heads * hd;
             self.k
@@ -298,29 +318,31 @@ impl Call<'_> {
             sc.k[(n - full) * hd..16 * hd].fill(0.0);
             let tail = x86::AnyRows::F32(x86::F32Rows(sc.k.as_ptr(), hd));
             // SAFETY: as above; the copy holds 16 rows.
-            unsafe { x86::scores_any(hd, &sc.q, nq, tail, 16, &mut sc.s[full..], c) };
+            unsafe { x86::scores_any(isa, hd, &sc.q, nq, tail, 16, &mut sc.s[full..], c) };
         }
     }
 
-    /// `sc.acc` from the weights in `sc.s` from column `col` on and the `n` values of KV head
-    /// `kvh` from position `first`, read in place.
+    /// `sc.acc` from the weights in columns `cols` of `sc.s` and the values of KV head `kvh` at
+    /// positions `c0 + cols`, read in place.
     #[cfg(target_arch = "x86_64")]
     fn accumulate_in_place(
         &self,
+        isa: InPlace,
         sc: &mut Scratch,
         kvh: usize,
-        first: usize,
-        col: usize,
-        n: usize,
+        c0: usize,
+        cols: std::ops::Range<usize>,
         nq: usize,
     ) {
-        let (rows, available) = self.rows_at(self.v, kvh, first);
+        let n = cols.len();
+        let (rows, available) = self.rows_at(self.v, kvh, c0 + cols.start);
         assert!(n <= available, "attention reads past the value cache");
-        // SAFETY: AVX-512F was detected (`in_place`); `rows` holds `n` rows.
+        // SAFETY: the CPU has `isa` (`in_place`); `rows` holds `n` rows.
         unsafe {
             x86::accumulate_any(
+                isa,
                 self.hd(),
-                &sc.s[col..],
+                &sc.s[cols.start..],
                 self.chunk,
                 nq,
                 rows,
@@ -493,20 +515,6 @@ fn scores(
     s: &mut [f32],
     stride: usize,
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if kernels.gemm_isa() == Some(super::gemm::GemmIsa::Avx512Vnni) {
-        let n = k.len() / hd;
-        // SAFETY: AVX-512F was detected; the slices hold nq × hd, n × hd and nq × stride values.
-        unsafe {
-            match hd {
-                64 | 128 | 256 => {
-                    let rows = x86::AnyRows::F32(x86::F32Rows(k.as_ptr(), hd));
-                    return x86::scores_any(hd, q, nq, rows, n, s, stride);
-                }
-                _ => {}
-            }
-        }
-    }
     let dot = kernels.dot_f32(GgmlType::F32);
     for qi in 0..nq {
         let qr = &q[qi * hd..(qi + 1) * hd];
@@ -526,20 +534,6 @@ fn accumulate(
     hd: usize,
     acc: &mut [f32],
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
-        // SAFETY: AVX-512F was detected; the slices hold what the loops read.
-        unsafe {
-            match hd {
-                64 | 128 | 256 => {
-                    assert!(v.len() >= n * hd);
-                    let rows = x86::AnyRows::F32(x86::F32Rows(v.as_ptr(), hd));
-                    return x86::accumulate_any(hd, p, stride, nq, rows, n, acc);
-                }
-                _ => {}
-            }
-        }
-    }
     for (qi, a) in acc.chunks_exact_mut(hd).take(nq).enumerate() {
         a.fill(0.0);
         for (j, vr) in v.chunks_exact(hd).take(n).enumerate() {
@@ -549,10 +543,17 @@ fn accumulate(
     }
 }
 
-/// The AVX-512 kernels, for head dimensions of `NV` registers (64, 128, 256).
+/// The x86 kernels (AVX-512, and AVX2 with FMA and F16C), for head dimensions 64, 128 and 256.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    /// Which of the kernels to run.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    pub enum Isa {
+        Avx512,
+        Avx2,
+    }
 
     /// 128-bit lanes 0, 1 from `a` and 2, 3 from `b`, each the sum of that lane and the lane
     /// two over.
@@ -610,11 +611,12 @@ mod x86 {
         }
     }
 
-    /// Rows of `16 · NV`-value vectors to read: keys or values, in a scratch buffer or in place
-    /// in the cache.
+    /// Rows to read: keys or values, in a scratch buffer or in place in the cache.
     pub trait Rows: Copy {
-        /// Values 16c..16c + 16 of row `j`, as f32.
+        /// Values 16c..16c + 16 of row `j`, as f32 (AVX-512F).
         unsafe fn load(self, j: usize, c: usize) -> __m512;
+        /// Values 8c..8c + 8 of row `j`, as f32 (AVX, F16C).
+        unsafe fn load8(self, j: usize, c: usize) -> __m256;
     }
 
     /// f32 rows, row j at `ptr + j · stride`.
@@ -631,6 +633,11 @@ mod x86 {
         unsafe fn load(self, j: usize, c: usize) -> __m512 {
             unsafe { _mm512_loadu_ps(self.0.add(j * self.1 + 16 * c)) }
         }
+
+        #[inline(always)]
+        unsafe fn load8(self, j: usize, c: usize) -> __m256 {
+            unsafe { _mm256_loadu_ps(self.0.add(j * self.1 + 8 * c)) }
+        }
     }
 
     impl Rows for F16Rows {
@@ -639,6 +646,14 @@ mod x86 {
             unsafe {
                 let h = _mm256_loadu_si256(self.0.add(j * self.1 + 16 * c) as *const __m256i);
                 _mm512_cvtph_ps(h)
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn load8(self, j: usize, c: usize) -> __m256 {
+            unsafe {
+                let h = _mm_loadu_si128(self.0.add(j * self.1 + 8 * c) as *const __m128i);
+                _mm256_cvtph_ps(h)
             }
         }
     }
@@ -650,8 +665,11 @@ mod x86 {
         F16(F16Rows),
     }
 
-    /// `scores` for head dimension `hd` (64, 128 or 256). Unsafe: as `scores`.
+    /// `scores` for head dimension `hd` (64, 128 or 256) with the kernels of `isa`. Unsafe: the
+    /// CPU must have `isa`, and `k` must hold `n` rows (a multiple of 16).
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn scores_any(
+        isa: Isa,
         hd: usize,
         q: &[f32],
         nq: usize,
@@ -661,20 +679,40 @@ mod x86 {
         stride: usize,
     ) {
         unsafe {
-            match (hd, k) {
-                (64, AnyRows::F32(k)) => scores::<4, _>(q, nq, k, n, s, stride),
-                (64, AnyRows::F16(k)) => scores::<4, _>(q, nq, k, n, s, stride),
-                (128, AnyRows::F32(k)) => scores::<8, _>(q, nq, k, n, s, stride),
-                (128, AnyRows::F16(k)) => scores::<8, _>(q, nq, k, n, s, stride),
-                (256, AnyRows::F32(k)) => scores::<16, _>(q, nq, k, n, s, stride),
-                (256, AnyRows::F16(k)) => scores::<16, _>(q, nq, k, n, s, stride),
-                _ => unreachable!("head dimension {hd} has no AVX-512 kernel"),
+            match k {
+                AnyRows::F32(k) => scores_rows(isa, hd, q, nq, k, n, s, stride),
+                AnyRows::F16(k) => scores_rows(isa, hd, q, nq, k, n, s, stride),
             }
         }
     }
 
-    /// `accumulate` for head dimension `hd` (64, 128 or 256). Unsafe: as `accumulate`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn scores_rows<R: Rows>(
+        isa: Isa,
+        hd: usize,
+        q: &[f32],
+        nq: usize,
+        k: R,
+        n: usize,
+        s: &mut [f32],
+        stride: usize,
+    ) {
+        unsafe {
+            match (isa, hd) {
+                (Isa::Avx512, 64) => scores::<4, R>(q, nq, k, n, s, stride),
+                (Isa::Avx512, 128) => scores::<8, R>(q, nq, k, n, s, stride),
+                (Isa::Avx512, 256) => scores::<16, R>(q, nq, k, n, s, stride),
+                (Isa::Avx2, 64 | 128 | 256) => scores_avx2(hd / 8, q, nq, k, n, s, stride),
+                _ => unreachable!("head dimension {hd} has no x86 kernel"),
+            }
+        }
+    }
+
+    /// `accumulate` for head dimension `hd` (64, 128 or 256) with the kernels of `isa`. Unsafe:
+    /// the CPU must have `isa`, and `v` must hold `n` rows.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn accumulate_any(
+        isa: Isa,
         hd: usize,
         p: &[f32],
         stride: usize,
@@ -684,14 +722,31 @@ mod x86 {
         acc: &mut [f32],
     ) {
         unsafe {
-            match (hd, v) {
-                (64, AnyRows::F32(v)) => accumulate::<4, 4, _>(p, stride, nq, v, n, acc),
-                (64, AnyRows::F16(v)) => accumulate::<4, 4, _>(p, stride, nq, v, n, acc),
-                (128, AnyRows::F32(v)) => accumulate::<8, 2, _>(p, stride, nq, v, n, acc),
-                (128, AnyRows::F16(v)) => accumulate::<8, 2, _>(p, stride, nq, v, n, acc),
-                (256, AnyRows::F32(v)) => accumulate::<16, 1, _>(p, stride, nq, v, n, acc),
-                (256, AnyRows::F16(v)) => accumulate::<16, 1, _>(p, stride, nq, v, n, acc),
-                _ => unreachable!("head dimension {hd} has no AVX-512 kernel"),
+            match v {
+                AnyRows::F32(v) => accumulate_rows(isa, hd, p, stride, nq, v, n, acc),
+                AnyRows::F16(v) => accumulate_rows(isa, hd, p, stride, nq, v, n, acc),
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn accumulate_rows<R: Rows>(
+        isa: Isa,
+        hd: usize,
+        p: &[f32],
+        stride: usize,
+        nq: usize,
+        v: R,
+        n: usize,
+        acc: &mut [f32],
+    ) {
+        unsafe {
+            match (isa, hd) {
+                (Isa::Avx512, 64) => accumulate::<4, 4, R>(p, stride, nq, v, n, acc),
+                (Isa::Avx512, 128) => accumulate::<8, 2, R>(p, stride, nq, v, n, acc),
+                (Isa::Avx512, 256) => accumulate::<16, 1, R>(p, stride, nq, v, n, acc),
+                (Isa::Avx2, 64 | 128 | 256) => accumulate_avx2(hd / 64, p, stride, nq, v, n, acc),
+                _ => unreachable!("head dimension {hd} has no x86 kernel"),
             }
         }
     }
@@ -775,6 +830,88 @@ mod x86 {
             }
         }
     }
+
+    /// The sums of 8 vectors' lanes, as one vector: lane i holds the sum of `r[i]`.
+    #[inline(always)]
+    unsafe fn reduce8(r: [__m256; 8]) -> __m256 {
+        unsafe {
+            // After two rounds of pairwise sums, u0's low half holds partial sums of r[0..4] over
+            // their low halves and its high half those over their high halves; u1 likewise r[4..8].
+            let u0 = _mm256_hadd_ps(_mm256_hadd_ps(r[0], r[1]), _mm256_hadd_ps(r[2], r[3]));
+            let u1 = _mm256_hadd_ps(_mm256_hadd_ps(r[4], r[5]), _mm256_hadd_ps(r[6], r[7]));
+            _mm256_add_ps(
+                _mm256_permute2f128_ps::<0x20>(u0, u1),
+                _mm256_permute2f128_ps::<0x31>(u0, u1),
+            )
+        }
+    }
+
+    /// `scores` with AVX2 for rows of `nv` 8-value vectors: eight keys at a time, each summed in
+    /// a register of its own. Unsafe: the CPU must have AVX2, FMA and F16C, and `k` must hold
+    /// `n` rows.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scores_avx2<R: Rows>(
+        nv: usize,
+        q: &[f32],
+        nq: usize,
+        k: R,
+        n: usize,
+        s: &mut [f32],
+        stride: usize,
+    ) {
+        unsafe {
+            let hd = 8 * nv;
+            assert!(q.len() >= nq * hd && n.is_multiple_of(8));
+            assert!(nq == 0 || s.len() >= (nq - 1) * stride + n);
+            for qi in 0..nq {
+                let qp = q.as_ptr().add(qi * hd);
+                for j0 in (0..n).step_by(8) {
+                    let mut part = [_mm256_setzero_ps(); 8];
+                    for c in 0..nv {
+                        let qc = _mm256_loadu_ps(qp.add(8 * c));
+                        for i in 0..8 {
+                            part[i] = _mm256_fmadd_ps(k.load8(j0 + i, c), qc, part[i]);
+                        }
+                    }
+                    _mm256_storeu_ps(s.as_mut_ptr().add(qi * stride + j0), reduce8(part));
+                }
+            }
+        }
+    }
+
+    /// `accumulate` with AVX2, 64 columns (eight registers) at a time over `blocks` of them.
+    /// Unsafe: the CPU must have AVX2, FMA and F16C, and `v` must hold `n` rows.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn accumulate_avx2<R: Rows>(
+        blocks: usize,
+        p: &[f32],
+        stride: usize,
+        nq: usize,
+        v: R,
+        n: usize,
+        acc: &mut [f32],
+    ) {
+        unsafe {
+            let hd = 64 * blocks;
+            assert!(acc.len() >= nq * hd);
+            assert!(nq == 0 || n == 0 || p.len() >= (nq - 1) * stride + n);
+            for qi in 0..nq {
+                for b in 0..blocks {
+                    let mut a = [_mm256_setzero_ps(); 8];
+                    for j in 0..n {
+                        let w = _mm256_set1_ps(*p.get_unchecked(qi * stride + j));
+                        for c in 0..8 {
+                            a[c] = _mm256_fmadd_ps(w, v.load8(j, 8 * b + c), a[c]);
+                        }
+                    }
+                    for c in 0..8 {
+                        let out = acc.as_mut_ptr().add(qi * hd + 64 * b + 8 * c);
+                        _mm256_storeu_ps(out, a[c]);
+                    }
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -795,7 +932,21 @@ mod tests {
     /// type, window and split, and a row gets the same bits in prefill and in generation.
     #[test]
     fn chunked_attention_matches_the_per_row_path() {
-        let b = CpuBackend::new(2).unwrap();
+        let mut backends = vec![CpuBackend::new(2).unwrap()];
+        // Where the CPU has AVX-512, the AVX2 kernels too.
+        #[cfg(target_arch = "x86_64")]
+        if let Some(kernels) = backends[0].kernels.without_avx512() {
+            let mut b = CpuBackend::new(2).unwrap();
+            b.kernels = kernels;
+            backends.push(b);
+        }
+        for b in &backends {
+            check_chunked_attention(b);
+        }
+    }
+
+    fn check_chunked_attention(b: &CpuBackend) {
+        let isa = b.kernels.gemm_isa();
         // (head_dim, heads, kv heads, window)
         let shapes = [
             (64, 8, 2, None),
@@ -812,8 +963,8 @@ mod tests {
                 let (start, rows) = (300, 37);
                 let n = start + rows;
                 let kv_width = nkv * hd;
-                let k = filled(&b, ty, n, kv_width, 1 + hd as u64);
-                let v = filled(&b, ty, n, kv_width, 2 + hd as u64);
+                let k = filled(b, ty, n, kv_width, 1 + hd as u64);
+                let v = filled(b, ty, n, kv_width, 2 + hd as u64);
                 let q = activations(rows * nh * hd, 3);
                 let p = AttentionParams {
                     start_pos: start,
@@ -835,7 +986,7 @@ mod tests {
                     let tol = if ty == CacheType::F16 { 2e-3 } else { 1e-5 };
                     assert!(
                         (g - w).abs() <= tol * scale,
-                        "hd {hd} {ty:?} value {i}: {g} vs {w}"
+                        "{isa:?} hd {hd} {ty:?} value {i}: {g} vs {w}"
                     );
                 }
                 // The last row alone (generation: split over chunks) equals its prefill row.
@@ -851,7 +1002,7 @@ mod tests {
                 assert_eq!(
                     bits(&alone),
                     bits(&got[last * nh * hd..]),
-                    "hd {hd} {ty:?}: generation and prefill differ"
+                    "{isa:?} hd {hd} {ty:?}: generation and prefill differ"
                 );
             }
         }

@@ -117,6 +117,18 @@ impl Kernels {
         self.gemm
     }
 
+    /// These kernels with AVX-512 left out, where they use it (tests of the AVX2 paths).
+    #[cfg(all(test, target_arch = "x86_64"))]
+    pub fn without_avx512(&self) -> Option<Kernels> {
+        (self.gemm == Some(GemmIsa::Avx512Vnni)).then_some(Kernels {
+            level: self.level,
+            gemm: Some(match self.level {
+                Level::AvxVnni => GemmIsa::AvxVnni,
+                _ => GemmIsa::Avx2,
+            }),
+        })
+    }
+
     pub fn quantize_q8(&self, x: &[f32], out: &mut [BlockQ8]) {
         #[cfg(target_arch = "x86_64")]
         if self.level != Level::Portable {
