@@ -1,7 +1,8 @@
 //! The GPU from the command line: `--backend gpu` runs end to end and agrees with the CPU,
 //! `kiln devices`, `kiln check`, `kiln bench --backend gpu`, weights split by
 //! KILN_WGPU_MAX_BINDING, and the failures (no adapter, `--gpu 99`, a model too large for the
-//! memory allowed, bad settings) exit 1 with a clear message, never a panic. Skips without a GPU
+//! memory allowed, bad settings) exit 1 with a clear message, never a panic; a run without a
+//! desktop session leaves stderr clean. Skips without a GPU
 //! adapter unless KILN_REQUIRE_GPU=1.
 
 mod common;
@@ -50,6 +51,32 @@ fn run_on_the_gpu_agrees_with_the_cpu_split_or_not() {
     );
     // KILN_BACKEND chooses it too.
     assert_eq!(greedy_ids("auto", &[("KILN_BACKEND", "gpu")]), cpu);
+}
+
+/// Without a desktop session (`XDG_RUNTIME_DIR` unset, as on servers and in CI) looking for a
+/// GPU leaves stderr clean: Mesa's device-selection layer would otherwise have libwayland print
+/// an "error:" line there on every run.
+#[test]
+fn a_headless_run_keeps_stderr_clean() {
+    if !have_gpu() {
+        return;
+    }
+    for backend in ["gpu", "auto"] {
+        let out = common::kiln()
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("NODEVICE_SELECT")
+            .args(["run", "-m"])
+            .arg(tiny())
+            .args(["--backend", backend, "-n", "4", "Hello"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{backend}: {stderr}");
+        assert!(
+            !stderr.contains("XDG_RUNTIME_DIR") && !stderr.contains("error"),
+            "{backend}: {stderr}"
+        );
+    }
 }
 
 #[test]
