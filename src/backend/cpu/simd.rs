@@ -926,6 +926,22 @@ mod x86 {
                     }
                 }
 
+                /// Bits 2g..2g + 2 of each of the 32 bytes at `p` (the codes of group `g` of a
+                /// Q2_K/Q3_K line).
+                #[inline(always)]
+                unsafe fn two_bits(p: *const u8, g: usize) -> __m256i {
+                    unsafe {
+                        let q = load(p);
+                        let q = match g {
+                            0 => q,
+                            1 => _mm256_srli_epi16(q, 2),
+                            2 => _mm256_srli_epi16(q, 4),
+                            _ => _mm256_srli_epi16(q, 6),
+                        };
+                        _mm256_and_si256(q, _mm256_set1_epi8(3))
+                    }
+                }
+
                 #[target_feature(enable = $features)]
                 pub unsafe fn q2_k(w: &[u8], x: &[BlockQ8K]) -> f32 {
                     unsafe {
@@ -939,14 +955,7 @@ mod x86 {
                             }
                             let qs = wb.as_ptr().add(16);
                             let sum = sixteen_sub_blocks(&xb.qs, &scales, |n, g| {
-                                let q = load(qs.add(32 * n));
-                                let q = match g {
-                                    0 => q,
-                                    1 => _mm256_srli_epi16(q, 2),
-                                    2 => _mm256_srli_epi16(q, 4),
-                                    _ => _mm256_srli_epi16(q, 6),
-                                };
-                                _mm256_and_si256(q, _mm256_set1_epi8(3))
+                                two_bits(qs.add(32 * n), g)
                             });
                             let (d, dmin) = (f16(wb, 80) * xb.d, f16(wb, 82) * xb.d);
                             total += d * sum as f32 - dmin * sum_min as f32;
