@@ -5,8 +5,8 @@
 //! so prefill is a real GEMM rather than a loop of dot products.
 //!
 //! The kernels are written once, generic over `Isa` (16 rows per AVX-512 register; AVX2 takes the
-//! 16 rows as two halves of 8), and instantiated per instruction set in `#[target_feature]`
-//! wrappers. Integer arithmetic is exact and each token's float operations are the same whatever
+//! 16 rows as two halves of 8, or for one token as pairs of registers, `Avx2Pair`), and
+//! instantiated per instruction set in `#[target_feature]` wrappers. Integer arithmetic is exact and each token's float operations are the same whatever
 //! the tile size, so a row's result does not depend on how many tokens were batched with it.
 #![allow(clippy::needless_range_loop)] // tile kernels index parallel arrays with one index
 
@@ -329,6 +329,162 @@ impl<const VNNI: bool> Isa for Avx2<VNNI> {
     #[inline(always)]
     unsafe fn store(p: *mut f32, v: __m256) {
         unsafe { _mm256_storeu_ps(p, v) }
+    }
+}
+
+/// AVX2 on all 16 rows of a group at once, as pairs of registers: for one token, so that each
+/// weight line is used whole as it arrives (taking the two halves in turn left memory idle while
+/// the second half was computed from cache).
+#[derive(Clone, Copy)]
+pub(super) struct Avx2Pair<const VNNI: bool>;
+
+/// An `Avx2` operation on each half of a pair.
+macro_rules! halves {
+    ($op:ident $(::<$n:ident>)? ($($a:expr),*)) => {
+        [
+            Avx2::<VNNI>::$op$(::<$n>)?($($a[0]),*),
+            Avx2::<VNNI>::$op$(::<$n>)?($($a[1]),*),
+        ]
+    };
+}
+
+impl<const VNNI: bool> Isa for Avx2Pair<VNNI> {
+    const LANES: usize = 16;
+    const I8_OFFSET: i32 = 0;
+    type I = [__m256i; 2];
+    type F = [__m256; 2];
+
+    #[inline(always)]
+    unsafe fn zero() -> Self::I {
+        unsafe { [_mm256_setzero_si256(); 2] }
+    }
+    #[inline(always)]
+    unsafe fn fzero() -> Self::F {
+        unsafe { [_mm256_setzero_ps(); 2] }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> Self::I {
+        unsafe { [Avx2::<VNNI>::load(p), Avx2::<VNNI>::load(p.add(32))] }
+    }
+    #[inline(always)]
+    unsafe fn and8(v: Self::I, c: i8) -> Self::I {
+        unsafe { [Avx2::<VNNI>::and8(v[0], c), Avx2::<VNNI>::and8(v[1], c)] }
+    }
+    #[inline(always)]
+    unsafe fn or(a: Self::I, b: Self::I) -> Self::I {
+        unsafe { halves!(or(a, b)) }
+    }
+    #[inline(always)]
+    unsafe fn srl16<const N: u32>(v: Self::I) -> Self::I {
+        unsafe { halves!(srl16::<N>(v)) }
+    }
+    #[inline(always)]
+    unsafe fn shl16<const N: u32>(v: Self::I) -> Self::I {
+        unsafe { halves!(shl16::<N>(v)) }
+    }
+    #[inline(always)]
+    unsafe fn or_where(v: Self::I, mask: u64, c: i8) -> Self::I {
+        unsafe {
+            [
+                Avx2::<VNNI>::or_where(v[0], mask, c),
+                Avx2::<VNNI>::or_where(v[1], mask >> 32, c),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn dot(acc: Self::I, u: Self::I, x: i32) -> Self::I {
+        unsafe {
+            [
+                Avx2::<VNNI>::dot(acc[0], u[0], x),
+                Avx2::<VNNI>::dot(acc[1], u[1], x),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn dot_i8(acc: Self::I, w: Self::I, x: i32) -> Self::I {
+        unsafe {
+            [
+                Avx2::<VNNI>::dot_i8(acc[0], w[0], x),
+                Avx2::<VNNI>::dot_i8(acc[1], w[1], x),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn madd16(acc: Self::I, a: Self::I, x: i32) -> Self::I {
+        unsafe {
+            [
+                Avx2::<VNNI>::madd16(acc[0], a[0], x),
+                Avx2::<VNNI>::madd16(acc[1], a[1], x),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn mul_add(acc: Self::I, a: Self::I, b: Self::I) -> Self::I {
+        unsafe { halves!(mul_add(acc, a, b)) }
+    }
+    #[inline(always)]
+    unsafe fn sub(a: Self::I, b: Self::I) -> Self::I {
+        unsafe { halves!(sub(a, b)) }
+    }
+    #[inline(always)]
+    unsafe fn sub_splat(a: Self::I, x: i32) -> Self::I {
+        unsafe {
+            [
+                Avx2::<VNNI>::sub_splat(a[0], x),
+                Avx2::<VNNI>::sub_splat(a[1], x),
+            ]
+        }
+    }
+    #[inline(always)]
+    unsafe fn and32(a: Self::I, x: i32) -> Self::I {
+        unsafe { [Avx2::<VNNI>::and32(a[0], x), Avx2::<VNNI>::and32(a[1], x)] }
+    }
+    #[inline(always)]
+    unsafe fn shl32<const N: u32>(v: Self::I) -> Self::I {
+        unsafe { halves!(shl32::<N>(v)) }
+    }
+    #[inline(always)]
+    unsafe fn srl32<const N: u32>(v: Self::I) -> Self::I {
+        unsafe { halves!(srl32::<N>(v)) }
+    }
+    #[inline(always)]
+    unsafe fn u8s(p: *const u8) -> Self::I {
+        unsafe { [Avx2::<VNNI>::u8s(p), Avx2::<VNNI>::u8s(p.add(8))] }
+    }
+    #[inline(always)]
+    unsafe fn i8s(p: *const u8) -> Self::I {
+        unsafe { [Avx2::<VNNI>::i8s(p), Avx2::<VNNI>::i8s(p.add(8))] }
+    }
+    #[inline(always)]
+    unsafe fn f16s(p: *const u8) -> Self::F {
+        unsafe { [Avx2::<VNNI>::f16s(p), Avx2::<VNNI>::f16s(p.add(16))] }
+    }
+    #[inline(always)]
+    unsafe fn cvt(v: Self::I) -> Self::F {
+        unsafe { halves!(cvt(v)) }
+    }
+    #[inline(always)]
+    unsafe fn fsplat(x: f32) -> Self::F {
+        unsafe { [_mm256_set1_ps(x); 2] }
+    }
+    #[inline(always)]
+    unsafe fn mul(a: Self::F, b: Self::F) -> Self::F {
+        unsafe { halves!(mul(a, b)) }
+    }
+    #[inline(always)]
+    unsafe fn fmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F {
+        unsafe { halves!(fmadd(a, b, c)) }
+    }
+    #[inline(always)]
+    unsafe fn fnmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F {
+        unsafe { halves!(fnmadd(a, b, c)) }
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self::F) {
+        unsafe {
+            Avx2::<VNNI>::store(p, v[0]);
+            Avx2::<VNNI>::store(p.add(8), v[1]);
+        }
     }
 }
 
@@ -794,12 +950,24 @@ unsafe fn group_avx512<A, K: Kernel<A>>(c: &GroupCall<A>) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn group_avx2<A, K: Kernel<A>>(c: &GroupCall<A>) {
-    unsafe { run_group::<Avx2<false>, A, K, 4>(c) }
+    unsafe {
+        if c.tokens.len() == 1 {
+            run_group::<Avx2Pair<false>, A, K, 1>(c)
+        } else {
+            run_group::<Avx2<false>, A, K, 4>(c)
+        }
+    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 unsafe fn group_avxvnni<A, K: Kernel<A>>(c: &GroupCall<A>) {
-    unsafe { run_group::<Avx2<true>, A, K, 4>(c) }
+    unsafe {
+        if c.tokens.len() == 1 {
+            run_group::<Avx2Pair<true>, A, K, 1>(c)
+        } else {
+            run_group::<Avx2<true>, A, K, 4>(c)
+        }
+    }
 }
 
 /// An instruction set the packed kernels run on.
