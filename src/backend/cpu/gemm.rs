@@ -338,12 +338,13 @@ impl<const VNNI: bool> Isa for Avx2<VNNI> {
 #[derive(Clone, Copy)]
 pub(super) struct Avx2Pair<const VNNI: bool>;
 
-/// An `Avx2` operation on each half of a pair.
+/// An `Avx2` operation on each half of a pair: the arguments before `;` are pairs, those after
+/// it are passed to both halves as they are.
 macro_rules! halves {
-    ($op:ident $(::<$n:ident>)? ($($a:expr),*)) => {
+    ($op:ident $(::<$n:ident>)? ($($a:expr),* $(; $s:expr)*)) => {
         [
-            Avx2::<VNNI>::$op$(::<$n>)?($($a[0]),*),
-            Avx2::<VNNI>::$op$(::<$n>)?($($a[1]),*),
+            Avx2::<VNNI>::$op$(::<$n>)?($($a[0],)* $($s),*),
+            Avx2::<VNNI>::$op$(::<$n>)?($($a[1],)* $($s),*),
         ]
     };
 }
@@ -368,7 +369,7 @@ impl<const VNNI: bool> Isa for Avx2Pair<VNNI> {
     }
     #[inline(always)]
     unsafe fn and8(v: Self::I, c: i8) -> Self::I {
-        unsafe { [Avx2::<VNNI>::and8(v[0], c), Avx2::<VNNI>::and8(v[1], c)] }
+        unsafe { halves!(and8(v; c)) }
     }
     #[inline(always)]
     unsafe fn or(a: Self::I, b: Self::I) -> Self::I {
@@ -393,30 +394,15 @@ impl<const VNNI: bool> Isa for Avx2Pair<VNNI> {
     }
     #[inline(always)]
     unsafe fn dot(acc: Self::I, u: Self::I, x: i32) -> Self::I {
-        unsafe {
-            [
-                Avx2::<VNNI>::dot(acc[0], u[0], x),
-                Avx2::<VNNI>::dot(acc[1], u[1], x),
-            ]
-        }
+        unsafe { halves!(dot(acc, u; x)) }
     }
     #[inline(always)]
     unsafe fn dot_i8(acc: Self::I, w: Self::I, x: i32) -> Self::I {
-        unsafe {
-            [
-                Avx2::<VNNI>::dot_i8(acc[0], w[0], x),
-                Avx2::<VNNI>::dot_i8(acc[1], w[1], x),
-            ]
-        }
+        unsafe { halves!(dot_i8(acc, w; x)) }
     }
     #[inline(always)]
     unsafe fn madd16(acc: Self::I, a: Self::I, x: i32) -> Self::I {
-        unsafe {
-            [
-                Avx2::<VNNI>::madd16(acc[0], a[0], x),
-                Avx2::<VNNI>::madd16(acc[1], a[1], x),
-            ]
-        }
+        unsafe { halves!(madd16(acc, a; x)) }
     }
     #[inline(always)]
     unsafe fn mul_add(acc: Self::I, a: Self::I, b: Self::I) -> Self::I {
@@ -428,16 +414,11 @@ impl<const VNNI: bool> Isa for Avx2Pair<VNNI> {
     }
     #[inline(always)]
     unsafe fn sub_splat(a: Self::I, x: i32) -> Self::I {
-        unsafe {
-            [
-                Avx2::<VNNI>::sub_splat(a[0], x),
-                Avx2::<VNNI>::sub_splat(a[1], x),
-            ]
-        }
+        unsafe { halves!(sub_splat(a; x)) }
     }
     #[inline(always)]
     unsafe fn and32(a: Self::I, x: i32) -> Self::I {
-        unsafe { [Avx2::<VNNI>::and32(a[0], x), Avx2::<VNNI>::and32(a[1], x)] }
+        unsafe { halves!(and32(a; x)) }
     }
     #[inline(always)]
     unsafe fn shl32<const N: u32>(v: Self::I) -> Self::I {
