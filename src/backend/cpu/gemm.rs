@@ -846,8 +846,8 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
 }
 
 /// What one call computes: rows `16·group..16·group + 16` of `p` against `tokens`, each token's
-/// activations `stride` blocks apart in `x` (and their sums, for Q8, in `xsum`), written to
-/// `out[t·m + row]`.
+/// activations `stride` blocks apart in `x` (and their sums, for Q8, in `xsum`), the group's row
+/// `r` for token `t` written to `out[t·m + r]` (so `out` points at the group's first row).
 pub(super) struct GroupCall<'a, A> {
     pub p: &'a Packed,
     pub group: usize,
@@ -869,15 +869,14 @@ unsafe fn run_group<V: Isa, A, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>
         for (s, p) in sec.iter_mut().enumerate().take(n_sec) {
             *p = base.add(first.at(s, 0));
         }
-        let row0 = c.group * ROWS;
         for h in 0..ROWS / V::LANES {
             let mut t0 = c.tokens.start;
             while t0 < c.tokens.end {
                 let n = (c.tokens.end - t0).min(TILE);
                 if n == 1 {
-                    tile::<V, A, K, 1>(c, &sec, h, t0, 1, row0);
+                    tile::<V, A, K, 1>(c, &sec, h, t0, 1);
                 } else {
-                    tile::<V, A, K, TILE>(c, &sec, h, t0, n, row0);
+                    tile::<V, A, K, TILE>(c, &sec, h, t0, n);
                 }
                 t0 += n;
             }
@@ -893,7 +892,6 @@ unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
     h: usize,
     t0: usize,
     n: usize,
-    row0: usize,
 ) {
     unsafe {
         let mut x = [c.x.as_ptr(); T];
@@ -919,7 +917,7 @@ unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
         let mut acc = [V::fzero(); T];
         K::run::<V, T>(&tile, &mut acc);
         for t in 0..n {
-            V::store(c.out.add((t0 + t) * c.m + row0 + h * V::LANES), acc[t]);
+            V::store(c.out.add((t0 + t) * c.m + h * V::LANES), acc[t]);
         }
     }
 }
@@ -1048,7 +1046,7 @@ mod tests {
                 stride,
                 xsum,
                 tokens: tokens.clone(),
-                out: out.as_mut_ptr(),
+                out: out[group * ROWS..].as_mut_ptr(),
                 m,
             };
             // SAFETY: the ISA was detected; the output holds n × m values.

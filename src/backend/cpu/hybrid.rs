@@ -3,12 +3,15 @@
 //! recurrence, expert routing, expert matmuls and their weighted sum. The contracts are on the
 //! trait (backend/mod.rs); the arithmetic follows llama.cpp's CPU ops (`ggml_ssm_conv`,
 //! `ggml_gated_delta_net`, `ggml_soft_max`, `ggml_top_k`, `ggml_mul_mat_id`) so results round as
-//! llama.cpp's do. The expert matmuls run on the same SIMD dot kernels as every other matmul.
+//! llama.cpp's do. The expert matmuls run on the same kernels as every other matmul: the packed
+//! GEMM kernels where the expert stack was repacked (x86-64), the SIMD row dot products otherwise.
 
 use std::borrow::Cow;
 
 use super::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
 use super::{CpuBackend, CpuWeight, SharedOut, f32_bytes, ggml_math, simd};
+#[cfg(target_arch = "x86_64")]
+use super::{gemm, repack};
 use crate::backend::{DeltaNetParams, ExpertMatmulParams, RopeLayout};
 use crate::gguf::GgmlType;
 
@@ -282,6 +285,14 @@ impl CpuBackend {
                 self.pool.for_each_chunk(&mut q, nb, &|r, blocks| {
                     kernels.quantize_q8(&x[r * k..(r + 1) * k], blocks)
                 });
+                #[cfg(target_arch = "x86_64")]
+                if let Some(kernel) = self.packed_expert_kernel(&job, super::gemm::q8_kernel) {
+                    let xsum: Vec<i32> = q
+                        .iter()
+                        .map(|b| b.qs.iter().map(|&v| v as i32).sum())
+                        .collect();
+                    return self.run_packed_experts(&job, kernel, &q, nb, &xsum, &input_row);
+                }
                 self.run_expert_job(
                     &job,
                     &q,
@@ -297,6 +308,10 @@ impl CpuBackend {
                 self.pool.for_each_chunk(&mut q, nb, &|r, blocks| {
                     kernels.quantize_q8k(&x[r * k..(r + 1) * k], blocks)
                 });
+                #[cfg(target_arch = "x86_64")]
+                if let Some(kernel) = self.packed_expert_kernel(&job, super::gemm::q8k_kernel) {
+                    return self.run_packed_experts(&job, kernel, &q, nb, &[], &input_row);
+                }
                 self.run_expert_job(
                     &job,
                     &q,
@@ -371,6 +386,131 @@ impl CpuBackend {
     }
 }
 
+impl CpuBackend {
+    /// The packed kernel for an expert matmul, when its stack was repacked and each expert's
+    /// rows in use start and end on row-group boundaries.
+    #[cfg(target_arch = "x86_64")]
+    fn packed_expert_kernel<A>(
+        &self,
+        job: &ExpertJob,
+        kernel_for: fn(gemm::GemmIsa, GgmlType) -> Option<gemm::GroupKernel<A>>,
+    ) -> Option<gemm::GroupKernel<A>> {
+        let p = job.p;
+        let aligned = [p.expert_rows, p.expert_stride, p.row_offset]
+            .iter()
+            .all(|v| v.is_multiple_of(repack::ROWS));
+        job.w.packed.as_ref()?;
+        if !aligned {
+            return None;
+        }
+        kernel_for(self.kernels.gemm_isa()?, job.w.tensor.dtype)
+    }
+
+    /// An expert matmul on the packed kernels: the activations of each expert's slots gathered
+    /// side by side, so each expert's row groups run as a small GEMM over its tokens (prefill)
+    /// or one token (generation), each weight line read once; results are scattered back to
+    /// the slots. `xsum` holds each Q8 block's sum (empty for Q8_K activations).
+    #[cfg(target_arch = "x86_64")]
+    fn run_packed_experts<A: Sync + Copy>(
+        &self,
+        job: &ExpertJob,
+        kernel: gemm::GroupKernel<A>,
+        acts: &[A],
+        stride: usize,
+        xsum: &[i32],
+        input_row: &(dyn Fn(usize) -> usize + Sync),
+    ) {
+        let p = job.p;
+        let m = p.expert_rows;
+        let Some(packed) = job.w.packed.as_ref() else {
+            unreachable!("packed_expert_kernel checked the weight is packed")
+        };
+        // Slots in expert order: expert `e`'s are `order[first[i]..first[i + 1]]`.
+        let used: Vec<usize> = (0..job.by_expert.len())
+            .filter(|&e| !job.by_expert[e].is_empty())
+            .collect();
+        let order: Vec<usize> = used
+            .iter()
+            .flat_map(|&e| job.by_expert[e].iter().copied())
+            .collect();
+        let mut first = vec![0];
+        for &e in &used {
+            first.push(first[first.len() - 1] + job.by_expert[e].len());
+        }
+        fn gather<T: Copy>(src: &[T], width: usize, rows: impl Iterator<Item = usize>) -> Vec<T> {
+            rows.flat_map(|i| &src[i * width..(i + 1) * width])
+                .copied()
+                .collect()
+        }
+        let inputs = || order.iter().map(|&s| input_row(s));
+        let x = gather(acts, stride, inputs());
+        let xsum = if xsum.is_empty() {
+            Vec::new()
+        } else {
+            gather(xsum, stride, inputs())
+        };
+        let mut y = vec![0.0f32; order.len() * m];
+        let y_out = SharedOut(y.as_mut_ptr());
+
+        // Tasks: a run of one expert's row groups over a block of its tokens whose activations
+        // fit in the L2 cache, about four tasks per thread.
+        const L2_BUDGET: usize = 256 << 10;
+        let token_block = (L2_BUDGET / (stride * std::mem::size_of::<A>()).max(1))
+            .next_multiple_of(8)
+            .max(8);
+        let groups = m / repack::ROWS;
+        let chunk = (used.len() * groups)
+            .div_ceil(self.threads * 4)
+            .clamp(1, groups.max(1));
+        let mut tasks = Vec::new();
+        for ui in 0..used.len() {
+            let n = first[ui + 1] - first[ui];
+            for t0 in (0..n).step_by(token_block) {
+                for g0 in (0..groups).step_by(chunk) {
+                    tasks.push((
+                        ui,
+                        t0..(t0 + token_block).min(n),
+                        g0..(g0 + chunk).min(groups),
+                    ));
+                }
+            }
+        }
+        self.pool.run(tasks.len(), &|i| {
+            let (ui, tokens, local_groups) = tasks[i].clone();
+            let slots = first[ui]..first[ui + 1];
+            let group0 = (used[ui] * p.expert_stride + p.row_offset) / repack::ROWS;
+            for g in local_groups {
+                let call = gemm::GroupCall {
+                    p: packed,
+                    group: group0 + g,
+                    x: &x[slots.start * stride..slots.end * stride],
+                    stride,
+                    xsum: if xsum.is_empty() {
+                        &[]
+                    } else {
+                        &xsum[slots.start * stride..slots.end * stride]
+                    },
+                    tokens: tokens.clone(),
+                    // In bounds: `y` holds `m` values for each slot of `order`.
+                    out: unsafe { y_out.get().add(slots.start * m + g * repack::ROWS) },
+                    m,
+                };
+                // SAFETY: the ISA was detected (packed_expert_kernel); the group lies in the
+                // packed stack (the expert's rows are within its block and group-aligned), the
+                // tokens within the expert's slots, and each (group, token) is written by this
+                // task alone.
+                unsafe { kernel(&call) }
+            }
+        });
+        let out = job.out.get();
+        for (i, &s) in order.iter().enumerate() {
+            // SAFETY: `out` holds `m` values for each of the call's slots, `s` among them.
+            let dst = unsafe { std::slice::from_raw_parts_mut(out.add(s * m), m) };
+            dst.copy_from_slice(&y[i * m..(i + 1) * m]);
+        }
+    }
+}
+
 /// One expert matmul: the weight, which slots each expert serves, and where results go.
 struct ExpertJob<'a> {
     w: &'a CpuWeight,
@@ -410,61 +550,99 @@ mod tests {
 
     /// Every slot of an expert matmul equals the plain matmul of its input row by its expert's
     /// rows (cut out of the stacked weight), for unquantized, 32-block and 256-block types, with
-    /// shared and per-slot inputs, and a fused gate/up layout (stride and offset).
+    /// shared and per-slot inputs, and a fused gate/up layout (stride and offset); on the row
+    /// kernels (24 rows per expert) and, where the CPU has them, on the packed kernels (32 rows,
+    /// with AVX-512 and AVX2), over more tokens per expert than one token block holds.
     #[test]
     fn expert_matmul_equals_a_matmul_per_expert() {
         let be = CpuBackend::new(2).unwrap();
-        let (k_in, stride, n_exp, tokens, n_used) = (512, 24, 4, 9, 2);
-        for t in [
-            GgmlType::F32,
-            GgmlType::F16,
-            GgmlType::Q8_0,
-            GgmlType::Q4_0,
-            GgmlType::Q4_K,
-            GgmlType::Q6_K,
-        ] {
-            let bytes: Vec<u8> = (0..n_exp * stride)
-                .flat_map(|r| random_row(t, k_in, r as u64 + 7))
-                .collect();
-            let stacked = Tensor::from_bytes("exps", t, vec![k_in, stride, n_exp], bytes);
-            let w = be.weight(&stacked).unwrap();
-            // Token t uses experts (t + 2j) mod 4: every expert serves at least four slots.
-            let selected: Vec<f32> = (0..tokens * n_used)
-                .map(|s| ((s / n_used + 2 * (s % n_used)) % n_exp) as f32)
-                .collect();
-            for per_slot_input in [false, true] {
-                for (expert_rows, row_offset) in [(stride, 0), (stride / 2, stride / 2)] {
-                    let n_in = if per_slot_input {
-                        tokens * n_used
-                    } else {
-                        tokens
-                    };
-                    let x = activations(n_in * k_in, 5);
-                    let p = ExpertMatmulParams {
-                        rows: tokens,
-                        n_used,
-                        per_slot_input,
-                        expert_rows,
-                        expert_stride: stride,
-                        row_offset,
-                    };
-                    let mut out = vec![0.0; tokens * n_used * expert_rows];
-                    be.expert_matmul(&x, &w, &selected, &mut out, &p);
-                    for (s, &e) in selected.iter().enumerate() {
-                        let first = e as usize * stride + row_offset;
+        check_expert_matmuls(&be, "detected kernels");
+        #[cfg(target_arch = "x86_64")]
+        if let Some(kernels) = be.kernels.without_avx512() {
+            let mut avx2 = CpuBackend::new(2).unwrap();
+            avx2.kernels = kernels;
+            check_expert_matmuls(&avx2, "AVX2 kernels");
+        }
+    }
+
+    fn check_expert_matmuls(be: &CpuBackend, label: &str) {
+        let (k_in, n_exp, n_used) = (512, 4, 2);
+        for (stride, tokens) in [(24, 9), (32, 9), (32, 1200)] {
+            for t in [
+                GgmlType::F32,
+                GgmlType::F16,
+                GgmlType::Q8_0,
+                GgmlType::Q4_0,
+                GgmlType::Q4_K,
+                GgmlType::Q6_K,
+            ] {
+                check_expert_matmul(be, t, k_in, stride, n_exp, tokens, n_used, label);
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_expert_matmul(
+        be: &CpuBackend,
+        t: GgmlType,
+        k_in: usize,
+        stride: usize,
+        n_exp: usize,
+        tokens: usize,
+        n_used: usize,
+        label: &str,
+    ) {
+        let bytes: Vec<u8> = (0..n_exp * stride)
+            .flat_map(|r| random_row(t, k_in, r as u64 + 7))
+            .collect();
+        let stacked = Tensor::from_bytes("exps", t, vec![k_in, stride, n_exp], bytes);
+        let w = be.weight(&stacked).unwrap();
+        assert_eq!(
+            w.packed.is_some(),
+            be.packs(t) && stride.is_multiple_of(16),
+            "{t}: repacked when groups fit the experts"
+        );
+        // Token t uses experts (t + 2j) mod 4: every expert serves at least four slots.
+        let selected: Vec<f32> = (0..tokens * n_used)
+            .map(|s| ((s / n_used + 2 * (s % n_used)) % n_exp) as f32)
+            .collect();
+        for per_slot_input in [false, true] {
+            for (expert_rows, row_offset) in [(stride, 0), (stride / 2, stride / 2)] {
+                let n_in = if per_slot_input {
+                    tokens * n_used
+                } else {
+                    tokens
+                };
+                let x = activations(n_in * k_in, 5);
+                let p = ExpertMatmulParams {
+                    rows: tokens,
+                    n_used,
+                    per_slot_input,
+                    expert_rows,
+                    expert_stride: stride,
+                    row_offset,
+                };
+                let mut out = vec![0.0; tokens * n_used * expert_rows];
+                be.expert_matmul(&x, &w, &selected, &mut out, &p);
+                let experts: Vec<CpuWeight> = (0..n_exp)
+                    .map(|e| {
+                        let first = e * stride + row_offset;
                         let rows: Vec<usize> = (first..first + expert_rows).collect();
-                        let we = be.weight(&stacked.gather_rows("e", &rows)).unwrap();
-                        let i = if per_slot_input { s } else { s / n_used };
-                        let xi = x[i * k_in..(i + 1) * k_in].to_vec();
-                        let mut want = vec![0.0; expert_rows];
-                        be.matmul(&xi, &we, 1, &mut want);
-                        let got = &out[s * expert_rows..(s + 1) * expert_rows];
-                        for (g, w) in got.iter().zip(&want) {
-                            assert!(
-                                (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
-                                "{t} slot {s} (per-slot {per_slot_input}): {g} vs {w}"
-                            );
-                        }
+                        be.weight(&stacked.gather_rows("e", &rows)).unwrap()
+                    })
+                    .collect();
+                for (s, &e) in selected.iter().enumerate() {
+                    let i = if per_slot_input { s } else { s / n_used };
+                    let xi = x[i * k_in..(i + 1) * k_in].to_vec();
+                    let mut want = vec![0.0; expert_rows];
+                    be.matmul(&xi, &experts[e as usize], 1, &mut want);
+                    let got = &out[s * expert_rows..(s + 1) * expert_rows];
+                    for (g, w) in got.iter().zip(&want) {
+                        assert!(
+                            (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                            "{label} {t} stride {stride}, slot {s} of {tokens} tokens \
+                             (per-slot {per_slot_input}, offset {row_offset}): {g} vs {w}"
+                        );
                     }
                 }
             }

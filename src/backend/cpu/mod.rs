@@ -522,7 +522,8 @@ impl CpuBackend {
                     stride,
                     xsum,
                     tokens: tokens.clone(),
-                    out: out.get(),
+                    // In bounds: the output holds `rows × w.rows` values.
+                    out: unsafe { out.get().add(group * repack::ROWS) },
                     m: w.rows,
                 };
                 // SAFETY: `isa` was detected on this CPU; the call covers rows of this task's
@@ -628,9 +629,11 @@ impl Backend for CpuBackend {
         // Packed a slice of groups at a time, each slice's mapped pages dropped behind it, so
         // the file's pages and the packed copy are never both resident for more than a slice.
         let group_src = t.row_bytes() * repack::ROWS;
-        // Stacks of expert matrices (3-D) are not repacked: expert matmuls read single rows of
-        // the experts a token is routed to, straight from the mapping (hybrid.rs).
-        let packed = if t.dims.len() == 2 && self.packs(t.dtype) {
+        // A stack of expert matrices (3-D) is repacked as one matrix when no row group straddles
+        // two experts; expert matmuls then run on the packed kernels too (hybrid.rs).
+        let matrix =
+            t.dims.len() == 2 || (t.dims.len() == 3 && t.dims[1].is_multiple_of(repack::ROWS));
+        let packed = if matrix && self.packs(t.dtype) {
             repack::pack(t.dtype, t.bytes(), rows, cols, &|out, group_bytes, f| {
                 let per_slice = ((8 << 20) / group_bytes).max(1);
                 for (i, slice) in out.chunks_mut(per_slice * group_bytes).enumerate() {
