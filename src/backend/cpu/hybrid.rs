@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use super::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
-use super::{CpuBackend, CpuWeight, SharedOut, f32_bytes, ggml_math, simd};
+use super::{CpuBackend, CpuWeight, SharedOut, f32_bytes, simd};
 #[cfg(target_arch = "x86_64")]
 use super::{gemm, repack};
 use crate::backend::{DeltaNetParams, ExpertMatmulParams, RopeLayout};
@@ -100,43 +100,50 @@ impl CpuBackend {
     ) {
         let k = kernel.cols;
         let hist = k - 1;
-        // Taps by time, so the inner loop runs over contiguous channels.
         let taps = f32_values(kernel);
-        let mut by_tap = vec![0.0f32; k * channels];
-        for c in 0..channels {
-            for j in 0..k {
-                by_tap[j * channels + c] = taps[c * k + j];
+        let st: &[f32] = state;
+        // Row i of (state ++ x).
+        let inp = |i: usize| -> &[f32] {
+            if i < hist {
+                &st[i * channels..(i + 1) * channels]
+            } else {
+                &x[(i - hist) * channels..(i - hist + 1) * channels]
             }
-        }
-        {
-            let st: &[f32] = state;
-            // Row i of (state ++ x).
-            let inp = |i: usize| -> &[f32] {
-                if i < hist {
-                    &st[i * channels..(i + 1) * channels]
-                } else {
-                    &x[(i - hist) * channels..(i - hist + 1) * channels]
-                }
-            };
-            const ROWS_PER_TASK: usize = 16;
-            self.pool.for_each_chunk(
-                &mut out[..rows * channels],
-                ROWS_PER_TASK * channels,
-                &|task, piece| {
-                    for (i, o) in piece.chunks_mut(channels).enumerate() {
-                        let t = task * ROWS_PER_TASK + i;
-                        o.fill(0.0);
-                        for j in 0..k {
-                            let w = &by_tap[j * channels..(j + 1) * channels];
-                            for ((ov, &iv), &wv) in o.iter_mut().zip(inp(t + j)).zip(w) {
-                                *ov += iv * wv;
-                            }
-                        }
-                        o.iter_mut().for_each(|v| *v = ggml_math::silu(*v));
+        };
+        // Tasks over blocks of channels, every row each, so one token spreads over the threads
+        // too; each task lays its taps out by time, so the inner loop runs over contiguous
+        // channels.
+        const CHANNELS_PER_TASK: usize = 256;
+        const ONES: [f32; CHANNELS_PER_TASK] = [1.0; CHANNELS_PER_TASK];
+        let kernels = &self.kernels;
+        let out_ptr = SharedOut(out[..rows * channels].as_mut_ptr());
+        self.pool
+            .run(channels.div_ceil(CHANNELS_PER_TASK), &|task| {
+                let c0 = task * CHANNELS_PER_TASK;
+                let n = CHANNELS_PER_TASK.min(channels - c0);
+                let mut by_tap = vec![0.0f32; k * n];
+                for c in 0..n {
+                    for j in 0..k {
+                        by_tap[j * n + c] = taps[(c0 + c) * k + j];
                     }
-                },
-            );
-        }
+                }
+                for t in 0..rows {
+                    // SAFETY: this task alone writes channels c0..c0 + n of each row.
+                    let o = unsafe {
+                        std::slice::from_raw_parts_mut(out_ptr.get().add(t * channels + c0), n)
+                    };
+                    o.fill(0.0);
+                    for j in 0..k {
+                        let w = &by_tap[j * n..(j + 1) * n];
+                        for ((ov, &iv), &wv) in o.iter_mut().zip(&inp(t + j)[c0..c0 + n]).zip(w) {
+                            *ov += iv * wv;
+                        }
+                    }
+                    // The SIMD SiLU-times-up with up = 1 (exact): the scalar `expf` is slow where
+                    // the build has no FMA instruction to inline.
+                    kernels.silu_mul(o, &ONES[..n]);
+                }
+            });
         // The new state: the last K−1 rows of (state ++ x).
         if rows >= hist {
             state[..hist * channels].copy_from_slice(&x[(rows - hist) * channels..rows * channels]);
@@ -186,7 +193,7 @@ impl CpuBackend {
         self.pool
             .for_each_chunk(&mut state[..n_v * d * d], d * d, &|h, s| {
                 let kh = h % n_k;
-                let (mut q, mut k, mut delta) = (vec![0.0; d], vec![0.0; d], vec![0.0; d]);
+                let (mut q, mut k) = (vec![0.0; d], vec![0.0; d]);
                 for t in 0..p.rows {
                     let row = &qkv[t * qkv_width..(t + 1) * qkv_width];
                     l2_normalize(&row[kh * d..(kh + 1) * d], p.eps, &mut q);
@@ -196,19 +203,14 @@ impl CpuBackend {
                     let b = sigmoid(beta[t * n_v + h]);
 
                     let decay = g.exp();
-                    s.iter_mut().for_each(|x| *x *= decay);
-                    // Row j of `s` is column j of S: δ[j] = β (v[j] − S[:, j]·k).
-                    for (j, dj) in delta.iter_mut().enumerate() {
-                        *dj = (v[j] - dot(&s[j * d..(j + 1) * d], &k)) * b;
-                    }
-                    for (j, &dj) in delta.iter().enumerate() {
-                        s[j * d..(j + 1) * d]
-                            .iter_mut()
-                            .zip(&k)
-                            .for_each(|(x, &kv)| *x += kv * dj);
-                    }
-                    for j in 0..d {
-                        let o = dot(&s[j * d..(j + 1) * d], &q) * scale;
+                    // Row j of `s` is column j of S, and each step below reads and writes only
+                    // its own row, so a row takes all four while it is in the L1 cache: decay,
+                    // δ = β (v[j] − S[:, j]·k), S[:, j] += δ k, out[j] = S[:, j]·q.
+                    for (j, col) in s.chunks_exact_mut(d).enumerate() {
+                        col.iter_mut().for_each(|x| *x *= decay);
+                        let delta = (v[j] - dot(col, &k)) * b;
+                        col.iter_mut().zip(&k).for_each(|(x, &kv)| *x += kv * delta);
+                        let o = dot(col, &q) * scale;
                         // SAFETY: task h alone writes columns h·d..(h+1)·d of each output row.
                         unsafe { *out_ptr.get().add(t * out_width + h * d + j) = o };
                     }
@@ -545,6 +547,7 @@ pub(super) fn moe_combine(
 mod tests {
     use super::*;
     use crate::backend::Backend;
+    use crate::backend::cpu::ggml_math;
     use crate::backend::cpu::quant::tests::{activations, random_row};
     use crate::tensor::Tensor;
 
@@ -701,7 +704,7 @@ mod tests {
     /// state, gives the batched result and the same final state.
     #[test]
     fn conv_step_carries_its_state_across_calls() {
-        let (k, ch, rows) = (4, 8, 37);
+        let (k, ch, rows) = (4, 300, 37); // two channel blocks, the second partial
         let taps = activations(k * ch, 3);
         let be = CpuBackend::new(2).unwrap();
         let kernel = be

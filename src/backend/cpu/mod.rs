@@ -942,6 +942,7 @@ impl Backend for CpuBackend {
         rot_dims: usize,
         layout: RopeLayout,
     ) {
+        let _span = self.profiler.span("rope");
         hybrid::rope(x, table, rows, n_heads, head_dim, rot_dims, layout);
     }
 
@@ -953,6 +954,7 @@ impl Backend for CpuBackend {
         width: usize,
         gate_width: usize,
     ) {
+        let _span = self.profiler.span("mul_sigmoid");
         hybrid::mul_sigmoid(x, gate, rows, width, gate_width);
     }
 
@@ -965,6 +967,7 @@ impl Backend for CpuBackend {
         rows: usize,
         channels: usize,
     ) {
+        let _span = self.profiler.span("conv_step");
         self.conv(x, kernel, state, out, rows, channels);
     }
 
@@ -979,6 +982,7 @@ impl Backend for CpuBackend {
         out: &mut Vec<f32>,
         p: &DeltaNetParams,
     ) {
+        let _span = self.profiler.span("gated_delta_net");
         self.delta_net(qkv, alpha, beta, a, dt_bias, state, out, p);
     }
 
@@ -991,6 +995,7 @@ impl Backend for CpuBackend {
         selected: &mut Vec<f32>,
         weights: &mut Vec<f32>,
     ) {
+        let _span = self.profiler.span("moe_route");
         self.route(logits, rows, n_expert, n_used, selected, weights);
     }
 
@@ -1002,6 +1007,7 @@ impl Backend for CpuBackend {
         out: &mut Vec<f32>,
         p: &ExpertMatmulParams,
     ) {
+        let _span = self.profiler.span("expert_matmul");
         self.expert_matmul_cpu(x, w, selected, out, p);
     }
 
@@ -1014,6 +1020,7 @@ impl Backend for CpuBackend {
         width: usize,
         out: &mut Vec<f32>,
     ) {
+        let _span = self.profiler.span("moe_combine");
         hybrid::moe_combine(y, weights, rows, n_used, width, out);
     }
 }
