@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use super::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
-use super::{CpuBackend, CpuWeight, SharedOut, f32_bytes, simd};
+use super::{CpuBackend, CpuWeight, SharedOut, simd};
 #[cfg(target_arch = "x86_64")]
 use super::{gemm, repack};
 use crate::backend::{DeltaNetParams, ExpertMatmulParams, RopeLayout};
@@ -186,14 +186,12 @@ impl CpuBackend {
         let out_width = n_v * d;
         let (a, dt_bias) = (a.dense(), dt_bias.dense());
         let scale = 1.0 / (d as f32).sqrt();
-        let simd_dot = self.kernels.dot_f32(GgmlType::F32);
-        let dot = |a: &[f32], b: &[f32]| simd_dot(f32_bytes(a), b);
         let out_ptr = SharedOut(out[..p.rows * out_width].as_mut_ptr());
         // One task per value head: heads are independent across the whole batch.
         self.pool
             .for_each_chunk(&mut state[..n_v * d * d], d * d, &|h, s| {
                 let kh = h % n_k;
-                let (mut q, mut k) = (vec![0.0; d], vec![0.0; d]);
+                let (mut q, mut k, mut o) = (vec![0.0; d], vec![0.0; d], vec![0.0; d]);
                 for t in 0..p.rows {
                     let row = &qkv[t * qkv_width..(t + 1) * qkv_width];
                     l2_normalize(&row[kh * d..(kh + 1) * d], p.eps, &mut q);
@@ -202,17 +200,11 @@ impl CpuBackend {
                     let g = softplus(alpha[t * n_v + h] + dt_bias[h]) * a[h];
                     let b = sigmoid(beta[t * n_v + h]);
 
-                    let decay = g.exp();
-                    // Row j of `s` is column j of S, and each step below reads and writes only
-                    // its own row, so a row takes all four while it is in the L1 cache: decay,
-                    // δ = β (v[j] − S[:, j]·k), S[:, j] += δ k, out[j] = S[:, j]·q.
-                    for (j, col) in s.chunks_exact_mut(d).enumerate() {
-                        col.iter_mut().for_each(|x| *x *= decay);
-                        let delta = (v[j] - dot(col, &k)) * b;
-                        col.iter_mut().zip(&k).for_each(|(x, &kv)| *x += kv * delta);
-                        let o = dot(col, &q) * scale;
+                    self.kernels
+                        .delta_rule(s, &k, &q, v, g.exp(), b, scale, &mut o);
+                    for (j, &oj) in o.iter().enumerate() {
                         // SAFETY: task h alone writes columns h·d..(h+1)·d of each output row.
-                        unsafe { *out_ptr.get().add(t * out_width + h * d + j) = o };
+                        unsafe { *out_ptr.get().add(t * out_width + h * d + j) = oj };
                     }
                 }
             });

@@ -311,6 +311,36 @@ impl Kernels {
         }
     }
 
+    /// One token of the gated delta rule on one head's state `s` (row j = column j of the state
+    /// matrix, `k.len()` values each): every row decayed, corrected along k by
+    /// δ_j = β (v_j − row·k), and read out as out_j = (row·q)·scale. The dot products are those of
+    /// `dot_f32(F32)`, so every ISA's result is that of the steps taken one at a time.
+    #[allow(clippy::too_many_arguments)]
+    pub fn delta_rule(
+        &self,
+        s: &mut [f32],
+        k: &[f32],
+        q: &[f32],
+        v: &[f32],
+        decay: f32,
+        beta: f32,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        if self.level != Level::Portable {
+            return x86::delta_rule(s, k, q, v, [decay, beta, scale], out);
+        }
+        let dot = self.dot_f32(GgmlType::F32);
+        let dot = |a: &[f32], b: &[f32]| dot(super::f32_bytes(a), b);
+        for (j, row) in s.chunks_exact_mut(k.len()).enumerate() {
+            row.iter_mut().for_each(|x| *x *= decay);
+            let delta = (v[j] - dot(row, k)) * beta;
+            row.iter_mut().zip(k).for_each(|(x, &kv)| *x += kv * delta);
+            out[j] = dot(row, q) * scale;
+        }
+    }
+
     /// x[i] = expf(x[i] − max) with llama.cpp's `expf`; returns Σ in f64.
     pub fn exp_sub(&self, x: &mut [f32], max: f32) -> f64 {
         #[cfg(target_arch = "x86_64")]
@@ -1314,6 +1344,96 @@ mod x86 {
         unsafe { silu_mul_impl(gate, up) }
     }
 
+    pub fn delta_rule(
+        s: &mut [f32],
+        k: &[f32],
+        q: &[f32],
+        v: &[f32],
+        decay_beta_scale: [f32; 3],
+        out: &mut [f32],
+    ) {
+        let d = k.len();
+        assert!(q.len() == d && s.len() == v.len() * d && out.len() >= v.len());
+        let mut j = 0;
+        // SAFETY: AVX2, FMA and F16C were detected (as above); rows j..j + R lie in `s`.
+        unsafe {
+            while j + 4 <= v.len() {
+                delta_rule_rows::<4>(s, k, q, v, decay_beta_scale, out, j);
+                j += 4;
+            }
+            while j < v.len() {
+                delta_rule_rows::<1>(s, k, q, v, decay_beta_scale, out, j);
+                j += 1;
+            }
+        }
+    }
+
+    /// Rows j..j + R of `Kernels::delta_rule`, side by side so their dot products' dependency
+    /// chains overlap. Per row, the arithmetic of the scalar steps: `x *= decay`, the 8-lane FMA
+    /// dot of `dot_f32_bytes_impl` (tail added after the horizontal sum), `x += k·δ` unfused.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(clippy::needless_range_loop)] // the rows' accumulators and the tails index alike
+    unsafe fn delta_rule_rows<const R: usize>(
+        s: &mut [f32],
+        k: &[f32],
+        q: &[f32],
+        v: &[f32],
+        [decay, beta, scale]: [f32; 3],
+        out: &mut [f32],
+        j: usize,
+    ) {
+        unsafe {
+            let d = k.len();
+            let n8 = d / 8 * 8;
+            let base = s.as_mut_ptr().add(j * d);
+            let row = |r: usize| base.add(r * d);
+            let dv = _mm256_set1_ps(decay);
+            let mut acc = [_mm256_setzero_ps(); R];
+            let mut i = 0;
+            while i < n8 {
+                let kv = _mm256_loadu_ps(k.as_ptr().add(i));
+                for r in 0..R {
+                    let x = _mm256_mul_ps(_mm256_loadu_ps(row(r).add(i)), dv);
+                    _mm256_storeu_ps(row(r).add(i), x);
+                    acc[r] = _mm256_fmadd_ps(x, kv, acc[r]);
+                }
+                i += 8;
+            }
+            let mut delta = [0.0f32; R];
+            for r in 0..R {
+                let mut dot = hsum_f32(acc[r]);
+                for i in n8..d {
+                    let x = row(r).add(i);
+                    *x *= decay;
+                    dot += *x * k[i];
+                }
+                delta[r] = (v[j + r] - dot) * beta;
+                acc[r] = _mm256_setzero_ps();
+            }
+            let mut i = 0;
+            while i < n8 {
+                let kv = _mm256_loadu_ps(k.as_ptr().add(i));
+                let qv = _mm256_loadu_ps(q.as_ptr().add(i));
+                for r in 0..R {
+                    let x = _mm256_loadu_ps(row(r).add(i));
+                    let x = _mm256_add_ps(x, _mm256_mul_ps(kv, _mm256_set1_ps(delta[r])));
+                    _mm256_storeu_ps(row(r).add(i), x);
+                    acc[r] = _mm256_fmadd_ps(x, qv, acc[r]);
+                }
+                i += 8;
+            }
+            for r in 0..R {
+                let mut dot = hsum_f32(acc[r]);
+                for i in n8..d {
+                    let x = row(r).add(i);
+                    *x += k[i] * delta[r];
+                    dot += *x * q[i];
+                }
+                out[j + r] = dot * scale;
+            }
+        }
+    }
+
     pub fn exp_sub(x: &mut [f32], max: f32) -> f64 {
         // SAFETY: as above.
         unsafe { exp_sub_impl(x, max) }
@@ -1430,6 +1550,38 @@ mod tests {
     use super::super::quant::tests::{activations, random_row};
     use super::super::quant::{ActFormat, act_format, quantize_q8k};
     use super::*;
+
+    /// The delta-rule kernel gives the bits of its steps taken one at a time with this CPU's f32
+    /// dot product, on head sizes with and without an 8-value tail and row counts with and
+    /// without a remainder of four.
+    #[test]
+    fn delta_rule_equals_its_steps() {
+        let kernels = Kernels::detect();
+        let dot = kernels.dot_f32(GgmlType::F32);
+        let dot = |a: &[f32], b: &[f32]| dot(super::super::f32_bytes(a), b);
+        let (decay, beta, scale) = (0.93, 0.61, 0.125);
+        for (d, rows) in [(16, 16), (128, 128), (20, 7), (8, 3)] {
+            let (k, q, v) = (activations(d, 1), activations(d, 2), activations(rows, 3));
+            let mut s = activations(rows * d, 4);
+            let mut want_s = s.clone();
+            let mut want = vec![0.0; rows];
+            for (j, row) in want_s.chunks_exact_mut(d).enumerate() {
+                row.iter_mut().for_each(|x| *x *= decay);
+                let delta = (v[j] - dot(row, &k)) * beta;
+                row.iter_mut().zip(&k).for_each(|(x, &kv)| *x += kv * delta);
+                want[j] = dot(row, &q) * scale;
+            }
+            let mut out = vec![0.0; rows];
+            kernels.delta_rule(&mut s, &k, &q, &v, decay, beta, scale, &mut out);
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&out),
+                bits(&want),
+                "outputs, head size {d}, {rows} rows"
+            );
+            assert_eq!(bits(&s), bits(&want_s), "state, head size {d}, {rows} rows");
+        }
+    }
 
     /// Every dispatched kernel agrees with the portable reference (integer parts exactly, so only
     /// float summation order differs).
