@@ -81,6 +81,10 @@ pub struct BenchArgs {
     #[arg(long = "gpu", value_name = "N", env = "KILN_GPU")]
     pub gpu: Option<usize>,
 
+    /// CPU: keep the weights as the file holds them instead of repacking them at load
+    #[arg(long = "no-repack")]
+    pub no_repack: bool,
+
     #[command(flatten)]
     pub cache: CacheArgs,
 
@@ -438,7 +442,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             };
             let mut name = String::from("CPU");
             for &t in &threads {
-                let model = Model::load(&file, CpuBackend::new(t)?)?;
+                let model =
+                    Model::load(&file, CpuBackend::new(t)?.with_repacking(!args.no_repack))?;
                 name = model.backend.describe();
                 let on = Measure {
                     model: &model,

@@ -103,7 +103,8 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
                 .map_or(AdapterChoice::Best, AdapterChoice::Index),
         )?,
     };
-    let cpu_model = Model::load(&file, CpuBackend::new(args.backend.threads.unwrap_or(0))?)
+    let cpu = CpuBackend::new(args.backend.threads.unwrap_or(0))?;
+    let cpu_model = Model::load(&file, cpu.with_repacking(!args.backend.no_repack))
         .with_context(|| format!("loading {}", file.path.display()))?;
     let cpu_name = cpu_model.backend.describe();
     let reference = cpu_run(&cpu_model, &prompt, args.steps, &args)?;

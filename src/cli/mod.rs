@@ -136,6 +136,11 @@ pub struct BackendArgs {
     /// CPU threads (default: one per core)
     #[arg(short = 't', long, value_name = "N")]
     pub threads: Option<usize>,
+
+    /// CPU: keep the weights as the file holds them instead of repacking them at load for the
+    /// GEMM kernels; loads sooner and reads only the experts tokens use, but runs slower
+    #[arg(long = "no-repack")]
+    pub no_repack: bool,
 }
 
 /// The KV cache's element types. llama.cpp's spellings `-ctk` and `-ctv` work too.
@@ -417,7 +422,7 @@ pub fn load(model: &ModelArgs, backend: &BackendArgs) -> Result<AnyLoaded> {
     let loaded = match choose_gpu(backend.backend, backend.gpu)? {
         None => AnyLoaded::Cpu(Box::new(Loaded::new(
             file,
-            CpuBackend::new(threads)?,
+            CpuBackend::new(threads)?.with_repacking(!backend.no_repack),
             start,
         )?)),
         Some(gpu) => AnyLoaded::Gpu(Box::new(Loaded::new(file, gpu, start)?)),

@@ -34,6 +34,8 @@ pub struct CpuBackend {
     threads: usize,
     kernels: simd::Kernels,
     profiler: profile::Profiler,
+    /// Whether matrices are repacked at load where the CPU has packed kernels.
+    repack: bool,
 }
 
 /// A weight as the CPU uses it: the mapped bytes, plus vectors decoded to f32 once, or, where the
@@ -74,7 +76,16 @@ impl CpuBackend {
             threads,
             kernels: simd::Kernels::detect(),
             profiler: profile::Profiler::default(),
+            repack: true,
         })
+    }
+
+    /// This backend with weights left as the file holds them (`false`): loading only maps them,
+    /// so it starts sooner and experts no token uses are never read, but matmuls run on the
+    /// slower row kernels (llama.cpp's `--no-repack`).
+    pub fn with_repacking(mut self, on: bool) -> CpuBackend {
+        self.repack = on;
+        self
     }
 
     pub fn threads(&self) -> usize {
@@ -378,7 +389,9 @@ impl CpuBackend {
     /// Whether weights of type `t` are repacked at load (the CPU has packed kernels for it).
     fn packs(&self, t: GgmlType) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if let Some(isa) = self.kernels.gemm_isa() {
+        if self.repack
+            && let Some(isa) = self.kernels.gemm_isa()
+        {
             return gemm::q8k_kernel(isa, t).is_some() || gemm::q8_kernel(isa, t).is_some();
         }
         let _ = t;
@@ -607,7 +620,16 @@ impl Backend for CpuBackend {
     type Weight = CpuWeight;
 
     fn describe(&self) -> String {
-        format!("CPU ({}, {} threads)", self.kernels.name(), self.threads)
+        let packing = if self.repack {
+            ""
+        } else {
+            ", weights not repacked"
+        };
+        format!(
+            "CPU ({}, {} threads{packing})",
+            self.kernels.name(),
+            self.threads
+        )
     }
 
     fn set_profiling(&self, on: bool) {
@@ -1022,5 +1044,45 @@ impl Backend for CpuBackend {
     ) {
         let _span = self.profiler.span("moe_combine");
         hybrid::moe_combine(y, weights, rows, n_used, width, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::quant::tests::{activations, random_row};
+    use super::*;
+
+    /// With repacking off, weights stay as the file holds them and matmuls, on the row kernels,
+    /// agree with the repacked backend's (within the seeds' 1e-4 relative).
+    #[test]
+    fn a_backend_without_repacking_keeps_the_file_layout_and_agrees() {
+        let packing = CpuBackend::new(2).unwrap();
+        let plain = CpuBackend::new(2).unwrap().with_repacking(false);
+        assert!(plain.describe().contains("not repacked"));
+        let (rows, k, tokens) = (64, 512, 5);
+        for t in [
+            GgmlType::Q4_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            let bytes: Vec<u8> = (0..rows)
+                .flat_map(|r| random_row(t, k, r as u64 + 3))
+                .collect();
+            let tensor = Tensor::from_bytes("w", t, vec![k, rows], bytes);
+            let (a, b) = (
+                packing.weight(&tensor).unwrap(),
+                plain.weight(&tensor).unwrap(),
+            );
+            assert_eq!(a.packed.is_some(), packing.packs(t), "{t}");
+            assert!(b.packed.is_none(), "{t} left as mapped");
+            let x = activations(tokens * k, 9);
+            let (mut ya, mut yb) = (vec![0.0; tokens * rows], vec![0.0; tokens * rows]);
+            packing.matmul(&x, &a, tokens, &mut ya);
+            plain.matmul(&x, &b, tokens, &mut yb);
+            for (p, q) in ya.iter().zip(&yb) {
+                assert!((p - q).abs() <= 1e-4 * (1.0 + q.abs()), "{t}: {p} vs {q}");
+            }
+        }
     }
 }
