@@ -280,7 +280,7 @@ impl CpuBackend {
                     kernels.quantize_q8(&x[r * k..(r + 1) * k], blocks)
                 });
                 #[cfg(target_arch = "x86_64")]
-                if let Some(kernel) = self.packed_expert_kernel(&job, super::gemm::q8_kernel) {
+                if let Some(kernel) = self.packed_expert_kernel(&job, gemm::q8_kernel) {
                     let xsum: Vec<i32> = q
                         .iter()
                         .map(|b| b.qs.iter().map(|&v| v as i32).sum())
@@ -303,7 +303,7 @@ impl CpuBackend {
                     kernels.quantize_q8k(&x[r * k..(r + 1) * k], blocks)
                 });
                 #[cfg(target_arch = "x86_64")]
-                if let Some(kernel) = self.packed_expert_kernel(&job, super::gemm::q8k_kernel) {
+                if let Some(kernel) = self.packed_expert_kernel(&job, gemm::q8k_kernel) {
                     return self.run_packed_experts(&job, kernel, &q, nb, &[], &input_row);
                 }
                 self.run_expert_job(
@@ -448,10 +448,7 @@ impl CpuBackend {
 
         // Tasks: a run of one expert's row groups over a block of its tokens whose activations
         // fit in the L2 cache, about four tasks per thread.
-        const L2_BUDGET: usize = 256 << 10;
-        let token_block = (L2_BUDGET / (stride * std::mem::size_of::<A>()).max(1))
-            .next_multiple_of(8)
-            .max(8);
+        let token_block = super::packed_token_block::<A>(stride);
         let groups = m / repack::ROWS;
         let chunk = (used.len() * groups)
             .div_ceil(self.threads * 4)

@@ -283,6 +283,16 @@ fn rotate_head(head: &mut [f32], cs: &[f32], layout: RopeLayout) {
     }
 }
 
+/// Tokens per block of a packed matmul: as many as keep their activations (`stride` blocks of
+/// `A` each) within 256 KB of the L2 cache, a multiple of the AVX-512 tile of 8.
+#[cfg(target_arch = "x86_64")]
+fn packed_token_block<A>(stride: usize) -> usize {
+    const L2_BUDGET: usize = 256 << 10;
+    (L2_BUDGET / (stride * std::mem::size_of::<A>()).max(1))
+        .next_multiple_of(8)
+        .max(8)
+}
+
 /// The profile name of a matmul by the weight's role, from its tensor name.
 fn matmul_name(w: &CpuWeight) -> &'static str {
     let name = w.tensor.name.as_str();
@@ -492,10 +502,7 @@ impl CpuBackend {
             .iter()
             .map(|(w, _)| kernel_for(isa, w.tensor.dtype).expect("packed kernel for a packed type"))
             .collect();
-        const L2_BUDGET: usize = 256 << 10;
-        let token_block = (L2_BUDGET / (stride * std::mem::size_of::<A>()).max(1))
-            .next_multiple_of(8)
-            .max(8);
+        let token_block = packed_token_block::<A>(stride);
         let token_blocks = rows.div_ceil(token_block);
         let groups: usize = jobs.iter().map(|(w, _)| w.rows / repack::ROWS).sum();
         // One token reads each weight byte once, at memory speed: each task start costs a
