@@ -21,7 +21,7 @@
 //! - Q8_0 lines: the signed bytes as stored, one quad per line.
 //!
 //! Per-row numbers (f16 scales, integer sub-block scales and minimums) are stored as 16-entry
-//! planes, at the head of each chunk. Sizes equal GGML's except for the K-quants whose 6-bit
+//! planes (Q4_K/Q5_K minimums as 16 byte pairs, `min_at`), at the head of each chunk. Sizes equal GGML's except for the K-quants whose 6-bit
 //! sub-block scales are unpacked to bytes (Q4_K +2.8 %, Q5_K +2.3 %, Q3_K +3.6 %) and the types
 //! whose chunk head is padded to a line (Q3_K +1.8 %, Q6_K +1.0 %), so repacking does not grow
 //! memory (a row with an odd number of blocks of a two-block-chunk type also gets one block of
@@ -585,7 +585,7 @@ fn put_block(t: GgmlType, codes: &[Codes; ROWS], b: usize, out: &mut [u8]) {
         if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K) {
             for s in 0..subs {
                 for (r, c) in codes.iter().enumerate() {
-                    put(next, s * 16 + r, c.m[s]);
+                    put(next, min_at(s, r), c.m[s]);
                 }
             }
             next += 1;
@@ -605,6 +605,12 @@ fn put_block(t: GgmlType, codes: &[Codes; ROWS], b: usize, out: &mut [u8]) {
             put(next, 2 * r + 1, hi);
         }
     }
+}
+
+/// Where row `r`'s minimum of sub-block `s` lies in a Q4_K/Q5_K block's minimums: as byte pairs
+/// (sub-blocks 2i and 2i + 1) per row, which the kernels widen to 16-bit pairs in one step.
+fn min_at(s: usize, r: usize) -> usize {
+    32 * (s / 2) + 2 * r + s % 2
 }
 
 /// Read back row `r`'s codes of block `b` (the inverse of `put_block`).
@@ -664,7 +670,7 @@ fn get_block(t: GgmlType, group: &[u8], b: usize, r: usize) -> Codes {
         next += 1;
         if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K) {
             for s in 0..subs {
-                c.m[s] = get(next, s * 16 + r);
+                c.m[s] = get(next, min_at(s, r));
             }
             next += 1;
         }
@@ -796,7 +802,7 @@ fn pack_block(t: GgmlType, x: &[u8], r: usize, place: &BlockPlace, out: &mut [u8
                 }
                 let (sc, m) = scale_min_k4(sb, &x[4..16]);
                 put_plane(out, 1 + s, sb, sc);
-                put_plane(out, 2 + s, sb, m);
+                out[place.at(2 + s, min_at(sb, r))] = m;
             }
             if q5 {
                 for q in 0..64 {
