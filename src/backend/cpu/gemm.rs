@@ -48,6 +48,11 @@ pub(super) trait Isa: Copy {
     unsafe fn dot_i8(acc: Self::I, w: Self::I, x: i32) -> Self::I;
     /// acc + a.lo·x.lo + a.hi·x.hi per row, over i16 halves.
     unsafe fn madd16(acc: Self::I, a: Self::I, x: i32) -> Self::I;
+    /// `madd16` with a vector: acc + a.lo·b.lo + a.hi·b.hi per row.
+    unsafe fn madd16_by(acc: Self::I, a: Self::I, b: Self::I) -> Self::I;
+    /// acc + (u0·x0 + u1·x1, u2·x2 + u3·x3) per row, in i16 halves (saturating: the caller keeps
+    /// the sums in range).
+    unsafe fn dot16(acc: Self::I, u: Self::I, x: i32) -> Self::I;
     /// acc + a·b in i32.
     unsafe fn mul_add(acc: Self::I, a: Self::I, b: Self::I) -> Self::I;
     unsafe fn add(a: Self::I, b: Self::I) -> Self::I;
@@ -131,6 +136,14 @@ impl Isa for Avx512 {
     #[inline(always)]
     unsafe fn madd16(acc: __m512i, a: __m512i, x: i32) -> __m512i {
         unsafe { _mm512_dpwssd_epi32(acc, a, _mm512_set1_epi32(x)) }
+    }
+    #[inline(always)]
+    unsafe fn madd16_by(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
+        unsafe { _mm512_dpwssd_epi32(acc, a, b) }
+    }
+    #[inline(always)]
+    unsafe fn dot16(acc: __m512i, u: __m512i, x: i32) -> __m512i {
+        unsafe { _mm512_adds_epi16(acc, _mm512_maddubs_epi16(u, _mm512_set1_epi32(x))) }
     }
     #[inline(always)]
     unsafe fn mul_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
@@ -292,6 +305,14 @@ impl<const VNNI: bool> Isa for Avx2<VNNI> {
         unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(a, _mm256_set1_epi32(x))) }
     }
     #[inline(always)]
+    unsafe fn madd16_by(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)) }
+    }
+    #[inline(always)]
+    unsafe fn dot16(acc: __m256i, u: __m256i, x: i32) -> __m256i {
+        unsafe { _mm256_adds_epi16(acc, _mm256_maddubs_epi16(u, _mm256_set1_epi32(x))) }
+    }
+    #[inline(always)]
     unsafe fn mul_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
         unsafe { _mm256_add_epi32(acc, _mm256_mullo_epi32(a, b)) }
     }
@@ -437,6 +458,14 @@ impl<const VNNI: bool> Isa for Avx2Pair<VNNI> {
     #[inline(always)]
     unsafe fn madd16(acc: Self::I, a: Self::I, x: i32) -> Self::I {
         unsafe { halves!(madd16(acc, a; x)) }
+    }
+    #[inline(always)]
+    unsafe fn madd16_by(acc: Self::I, a: Self::I, b: Self::I) -> Self::I {
+        unsafe { halves!(madd16_by(acc, a, b)) }
+    }
+    #[inline(always)]
+    unsafe fn dot16(acc: Self::I, u: Self::I, x: i32) -> Self::I {
+        unsafe { halves!(dot16(acc, u; x)) }
     }
     #[inline(always)]
     unsafe fn mul_add(acc: Self::I, a: Self::I, b: Self::I) -> Self::I {
@@ -587,11 +616,14 @@ impl<const Q5: bool> Kernel<BlockQ8K> for KQ4<Q5> {
             let (region, unit) = if Q5 { (2560, 320) } else { (2048, 256) };
             for b in 0..tile.blocks {
                 let mut acc_s = [V::zero(); T];
+                // Q4_K with 32-bit dot products (VNNI) takes its high nibbles in place, as 16
+                // times their value (one operation less per line), summed apart; without, a
+                // sub-block's products are summed in 16 bits (8 · 2 · 15 · 128 < 2^15) and
+                // scaled in one step.
+                let in_place = V::WIDE_DOT && !Q5;
+                let narrow = !V::WIDE_DOT && !Q5;
                 for j in 0..8 {
                     let mut acc_j = [V::zero(); T];
-                    // With 32-bit dot products, Q4_K's high nibbles are used in place, as 16 times
-                    // their value (one operation less per line), and summed apart.
-                    let in_place = V::WIDE_DOT && !Q5;
                     let mut acc_h = [V::zero(); T];
                     for o in 0..4 {
                         let line = V::load(tile.at(0, region, b, j * unit + o * 64 + tile.line));
@@ -609,21 +641,31 @@ impl<const Q5: bool> Kernel<BlockQ8K> for KQ4<Q5> {
                         let k = 32 * j + 8 * o;
                         for t in 0..T {
                             let xq = tile.x(t, b).qs.as_ptr();
-                            acc_j[t] = V::dot(acc_j[t], lo, quad(xq.add(k)));
-                            if in_place {
-                                acc_h[t] = V::dot(acc_h[t], hi, quad(xq.add(k + 4)));
+                            let (x_lo, x_hi) = (quad(xq.add(k)), quad(xq.add(k + 4)));
+                            if narrow {
+                                acc_j[t] = V::dot16(acc_j[t], lo, x_lo);
+                                acc_j[t] = V::dot16(acc_j[t], hi, x_hi);
+                            } else if in_place {
+                                acc_j[t] = V::dot(acc_j[t], lo, x_lo);
+                                acc_h[t] = V::dot(acc_h[t], hi, x_hi);
                             } else {
-                                acc_j[t] = V::dot(acc_j[t], hi, quad(xq.add(k + 4)));
+                                acc_j[t] = V::dot(acc_j[t], lo, x_lo);
+                                acc_j[t] = V::dot(acc_j[t], hi, x_hi);
                             }
                         }
                     }
-                    if in_place {
+                    let scale = V::u8s(tile.at(1 + s, 128, b, 16 * j + tile.lane));
+                    if narrow {
+                        let scale2 = V::or(scale, V::shl32::<16>(scale));
                         for t in 0..T {
+                            acc_s[t] = V::madd16_by(acc_s[t], acc_j[t], scale2);
+                        }
+                        continue;
+                    }
+                    for t in 0..T {
+                        if in_place {
                             acc_j[t] = V::add(acc_j[t], V::sra32::<4>(acc_h[t]));
                         }
-                    }
-                    let scale = V::u8s(tile.at(1 + s, 128, b, 16 * j + tile.lane));
-                    for t in 0..T {
                         acc_s[t] = V::mul_add(acc_s[t], acc_j[t], scale);
                     }
                 }
