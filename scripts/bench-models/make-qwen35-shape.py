@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
-"""Write a random-weight dense qwen35 GGUF at a 2B-class shape (hidden 2048, 24 blocks,
-full attention every 4th, FFN 6144, tied embeddings; sizes chosen by us, not copied from a released config), for
-CPU speed measurements only: its text is noise. Do not commit its output.
+"""Write a random-weight Qwen3.5 GGUF at a real model's size, for CPU speed measurements only: its text
+is noise. Do not commit its output.
 
-Template: qwen35-tiny.gguf (same keys, same tensor names per block kind). Every tensor's
-shape is derived from *what each dimension means* (by tensor name); the formula is first
-checked against the template's own parameters so it reproduces the template's shapes
-exactly, then evaluated with the target parameters.
+- dense (default): qwen35 at a 2B-class shape (hidden 2048, 24 blocks, full attention every 4th,
+  FFN 6144, tied embeddings);
+- --moe: qwen35moe whose layers are sized like a 35B-A3B-class model (hidden 2048, experts of 512
+  with 8 used per token plus a shared expert of 512, 16/2 attention heads of 256, DeltaNet 16 key
+  and 32 value heads of 128) but with 8 blocks and 128 experts (per-token work as with more).
+Sizes are chosen by us, not copied from a released config.
 
-The block count changes (template 8 -> target 24), so the per-block tensor lists are
-taken from the template by block kind (Gated DeltaNet vs full attention, as given by
-full_attention_interval) -- checked to be identical for every template block of that
-kind -- and replayed for each target block. attention.recurrent_layers is regenerated.
+Template: the tiny fixture of the same architecture (same keys, same tensor names per block kind).
+Every tensor's shape is derived from *what each dimension means* (by tensor name); the formula is
+first checked against the template's own parameters so it reproduces the template's shapes
+exactly, then evaluated with the target parameters. Where the block count changes (dense: 8 ->
+24), the per-block tensor lists are taken from the template by block kind (Gated DeltaNet vs full
+attention, as given by full_attention_interval) -- checked to be identical for every template
+block of that kind -- and replayed for each target block; attention.recurrent_layers is
+regenerated.
 
-Usage: make-qwen35-shape.py [TEMPLATE] [OUT.f16.gguf]
+Usage: make-qwen35-shape.py [--moe] [TEMPLATE] [OUT.f16.gguf]
 Then: llama-quantize OUT.f16.gguf OUT.q4_k_m.gguf Q4_K_M
 """
 import re
@@ -24,17 +29,28 @@ import numpy as np
 from gguf import GGUFReader, GGUFWriter, GGUFValueType
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-template = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "../../tests/fixtures/models/qwen35-tiny.gguf")
-out_path = sys.argv[2] if len(sys.argv) > 2 else "qwen35-shape.f16.gguf"
-ARCH = "qwen35"
+FIXTURES = os.path.join(HERE, "../../tests/fixtures/models")
 
-# Parameters that determine every shape.  TMPL must reproduce the template.
-TMPL = dict(n_embd=64, n_layer=8, n_head=4, n_head_kv=2, head_dim=32, n_rot=8, sections=[2, 1, 1, 0],
-            ssm_k_heads=2, ssm_v_heads=4, ssm_k_dim=16, ssm_v_dim=16, conv_kernel=4,
-            n_ff=128, n_vocab=49152)
-TARGET = dict(n_embd=2048, n_layer=24, n_head=8, n_head_kv=2, head_dim=256, n_rot=64, sections=[11, 11, 10, 0],
-              ssm_k_heads=16, ssm_v_heads=16, ssm_k_dim=128, ssm_v_dim=128, conv_kernel=4,
-              n_ff=6144, n_vocab=49152)
+# Parameters that determine every shape (shared by both variants, then per variant). "tmpl" must
+# reproduce the template.
+SHARED_TMPL = dict(n_head_kv=2, head_dim=32, n_rot=8, sections=[2, 1, 1, 0], ssm_k_heads=2, ssm_v_heads=4,
+                   ssm_k_dim=16, ssm_v_dim=16, conv_kernel=4, n_vocab=49152)
+SHARED_TARGET = dict(n_embd=2048, n_head_kv=2, head_dim=256, n_rot=64, sections=[11, 11, 10, 0],
+                     ssm_k_heads=16, ssm_k_dim=128, ssm_v_dim=128, conv_kernel=4, n_vocab=49152)
+VARIANTS = {
+    "dense": dict(
+        arch="qwen35", template="qwen35-tiny.gguf", out="qwen35-shape.f16.gguf", seed=1235,
+        tmpl=dict(SHARED_TMPL, n_embd=64, n_layer=8, n_head=4, n_ff=128),
+        target=dict(SHARED_TARGET, n_layer=24, n_head=8, ssm_v_heads=16, n_ff=6144),
+    ),
+    "moe": dict(
+        arch="qwen35moe", template="qwen35moe-tiny.gguf", out="qwen35moe-shape.f16.gguf", seed=1234,
+        tmpl=dict(SHARED_TMPL, n_embd=40, n_layer=8, n_head=4, n_expert=8, n_expert_used=2, n_ff_exp=32,
+                  n_ff_shexp=64),
+        target=dict(SHARED_TARGET, n_layer=8, n_head=16, ssm_v_heads=32, n_expert=128, n_expert_used=8,
+                    n_ff_exp=512, n_ff_shexp=512),
+    ),
+}
 
 
 def shape_of(suffix, p):
@@ -44,7 +60,8 @@ def shape_of(suffix, p):
     vv = p["ssm_v_heads"] * p["ssm_v_dim"]          # DeltaNet value width (= ssm.inner_size)
     conv_ch = 2 * qk + vv                            # conv runs over [q, k, v]
     table = {
-        "token_embd.weight": [E, p["n_vocab"]],      # tied: also the LM head
+        "token_embd.weight": [E, p["n_vocab"]],      # dense: tied, also the LM head
+        "output.weight": [E, p["n_vocab"]],
         "output_norm.weight": [E],
         "attn_norm.weight": [E],
         "post_attention_norm.weight": [E],
@@ -65,11 +82,24 @@ def shape_of(suffix, p):
         "attn_q_norm.weight": [p["head_dim"]],
         "attn_k_norm.weight": [p["head_dim"]],
         "attn_output.weight": [p["n_head"] * p["head_dim"], E],
-        # dense SwiGLU FFN
-        "ffn_gate.weight": [E, p["n_ff"]],
-        "ffn_up.weight": [E, p["n_ff"]],
-        "ffn_down.weight": [p["n_ff"], E],
     }
+    if "n_ff" in p:  # dense SwiGLU FFN
+        table.update({
+            "ffn_gate.weight": [E, p["n_ff"]],
+            "ffn_up.weight": [E, p["n_ff"]],
+            "ffn_down.weight": [p["n_ff"], E],
+        })
+    else:  # MoE
+        table.update({
+            "ffn_gate_inp.weight": [E, p["n_expert"]],
+            "ffn_gate_exps.weight": [E, p["n_ff_exp"], p["n_expert"]],
+            "ffn_up_exps.weight": [E, p["n_ff_exp"], p["n_expert"]],
+            "ffn_down_exps.weight": [p["n_ff_exp"], E, p["n_expert"]],
+            "ffn_gate_inp_shexp.weight": [E, 1],
+            "ffn_gate_shexp.weight": [E, p["n_ff_shexp"]],
+            "ffn_up_shexp.weight": [E, p["n_ff_shexp"]],
+            "ffn_down_shexp.weight": [p["n_ff_shexp"], E],
+        })
     return table[suffix]
 
 
@@ -79,27 +109,24 @@ def split_name(name):
 
 
 # tensors that stay F32 (besides every 1-D tensor): llama.cpp / the converter keep these F32
-F32_2D = {"ssm_conv1d.weight"}
+F32_2D = {"ssm_conv1d.weight", "ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight"}
 
 
 def recurrent_layers(n_layer, interval):
     return [(i + 1) % interval != 0 for i in range(n_layer)]
 
 
-def metadata_overrides(p, interval):
-    a = ARCH
-    return {
-        "general.name": "qwen35-shape",
+def metadata_overrides(arch, p, interval):
+    a = arch
+    over = {
+        "general.name": f"{arch}-shape",
         "general.size_label": "shape",
         "general.file_type": 1,  # MOSTLY_F16
-        f"{a}.block_count": p["n_layer"],
         f"{a}.embedding_length": p["n_embd"],
-        f"{a}.feed_forward_length": p["n_ff"],
         f"{a}.attention.head_count": p["n_head"],
         f"{a}.attention.head_count_kv": p["n_head_kv"],
         f"{a}.attention.key_length": p["head_dim"],
         f"{a}.attention.value_length": p["head_dim"],
-        f"{a}.attention.recurrent_layers": recurrent_layers(p["n_layer"], interval),
         f"{a}.rope.dimension_count": p["n_rot"],
         f"{a}.rope.dimension_sections": p["sections"],
         f"{a}.ssm.conv_kernel": p["conv_kernel"],
@@ -108,22 +135,43 @@ def metadata_overrides(p, interval):
         f"{a}.ssm.time_step_rank": p["ssm_v_heads"],
         f"{a}.ssm.inner_size": p["ssm_v_heads"] * p["ssm_v_dim"],
     }
+    if "n_ff" in p:
+        over.update({
+            f"{a}.block_count": p["n_layer"],
+            f"{a}.feed_forward_length": p["n_ff"],
+            f"{a}.attention.recurrent_layers": recurrent_layers(p["n_layer"], interval),
+        })
+    else:
+        over.update({
+            f"{a}.expert_count": p["n_expert"],
+            f"{a}.expert_used_count": p["n_expert_used"],
+            f"{a}.expert_feed_forward_length": p["n_ff_exp"],
+            f"{a}.expert_shared_feed_forward_length": p["n_ff_shexp"],
+        })
+    return over
 
 
 def main():
-    assert TARGET["ssm_k_dim"] == TARGET["ssm_v_dim"]
+    args = sys.argv[1:]
+    variant = VARIANTS["moe" if "--moe" in args else "dense"]
+    args = [x for x in args if x != "--moe"]
+    template = args[0] if len(args) > 0 else os.path.join(FIXTURES, variant["template"])
+    out_path = args[1] if len(args) > 1 else variant["out"]
+    arch, tmpl, target = variant["arch"], variant["tmpl"], variant["target"]
+    assert target["ssm_k_dim"] == target["ssm_v_dim"]
     r = GGUFReader(template)
-    assert r.fields["general.architecture"].contents() == ARCH
-    interval = int(r.fields[f"{ARCH}.full_attention_interval"].contents())
-    assert "output.weight" not in [t.name for t in r.tensors]  # tied embeddings
+    assert r.fields["general.architecture"].contents() == arch
+    interval = int(r.fields[f"{arch}.full_attention_interval"].contents())
+    tensor_names = [t.name for t in r.tensors]
+    assert ("output.weight" in tensor_names) == ("n_ff" not in tmpl)  # dense: tied embeddings
 
     # 1) the shape formula must reproduce the template exactly, and the template's
-    #    metadata must equal what metadata_overrides() would write for TMPL.
+    #    metadata must equal what metadata_overrides() would write for tmpl.
     for t in r.tensors:
-        want = shape_of(split_name(t.name)[1], TMPL)
+        want = shape_of(split_name(t.name)[1], tmpl)
         got = [int(x) for x in t.shape]
         assert want == got, (t.name, want, got)
-    for k, v in metadata_overrides(TMPL, interval).items():
+    for k, v in metadata_overrides(arch, tmpl, interval).items():
         if k.startswith("general."):
             continue
         got = r.fields[k].contents()
@@ -139,22 +187,22 @@ def main():
             (tail if blocks else head).append(t.name)
         else:
             blocks.setdefault(il, []).append(suf)
-    rec_t = recurrent_layers(TMPL["n_layer"], interval)
-    assert sorted(blocks) == list(range(TMPL["n_layer"]))
+    rec_t = recurrent_layers(tmpl["n_layer"], interval)
+    assert sorted(blocks) == list(range(tmpl["n_layer"]))
     for il, sufs in blocks.items():
         kinds.setdefault(rec_t[il], sufs)
         assert kinds[rec_t[il]] == sufs, (il, sufs, kinds[rec_t[il]])
     assert set(kinds) == {True, False}
 
     names = list(head)
-    rec = recurrent_layers(TARGET["n_layer"], interval)
-    for il in range(TARGET["n_layer"]):
+    rec = recurrent_layers(target["n_layer"], interval)
+    for il in range(target["n_layer"]):
         names += [f"blk.{il}.{s}" for s in kinds[rec[il]]]
     names += tail
 
     # 2) metadata: copy every key, override the shape keys
-    over = metadata_overrides(TARGET, interval)
-    w = GGUFWriter(out_path, ARCH)
+    over = metadata_overrides(arch, target, interval)
+    w = GGUFWriter(out_path, arch)
     for name, f in r.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
@@ -169,7 +217,7 @@ def main():
     plan = []
     for name in names:
         suf = split_name(name)[1]
-        ne = shape_of(suf, TARGET)
+        ne = shape_of(suf, target)
         f32 = len(ne) == 1 or suf in F32_2D
         dt = np.float32 if f32 else np.float16
         n = int(np.prod(ne))
@@ -181,7 +229,7 @@ def main():
     w.write_ti_data_to_file()
 
     # 4) weights, streamed one tensor at a time
-    rng = np.random.default_rng(1235)
+    rng = np.random.default_rng(variant["seed"])
     total = 0
     for name, suf, ne, dt in plan:
         shape = tuple(reversed(ne))
@@ -192,6 +240,10 @@ def main():
             a = -np.exp(np.linspace(np.log(0.02), np.log(4.0), ne[0])).astype(np.float32)
         elif suf == "ssm_dt.bias":
             a = rng.uniform(-3.0, 1.0, size=shape).astype(np.float32)
+        elif len(shape) == 3:
+            a = np.empty(shape, dtype=dt)
+            for e in range(shape[0]):  # per expert, to keep peak memory low
+                a[e] = (rng.standard_normal(shape[1:], dtype=np.float32) * 0.02).astype(dt)
         else:
             a = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(dt)
         assert a.dtype == dt and a.shape == shape
