@@ -1170,6 +1170,37 @@ mod tests {
         }
     }
 
+    /// Q4_K and Q5_K blocks at their largest codes, scales and minimums against the largest
+    /// activations: the sums the kernels keep in 16 bits without VNNI reach their bound here (a
+    /// Q5_K sub-block would not fit), and every instruction set still agrees with the portable dot
+    /// product.
+    #[test]
+    fn largest_q4_k_and_q5_k_sums_stay_exact() {
+        let (m, k) = (16, 512);
+        for t in [GgmlType::Q4_K, GgmlType::Q5_K] {
+            let mut block = vec![0xFFu8; t.block_bytes()];
+            block[..4].copy_from_slice(&[0x00, 0x3C, 0x00, 0x38]); // d = 1, dmin = 0.5
+            let w: Vec<u8> = block.repeat(m * k / 256);
+            let p = pack_serial(t, &w, m, k).expect("packable");
+            for sign in [1f32, -1.0] {
+                let mut q = vec![BlockQ8K::default(); k / 256];
+                quantize_q8k(&vec![sign; k], &mut q);
+                let want = quant::dot_q8k(t, &w[..w.len() / m], &q);
+                for isa in isas() {
+                    let kernel = q8k_kernel(isa, t).expect("packed kernel");
+                    let mut out = vec![0f32; m];
+                    run(kernel, &p, &q, k / 256, &[], 1, 0..1, &mut out);
+                    for got in out {
+                        assert!(
+                            (got - want).abs() <= 1e-5 * want.abs(),
+                            "{t} {isa:?}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// Every packed kernel, on every instruction set this CPU has, agrees with the portable dot
     /// products on the original blocks (integer parts exactly, so only float summation order
     /// differs), and gives each token the same bits whether it ran alone or in a tile.
