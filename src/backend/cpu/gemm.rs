@@ -776,6 +776,22 @@ impl Kernel<BlockQ8K> for KQ6 {
                             V::and8(V::srl16::<2>(hh), 0x30),
                         ),
                     ];
+                    let scale = V::i8s(tile.at(2, 256, b, 16 * s + tile.lane));
+                    if !V::WIDE_DOT {
+                        // Without VNNI, two quads' products summed in 16 bits (2 · 2 · 63 · 128 <
+                        // 2^15), scaled in one vpmaddwd each.
+                        let scale2 = V::or(V::and32(scale, 0xFFFF), V::shl32::<16>(scale));
+                        for t in 0..T {
+                            let xq = tile.x(t, b).qs.as_ptr().add(16 * s);
+                            for half in 0..2 {
+                                let (k0, k1) = (2 * half, 2 * half + 1);
+                                let sum = V::dot16(V::zero(), q[k0], quad(xq.add(4 * k0)));
+                                let sum = V::dot16(sum, q[k1], quad(xq.add(4 * k1)));
+                                acc_s[t] = V::madd16_by(acc_s[t], sum, scale2);
+                            }
+                        }
+                        continue;
+                    }
                     let mut acc_j = [V::zero(); T];
                     for t in 0..T {
                         let xq = tile.x(t, b).qs.as_ptr().add(16 * s);
@@ -783,7 +799,6 @@ impl Kernel<BlockQ8K> for KQ6 {
                             acc_j[t] = V::dot(acc_j[t], q[k], quad(xq.add(4 * k)));
                         }
                     }
-                    let scale = V::i8s(tile.at(2, 256, b, 16 * s + tile.lane));
                     for t in 0..T {
                         acc_s[t] = V::mul_add(acc_s[t], acc_j[t], scale);
                     }
@@ -1170,16 +1185,20 @@ mod tests {
         }
     }
 
-    /// Q4_K and Q5_K blocks at their largest codes, scales and minimums against the largest
+    /// K-quant blocks at their largest codes, scales and minimums against the largest
     /// activations: the sums the kernels keep in 16 bits without VNNI reach their bound here (a
     /// Q5_K sub-block would not fit), and every instruction set still agrees with the portable dot
     /// product.
     #[test]
-    fn largest_q4_k_and_q5_k_sums_stay_exact() {
+    fn largest_k_quant_sums_stay_exact() {
         let (m, k) = (16, 512);
-        for t in [GgmlType::Q4_K, GgmlType::Q5_K] {
+        for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
             let mut block = vec![0xFFu8; t.block_bytes()];
-            block[..4].copy_from_slice(&[0x00, 0x3C, 0x00, 0x38]); // d = 1, dmin = 0.5
+            if t == GgmlType::Q6_K {
+                block[208..].copy_from_slice(&[0x00, 0x3C]); // d = 1; scales −1
+            } else {
+                block[..4].copy_from_slice(&[0x00, 0x3C, 0x00, 0x38]); // d = 1, dmin = 0.5
+            }
             let w: Vec<u8> = block.repeat(m * k / 256);
             let p = pack_serial(t, &w, m, k).expect("packable");
             for sign in [1f32, -1.0] {
