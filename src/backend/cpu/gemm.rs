@@ -6,8 +6,12 @@
 //!
 //! The kernels are written once, generic over `Isa` (16 rows per AVX-512 register; AVX2 takes the
 //! 16 rows as two halves of 8, or for one token as pairs of registers, `Avx2Pair`), and
-//! instantiated per instruction set in `#[target_feature]` wrappers. Integer arithmetic is exact and each token's float operations are the same whatever
-//! the tile size, so a row's result does not depend on how many tokens were batched with it.
+//! instantiated per instruction set in `#[target_feature]` wrappers. Integer arithmetic is exact
+//! and each token's float operations are the same whatever the tile size, so a row's result does
+//! not depend on how many tokens were batched with it. Generation on 1-2B models is bound by how
+//! fast one core turns weight bytes into dot products, so the K-quant kernels save operations
+//! where the integer ranges allow (Q4_K's high nibbles in place with VNNI; 16-bit sums scaled by
+//! `vpmaddwd` without it; minimums two sub-blocks at a time).
 #![allow(clippy::needless_range_loop)] // tile kernels index parallel arrays with one index
 
 use std::arch::x86_64::*;

@@ -21,11 +21,11 @@
 //! - Q8_0 lines: the signed bytes as stored, one quad per line.
 //!
 //! Per-row numbers (f16 scales, integer sub-block scales and minimums) are stored as 16-entry
-//! planes (Q4_K/Q5_K minimums as 16 byte pairs, `min_at`), at the head of each chunk. Sizes equal GGML's except for the K-quants whose 6-bit
-//! sub-block scales are unpacked to bytes (Q4_K +2.8 %, Q5_K +2.3 %, Q3_K +3.6 %) and the types
-//! whose chunk head is padded to a line (Q3_K +1.8 %, Q6_K +1.0 %), so repacking does not grow
-//! memory (a row with an odd number of blocks of a two-block-chunk type also gets one block of
-//! padding).
+//! planes (Q4_K/Q5_K minimums as 16 byte pairs, `min_at`), at the head of each chunk. Sizes equal
+//! GGML's except for the K-quants whose 6-bit sub-block scales are unpacked to bytes (Q4_K
+//! +2.8 %, Q5_K +2.3 %, Q3_K +3.6 %) and the types whose chunk head is padded to a line (Q3_K
+//! +1.8 %, Q6_K +1.0 %), so repacking does not grow memory (a row with an odd number of blocks of
+//! a two-block-chunk type also gets one block of padding).
 //!
 //! The original bytes stay the reference: `unpack_row` decodes a packed row back to them, and the
 //! tests check that it does for every type.
