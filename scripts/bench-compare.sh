@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# kiln against llama.cpp, side by side: runs `kiln bench` and `llama-bench` alternately (A B A B …) on
+# kiln against llama.cpp, side by side: runs `kiln bench` and `llama-bench` alternately (A B, B A, …) on
 # each model with the same tests and threads, keeps each tool's best mean per test over the rounds (so
-# noise from other work on the machine hits both), and prints the kiln / llama.cpp ratio per test.
+# noise from other work on the machine hits both), and prints the kiln / llama.cpp ratio per test and
+# the median of the rounds' own ratios (the fairer figure where the machine's speed drifts).
 #
 # usage: scripts/bench-compare.sh [-l LLAMA_BENCH] [-k KILN] [-t THREADS] [-n ROUNDS] [-r REPS] MODEL...
 #   -l  llama-bench binary (or env LLAMA_BENCH; default: llama-bench on PATH)
@@ -59,43 +60,56 @@ for model in "$@"; do
     IFS=';' read -ra runs <<< "$tests"
     for round in $(seq 1 "$ROUNDS"); do
         for run in "${runs[@]}"; do
-            # shellcheck disable=SC2086 # $run is a list of flags
-            echo "[$(basename "$model") round $round] kiln $run" >&2
-            "$KILN" bench -m "$model" $run -t "$THREADS" -r "$REPS" -o jsonl 2> /dev/null \
-                | sed "s|^|kiln\t$model\t|" >> "$out/results"
-            # shellcheck disable=SC2086
-            echo "[$(basename "$model") round $round] llama-bench $run" >&2
-            "$LLAMA_BENCH" -m "$model" $run -t "$THREADS" -r "$REPS" -o jsonl 2> /dev/null \
-                | sed "s|^|llama\t$model\t|" >> "$out/results"
+            # Odd rounds run kiln first, even rounds llama-bench first, so neither tool always
+            # follows the other.
+            tools="kiln llama"
+            [ $((round % 2)) -eq 0 ] && tools="llama kiln"
+            for tool in $tools; do
+                # shellcheck disable=SC2086 # $run is a list of flags
+                if [ "$tool" = kiln ]; then
+                    echo "[$(basename "$model") round $round] kiln $run" >&2
+                    "$KILN" bench -m "$model" $run -t "$THREADS" -r "$REPS" -o jsonl 2> /dev/null \
+                        | sed "s|^|kiln\t$round\t$model\t|" >> "$out/results"
+                else
+                    echo "[$(basename "$model") round $round] llama-bench $run" >&2
+                    "$LLAMA_BENCH" -m "$model" $run -t "$THREADS" -r "$REPS" -o jsonl 2> /dev/null \
+                        | sed "s|^|llama\t$round\t$model\t|" >> "$out/results"
+                fi
+            done
         done
     done
 done
 
 python3 - "$out/results" "$THREADS" <<'EOF'
-import json, os, sys
-best = {}   # (model, test) -> {tool: avg_ts}
-share = {}  # (model, test) -> kiln's best weights share of read bandwidth
+import json, os, statistics, sys
+best = {}    # (model, test) -> {tool: avg_ts}
+rounds = {}  # (model, test) -> {round: {tool: avg_ts}}
+share = {}   # (model, test) -> kiln's best weights share of read bandwidth
 order = []
 for line in open(sys.argv[1]):
-    tool, model, js = line.rstrip("\n").split("\t", 2)
+    tool, rnd, model, js = line.rstrip("\n").split("\t", 3)
     r = json.loads(js)
     p, g, d = r.get("n_prompt", 0), r.get("n_gen", 0), r.get("n_depth", 0)
     test = (f"pp{p}" if p else f"tg{g}") + (f" @ d{d}" if d else "")
     key = (os.path.basename(model), test)
     if key not in best:
-        best[key] = {}
+        best[key], rounds[key] = {}, {}
         order.append(key)
+    rounds[key].setdefault(rnd, {})[tool] = r["avg_ts"]
     if r["avg_ts"] > best[key].get(tool, 0):
         best[key][tool] = r["avg_ts"]
         if tool == "kiln" and r.get("roofline_fraction") is not None:
             share[key] = r["roofline_fraction"]
-print(f"kiln / llama.cpp, {sys.argv[2]} threads, best mean t/s of each tool over alternating rounds\n")
-print("| model | test | kiln t/s | llama.cpp t/s | kiln / llama.cpp | kiln weights / read BW |")
-print("|---|---|---:|---:|---:|---:|")
+print(f"kiln / llama.cpp, {sys.argv[2]} threads: each tool's best mean t/s over alternating rounds, and")
+print("the median of the rounds' own ratios (each round runs both tools back to back)\n")
+print("| model | test | kiln t/s | llama.cpp t/s | kiln / llama.cpp | median of rounds | kiln weights / read BW |")
+print("|---|---|---:|---:|---:|---:|---:|")
 for key in order:
     k, l = best[key].get("kiln"), best[key].get("llama")
     ratio = f"{k / l:.2f}×" if k and l else "—"
+    pairs = [v["kiln"] / v["llama"] for v in rounds[key].values() if v.get("kiln") and v.get("llama")]
+    median = f"{statistics.median(pairs):.2f}× ({len(pairs)})" if pairs else "—"
     bw = f"{100 * share[key]:.0f} %" if key in share else ""
     fmt = lambda v: f"{v:.2f}" if v else "—"
-    print(f"| {key[0]} | {key[1]} | {fmt(k)} | {fmt(l)} | {ratio} | {bw} |")
+    print(f"| {key[0]} | {key[1]} | {fmt(k)} | {fmt(l)} | {ratio} | {median} | {bw} |")
 EOF
