@@ -784,7 +784,7 @@ impl Kernel<BlockQ8K> for KQ6 {
                     if !V::WIDE_DOT {
                         // Without VNNI, two quads' products summed in 16 bits (2 · 2 · 63 · 128 <
                         // 2^15), scaled in one vpmaddwd each.
-                        let scale2 = V::or(V::and32(scale, 0xFFFF), V::shl32::<16>(scale));
+                        let scale2 = pair::<V>(scale, scale);
                         for t in 0..T {
                             let xq = tile.x(t, b).qs.as_ptr().add(16 * s);
                             for half in 0..2 {
