@@ -65,16 +65,14 @@ for model in "$@"; do
             tools="kiln llama"
             [ $((round % 2)) -eq 0 ] && tools="llama kiln"
             for tool in $tools; do
+                case $tool in
+                    kiln) cmd=("$KILN" bench) ;;
+                    *) cmd=("$LLAMA_BENCH") ;;
+                esac
+                echo "[$(basename "$model") round $round] $(basename "${cmd[0]}") $run" >&2
                 # shellcheck disable=SC2086 # $run is a list of flags
-                if [ "$tool" = kiln ]; then
-                    echo "[$(basename "$model") round $round] kiln $run" >&2
-                    "$KILN" bench -m "$model" $run -t "$THREADS" -r "$REPS" -o jsonl 2> /dev/null \
-                        | sed "s|^|kiln\t$round\t$model\t|" >> "$out/results"
-                else
-                    echo "[$(basename "$model") round $round] llama-bench $run" >&2
-                    "$LLAMA_BENCH" -m "$model" $run -t "$THREADS" -r "$REPS" -o jsonl 2> /dev/null \
-                        | sed "s|^|llama\t$round\t$model\t|" >> "$out/results"
-                fi
+                "${cmd[@]}" -m "$model" $run -t "$THREADS" -r "$REPS" -o jsonl 2> /dev/null \
+                    | sed "s|^|$tool\t$round\t$model\t|" >> "$out/results"
             done
         done
     done
