@@ -11,7 +11,8 @@
 //! not depend on how many tokens were batched with it. Generation on 1-2B models is bound by how
 //! fast one core turns weight bytes into dot products, so the K-quant kernels save operations
 //! where the integer ranges allow (Q4_K's high nibbles in place with VNNI; 16-bit sums scaled by
-//! `vpmaddwd` without it; minimums two sub-blocks at a time).
+//! `vpmaddwd` without it; minimums two sub-blocks at a time) and where the repacked layout can
+//! make decoding cheaper (Q6_K's six-bit lines).
 #![allow(clippy::needless_range_loop)] // tile kernels index parallel arrays with one index
 
 use std::arch::x86_64::*;
@@ -42,7 +43,6 @@ pub(super) trait Isa: Copy {
     unsafe fn and8(v: Self::I, c: i8) -> Self::I;
     unsafe fn or(a: Self::I, b: Self::I) -> Self::I;
     unsafe fn srl16<const N: u32>(v: Self::I) -> Self::I;
-    unsafe fn shl16<const N: u32>(v: Self::I) -> Self::I;
     /// Bytes whose bit is set in `mask` (bit 4r + i for row r, byte i) or'ed with `c`.
     unsafe fn or_where(v: Self::I, mask: u64, c: i8) -> Self::I;
     /// acc + Σ u·x per row over four bytes: u unsigned (< 128), x the four signed activation
@@ -117,10 +117,6 @@ impl Isa for Avx512 {
     #[inline(always)]
     unsafe fn srl16<const N: u32>(v: __m512i) -> __m512i {
         unsafe { _mm512_srli_epi16::<N>(v) }
-    }
-    #[inline(always)]
-    unsafe fn shl16<const N: u32>(v: __m512i) -> __m512i {
-        unsafe { _mm512_slli_epi16::<N>(v) }
     }
     #[inline(always)]
     unsafe fn or_where(v: __m512i, mask: u64, c: i8) -> __m512i {
@@ -257,10 +253,6 @@ impl<const VNNI: bool> Isa for Avx2<VNNI> {
     #[inline(always)]
     unsafe fn srl16<const N: u32>(v: __m256i) -> __m256i {
         unsafe { _mm256_srl_epi16(v, _mm_cvtsi32_si128(N as i32)) }
-    }
-    #[inline(always)]
-    unsafe fn shl16<const N: u32>(v: __m256i) -> __m256i {
-        unsafe { _mm256_sll_epi16(v, _mm_cvtsi32_si128(N as i32)) }
     }
     #[inline(always)]
     unsafe fn or_where(v: __m256i, mask: u64, c: i8) -> __m256i {
@@ -437,10 +429,6 @@ impl<const VNNI: bool> Isa for Avx2Pair<VNNI> {
     #[inline(always)]
     unsafe fn srl16<const N: u32>(v: Self::I) -> Self::I {
         unsafe { halves!(srl16::<N>(v)) }
-    }
-    #[inline(always)]
-    unsafe fn shl16<const N: u32>(v: Self::I) -> Self::I {
-        unsafe { halves!(shl16::<N>(v)) }
     }
     #[inline(always)]
     unsafe fn or_where(v: Self::I, mask: u64, c: i8) -> Self::I {
@@ -764,22 +752,19 @@ impl Kernel<BlockQ8K> for KQ6 {
             for b in 0..tile.blocks {
                 let mut acc_s = [V::zero(); T];
                 for s in 0..16 {
-                    // Sub-block s: its two nibble lines, then its high line.
+                    // Sub-block s: its three six-bit lines, quad k in line k's low six bits
+                    // and quad 3 in their top two.
                     let l0 = V::load(tile.at(0, 3072, b, s * 192 + tile.line));
                     let l1 = V::load(tile.at(0, 3072, b, s * 192 + 64 + tile.line));
-                    let hh = V::load(tile.at(0, 3072, b, s * 192 + 128 + tile.line));
-                    let q = [
-                        V::or(V::and8(l0, 0x0F), V::and8(V::shl16::<4>(hh), 0x30)),
+                    let l2 = V::load(tile.at(0, 3072, b, s * 192 + 128 + tile.line));
+                    let top = V::or(
                         V::or(
-                            V::and8(V::srl16::<4>(l0), 0x0F),
-                            V::and8(V::shl16::<2>(hh), 0x30),
+                            V::and8(V::srl16::<6>(l0), 0x03),
+                            V::and8(V::srl16::<4>(l1), 0x0C),
                         ),
-                        V::or(V::and8(l1, 0x0F), V::and8(hh, 0x30)),
-                        V::or(
-                            V::and8(V::srl16::<4>(l1), 0x0F),
-                            V::and8(V::srl16::<2>(hh), 0x30),
-                        ),
-                    ];
+                        V::and8(V::srl16::<2>(l2), 0x30),
+                    );
+                    let q = [V::and8(l0, 0x3F), V::and8(l1, 0x3F), V::and8(l2, 0x3F), top];
                     let scale = V::i8s(tile.at(2, 256, b, 16 * s + tile.lane));
                     if !V::WIDE_DOT {
                         // Without VNNI, two quads' products summed in 16 bits (2 · 2 · 63 · 128 <

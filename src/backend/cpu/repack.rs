@@ -16,7 +16,9 @@
 //! - nibble lines: byte i of row r holds u[8o + i] in its low and u[8o + 4 + i] in its high nibble,
 //!   so one line gives the quads 2o and 2o + 1 of a sub-block;
 //! - 2-bit lines (Q2_K, Q3_K): byte i holds u[4q + i] & 3 in bits 2q..2q+1, q = 0..3 (16 values);
-//! - Q6_K high lines: byte i holds (u[4q + i] >> 4) & 3 in bits 2q..2q+1 (16 values);
+//! - Q6_K six-bit lines, three per 16-value sub-block: byte i of line k (k = 0..2) holds u[4k + i]
+//!   in bits 0..5 and bits 2k..2k+1 of u[12 + i] in bits 6..7, so quads 0-2 take one mask each and
+//!   quad 3 is gathered from the three lines' top bits;
 //! - bit masks (the fifth bit of Q5 codes, the third of Q3_K's): one u64 per quad, bit 4r + i;
 //! - Q8_0 lines: the signed bytes as stored, one quad per line.
 //!
@@ -82,7 +84,7 @@ pub fn sections(t: GgmlType) -> Option<&'static [usize]> {
         GgmlType::Q4_K => &[2048, 128, 128, 32, 32],
         // nibble lines, fifth-bit masks, scales, mins, d, dmin
         GgmlType::Q5_K => &[2048, 512, 128, 128, 32, 32],
-        // nibble lines (low four bits), high lines, scales (i8), d
+        // six-bit lines 0 and 1 of each sub-block, their lines 2, scales (i8), d
         GgmlType::Q6_K => &[2048, 1024, 256, 32],
         _ => return None,
     })
@@ -135,7 +137,7 @@ pub fn interleave(t: GgmlType) -> Option<(usize, usize)> {
         GgmlType::Q3_K => Some((128, 64)),
         // one 32-value sub-block's four nibble lines, then its eight quad masks
         GgmlType::Q5_K => Some((256, 64)),
-        // two nibble lines, then the high line of the same sub-block
+        // a sub-block's six-bit lines 0 and 1, then its line 2
         GgmlType::Q6_K => Some((128, 64)),
         _ => None,
     }
@@ -477,6 +479,8 @@ enum Lines {
     Nibbles,
     /// Low two bits as 2-bit lines (16-value sub-blocks).
     TwoBit,
+    /// Q6_K's six-bit lines: lines 0 and 1 of each sub-block in section 0, lines 2 in section 1.
+    SixBit,
     /// Raw bytes, one quad per line.
     Bytes,
 }
@@ -486,7 +490,7 @@ fn code_parts(t: GgmlType) -> (Lines, Option<u32>) {
     match t {
         GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => (Lines::Nibbles, None),
         GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5_K => (Lines::Nibbles, Some(4)),
-        GgmlType::Q6_K => (Lines::Nibbles, None),
+        GgmlType::Q6_K => (Lines::SixBit, None),
         GgmlType::Q2_K => (Lines::TwoBit, None),
         GgmlType::Q3_K => (Lines::TwoBit, Some(2)),
         _ => (Lines::Bytes, None),
@@ -525,6 +529,19 @@ fn put_block(t: GgmlType, codes: &[Codes; ROWS], b: usize, out: &mut [u8]) {
                 }
             }
         }
+        Lines::SixBit => {
+            for s in 0..n / 16 {
+                for (r, c) in codes.iter().enumerate() {
+                    for i in 0..4 {
+                        let sub = &c.u[16 * s..16 * s + 16];
+                        let line = |k: usize| sub[4 * k + i] | ((sub[12 + i] >> (2 * k)) & 3) << 6;
+                        put(0, s * 128 + 4 * r + i, line(0));
+                        put(0, s * 128 + 64 + 4 * r + i, line(1));
+                        put(1, s * 64 + 4 * r + i, line(2));
+                    }
+                }
+            }
+        }
         Lines::Bytes => {
             for q in 0..n / 4 {
                 for (r, c) in codes.iter().enumerate() {
@@ -535,8 +552,8 @@ fn put_block(t: GgmlType, codes: &[Codes; ROWS], b: usize, out: &mut [u8]) {
             }
         }
     }
-    let mut next = 1;
-    // High bits as masks, or Q6_K's high lines.
+    let mut next = if lines == Lines::SixBit { 2 } else { 1 };
+    // High bits as masks.
     if let Some(bit) = high_bit {
         for q in 0..n / 4 {
             let mut m = 0u64;
@@ -547,19 +564,6 @@ fn put_block(t: GgmlType, codes: &[Codes; ROWS], b: usize, out: &mut [u8]) {
             }
             for (i, v) in m.to_le_bytes().into_iter().enumerate() {
                 put(next, 8 * q + i, v);
-            }
-        }
-        next += 1;
-    }
-    if t == GgmlType::Q6_K {
-        for s in 0..16 {
-            for (r, c) in codes.iter().enumerate() {
-                for i in 0..4 {
-                    let v = (0..4).fold(0, |acc, q| {
-                        acc | (((c.u[16 * s + 4 * q + i] >> 4) & 3) << (2 * q))
-                    });
-                    put(next, s * 64 + 4 * r + i, v);
-                }
             }
         }
         next += 1;
@@ -633,22 +637,27 @@ fn get_block(t: GgmlType, group: &[u8], b: usize, r: usize) -> Codes {
                 let (s, q, i) = (v / 16, (v % 16) / 4, v % 4);
                 (get(0, s * 64 + 4 * r + i) >> (2 * q)) & 3
             }
+            Lines::SixBit => {
+                let (s, q, i) = (v / 16, (v % 16) / 4, v % 4);
+                let line = |k: usize| match k {
+                    0 | 1 => get(0, s * 128 + 64 * k + 4 * r + i),
+                    _ => get(1, s * 64 + 4 * r + i),
+                };
+                if q < 3 {
+                    line(q) & 0x3F
+                } else {
+                    (0..3).fold(0, |acc, k| acc | (line(k) >> 6) << (2 * k))
+                }
+            }
             Lines::Bytes => get(0, (v / 4) * 64 + 4 * r + v % 4),
         };
     }
-    let mut next = 1;
+    let mut next = if lines == Lines::SixBit { 2 } else { 1 };
     if let Some(bit) = high_bit {
         for v in 0..n {
             let bit_index = 4 * r + v % 4;
             let byte = get(next, 8 * (v / 4) + bit_index / 8);
             c.u[v] |= ((byte >> (bit_index % 8)) & 1) << bit;
-        }
-        next += 1;
-    }
-    if t == GgmlType::Q6_K {
-        for v in 0..n {
-            let (s, q, i) = (v / 16, (v % 16) / 4, v % 4);
-            c.u[v] |= ((get(next, s * 64 + 4 * r + i) >> (2 * q)) & 3) << 4;
         }
         next += 1;
     }
@@ -717,6 +726,14 @@ fn le32(b: &[u8], i: usize) -> u32 {
 fn le64(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
 }
+
+#[inline(always)]
+fn le128(b: &[u8], i: usize) -> u128 {
+    u128::from_le_bytes(b[i..i + 16].try_into().expect("16 bytes"))
+}
+
+/// A u128 with 1 in each byte: `c * BYTES` repeats byte c.
+const BYTES: u128 = u128::MAX / 0xFF;
 
 /// A nibble-line quad from eight codes held in the low (or high) nibbles of `x`'s bytes: byte i
 /// gets code i in its low nibble and code 4 + i in its high one.
@@ -814,17 +831,22 @@ fn pack_block(t: GgmlType, x: &[u8], r: usize, place: &BlockPlace, out: &mut [u8
         }
         GgmlType::Q6_K => {
             for sb in 0..16 {
+                // GGML's sub-block sb: low nibbles in ql, high pairs in qh (see `decode`).
                 let (n, k, p) = (sb / 8, (sb % 8) / 2, sb % 2);
-                for h in 0..2 {
-                    let word = le64(x, 64 * n + 32 * (k & 1) + 16 * p + 8 * h);
-                    put4(out, 0, 2 * sb + h, nibble_quad(word, k >= 2));
+                let ql = le128(x, 64 * n + 32 * (k & 1) + 16 * p) >> (4 * (k / 2));
+                let qh = le128(x, 128 + 32 * n + 16 * p) >> (2 * k);
+                let codes = (ql & (0x0F * BYTES)) | (qh & (0x03 * BYTES)) << 4;
+                let quad3 = (codes >> 96) as u32;
+                for line in 0..3 {
+                    let top = ((quad3 >> (2 * line)) & 0x0303_0303) << 6;
+                    let v = ((codes >> (32 * line)) as u32 | top).to_le_bytes();
+                    let (sec, at) = if line < 2 {
+                        (0, 2 * sb + line)
+                    } else {
+                        (1, sb)
+                    };
+                    put4(out, sec, at, v);
                 }
-                put4(
-                    out,
-                    1,
-                    sb,
-                    two_bit_quad(x, 128 + 32 * n + 16 * p, 2 * k as u32),
-                );
                 put_plane(out, 2, sb, x[192 + sb]);
             }
             put_f16(out, 3, 208);
