@@ -1,8 +1,8 @@
 //! Whole models on the GPU backend: llama.cpp's teacher-forced goldens by the golden README's
-//! rules (the tiny F32 models in GGUF and Hugging Face layouts with f16 and f32 KV caches; SmolLM2
-//! and Gemma 3; on request, every real model with every prompt, and the long prompt that reaches
-//! past Gemma 3's sliding window), and the seeds' session properties. Skips without a GPU adapter
-//! unless KILN_REQUIRE_GPU=1.
+//! rules (the tiny F32 models in GGUF and Hugging Face layouts with f16 and f32 KV caches; each
+//! real model on its first prompts, and the long prompt that reaches past Gemma 3's sliding window;
+//! on request, every real model with every prompt), and the seeds' session properties. Skips
+//! without a GPU adapter unless KILN_REQUIRE_GPU=1.
 
 mod common;
 
@@ -65,6 +65,12 @@ fn smollm2_matches_llama_cpp_on_the_gpu() {
 #[test]
 fn gemma3_matches_llama_cpp_on_the_gpu() {
     real("llama-cpp.json", 2, 2);
+}
+
+/// Qwen2.5's mix of block types (Q5_0, Q8_0, Q4_K, Q6_K) and its biases, one prompt.
+#[test]
+fn qwen25_matches_llama_cpp_on_the_gpu() {
+    real("llama-cpp.json", 1, 1);
 }
 
 /// Past Gemma 3's 512-token sliding window: local and global layers over a 918-token prompt (two
