@@ -532,12 +532,13 @@ fn put_block(t: GgmlType, codes: &[Codes; ROWS], b: usize, out: &mut [u8]) {
         Lines::SixBit => {
             for s in 0..n / 16 {
                 for (r, c) in codes.iter().enumerate() {
-                    for i in 0..4 {
-                        let sub = &c.u[16 * s..16 * s + 16];
-                        let line = |k: usize| sub[4 * k + i] | ((sub[12 + i] >> (2 * k)) & 3) << 6;
-                        put(0, s * 128 + 4 * r + i, line(0));
-                        put(0, s * 128 + 64 + 4 * r + i, line(1));
-                        put(1, s * 64 + 4 * r + i, line(2));
+                    let sub = &c.u[16 * s..16 * s + 16];
+                    for k in 0..3 {
+                        let (sec, at) = six_bit_line(s, k);
+                        for i in 0..4 {
+                            let v = sub[4 * k + i] | ((sub[12 + i] >> (2 * k)) & 3) << 6;
+                            put(sec, at + 4 * r + i, v);
+                        }
                     }
                 }
             }
@@ -611,6 +612,15 @@ fn put_block(t: GgmlType, codes: &[Codes; ROWS], b: usize, out: &mut [u8]) {
     }
 }
 
+/// Where line `k` (0..3) of Q6_K sub-block `s`'s six-bit lines lies: its section and byte offset.
+fn six_bit_line(s: usize, k: usize) -> (usize, usize) {
+    if k < 2 {
+        (0, 128 * s + 64 * k)
+    } else {
+        (1, 64 * s)
+    }
+}
+
 /// Where row `r`'s minimum of sub-block `s` lies in a Q4_K/Q5_K block's minimums: as byte pairs
 /// (sub-blocks 2i and 2i + 1) per row, which the kernels widen to 16-bit pairs in one step.
 fn min_at(s: usize, r: usize) -> usize {
@@ -639,9 +649,9 @@ fn get_block(t: GgmlType, group: &[u8], b: usize, r: usize) -> Codes {
             }
             Lines::SixBit => {
                 let (s, q, i) = (v / 16, (v % 16) / 4, v % 4);
-                let line = |k: usize| match k {
-                    0 | 1 => get(0, s * 128 + 64 * k + 4 * r + i),
-                    _ => get(1, s * 64 + 4 * r + i),
+                let line = |k: usize| {
+                    let (sec, at) = six_bit_line(s, k);
+                    get(sec, at + 4 * r + i)
                 };
                 if q < 3 {
                     line(q) & 0x3F
@@ -840,12 +850,8 @@ fn pack_block(t: GgmlType, x: &[u8], r: usize, place: &BlockPlace, out: &mut [u8
                 for line in 0..3 {
                     let top = ((quad3 >> (2 * line)) & 0x0303_0303) << 6;
                     let v = ((codes >> (32 * line)) as u32 | top).to_le_bytes();
-                    let (sec, at) = if line < 2 {
-                        (0, 2 * sb + line)
-                    } else {
-                        (1, sb)
-                    };
-                    put4(out, sec, at, v);
+                    let (sec, at) = six_bit_line(sb, line);
+                    put4(out, sec, at / 64, v);
                 }
                 put_plane(out, 2, sb, x[192 + sb]);
             }
