@@ -648,7 +648,7 @@ impl<const Q5: bool> Kernel<BlockQ8K> for KQ4<Q5> {
                     }
                     let scale = V::u8s(tile.at(1 + s, 128, b, 16 * j + tile.lane));
                     if narrow {
-                        let scale2 = V::or(scale, V::shl32::<16>(scale));
+                        let scale2 = pair::<V>(scale, scale);
                         for t in 0..T {
                             acc_s[t] = V::madd16_by(acc_s[t], acc_j[t], scale2);
                         }
