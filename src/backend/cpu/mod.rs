@@ -505,19 +505,55 @@ impl CpuBackend {
         let token_block = packed_token_block::<A>(stride);
         let token_blocks = rows.div_ceil(token_block);
         let groups: usize = jobs.iter().map(|(w, _)| w.rows / repack::ROWS).sum();
-        // One token reads each weight byte once, at memory speed: each task start costs a
-        // stream restart (tasks of ~150 KB ran 20 % slower than halves), so tasks get ~2 MiB
-        // each, at most four per thread (for balance), at least one.
-        let per_thread = if rows == 1 {
-            let bytes: usize = jobs
-                .iter()
-                .map(|(w, _)| w.packed.as_ref().map_or(0, |p| p.bytes()))
-                .sum();
-            (bytes / (self.threads * (2 << 20))).clamp(1, 4)
-        } else {
-            2
+        let call = |ji: usize, group: usize, tokens: std::ops::Range<usize>| {
+            let (w, out) = &jobs[ji];
+            let p = w.packed.as_ref().expect("packed job");
+            let call = gemm::GroupCall {
+                p,
+                group,
+                x: acts,
+                stride,
+                xsum,
+                tokens,
+                // In bounds: the output holds `rows × w.rows` values.
+                out: unsafe { out.get().add(group * repack::ROWS) },
+                m: w.rows,
+            };
+            // SAFETY: `isa` was detected on this CPU; the call covers rows of one group and
+            // tokens within `rows`, whose outputs no other call writes, and the activations
+            // hold `rows × stride` blocks.
+            unsafe { kernels[ji](&call) }
         };
-        let chunk = groups.div_ceil(self.threads * per_thread).max(1);
+        if rows == 1 {
+            // One token reads each weight byte once, at memory speed: each thread streams a
+            // contiguous share of all the weights' groups, in pieces of ~64 KB so that the
+            // threads finish together (fixed tasks of ~2 MiB left one thread waiting ~4 ms of
+            // a 1B model's 25 ms token; a task start costs a stream restart, so pieces must
+            // not be many separate tasks).
+            let starts: Vec<usize> = jobs
+                .iter()
+                .scan(0, |at, (w, _)| {
+                    let start = *at;
+                    *at += w.rows / repack::ROWS;
+                    Some(start)
+                })
+                .collect();
+            let largest = jobs
+                .iter()
+                .filter_map(|(w, _)| w.packed.as_ref().map(|p| p.group_bytes))
+                .max()
+                .unwrap_or(1);
+            let grain = ((64 << 10) / largest).max(1);
+            self.pool.run_split(groups, grain, &|items| {
+                for item in items {
+                    let ji = starts.partition_point(|&s| s <= item) - 1;
+                    call(ji, item - starts[ji], 0..1);
+                }
+            });
+            return;
+        }
+        // Prefill is bound by arithmetic, not by a stream: two tasks per thread for balance.
+        let chunk = groups.div_ceil(self.threads * 2).max(1);
         let mut tasks = Vec::new();
         for tb in 0..token_blocks {
             for (ji, (w, _)) in jobs.iter().enumerate() {
@@ -531,25 +567,9 @@ impl CpuBackend {
         }
         self.pool.run(tasks.len(), &|i| {
             let (tb, ji, g0, g1) = tasks[i];
-            let (w, out) = &jobs[ji];
-            let p = w.packed.as_ref().expect("packed job");
             let tokens = tb * token_block..((tb + 1) * token_block).min(rows);
             for group in g0..g1 {
-                let call = gemm::GroupCall {
-                    p,
-                    group,
-                    x: acts,
-                    stride,
-                    xsum,
-                    tokens: tokens.clone(),
-                    // In bounds: the output holds `rows × w.rows` values.
-                    out: unsafe { out.get().add(group * repack::ROWS) },
-                    m: w.rows,
-                };
-                // SAFETY: `isa` was detected on this CPU; the call covers rows of this task's
-                // groups and tokens within `rows`, whose outputs no other task writes, and the
-                // activations hold `rows × stride` blocks.
-                unsafe { kernels[ji](&call) }
+                call(ji, group, tokens.clone());
             }
         });
     }
@@ -641,14 +661,14 @@ impl Backend for CpuBackend {
 
     fn set_profiling(&self, on: bool) {
         self.profiler.set(on);
-        self.pool.reset_jobs();
+        self.pool.reset_stats(on);
     }
 
     fn profile(&self) -> Option<super::Profile> {
-        Some(
-            self.profiler
-                .profile(vec![("parallel jobs", self.pool.jobs())]),
-        )
+        Some(self.profiler.profile(vec![
+            ("parallel jobs", self.pool.jobs()),
+            ("thread wait at job ends (µs)", self.pool.idle_us()),
+        ]))
     }
 
     fn weight(&self, t: &Tensor) -> Result<CpuWeight> {

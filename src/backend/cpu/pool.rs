@@ -7,7 +7,8 @@
 //! A job is `n` tasks claimed through an atomic counter by the calling thread and the workers
 //! alike; `run` returns when every task has finished and no worker can still touch the job.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -35,6 +36,12 @@ struct Shared {
     done: AtomicUsize,
     /// Workers that have entered the current job and not yet left it.
     active: AtomicUsize,
+    /// Whether `run` measures how long threads wait at the ends of jobs (`kiln bench --profile`).
+    timing: AtomicBool,
+    /// While timing: when the first thread found the current job's tasks all claimed, in
+    /// nanoseconds since `epoch` plus one (zero: not yet).
+    first_idle: AtomicU64,
+    epoch: Instant,
     /// Set when a task panicked; `run` re-raises it on the calling thread.
     panicked: AtomicBool,
     shutdown: AtomicBool,
@@ -50,6 +57,9 @@ pub struct SpinPool {
     running: Mutex<()>,
     /// Parallel jobs run (for `kiln bench --profile`).
     jobs: AtomicUsize,
+    /// While timing: nanoseconds from the first thread running out of tasks to the job's end,
+    /// summed over jobs (a thread's time lost to the job's uneven end).
+    idle_ns: AtomicU64,
 }
 
 impl SpinPool {
@@ -61,6 +71,9 @@ impl SpinPool {
             next: AtomicUsize::new(0),
             done: AtomicUsize::new(0),
             active: AtomicUsize::new(0),
+            timing: AtomicBool::new(false),
+            first_idle: AtomicU64::new(0),
+            epoch: Instant::now(),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             wake_lock: Mutex::new(()),
@@ -80,6 +93,7 @@ impl SpinPool {
             workers,
             running: Mutex::new(()),
             jobs: AtomicUsize::new(0),
+            idle_ns: AtomicU64::new(0),
         })
     }
 
@@ -109,6 +123,7 @@ impl SpinPool {
         // that comes after (that lost count left `run` spinning forever).
         s.next.store(0, Ordering::SeqCst);
         s.done.store(0, Ordering::SeqCst);
+        s.first_idle.store(0, Ordering::SeqCst);
         *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
         s.generation.fetch_add(1, Ordering::SeqCst);
         {
@@ -118,6 +133,12 @@ impl SpinPool {
         work_on(s, job);
         while s.done.load(Ordering::Acquire) < n {
             std::hint::spin_loop();
+        }
+        let first_idle = s.first_idle.load(Ordering::Acquire);
+        if first_idle != 0 {
+            let ended = s.nanos_since_epoch();
+            self.idle_ns
+                .fetch_add(ended.saturating_sub(first_idle), Ordering::Relaxed);
         }
         *s.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
         // A worker that read the job but found no task left may still hold it; wait it out.
@@ -129,13 +150,60 @@ impl SpinPool {
         }
     }
 
-    /// Parallel jobs run since the last `reset_jobs`.
+    /// Parallel jobs run since the last `reset_stats`.
     pub fn jobs(&self) -> u64 {
         self.jobs.load(Ordering::Relaxed) as u64
     }
 
-    pub fn reset_jobs(&self) {
+    /// Microseconds a thread waited at the ends of jobs since the last `reset_stats`, while
+    /// timing was on.
+    pub fn idle_us(&self) -> u64 {
+        self.idle_ns.load(Ordering::Relaxed) / 1000
+    }
+
+    /// Zero the counters and turn the measurement of job ends on or off.
+    pub fn reset_stats(&self, timing: bool) {
         self.jobs.store(0, Ordering::Relaxed);
+        self.idle_ns.store(0, Ordering::Relaxed);
+        self.shared.timing.store(timing, Ordering::Relaxed);
+    }
+
+    /// Run `f` over the items `0..n` in contiguous pieces of at most `grain` items, for passes
+    /// that stream memory: each thread walks its own share of the range front to back (one
+    /// stream for the hardware prefetcher), and a thread that runs out steals the back half of
+    /// the largest share left, so threads finish within about one piece of each other instead of
+    /// one task of a fixed split.
+    pub fn run_split(&self, n: usize, grain: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
+        let grain = grain.max(1);
+        let threads = self.workers.len() + 1;
+        if threads == 1 || n <= grain || n > u32::MAX as usize {
+            let mut i = 0;
+            while i < n {
+                f(i..(i + grain).min(n));
+                i += grain;
+            }
+            return;
+        }
+        let shares: Vec<Share> = (0..threads)
+            .map(|t| Share::new(n * t / threads, n * (t + 1) / threads))
+            .collect();
+        self.run(threads, &|own| {
+            let share = &shares[own];
+            loop {
+                while let Some(piece) = share.take_front(grain) {
+                    f(piece);
+                }
+                // Out of work: steal the back half of the fullest share into this one.
+                let Some(victim) = shares.iter().max_by_key(|s| s.left()) else {
+                    return;
+                };
+                match victim.take_back_half() {
+                    Some(stolen) => share.refill(stolen),
+                    None if victim.left() == 0 => return,
+                    None => {}
+                }
+            }
+        });
     }
 
     /// Run `f(i, chunk)` over the `chunk`-sized pieces of `data` (the last may be shorter).
@@ -158,6 +226,72 @@ impl SpinPool {
     }
 }
 
+/// One thread's share of a `run_split` range: the items `front..back` not yet taken, packed in
+/// one word so that the owner taking from the front and a thief taking from the back never both
+/// get an item. On its own cache line: the owner updates it every piece.
+#[repr(align(128))]
+struct Share(AtomicU64);
+
+impl Share {
+    fn new(front: usize, back: usize) -> Share {
+        Share(AtomicU64::new(pack(front, back)))
+    }
+
+    fn left(&self) -> usize {
+        let (front, back) = unpack(self.0.load(Ordering::Acquire));
+        back - front
+    }
+
+    /// The next `grain` items (fewer at the end), if any are left.
+    fn take_front(&self, grain: usize) -> Option<Range<usize>> {
+        let mut cur = self.0.load(Ordering::Acquire);
+        loop {
+            let (front, back) = unpack(cur);
+            if front == back {
+                return None;
+            }
+            let end = (front + grain).min(back);
+            match self.0.compare_exchange_weak(
+                cur,
+                pack(end, back),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(front..end),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// The back half of the items left (the last one when one is left).
+    fn take_back_half(&self) -> Option<Range<usize>> {
+        let cur = self.0.load(Ordering::Acquire);
+        let (front, back) = unpack(cur);
+        if front == back {
+            return None;
+        }
+        let mid = front + (back - front) / 2;
+        self.0
+            .compare_exchange(cur, pack(front, mid), Ordering::AcqRel, Ordering::Acquire)
+            .ok()
+            .map(|_| mid..back)
+    }
+
+    /// Give an emptied share new items (only its owner does; no thief takes from an empty one).
+    fn refill(&self, items: Range<usize>) {
+        self.0
+            .store(pack(items.start, items.end), Ordering::Release);
+    }
+}
+
+fn pack(front: usize, back: usize) -> u64 {
+    ((front as u64) << 32) | back as u64
+}
+
+fn unpack(v: u64) -> (usize, usize) {
+    ((v >> 32) as usize, (v & 0xffff_ffff) as usize)
+}
+
 /// A raw pointer tasks may share to touch disjoint parts of one buffer.
 struct SendPtr<T>(*mut T);
 unsafe impl<T: Send> Send for SendPtr<T> {}
@@ -170,11 +304,24 @@ impl<T> SendPtr<T> {
     }
 }
 
+impl Shared {
+    /// Never zero, so that zero can mean "not yet".
+    fn nanos_since_epoch(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64 + 1
+    }
+}
+
 /// Claim and run tasks of `job` until none are left.
 fn work_on(s: &Shared, job: JobRef) {
     loop {
         let i = s.next.fetch_add(1, Ordering::AcqRel);
         if i >= job.n {
+            if s.timing.load(Ordering::Relaxed) {
+                let now = s.nanos_since_epoch();
+                let _ = s
+                    .first_idle
+                    .compare_exchange(0, now, Ordering::AcqRel, Ordering::Relaxed);
+            }
             return;
         }
         // SAFETY: `run` keeps the closure alive while tasks of this job remain unfinished.
@@ -266,5 +413,41 @@ mod tests {
             sum.fetch_add(i, Ordering::Relaxed);
         });
         assert_eq!(sum.load(Ordering::Relaxed), 49 * 50 / 2);
+    }
+
+    #[test]
+    fn run_split_covers_every_item_once() {
+        let pool = SpinPool::new(3).unwrap();
+        for (n, grain) in [(0, 4), (1, 4), (3, 4), (4, 4), (5, 1), (100, 3), (1000, 7)] {
+            let counts: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+            pool.run_split(n, grain, &|items| {
+                assert!(!items.is_empty() && items.len() <= grain, "{items:?}");
+                // Uneven work, so that threads run out early and steal.
+                if items.start < n / 3 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                for i in items {
+                    counts[i].fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            assert!(
+                counts.iter().all(|c| c.load(Ordering::Relaxed) == 1),
+                "n = {n}, grain = {grain}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_share_gives_each_item_to_one_taker() {
+        let share = Share::new(10, 20);
+        assert_eq!(share.take_front(3), Some(10..13));
+        assert_eq!(share.take_back_half(), Some(16..20));
+        assert_eq!(share.left(), 3);
+        assert_eq!(share.take_front(5), Some(13..16));
+        assert_eq!(share.take_front(5), None);
+        assert_eq!(share.take_back_half(), None);
+        share.refill(30..31);
+        assert_eq!(share.take_back_half(), Some(30..31));
+        assert_eq!(share.take_front(1), None);
     }
 }
