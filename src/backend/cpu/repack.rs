@@ -57,7 +57,7 @@ impl Packed {
         &self.data.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
     }
 
-    #[cfg(any(test, target_arch = "x86_64"))]
+    #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.data.len
     }
@@ -901,9 +901,13 @@ pub fn unpack_row(p: &Packed, row: usize, out: &mut [u8]) {
     }
 }
 
-/// A zeroed, page-aligned byte buffer: an anonymous mapping of its own. (Transparent huge pages
-/// were tried: generation gained at most a few percent, and on this project's VMs faulting in
-/// huge pages cost more than a second of load time per GB.)
+/// A zeroed, page-aligned byte buffer: an anonymous mapping of its own, in transparent huge pages
+/// where the system allows them: generation streams the whole model per token, and with 4 KiB
+/// pages every page is a TLB miss and a restart of the hardware prefetcher. On this project's
+/// 2-core VM, 2 MiB pages read 5 % faster (33.6 vs 32.0 GB/s, a plain two-thread read loop) and
+/// made a 1B model's generation 4.7 % faster (30 paired runs); loading the 1.5B model took a
+/// median 0.12 s longer (1.45 vs 1.33 s over 6 runs each), its worst run 2.8 s, when the kernel
+/// had to compact memory for free huge pages.
 struct AlignedBytes {
     map: memmap2::MmapMut,
     len: usize,
@@ -913,6 +917,9 @@ impl AlignedBytes {
     /// None when the allocation fails.
     fn zeroed(len: usize) -> Option<AlignedBytes> {
         let map = memmap2::MmapMut::map_anon(len.max(1)).ok()?;
+        // Advice only: where huge pages are off or unsupported the buffer works as it is.
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::HugePage);
         Some(AlignedBytes { map, len })
     }
 
