@@ -340,11 +340,30 @@ struct RowKernels<A> {
 /// of a chunk is multiplied against it.
 const ROW_TILE: usize = 16;
 
+/// Bytes of weights a generation thread streams between checks for its share of a matmul pass
+/// (`SpinPool::run_split`).
+const STREAM_PIECE: usize = 64 << 10;
+
+/// Where each of several item lists starts when they are numbered as one.
+fn list_starts(lens: impl Iterator<Item = usize>) -> Vec<usize> {
+    lens.scan(0, |at, len| {
+        let start = *at;
+        *at += len;
+        Some(start)
+    })
+    .collect()
+}
+
+/// The list (index into `starts`) and the index within it of item `item` of the joined lists.
+fn locate(starts: &[usize], item: usize) -> (usize, usize) {
+    let list = starts.partition_point(|&s| s <= item) - 1;
+    (list, item - starts[list])
+}
+
 impl CpuBackend {
-    /// Weight rows per parallel task.
-    fn row_chunk(&self, m: usize, rows: usize) -> usize {
-        let tasks = self.threads * if rows == 1 { 4 } else { 8 };
-        m.div_ceil(tasks)
+    /// Weight rows per parallel task of a matmul over several activation rows.
+    fn row_chunk(&self, m: usize) -> usize {
+        m.div_ceil(self.threads * 8)
             .clamp(1, 256)
             .next_multiple_of(4)
             .min(m.max(1))
@@ -356,7 +375,25 @@ impl CpuBackend {
     /// chunk passes over them, four rows at a time where a four-row kernel exists.
     fn run_jobs<A: Sync>(&self, jobs: &[Job<A>], rows: usize, acts: &[A], act_stride: usize) {
         let total: usize = jobs.iter().map(|j| j.w.rows).sum();
-        let chunk = self.row_chunk(total, rows);
+        let act = |i: usize| &acts[i * act_stride..(i + 1) * act_stride];
+        if rows == 1 {
+            // Streamed like the packed matmuls (`run_packed`).
+            let starts = list_starts(jobs.iter().map(|j| j.w.rows));
+            let largest = jobs.iter().map(|j| j.w.tensor.row_bytes()).max();
+            let grain = (STREAM_PIECE / largest.unwrap_or(1).max(1)).max(1);
+            self.pool.run_split(total, grain, &|items| {
+                for item in items {
+                    let (ji, r) = locate(&starts, item);
+                    let Job { w, out, kernels } = &jobs[ji];
+                    let v = (kernels.one)(w.row(r), act(0));
+                    // SAFETY: each row r of a job's output is written once (its item is taken
+                    // once), and r < m, the output's length for one activation row.
+                    unsafe { *out.get().add(r) = v };
+                }
+            });
+            return;
+        }
+        let chunk = self.row_chunk(total);
         let tasks: Vec<(usize, usize, usize)> = jobs
             .iter()
             .enumerate()
@@ -366,7 +403,6 @@ impl CpuBackend {
                     .map(move |r0| (ji, r0, (r0 + chunk).min(j.w.rows)))
             })
             .collect();
-        let act = |i: usize| &acts[i * act_stride..(i + 1) * act_stride];
         self.pool.run(tasks.len(), &|t| {
             let (ji, r0, r1) = tasks[t];
             let Job { w, out, kernels } = &jobs[ji];
@@ -530,26 +566,19 @@ impl CpuBackend {
             // threads finish together (fixed tasks of ~2 MiB left one thread waiting ~4 ms of
             // a 1B model's 25 ms token; a task start costs a stream restart, so pieces must
             // not be many separate tasks).
-            let starts: Vec<usize> = jobs
-                .iter()
-                .scan(0, |at, (w, _)| {
-                    let start = *at;
-                    *at += w.rows / repack::ROWS;
-                    Some(start)
-                })
-                .collect();
+            let starts = list_starts(jobs.iter().map(|(w, _)| w.rows / repack::ROWS));
             let largest = jobs
                 .iter()
                 .filter_map(|(w, _)| w.packed.as_ref().map(|p| p.group_bytes))
                 .max()
                 .unwrap_or(1);
-            let grain = ((64 << 10) / largest).max(1);
-            self.pool.run_split(groups, grain, &|items| {
-                for item in items {
-                    let ji = starts.partition_point(|&s| s <= item) - 1;
-                    call(ji, item - starts[ji], 0..1);
-                }
-            });
+            self.pool
+                .run_split(groups, (STREAM_PIECE / largest).max(1), &|items| {
+                    for item in items {
+                        let (ji, group) = locate(&starts, item);
+                        call(ji, group, 0..1);
+                    }
+                });
             return;
         }
         // Prefill is bound by arithmetic, not by a stream: two tasks per thread for balance.
