@@ -6,6 +6,8 @@
 //!
 //! A job is `n` tasks claimed through an atomic counter by the calling thread and the workers
 //! alike; `run` returns when every task has finished and no worker can still touch the job.
+//! `run_split` builds on it for passes that stream memory (a generated token's matmuls): one
+//! contiguous share of the range per thread, with stealing at the end instead of fixed tasks.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
