@@ -370,8 +370,9 @@ impl CpuBackend {
     }
 
     /// For each job, `out[i·m + r] = dot(W row r, activation row i)`; the rows of all jobs are
-    /// split across the pool in one parallel pass (one fork-join for Q, K and V together). Within a
-    /// task, activation rows go in tiles that stay in cache while each weight row of the task's
+    /// split across the pool in one parallel pass (one fork-join for Q, K and V together); one
+    /// activation row streams them in per-thread shares (`run_split`). Within a task of several
+    /// rows, activation rows go in tiles that stay in cache while each weight row of the task's
     /// chunk passes over them, four rows at a time where a four-row kernel exists.
     fn run_jobs<A: Sync>(&self, jobs: &[Job<A>], rows: usize, acts: &[A], act_stride: usize) {
         let total: usize = jobs.iter().map(|j| j.w.rows).sum();
@@ -519,8 +520,9 @@ impl CpuBackend {
         let _ = packed;
     }
 
-    /// The repacked weights' share of a matmul pass: tasks of a few row groups each, over blocks
-    /// of tokens whose activations stay in the L2 cache, every (group, token) written once.
+    /// The repacked weights' share of a matmul pass, every (group, token) written once: for one
+    /// token, the groups of all weights streamed in per-thread shares (`run_split`); for more,
+    /// tasks of a few row groups each over blocks of tokens whose activations stay in L2.
     #[cfg(target_arch = "x86_64")]
     fn run_packed<A: Sync>(
         &self,
