@@ -1,8 +1,36 @@
 // elementwise.wgsl — one invocation per value: residual add, bias add, the gated activations of
-// the feed-forward block, and row copies. The entry point is chosen by name.
+// the feed-forward block, row copies (the entry point chosen by name), and with MUL_SIGMOID the
+// sigmoid gate (Qwen3.5's attention output gate and shared-expert gate).
 
 #include "common"
 
+fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return gid.x + gid.y * nwg.x * 256u;
+}
+
+#if MUL_SIGMOID
+struct Params {
+    len: u32,         // rows × width
+    width: u32,
+    gate_width: u32,  // gate values per row, dividing width
+    group: u32,       // width / gate_width: values under one gate value
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read> gate: array<f32>;
+
+// x *= sigmoid(gate) of its row and group, sigmoid(v) = 1 / (1 + e^−v) as ggml.
+@compute @workgroup_size(256)
+fn mul_sigmoid(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i < p.len) {
+        let r = i / p.width;
+        let g = gate[r * p.gate_width + (i % p.width) / p.group];
+        x[i] *= 1.0 / (1.0 + exp(-g));
+    }
+}
+#else
 struct Params {
     len: u32,    // values to write
     width: u32,  // bias length / row width
@@ -14,9 +42,6 @@ struct Params {
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;
 @group(0) @binding(2) var<storage, read> b: array<f32>;
 
-fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
-    return gid.x + gid.y * nwg.x * 256u;
-}
 
 // a += b
 @compute @workgroup_size(256)
@@ -74,3 +99,4 @@ fn copy(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         a[p.dst_off + i] = b[p.src_off + i];
     }
 }
+#endif

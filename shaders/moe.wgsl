@@ -1,7 +1,8 @@
-// moe.wgsl — mixture-of-experts routing and expert matmuls (Qwen3.5 MoE). The define picks the
-// op: MOE_ROUTE (softmax over the experts, top-k, renormalized: one workgroup per token) or
-// EXPERT_MATVEC (llama.cpp's mul_mat_id as a mat-vec per slot, reading the stacked expert weight
-// in place in its GGUF block layout, any weight type; f32 sums).
+// moe.wgsl — mixture-of-experts routing, expert matmuls and their weighted sum (Qwen3.5 MoE). The
+// define picks the op: MOE_ROUTE (softmax over the experts, top-k, renormalized: one workgroup per
+// token), EXPERT_MATVEC (llama.cpp's mul_mat_id as a mat-vec per slot, reading the stacked expert
+// weight in place in its GGUF block layout, any weight type; f32 sums) or MOE_COMBINE (one
+// invocation per output value).
 
 #include "common"
 #include "reduce"
@@ -191,4 +192,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 #endif
+#endif
+
+#if MOE_COMBINE
+fn index(gid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+    return gid.x + gid.y * nwg.x * 256u;
+}
+
+struct Params {
+    len: u32,     // rows × width
+    width: u32,
+    n_used: u32,  // slots per token
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> y: array<f32>;
+@group(0) @binding(2) var<storage, read> weights: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+// out[t][c] = Σ_j weights[t·n + j] · y[t·n + j][c], j in order.
+@compute @workgroup_size(256)
+fn moe_combine(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i >= p.len) {
+        return;
+    }
+    let t = i / p.width;
+    let c = i % p.width;
+    let s0 = t * p.n_used;
+    var acc = y[s0 * p.width + c] * weights[s0];
+    for (var j = 1u; j < p.n_used; j++) {
+        acc += y[(s0 + j) * p.width + c] * weights[s0 + j];
+    }
+    out[i] = acc;
+}
 #endif

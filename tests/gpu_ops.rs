@@ -11,8 +11,8 @@ use half::{bf16, f16};
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
 use kiln::backend::{
-    AttentionParams, Backend, CacheType, DeltaNetParams, ExpertMatmulParams, GateActivation,
-    RopeLayout,
+    AttentionParams, Backend, CacheType, CoreOps, DeltaNetParams, ExpertMatmulParams,
+    GateActivation, RopeLayout,
 };
 use kiln::gguf::GgmlType;
 use kiln::tensor::Tensor;
@@ -300,7 +300,7 @@ fn elementwise_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> 
     for layout in [RopeLayout::Interleaved, RopeLayout::Neox] {
         let x = rng.vec(3 * 4 * 16, 1.0);
         let mut xb = upload(b, &x);
-        b.rope(&mut xb, &tb, 3, 4, 16, layout);
+        b.rope_partial(&mut xb, &tb, 3, 4, 16, 16, layout);
         results.push((format!("rope {layout:?}"), download(b, &xb, x.len())));
     }
 

@@ -7,7 +7,7 @@ mod common;
 
 use common::golden_run::argmax;
 use common::gpu::gpu;
-use kiln::backend::Backend;
+use kiln::backend::CoreOps;
 use kiln::backend::wgpu::{DISPATCHES_PER_SUBMIT, WgpuBackend};
 use kiln::model::{Model, ModelFile, Session, Tokenizer};
 

@@ -1,5 +1,7 @@
 //! The compute backend: the operations a transformer forward pass needs, on buffers the backend
-//! owns. The forward pass of every architecture is written once against this trait; a GPU backend
+//! owns, in three parts: `CoreOps` (what every architecture needs), `RecurrentOps` (Qwen3.5's
+//! DeltaNet blocks) and `MoeOps` (mixture-of-experts layers); `Backend` is all three. The forward
+//! pass of every architecture is written once against `Backend`; a GPU backend
 //! keeps weights, activations and the KV cache on the device and moves only what the host asks
 //! for (`download` of logits) and the little it must send (`upload` of RoPE tables).
 //!
@@ -183,7 +185,15 @@ pub struct ExpertMatmulParams {
     pub row_offset: usize,
 }
 
-pub trait Backend: Send + Sync {
+/// Everything a forward pass asks of a backend: the ops every architecture needs (`CoreOps`) and
+/// those of recurrent and mixture-of-experts layers (`RecurrentOps`, `MoeOps`). Model code asks
+/// for `B: Backend`; a backend implements the parts, each in its own file.
+pub trait Backend: CoreOps + RecurrentOps + MoeOps {}
+
+impl<B: CoreOps + RecurrentOps + MoeOps> Backend for B {}
+
+/// The ops every architecture needs.
+pub trait CoreOps: Send + Sync {
     /// An f32 activation buffer on the device.
     type Buffer: Send;
     /// Key or value cache storage, of one of the `CacheType`s.
@@ -273,15 +283,20 @@ pub trait Backend: Send + Sync {
     /// `x[r] += b` for each of `rows` rows.
     fn add_bias(&self, x: &mut Self::Buffer, b: &Self::Weight, rows: usize);
 
-    /// Rotate `rows × n_heads` heads of width `head_dim` in place. `table` holds, per row, the
-    /// `head_dim / 2` pairs (cos, sin) of that row's position.
-    fn rope(
+    /// Rotate `rows × n_heads` heads of width `head_dim` in place (RoPE) over their first `rot_dims`
+    /// values: all of them (`rot_dims == head_dim`), or a partial rotary embedding whose other
+    /// `head_dim − rot_dims` values pass through unchanged. `table` holds, per row, the
+    /// `rot_dims / 2` pairs (cos, sin) of that row's position. Neox pairs (i, i + rot_dims/2),
+    /// Interleaved pairs (2i, 2i+1), both within the first `rot_dims`.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_partial(
         &self,
         x: &mut Self::Buffer,
         table: &Self::Buffer,
         rows: usize,
         n_heads: usize,
         head_dim: usize,
+        rot_dims: usize,
         layout: RopeLayout,
     );
 
@@ -373,25 +388,6 @@ pub trait Backend: Send + Sync {
         width: usize,
     );
 
-    // ---- Hybrid recurrent and mixture-of-experts models (Qwen3.5) ----
-
-    /// RoPE over the first `rot_dims` values of each head only (partial rotary embedding); the
-    /// other `head_dim − rot_dims` values pass through unchanged. `table` holds, per row, the
-    /// `rot_dims / 2` pairs (cos, sin) of that row's position. Neox pairs (i, i + rot_dims/2),
-    /// Interleaved pairs (2i, 2i+1), both within the first `rot_dims`. With `rot_dims ==
-    /// head_dim` this is exactly `rope`.
-    #[allow(clippy::too_many_arguments)]
-    fn rope_partial(
-        &self,
-        x: &mut Self::Buffer,
-        table: &Self::Buffer,
-        rows: usize,
-        n_heads: usize,
-        head_dim: usize,
-        rot_dims: usize,
-        layout: RopeLayout,
-    );
-
     /// `x[r][i] *= sigmoid(gate[r][i / (width / gate_width)])` for `rows` rows of `width`:
     /// an elementwise sigmoid gate (`gate_width == width`, Qwen3.5's attention output gate) or
     /// one gate value per row (`gate_width == 1`, the shared expert's gate). `gate` has rows of
@@ -404,7 +400,11 @@ pub trait Backend: Send + Sync {
         width: usize,
         gate_width: usize,
     );
+}
 
+/// The ops of recurrent layers (Qwen3.5's Gated DeltaNet blocks): a short causal convolution and
+/// the delta-rule recurrence, each carrying its state between calls.
+pub trait RecurrentOps: CoreOps {
     /// The convolution step of a recurrent block: a causal depthwise convolution over time
     /// followed by SiLU, carrying its state between calls.
     ///
@@ -456,7 +456,11 @@ pub trait Backend: Send + Sync {
         out: &mut Self::Buffer,
         p: &DeltaNetParams,
     );
+}
 
+/// The ops of mixture-of-experts feed-forward layers: routing, the selected experts' matmuls and
+/// the weighted sum of their outputs.
+pub trait MoeOps: CoreOps {
     /// Mixture-of-experts routing: for each of `rows` rows of `n_expert` router logits, the
     /// softmax over all experts, the `n_used` most probable (highest first, ties to the lower
     /// index), and their probabilities renormalized to sum to 1 (the sum clamped below at

@@ -17,7 +17,7 @@ use serde_json::json;
 use super::info::human_count;
 use super::{CacheArgs, ModelArgs};
 use crate::backend::cpu::CpuBackend;
-use crate::backend::{Backend, Profile};
+use crate::backend::{Backend, CoreOps, Profile};
 use crate::model::arch::KvCacheTypes;
 use crate::model::loader::Source;
 use crate::model::session::DEFAULT_BATCH;

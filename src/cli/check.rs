@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use super::{BackendArgs, BackendKind, CacheArgs, ModelArgs, OutputFormat};
-use crate::backend::Backend;
+use crate::backend::CoreOps;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::wgpu::{AdapterChoice, WgpuBackend};
 use crate::model::{Model, ModelFile, Session, Tokenizer};

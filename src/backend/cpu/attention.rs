@@ -918,7 +918,7 @@ mod x86 {
 mod tests {
     use super::super::quant::tests::activations;
     use super::*;
-    use crate::backend::{Backend, CacheType};
+    use crate::backend::{CacheType, CoreOps};
 
     /// A cache of `ty` holding `n` rows of `width` pseudo-random values.
     fn filled(b: &CpuBackend, ty: CacheType, n: usize, width: usize, seed: u64) -> CpuCache {

@@ -58,6 +58,16 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + expf(-x))
 }
 
+/// llama.cpp's `ggml_vec_sigmoid_f32`: 1 / (1 + expf(−v)) with the C library's expf.
+pub fn sigmoid(v: f32) -> f32 {
+    1.0 / (1.0 + (-v).exp())
+}
+
+/// llama.cpp's softplus: v above 20, else ln(1 + e^v).
+pub fn softplus(v: f32) -> f32 {
+    if v > 20.0 { v } else { (1.0 + v.exp()).ln() }
+}
+
 /// GELU-tanh as llama.cpp evaluates it: looked up by the f16 rounding of x in a table of f16
 /// results (exact outside ±10).
 pub fn gelu(x: f32) -> f32 {

@@ -6,12 +6,13 @@ mod attention;
 #[cfg(target_arch = "x86_64")]
 mod gemm;
 mod ggml_math;
-mod hybrid;
+mod moe;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod pool;
 mod profile;
 pub mod quant;
+mod recurrent;
 mod repack;
 mod simd;
 
@@ -21,10 +22,7 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use self::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
-use super::{
-    AttentionParams, Backend, CacheType, DeltaNetParams, ExpertMatmulParams, GateActivation,
-    RopeLayout,
-};
+use super::{AttentionParams, CacheType, CoreOps, GateActivation, RopeLayout};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
 use crate::tensor::Tensor;
@@ -672,7 +670,7 @@ struct Job<'a, A> {
     kernels: RowKernels<A>,
 }
 
-impl Backend for CpuBackend {
+impl CoreOps for CpuBackend {
     type Buffer = Vec<f32>;
     type Cache = CpuCache;
     type Weight = CpuWeight;
@@ -710,7 +708,7 @@ impl Backend for CpuBackend {
         // the file's pages and the packed copy are never both resident for more than a slice.
         let group_src = t.row_bytes() * repack::ROWS;
         // A stack of expert matrices (3-D) is repacked as one matrix when no row group straddles
-        // two experts; expert matmuls then run on the packed kernels too (hybrid.rs).
+        // two experts; expert matmuls then run on the packed kernels too (moe.rs).
         let matrix =
             t.dims.len() == 2 || (t.dims.len() == 3 && t.dims[1].is_multiple_of(repack::ROWS));
         let packed = if matrix && self.packs(t.dtype) {
@@ -846,21 +844,22 @@ impl Backend for CpuBackend {
         }
     }
 
-    fn rope(
+    fn rope_partial(
         &self,
         x: &mut Vec<f32>,
         table: &Vec<f32>,
         rows: usize,
         n_heads: usize,
         head_dim: usize,
+        rot_dims: usize,
         layout: RopeLayout,
     ) {
         let _span = self.profiler.span("rope");
         let width = n_heads * head_dim;
         for (r, row) in x[..rows * width].chunks_mut(width).enumerate() {
-            let cs = &table[r * head_dim..(r + 1) * head_dim];
+            let cs = &table[r * rot_dims..(r + 1) * rot_dims];
             for head in row.chunks_mut(head_dim) {
-                rotate_head(head, cs, layout);
+                rotate_head(&mut head[..rot_dims], cs, layout);
             }
         }
     }
@@ -1010,22 +1009,6 @@ impl Backend for CpuBackend {
             .for_each(|(a, &b)| *a += b);
     }
 
-    // Hybrid recurrent and mixture-of-experts models: the code is in hybrid.rs.
-
-    fn rope_partial(
-        &self,
-        x: &mut Vec<f32>,
-        table: &Vec<f32>,
-        rows: usize,
-        n_heads: usize,
-        head_dim: usize,
-        rot_dims: usize,
-        layout: RopeLayout,
-    ) {
-        let _span = self.profiler.span("rope");
-        hybrid::rope(x, table, rows, n_heads, head_dim, rot_dims, layout);
-    }
-
     fn mul_sigmoid(
         &self,
         x: &mut Vec<f32>,
@@ -1035,73 +1018,16 @@ impl Backend for CpuBackend {
         gate_width: usize,
     ) {
         let _span = self.profiler.span("mul_sigmoid");
-        hybrid::mul_sigmoid(x, gate, rows, width, gate_width);
-    }
-
-    fn conv_step(
-        &self,
-        x: &Vec<f32>,
-        kernel: &CpuWeight,
-        state: &mut Vec<f32>,
-        out: &mut Vec<f32>,
-        rows: usize,
-        channels: usize,
-    ) {
-        let _span = self.profiler.span("conv_step");
-        self.conv(x, kernel, state, out, rows, channels);
-    }
-
-    fn gated_delta_net(
-        &self,
-        qkv: &Vec<f32>,
-        alpha: &Vec<f32>,
-        beta: &Vec<f32>,
-        a: &CpuWeight,
-        dt_bias: &CpuWeight,
-        state: &mut Vec<f32>,
-        out: &mut Vec<f32>,
-        p: &DeltaNetParams,
-    ) {
-        let _span = self.profiler.span("gated_delta_net");
-        self.delta_net(qkv, alpha, beta, a, dt_bias, state, out, p);
-    }
-
-    fn moe_route(
-        &self,
-        logits: &Vec<f32>,
-        rows: usize,
-        n_expert: usize,
-        n_used: usize,
-        selected: &mut Vec<f32>,
-        weights: &mut Vec<f32>,
-    ) {
-        let _span = self.profiler.span("moe_route");
-        self.route(logits, rows, n_expert, n_used, selected, weights);
-    }
-
-    fn expert_matmul(
-        &self,
-        x: &Vec<f32>,
-        w: &CpuWeight,
-        selected: &Vec<f32>,
-        out: &mut Vec<f32>,
-        p: &ExpertMatmulParams,
-    ) {
-        let _span = self.profiler.span("expert_matmul");
-        self.expert_matmul_cpu(x, w, selected, out, p);
-    }
-
-    fn moe_combine(
-        &self,
-        y: &Vec<f32>,
-        weights: &Vec<f32>,
-        rows: usize,
-        n_used: usize,
-        width: usize,
-        out: &mut Vec<f32>,
-    ) {
-        let _span = self.profiler.span("moe_combine");
-        hybrid::moe_combine(y, weights, rows, n_used, width, out);
+        let group = width / gate_width;
+        for (row, g) in x[..rows * width]
+            .chunks_mut(width)
+            .zip(gate.chunks(gate_width))
+        {
+            for (xs, &gv) in row.chunks_mut(group).zip(g) {
+                let s = ggml_math::sigmoid(gv);
+                xs.iter_mut().for_each(|v| *v *= s);
+            }
+        }
     }
 }
 
@@ -1140,6 +1066,30 @@ mod tests {
             plain.matmul(&x, &b, tokens, &mut yb);
             for (p, q) in ya.iter().zip(&yb) {
                 assert!((p - q).abs() <= 1e-4 * (1.0 + q.abs()), "{t}: {p} vs {q}");
+            }
+        }
+    }
+
+    /// Partial RoPE rotates (i, i + rot/2) pairs of the leading dims by the table and leaves the
+    /// rest as they were.
+    #[test]
+    fn partial_rope_rotates_only_the_leading_dims() {
+        let be = CpuBackend::new(1).unwrap();
+        let (rows, heads, hd, rot) = (3, 2, 8, 4);
+        let x = activations(rows * heads * hd, 11);
+        let small = activations(rows * rot, 13);
+        let mut p = x.clone();
+        be.rope_partial(&mut p, &small, rows, heads, hd, rot, RopeLayout::Neox);
+        for r in 0..rows {
+            for h in 0..heads {
+                let o = (r * heads + h) * hd;
+                assert_eq!(&p[o + rot..o + hd], &x[o + rot..o + hd], "tail untouched");
+                for i in 0..rot / 2 {
+                    let (c, s) = (small[r * rot + 2 * i], small[r * rot + 2 * i + 1]);
+                    let (x0, x1) = (x[o + i], x[o + i + rot / 2]);
+                    assert_eq!(p[o + i], x0 * c - x1 * s);
+                    assert_eq!(p[o + i + rot / 2], x0 * s + x1 * c);
+                }
             }
         }
     }

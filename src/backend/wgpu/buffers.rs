@@ -44,6 +44,11 @@ impl Drop for DeviceBuf {
     }
 }
 
+/// The buffer and id a dispatch binds.
+pub fn bind(d: &DeviceBuf) -> (&wgpu::Buffer, u64) {
+    (&d.buf, d.id)
+}
+
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1 << 20) as f64
 }

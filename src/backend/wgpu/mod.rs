@@ -1,8 +1,9 @@
 //! The wgpu backend (Vulkan, Metal, DX12): the `Backend` ops as WGSL compute kernels on buffers
 //! that stay on the device. How a call becomes GPU work:
-//! 1. `ops.rs` implements each op: it picks the kernel variant (`pipelines.rs`: the shader in
-//!    `shaders/`, assembled for the weight type, cache type and adapter features), packs the
-//!    op's sizes into a parameter block and records a dispatch.
+//! 1. `ops.rs` implements each core op (`recurrent.rs` and `moe.rs` those of Qwen3.5's DeltaNet
+//!    blocks and of mixture-of-experts layers): it picks the kernel variant (`pipelines.rs`: the
+//!    shader in `shaders/`, assembled for the weight type, cache type and adapter features), packs
+//!    the op's sizes into a parameter block and records a dispatch.
 //! 2. `stream.rs` collects the dispatches of a forward pass into one encoder and compute pass,
 //!    submitting every few dozen, and reads back only what the host asks for (the logits, or the
 //!    argmax of greedy decoding).
@@ -11,17 +12,16 @@
 //! 4. `device.rs` lists and opens adapters and turns wgpu's asynchronous errors into a sticky
 //!    error the session reports (`Backend::take_error`).
 //!
-//! 5. `hybrid.rs` holds the ops of hybrid recurrent and mixture-of-experts models (Qwen3.5); their
-//!    recurrent state is plain activation buffers, checkpointed by device-side copies.
-//!
 //! Adding an op: a kernel in the shader file of its family (or a new file, listed in
-//! `pipelines::SOURCES`), a `Kernel` naming its bindings, and a few lines in `ops.rs` recording it.
+//! `pipelines::SOURCES`), a function in `pipelines.rs` naming its `Kernel` (file, entry point,
+//! defines, bindings), and a few lines in `ops.rs` (or its family's file) recording it.
 
 mod buffers;
 mod device;
-mod hybrid;
+mod moe;
 mod ops;
 mod pipelines;
+mod recurrent;
 mod stream;
 
 use std::sync::{Arc, Mutex};

@@ -1,128 +1,28 @@
-//! The `Backend` ops on the GPU: for each, the kernel variant, its parameter block (u32 words,
+//! The core ops (`CoreOps`) on the GPU: for each, the kernel variant, its parameter block (u32 words,
 //! f32 as bits, in the order of the shader's `Params`), its buffers and its grid.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::buffers::{self, DeviceBuf, GpuBuffer, GpuCache, GpuWeight, Matrix};
-use super::pipelines::{Access, Kernel, Pipeline};
+use super::buffers::{self, DeviceBuf, GpuBuffer, GpuCache, GpuWeight, Matrix, bind};
+use super::pipelines::{self as kernels, Kernel, Pipeline};
+use super::stream::{grid, words};
 use super::{Scratch, WgpuBackend};
-use crate::backend::{
-    AttentionParams, Backend, CacheType, DeltaNetParams, ExpertMatmulParams, GateActivation,
-    Profile, RopeLayout,
-};
+use crate::backend::{AttentionParams, CacheType, CoreOps, GateActivation, Profile, RopeLayout};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
 use crate::tensor::Tensor;
-
-use Access::{Read, ReadWrite};
 
 /// Activation rows up to which a matmul runs as mat-vec (more take the tiled kernel).
 const MATVEC_MAX_ROWS: usize = 1;
 /// The widest attention head the kernel takes (4 values per invocation of 64).
 const MAX_HEAD_DIM: usize = 256;
 
-/// A grid of `n` workgroups, spilling from x into y past the 65535 limit.
-pub(super) fn grid(n: usize) -> [u32; 3] {
-    let x = n.min(65535);
-    [x as u32, n.div_ceil(x.max(1)) as u32, 1]
-}
-
-fn words(v: &[u32]) -> Vec<u8> {
-    v.iter().flat_map(|w| w.to_le_bytes()).collect()
-}
-
-// Kernels that read weights take the type's name (`GgmlType::name`) as the define that selects
-// its block decoder in quants.wgsl.
-
-fn matvec_kernel(t: GgmlType, n_weights: usize) -> Kernel {
-    let mut bindings = vec![Read, Read, ReadWrite];
-    for _ in 1..n_weights {
-        bindings.extend([Read, ReadWrite]);
-    }
-    let k = Kernel::new("matvec", "matvec", &bindings).flag(t.name());
-    match n_weights {
-        2 => k.flag("NW2"),
-        3 => k.flag("NW3"),
-        _ => k,
-    }
-}
-
-fn matmul_kernel(t: GgmlType, sg8: bool) -> Kernel {
-    let k = Kernel::new("matmul", "matmul", &[Read, Read, ReadWrite]).flag(t.name());
-    if sg8 {
-        k.flag("SG8").entry("main_sg8")
-    } else {
-        k
-    }
-}
-
-fn embed_kernel(t: GgmlType) -> Kernel {
-    Kernel::new("embed", "embed", &[Read, Read, ReadWrite]).flag(t.name())
-}
-
-fn elementwise_kernel(entry: &'static str) -> Kernel {
-    Kernel::new(entry, "elementwise", &[ReadWrite, Read]).entry(entry)
-}
-
-fn store_kernel(ty: CacheType) -> Kernel {
-    let k = Kernel::new("kv_store", "kv", &[Read, ReadWrite]);
-    if ty == CacheType::F16 {
-        k.flag("F16CACHE")
-    } else {
-        k
-    }
-}
-
-fn attention_kernel(k: CacheType, v: CacheType, reduce: bool) -> Kernel {
-    let mut kernel = Kernel::new(
-        if reduce {
-            "attention_reduce"
-        } else {
-            "attention"
-        },
-        "attention",
-        &[Read, Read, Read, ReadWrite, ReadWrite],
-    );
-    if reduce {
-        kernel = kernel.entry("reduce");
-    }
-    if k == CacheType::F16 {
-        kernel = kernel.flag("K_F16");
-    }
-    if v == CacheType::F16 {
-        kernel = kernel.flag("V_F16");
-    }
-    kernel
-}
-
-/// The tiled prefill attention (attention.wgsl `prefill`): 16 query rows per workgroup.
-fn attention_prefill_kernel(k: CacheType, v: CacheType) -> Kernel {
-    let mut kernel = Kernel::new(
-        "attention_prefill",
-        "attention",
-        &[Read, Read, Read, ReadWrite, ReadWrite],
-    )
-    .entry("prefill");
-    if k == CacheType::F16 {
-        kernel = kernel.flag("K_F16");
-    }
-    if v == CacheType::F16 {
-        kernel = kernel.flag("V_F16");
-    }
-    kernel
-}
-
 /// Query rows per workgroup of the tiled prefill attention.
 const PREFILL_ATTENTION_ROWS: usize = 16;
 /// Workgroup memory the tiled prefill attention needs (16 query rows of up to 256 values, a tile
 /// of 16 × 64 scores, and a few reductions), with room to spare.
 const PREFILL_ATTENTION_SHARED: u32 = 24 << 10;
-
-/// The buffer and id a dispatch binds.
-pub(super) fn bind(d: &DeviceBuf) -> (&wgpu::Buffer, u64) {
-    (&d.buf, d.id)
-}
 
 impl WgpuBackend {
     /// The pipeline of `k`; on failure the error is recorded for the session and None returned.
@@ -197,11 +97,11 @@ impl WgpuBackend {
     /// Build ahead the pipelines a weight of type `t` will use.
     fn prepare_matrix(&self, t: GgmlType) -> Result<()> {
         for k in [
-            matvec_kernel(t, 1),
-            matvec_kernel(t, 2),
-            matvec_kernel(t, 3),
-            matmul_kernel(t, self.matmul_sg8()),
-            embed_kernel(t),
+            kernels::matvec_kernel(t, 1),
+            kernels::matvec_kernel(t, 2),
+            kernels::matvec_kernel(t, 3),
+            kernels::matmul_kernel(t, self.matmul_sg8()),
+            kernels::embed_kernel(t),
         ] {
             self.pipelines.get(&self.gpu, &k, self.param_slot)?;
         }
@@ -240,7 +140,12 @@ impl WgpuBackend {
                     self.matvec_rows_per_wg() as u32,
                 ];
                 let groups = grid(part.rows.div_ceil(self.matvec_rows_per_wg()));
-                self.run(&matvec_kernel(m.dtype, 1), &params, &buffers, groups);
+                self.run(
+                    &kernels::matvec_kernel(m.dtype, 1),
+                    &params,
+                    &buffers,
+                    groups,
+                );
             } else {
                 let params = [
                     k,
@@ -258,7 +163,12 @@ impl WgpuBackend {
                     rows.div_ceil(per_wg) as u32,
                     1,
                 ];
-                self.run(&matmul_kernel(m.dtype, sg8), &params, &buffers, groups);
+                self.run(
+                    &kernels::matmul_kernel(m.dtype, sg8),
+                    &params,
+                    &buffers,
+                    groups,
+                );
             }
         }
     }
@@ -266,7 +176,7 @@ impl WgpuBackend {
     fn elementwise(&self, entry: &'static str, a: &GpuBuffer, b: &DeviceBuf, params: [u32; 4]) {
         let groups = grid((params[0] as usize).div_ceil(256));
         self.run(
-            &elementwise_kernel(entry),
+            &kernels::elementwise_kernel(entry),
             &params,
             &[bind(&a.dev), bind(b)],
             groups,
@@ -312,7 +222,7 @@ impl WgpuBackend {
         let len = (bytes / 4) as usize;
         let src = self.buffer(len)?;
         let dst = self.buffer(len)?;
-        let k = Kernel::new("copy_bandwidth", "bench", &[ReadWrite, Read]);
+        let k = kernels::bandwidth_kernel();
         let n = bytes / 16;
         let groups = grid((n as usize).div_ceil(256));
         let mut best = f64::MAX;
@@ -334,7 +244,7 @@ impl WgpuBackend {
     }
 }
 
-impl Backend for WgpuBackend {
+impl CoreOps for WgpuBackend {
     type Buffer = GpuBuffer;
     type Cache = GpuCache;
     type Weight = GpuWeight;
@@ -369,7 +279,7 @@ impl Backend for WgpuBackend {
 
     fn argmax(&self, x: &GpuBuffer, len: usize) -> Option<u32> {
         let (res, id) = self.scratch_buffer(|s| &mut s.argmax, 1)?;
-        let k = Kernel::new("argmax", "argmax", &[Read, ReadWrite]);
+        let k = kernels::argmax_kernel();
         self.run(&k, &[len as u32], &[bind(&x.dev), (&res, id)], [1, 1, 1]);
         let bytes = self.stream().read(&self.gpu, &res, 0, 4)?;
         let index = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
@@ -383,7 +293,7 @@ impl Backend for WgpuBackend {
     }
 
     fn weight(&self, t: &Tensor) -> Result<GpuWeight> {
-        if super::hybrid::is_conv_taps(t) {
+        if super::recurrent::is_conv_taps(t) {
             return self.upload_taps(t);
         }
         let w = buffers::upload_weight(&self.gpu, &self.memory, t)?;
@@ -449,7 +359,7 @@ impl Backend for WgpuBackend {
                 m.cols as u32,
             ];
             self.run(
-                &embed_kernel(m.dtype),
+                &kernels::embed_kernel(m.dtype),
                 &params,
                 &[(&ids_buf, ids_id), bind(&part.dev), bind(&out.dev)],
                 [groups.div_ceil(64) as u32, ids.len() as u32, 1],
@@ -461,7 +371,7 @@ impl Backend for WgpuBackend {
         let Some((dev, len)) = self.vector(w, "rms_norm") else {
             return;
         };
-        let k = Kernel::new("rms_norm", "norm", &[ReadWrite, Read]);
+        let k = kernels::rms_norm_kernel(false);
         self.run(
             &k,
             &[rows as u32, len as u32, eps.to_bits()],
@@ -483,7 +393,7 @@ impl Backend for WgpuBackend {
             return;
         };
         debug_assert_eq!(len, width);
-        let k = Kernel::new("rms_norm", "norm", &[ReadWrite, Read, Read]).flag("INTO");
+        let k = kernels::rms_norm_kernel(true);
         self.run(
             &k,
             &[rows as u32, len as u32, eps.to_bits()],
@@ -547,7 +457,7 @@ impl Backend for WgpuBackend {
             buffers.push(bind(&out.dev));
         }
         self.run(
-            &matvec_kernel(ms[0].dtype, ms.len()),
+            &kernels::matvec_kernel(ms[0].dtype, ms.len()),
             &params,
             &buffers,
             grid((total as usize).div_ceil(self.matvec_rows_per_wg())),
@@ -559,18 +469,6 @@ impl Backend for WgpuBackend {
             return;
         };
         self.elementwise("add_bias", x, dev, [(rows * len) as u32, len as u32, 0, 0]);
-    }
-
-    fn rope(
-        &self,
-        x: &mut GpuBuffer,
-        table: &GpuBuffer,
-        rows: usize,
-        n_heads: usize,
-        head_dim: usize,
-        layout: RopeLayout,
-    ) {
-        self.gpu_rope_partial(x, table, rows, n_heads, head_dim, head_dim, layout);
     }
 
     fn cache(&self, len: usize, ty: CacheType, rotation: usize) -> Result<GpuCache> {
@@ -591,12 +489,12 @@ impl Backend for WgpuBackend {
             None,
         )?;
         let mut kernels = vec![
-            store_kernel(ty),
-            attention_kernel(ty, ty, false),
-            attention_kernel(ty, ty, true),
+            kernels::store_kernel(ty),
+            kernels::attention_kernel(ty, ty, false),
+            kernels::attention_kernel(ty, ty, true),
         ];
         if self.tiled_prefill_attention() {
-            kernels.push(attention_prefill_kernel(ty, ty));
+            kernels.push(kernels::attention_prefill_kernel(ty, ty));
         }
         for k in kernels {
             self.pipelines.get(&self.gpu, &k, self.param_slot)?;
@@ -620,7 +518,7 @@ impl Backend for WgpuBackend {
             CacheType::Q8_0 => return,
         };
         self.run(
-            &store_kernel(dst.ty),
+            &kernels::store_kernel(dst.ty),
             &[len as u32, (dst_row * width) as u32],
             &[bind(&src.dev), bind(&dst.dev)],
             grid(threads.div_ceil(256)),
@@ -647,7 +545,7 @@ impl Backend for WgpuBackend {
         }
         // Overlapping ranges go in pieces of at most `gap` rows, each reading rows the ones
         // before it have not written yet: from the front when moving down, the back when up.
-        let k = Kernel::new("kv_move", "kv_shift", &[ReadWrite]).entry("move_rows");
+        let k = kernels::kv_move_kernel();
         let mut done = 0;
         while done < rows {
             let n = gap.min(rows - done);
@@ -683,12 +581,10 @@ impl Backend for WgpuBackend {
         head_dim: usize,
         layout: RopeLayout,
     ) {
-        let mut k = Kernel::new("kv_rope", "kv_shift", &[ReadWrite, Read]).entry("rope_rows");
-        match cache.ty {
-            CacheType::F32 => {}
-            CacheType::F16 => k = k.flag("F16CACHE"),
-            CacheType::Q8_0 => return,
+        if cache.ty == CacheType::Q8_0 {
+            return;
         }
+        let k = kernels::kv_rope_kernel(cache.ty);
         let heads = rows * n_heads;
         if heads == 0 {
             return;
@@ -728,7 +624,7 @@ impl Backend for WgpuBackend {
                 return;
             };
             self.run(
-                &attention_prefill_kernel(k_cache.ty, v_cache.ty),
+                &kernels::attention_prefill_kernel(k_cache.ty, v_cache.ty),
                 &params,
                 &[
                     bind(&q.dev),
@@ -772,14 +668,14 @@ impl Backend for WgpuBackend {
             (&partials.0, partials.1),
         ];
         self.run(
-            &attention_kernel(k_cache.ty, v_cache.ty, false),
+            &kernels::attention_kernel(k_cache.ty, v_cache.ty, false),
             &params,
             &buffers,
             [p.n_heads as u32, p.rows as u32, splits as u32],
         );
         if splits > 1 {
             self.run(
-                &attention_kernel(k_cache.ty, v_cache.ty, true),
+                &kernels::attention_kernel(k_cache.ty, v_cache.ty, true),
                 &params,
                 &buffers,
                 [p.n_heads as u32, p.rows as u32, 1],
@@ -820,7 +716,7 @@ impl Backend for WgpuBackend {
             [(rows * width) as u32, 0, (src_row * width) as u32, 0],
         );
     }
-    #[allow(clippy::too_many_arguments)]
+
     fn rope_partial(
         &self,
         x: &mut GpuBuffer,
@@ -831,7 +727,19 @@ impl Backend for WgpuBackend {
         rot_dims: usize,
         layout: RopeLayout,
     ) {
-        self.gpu_rope_partial(x, table, rows, n_heads, head_dim, rot_dims, layout);
+        let pairs = rows * n_heads * rot_dims / 2;
+        self.run(
+            &kernels::rope_kernel(),
+            &[
+                pairs as u32,
+                n_heads as u32,
+                head_dim as u32,
+                rot_dims as u32,
+                (layout == RopeLayout::Neox) as u32,
+            ],
+            &[bind(&x.dev), bind(&table.dev)],
+            grid(pairs.div_ceil(256)),
+        );
     }
 
     fn mul_sigmoid(
@@ -842,67 +750,23 @@ impl Backend for WgpuBackend {
         width: usize,
         gate_width: usize,
     ) {
-        self.gpu_mul_sigmoid(x, gate, rows, width, gate_width);
-    }
-
-    fn conv_step(
-        &self,
-        x: &GpuBuffer,
-        kernel: &GpuWeight,
-        state: &mut GpuBuffer,
-        out: &mut GpuBuffer,
-        rows: usize,
-        channels: usize,
-    ) {
-        self.gpu_conv_step(x, kernel, state, out, rows, channels);
-    }
-
-    fn gated_delta_net(
-        &self,
-        qkv: &GpuBuffer,
-        alpha: &GpuBuffer,
-        beta: &GpuBuffer,
-        a: &GpuWeight,
-        dt_bias: &GpuWeight,
-        state: &mut GpuBuffer,
-        out: &mut GpuBuffer,
-        p: &DeltaNetParams,
-    ) {
-        self.gpu_gated_delta_net(qkv, alpha, beta, a, dt_bias, state, out, p);
-    }
-
-    fn moe_route(
-        &self,
-        logits: &GpuBuffer,
-        rows: usize,
-        n_expert: usize,
-        n_used: usize,
-        selected: &mut GpuBuffer,
-        weights: &mut GpuBuffer,
-    ) {
-        self.gpu_moe_route(logits, rows, n_expert, n_used, selected, weights);
-    }
-
-    fn expert_matmul(
-        &self,
-        x: &GpuBuffer,
-        w: &GpuWeight,
-        selected: &GpuBuffer,
-        out: &mut GpuBuffer,
-        p: &ExpertMatmulParams,
-    ) {
-        self.gpu_expert_matmul(x, w, selected, out, p);
-    }
-
-    fn moe_combine(
-        &self,
-        y: &GpuBuffer,
-        weights: &GpuBuffer,
-        rows: usize,
-        n_used: usize,
-        width: usize,
-        out: &mut GpuBuffer,
-    ) {
-        self.gpu_moe_combine(y, weights, rows, n_used, width, out);
+        if gate_width == 0 || !width.is_multiple_of(gate_width) {
+            self.gpu.fail(format!(
+                "mul_sigmoid: {gate_width} gate values do not divide a row of {width}"
+            ));
+            return;
+        }
+        let len = rows * width;
+        self.run(
+            &kernels::mul_sigmoid_kernel(),
+            &[
+                len as u32,
+                width as u32,
+                gate_width as u32,
+                (width / gate_width) as u32,
+            ],
+            &[bind(&x.dev), bind(&gate.dev)],
+            grid(len.div_ceil(256)),
+        );
     }
 }

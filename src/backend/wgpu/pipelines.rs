@@ -3,13 +3,18 @@
 //! `#include "name"` pastes a shared snippet (once per shader), `#if A || B` / `#else` / `#endif`
 //! keep lines by the defines, `{{NAME}}` substitutes a define's value. A pipeline is keyed by its
 //! file, entry point and defines, built once (at load for the weight and cache types the model
-//! uses) and reused; its bind-group layout follows the binding list of its `Kernel`.
+//! uses) and reused; its bind-group layout follows the binding list of its `Kernel`. The functions
+//! at the end name every kernel the ops dispatch: file, entry point, defines and bindings.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use super::device::Gpu;
+use crate::backend::CacheType;
 use crate::error::{Error, Result};
+use crate::gguf::GgmlType;
+
+use Access::{Read, ReadWrite};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
 const SOURCES: [(&str, &str); 17] = [
@@ -30,7 +35,7 @@ const SOURCES: [(&str, &str); 17] = [
     ("attention", include_str!("../../../shaders/attention.wgsl")),
     ("bench", include_str!("../../../shaders/bench.wgsl")),
     ("argmax", include_str!("../../../shaders/argmax.wgsl")),
-    ("hybrid", include_str!("../../../shaders/hybrid.wgsl")),
+    ("conv", include_str!("../../../shaders/conv.wgsl")),
     ("delta_net", include_str!("../../../shaders/delta_net.wgsl")),
     ("moe", include_str!("../../../shaders/moe.wgsl")),
 ];
@@ -270,6 +275,182 @@ fn splice<'a>(
         return Err(bad(0, "#if without #endif"));
     }
     Ok(())
+}
+
+// ---- The kernels, by op ----
+
+// Kernels that read weights take the type's name (`GgmlType::name`) as the define that selects
+// its block decoder in quants.wgsl.
+
+pub fn matvec_kernel(t: GgmlType, n_weights: usize) -> Kernel {
+    let mut bindings = vec![Read, Read, ReadWrite];
+    for _ in 1..n_weights {
+        bindings.extend([Read, ReadWrite]);
+    }
+    let k = Kernel::new("matvec", "matvec", &bindings).flag(t.name());
+    match n_weights {
+        2 => k.flag("NW2"),
+        3 => k.flag("NW3"),
+        _ => k,
+    }
+}
+
+pub fn matmul_kernel(t: GgmlType, sg8: bool) -> Kernel {
+    let k = Kernel::new("matmul", "matmul", &[Read, Read, ReadWrite]).flag(t.name());
+    if sg8 {
+        k.flag("SG8").entry("main_sg8")
+    } else {
+        k
+    }
+}
+
+pub fn embed_kernel(t: GgmlType) -> Kernel {
+    Kernel::new("embed", "embed", &[Read, Read, ReadWrite]).flag(t.name())
+}
+
+pub fn elementwise_kernel(entry: &'static str) -> Kernel {
+    Kernel::new(entry, "elementwise", &[ReadWrite, Read]).entry(entry)
+}
+
+pub fn store_kernel(ty: CacheType) -> Kernel {
+    let k = Kernel::new("kv_store", "kv", &[Read, ReadWrite]);
+    if ty == CacheType::F16 {
+        k.flag("F16CACHE")
+    } else {
+        k
+    }
+}
+
+pub fn attention_kernel(k: CacheType, v: CacheType, reduce: bool) -> Kernel {
+    let mut kernel = Kernel::new(
+        if reduce {
+            "attention_reduce"
+        } else {
+            "attention"
+        },
+        "attention",
+        &[Read, Read, Read, ReadWrite, ReadWrite],
+    );
+    if reduce {
+        kernel = kernel.entry("reduce");
+    }
+    if k == CacheType::F16 {
+        kernel = kernel.flag("K_F16");
+    }
+    if v == CacheType::F16 {
+        kernel = kernel.flag("V_F16");
+    }
+    kernel
+}
+
+/// The tiled prefill attention (attention.wgsl `prefill`): 16 query rows per workgroup.
+pub fn attention_prefill_kernel(k: CacheType, v: CacheType) -> Kernel {
+    let mut kernel = Kernel::new(
+        "attention_prefill",
+        "attention",
+        &[Read, Read, Read, ReadWrite, ReadWrite],
+    )
+    .entry("prefill");
+    if k == CacheType::F16 {
+        kernel = kernel.flag("K_F16");
+    }
+    if v == CacheType::F16 {
+        kernel = kernel.flag("V_F16");
+    }
+    kernel
+}
+
+/// A kernel whose define and entry point share the op's name, in shader file `file`.
+fn op_kernel(
+    file: &'static str,
+    op: &'static str,
+    define: &'static str,
+    bindings: &[Access],
+) -> Kernel {
+    Kernel::new(op, file, bindings).entry(op).flag(define)
+}
+
+pub fn mul_sigmoid_kernel() -> Kernel {
+    op_kernel(
+        "elementwise",
+        "mul_sigmoid",
+        "MUL_SIGMOID",
+        &[ReadWrite, Read],
+    )
+}
+
+/// The convolution step (`conv_step`) or the state update after it (`conv_state`).
+pub fn conv_kernel(entry: &'static str) -> Kernel {
+    Kernel::new(entry, "conv", &[Read, Read, ReadWrite, ReadWrite]).entry(entry)
+}
+
+pub fn moe_combine_kernel() -> Kernel {
+    op_kernel(
+        "moe",
+        "moe_combine",
+        "MOE_COMBINE",
+        &[Read, Read, ReadWrite],
+    )
+}
+
+pub fn moe_route_kernel() -> Kernel {
+    Kernel::new("moe_route", "moe", &[Read, ReadWrite, ReadWrite])
+        .entry("route")
+        .flag("MOE_ROUTE")
+}
+
+pub fn expert_kernel(t: GgmlType) -> Kernel {
+    Kernel::new("expert_matvec", "moe", &[Read, Read, Read, ReadWrite])
+        .flag("EXPERT_MATVEC")
+        .flag(t.name())
+}
+
+pub fn rms_norm_kernel(into: bool) -> Kernel {
+    if into {
+        Kernel::new("rms_norm", "norm", &[ReadWrite, Read, Read]).flag("INTO")
+    } else {
+        Kernel::new("rms_norm", "norm", &[ReadWrite, Read])
+    }
+}
+
+pub fn rope_kernel() -> Kernel {
+    Kernel::new("rope", "rope", &[ReadWrite, Read])
+}
+
+pub fn argmax_kernel() -> Kernel {
+    Kernel::new("argmax", "argmax", &[Read, ReadWrite])
+}
+
+/// The copy `kiln bench` measures the device's bandwidth with.
+pub fn bandwidth_kernel() -> Kernel {
+    Kernel::new("copy_bandwidth", "bench", &[ReadWrite, Read])
+}
+
+/// Cache rows moved within the cache (a context shift).
+pub fn kv_move_kernel() -> Kernel {
+    Kernel::new("kv_move", "kv_shift", &[ReadWrite]).entry("move_rows")
+}
+
+/// Cached keys re-rotated by a position delta (a context shift).
+pub fn kv_rope_kernel(ty: CacheType) -> Kernel {
+    let k = Kernel::new("kv_rope", "kv_shift", &[ReadWrite, Read]).entry("rope_rows");
+    if ty == CacheType::F16 {
+        k.flag("F16CACHE")
+    } else {
+        k
+    }
+}
+
+/// The Gated DeltaNet recurrence for heads of `d` values (a pipeline per width: it sizes the
+/// state each invocation keeps).
+pub fn delta_net_kernel(d: usize) -> Kernel {
+    let mut k = Kernel::new(
+        "gated_delta_net",
+        "delta_net",
+        &[Read, Read, Read, Read, Read, ReadWrite, ReadWrite],
+    );
+    k.defines.insert("D", d.to_string());
+    k
 }
 
 #[cfg(test)]

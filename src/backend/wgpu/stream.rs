@@ -70,6 +70,17 @@ pub struct Stream {
     submitted_at: Option<Instant>,
 }
 
+/// A grid of `n` workgroups, spilling from x into y past the 65535 limit.
+pub fn grid(n: usize) -> [u32; 3] {
+    let x = n.min(65535);
+    [x as u32, n.div_ceil(x.max(1)) as u32, 1]
+}
+
+/// A parameter block's words as the bytes a dispatch uploads.
+pub fn words(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
 /// Bytes of one parameter slot: the device's uniform offset alignment, at least 64.
 pub fn param_slot(gpu: &Gpu) -> u64 {
     (gpu.limits.min_uniform_buffer_offset_alignment as u64).max(64)

@@ -407,15 +407,9 @@ impl<B: Backend> Step<'_, B> {
             b.rms_norm(&mut s.k, kn, rows * c.n_kv_heads, c.rms_norm_eps);
         }
         let table = &s.rope_tables[m.layer_rope[il]];
-        b.rope(&mut s.q, table, rows, c.n_heads, c.head_dim, c.rope_layout);
-        b.rope(
-            &mut s.k,
-            table,
-            rows,
-            c.n_kv_heads,
-            c.head_dim,
-            c.rope_layout,
-        );
+        let (hd, layout) = (c.head_dim, c.rope_layout);
+        b.rope_partial(&mut s.q, table, rows, c.n_heads, hd, hd, layout);
+        b.rope_partial(&mut s.k, table, rows, c.n_kv_heads, hd, hd, layout);
         self.attend();
         b.matmul(&self.s.attn, &l.wo, rows, &mut self.s.o);
     }

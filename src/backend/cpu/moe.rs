@@ -1,224 +1,29 @@
-//! The CPU side of the operations that hybrid recurrent and mixture-of-experts models add to the
-//! `Backend` trait (Qwen3.5): partial RoPE, sigmoid gates, the DeltaNet convolution step and
-//! recurrence, expert routing, expert matmuls and their weighted sum. The contracts are on the
-//! trait (backend/mod.rs); the arithmetic follows llama.cpp's CPU ops (`ggml_ssm_conv`,
-//! `ggml_gated_delta_net`, `ggml_soft_max`, `ggml_top_k`, `ggml_mul_mat_id`) so results round as
-//! llama.cpp's do. The expert matmuls run on the same kernels as every other matmul: the packed
-//! GEMM kernels where the expert stack was repacked (x86-64), the SIMD row dot products otherwise.
-
-use std::borrow::Cow;
+//! The CPU's mixture-of-experts ops (`MoeOps`): routing, the selected experts' matmuls
+//! (llama.cpp's `mul_mat_id`) and the weighted sum of their outputs. The contracts are on the trait
+//! (backend/mod.rs); the arithmetic follows llama.cpp's CPU ops (`ggml_soft_max`, `ggml_top_k`,
+//! `ggml_mul_mat_id`) so results round as its do. The expert matmuls run on the same kernels as
+//! every other matmul: the packed GEMM kernels where the expert stack was repacked (x86-64), the
+//! SIMD row dot products otherwise.
 
 use super::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
 use super::{CpuBackend, CpuWeight, SharedOut, simd};
 #[cfg(target_arch = "x86_64")]
 use super::{gemm, repack};
-use crate::backend::{DeltaNetParams, ExpertMatmulParams, RopeLayout};
+use crate::backend::{ExpertMatmulParams, MoeOps};
+#[cfg(target_arch = "x86_64")]
 use crate::gguf::GgmlType;
 
-/// RoPE over the first `rot_dims` values of each head. (The same rotation as `rope`, whose
-/// body could become a call of this one with `rot_dims == head_dim`.)
-pub(super) fn rope(
-    x: &mut [f32],
-    table: &[f32],
-    rows: usize,
-    n_heads: usize,
-    head_dim: usize,
-    rot_dims: usize,
-    layout: RopeLayout,
-) {
-    let half = rot_dims / 2;
-    let width = n_heads * head_dim;
-    for (r, row) in x[..rows * width].chunks_mut(width).enumerate() {
-        let cs = &table[r * rot_dims..(r + 1) * rot_dims];
-        for head in row.chunks_mut(head_dim) {
-            for i in 0..half {
-                let (c, s) = (cs[2 * i], cs[2 * i + 1]);
-                let (a, b) = match layout {
-                    RopeLayout::Interleaved => (2 * i, 2 * i + 1),
-                    RopeLayout::Neox => (i, i + half),
-                };
-                let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * c - x1 * s;
-                head[b] = x0 * s + x1 * c;
-            }
-        }
-    }
-}
-
-/// llama.cpp's `ggml_vec_sigmoid_f32`: 1 / (1 + expf(−v)) with the C library's expf.
-fn sigmoid(v: f32) -> f32 {
-    1.0 / (1.0 + (-v).exp())
-}
-
-/// llama.cpp's softplus: v above 20, else ln(1 + e^v).
-fn softplus(v: f32) -> f32 {
-    if v > 20.0 { v } else { (1.0 + v.exp()).ln() }
-}
-
-pub(super) fn mul_sigmoid(
-    x: &mut [f32],
-    gate: &[f32],
-    rows: usize,
-    width: usize,
-    gate_width: usize,
-) {
-    let group = width / gate_width;
-    for (row, g) in x[..rows * width]
-        .chunks_mut(width)
-        .zip(gate.chunks(gate_width))
-    {
-        for (xs, &gv) in row.chunks_mut(group).zip(g) {
-            let s = sigmoid(gv);
-            xs.iter_mut().for_each(|v| *v *= s);
-        }
-    }
-}
-
-/// An F32 weight's values without copying where the bytes are aligned (they are in a GGUF
-/// mapping), decoded otherwise.
-fn f32_values(w: &CpuWeight) -> Cow<'_, [f32]> {
-    let bytes = w.tensor.bytes();
-    if w.tensor.dtype == GgmlType::F32 {
-        // SAFETY: every bit pattern is a valid f32; align_to only yields the aligned middle.
-        let (pre, mid, post) = unsafe { bytes.align_to::<f32>() };
-        if pre.is_empty() && post.is_empty() && cfg!(target_endian = "little") {
-            return Cow::Borrowed(mid);
-        }
-    }
-    Cow::Owned(w.tensor.to_f32())
-}
-
-impl CpuBackend {
-    pub(super) fn conv(
+impl MoeOps for CpuBackend {
+    fn moe_route(
         &self,
-        x: &[f32],
-        kernel: &CpuWeight,
-        state: &mut [f32],
-        out: &mut [f32],
-        rows: usize,
-        channels: usize,
-    ) {
-        let k = kernel.cols;
-        let hist = k - 1;
-        let taps = f32_values(kernel);
-        let st: &[f32] = state;
-        // Row i of (state ++ x).
-        let inp = |i: usize| -> &[f32] {
-            if i < hist {
-                &st[i * channels..(i + 1) * channels]
-            } else {
-                &x[(i - hist) * channels..(i - hist + 1) * channels]
-            }
-        };
-        // Tasks over blocks of channels, every row each, so one token spreads over the threads
-        // too; each task lays its taps out by time, so the inner loop runs over contiguous
-        // channels.
-        const CHANNELS_PER_TASK: usize = 256;
-        const ONES: [f32; CHANNELS_PER_TASK] = [1.0; CHANNELS_PER_TASK];
-        let kernels = &self.kernels;
-        let out_ptr = SharedOut(out[..rows * channels].as_mut_ptr());
-        self.pool
-            .run(channels.div_ceil(CHANNELS_PER_TASK), &|task| {
-                let c0 = task * CHANNELS_PER_TASK;
-                let n = CHANNELS_PER_TASK.min(channels - c0);
-                let mut by_tap = vec![0.0f32; k * n];
-                for c in 0..n {
-                    for j in 0..k {
-                        by_tap[j * n + c] = taps[(c0 + c) * k + j];
-                    }
-                }
-                for t in 0..rows {
-                    // SAFETY: this task alone writes channels c0..c0 + n of each row.
-                    let o = unsafe {
-                        std::slice::from_raw_parts_mut(out_ptr.get().add(t * channels + c0), n)
-                    };
-                    o.fill(0.0);
-                    for j in 0..k {
-                        let w = &by_tap[j * n..(j + 1) * n];
-                        for ((ov, &iv), &wv) in o.iter_mut().zip(&inp(t + j)[c0..c0 + n]).zip(w) {
-                            *ov += iv * wv;
-                        }
-                    }
-                    // The SIMD SiLU-times-up with up = 1 (exact): the scalar `expf` is slow where
-                    // the build has no FMA instruction to inline.
-                    kernels.silu_mul(o, &ONES[..n]);
-                }
-            });
-        // The new state: the last K−1 rows of (state ++ x).
-        if rows >= hist {
-            state[..hist * channels].copy_from_slice(&x[(rows - hist) * channels..rows * channels]);
-        } else {
-            state.copy_within(rows * channels..hist * channels, 0);
-            state[(hist - rows) * channels..hist * channels].copy_from_slice(&x[..rows * channels]);
-        }
-    }
-}
-
-/// `x / sqrt(Σx² + eps)` as llama.cpp computes it (`build_gdn_l2_norm`): an RMS norm with
-/// epsilon eps/n, squares summed in f64, then scaled by 1/sqrt(n).
-fn l2_normalize(x: &[f32], eps: f32, out: &mut [f32]) {
-    let n = x.len() as f32;
-    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
-    let mean = (sum / x.len() as f64) as f32;
-    let scale = 1.0 / (mean + eps / n).sqrt();
-    let post = 1.0 / n.sqrt();
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = (v * scale) * post;
-    }
-}
-
-impl CpuBackend {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn delta_net(
-        &self,
-        qkv: &[f32],
-        alpha: &[f32],
-        beta: &[f32],
-        a: &CpuWeight,
-        dt_bias: &CpuWeight,
-        state: &mut [f32],
-        out: &mut [f32],
-        p: &DeltaNetParams,
-    ) {
-        let d = p.head_dim;
-        let (n_k, n_v) = (p.n_k_heads, p.n_v_heads);
-        let qkv_width = 2 * n_k * d + n_v * d;
-        let out_width = n_v * d;
-        let (a, dt_bias) = (a.dense(), dt_bias.dense());
-        let scale = 1.0 / (d as f32).sqrt();
-        let out_ptr = SharedOut(out[..p.rows * out_width].as_mut_ptr());
-        // One task per value head: heads are independent across the whole batch.
-        self.pool
-            .for_each_chunk(&mut state[..n_v * d * d], d * d, &|h, s| {
-                let kh = h % n_k;
-                let (mut q, mut k, mut o) = (vec![0.0; d], vec![0.0; d], vec![0.0; d]);
-                for t in 0..p.rows {
-                    let row = &qkv[t * qkv_width..(t + 1) * qkv_width];
-                    l2_normalize(&row[kh * d..(kh + 1) * d], p.eps, &mut q);
-                    l2_normalize(&row[(n_k + kh) * d..(n_k + kh + 1) * d], p.eps, &mut k);
-                    let v = &row[(2 * n_k + h) * d..(2 * n_k + h + 1) * d];
-                    let g = softplus(alpha[t * n_v + h] + dt_bias[h]) * a[h];
-                    let b = sigmoid(beta[t * n_v + h]);
-
-                    self.kernels
-                        .delta_rule(s, &k, &q, v, g.exp(), b, scale, &mut o);
-                    for (j, &oj) in o.iter().enumerate() {
-                        // SAFETY: task h alone writes columns h·d..(h+1)·d of each output row.
-                        unsafe { *out_ptr.get().add(t * out_width + h * d + j) = oj };
-                    }
-                }
-            });
-    }
-
-    pub(super) fn route(
-        &self,
-        logits: &[f32],
+        logits: &Vec<f32>,
         rows: usize,
         n_expert: usize,
         n_used: usize,
-        selected: &mut [f32],
-        weights: &mut [f32],
+        selected: &mut Vec<f32>,
+        weights: &mut Vec<f32>,
     ) {
+        let _span = self.profiler.span("moe_route");
         let mut probs = vec![0.0f32; n_expert];
         let mut order: Vec<usize> = Vec::with_capacity(n_expert);
         for t in 0..rows {
@@ -241,14 +46,15 @@ impl CpuBackend {
         }
     }
 
-    pub(super) fn expert_matmul_cpu(
+    fn expert_matmul(
         &self,
-        x: &[f32],
+        x: &Vec<f32>,
         w: &CpuWeight,
-        selected: &[f32],
-        out: &mut [f32],
+        selected: &Vec<f32>,
+        out: &mut Vec<f32>,
         p: &ExpertMatmulParams,
     ) {
+        let _span = self.profiler.span("expert_matmul");
         let slots = p.rows * p.n_used;
         let k = w.cols;
         let n_expert = w.rows / p.expert_stride.max(1);
@@ -318,6 +124,32 @@ impl CpuBackend {
         }
     }
 
+    fn moe_combine(
+        &self,
+        y: &Vec<f32>,
+        weights: &Vec<f32>,
+        rows: usize,
+        n_used: usize,
+        width: usize,
+        out: &mut Vec<f32>,
+    ) {
+        let _span = self.profiler.span("moe_combine");
+        for (t, o) in out[..rows * width].chunks_mut(width).enumerate() {
+            for j in 0..n_used {
+                let s = t * n_used + j;
+                let wj = weights[s];
+                let ys = &y[s * width..(s + 1) * width];
+                if j == 0 {
+                    o.iter_mut().zip(ys).for_each(|(ov, &yv)| *ov = yv * wj);
+                } else {
+                    o.iter_mut().zip(ys).for_each(|(ov, &yv)| *ov += yv * wj);
+                }
+            }
+        }
+    }
+}
+
+impl CpuBackend {
     /// Split the used experts' rows across the pool; each task multiplies a chunk of one
     /// expert's rows by every activation routed to that expert, four at a time where a
     /// four-row kernel exists.
@@ -510,34 +342,12 @@ struct ExpertJob<'a> {
     p: &'a ExpertMatmulParams,
 }
 
-pub(super) fn moe_combine(
-    y: &[f32],
-    weights: &[f32],
-    rows: usize,
-    n_used: usize,
-    width: usize,
-    out: &mut [f32],
-) {
-    for (t, o) in out[..rows * width].chunks_mut(width).enumerate() {
-        for j in 0..n_used {
-            let s = t * n_used + j;
-            let wj = weights[s];
-            let ys = &y[s * width..(s + 1) * width];
-            if j == 0 {
-                o.iter_mut().zip(ys).for_each(|(ov, &yv)| *ov = yv * wj);
-            } else {
-                o.iter_mut().zip(ys).for_each(|(ov, &yv)| *ov += yv * wj);
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::quant::tests::{activations, random_row};
     use super::*;
-    use crate::backend::Backend;
-    use crate::backend::cpu::ggml_math;
-    use crate::backend::cpu::quant::tests::{activations, random_row};
+    use crate::backend::CoreOps;
+    use crate::gguf::GgmlType;
     use crate::tensor::Tensor;
 
     /// Every slot of an expert matmul equals the plain matmul of its input row by its expert's
@@ -641,37 +451,6 @@ mod tests {
         }
     }
 
-    /// Partial RoPE over all dims is `rope`; over fewer, it rotates (i, i + rot/2) pairs of the
-    /// leading dims by the table and leaves the rest as they were.
-    #[test]
-    fn partial_rope_rotates_only_the_leading_dims() {
-        let be = CpuBackend::new(1).unwrap();
-        let (rows, heads, hd, rot) = (3, 2, 8, 4);
-        let x = activations(rows * heads * hd, 11);
-        let table = activations(rows * hd, 12);
-        for layout in [RopeLayout::Neox, RopeLayout::Interleaved] {
-            let (mut a, mut b) = (x.clone(), x.clone());
-            be.rope(&mut a, &table, rows, heads, hd, layout);
-            be.rope_partial(&mut b, &table, rows, heads, hd, hd, layout);
-            assert_eq!(a, b);
-        }
-        let small = activations(rows * rot, 13);
-        let mut p = x.clone();
-        be.rope_partial(&mut p, &small, rows, heads, hd, rot, RopeLayout::Neox);
-        for r in 0..rows {
-            for h in 0..heads {
-                let o = (r * heads + h) * hd;
-                assert_eq!(&p[o + rot..o + hd], &x[o + rot..o + hd], "tail untouched");
-                for i in 0..rot / 2 {
-                    let (c, s) = (small[r * rot + 2 * i], small[r * rot + 2 * i + 1]);
-                    let (x0, x1) = (x[o + i], x[o + i + rot / 2]);
-                    assert_eq!(p[o + i], x0 * c - x1 * s);
-                    assert_eq!(p[o + i + rot / 2], x0 * s + x1 * c);
-                }
-            }
-        }
-    }
-
     /// Routing: softmax, top-k highest first, ties to the lower index, weights summing to 1.
     #[test]
     fn routing_picks_the_top_experts_and_renormalizes() {
@@ -687,47 +466,5 @@ mod tests {
         let (a, b) = (e(2.0), e(1.0));
         assert!((w[0] - a / (2.0 * a + b)).abs() < 1e-6 && (w[2] - b / (2.0 * a + b)).abs() < 1e-6);
         assert!((w[3..].iter().sum::<f32>() - 1.0).abs() < 1e-6);
-    }
-
-    /// The convolution step run token by token, or over a batch shorter or longer than the
-    /// state, gives the batched result and the same final state.
-    #[test]
-    fn conv_step_carries_its_state_across_calls() {
-        let (k, ch, rows) = (4, 300, 37); // two channel blocks, the second partial
-        let taps = activations(k * ch, 3);
-        let be = CpuBackend::new(2).unwrap();
-        let kernel = be
-            .weight(&Tensor::from_f32("conv", vec![k, ch], &taps))
-            .unwrap();
-        let x = activations(rows * ch, 4);
-        let mut state = vec![0.0; (k - 1) * ch];
-        let mut whole = vec![0.0; rows * ch];
-        be.conv(&x, &kernel, &mut state, &mut whole, rows, ch);
-        // Reference: the definition, with zeros before the first token.
-        for t in 0..rows {
-            for c in 0..ch {
-                let mut acc = 0.0f32;
-                for j in 0..k {
-                    let src = t as isize + j as isize - (k as isize - 1);
-                    if src >= 0 {
-                        acc += x[src as usize * ch + c] * taps[c * k + j];
-                    }
-                }
-                let want = ggml_math::silu(acc);
-                assert!((whole[t * ch + c] - want).abs() < 1e-6);
-            }
-        }
-        for split in [1, 2, 5, 20] {
-            let mut st = vec![0.0; (k - 1) * ch];
-            let mut out = vec![0.0; rows * ch];
-            for (i, piece) in x.chunks(split * ch).enumerate() {
-                let n = piece.len() / ch;
-                let mut o = vec![0.0; n * ch];
-                be.conv(piece, &kernel, &mut st, &mut o, n, ch);
-                out[i * split * ch..i * split * ch + n * ch].copy_from_slice(&o);
-            }
-            assert_eq!(out, whole, "pieces of {split}");
-            assert_eq!(st, state, "final state, pieces of {split}");
-        }
     }
 }

@@ -1,0 +1,113 @@
+//! The mixture-of-experts ops (`MoeOps`) on the GPU: routing, the selected experts' mat-vecs
+//! reading the stacked weight in place, and their weighted sum (shaders/moe.wgsl). The contracts
+//! are on the trait (backend/mod.rs), the reference is the CPU's (backend/cpu/moe.rs).
+
+use super::WgpuBackend;
+use super::buffers::{GpuBuffer, GpuWeight, bind};
+use super::pipelines as kernels;
+use super::stream::grid;
+use crate::backend::{ExpertMatmulParams, MoeOps};
+use crate::error::Result;
+use crate::gguf::GgmlType;
+
+/// Most experts `moe_route` takes (its probabilities live in workgroup memory).
+const MAX_EXPERTS: usize = 1024;
+
+impl WgpuBackend {
+    /// Build ahead the expert mat-vec of a stacked expert weight of type `t`.
+    pub(super) fn prepare_experts(&self, t: GgmlType) -> Result<()> {
+        self.pipelines
+            .get(&self.gpu, &kernels::expert_kernel(t), self.param_slot)
+            .map(|_| ())
+    }
+}
+
+impl MoeOps for WgpuBackend {
+    fn moe_route(
+        &self,
+        logits: &GpuBuffer,
+        rows: usize,
+        n_expert: usize,
+        n_used: usize,
+        selected: &mut GpuBuffer,
+        weights: &mut GpuBuffer,
+    ) {
+        if n_expert > MAX_EXPERTS || n_used == 0 || n_used > n_expert {
+            self.gpu.fail(format!(
+                "moe_route: {n_used} of {n_expert} experts (the GPU kernel takes up to {MAX_EXPERTS})"
+            ));
+            return;
+        }
+        self.run(
+            &kernels::moe_route_kernel(),
+            &[rows as u32, n_expert as u32, n_used as u32],
+            &[bind(&logits.dev), bind(&selected.dev), bind(&weights.dev)],
+            grid(rows),
+        );
+    }
+
+    fn expert_matmul(
+        &self,
+        x: &GpuBuffer,
+        w: &GpuWeight,
+        selected: &GpuBuffer,
+        out: &mut GpuBuffer,
+        p: &ExpertMatmulParams,
+    ) {
+        let Some(m) = self.matrix(w, "expert_matmul") else {
+            return;
+        };
+        let slots = p.rows * p.n_used;
+        if slots > 65535 {
+            self.gpu.fail(format!(
+                "expert_matmul: {slots} expert slots in one call, more than one grid dimension holds"
+            ));
+            return;
+        }
+        let rows_per_wg = self.matvec_rows_per_wg();
+        for part in &m.parts {
+            let params = [
+                m.cols as u32,
+                m.cols.div_ceil(16) as u32,
+                m.row_bytes as u32,
+                p.expert_rows as u32,
+                p.expert_stride as u32,
+                p.row_offset as u32,
+                p.n_used as u32,
+                p.per_slot_input as u32,
+                part.first_row as u32,
+                part.rows as u32,
+                rows_per_wg as u32,
+            ];
+            self.run(
+                &kernels::expert_kernel(m.dtype),
+                &params,
+                &[
+                    bind(&x.dev),
+                    bind(&part.dev),
+                    bind(&selected.dev),
+                    bind(&out.dev),
+                ],
+                [p.expert_rows.div_ceil(rows_per_wg) as u32, slots as u32, 1],
+            );
+        }
+    }
+
+    fn moe_combine(
+        &self,
+        y: &GpuBuffer,
+        weights: &GpuBuffer,
+        rows: usize,
+        n_used: usize,
+        width: usize,
+        out: &mut GpuBuffer,
+    ) {
+        let len = rows * width;
+        self.run(
+            &kernels::moe_combine_kernel(),
+            &[len as u32, width as u32, n_used as u32],
+            &[bind(&y.dev), bind(&weights.dev), bind(&out.dev)],
+            grid(len.div_ceil(256)),
+        );
+    }
+}
