@@ -7,19 +7,18 @@
 //! order. A query's chunks are combined in the same order whichever way the work was split, so a
 //! row gets the same bits in prefill and in generation.
 //!
-//! On x86 (AVX-512, or AVX2 with FMA and F16C) the kernels read f32 and f16 caches in place,
-//! converting f16 as they load it (SmolLM2 generating at 4k tokens of context: 66-81 t/s with
-//! AVX-512 against ~49 when each chunk was first converted into a copy; 64-73 against 42-48 with
-//! AVX2); elsewhere `CpuCache::read_f32` converts a chunk at a time into scratch. Cache types
-//! with their own arithmetic keep the per-row path through `CpuCache`'s `dot`/`axpy`
-//! (`attention_rows`). As llama.cpp multiplies: with an f16
-//! key cache queries are rounded to f16, with an f16 value cache the softmax weights are.
+//! Where the level has them (x86: `x86/attention.rs`) the kernels read f32 and f16 caches in
+//! place, converting f16 as they load it; elsewhere `CpuCache::read_f32` converts a chunk at a
+//! time into scratch. Cache types with their own arithmetic keep the per-row path through
+//! `CpuCache`'s `dot`/`axpy` (`attention_rows`). As llama.cpp multiplies: with an f16 key cache
+//! queries are rounded to f16, with an f16 value cache the softmax weights are.
 
 #![allow(clippy::needless_range_loop)] // register tiles are indexed in step with their inputs
 
 use std::cell::RefCell;
 
-use super::{CpuBackend, CpuCache, f32_bytes, ggml_math, simd};
+use super::kernels::{AttentionKernels, CacheRows, Kernels};
+use super::{CpuBackend, CpuCache, f32_bytes, ggml_math};
 use crate::backend::AttentionParams;
 use crate::gguf::GgmlType;
 
@@ -60,17 +59,11 @@ impl CpuCache {
 }
 
 /// The shape of one attention call, and its prepared inputs.
-/// The kernels that read a cache in place: AVX-512 or AVX2 on x86, none elsewhere.
-#[cfg(target_arch = "x86_64")]
-type InPlace = x86::Isa;
-#[cfg(not(target_arch = "x86_64"))]
-enum InPlace {}
-
 struct Call<'a> {
     p: &'a AttentionParams,
     k: &'a CpuCache,
     v: &'a CpuCache,
-    kernels: &'a simd::Kernels,
+    kernels: &'a Kernels,
     q: &'a [f32],
     /// Query heads per KV head.
     group: usize,
@@ -173,7 +166,7 @@ impl Call<'_> {
             out.extend_from_slice(&self.q[start..start + g * hd]);
         }
         if self.k.is_f16() {
-            self.kernels.round_f16(out);
+            (self.kernels.round_f16)(out);
         }
     }
 
@@ -199,11 +192,8 @@ impl Call<'_> {
         sc.max.resize(nq, 0.0);
         sc.sum.resize(nq, 0.0);
         let in_place = self.in_place();
-        if let Some(isa) = in_place {
-            #[cfg(target_arch = "x86_64")]
-            self.scores_in_place(isa, sc, kvh, c0, n, nq);
-            #[cfg(not(target_arch = "x86_64"))]
-            match isa {}
+        if let Some(kernels) = in_place {
+            self.scores_in_place(kernels, sc, kvh, c0, n, nq);
         } else {
             self.k.read_f32(c0, n, kv_width, kvh * hd, hd, &mut sc.k);
             self.v.read_f32(c0, n, kv_width, kvh * hd, hd, &mut sc.v);
@@ -225,20 +215,17 @@ impl Call<'_> {
             let valid = &mut s[a..b];
             valid.iter_mut().for_each(|x| *x *= self.p.scale);
             let m = valid.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            sc.sum[qi] = self.kernels.exp_sub(valid, m);
+            sc.sum[qi] = (self.kernels.exp_sub)(valid, m);
             if self.v.is_f16() {
-                self.kernels.round_f16(valid);
+                (self.kernels.round_f16)(valid);
             }
             sc.max[qi] = m;
             s[..a].fill(0.0);
             s[b..n].fill(0.0);
             (lo_all, hi_all) = (lo_all.min(a), hi_all.max(b));
         }
-        if let (true, Some(isa)) = (lo_all < hi_all, in_place) {
-            #[cfg(target_arch = "x86_64")]
-            self.accumulate_in_place(isa, sc, kvh, c0, lo_all..hi_all, nq);
-            #[cfg(not(target_arch = "x86_64"))]
-            match isa {}
+        if let (true, Some(kernels)) = (lo_all < hi_all, in_place) {
+            self.accumulate_in_place(kernels, sc, kvh, c0, lo_all..hi_all, nq);
         } else if lo_all < hi_all {
             accumulate(
                 &sc.s[lo_all..],
@@ -259,32 +246,24 @@ impl Call<'_> {
         }
     }
 
-    /// The x86 kernels that read this call's keys and values in place in the caches (f32 or
-    /// f16, converted as loaded), if any; otherwise each chunk is copied into f32 first.
-    fn in_place(&self) -> Option<InPlace> {
-        #[cfg(target_arch = "x86_64")]
-        if matches!(self.hd(), 64 | 128 | 256) {
-            return self.kernels.gemm_isa().map(|isa| match isa {
-                super::gemm::GemmIsa::Avx512Vnni => x86::Isa::Avx512,
-                super::gemm::GemmIsa::AvxVnni | super::gemm::GemmIsa::Avx2 => x86::Isa::Avx2,
-            });
-        }
-        None
+    /// The kernels that read this call's keys and values in place in the caches (f32 or f16,
+    /// converted as loaded), if the level has them; otherwise each chunk is copied into f32
+    /// first.
+    fn in_place(&self) -> Option<AttentionKernels> {
+        self.kernels
+            .attention
+            .filter(|_| AttentionKernels::takes(self.hd()))
     }
 
-    /// The keys of KV head `kvh` from position `c0` as the x86 kernels read them in place, and
-    /// how many rows the cache holds from there.
-    #[cfg(target_arch = "x86_64")]
-    fn rows_at(&self, cache: &CpuCache, kvh: usize, c0: usize) -> (x86::AnyRows, usize) {
+    /// The rows of KV head `kvh` from position `c0` as the kernels read them in place, and how
+    /// many rows the cache holds from there.
+    fn rows_at(&self, cache: &CpuCache, kvh: usize, c0: usize) -> (CacheRows, usize) {
         let kv_width = self.p.n_kv_heads * self.hd();
         let start = c0 * kv_width + kvh * self.hd();
         let (rows, len) = match cache {
-            CpuCache::F32(c) => (
-                x86::AnyRows::F32(x86::F32Rows(c[start..].as_ptr(), kv_width)),
-                c.len(),
-            ),
+            CpuCache::F32(c) => (CacheRows::F32(c[start..].as_ptr(), kv_width), c.len()),
             CpuCache::F16(c) => (
-                x86::AnyRows::F16(x86::F16Rows(c[start..].as_ptr() as *const u16, kv_width)),
+                CacheRows::F16(c[start..].as_ptr() as *const u16, kv_width),
                 c.len(),
             ),
             CpuCache::Q8_0 { .. } => unreachable!("q8_0 caches take the per-row path"),
@@ -295,10 +274,9 @@ impl Call<'_> {
 
     /// `sc.s` for the `n` keys of chunk `c0` of KV head `kvh`, read in place (the last partial
     /// group of 16 keys through a zero-padded copy).
-    #[cfg(target_arch = "x86_64")]
     fn scores_in_place(
         &self,
-        isa: InPlace,
+        kernels: AttentionKernels,
         sc: &mut Scratch,
         kvh: usize,
         c0: usize,
@@ -309,25 +287,24 @@ impl Call<'_> {
         let (rows, available) = self.rows_at(self.k, kvh, c0);
         assert!(n <= available, "attention reads past the key cache");
         let full = n / 16 * 16;
-        // SAFETY: the CPU has `isa` (`in_place`); `rows` holds `n` ≥ `full` rows.
-        unsafe { x86::scores_any(isa, hd, &sc.q, nq, rows, full, &mut sc.s, c) };
+        // SAFETY: `rows` holds `n` ≥ `full` rows (the kernels' level was detected).
+        unsafe { (kernels.scores)(hd, &sc.q, nq, rows, full, &mut sc.s, c) };
         if full < n {
             let kv_width = self.p.n_kv_heads * hd;
             self.k
                 .read_f32(c0 + full, n - full, kv_width, kvh * hd, hd, &mut sc.k);
             sc.k[(n - full) * hd..16 * hd].fill(0.0);
-            let tail = x86::AnyRows::F32(x86::F32Rows(sc.k.as_ptr(), hd));
+            let tail = CacheRows::F32(sc.k.as_ptr(), hd);
             // SAFETY: as above; the copy holds 16 rows.
-            unsafe { x86::scores_any(isa, hd, &sc.q, nq, tail, 16, &mut sc.s[full..], c) };
+            unsafe { (kernels.scores)(hd, &sc.q, nq, tail, 16, &mut sc.s[full..], c) };
         }
     }
 
     /// `sc.acc` from the weights in columns `cols` of `sc.s` and the values of KV head `kvh` at
     /// positions `c0 + cols`, read in place.
-    #[cfg(target_arch = "x86_64")]
     fn accumulate_in_place(
         &self,
-        isa: InPlace,
+        kernels: AttentionKernels,
         sc: &mut Scratch,
         kvh: usize,
         c0: usize,
@@ -337,11 +314,11 @@ impl Call<'_> {
         let n = cols.len();
         let (rows, available) = self.rows_at(self.v, kvh, c0 + cols.start);
         assert!(n <= available, "attention reads past the value cache");
-        // SAFETY: the CPU has `isa` (`in_place`); `rows` holds `n` rows.
+        let hd = self.hd();
+        // SAFETY: `rows` holds `n` rows (the kernels' level was detected).
         unsafe {
-            x86::accumulate_any(
-                isa,
-                self.hd(),
+            (kernels.accumulate)(
+                hd,
                 &sc.s[cols.start..],
                 self.chunk,
                 nq,
@@ -490,6 +467,49 @@ impl CpuBackend {
     }
 }
 
+impl CpuBackend {
+    /// Attention one (query row, head) at a time through the cache's `dot` and `axpy`: for
+    /// cache types that `attention.rs` does not read in blocks.
+    pub(super) fn attention_rows(
+        &self,
+        q: &[f32],
+        k_cache: &CpuCache,
+        v_cache: &CpuCache,
+        out: &mut [f32],
+        p: &AttentionParams,
+    ) {
+        let hd = p.head_dim;
+        let q_width = p.n_heads * hd;
+        let kv_width = p.n_kv_heads * hd;
+        let group = p.n_heads / p.n_kv_heads;
+        let kernels = &self.kernels;
+        let out = &mut out[..p.rows * q_width];
+        self.pool.for_each_chunk(out, hd, &|task, o| {
+            let (i, h) = (task / p.n_heads, task % p.n_heads);
+            let pos = p.start_pos + i;
+            let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            let kvh = h / group;
+            let qh = k_cache.prepare_query(
+                kernels,
+                &q[i * q_width + h * hd..i * q_width + (h + 1) * hd],
+            );
+            let mut scores: Vec<f32> = (lo..=pos)
+                .map(|j| k_cache.dot(kernels, &qh, j * kv_width + kvh * hd) * p.scale)
+                .collect();
+            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+            let total = (kernels.exp_sub)(&mut scores, max);
+            let inv = (1.0 / total) as f32;
+            scores.iter_mut().for_each(|s| *s *= inv);
+            v_cache.prepare_weights(kernels, &mut scores);
+            o.fill(0.0);
+            for (j, &pj) in (lo..=pos).zip(&scores) {
+                v_cache.axpy(kernels, pj, j * kv_width + kvh * hd, o);
+            }
+            v_cache.finish_output(o);
+        });
+    }
+}
+
 /// A pointer tasks may share to write disjoint parts of one buffer.
 #[derive(Clone, Copy)]
 struct Shared<T>(*mut T);
@@ -507,7 +527,7 @@ impl<T> Shared<T> {
 /// `s[qi·stride + j] = q_qi · k_j` for the `nq` queries (rows of `q`) and keys (rows of `k`; a
 /// multiple of 16 of them), each row `hd` values.
 fn scores(
-    kernels: &simd::Kernels,
+    kernels: &Kernels,
     q: &[f32],
     nq: usize,
     hd: usize,
@@ -543,380 +563,10 @@ fn accumulate(
     }
 }
 
-/// The x86 kernels (AVX-512, and AVX2 with FMA and F16C), for head dimensions 64, 128 and 256.
-#[cfg(target_arch = "x86_64")]
-mod x86 {
-    use std::arch::x86_64::*;
-
-    /// Which of the kernels to run.
-    #[derive(Clone, Copy, Debug, PartialEq)]
-    pub enum Isa {
-        Avx512,
-        Avx2,
-    }
-
-    /// 128-bit lanes 0, 1 from `a` and 2, 3 from `b`, each the sum of that lane and the lane
-    /// two over.
-    #[inline(always)]
-    unsafe fn fold_pair(a: __m512, b: __m512) -> __m512 {
-        unsafe {
-            _mm512_add_ps(
-                _mm512_shuffle_f32x4::<0b01_00_01_00>(a, b),
-                _mm512_shuffle_f32x4::<0b11_10_11_10>(a, b),
-            )
-        }
-    }
-
-    /// Two `fold_pair` results folded again: lanes 0, 1 from `a` and 2, 3 from `b`.
-    #[inline(always)]
-    unsafe fn fold_quad(a: __m512, b: __m512) -> __m512 {
-        unsafe {
-            _mm512_add_ps(
-                _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
-                _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
-            )
-        }
-    }
-
-    /// The sums of 16 vectors' lanes, as one vector: lane 4L + q holds the sum of `r[4q + L]`.
-    #[inline(always)]
-    unsafe fn reduce16(r: [__m512; 16]) -> __m512 {
-        unsafe {
-            let mut t = [_mm512_setzero_ps(); 8];
-            for i in 0..8 {
-                t[i] = fold_pair(r[2 * i], r[2 * i + 1]);
-            }
-            // u[i]: 128-bit lane L holds four partial sums of r[4i + L].
-            let mut u = [_mm512_setzero_ps(); 4];
-            for i in 0..4 {
-                u[i] = fold_quad(t[2 * i], t[2 * i + 1]);
-            }
-            let v01 = _mm512_add_ps(
-                _mm512_unpacklo_ps(u[0], u[1]),
-                _mm512_unpackhi_ps(u[0], u[1]),
-            );
-            let v23 = _mm512_add_ps(
-                _mm512_unpacklo_ps(u[2], u[3]),
-                _mm512_unpackhi_ps(u[2], u[3]),
-            );
-            let lo = _mm512_castpd_ps(_mm512_unpacklo_pd(
-                _mm512_castps_pd(v01),
-                _mm512_castps_pd(v23),
-            ));
-            let hi = _mm512_castpd_ps(_mm512_unpackhi_pd(
-                _mm512_castps_pd(v01),
-                _mm512_castps_pd(v23),
-            ));
-            _mm512_add_ps(lo, hi)
-        }
-    }
-
-    /// Rows to read: keys or values, in a scratch buffer or in place in the cache.
-    pub trait Rows: Copy {
-        /// Values 16c..16c + 16 of row `j`, as f32 (AVX-512F).
-        unsafe fn load(self, j: usize, c: usize) -> __m512;
-        /// Values 8c..8c + 8 of row `j`, as f32 (AVX, F16C).
-        unsafe fn load8(self, j: usize, c: usize) -> __m256;
-    }
-
-    /// f32 rows, row j at `ptr + j · stride`.
-    #[derive(Clone, Copy)]
-    pub struct F32Rows(pub *const f32, pub usize);
-
-    /// f16 rows (their bits), row j at `ptr + j · stride`: converted as they are loaded (the
-    /// conversion is exact, so the sums are those of f32 copies).
-    #[derive(Clone, Copy)]
-    pub struct F16Rows(pub *const u16, pub usize);
-
-    impl Rows for F32Rows {
-        #[inline(always)]
-        unsafe fn load(self, j: usize, c: usize) -> __m512 {
-            unsafe { _mm512_loadu_ps(self.0.add(j * self.1 + 16 * c)) }
-        }
-
-        #[inline(always)]
-        unsafe fn load8(self, j: usize, c: usize) -> __m256 {
-            unsafe { _mm256_loadu_ps(self.0.add(j * self.1 + 8 * c)) }
-        }
-    }
-
-    impl Rows for F16Rows {
-        #[inline(always)]
-        unsafe fn load(self, j: usize, c: usize) -> __m512 {
-            unsafe {
-                let h = _mm256_loadu_si256(self.0.add(j * self.1 + 16 * c) as *const __m256i);
-                _mm512_cvtph_ps(h)
-            }
-        }
-
-        #[inline(always)]
-        unsafe fn load8(self, j: usize, c: usize) -> __m256 {
-            unsafe {
-                let h = _mm_loadu_si128(self.0.add(j * self.1 + 8 * c) as *const __m128i);
-                _mm256_cvtph_ps(h)
-            }
-        }
-    }
-
-    /// Rows of either kind.
-    #[derive(Clone, Copy)]
-    pub enum AnyRows {
-        F32(F32Rows),
-        F16(F16Rows),
-    }
-
-    /// `scores` for head dimension `hd` (64, 128 or 256) with the kernels of `isa`. Unsafe: the
-    /// CPU must have `isa`, and `k` must hold `n` rows (a multiple of 16).
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn scores_any(
-        isa: Isa,
-        hd: usize,
-        q: &[f32],
-        nq: usize,
-        k: AnyRows,
-        n: usize,
-        s: &mut [f32],
-        stride: usize,
-    ) {
-        unsafe {
-            match k {
-                AnyRows::F32(k) => scores_rows(isa, hd, q, nq, k, n, s, stride),
-                AnyRows::F16(k) => scores_rows(isa, hd, q, nq, k, n, s, stride),
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn scores_rows<R: Rows>(
-        isa: Isa,
-        hd: usize,
-        q: &[f32],
-        nq: usize,
-        k: R,
-        n: usize,
-        s: &mut [f32],
-        stride: usize,
-    ) {
-        unsafe {
-            match (isa, hd) {
-                (Isa::Avx512, 64) => scores::<4, R>(q, nq, k, n, s, stride),
-                (Isa::Avx512, 128) => scores::<8, R>(q, nq, k, n, s, stride),
-                (Isa::Avx512, 256) => scores::<16, R>(q, nq, k, n, s, stride),
-                (Isa::Avx2, 64 | 128 | 256) => scores_avx2(hd / 8, q, nq, k, n, s, stride),
-                _ => unreachable!("head dimension {hd} has no x86 kernel"),
-            }
-        }
-    }
-
-    /// `accumulate` for head dimension `hd` (64, 128 or 256) with the kernels of `isa`. Unsafe:
-    /// the CPU must have `isa`, and `v` must hold `n` rows.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn accumulate_any(
-        isa: Isa,
-        hd: usize,
-        p: &[f32],
-        stride: usize,
-        nq: usize,
-        v: AnyRows,
-        n: usize,
-        acc: &mut [f32],
-    ) {
-        unsafe {
-            match v {
-                AnyRows::F32(v) => accumulate_rows(isa, hd, p, stride, nq, v, n, acc),
-                AnyRows::F16(v) => accumulate_rows(isa, hd, p, stride, nq, v, n, acc),
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn accumulate_rows<R: Rows>(
-        isa: Isa,
-        hd: usize,
-        p: &[f32],
-        stride: usize,
-        nq: usize,
-        v: R,
-        n: usize,
-        acc: &mut [f32],
-    ) {
-        unsafe {
-            match (isa, hd) {
-                (Isa::Avx512, 64) => accumulate::<4, 4, R>(p, stride, nq, v, n, acc),
-                (Isa::Avx512, 128) => accumulate::<8, 2, R>(p, stride, nq, v, n, acc),
-                (Isa::Avx512, 256) => accumulate::<16, 1, R>(p, stride, nq, v, n, acc),
-                (Isa::Avx2, 64 | 128 | 256) => accumulate_avx2(hd / 64, p, stride, nq, v, n, acc),
-                _ => unreachable!("head dimension {hd} has no x86 kernel"),
-            }
-        }
-    }
-
-    /// `s[qi·stride + j] = q_qi · k_j` for the `nq` queries and `n` keys (a multiple of 16).
-    /// Unsafe: the CPU must have AVX-512F, and `k` must hold `n` rows.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn scores<const NV: usize, R: Rows>(
-        q: &[f32],
-        nq: usize,
-        k: R,
-        n: usize,
-        s: &mut [f32],
-        stride: usize,
-    ) {
-        unsafe {
-            let hd = 16 * NV;
-            assert!(q.len() >= nq * hd && n.is_multiple_of(16));
-            assert!(nq == 0 || s.len() >= (nq - 1) * stride + n);
-            for qi in 0..nq {
-                let qp = q.as_ptr().add(qi * hd);
-                let mut qr = [_mm512_setzero_ps(); NV];
-                for c in 0..NV {
-                    qr[c] = _mm512_loadu_ps(qp.add(16 * c));
-                }
-                for j0 in (0..n).step_by(16) {
-                    let mut part = [_mm512_setzero_ps(); 16];
-                    for i in 0..16 {
-                        // Key 4L + q goes to part[4q + L], so reduce16 returns keys in order.
-                        let key = j0 + 4 * (i % 4) + i / 4;
-                        let mut a = _mm512_mul_ps(k.load(key, 0), qr[0]);
-                        for c in 1..NV {
-                            a = _mm512_fmadd_ps(k.load(key, c), qr[c], a);
-                        }
-                        part[i] = a;
-                    }
-                    _mm512_storeu_ps(s.as_mut_ptr().add(qi * stride + j0), reduce16(part));
-                }
-            }
-        }
-    }
-
-    /// `acc[qi] = Σ_j p[qi·stride + j] · v_j` over `n` value rows. Unsafe: the CPU must have
-    /// AVX-512F, and `v` must hold `n` rows.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn accumulate<const NV: usize, const T: usize, R: Rows>(
-        p: &[f32],
-        stride: usize,
-        nq: usize,
-        v: R,
-        n: usize,
-        acc: &mut [f32],
-    ) {
-        unsafe {
-            let hd = 16 * NV;
-            assert!(acc.len() >= nq * hd);
-            assert!(nq == 0 || n == 0 || p.len() >= (nq - 1) * stride + n);
-            let mut q0 = 0;
-            while q0 < nq {
-                let t = T.min(nq - q0);
-                let mut a = [[_mm512_setzero_ps(); NV]; T];
-                for j in 0..n {
-                    let mut row = [_mm512_setzero_ps(); NV];
-                    for c in 0..NV {
-                        row[c] = v.load(j, c);
-                    }
-                    for r in 0..T {
-                        // Rows past t repeat the last one; their sums are not stored.
-                        let w = _mm512_set1_ps(*p.get_unchecked((q0 + r.min(t - 1)) * stride + j));
-                        for c in 0..NV {
-                            a[r][c] = _mm512_fmadd_ps(w, row[c], a[r][c]);
-                        }
-                    }
-                }
-                for r in 0..t {
-                    for c in 0..NV {
-                        _mm512_storeu_ps(acc.as_mut_ptr().add((q0 + r) * hd + 16 * c), a[r][c]);
-                    }
-                }
-                q0 += t;
-            }
-        }
-    }
-
-    /// The sums of 8 vectors' lanes, as one vector: lane i holds the sum of `r[i]`.
-    #[inline(always)]
-    unsafe fn reduce8(r: [__m256; 8]) -> __m256 {
-        unsafe {
-            // After two rounds of pairwise sums, u0's low half holds partial sums of r[0..4] over
-            // their low halves and its high half those over their high halves; u1 likewise r[4..8].
-            let u0 = _mm256_hadd_ps(_mm256_hadd_ps(r[0], r[1]), _mm256_hadd_ps(r[2], r[3]));
-            let u1 = _mm256_hadd_ps(_mm256_hadd_ps(r[4], r[5]), _mm256_hadd_ps(r[6], r[7]));
-            _mm256_add_ps(
-                _mm256_permute2f128_ps::<0x20>(u0, u1),
-                _mm256_permute2f128_ps::<0x31>(u0, u1),
-            )
-        }
-    }
-
-    /// `scores` with AVX2 for rows of `nv` 8-value vectors: eight keys at a time, each summed in
-    /// a register of its own. Unsafe: the CPU must have AVX2, FMA and F16C, and `k` must hold
-    /// `n` rows.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scores_avx2<R: Rows>(
-        nv: usize,
-        q: &[f32],
-        nq: usize,
-        k: R,
-        n: usize,
-        s: &mut [f32],
-        stride: usize,
-    ) {
-        unsafe {
-            let hd = 8 * nv;
-            assert!(q.len() >= nq * hd && n.is_multiple_of(8));
-            assert!(nq == 0 || s.len() >= (nq - 1) * stride + n);
-            for qi in 0..nq {
-                let qp = q.as_ptr().add(qi * hd);
-                for j0 in (0..n).step_by(8) {
-                    let mut part = [_mm256_setzero_ps(); 8];
-                    for c in 0..nv {
-                        let qc = _mm256_loadu_ps(qp.add(8 * c));
-                        for i in 0..8 {
-                            part[i] = _mm256_fmadd_ps(k.load8(j0 + i, c), qc, part[i]);
-                        }
-                    }
-                    _mm256_storeu_ps(s.as_mut_ptr().add(qi * stride + j0), reduce8(part));
-                }
-            }
-        }
-    }
-
-    /// `accumulate` with AVX2, 64 columns (eight registers) at a time over `blocks` of them.
-    /// Unsafe: the CPU must have AVX2, FMA and F16C, and `v` must hold `n` rows.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn accumulate_avx2<R: Rows>(
-        blocks: usize,
-        p: &[f32],
-        stride: usize,
-        nq: usize,
-        v: R,
-        n: usize,
-        acc: &mut [f32],
-    ) {
-        unsafe {
-            let hd = 64 * blocks;
-            assert!(acc.len() >= nq * hd);
-            assert!(nq == 0 || n == 0 || p.len() >= (nq - 1) * stride + n);
-            for qi in 0..nq {
-                for b in 0..blocks {
-                    let mut a = [_mm256_setzero_ps(); 8];
-                    for j in 0..n {
-                        let w = _mm256_set1_ps(*p.get_unchecked(qi * stride + j));
-                        for c in 0..8 {
-                            a[c] = _mm256_fmadd_ps(w, v.load8(j, 8 * b + c), a[c]);
-                        }
-                    }
-                    for c in 0..8 {
-                        let out = acc.as_mut_ptr().add(qi * hd + 64 * b + 8 * c);
-                        _mm256_storeu_ps(out, a[c]);
-                    }
-                }
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::super::quant::tests::activations;
+    use super::super::kernels::tests::every_level;
+    use super::super::portable::tests::activations;
     use super::*;
     use crate::backend::{CacheType, CoreOps};
 
@@ -929,17 +579,15 @@ mod tests {
     }
 
     /// The chunked attention agrees with the one-row-at-a-time path on every head size, cache
-    /// type, window and split, and a row gets the same bits in prefill and in generation.
+    /// type, window and split, at every level this CPU runs, and a row gets the same bits in
+    /// prefill and in generation.
     #[test]
     fn chunked_attention_matches_the_per_row_path() {
-        let b = CpuBackend::new(2).unwrap();
-        check_chunked_attention(&b, "detected kernels");
-        // Where the CPU has AVX-512, the AVX2 kernels too.
-        #[cfg(target_arch = "x86_64")]
-        if let Some(kernels) = b.kernels.without_avx512() {
-            let mut avx2 = CpuBackend::new(2).unwrap();
-            avx2.kernels = kernels;
-            check_chunked_attention(&avx2, "AVX2 kernels");
+        for kernels in every_level() {
+            let mut b = CpuBackend::new(2).unwrap();
+            let level = kernels.name();
+            b.kernels = kernels;
+            check_chunked_attention(&b, level);
         }
     }
 

@@ -2,16 +2,13 @@
 //! (llama.cpp's `mul_mat_id`) and the weighted sum of their outputs. The contracts are on the trait
 //! (backend/mod.rs); the arithmetic follows llama.cpp's CPU ops (`ggml_soft_max`, `ggml_top_k`,
 //! `ggml_mul_mat_id`) so results round as its do. The expert matmuls run on the same kernels as
-//! every other matmul: the packed GEMM kernels where the expert stack was repacked (x86-64), the
-//! SIMD row dot products otherwise.
+//! every other matmul: the GEMM kernels where the expert stack was repacked, the row kernels
+//! otherwise.
 
-use super::quant::{ActFormat, BlockQ8, BlockQ8K, act_format};
-use super::{CpuBackend, CpuWeight, SharedOut, simd};
-#[cfg(target_arch = "x86_64")]
-use super::{gemm, repack};
+use super::kernels::{ActBlock, ActFormat, BlockQ8, BlockQ8K, Dot, Dot4, GroupCall, PackedKernel};
+use super::matmul::packed_token_block;
+use super::{CpuBackend, CpuWeight, SharedOut, repack};
 use crate::backend::{ExpertMatmulParams, MoeOps};
-#[cfg(target_arch = "x86_64")]
-use crate::gguf::GgmlType;
 
 impl MoeOps for CpuBackend {
     fn moe_route(
@@ -29,7 +26,7 @@ impl MoeOps for CpuBackend {
         for t in 0..rows {
             probs.copy_from_slice(&logits[t * n_expert..(t + 1) * n_expert]);
             let max = probs.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            let sum = self.kernels.exp_sub(&mut probs, max);
+            let sum = (self.kernels.exp_sub)(&mut probs, max);
             let inv = (1.0 / sum) as f32;
             probs.iter_mut().for_each(|p| *p *= inv);
             order.clear();
@@ -75,52 +72,12 @@ impl MoeOps for CpuBackend {
             out,
             p,
         };
-        match act_format(dtype) {
+        match kernels.of(dtype).format() {
             ActFormat::F32 => {
                 self.run_expert_job(&job, x, k, &input_row, kernels.dot_f32(dtype), None)
             }
-            ActFormat::Q8 => {
-                let nb = k / 32;
-                let mut q = vec![BlockQ8::default(); n_inputs * nb];
-                self.pool.for_each_chunk(&mut q, nb, &|r, blocks| {
-                    kernels.quantize_q8(&x[r * k..(r + 1) * k], blocks)
-                });
-                #[cfg(target_arch = "x86_64")]
-                if let Some(kernel) = self.packed_expert_kernel(&job, gemm::q8_kernel) {
-                    let xsum: Vec<i32> = q
-                        .iter()
-                        .map(|b| b.qs.iter().map(|&v| v as i32).sum())
-                        .collect();
-                    return self.run_packed_experts(&job, kernel, &q, nb, &xsum, &input_row);
-                }
-                self.run_expert_job(
-                    &job,
-                    &q,
-                    nb,
-                    &input_row,
-                    kernels.dot_q8(dtype),
-                    kernels.dot_q8_x4(dtype),
-                )
-            }
-            ActFormat::Q8K => {
-                let nb = k / 256;
-                let mut q = vec![BlockQ8K::default(); n_inputs * nb];
-                self.pool.for_each_chunk(&mut q, nb, &|r, blocks| {
-                    kernels.quantize_q8k(&x[r * k..(r + 1) * k], blocks)
-                });
-                #[cfg(target_arch = "x86_64")]
-                if let Some(kernel) = self.packed_expert_kernel(&job, gemm::q8k_kernel) {
-                    return self.run_packed_experts(&job, kernel, &q, nb, &[], &input_row);
-                }
-                self.run_expert_job(
-                    &job,
-                    &q,
-                    nb,
-                    &input_row,
-                    kernels.dot_q8k(dtype),
-                    kernels.dot_q8k_x4(dtype),
-                )
-            }
+            ActFormat::Q8 => self.quantized_experts::<BlockQ8>(&job, x, k, n_inputs, &input_row),
+            ActFormat::Q8K => self.quantized_experts::<BlockQ8K>(&job, x, k, n_inputs, &input_row),
         }
     }
 
@@ -150,6 +107,36 @@ impl MoeOps for CpuBackend {
 }
 
 impl CpuBackend {
+    /// An expert matmul on weights of a quantized format `A`: the inputs quantized once, then
+    /// the GEMM kernels where the stack was repacked, the row kernels otherwise.
+    fn quantized_experts<A: ActBlock>(
+        &self,
+        job: &ExpertJob,
+        x: &[f32],
+        k: usize,
+        n_inputs: usize,
+        input_row: &(dyn Fn(usize) -> usize + Sync),
+    ) {
+        let nb = k / A::LEN;
+        let quantize = A::quantizer(&self.kernels);
+        let mut q = vec![A::default(); n_inputs * nb];
+        self.pool.for_each_chunk(&mut q, nb, &|r, blocks| {
+            quantize(&x[r * k..(r + 1) * k], blocks)
+        });
+        let Some(kernels) = A::kernels(self.kernels.of(job.w.tensor.dtype)) else {
+            unreachable!("a quantized format's type has its kernels")
+        };
+        if let Some(kernel) = kernels.packed.filter(|_| self.experts_packed(job)) {
+            let xsum: Vec<i32> = if A::SUMS {
+                q.iter().map(A::sum).collect()
+            } else {
+                Vec::new()
+            };
+            return self.run_packed_experts(job, kernel, &q, nb, &xsum, input_row);
+        }
+        self.run_expert_job(job, &q, nb, input_row, kernels.dot, kernels.dot4)
+    }
+
     /// Split the used experts' rows across the pool; each task multiplies a chunk of one
     /// expert's rows by every activation routed to that expert, four at a time where a
     /// four-row kernel exists.
@@ -159,8 +146,8 @@ impl CpuBackend {
         acts: &[A],
         act_stride: usize,
         input_row: &(dyn Fn(usize) -> usize + Sync),
-        one: fn(&[u8], &[A]) -> f32,
-        four: Option<simd::Dot4<A>>,
+        one: Dot<A>,
+        four: Option<Dot4<A>>,
     ) {
         let p = job.p;
         let used: Vec<usize> = (0..job.by_expert.len())
@@ -213,34 +200,24 @@ impl CpuBackend {
 }
 
 impl CpuBackend {
-    /// The packed kernel for an expert matmul, when its stack was repacked and each expert's
-    /// rows in use start and end on row-group boundaries.
-    #[cfg(target_arch = "x86_64")]
-    fn packed_expert_kernel<A>(
-        &self,
-        job: &ExpertJob,
-        kernel_for: fn(gemm::GemmIsa, GgmlType) -> Option<gemm::GroupKernel<A>>,
-    ) -> Option<gemm::GroupKernel<A>> {
+    /// Whether an expert matmul can run on the GEMM kernels: its stack was repacked and each
+    /// expert's rows in use start and end on row-group boundaries.
+    fn experts_packed(&self, job: &ExpertJob) -> bool {
         let p = job.p;
-        let aligned = [p.expert_rows, p.expert_stride, p.row_offset]
-            .iter()
-            .all(|v| v.is_multiple_of(repack::ROWS));
-        job.w.packed.as_ref()?;
-        if !aligned {
-            return None;
-        }
-        kernel_for(self.kernels.gemm_isa()?, job.w.tensor.dtype)
+        job.w.packed.is_some()
+            && [p.expert_rows, p.expert_stride, p.row_offset]
+                .iter()
+                .all(|v| v.is_multiple_of(repack::ROWS))
     }
 
     /// An expert matmul on the packed kernels: the activations of each expert's slots gathered
     /// side by side, so each expert's row groups run as a small GEMM over its tokens (prefill)
     /// or one token (generation), each weight line read once; results are scattered back to
     /// the slots. `xsum` holds each Q8 block's sum (empty for Q8_K activations).
-    #[cfg(target_arch = "x86_64")]
     fn run_packed_experts<A: Sync + Copy>(
         &self,
         job: &ExpertJob,
-        kernel: gemm::GroupKernel<A>,
+        kernel: PackedKernel<A>,
         acts: &[A],
         stride: usize,
         xsum: &[i32],
@@ -249,7 +226,7 @@ impl CpuBackend {
         let p = job.p;
         let m = p.expert_rows;
         let Some(packed) = job.w.packed.as_ref() else {
-            unreachable!("packed_expert_kernel checked the weight is packed")
+            unreachable!("experts_packed checked the weight is packed")
         };
         // Slots in expert order: expert `e`'s are `order[first[i]..first[i + 1]]`.
         let used: Vec<usize> = (0..job.by_expert.len())
@@ -280,7 +257,7 @@ impl CpuBackend {
 
         // Tasks: a run of one expert's row groups over a block of its tokens whose activations
         // fit in the L2 cache, about four tasks per thread.
-        let token_block = super::packed_token_block::<A>(stride);
+        let token_block = packed_token_block::<A>(stride);
         let groups = m / repack::ROWS;
         let chunk = (used.len() * groups)
             .div_ceil(self.threads * 4)
@@ -303,7 +280,7 @@ impl CpuBackend {
             let slots = first[ui]..first[ui + 1];
             let group0 = (used[ui] * p.expert_stride + p.row_offset) / repack::ROWS;
             for g in local_groups {
-                let call = gemm::GroupCall {
+                let call = GroupCall {
                     p: packed,
                     group: group0 + g,
                     x: &x[slots.start * stride..slots.end * stride],
@@ -318,7 +295,7 @@ impl CpuBackend {
                     out: unsafe { y_out.get().add(slots.start * m + g * repack::ROWS) },
                     m,
                 };
-                // SAFETY: the ISA was detected (packed_expert_kernel); the group lies in the
+                // SAFETY: the kernel's level was detected; the group lies in the
                 // packed stack (the expert's rows are within its block and group-aligned), the
                 // tokens within the expert's slots, and each (group, token) is written by this
                 // task alone.
@@ -344,7 +321,8 @@ struct ExpertJob<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::quant::tests::{activations, random_row};
+    use super::super::kernels::tests::every_level;
+    use super::super::portable::tests::{activations, random_row};
     use super::*;
     use crate::backend::CoreOps;
     use crate::gguf::GgmlType;
@@ -357,13 +335,11 @@ mod tests {
     /// with AVX-512 and AVX2), over more tokens per expert than one token block holds.
     #[test]
     fn expert_matmul_equals_a_matmul_per_expert() {
-        let be = CpuBackend::new(2).unwrap();
-        check_expert_matmuls(&be, "detected kernels");
-        #[cfg(target_arch = "x86_64")]
-        if let Some(kernels) = be.kernels.without_avx512() {
-            let mut avx2 = CpuBackend::new(2).unwrap();
-            avx2.kernels = kernels;
-            check_expert_matmuls(&avx2, "AVX2 kernels");
+        for kernels in every_level() {
+            let mut be = CpuBackend::new(2).unwrap();
+            let level = kernels.name();
+            be.kernels = kernels;
+            check_expert_matmuls(&be, level);
         }
     }
 

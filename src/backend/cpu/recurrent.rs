@@ -91,7 +91,7 @@ impl RecurrentOps for CpuBackend {
                     }
                     // The SIMD SiLU-times-up with up = 1 (exact): the scalar `expf` is slow where
                     // the build has no FMA instruction to inline.
-                    kernels.silu_mul(o, &ONES[..n]);
+                    (kernels.silu_mul)(o, &ONES[..n]);
                 }
             });
         // The new state: the last K−1 rows of (state ++ x).
@@ -135,8 +135,7 @@ impl RecurrentOps for CpuBackend {
                     let g = softplus(alpha[t * n_v + h] + dt_bias[h]) * a[h];
                     let b = sigmoid(beta[t * n_v + h]);
 
-                    self.kernels
-                        .delta_rule(s, &k, &q, v, g.exp(), b, scale, &mut o);
+                    (self.kernels.delta_rule)(s, &k, &q, v, [g.exp(), b, scale], &mut o);
                     for (j, &oj) in o.iter().enumerate() {
                         // SAFETY: task h alone writes columns h·d..(h+1)·d of each output row.
                         unsafe { *out_ptr.get().add(t * out_width + h * d + j) = oj };
@@ -149,7 +148,7 @@ impl RecurrentOps for CpuBackend {
 #[cfg(test)]
 mod tests {
     use super::super::ggml_math;
-    use super::super::quant::tests::activations;
+    use super::super::portable::tests::activations;
     use super::*;
     use crate::backend::CoreOps;
     use crate::tensor::Tensor;

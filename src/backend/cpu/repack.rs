@@ -934,7 +934,7 @@ impl AlignedBytes {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::super::quant::tests::random_row;
+    use super::super::portable::tests::random_row;
     use super::*;
 
     /// `pack` run serially.

@@ -1,11 +1,11 @@
-//! Matmul kernels over repacked weights (`repack.rs`), x86-64 only: AVX-512 VNNI where the CPU has
+//! GEMM kernels over repacked weights (`repack.rs`): AVX-512 VNNI where the CPU has
 //! it, AVX2 (with AVX-VNNI where present) otherwise. One kernel call multiplies a group of 16
 //! weight rows by a tile of tokens (8 with AVX-512, 4 with AVX2; 1 when generating): each 64-byte
 //! weight line is loaded once and multiplied, as integers, with every token's 8-bit activations,
 //! so prefill is a real GEMM rather than a loop of dot products.
 //!
-//! The kernels are written once, generic over `Isa` (16 rows per AVX-512 register; AVX2 takes the
-//! 16 rows as two halves of 8, or for one token as pairs of registers, `Avx2Pair`), and
+//! The kernels are written once, generic over `Isa` (isa.rs: 16 rows per AVX-512 register; AVX2
+//! takes the 16 rows as two halves of 8, or for one token as pairs of registers, `Avx2Pair`), and
 //! instantiated per instruction set in `#[target_feature]` wrappers. Integer arithmetic is exact
 //! and each token's float operations are the same whatever the tile size, so a row's result does
 //! not depend on how many tokens were batched with it. Generation on 1-2B models is bound by how
@@ -16,525 +16,11 @@
 #![allow(clippy::needless_range_loop)] // tile kernels index parallel arrays with one index
 
 use std::arch::x86_64::*;
-use std::ops::Range;
 
-use super::quant::{BlockQ8, BlockQ8K};
-use super::repack::{BlockPlace, Packed, ROWS, chunk_blocks, chunk_bytes};
+use super::isa::{Avx2, Avx2Pair, Avx512, Isa};
+use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, GroupCall, Level, PackedKernel};
+use crate::backend::cpu::repack::{self, BlockPlace, ROWS, chunk_blocks, chunk_bytes};
 use crate::gguf::GgmlType;
-
-/// The vector operations the kernels need, on `LANES` rows at once (one i32 or f32 per row; four
-/// weight bytes per row in byte form).
-pub(super) trait Isa: Copy {
-    /// Rows per register.
-    const LANES: usize;
-    /// `dot_i8` returns Σ (w + I8_OFFSET)·x.
-    const I8_OFFSET: i32;
-    /// Whether `dot` sums its byte products in 32 bits (VNNI), so unsigned operands may use all
-    /// eight bits; without VNNI, pairs of products saturate at 16 bits.
-    const WIDE_DOT: bool;
-    type I: Copy;
-    type F: Copy;
-
-    unsafe fn zero() -> Self::I;
-    unsafe fn fzero() -> Self::F;
-    /// `4 · LANES` bytes (one half-line with AVX2).
-    unsafe fn load(p: *const u8) -> Self::I;
-    /// Bytes of `v` and'ed with `c`.
-    unsafe fn and8(v: Self::I, c: i8) -> Self::I;
-    unsafe fn or(a: Self::I, b: Self::I) -> Self::I;
-    unsafe fn srl16<const N: u32>(v: Self::I) -> Self::I;
-    /// Bytes whose bit is set in `mask` (bit 4r + i for row r, byte i) or'ed with `c`.
-    unsafe fn or_where(v: Self::I, mask: u64, c: i8) -> Self::I;
-    /// acc + Σ u·x per row over four bytes: u unsigned (< 128), x the four signed activation
-    /// bytes, broadcast.
-    unsafe fn dot(acc: Self::I, u: Self::I, x: i32) -> Self::I;
-    /// acc + Σ (w + I8_OFFSET)·x per row, w signed.
-    unsafe fn dot_i8(acc: Self::I, w: Self::I, x: i32) -> Self::I;
-    /// acc + a.lo·x.lo + a.hi·x.hi per row, over i16 halves.
-    unsafe fn madd16(acc: Self::I, a: Self::I, x: i32) -> Self::I;
-    /// `madd16` with a vector: acc + a.lo·b.lo + a.hi·b.hi per row.
-    unsafe fn madd16_by(acc: Self::I, a: Self::I, b: Self::I) -> Self::I;
-    /// acc + (u0·x0 + u1·x1, u2·x2 + u3·x3) per row, in i16 halves (saturating: the caller keeps
-    /// the sums in range).
-    unsafe fn dot16(acc: Self::I, u: Self::I, x: i32) -> Self::I;
-    /// acc + a·b in i32.
-    unsafe fn mul_add(acc: Self::I, a: Self::I, b: Self::I) -> Self::I;
-    unsafe fn add(a: Self::I, b: Self::I) -> Self::I;
-    unsafe fn sub(a: Self::I, b: Self::I) -> Self::I;
-    unsafe fn sub_splat(a: Self::I, x: i32) -> Self::I;
-    unsafe fn and32(a: Self::I, x: i32) -> Self::I;
-    unsafe fn shl32<const N: u32>(v: Self::I) -> Self::I;
-    unsafe fn srl32<const N: u32>(v: Self::I) -> Self::I;
-    unsafe fn sra32<const N: u32>(v: Self::I) -> Self::I;
-    /// `LANES` unsigned bytes, zero-extended.
-    unsafe fn u8s(p: *const u8) -> Self::I;
-    /// `2 · LANES` unsigned bytes, zero-extended to 16 bits: a pair per row.
-    unsafe fn u8_pairs(p: *const u8) -> Self::I;
-    /// `LANES` signed bytes, sign-extended.
-    unsafe fn i8s(p: *const u8) -> Self::I;
-    /// `LANES` f16 values.
-    unsafe fn f16s(p: *const u8) -> Self::F;
-    unsafe fn cvt(v: Self::I) -> Self::F;
-    unsafe fn fsplat(x: f32) -> Self::F;
-    unsafe fn mul(a: Self::F, b: Self::F) -> Self::F;
-    /// a·b + c
-    unsafe fn fmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
-    /// c − a·b
-    unsafe fn fnmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F;
-    unsafe fn store(p: *mut f32, v: Self::F);
-}
-
-#[derive(Clone, Copy)]
-pub(super) struct Avx512;
-
-impl Isa for Avx512 {
-    const LANES: usize = 16;
-    const I8_OFFSET: i32 = 128;
-    const WIDE_DOT: bool = true;
-    type I = __m512i;
-    type F = __m512;
-
-    #[inline(always)]
-    unsafe fn zero() -> __m512i {
-        unsafe { _mm512_setzero_si512() }
-    }
-    #[inline(always)]
-    unsafe fn fzero() -> __m512 {
-        unsafe { _mm512_setzero_ps() }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const u8) -> __m512i {
-        unsafe { _mm512_loadu_si512(p as *const _) }
-    }
-    #[inline(always)]
-    unsafe fn and8(v: __m512i, c: i8) -> __m512i {
-        unsafe { _mm512_and_si512(v, _mm512_set1_epi8(c)) }
-    }
-    #[inline(always)]
-    unsafe fn or(a: __m512i, b: __m512i) -> __m512i {
-        unsafe { _mm512_or_si512(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn srl16<const N: u32>(v: __m512i) -> __m512i {
-        unsafe { _mm512_srli_epi16::<N>(v) }
-    }
-    #[inline(always)]
-    unsafe fn or_where(v: __m512i, mask: u64, c: i8) -> __m512i {
-        unsafe { _mm512_mask_add_epi8(v, mask, v, _mm512_set1_epi8(c)) }
-    }
-    #[inline(always)]
-    unsafe fn dot(acc: __m512i, u: __m512i, x: i32) -> __m512i {
-        unsafe { _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(x)) }
-    }
-    #[inline(always)]
-    unsafe fn dot_i8(acc: __m512i, w: __m512i, x: i32) -> __m512i {
-        unsafe {
-            let u = _mm512_xor_si512(w, _mm512_set1_epi8(-128));
-            _mm512_dpbusd_epi32(acc, u, _mm512_set1_epi32(x))
-        }
-    }
-    #[inline(always)]
-    unsafe fn madd16(acc: __m512i, a: __m512i, x: i32) -> __m512i {
-        unsafe { _mm512_dpwssd_epi32(acc, a, _mm512_set1_epi32(x)) }
-    }
-    #[inline(always)]
-    unsafe fn madd16_by(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
-        unsafe { _mm512_dpwssd_epi32(acc, a, b) }
-    }
-    #[inline(always)]
-    unsafe fn dot16(acc: __m512i, u: __m512i, x: i32) -> __m512i {
-        unsafe { _mm512_adds_epi16(acc, _mm512_maddubs_epi16(u, _mm512_set1_epi32(x))) }
-    }
-    #[inline(always)]
-    unsafe fn mul_add(acc: __m512i, a: __m512i, b: __m512i) -> __m512i {
-        unsafe { _mm512_add_epi32(acc, _mm512_mullo_epi32(a, b)) }
-    }
-    #[inline(always)]
-    unsafe fn add(a: __m512i, b: __m512i) -> __m512i {
-        unsafe { _mm512_add_epi32(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn sub(a: __m512i, b: __m512i) -> __m512i {
-        unsafe { _mm512_sub_epi32(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn sub_splat(a: __m512i, x: i32) -> __m512i {
-        unsafe { _mm512_sub_epi32(a, _mm512_set1_epi32(x)) }
-    }
-    #[inline(always)]
-    unsafe fn and32(a: __m512i, x: i32) -> __m512i {
-        unsafe { _mm512_and_si512(a, _mm512_set1_epi32(x)) }
-    }
-    #[inline(always)]
-    unsafe fn shl32<const N: u32>(v: __m512i) -> __m512i {
-        unsafe { _mm512_slli_epi32::<N>(v) }
-    }
-    #[inline(always)]
-    unsafe fn srl32<const N: u32>(v: __m512i) -> __m512i {
-        unsafe { _mm512_srli_epi32::<N>(v) }
-    }
-    #[inline(always)]
-    unsafe fn sra32<const N: u32>(v: __m512i) -> __m512i {
-        unsafe { _mm512_srai_epi32::<N>(v) }
-    }
-    #[inline(always)]
-    unsafe fn u8s(p: *const u8) -> __m512i {
-        unsafe { _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i)) }
-    }
-    #[inline(always)]
-    unsafe fn u8_pairs(p: *const u8) -> __m512i {
-        unsafe { _mm512_cvtepu8_epi16(_mm256_loadu_si256(p as *const __m256i)) }
-    }
-    #[inline(always)]
-    unsafe fn i8s(p: *const u8) -> __m512i {
-        unsafe { _mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i)) }
-    }
-    #[inline(always)]
-    unsafe fn f16s(p: *const u8) -> __m512 {
-        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)) }
-    }
-    #[inline(always)]
-    unsafe fn cvt(v: __m512i) -> __m512 {
-        unsafe { _mm512_cvtepi32_ps(v) }
-    }
-    #[inline(always)]
-    unsafe fn fsplat(x: f32) -> __m512 {
-        unsafe { _mm512_set1_ps(x) }
-    }
-    #[inline(always)]
-    unsafe fn mul(a: __m512, b: __m512) -> __m512 {
-        unsafe { _mm512_mul_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn fmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
-        unsafe { _mm512_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn fnmadd(a: __m512, b: __m512, c: __m512) -> __m512 {
-        unsafe { _mm512_fnmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: __m512) {
-        unsafe { _mm512_storeu_ps(p, v) }
-    }
-}
-
-/// AVX2, eight rows per register; `VNNI` uses AVX-VNNI's `vpdpbusd` for byte dot products.
-#[derive(Clone, Copy)]
-pub(super) struct Avx2<const VNNI: bool>;
-
-impl<const VNNI: bool> Isa for Avx2<VNNI> {
-    const LANES: usize = 8;
-    const I8_OFFSET: i32 = 0;
-    const WIDE_DOT: bool = VNNI;
-    type I = __m256i;
-    type F = __m256;
-
-    #[inline(always)]
-    unsafe fn zero() -> __m256i {
-        unsafe { _mm256_setzero_si256() }
-    }
-    #[inline(always)]
-    unsafe fn fzero() -> __m256 {
-        unsafe { _mm256_setzero_ps() }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const u8) -> __m256i {
-        unsafe { _mm256_loadu_si256(p as *const __m256i) }
-    }
-    #[inline(always)]
-    unsafe fn and8(v: __m256i, c: i8) -> __m256i {
-        unsafe { _mm256_and_si256(v, _mm256_set1_epi8(c)) }
-    }
-    #[inline(always)]
-    unsafe fn or(a: __m256i, b: __m256i) -> __m256i {
-        unsafe { _mm256_or_si256(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn srl16<const N: u32>(v: __m256i) -> __m256i {
-        unsafe { _mm256_srl_epi16(v, _mm_cvtsi32_si128(N as i32)) }
-    }
-    #[inline(always)]
-    unsafe fn or_where(v: __m256i, mask: u64, c: i8) -> __m256i {
-        unsafe {
-            // llama.cpp's bytes_from_bits_32: byte i becomes 0xFF where bit i is set.
-            let shuf = _mm256_set_epi64x(
-                0x0303030303030303,
-                0x0202020202020202,
-                0x0101010101010101,
-                0x0000000000000000,
-            );
-            let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(mask as u32 as i32), shuf);
-            let bytes = _mm256_or_si256(bytes, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-            let set = _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
-            _mm256_or_si256(v, _mm256_and_si256(set, _mm256_set1_epi8(c)))
-        }
-    }
-    #[inline(always)]
-    unsafe fn dot(acc: __m256i, u: __m256i, x: i32) -> __m256i {
-        unsafe {
-            let x = _mm256_set1_epi32(x);
-            if VNNI {
-                _mm256_dpbusd_avx_epi32(acc, u, x)
-            } else {
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
-                _mm256_add_epi32(acc, p)
-            }
-        }
-    }
-    #[inline(always)]
-    unsafe fn dot_i8(acc: __m256i, w: __m256i, x: i32) -> __m256i {
-        unsafe {
-            // |w| · (x with w's sign): exact, and within maddubs' range.
-            let x = _mm256_sign_epi8(_mm256_set1_epi32(x), w);
-            let w = _mm256_sign_epi8(w, w);
-            if VNNI {
-                _mm256_dpbusd_avx_epi32(acc, w, x)
-            } else {
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
-                _mm256_add_epi32(acc, p)
-            }
-        }
-    }
-    #[inline(always)]
-    unsafe fn madd16(acc: __m256i, a: __m256i, x: i32) -> __m256i {
-        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(a, _mm256_set1_epi32(x))) }
-    }
-    #[inline(always)]
-    unsafe fn madd16_by(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
-        unsafe { _mm256_add_epi32(acc, _mm256_madd_epi16(a, b)) }
-    }
-    #[inline(always)]
-    unsafe fn dot16(acc: __m256i, u: __m256i, x: i32) -> __m256i {
-        unsafe { _mm256_adds_epi16(acc, _mm256_maddubs_epi16(u, _mm256_set1_epi32(x))) }
-    }
-    #[inline(always)]
-    unsafe fn mul_add(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
-        unsafe { _mm256_add_epi32(acc, _mm256_mullo_epi32(a, b)) }
-    }
-    #[inline(always)]
-    unsafe fn add(a: __m256i, b: __m256i) -> __m256i {
-        unsafe { _mm256_add_epi32(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn sub(a: __m256i, b: __m256i) -> __m256i {
-        unsafe { _mm256_sub_epi32(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn sub_splat(a: __m256i, x: i32) -> __m256i {
-        unsafe { _mm256_sub_epi32(a, _mm256_set1_epi32(x)) }
-    }
-    #[inline(always)]
-    unsafe fn and32(a: __m256i, x: i32) -> __m256i {
-        unsafe { _mm256_and_si256(a, _mm256_set1_epi32(x)) }
-    }
-    #[inline(always)]
-    unsafe fn shl32<const N: u32>(v: __m256i) -> __m256i {
-        unsafe { _mm256_sll_epi32(v, _mm_cvtsi32_si128(N as i32)) }
-    }
-    #[inline(always)]
-    unsafe fn srl32<const N: u32>(v: __m256i) -> __m256i {
-        unsafe { _mm256_srl_epi32(v, _mm_cvtsi32_si128(N as i32)) }
-    }
-    #[inline(always)]
-    unsafe fn sra32<const N: u32>(v: __m256i) -> __m256i {
-        unsafe { _mm256_sra_epi32(v, _mm_cvtsi32_si128(N as i32)) }
-    }
-    #[inline(always)]
-    unsafe fn u8s(p: *const u8) -> __m256i {
-        unsafe { _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i)) }
-    }
-    #[inline(always)]
-    unsafe fn u8_pairs(p: *const u8) -> __m256i {
-        unsafe { _mm256_cvtepu8_epi16(_mm_loadu_si128(p as *const __m128i)) }
-    }
-    #[inline(always)]
-    unsafe fn i8s(p: *const u8) -> __m256i {
-        unsafe { _mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i)) }
-    }
-    #[inline(always)]
-    unsafe fn f16s(p: *const u8) -> __m256 {
-        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)) }
-    }
-    #[inline(always)]
-    unsafe fn cvt(v: __m256i) -> __m256 {
-        unsafe { _mm256_cvtepi32_ps(v) }
-    }
-    #[inline(always)]
-    unsafe fn fsplat(x: f32) -> __m256 {
-        unsafe { _mm256_set1_ps(x) }
-    }
-    #[inline(always)]
-    unsafe fn mul(a: __m256, b: __m256) -> __m256 {
-        unsafe { _mm256_mul_ps(a, b) }
-    }
-    #[inline(always)]
-    unsafe fn fmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
-        unsafe { _mm256_fmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn fnmadd(a: __m256, b: __m256, c: __m256) -> __m256 {
-        unsafe { _mm256_fnmadd_ps(a, b, c) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: __m256) {
-        unsafe { _mm256_storeu_ps(p, v) }
-    }
-}
-
-/// AVX2 on all 16 rows of a group at once, as pairs of registers: for one token, so that each
-/// weight line is used whole as it arrives (taking the two halves in turn left memory idle while
-/// the second half was computed from cache).
-#[derive(Clone, Copy)]
-pub(super) struct Avx2Pair<const VNNI: bool>;
-
-/// An `Avx2` operation on each half of a pair: the arguments before `;` are pairs, those after
-/// it are passed to both halves as they are.
-macro_rules! halves {
-    ($op:ident $(::<$n:ident>)? ($($a:expr),* $(; $s:expr)*)) => {
-        [
-            Avx2::<VNNI>::$op$(::<$n>)?($($a[0],)* $($s),*),
-            Avx2::<VNNI>::$op$(::<$n>)?($($a[1],)* $($s),*),
-        ]
-    };
-}
-
-impl<const VNNI: bool> Isa for Avx2Pair<VNNI> {
-    const LANES: usize = 16;
-    const I8_OFFSET: i32 = 0;
-    const WIDE_DOT: bool = VNNI;
-    type I = [__m256i; 2];
-    type F = [__m256; 2];
-
-    #[inline(always)]
-    unsafe fn zero() -> Self::I {
-        unsafe { [_mm256_setzero_si256(); 2] }
-    }
-    #[inline(always)]
-    unsafe fn fzero() -> Self::F {
-        unsafe { [_mm256_setzero_ps(); 2] }
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const u8) -> Self::I {
-        unsafe { [Avx2::<VNNI>::load(p), Avx2::<VNNI>::load(p.add(32))] }
-    }
-    #[inline(always)]
-    unsafe fn and8(v: Self::I, c: i8) -> Self::I {
-        unsafe { halves!(and8(v; c)) }
-    }
-    #[inline(always)]
-    unsafe fn or(a: Self::I, b: Self::I) -> Self::I {
-        unsafe { halves!(or(a, b)) }
-    }
-    #[inline(always)]
-    unsafe fn srl16<const N: u32>(v: Self::I) -> Self::I {
-        unsafe { halves!(srl16::<N>(v)) }
-    }
-    #[inline(always)]
-    unsafe fn or_where(v: Self::I, mask: u64, c: i8) -> Self::I {
-        unsafe {
-            [
-                Avx2::<VNNI>::or_where(v[0], mask, c),
-                Avx2::<VNNI>::or_where(v[1], mask >> 32, c),
-            ]
-        }
-    }
-    #[inline(always)]
-    unsafe fn dot(acc: Self::I, u: Self::I, x: i32) -> Self::I {
-        unsafe { halves!(dot(acc, u; x)) }
-    }
-    #[inline(always)]
-    unsafe fn dot_i8(acc: Self::I, w: Self::I, x: i32) -> Self::I {
-        unsafe { halves!(dot_i8(acc, w; x)) }
-    }
-    #[inline(always)]
-    unsafe fn madd16(acc: Self::I, a: Self::I, x: i32) -> Self::I {
-        unsafe { halves!(madd16(acc, a; x)) }
-    }
-    #[inline(always)]
-    unsafe fn madd16_by(acc: Self::I, a: Self::I, b: Self::I) -> Self::I {
-        unsafe { halves!(madd16_by(acc, a, b)) }
-    }
-    #[inline(always)]
-    unsafe fn dot16(acc: Self::I, u: Self::I, x: i32) -> Self::I {
-        unsafe { halves!(dot16(acc, u; x)) }
-    }
-    #[inline(always)]
-    unsafe fn mul_add(acc: Self::I, a: Self::I, b: Self::I) -> Self::I {
-        unsafe { halves!(mul_add(acc, a, b)) }
-    }
-    #[inline(always)]
-    unsafe fn add(a: Self::I, b: Self::I) -> Self::I {
-        unsafe { halves!(add(a, b)) }
-    }
-    #[inline(always)]
-    unsafe fn sub(a: Self::I, b: Self::I) -> Self::I {
-        unsafe { halves!(sub(a, b)) }
-    }
-    #[inline(always)]
-    unsafe fn sub_splat(a: Self::I, x: i32) -> Self::I {
-        unsafe { halves!(sub_splat(a; x)) }
-    }
-    #[inline(always)]
-    unsafe fn and32(a: Self::I, x: i32) -> Self::I {
-        unsafe { halves!(and32(a; x)) }
-    }
-    #[inline(always)]
-    unsafe fn shl32<const N: u32>(v: Self::I) -> Self::I {
-        unsafe { halves!(shl32::<N>(v)) }
-    }
-    #[inline(always)]
-    unsafe fn srl32<const N: u32>(v: Self::I) -> Self::I {
-        unsafe { halves!(srl32::<N>(v)) }
-    }
-    #[inline(always)]
-    unsafe fn sra32<const N: u32>(v: Self::I) -> Self::I {
-        unsafe { halves!(sra32::<N>(v)) }
-    }
-    #[inline(always)]
-    unsafe fn u8s(p: *const u8) -> Self::I {
-        unsafe { [Avx2::<VNNI>::u8s(p), Avx2::<VNNI>::u8s(p.add(8))] }
-    }
-    #[inline(always)]
-    unsafe fn u8_pairs(p: *const u8) -> Self::I {
-        unsafe { [Avx2::<VNNI>::u8_pairs(p), Avx2::<VNNI>::u8_pairs(p.add(16))] }
-    }
-    #[inline(always)]
-    unsafe fn i8s(p: *const u8) -> Self::I {
-        unsafe { [Avx2::<VNNI>::i8s(p), Avx2::<VNNI>::i8s(p.add(8))] }
-    }
-    #[inline(always)]
-    unsafe fn f16s(p: *const u8) -> Self::F {
-        unsafe { [Avx2::<VNNI>::f16s(p), Avx2::<VNNI>::f16s(p.add(16))] }
-    }
-    #[inline(always)]
-    unsafe fn cvt(v: Self::I) -> Self::F {
-        unsafe { halves!(cvt(v)) }
-    }
-    #[inline(always)]
-    unsafe fn fsplat(x: f32) -> Self::F {
-        unsafe { [_mm256_set1_ps(x); 2] }
-    }
-    #[inline(always)]
-    unsafe fn mul(a: Self::F, b: Self::F) -> Self::F {
-        unsafe { halves!(mul(a, b)) }
-    }
-    #[inline(always)]
-    unsafe fn fmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F {
-        unsafe { halves!(fmadd(a, b, c)) }
-    }
-    #[inline(always)]
-    unsafe fn fnmadd(a: Self::F, b: Self::F, c: Self::F) -> Self::F {
-        unsafe { halves!(fnmadd(a, b, c)) }
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: Self::F) {
-        unsafe {
-            Avx2::<VNNI>::store(p, v[0]);
-            Avx2::<VNNI>::store(p.add(8), v[1]);
-        }
-    }
-}
 
 /// Four activation bytes at `p` as one i32 (for broadcasting).
 #[inline(always)]
@@ -551,7 +37,7 @@ unsafe fn pair<V: Isa>(lo: V::I, hi: V::I) -> V::I {
 /// Where one tile's operands are: the group's sections, the rows of this half (AVX2 takes a group
 /// as two halves of 8 rows), and per token its activation blocks and, for Q8 activations, their
 /// integer sums.
-pub(super) struct Tile<A, const T: usize> {
+pub struct Tile<A, const T: usize> {
     /// Where each section starts in the group's first chunk.
     sec: [*const u8; 6],
     blocks: usize,
@@ -592,12 +78,12 @@ impl<A, const T: usize> Tile<A, T> {
 }
 
 /// One weight type's kernel: `acc[t] += ` the tile's rows · token t, over all blocks.
-pub(super) trait Kernel<A> {
+pub trait Kernel<A> {
     unsafe fn run<V: Isa, const T: usize>(tile: &Tile<A, T>, acc: &mut [V::F; T]);
 }
 
 /// Q4_K (and Q5_K with `Q5`): eight 32-value sub-blocks with 6-bit scales and minimums.
-pub(super) struct KQ4<const Q5: bool>;
+pub struct KQ4<const Q5: bool>;
 
 impl<const Q5: bool> Kernel<BlockQ8K> for KQ4<Q5> {
     #[inline(always)]
@@ -743,7 +229,7 @@ unsafe fn sixteen_sub_blocks<V: Isa, const T: usize>(
 }
 
 /// Q6_K: sixteen 16-value sub-blocks with signed 8-bit scales; weights d·scale·(u − 32).
-pub(super) struct KQ6;
+pub struct KQ6;
 
 impl Kernel<BlockQ8K> for KQ6 {
     #[inline(always)]
@@ -824,7 +310,7 @@ unsafe fn two_bit<V: Isa>(line: V::I) -> [V::I; 4] {
 }
 
 /// Q2_K: sixteen 16-value sub-blocks, 2-bit codes, 4-bit scales and minimums.
-pub(super) struct KQ2;
+pub struct KQ2;
 
 impl Kernel<BlockQ8K> for KQ2 {
     #[inline(always)]
@@ -859,7 +345,7 @@ impl Kernel<BlockQ8K> for KQ2 {
 
 /// Q3_K: sixteen 16-value sub-blocks, 3-bit codes (2-bit lines plus masks), signed 6-bit scales;
 /// weights d·scale·(u − 4).
-pub(super) struct KQ3;
+pub struct KQ3;
 
 impl Kernel<BlockQ8K> for KQ3 {
     #[inline(always)]
@@ -894,7 +380,7 @@ impl Kernel<BlockQ8K> for KQ3 {
 }
 
 /// The 32-value block types against Q8 activations: `KIND` is one of the `Q*` constants below.
-pub(super) struct K32<const KIND: u8>;
+pub struct K32<const KIND: u8>;
 
 const Q4_0: u8 = 0;
 const Q4_1: u8 = 1;
@@ -965,25 +451,11 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
     }
 }
 
-/// What one call computes: rows `16·group..16·group + 16` of `p` against `tokens`, each token's
-/// activations `stride` blocks apart in `x` (and their sums, for Q8, in `xsum`), the group's row
-/// `r` for token `t` written to `out[t·m + r]` (so `out` points at the group's first row).
-pub(super) struct GroupCall<'a, A> {
-    pub p: &'a Packed,
-    pub group: usize,
-    pub x: &'a [A],
-    pub stride: usize,
-    pub xsum: &'a [i32],
-    pub tokens: Range<usize>,
-    pub out: *mut f32,
-    pub m: usize,
-}
-
 #[inline(always)]
 unsafe fn run_group<V: Isa, A, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>) {
     unsafe {
         let base = c.p.group(c.group).as_ptr();
-        let n_sec = super::repack::sections(c.p.dtype).map_or(0, |s| s.len());
+        let n_sec = repack::sections(c.p.dtype).map_or(0, |s| s.len());
         let first = BlockPlace::new(c.p.dtype, 0);
         let mut sec = [base; 6];
         for (s, p) in sec.iter_mut().enumerate().take(n_sec) {
@@ -1069,92 +541,64 @@ unsafe fn group_avxvnni<A, K: Kernel<A>>(c: &GroupCall<A>) {
     }
 }
 
-/// An instruction set the packed kernels run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum GemmIsa {
-    Avx512Vnni,
-    AvxVnni,
-    Avx2,
-}
-
-/// A kernel for one group call. Unsafe: the CPU must have the instruction set it was made for,
-/// and the call's ranges must lie within its buffers.
-pub(super) type GroupKernel<A> = unsafe fn(&GroupCall<A>);
-
+/// The group kernel of `K` for `level` (None for the portable level).
 macro_rules! pick {
-    ($isa:expr, $a:ty, $k:ty) => {
-        match $isa {
-            GemmIsa::Avx512Vnni => group_avx512::<$a, $k> as GroupKernel<$a>,
-            GemmIsa::AvxVnni => group_avxvnni::<$a, $k>,
-            GemmIsa::Avx2 => group_avx2::<$a, $k>,
+    ($level:expr, $a:ty, $k:ty) => {
+        match $level {
+            Level::Avx512Vnni => group_avx512::<$a, $k> as PackedKernel<$a>,
+            Level::AvxVnni => group_avxvnni::<$a, $k>,
+            Level::Avx2 => group_avx2::<$a, $k>,
+            Level::Portable => return None,
         }
     };
 }
 
-/// The packed kernel for a K-quant, on `isa`.
-pub(super) fn q8k_kernel(isa: GemmIsa, t: GgmlType) -> Option<GroupKernel<BlockQ8K>> {
+/// The GEMM kernel of a K-quant at `level`, where there is one.
+pub fn q8k_kernel(level: Level, t: GgmlType) -> Option<PackedKernel<BlockQ8K>> {
     Some(match t {
-        GgmlType::Q2_K => pick!(isa, BlockQ8K, KQ2),
-        GgmlType::Q3_K => pick!(isa, BlockQ8K, KQ3),
-        GgmlType::Q4_K => pick!(isa, BlockQ8K, KQ4<false>),
-        GgmlType::Q5_K => pick!(isa, BlockQ8K, KQ4<true>),
-        GgmlType::Q6_K => pick!(isa, BlockQ8K, KQ6),
+        GgmlType::Q2_K => pick!(level, BlockQ8K, KQ2),
+        GgmlType::Q3_K => pick!(level, BlockQ8K, KQ3),
+        GgmlType::Q4_K => pick!(level, BlockQ8K, KQ4<false>),
+        GgmlType::Q5_K => pick!(level, BlockQ8K, KQ4<true>),
+        GgmlType::Q6_K => pick!(level, BlockQ8K, KQ6),
         _ => return None,
     })
 }
 
-/// The packed kernel for a 32-value block type, on `isa`.
-pub(super) fn q8_kernel(isa: GemmIsa, t: GgmlType) -> Option<GroupKernel<BlockQ8>> {
+/// The GEMM kernel of a 32-value block type at `level`, where there is one.
+pub fn q8_kernel(level: Level, t: GgmlType) -> Option<PackedKernel<BlockQ8>> {
     Some(match t {
-        GgmlType::Q4_0 => pick!(isa, BlockQ8, K32<Q4_0>),
-        GgmlType::Q4_1 => pick!(isa, BlockQ8, K32<Q4_1>),
-        GgmlType::Q5_0 => pick!(isa, BlockQ8, K32<Q5_0>),
-        GgmlType::Q5_1 => pick!(isa, BlockQ8, K32<Q5_1>),
-        GgmlType::Q8_0 => pick!(isa, BlockQ8, K32<Q8_0>),
+        GgmlType::Q4_0 => pick!(level, BlockQ8, K32<Q4_0>),
+        GgmlType::Q4_1 => pick!(level, BlockQ8, K32<Q4_1>),
+        GgmlType::Q5_0 => pick!(level, BlockQ8, K32<Q5_0>),
+        GgmlType::Q5_1 => pick!(level, BlockQ8, K32<Q5_1>),
+        GgmlType::Q8_0 => pick!(level, BlockQ8, K32<Q8_0>),
         _ => return None,
     })
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::quant::tests::{activations, random_row};
-    use super::super::quant::{self, quantize_q8, quantize_q8k};
-    use super::super::repack::tests::pack_serial;
     use super::*;
+    use crate::backend::cpu::portable::tests::{activations, random_row};
+    use crate::backend::cpu::portable::{self, quantize_q8, quantize_q8k};
+    use crate::backend::cpu::repack::{Packed, tests::pack_serial};
 
-    /// The instruction sets this CPU runs.
-    fn isas() -> Vec<GemmIsa> {
-        let mut v = Vec::new();
-        if is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-        {
-            v.push(GemmIsa::Avx2);
-            if is_x86_feature_detected!("avxvnni") {
-                v.push(GemmIsa::AvxVnni);
-            }
-            if is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512dq")
-                && is_x86_feature_detected!("avx512vnni")
-            {
-                v.push(GemmIsa::Avx512Vnni);
-            }
-        }
-        v
+    /// The levels this CPU runs.
+    fn isas() -> Vec<Level> {
+        super::super::levels()
     }
 
     /// Run `kernel` over all groups of `p` for `tokens`, into an `n × m` output.
     #[allow(clippy::too_many_arguments)]
     fn run<A>(
-        kernel: GroupKernel<A>,
+        kernel: PackedKernel<A>,
         p: &Packed,
         x: &[A],
         stride: usize,
         xsum: &[i32],
         n: usize,
-        tokens: Range<usize>,
+        tokens: std::ops::Range<usize>,
         out: &mut [f32],
     ) {
         let m = out.len() / n;
@@ -1193,7 +637,7 @@ mod tests {
             for sign in [1f32, -1.0] {
                 let mut q = vec![BlockQ8K::default(); k / 256];
                 quantize_q8k(&vec![sign; k], &mut q);
-                let want = quant::dot_q8k(t, &w[..w.len() / m], &q);
+                let want = portable::dot_q8k(t, &w[..w.len() / m], &q);
                 for isa in isas() {
                     let kernel = q8k_kernel(isa, t).expect("packed kernel");
                     let mut out = vec![0f32; m];
@@ -1245,7 +689,7 @@ mod tests {
                     for i in 0..n {
                         for r in 0..m {
                             reference[i * m + r] =
-                                quant::dot_q8(t, &w[r * rb..(r + 1) * rb], &q[i * nb..]);
+                                portable::dot_q8(t, &w[r * rb..(r + 1) * rb], &q[i * nb..]);
                         }
                     }
                     run(kernel, &p, &q, nb, &xsum, n, 0..n, &mut tiled);
@@ -1261,7 +705,7 @@ mod tests {
                     for i in 0..n {
                         for r in 0..m {
                             reference[i * m + r] =
-                                quant::dot_q8k(t, &w[r * rb..(r + 1) * rb], &q[i * nb..]);
+                                portable::dot_q8k(t, &w[r * rb..(r + 1) * rb], &q[i * nb..]);
                         }
                     }
                     run(kernel, &p, &q, nb, &[], n, 0..n, &mut tiled);

@@ -1,76 +1,123 @@
-//! Dot products between a weight row in its GGML type and an activation row, as llama.cpp does
-//! them: the activation is first quantized to 8 bits once per matmul (per 32 values for the
-//! 32-block types, per 256 with per-16 sums for the K-quants), then each weight block is multiplied
-//! in integers and scaled once. Unquantized weights take the f32 activation as is.
-//!
-//! These are the portable reference versions; `simd` has the x86 versions, tested against them.
+//! The portable kernels, in plain Rust for every CPU: the reference every instruction-set level's
+//! kernels are tested against, and the table (`kernels`) of CPUs without one (or with
+//! `KILN_NO_SIMD=1`). Dot products between a weight row in its GGML type and an activation row,
+//! as llama.cpp does them: the activation is first quantized to 8 bits once per matmul (per 32
+//! values for the 32-block types, per 256 with per-16 sums for the K-quants), then each weight
+//! block is multiplied in integers and scaled once. Unquantized weights take the f32 activation
+//! as is.
 #![allow(clippy::needless_range_loop)] // block kernels index several arrays with one index
 
+use half::f16;
+
+use super::ggml_math;
+use super::kernels::{BlockQ8, BlockQ8K, Dot, Kernels, Level, QuantKernels, TypeKernels};
 use crate::gguf::GgmlType;
 use crate::gguf::dequant::{f16_at, q3_k_scales, scale_min_k4};
 
-/// 32 activations quantized to i8 with one f32 scale; `s` = d · Σ qs (for weight types with a
-/// per-block minimum).
-#[derive(Clone, Copy)]
-#[repr(C, align(8))]
-pub struct BlockQ8 {
-    pub d: f32,
-    pub s: f32,
-    pub qs: [i8; 32],
-}
-
-/// 256 activations quantized to i8, with the sums of each group of 16 (for K-quant minimums).
-#[derive(Clone, Copy)]
-#[repr(C, align(8))]
-pub struct BlockQ8K {
-    pub d: f32,
-    pub qs: [i8; 256],
-    pub bsums: [i16; 16],
-}
-
-impl Default for BlockQ8 {
-    fn default() -> Self {
-        BlockQ8 {
-            d: 0.0,
-            s: 0.0,
-            qs: [0; 32],
-        }
+/// The table of the portable kernels.
+pub fn kernels() -> Kernels {
+    Kernels {
+        level: Level::Portable,
+        types: GgmlType::ALL.map(type_kernels),
+        quantize_q8,
+        quantize_q8k,
+        silu_mul,
+        exp_sub,
+        round_f16,
+        dot_f32_f16,
+        axpy_f16,
+        axpy_q8_0,
+        delta_rule: |s, k, q, v, dbs, out| delta_rule_with(dot_f32s, s, k, q, v, dbs, out),
+        attention: None,
     }
 }
 
-impl Default for BlockQ8K {
-    fn default() -> Self {
-        BlockQ8K {
-            d: 0.0,
-            qs: [0; 256],
-            bsums: [0; 16],
-        }
-    }
-}
-
-/// How a weight type wants its activations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ActFormat {
-    F32,
-    Q8,
-    Q8K,
-}
-
-pub fn act_format(t: GgmlType) -> ActFormat {
+/// The portable kernels of block type `t`: its activation format and dot product, no four-row or
+/// packed kernels.
+pub fn type_kernels(t: GgmlType) -> TypeKernels {
+    let q8 = |dot: Dot<BlockQ8>| {
+        TypeKernels::Q8(QuantKernels {
+            dot,
+            dot4: None,
+            packed: None,
+        })
+    };
+    let q8k = |dot: Dot<BlockQ8K>| {
+        TypeKernels::Q8K(QuantKernels {
+            dot,
+            dot4: None,
+            packed: None,
+        })
+    };
     match t {
-        GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => ActFormat::F32,
-        GgmlType::Q4_0
-        | GgmlType::Q4_1
-        | GgmlType::Q5_0
-        | GgmlType::Q5_1
-        | GgmlType::Q8_0
-        | GgmlType::Q8_1 => ActFormat::Q8,
-        GgmlType::Q2_K
-        | GgmlType::Q3_K
-        | GgmlType::Q4_K
-        | GgmlType::Q5_K
-        | GgmlType::Q6_K
-        | GgmlType::Q8_K => ActFormat::Q8K,
+        GgmlType::F32 => TypeKernels::F32(|w, x| dot_f32(GgmlType::F32, w, x)),
+        GgmlType::F16 => TypeKernels::F32(|w, x| dot_f32(GgmlType::F16, w, x)),
+        GgmlType::BF16 => TypeKernels::F32(|w, x| dot_f32(GgmlType::BF16, w, x)),
+        GgmlType::Q4_0 => q8(|w, x| dot_q8(GgmlType::Q4_0, w, x)),
+        GgmlType::Q4_1 => q8(|w, x| dot_q8(GgmlType::Q4_1, w, x)),
+        GgmlType::Q5_0 => q8(|w, x| dot_q8(GgmlType::Q5_0, w, x)),
+        GgmlType::Q5_1 => q8(|w, x| dot_q8(GgmlType::Q5_1, w, x)),
+        GgmlType::Q8_0 => q8(|w, x| dot_q8(GgmlType::Q8_0, w, x)),
+        GgmlType::Q8_1 => q8(|w, x| dot_q8(GgmlType::Q8_1, w, x)),
+        GgmlType::Q2_K => q8k(|w, x| dot_q8k(GgmlType::Q2_K, w, x)),
+        GgmlType::Q3_K => q8k(|w, x| dot_q8k(GgmlType::Q3_K, w, x)),
+        GgmlType::Q4_K => q8k(|w, x| dot_q8k(GgmlType::Q4_K, w, x)),
+        GgmlType::Q5_K => q8k(|w, x| dot_q8k(GgmlType::Q5_K, w, x)),
+        GgmlType::Q6_K => q8k(|w, x| dot_q8k(GgmlType::Q6_K, w, x)),
+        GgmlType::Q8_K => q8k(|w, x| dot_q8k(GgmlType::Q8_K, w, x)),
+    }
+}
+
+fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = ggml_math::silu(*g) * u;
+    }
+}
+
+fn exp_sub(x: &mut [f32], max: f32) -> f64 {
+    x.iter_mut()
+        .map(|v| {
+            *v = ggml_math::expf(*v - max);
+            *v as f64
+        })
+        .sum()
+}
+
+fn round_f16(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32());
+}
+
+fn dot_f32_f16(a: &[f32], b: &[f16]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y.to_f32()).sum()
+}
+
+fn axpy_f16(a: f32, x: &[f16], y: &mut [f32]) {
+    y.iter_mut()
+        .zip(x)
+        .for_each(|(yv, xv)| *yv += a * xv.to_f32());
+}
+
+fn dot_f32s(w: &[u8], x: &[f32]) -> f32 {
+    dot_f32(GgmlType::F32, w, x)
+}
+
+/// `Kernels::delta_rule` with `dot` for its dot products (a level's F32 row kernel), the steps
+/// taken one at a time.
+pub fn delta_rule_with(
+    dot: Dot<f32>,
+    s: &mut [f32],
+    k: &[f32],
+    q: &[f32],
+    v: &[f32],
+    [decay, beta, scale]: [f32; 3],
+    out: &mut [f32],
+) {
+    let dot = |a: &[f32], b: &[f32]| dot(super::f32_bytes(a), b);
+    for (j, row) in s.chunks_exact_mut(k.len()).enumerate() {
+        row.iter_mut().for_each(|x| *x *= decay);
+        let delta = (v[j] - dot(row, k)) * beta;
+        row.iter_mut().zip(k).for_each(|(x, &kv)| *x += kv * delta);
+        out[j] = dot(row, q) * scale;
     }
 }
 
@@ -423,6 +470,7 @@ fn dot_q6_k(w: &[u8], x: &BlockQ8K) -> f32 {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::super::kernels::ActFormat;
     use super::*;
     use crate::gguf::dequant::dequantize;
 
@@ -504,7 +552,7 @@ pub(crate) mod tests {
                 .zip(&x)
                 .map(|(a, b)| (*a as f64 * *b as f64).abs())
                 .sum();
-            let got = match act_format(t) {
+            let got = match kernels().of(t).format() {
                 ActFormat::F32 => dot_f32(t, &w, &x),
                 ActFormat::Q8 => {
                     let mut q = vec![BlockQ8::default(); n / 32];

@@ -1,0 +1,342 @@
+//! How the CPU schedules a matmul pass: the input quantized once into the activation format of
+//! the weights' type (kernels.rs), then every weight's rows in one parallel pass over the pool
+//! (one fork-join for Q, K and V together). Repacked weights run on their GEMM kernels, the rest
+//! on the row kernels. One token streams the weights in per-thread shares (`SpinPool::run_split`);
+//! more tokens go in tiles whose activations stay in cache while weight rows pass over them.
+
+use std::cell::RefCell;
+use std::ops::Range;
+
+use super::kernels::{ActBlock, ActFormat, BlockQ8, BlockQ8K, Dot, Dot4, GroupCall, PackedKernel};
+use super::{CpuBackend, CpuWeight, SharedOut, repack};
+
+thread_local! {
+    static Q8_SCRATCH: RefCell<Vec<BlockQ8>> = const { RefCell::new(Vec::new()) };
+    static Q8K_SCRATCH: RefCell<Vec<BlockQ8K>> = const { RefCell::new(Vec::new()) };
+    /// Σ of each Q8 block's values (the GEMM kernels' offset correction).
+    static XSUM_SCRATCH: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The per-thread buffer a pass quantizes its input into, kept between passes.
+trait Scratch: ActBlock {
+    fn with<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R;
+}
+
+impl Scratch for BlockQ8 {
+    fn with<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R {
+        Q8_SCRATCH.with(|s| f(&mut s.borrow_mut()))
+    }
+}
+
+impl Scratch for BlockQ8K {
+    fn with<R>(f: impl FnOnce(&mut Vec<Self>) -> R) -> R {
+        Q8K_SCRATCH.with(|s| f(&mut s.borrow_mut()))
+    }
+}
+
+/// Activation rows per tile: a tile of quantized activations stays in cache while each weight row
+/// of a chunk is multiplied against it.
+const ROW_TILE: usize = 16;
+
+/// Bytes of weights a generation thread streams between checks for its share of a matmul pass
+/// (`SpinPool::run_split`).
+const STREAM_PIECE: usize = 64 << 10;
+
+/// Tokens per block of a GEMM: as many as keep their activations (`stride` blocks of `A` each)
+/// within 256 KB of the L2 cache, a multiple of the AVX-512 tile of 8.
+pub(super) fn packed_token_block<A>(stride: usize) -> usize {
+    const L2_BUDGET: usize = 256 << 10;
+    (L2_BUDGET / (stride * std::mem::size_of::<A>()).max(1))
+        .next_multiple_of(8)
+        .max(8)
+}
+
+/// The profile name of a matmul by the weight's role, from its tensor name.
+pub(super) fn matmul_name(w: &CpuWeight) -> &'static str {
+    let name = w.tensor.name.as_str();
+    [
+        ("attn_q.weight", "matmul attn_qkv"),
+        ("attn_output.weight", "matmul attn_output"),
+        ("ffn_gate.weight", "matmul ffn_gate_up"),
+        ("ffn_down.weight", "matmul ffn_down"),
+        ("output.weight", "matmul output"),
+        ("token_embd.weight", "matmul output"),
+    ]
+    .iter()
+    .find(|(suffix, _)| name.ends_with(suffix))
+    .map_or("matmul other", |&(_, op)| op)
+}
+
+/// Where each of several item lists starts when they are numbered as one.
+fn list_starts(lens: impl Iterator<Item = usize>) -> Vec<usize> {
+    lens.scan(0, |at, len| {
+        let start = *at;
+        *at += len;
+        Some(start)
+    })
+    .collect()
+}
+
+/// The list (index into `starts`) and the index within it of item `item` of the joined lists.
+fn locate(starts: &[usize], item: usize) -> (usize, usize) {
+    let list = starts.partition_point(|&s| s <= item) - 1;
+    (list, item - starts[list])
+}
+
+/// One weight's share of a row-kernel pass: its rows, where they go, and its kernels.
+struct Job<'a, A> {
+    w: &'a CpuWeight,
+    out: SharedOut,
+    dot: Dot<A>,
+    dot4: Option<Dot4<A>>,
+}
+
+impl CpuBackend {
+    /// Weight rows per parallel task of a pass over several activation rows.
+    pub(super) fn row_chunk(&self, m: usize) -> usize {
+        m.div_ceil(self.threads * 8)
+            .clamp(1, 256)
+            .next_multiple_of(4)
+            .min(m.max(1))
+    }
+
+    /// Whether weights of type `t` are repacked at load (the CPU has GEMM kernels for it).
+    pub(super) fn packs(&self, t: crate::gguf::GgmlType) -> bool {
+        self.repack && self.kernels.of(t).packs()
+    }
+
+    /// Matmuls of one input by weights that take the same activation format: the input is
+    /// quantized once and all the weights' rows run in one parallel pass (two when some weights
+    /// are repacked and some are not).
+    pub(super) fn matmul_group(
+        &self,
+        x: &[f32],
+        ws: &[&CpuWeight],
+        rows: usize,
+        outs: &mut [&mut Vec<f32>],
+    ) {
+        let k = ws[0].cols;
+        let x = &x[..rows * k];
+        let outs: Vec<SharedOut> = ws
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|(w, o)| SharedOut(o[..rows * w.rows].as_mut_ptr()))
+            .collect();
+        let jobs: Vec<(&CpuWeight, SharedOut)> = ws.iter().copied().zip(outs).collect();
+        match self.kernels.of(ws[0].tensor.dtype).format() {
+            ActFormat::F32 => {
+                let jobs: Vec<Job<f32>> = jobs
+                    .iter()
+                    .map(|&(w, out)| Job {
+                        w,
+                        out,
+                        dot: self.kernels.dot_f32(w.tensor.dtype),
+                        dot4: None,
+                    })
+                    .collect();
+                self.run_jobs(&jobs, rows, x, k);
+            }
+            ActFormat::Q8 => self.quantized_pass::<BlockQ8>(x, k, rows, &jobs),
+            ActFormat::Q8K => self.quantized_pass::<BlockQ8K>(x, k, rows, &jobs),
+        }
+    }
+
+    /// A pass over weights of a quantized format `A`: the input quantized into the thread's
+    /// scratch, the repacked weights on their GEMM kernels, the others on the row kernels.
+    fn quantized_pass<A: Scratch>(
+        &self,
+        x: &[f32],
+        k: usize,
+        rows: usize,
+        jobs: &[(&CpuWeight, SharedOut)],
+    ) {
+        let quantize = A::quantizer(&self.kernels);
+        A::with(|s| {
+            let nb = k / A::LEN;
+            s.resize(rows * nb, A::default());
+            self.pool
+                .for_each_chunk(&mut s[..], nb, &|r, q| quantize(&x[r * k..(r + 1) * k], q));
+            let (packed, plain): (Vec<_>, Vec<_>) =
+                jobs.iter().copied().partition(|(w, _)| w.packed.is_some());
+            if !packed.is_empty() {
+                XSUM_SCRATCH.with(|xs| {
+                    let mut xs = xs.borrow_mut();
+                    xs.clear();
+                    if A::SUMS {
+                        xs.resize(rows * nb, 0);
+                        let q = &s[..];
+                        self.pool.for_each_chunk(&mut xs[..], nb, &|r, sums| {
+                            for (sum, b) in sums.iter_mut().zip(&q[r * nb..]) {
+                                *sum = b.sum();
+                            }
+                        });
+                    }
+                    self.run_packed(&packed, rows, s, nb, &xs);
+                });
+            }
+            let plain: Vec<Job<A>> = plain
+                .into_iter()
+                .map(|(w, out)| {
+                    let kernels = A::kernels(self.kernels.of(w.tensor.dtype))
+                        .expect("weights of one pass share an activation format");
+                    Job {
+                        w,
+                        out,
+                        dot: kernels.dot,
+                        dot4: kernels.dot4,
+                    }
+                })
+                .collect();
+            self.run_jobs(&plain, rows, s, nb);
+        })
+    }
+
+    /// For each job, `out[i·m + r] = dot(W row r, activation row i)`; the rows of all jobs are
+    /// split across the pool in one parallel pass; one activation row streams them in per-thread
+    /// shares (`run_split`). Within a task of several rows, activation rows go in tiles that stay
+    /// in cache while each weight row of the task's chunk passes over them, four rows at a time
+    /// where a four-row kernel exists.
+    fn run_jobs<A: Sync>(&self, jobs: &[Job<A>], rows: usize, acts: &[A], act_stride: usize) {
+        if jobs.is_empty() {
+            return;
+        }
+        let total: usize = jobs.iter().map(|j| j.w.rows).sum();
+        let act = |i: usize| &acts[i * act_stride..(i + 1) * act_stride];
+        if rows == 1 {
+            // Streamed like the GEMM passes (`run_packed`).
+            let starts = list_starts(jobs.iter().map(|j| j.w.rows));
+            let largest = jobs.iter().map(|j| j.w.tensor.row_bytes()).max();
+            let grain = (STREAM_PIECE / largest.unwrap_or(1).max(1)).max(1);
+            self.pool.run_split(total, grain, &|items| {
+                for item in items {
+                    let (ji, r) = locate(&starts, item);
+                    let Job { w, out, dot, .. } = &jobs[ji];
+                    let v = dot(w.row(r), act(0));
+                    // SAFETY: each row r of a job's output is written once (its item is taken
+                    // once), and r < m, the output's length for one activation row.
+                    unsafe { *out.get().add(r) = v };
+                }
+            });
+            return;
+        }
+        let chunk = self.row_chunk(total);
+        let tasks: Vec<(usize, usize, usize)> = jobs
+            .iter()
+            .enumerate()
+            .flat_map(|(ji, j)| {
+                (0..j.w.rows)
+                    .step_by(chunk)
+                    .map(move |r0| (ji, r0, (r0 + chunk).min(j.w.rows)))
+            })
+            .collect();
+        self.pool.run(tasks.len(), &|t| {
+            let (ji, r0, r1) = tasks[t];
+            let Job { w, out, dot, dot4 } = &jobs[ji];
+            let m = w.rows;
+            // SAFETY: each (i, r) of a job's output is written by exactly one task (r is in this
+            // task's chunk) and i·m + r < rows·m ≤ that output's length.
+            let put = |i: usize, r: usize, v: f32| unsafe { *out.get().add(i * m + r) = v };
+            for t0 in (0..rows).step_by(ROW_TILE) {
+                let t1 = (t0 + ROW_TILE).min(rows);
+                for r in r0..r1 {
+                    let wrow = w.row(r);
+                    let mut i = t0;
+                    if let Some(dot4) = dot4 {
+                        while i + 4 <= t1 {
+                            let v = dot4(wrow, [act(i), act(i + 1), act(i + 2), act(i + 3)]);
+                            for (k, &vk) in v.iter().enumerate() {
+                                put(i + k, r, vk);
+                            }
+                            i += 4;
+                        }
+                    }
+                    for i in i..t1 {
+                        put(i, r, dot(wrow, act(i)));
+                    }
+                }
+            }
+        });
+    }
+
+    /// The repacked weights' share of a pass, every (group, token) written once: for one token,
+    /// the groups of all weights streamed in per-thread shares (`run_split`); for more, tasks of a
+    /// few row groups each over blocks of tokens whose activations stay in L2.
+    fn run_packed<A: ActBlock>(
+        &self,
+        jobs: &[(&CpuWeight, SharedOut)],
+        rows: usize,
+        acts: &[A],
+        stride: usize,
+        xsum: &[i32],
+    ) {
+        let kernels: Vec<PackedKernel<A>> = jobs
+            .iter()
+            .map(|(w, _)| {
+                A::kernels(self.kernels.of(w.tensor.dtype))
+                    .and_then(|k| k.packed)
+                    .expect("weights are packed only where a GEMM kernel runs them")
+            })
+            .collect();
+        let token_block = packed_token_block::<A>(stride);
+        let token_blocks = rows.div_ceil(token_block);
+        let groups: usize = jobs.iter().map(|(w, _)| w.rows / repack::ROWS).sum();
+        let call = |ji: usize, group: usize, tokens: Range<usize>| {
+            let (w, out) = &jobs[ji];
+            let p = w.packed.as_ref().expect("packed job");
+            let call = GroupCall {
+                p,
+                group,
+                x: acts,
+                stride,
+                xsum,
+                tokens,
+                // In bounds: the output holds `rows × w.rows` values.
+                out: unsafe { out.get().add(group * repack::ROWS) },
+                m: w.rows,
+            };
+            // SAFETY: the call covers rows of one group and tokens within `rows`, whose outputs
+            // no other call writes, and the activations hold `rows × stride` blocks.
+            unsafe { kernels[ji](&call) }
+        };
+        if rows == 1 {
+            // One token reads each weight byte once, at memory speed: each thread streams a
+            // contiguous share of all the weights' groups, in pieces of ~64 KB so that the
+            // threads finish together (a task start costs a stream restart, so pieces must not
+            // be many separate tasks).
+            let starts = list_starts(jobs.iter().map(|(w, _)| w.rows / repack::ROWS));
+            let largest = jobs
+                .iter()
+                .filter_map(|(w, _)| w.packed.as_ref().map(|p| p.group_bytes))
+                .max()
+                .unwrap_or(1);
+            self.pool
+                .run_split(groups, (STREAM_PIECE / largest).max(1), &|items| {
+                    for item in items {
+                        let (ji, group) = locate(&starts, item);
+                        call(ji, group, 0..1);
+                    }
+                });
+            return;
+        }
+        // Prefill is bound by arithmetic, not by a stream: two tasks per thread for balance.
+        let chunk = groups.div_ceil(self.threads * 2).max(1);
+        let mut tasks = Vec::new();
+        for tb in 0..token_blocks {
+            for (ji, (w, _)) in jobs.iter().enumerate() {
+                let n = w.rows / repack::ROWS;
+                tasks.extend(
+                    (0..n)
+                        .step_by(chunk)
+                        .map(|g0| (tb, ji, g0, (g0 + chunk).min(n))),
+                );
+            }
+        }
+        self.pool.run(tasks.len(), &|i| {
+            let (tb, ji, g0, g1) = tasks[i];
+            let tokens = tb * token_block..((tb + 1) * token_block).min(rows);
+            for group in g0..g1 {
+                call(ji, group, tokens.clone());
+            }
+        });
+    }
+}

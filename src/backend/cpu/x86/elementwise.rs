@@ -1,0 +1,416 @@
+//! x86 elementwise kernels (AVX2, FMA and F16C; the same at every x86 level): activation
+//! quantization to 8 bits (the portable quantizers' values, llama.cpp's `quantize_row_q8_0/1/K`),
+//! SiLU and softmax's exponentials with llama.cpp's `expf` lane for lane, f16 rounding, the f16
+//! dot and axpy of attention over f16 caches, the F32/F16 weight-row dot products, and the delta
+//! rule of Gated DeltaNet. The public functions are safe: `x86::kernels` hands them out only
+//! after detecting the features.
+#![allow(clippy::needless_range_loop)] // per-row accumulators are indexed in step with the rows
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::rows::{f16 as f16_at, hsum_f32, hsum_i32};
+use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K};
+use crate::backend::cpu::{ggml_math, portable};
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32_f16_impl(a: &[f32], b: &[f16]) -> f32 {
+    unsafe {
+        let n = a.len().min(b.len());
+        let bp = b.as_ptr() as *const u16;
+        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i + 16 <= n {
+            let b0 = _mm256_cvtph_ps(_mm_loadu_si128(bp.add(i) as *const __m128i));
+            let b1 = _mm256_cvtph_ps(_mm_loadu_si128(bp.add(i + 8) as *const __m128i));
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i)), b0, s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a.as_ptr().add(i + 8)), b1, s1);
+            i += 16;
+        }
+        let mut sum = hsum_f32(_mm256_add_ps(s0, s1));
+        while i < n {
+            sum += a[i] * b[i].to_f32();
+            i += 1;
+        }
+        sum
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn axpy_f16_impl(alpha: f32, x: &[f16], y: &mut [f32]) {
+    unsafe {
+        let n = x.len().min(y.len());
+        let xp = x.as_ptr() as *const u16;
+        let a = _mm256_set1_ps(alpha);
+        let mut i = 0;
+        while i + 8 <= n {
+            let xv = _mm256_cvtph_ps(_mm_loadu_si128(xp.add(i) as *const __m128i));
+            let r = _mm256_fmadd_ps(a, xv, _mm256_loadu_ps(y.as_ptr().add(i)));
+            _mm256_storeu_ps(y.as_mut_ptr().add(i), r);
+            i += 8;
+        }
+        while i < n {
+            y[i] += alpha * x[i].to_f32();
+            i += 1;
+        }
+    }
+}
+
+/// `quant::quantize_q8`, vectorized; the same values (llama.cpp's `quantize_row_q8_0/1`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_impl(x: &[f32], out: &mut [BlockQ8]) {
+    unsafe {
+        let sign = _mm256_set1_ps(-0.0);
+        for (xb, b) in x.chunks_exact(32).zip(out.iter_mut()) {
+            let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(xb.as_ptr().add(8 * i)));
+            let m = v.iter().fold(_mm256_setzero_ps(), |m, &vi| {
+                _mm256_max_ps(m, _mm256_andnot_ps(sign, vi))
+            });
+            let amax = hsum_max(m);
+            let d = amax / 127.0;
+            let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+            let mut sum = _mm256_setzero_si256();
+            let mut q = [0i32; 32];
+            for (i, &vi) in v.iter().enumerate() {
+                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                    _mm256_mul_ps(vi, id),
+                );
+                let qi = _mm256_cvtps_epi32(r);
+                sum = _mm256_add_epi32(sum, qi);
+                _mm256_storeu_si256(q.as_mut_ptr().add(8 * i) as *mut __m256i, qi);
+            }
+            for (dst, &v) in b.qs.iter_mut().zip(&q) {
+                *dst = v as i8;
+            }
+            b.d = f16::from_f32(d).to_f32();
+            b.s = f16::from_f32(d * hsum_i32(sum) as f32).to_f32();
+        }
+    }
+}
+
+/// `quant::quantize_q8k`, vectorized; the same values (llama.cpp's `quantize_row_q8_K`).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8k_impl(x: &[f32], out: &mut [BlockQ8K]) {
+    unsafe {
+        for (xb, b) in x.chunks_exact(256).zip(out.iter_mut()) {
+            let (max, amax) = portable::signed_absmax(xb);
+            if amax == 0.0 {
+                *b = BlockQ8K::default();
+                continue;
+            }
+            let iscale = -127.0 / max;
+            let is = _mm256_set1_ps(iscale);
+            let mut q = [0i32; 256];
+            for i in 0..32 {
+                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                    _mm256_mul_ps(_mm256_loadu_ps(xb.as_ptr().add(8 * i)), is),
+                );
+                let qi = _mm256_min_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127));
+                _mm256_storeu_si256(q.as_mut_ptr().add(8 * i) as *mut __m256i, qi);
+            }
+            for (dst, &v) in b.qs.iter_mut().zip(&q) {
+                *dst = v as i8;
+            }
+            for (j, s) in b.bsums.iter_mut().enumerate() {
+                *s = q[j * 16..j * 16 + 16].iter().sum::<i32>() as i16;
+            }
+            b.d = 1.0 / iscale;
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn hsum_max(v: __m256) -> f32 {
+    unsafe {
+        let s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_max_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+}
+
+pub fn quantize_q8(x: &[f32], out: &mut [BlockQ8]) {
+    // SAFETY: handed out by `Kernels` only after AVX2, FMA and F16C were detected.
+    unsafe { quantize_q8_impl(x, out) }
+}
+
+pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
+    // SAFETY: as above.
+    unsafe { quantize_q8k_impl(x, out) }
+}
+
+/// llama.cpp's `expf`, eight lanes at a time: the same operations as the scalar
+/// `ggml_math::expf`, lane for lane.
+#[inline(always)]
+unsafe fn expf8(x: __m256) -> __m256 {
+    unsafe {
+        use ggml_math::EXPF_CONSTANTS as C;
+        let c = |i: usize| _mm256_set1_ps(f32::from_bits(C[i]));
+        let r = c(0);
+        let z = _mm256_fmadd_ps(x, c(1), r);
+        let n = _mm256_sub_ps(z, r);
+        let b = _mm256_fnmadd_ps(n, c(2), _mm256_fnmadd_ps(n, c(3), x));
+        let u = _mm256_mul_ps(b, b);
+        let j = _mm256_fmadd_ps(
+            _mm256_fmadd_ps(
+                _mm256_fmadd_ps(c(4), b, c(5)),
+                u,
+                _mm256_fmadd_ps(c(6), b, c(7)),
+            ),
+            u,
+            _mm256_fmadd_ps(c(8), b, _mm256_set1_ps(1.0)),
+        );
+        // scalef(j, n) as j · 2^(n>>1) · 2^(n − (n>>1)), with |n| ≤ 192 clamped.
+        let big = _mm256_cmp_ps(
+            _mm256_andnot_ps(_mm256_set1_ps(-0.0), n),
+            _mm256_set1_ps(192.0),
+            _CMP_GT_OQ,
+        );
+        let ni = _mm256_cvtps_epi32(_mm256_max_ps(
+            _mm256_min_ps(n, _mm256_set1_ps(192.0)),
+            _mm256_set1_ps(-192.0),
+        ));
+        let h = _mm256_srai_epi32(ni, 1);
+        let pow2 = |e: __m256i| {
+            _mm256_castsi256_ps(_mm256_slli_epi32(
+                _mm256_add_epi32(e, _mm256_set1_epi32(127)),
+                23,
+            ))
+        };
+        let res = _mm256_mul_ps(_mm256_mul_ps(j, pow2(h)), pow2(_mm256_sub_epi32(ni, h)));
+        // |n| > 192: 0 below, infinity above.
+        let alt = _mm256_and_ps(
+            _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_GT_OQ),
+            _mm256_set1_ps(f32::INFINITY),
+        );
+        _mm256_blendv_ps(res, alt, big)
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn silu_mul_impl(gate: &mut [f32], up: &[f32]) {
+    unsafe {
+        let n = gate.len().min(up.len());
+        let one = _mm256_set1_ps(1.0);
+        let mut i = 0;
+        while i + 8 <= n {
+            let x = _mm256_loadu_ps(gate.as_ptr().add(i));
+            let e = expf8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+            let s = _mm256_div_ps(x, _mm256_add_ps(one, e));
+            _mm256_storeu_ps(
+                gate.as_mut_ptr().add(i),
+                _mm256_mul_ps(s, _mm256_loadu_ps(up.as_ptr().add(i))),
+            );
+            i += 8;
+        }
+        for k in i..n {
+            gate[k] = ggml_math::silu(gate[k]) * up[k];
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn exp_sub_impl(x: &mut [f32], max: f32) -> f64 {
+    unsafe {
+        let n = x.len();
+        let m = _mm256_set1_ps(max);
+        let mut sum = 0.0f64;
+        let mut i = 0;
+        while i + 8 <= n {
+            let e = expf8(_mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), m));
+            _mm256_storeu_ps(x.as_mut_ptr().add(i), e);
+            sum += hsum_f32(e) as f64;
+            i += 8;
+        }
+        for v in &mut x[i..] {
+            *v = ggml_math::expf(*v - max);
+            sum += *v as f64;
+        }
+        sum
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn round_f16_impl(x: &mut [f32]) {
+    unsafe {
+        let n = x.len();
+        let mut i = 0;
+        while i + 8 <= n {
+            let h =
+                _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(x.as_ptr().add(i)));
+            _mm256_storeu_ps(x.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+            i += 8;
+        }
+        for v in &mut x[i..] {
+            *v = f16::from_f32(*v).to_f32();
+        }
+    }
+}
+
+pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: handed out by `Kernels` only after AVX2, FMA and F16C were detected.
+    unsafe { silu_mul_impl(gate, up) }
+}
+
+pub fn delta_rule(
+    s: &mut [f32],
+    k: &[f32],
+    q: &[f32],
+    v: &[f32],
+    decay_beta_scale: [f32; 3],
+    out: &mut [f32],
+) {
+    let d = k.len();
+    assert!(q.len() == d && s.len() == v.len() * d && out.len() >= v.len());
+    let mut j = 0;
+    // SAFETY: AVX2, FMA and F16C were detected (as above); rows j..j + R lie in `s`.
+    unsafe {
+        while j + 4 <= v.len() {
+            delta_rule_rows::<4>(s, k, q, v, decay_beta_scale, out, j);
+            j += 4;
+        }
+        while j < v.len() {
+            delta_rule_rows::<1>(s, k, q, v, decay_beta_scale, out, j);
+            j += 1;
+        }
+    }
+}
+
+/// Rows j..j + R of `Kernels::delta_rule`, side by side so their dot products' dependency
+/// chains overlap. Per row, the arithmetic of the scalar steps: `x *= decay`, the 8-lane FMA
+/// dot of `dot_f32_bytes_impl` (tail added after the horizontal sum), `x += k·δ` unfused.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // the rows' accumulators and the tails index alike
+unsafe fn delta_rule_rows<const R: usize>(
+    s: &mut [f32],
+    k: &[f32],
+    q: &[f32],
+    v: &[f32],
+    [decay, beta, scale]: [f32; 3],
+    out: &mut [f32],
+    j: usize,
+) {
+    unsafe {
+        let d = k.len();
+        let n8 = d / 8 * 8;
+        let base = s.as_mut_ptr().add(j * d);
+        let row = |r: usize| base.add(r * d);
+        let dv = _mm256_set1_ps(decay);
+        let mut acc = [_mm256_setzero_ps(); R];
+        let mut i = 0;
+        while i < n8 {
+            let kv = _mm256_loadu_ps(k.as_ptr().add(i));
+            for r in 0..R {
+                let x = _mm256_mul_ps(_mm256_loadu_ps(row(r).add(i)), dv);
+                _mm256_storeu_ps(row(r).add(i), x);
+                acc[r] = _mm256_fmadd_ps(x, kv, acc[r]);
+            }
+            i += 8;
+        }
+        let mut delta = [0.0f32; R];
+        for r in 0..R {
+            let mut dot = hsum_f32(acc[r]);
+            for i in n8..d {
+                let x = row(r).add(i);
+                *x *= decay;
+                dot += *x * k[i];
+            }
+            delta[r] = (v[j + r] - dot) * beta;
+            acc[r] = _mm256_setzero_ps();
+        }
+        let mut i = 0;
+        while i < n8 {
+            let kv = _mm256_loadu_ps(k.as_ptr().add(i));
+            let qv = _mm256_loadu_ps(q.as_ptr().add(i));
+            for r in 0..R {
+                let x = _mm256_loadu_ps(row(r).add(i));
+                let x = _mm256_add_ps(x, _mm256_mul_ps(kv, _mm256_set1_ps(delta[r])));
+                _mm256_storeu_ps(row(r).add(i), x);
+                acc[r] = _mm256_fmadd_ps(x, qv, acc[r]);
+            }
+            i += 8;
+        }
+        for r in 0..R {
+            let mut dot = hsum_f32(acc[r]);
+            for i in n8..d {
+                let x = row(r).add(i);
+                *x += k[i] * delta[r];
+                dot += *x * q[i];
+            }
+            out[j + r] = dot * scale;
+        }
+    }
+}
+
+pub fn exp_sub(x: &mut [f32], max: f32) -> f64 {
+    // SAFETY: as above.
+    unsafe { exp_sub_impl(x, max) }
+}
+
+pub fn round_f16(x: &mut [f32]) {
+    // SAFETY: as above.
+    unsafe { round_f16_impl(x) }
+}
+
+/// f32 weights stored as little-endian bytes (possibly unaligned) · f32 activations.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32_bytes_impl(w: &[u8], x: &[f32]) -> f32 {
+    unsafe {
+        let n = (w.len() / 4).min(x.len());
+        let mut s = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            let wv = _mm256_loadu_ps(w.as_ptr().add(4 * i) as *const f32);
+            s = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr().add(i)), s);
+            i += 8;
+        }
+        let mut sum = hsum_f32(s);
+        while i < n {
+            let b = &w[4 * i..4 * i + 4];
+            sum += f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * x[i];
+            i += 1;
+        }
+        sum
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_bytes_impl(w: &[u8], x: &[f32]) -> f32 {
+    unsafe {
+        let n = (w.len() / 2).min(x.len());
+        let mut s = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            let h = _mm_loadu_si128(w.as_ptr().add(2 * i) as *const __m128i);
+            s = _mm256_fmadd_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(x.as_ptr().add(i)), s);
+            i += 8;
+        }
+        let mut sum = hsum_f32(s);
+        while i < n {
+            sum += f16_at(w, 2 * i) * x[i];
+            i += 1;
+        }
+        sum
+    }
+}
+
+pub fn axpy_f16(a: f32, x: &[f16], y: &mut [f32]) {
+    // SAFETY: as above.
+    unsafe { axpy_f16_impl(a, x, y) }
+}
+
+pub fn dot_f32_f16(a: &[f32], b: &[f16]) -> f32 {
+    // SAFETY: as above.
+    unsafe { dot_f32_f16_impl(a, b) }
+}
+
+pub fn dot_f32_bytes(w: &[u8], x: &[f32]) -> f32 {
+    // SAFETY: as above.
+    unsafe { dot_f32_bytes_impl(w, x) }
+}
+
+pub fn dot_f16_bytes(w: &[u8], x: &[f32]) -> f32 {
+    // SAFETY: as above.
+    unsafe { dot_f16_bytes_impl(w, x) }
+}
