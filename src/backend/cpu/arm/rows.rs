@@ -416,46 +416,20 @@ unsafe fn blocks_k_sdot<T: BlockK, const R: usize>(w: &[u8], x: [&[BlockQ8K]; R]
     unsafe { blocks_k::<Sdot, T, R>(w, x) }
 }
 
-// Safe entry points for the table. Sound because `arm::kernels` hands them out only for levels
-// the CPU was detected to have (its own contract).
-
-fn dot_smull<T: Block32>(w: &[u8], x: &[BlockQ8]) -> f32 {
-    unsafe { blocks32_smull::<T, 1>(w, [x])[0] }
-}
-
-fn dot4_smull<T: Block32>(w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
-    unsafe { blocks32_smull::<T, 4>(w, x) }
-}
-
-fn dot_sdot<T: Block32>(w: &[u8], x: &[BlockQ8]) -> f32 {
-    unsafe { blocks32_sdot::<T, 1>(w, [x])[0] }
-}
-
-fn dot4_sdot<T: Block32>(w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
-    unsafe { blocks32_sdot::<T, 4>(w, x) }
-}
-
-fn dot_k_smull<T: BlockK>(w: &[u8], x: &[BlockQ8K]) -> f32 {
-    unsafe { blocks_k_smull::<T, 1>(w, [x])[0] }
-}
-
-fn dot4_k_smull<T: BlockK>(w: &[u8], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
-    unsafe { blocks_k_smull::<T, 4>(w, x) }
-}
-
-fn dot_k_sdot<T: BlockK>(w: &[u8], x: &[BlockQ8K]) -> f32 {
-    unsafe { blocks_k_sdot::<T, 1>(w, [x])[0] }
-}
-
-fn dot4_k_sdot<T: BlockK>(w: &[u8], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
-    unsafe { blocks_k_sdot::<T, 4>(w, x) }
-}
+// The table's safe entry points are closures over the instantiations: sound because
+// `arm::kernels` hands them out only for levels the CPU was detected to have (its contract).
 
 fn q8_rows<T: Block32>(dotprod: bool) -> QuantKernels<BlockQ8> {
     let (dot, dot4): (Dot<BlockQ8>, Dot4<BlockQ8>) = if dotprod {
-        (dot_sdot::<T>, dot4_sdot::<T>)
+        (
+            |w, x| unsafe { blocks32_sdot::<T, 1>(w, [x])[0] },
+            |w, x| unsafe { blocks32_sdot::<T, 4>(w, x) },
+        )
     } else {
-        (dot_smull::<T>, dot4_smull::<T>)
+        (
+            |w, x| unsafe { blocks32_smull::<T, 1>(w, [x])[0] },
+            |w, x| unsafe { blocks32_smull::<T, 4>(w, x) },
+        )
     };
     QuantKernels {
         dot,
@@ -466,9 +440,15 @@ fn q8_rows<T: Block32>(dotprod: bool) -> QuantKernels<BlockQ8> {
 
 fn q8k_rows<T: BlockK>(dotprod: bool) -> QuantKernels<BlockQ8K> {
     let (dot, dot4): (Dot<BlockQ8K>, Dot4<BlockQ8K>) = if dotprod {
-        (dot_k_sdot::<T>, dot4_k_sdot::<T>)
+        (
+            |w, x| unsafe { blocks_k_sdot::<T, 1>(w, [x])[0] },
+            |w, x| unsafe { blocks_k_sdot::<T, 4>(w, x) },
+        )
     } else {
-        (dot_k_smull::<T>, dot4_k_smull::<T>)
+        (
+            |w, x| unsafe { blocks_k_smull::<T, 1>(w, [x])[0] },
+            |w, x| unsafe { blocks_k_smull::<T, 4>(w, x) },
+        )
     };
     QuantKernels {
         dot,

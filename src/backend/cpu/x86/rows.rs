@@ -460,40 +460,22 @@ unsafe fn kquant_avx2<T: KQuant, const R: usize>(w: &[u8], x: [&[BlockQ8K]; R]) 
     unsafe { kquant::<T, R>(w, x) }
 }
 
-// Safe entry points for the table. Sound because `x86::kernels` hands them out only for levels
-// the CPU was detected to have (its own contract).
+// The table's safe entry points are closures over the instantiations: sound because
+// `x86::kernels` hands them out only for levels the CPU was detected to have (its contract).
 
-fn dot_avx2<T: Block32>(w: &[u8], x: &[BlockQ8]) -> f32 {
-    unsafe { blocks32_avx2::<T, 1>(w, [x])[0] }
-}
-
-fn dot4_avx2<T: Block32>(w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
-    unsafe { blocks32_avx2::<T, 4>(w, x) }
-}
-
-fn dot_vnni<T: Block32>(w: &[u8], x: &[BlockQ8]) -> f32 {
-    unsafe { blocks32_vnni::<T, 1>(w, [x])[0] }
-}
-
-fn dot4_vnni<T: Block32>(w: &[u8], x: [&[BlockQ8]; 4]) -> [f32; 4] {
-    unsafe { blocks32_vnni::<T, 4>(w, x) }
-}
-
-fn dot_kquant<T: KQuant>(w: &[u8], x: &[BlockQ8K]) -> f32 {
-    unsafe { kquant_avx2::<T, 1>(w, [x])[0] }
-}
-
-fn dot4_kquant<T: KQuant>(w: &[u8], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
-    unsafe { kquant_avx2::<T, 4>(w, x) }
-}
-
-/// The row kernels of a 32-value block type at `level` (AVX-VNNI's byte dot product where
-/// `vnni`), with no GEMM kernel yet.
+/// The row kernels of a 32-value block type (AVX-VNNI's byte dot product where `vnni`), with no
+/// GEMM kernel yet.
 fn q8_rows<T: Block32>(vnni: bool) -> QuantKernels<BlockQ8> {
     let (dot, dot4): (Dot<BlockQ8>, Dot4<BlockQ8>) = if vnni {
-        (dot_vnni::<T>, dot4_vnni::<T>)
+        (
+            |w, x| unsafe { blocks32_vnni::<T, 1>(w, [x])[0] },
+            |w, x| unsafe { blocks32_vnni::<T, 4>(w, x) },
+        )
     } else {
-        (dot_avx2::<T>, dot4_avx2::<T>)
+        (
+            |w, x| unsafe { blocks32_avx2::<T, 1>(w, [x])[0] },
+            |w, x| unsafe { blocks32_avx2::<T, 4>(w, x) },
+        )
     };
     QuantKernels {
         dot,
@@ -504,8 +486,8 @@ fn q8_rows<T: Block32>(vnni: bool) -> QuantKernels<BlockQ8> {
 
 fn q8k_rows<T: KQuant>() -> QuantKernels<BlockQ8K> {
     QuantKernels {
-        dot: dot_kquant::<T>,
-        dot4: Some(dot4_kquant::<T>),
+        dot: |w, x| unsafe { kquant_avx2::<T, 1>(w, [x])[0] },
+        dot4: Some(|w, x| unsafe { kquant_avx2::<T, 4>(w, x) }),
         packed: None,
     }
 }
