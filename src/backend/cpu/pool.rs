@@ -1,6 +1,6 @@
-//! A spinning thread pool for the CPU backend's many small parallel steps. A rayon fork-join
-//! costs ~16 µs on this class of machine because its workers sleep between jobs; a decode step of
-//! a small model runs ~150 of them per token. Here workers spin on a job counter between jobs (as
+//! A spinning thread pool for the CPU backend's many small parallel steps. A rayon fork-join wakes
+//! workers that sleep between jobs, a cost a small model's token pays at each of the ~150 parallel
+//! steps it takes. Here workers spin on a job counter between jobs (as
 //! llama.cpp's pool polls) and park only after ~1 ms without work, so an idle kiln (a chat waiting
 //! for input) uses no CPU.
 //!

@@ -10,7 +10,7 @@
 //! reading order (`interleave`). So a kernel walking the blocks reads the group front to back as
 //! one stream, which the hardware prefetcher follows, and every line load is aligned. (Groups
 //! stored section by section, which the kernels read as several streams at once, held one-token
-//! matmuls to 8-15 GB/s per core on this project's machine against 20-30 GB/s this way.)
+//! matmuls well below memory speed.)
 //! Values are stored unsigned ("u", the GGML code as an unsigned number, e.g. 0..15 for 4-bit
 //! codes) in these line formats (a "line" is 16 rows × 4 bytes):
 //! - nibble lines: byte i of row r holds u[8o + i] in its low and u[8o + 4 + i] in its high nibble,
@@ -672,11 +672,9 @@ pub fn unpack_row(p: &Packed, row: usize, out: &mut [u8]) {
 
 /// A zeroed, page-aligned byte buffer: an anonymous mapping of its own, in transparent huge pages
 /// where the system allows them: generation streams the whole model per token, and with 4 KiB
-/// pages every page is a TLB miss and a restart of the hardware prefetcher. On this project's
-/// 2-core VM, 2 MiB pages read 5 % faster (33.6 vs 32.0 GB/s, a plain two-thread read loop) and
-/// made a 1B model's generation 4.7 % faster (30 paired runs); loading the 1.5B model took a
-/// median 0.12 s longer (1.45 vs 1.33 s over 6 runs each), its worst run 2.8 s, when the kernel
-/// had to compact memory for free huge pages.
+/// pages every page is a TLB miss and a restart of the hardware prefetcher. The cost is at load,
+/// rarely more than a fraction of a second: when the kernel has to compact memory for free huge
+/// pages.
 struct AlignedBytes {
     map: memmap2::MmapMut,
     len: usize,
