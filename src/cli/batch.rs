@@ -20,8 +20,8 @@ use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::run::{RunArgs, cancel_flag, install_interrupt_handler, result_json};
-use super::{Loaded, context_size, error_message, load, on_backend};
+use super::output::{cancel_flag, install_interrupt_handler, result_json};
+use super::{Loaded, RunArgs, context_size, error_message, load, on_backend};
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message};
 use crate::model::generate::{FinishReason, GenerateOptions, StopRules, generate};

@@ -7,7 +7,6 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use crossterm::style::Stylize;
@@ -16,7 +15,7 @@ use reedline::{
     ValidationResult, Validator,
 };
 
-use super::run::{cancel_flag, install_interrupt_handler};
+use super::output::{cancel_flag, install_interrupt_handler, per_s};
 use super::{
     BackendArgs, CacheArgs, ContextShiftArgs, Loaded, ModelArgs, SamplingArgs, context_size, load,
     on_backend,
@@ -391,10 +390,6 @@ impl<B: Backend> Chat<'_, B> {
             Flow::Continue
         })
     }
-}
-
-fn per_s(n: usize, t: Duration) -> f64 {
-    n as f64 / t.as_secs_f64().max(1e-9)
 }
 
 pub fn run(args: ChatArgs) -> Result<ExitCode> {

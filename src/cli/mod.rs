@@ -9,6 +9,7 @@ pub mod completions;
 pub mod constrain;
 pub mod devices;
 pub mod info;
+pub mod output;
 pub mod run;
 pub mod tokenize;
 
@@ -37,7 +38,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Generate text for one prompt (argument or standard input), streamed to stdout
-    Run(run::RunArgs),
+    Run(RunArgs),
     /// Talk with a model: an interactive conversation that keeps its context between turns
     Chat(chat::ChatArgs),
     /// Measure prompt-processing and generation speed (llama-bench's tests and table)
@@ -326,6 +327,80 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
+/// `kiln run`'s flags, here because two modes read them: one prompt (`run.rs`) and `--batch`
+/// (`batch.rs`); the dispatch at the end of this file picks the mode.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// The prompt; `-` or nothing reads it from standard input
+    pub prompt: Option<String>,
+
+    /// Send the prompt through the model's chat template as a user message. This is the default
+    /// when the model file carries a chat template: such models are instruction-tuned and answer
+    /// best in their own turn format
+    #[arg(long, conflicts_with = "raw")]
+    pub chat: bool,
+
+    /// Send the prompt exactly as given. This is the default when the model has no chat template:
+    /// base models continue text
+    #[arg(long)]
+    pub raw: bool,
+
+    /// System message (implies --chat)
+    #[arg(long, value_name = "TEXT", conflicts_with = "raw")]
+    pub system: Option<String>,
+
+    /// Most tokens to generate (-1: until the model ends its reply or the context is full)
+    #[arg(short = 'n', long, default_value_t = -1, allow_negative_numbers = true, value_name = "N")]
+    pub max_tokens: i64,
+
+    /// Context size in tokens (default: the model's, at most 4096)
+    #[arg(short = 'c', long, value_name = "N")]
+    pub ctx_size: Option<usize>,
+
+    /// Stop when the output contains this text (repeatable; the text is not printed)
+    #[arg(long = "stop", value_name = "STR")]
+    pub stop: Vec<String>,
+
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
+
+    #[command(flatten)]
+    pub shift: ContextShiftArgs,
+
+    /// Output format: streamed text, or one JSON object at the end
+    #[arg(long, value_enum, default_value_t)]
+    pub format: OutputFormat,
+
+    /// With --format json: the N most likely tokens at every generated step
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub logprobs: usize,
+
+    /// Print load, prompt and generation timings to stderr
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+
+    /// Print the prompt as the model is given it (rendered through the chat template) and its
+    /// token ids to stderr
+    #[arg(long)]
+    pub verbose_prompt: bool,
+
+    /// Run many requests from a JSON Lines file (`-`: standard input), one JSON result per line
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "logprobs"])]
+    pub batch: Option<String>,
+
+    #[command(flatten)]
+    pub constraint: constrain::ConstraintArgs,
+}
+
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OutputFormat {
     #[default]
@@ -501,6 +576,7 @@ pub fn context_size(requested: Option<usize>, trained: usize) -> Result<usize> {
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
+        Command::Run(args) if args.batch.is_some() => batch::run(args),
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Chat(args) => chat::run(args),
