@@ -26,7 +26,7 @@ use crate::model::conversation::Conversation;
 use crate::model::generate::{FinishReason, GenerateOptions, Generation, StopRules, generate};
 use crate::model::session::DEFAULT_BATCH;
 use crate::model::{Session, Tokenizer};
-use crate::sampler::{Sampler, SamplerConfig};
+use crate::sampler::Sampler;
 
 #[derive(clap::Args, Debug)]
 pub struct ChatArgs {
@@ -41,7 +41,7 @@ pub struct ChatArgs {
     #[arg(short = 'n', long, default_value_t = -1, allow_negative_numbers = true, value_name = "N")]
     pub max_tokens: i64,
 
-    /// Context size in tokens (default: the model's, at most 4096)
+    /// Context size in tokens (default or 0: the model's, at most 4096)
     #[arg(short = 'c', long, value_name = "N")]
     pub ctx_size: Option<usize>,
 
@@ -393,18 +393,14 @@ impl<B: Backend> Chat<'_, B> {
 }
 
 pub fn run(args: ChatArgs) -> Result<ExitCode> {
-    let sampler_config = args.sampling.config()?;
+    args.sampling.validate()?;
     args.constraint.spec()?;
     let loaded = load(&args.model, &args.backend)?;
-    on_backend!(loaded, loaded => chat_with(&args, sampler_config, loaded))
+    on_backend!(loaded, loaded => chat_with(&args, loaded))
 }
 
 /// The conversation, on whichever backend the model was loaded.
-fn chat_with<B: Backend>(
-    args: &ChatArgs,
-    sampler_config: SamplerConfig,
-    loaded: Loaded<B>,
-) -> Result<ExitCode> {
+fn chat_with<B: Backend>(args: &ChatArgs, loaded: Loaded<B>) -> Result<ExitCode> {
     let tok = &loaded.tokenizer;
     let model = &loaded.model;
     let template = ChatTemplate::for_model(tok, model.config.arch);
@@ -414,11 +410,11 @@ fn chat_with<B: Backend>(
             template.describe()
         );
     }
-    let ctx = context_size(args.ctx_size, model.config.context_length)?;
+    let ctx = context_size(args.ctx_size, model.config.context_length);
     let session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
     let interactive = std::io::stdin().is_terminal();
     let color = use_color();
-    let mut sampler = Sampler::new(sampler_config);
+    let mut sampler = Sampler::new(args.sampling.config(ctx)?);
     if let Some(spec) = args.constraint.spec()? {
         let compiler = super::constrain::compiler_for(tok, model.config.vocab_size)?;
         sampler.set_constraint(Some(super::constrain::compile(&compiler, &spec)?));

@@ -12,6 +12,7 @@ pub mod info;
 pub mod output;
 pub mod run;
 pub mod tokenize;
+pub mod values;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -27,6 +28,7 @@ use crate::backend::{Backend, CacheType};
 use crate::model::arch::KvCacheTypes;
 use crate::model::{Model, ModelFile, Tokenizer};
 use crate::sampler::SamplerConfig;
+use values::{LastN, Seed};
 
 #[derive(Parser, Debug)]
 #[command(name = "kiln", version, about = "Run large language models locally")]
@@ -134,8 +136,8 @@ pub struct BackendArgs {
     #[arg(long = "gpu", value_name = "N", env = "KILN_GPU")]
     pub gpu: Option<usize>,
 
-    /// CPU threads (default: one per core)
-    #[arg(short = 't', long, value_name = "N")]
+    /// CPU threads (default, 0 or -1: one per core)
+    #[arg(short = 't', long, value_name = "N", allow_negative_numbers = true, value_parser = values::threads)]
     pub threads: Option<usize>,
 
     /// CPU: keep the weights as the file holds them instead of repacking them at load for the
@@ -242,11 +244,16 @@ pub fn parse_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Cli {
     Cli::parse_from(args)
 }
 
-/// Sampling settings; the defaults are llama.cpp's.
+/// Sampling settings; the defaults and the special values are llama.cpp's.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SamplingArgs {
-    /// Temperature; 0 picks the most likely token every time (greedy)
-    #[arg(long = "temp", default_value_t = 0.8, value_name = "T")]
+    /// Temperature; 0 or less (llama.cpp's -1) picks the most likely token every time (greedy)
+    #[arg(
+        long = "temp",
+        default_value_t = 0.8,
+        value_name = "T",
+        allow_negative_numbers = true
+    )]
     pub temperature: f32,
 
     /// Sample from the K most likely tokens (0: all)
@@ -273,26 +280,27 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 0.0, value_name = "X")]
     pub presence_penalty: f32,
 
-    /// How many recent tokens the penalties consider
-    #[arg(long, default_value_t = 64, value_name = "N")]
-    pub repeat_last_n: usize,
+    /// How many recent tokens the penalties consider (0: none, -1: the whole context)
+    #[arg(long, default_value_t = LastN::Tokens(64), value_name = "N", allow_negative_numbers = true)]
+    pub repeat_last_n: LastN,
 
-    /// Random seed; the same seed, prompt and settings give the same output (default: random)
-    #[arg(long, value_name = "N")]
-    pub seed: Option<u64>,
+    /// Random seed; the same seed, prompt and settings give the same output (default or -1:
+    /// random; `--format json` reports the seed used)
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub seed: Option<Seed>,
 }
 
 impl SamplingArgs {
-    pub fn config(&self) -> Result<SamplerConfig> {
-        let finite_nonneg = |name: &str, v: f32| -> Result<()> {
-            anyhow::ensure!(
-                v.is_finite() && v >= 0.0,
-                "--{name} must be a finite number ≥ 0"
-            );
-            Ok(())
-        };
-        finite_nonneg("temp", self.temperature)?;
-        finite_nonneg("repeat-penalty", self.repeat_penalty)?;
+    /// Check the values before anything loads.
+    pub fn validate(&self) -> Result<()> {
+        anyhow::ensure!(
+            self.temperature.is_finite(),
+            "--temp must be a finite number"
+        );
+        anyhow::ensure!(
+            self.repeat_penalty.is_finite() && self.repeat_penalty >= 0.0,
+            "--repeat-penalty must be a finite number ≥ 0"
+        );
         anyhow::ensure!(
             (0.0..=1.0).contains(&self.top_p) && (0.0..=1.0).contains(&self.min_p),
             "--top-p and --min-p must be between 0 and 1"
@@ -301,30 +309,25 @@ impl SamplingArgs {
             self.frequency_penalty.is_finite() && self.presence_penalty.is_finite(),
             "penalties must be finite numbers"
         );
+        Ok(())
+    }
+
+    /// The sampler's settings for a context of `ctx` tokens. A temperature below 0 is 0 (greedy),
+    /// as llama.cpp clamps it.
+    pub fn config(&self, ctx: usize) -> Result<SamplerConfig> {
+        self.validate()?;
         Ok(SamplerConfig {
-            temperature: self.temperature,
+            temperature: self.temperature.max(0.0),
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
-            penalty_last_n: self.repeat_last_n,
-            seed: self.seed.unwrap_or_else(random_seed),
+            penalty_last_n: self.repeat_last_n.tokens(ctx),
+            seed: self.seed.unwrap_or(Seed::Random).pick(),
         })
     }
-}
-
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    h.finish()
 }
 
 /// `kiln run`'s flags, here because two modes read them: one prompt (`run.rs`) and `--batch`
@@ -356,7 +359,7 @@ pub struct RunArgs {
     #[arg(short = 'n', long, default_value_t = -1, allow_negative_numbers = true, value_name = "N")]
     pub max_tokens: i64,
 
-    /// Context size in tokens (default: the model's, at most 4096)
+    /// Context size in tokens (default or 0: the model's, at most 4096)
     #[arg(short = 'c', long, value_name = "N")]
     pub ctx_size: Option<usize>,
 
@@ -558,19 +561,20 @@ impl<B: Backend> Loaded<B> {
 }
 
 /// The context size to use: the flag, or the model's trained length capped at 4096 (llama.cpp's
-/// default), never more than the model was trained for unless asked.
-pub fn context_size(requested: Option<usize>, trained: usize) -> Result<usize> {
+/// former default), never more than the model was trained for unless asked. `-c 0` is llama.cpp's
+/// "the model's context": kiln caps it as its default, so that a 128k-token model does not
+/// take gigabytes of KV cache unasked.
+pub fn context_size(requested: Option<usize>, trained: usize) -> usize {
     match requested {
-        Some(0) => anyhow::bail!("--ctx-size must be at least 1"),
+        None | Some(0) => trained.clamp(1, 4096),
         Some(n) => {
             if n > trained {
                 eprintln!(
                     "warning: a context of {n} tokens is longer than the {trained} the model was trained on"
                 );
             }
-            Ok(n)
+            n
         }
-        None => Ok(trained.clamp(1, 4096)),
     }
 }
 

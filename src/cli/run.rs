@@ -17,7 +17,7 @@ use crate::model::chat::{ChatTemplate, Message, TemplateOrigin};
 use crate::model::generate::{FinishReason, GenerateOptions, StopRules, generate};
 use crate::model::session::DEFAULT_BATCH;
 use crate::model::{Session, Tokenizer};
-use crate::sampler::{ConstraintSpec, Sampler, SamplerConfig};
+use crate::sampler::{ConstraintSpec, Sampler};
 
 /// The prompt's token ids: raw, or rendered through the chat template.
 fn prompt_ids(
@@ -47,7 +47,7 @@ fn prompt_ids(
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let sampler_config = args.sampling.config()?;
+    args.sampling.validate()?;
     if args.logprobs > 0 && args.format != OutputFormat::Json {
         bail!("--logprobs needs --format json");
     }
@@ -58,14 +58,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     }
 
     let loaded = load(&args.model, &args.backend)?;
-    on_backend!(loaded, loaded => generate_for(&args, &text, sampler_config, constraint.as_ref(), loaded))
+    on_backend!(loaded, loaded => generate_for(&args, &text, constraint.as_ref(), loaded))
 }
 
 /// Everything after loading, on whichever backend the model was loaded.
 fn generate_for<B: Backend>(
     args: &RunArgs,
     text: &str,
-    sampler_config: SamplerConfig,
     constraint: Option<&ConstraintSpec>,
     loaded: Loaded<B>,
 ) -> Result<ExitCode> {
@@ -74,7 +73,7 @@ fn generate_for<B: Backend>(
     if args.verbose_prompt {
         print_verbose_prompt(tok, &ids);
     }
-    let ctx = context_size(args.ctx_size, model.config.context_length)?;
+    let ctx = context_size(args.ctx_size, model.config.context_length);
     if ids.len() > ctx {
         bail!(
             "the prompt is {} tokens but the context holds {ctx}; use -c to enlarge it",
@@ -89,7 +88,7 @@ fn generate_for<B: Backend>(
     let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
     let shift = args.shift.for_model(model);
     session.set_context_shift(shift.keep(&ids, tok.bos, 0))?;
-    let mut sampler = Sampler::new(sampler_config.clone());
+    let mut sampler = Sampler::new(args.sampling.config(ctx)?);
     if let Some(spec) = constraint {
         let start = std::time::Instant::now();
         let compiler = compiler_for(tok, model.config.vocab_size)?;
