@@ -161,3 +161,59 @@ fn interrupt_keeps_the_finished_lines() {
         }
     }
 }
+
+/// A request's `seed` and `repeat_last_n` take -1 as llama.cpp's server does (a random seed, the
+/// whole context), and a negative `temperature` is greedy; other negative values are that line's
+/// error.
+#[test]
+fn requests_take_llama_cpp_special_values() {
+    let req = |id: &str, extra: Value| {
+        let mut r = json!({"id": id, "prompt": "Once upon", "max_tokens": 8});
+        if let (Value::Object(r), Value::Object(extra)) = (&mut r, extra) {
+            r.extend(extra);
+        }
+        r.to_string()
+    };
+    let lines = [
+        req("greedy", json!({"temperature": 0})),
+        req("minus-one", json!({"temperature": -1, "seed": -1})),
+        req("random", json!({"temperature": 1, "seed": -1})),
+        req("whole", json!({"temperature": 0, "repeat_last_n": -1})),
+        req("bad-seed", json!({"seed": -3})),
+        req("bad-last-n", json!({"repeat_last_n": -2})),
+    ];
+    let out = common::kiln()
+        .args(["run", "-c", "128", "-m"])
+        .arg(common::fixture("models/tiny-llama.gguf"))
+        .args(["--batch", "-"])
+        .write_stdin(lines.join("\n"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "two lines fail");
+    let results: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 6);
+    assert_eq!(results[1]["tokens"], results[0]["tokens"]);
+    assert!(results[3]["error"].is_null(), "{}", results[3]);
+    // The random seed is reported, and `kiln run` with it gives the same tokens.
+    let seed = results[2]["seed"].as_u64().unwrap().to_string();
+    let alone = run_json(&[
+        "-c",
+        "128",
+        "--temp",
+        "1",
+        "--seed",
+        &seed,
+        "-n",
+        "8",
+        "Once upon",
+    ]);
+    assert_eq!(results[2]["tokens"], alone["tokens"]);
+    for r in &results[4..] {
+        let err = r["error"].as_str().unwrap_or_else(|| panic!("{r}"));
+        assert!(err.contains("or -1 for"), "{err}");
+    }
+}

@@ -102,6 +102,29 @@ fn chat_exit_codes() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// llama.cpp's special values work in chat as in run: with `--temp -1` (greedy, whatever
+/// `--seed -1` draws), `-t -1`, `--repeat-last-n -1` and `-c 0` the replies are those of
+/// `--temp 0` with the defaults.
+#[test]
+fn chat_takes_llama_cpp_special_values() {
+    let model = common::fixture("models/tiny-llama.gguf");
+    let input = "Hello\nAnd then?\n";
+    let (greedy, err, code) = chat(&model, input, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!greedy.trim().is_empty());
+    let out = common::kiln()
+        .arg("chat")
+        .arg("-m")
+        .arg(&model)
+        .args(["-n", "16", "--temp", "-1", "--seed", "-1", "-t", "-1"])
+        .args(["--repeat-last-n", "-1", "-c", "0"])
+        .write_stdin(input)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), greedy);
+}
+
 /// Turn 2 prefills only what the template adds (the end of the reply's turn and the new user
 /// message), never the whole history again.
 #[test]

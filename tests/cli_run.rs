@@ -309,3 +309,124 @@ fn interrupt_stops_cleanly_with_130() {
         "text generated before the interrupt is flushed"
     );
 }
+
+/// The context size a model's `kiln info` reports, capped at 4096 as `-c`'s help says of the
+/// default.
+fn default_context(model: &std::path::Path) -> u64 {
+    let out = common::kiln()
+        .args(["info", "--format", "json", "-m"])
+        .arg(model)
+        .output()
+        .unwrap();
+    let info: Value = serde_json::from_slice(&out.stdout).unwrap();
+    info["context_length"].as_u64().unwrap().min(4096)
+}
+
+/// llama.cpp's special flag values, which scripts ported from it pass, mean what they mean there:
+/// `--temp -1` greedy, `--seed -1` a random seed, `-t -1` the default threads, `--repeat-last-n -1`
+/// the whole context, `-c 0` the model's context (capped as the default is). Other negative
+/// values are bad flags (exit 2) whose message names the special value.
+#[test]
+fn llama_cpp_special_values() {
+    let tiny = common::fixture("models/tiny-llama.gguf");
+    let base = ["--raw", "-n", "12", "Once upon"];
+    let tokens = |extra: &[&str]| json_run(&tiny, &[extra, &base[..]].concat())["tokens"].clone();
+
+    // Greedy whatever the seed.
+    let greedy = tokens(&["--temp", "0"]);
+    assert_eq!(tokens(&["--temp", "-1", "--seed", "-1"]), greedy);
+    assert_eq!(tokens(&["--temp", "-1", "--seed", "5"]), greedy);
+    // The default threads.
+    assert_eq!(tokens(&["--temp", "0", "-t", "-1"]), greedy);
+    assert_eq!(tokens(&["--temp", "0", "-t", "0"]), greedy);
+
+    // A random seed, reported, and reproduced when given back.
+    let sampled = |seed: &str| {
+        json_run(
+            &tiny,
+            &[&["--temp", "1", "--seed", seed], &base[..]].concat(),
+        )
+    };
+    let (a, b) = (sampled("-1"), sampled("-1"));
+    let seed = a["seed"].as_u64().expect("the seed used is reported");
+    assert_ne!(a["seed"], b["seed"], "each run draws its own seed");
+    assert_eq!(sampled(&seed.to_string())["tokens"], a["tokens"]);
+
+    // The penalties see the whole context: the same as giving its size. (A real model, whose
+    // greedy continuation of a repeating pattern is what a repetition penalty changes.)
+    let smol = common::real_model(common::REAL_MODELS[0]);
+    let penalized = |last_n: &str| {
+        json_run(
+            &smol,
+            &[
+                "--raw",
+                "--temp",
+                "0",
+                "-n",
+                "12",
+                "-c",
+                "48",
+                "--repeat-penalty",
+                "1.5",
+                "--repeat-last-n",
+                last_n,
+                "1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2,",
+            ],
+        )["tokens"]
+            .clone()
+    };
+    assert_eq!(penalized("-1"), penalized("48"));
+    assert_ne!(penalized("-1"), penalized("0"), "the penalty is in force");
+
+    // -c 0: the default context, the model's capped at 4096. A prompt one token longer than it
+    // is refused with a message that names the context's size, with and without -c 0.
+    for model in [tiny.clone(), common::real_model(common::REAL_MODELS[0])] {
+        let ctx = default_context(&model);
+        let prompt = "word ".repeat(ctx as usize + 8);
+        let count = common::kiln()
+            .args(["tokenize", "--format", "json", "-m"])
+            .arg(&model)
+            .arg(&prompt)
+            .output()
+            .unwrap();
+        let count: Value = serde_json::from_slice(&count.stdout).unwrap();
+        assert!(count["count"].as_u64().unwrap() > ctx);
+        for c in [&["-c", "0"][..], &[]] {
+            let out = common::kiln()
+                .arg("run")
+                .arg("-m")
+                .arg(&model)
+                .args(c)
+                .args(["--raw", &prompt])
+                .output()
+                .unwrap();
+            assert_eq!(out.status.code(), Some(1));
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.contains(&format!("the context holds {ctx};")),
+                "{c:?}: {err}"
+            );
+        }
+        assert_eq!(
+            json_run(
+                &model,
+                &["-c", "0", "--temp", "0", "-n", "4", "--raw", "Hello"]
+            )["tokens"],
+            json_run(&model, &["--temp", "0", "-n", "4", "--raw", "Hello"])["tokens"]
+        );
+    }
+
+    // Other negative values are bad flags.
+    for (flag, value) in [("--seed", "-5"), ("-t", "-2"), ("--repeat-last-n", "-2")] {
+        let out = common::kiln()
+            .arg("run")
+            .arg("-m")
+            .arg(&tiny)
+            .args([flag, value, "hi"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("or -1 for"), "{flag} {value}: {err}");
+    }
+}

@@ -3,7 +3,8 @@
 //! `max_tokens`, `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`, penalties,
 //! `json_schema`, `response_format`, plus kiln's `regex` and `grammar`); each output line is the
 //! object `kiln run --format json` prints, with the request's `id`, in input order. Flags on the
-//! command line are the defaults every request can override.
+//! command line are the defaults every request can override. `seed` and `repeat_last_n` take -1
+//! as llama.cpp's server does (a random seed, the whole context; see `values.rs`).
 //!
 //! The model is loaded once and one KV cache serves every request: the tokens a request shares
 //! with what the cache holds (a common system prompt) are not prefilled again
@@ -20,8 +21,9 @@ use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::run::{RunArgs, cancel_flag, install_interrupt_handler, result_json};
-use super::{Loaded, context_size, error_message, load, on_backend};
+use super::output::{cancel_flag, install_interrupt_handler, result_json};
+use super::values::{LastN, Seed};
+use super::{Loaded, RunArgs, context_size, error_message, load, on_backend};
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message};
 use crate::model::generate::{FinishReason, GenerateOptions, StopRules, generate};
@@ -45,11 +47,11 @@ struct Request {
     top_k: Option<usize>,
     top_p: Option<f32>,
     min_p: Option<f32>,
-    seed: Option<u64>,
+    seed: Option<Seed>,
     repeat_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
     presence_penalty: Option<f32>,
-    repeat_last_n: Option<usize>,
+    repeat_last_n: Option<LastN>,
     stop: Option<Stop>,
     json_schema: Option<Value>,
     /// OpenAI's `{"type": "json_object"}` or `{"type": "json_schema", "json_schema": {"schema": …}}`.
@@ -106,7 +108,7 @@ impl Request {
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let source = args.batch.clone().unwrap_or_default();
     // Flag values are checked before the model loads.
-    args.sampling.config()?;
+    args.sampling.validate()?;
     let default_constraint = args.constraint.spec()?;
     let input: Box<dyn Read> = if source == "-" {
         Box::new(std::io::stdin())
@@ -145,7 +147,7 @@ fn run_batch<B: Backend>(
     loaded: Loaded<B>,
 ) -> Result<ExitCode> {
     let (tok, model) = (&loaded.tokenizer, &loaded.model);
-    let ctx = context_size(args.ctx_size, model.config.context_length)?;
+    let ctx = context_size(args.ctx_size, model.config.context_length);
     let session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
     let mut batch = Batch {
         args,
@@ -289,7 +291,7 @@ impl<B: Backend> Batch<'_, '_, B> {
         if req.seed.is_some() {
             sampling.seed = req.seed;
         }
-        let mut sampler = Sampler::new(sampling.config()?);
+        let mut sampler = Sampler::new(sampling.config(ctx)?);
         if let Some(spec) = req.constraint(self.default_constraint)? {
             if self.compiler.is_none() {
                 self.compiler = Some(super::constrain::compiler_for(

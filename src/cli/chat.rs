@@ -7,7 +7,6 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use crossterm::style::Stylize;
@@ -16,7 +15,7 @@ use reedline::{
     ValidationResult, Validator,
 };
 
-use super::run::{cancel_flag, install_interrupt_handler};
+use super::output::{cancel_flag, install_interrupt_handler, per_s};
 use super::{
     BackendArgs, CacheArgs, ContextShiftArgs, Loaded, ModelArgs, SamplingArgs, context_size, load,
     on_backend,
@@ -27,7 +26,7 @@ use crate::model::conversation::Conversation;
 use crate::model::generate::{FinishReason, GenerateOptions, Generation, StopRules, generate};
 use crate::model::session::DEFAULT_BATCH;
 use crate::model::{Session, Tokenizer};
-use crate::sampler::{Sampler, SamplerConfig};
+use crate::sampler::Sampler;
 
 #[derive(clap::Args, Debug)]
 pub struct ChatArgs {
@@ -42,7 +41,7 @@ pub struct ChatArgs {
     #[arg(short = 'n', long, default_value_t = -1, allow_negative_numbers = true, value_name = "N")]
     pub max_tokens: i64,
 
-    /// Context size in tokens (default: the model's, at most 4096)
+    /// Context size in tokens (default or 0: the model's, at most 4096)
     #[arg(short = 'c', long, value_name = "N")]
     pub ctx_size: Option<usize>,
 
@@ -393,23 +392,15 @@ impl<B: Backend> Chat<'_, B> {
     }
 }
 
-fn per_s(n: usize, t: Duration) -> f64 {
-    n as f64 / t.as_secs_f64().max(1e-9)
-}
-
 pub fn run(args: ChatArgs) -> Result<ExitCode> {
-    let sampler_config = args.sampling.config()?;
+    args.sampling.validate()?;
     args.constraint.spec()?;
     let loaded = load(&args.model, &args.backend)?;
-    on_backend!(loaded, loaded => chat_with(&args, sampler_config, loaded))
+    on_backend!(loaded, loaded => chat_with(&args, loaded))
 }
 
 /// The conversation, on whichever backend the model was loaded.
-fn chat_with<B: Backend>(
-    args: &ChatArgs,
-    sampler_config: SamplerConfig,
-    loaded: Loaded<B>,
-) -> Result<ExitCode> {
+fn chat_with<B: Backend>(args: &ChatArgs, loaded: Loaded<B>) -> Result<ExitCode> {
     let tok = &loaded.tokenizer;
     let model = &loaded.model;
     let template = ChatTemplate::for_model(tok, model.config.arch);
@@ -419,11 +410,11 @@ fn chat_with<B: Backend>(
             template.describe()
         );
     }
-    let ctx = context_size(args.ctx_size, model.config.context_length)?;
+    let ctx = context_size(args.ctx_size, model.config.context_length);
     let session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
     let interactive = std::io::stdin().is_terminal();
     let color = use_color();
-    let mut sampler = Sampler::new(sampler_config);
+    let mut sampler = Sampler::new(args.sampling.config(ctx)?);
     if let Some(spec) = args.constraint.spec()? {
         let compiler = super::constrain::compiler_for(tok, model.config.vocab_size)?;
         sampler.set_constraint(Some(super::constrain::compile(&compiler, &spec)?));

@@ -86,5 +86,9 @@ pub fn compile(
 /// The compiler for a model, built only when a constraint is asked for (it indexes the
 /// vocabulary, which takes a moment on large ones).
 pub fn compiler_for(tok: &Tokenizer, n_logits: usize) -> Result<ConstraintCompiler> {
-    Ok(ConstraintCompiler::new(tok, n_logits)?)
+    Ok(ConstraintCompiler::new(
+        tok.vocabulary_bytes(),
+        tok.eog_ids(),
+        n_logits,
+    )?)
 }

@@ -9,8 +9,10 @@ pub mod completions;
 pub mod constrain;
 pub mod devices;
 pub mod info;
+pub mod output;
 pub mod run;
 pub mod tokenize;
+pub mod values;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -26,6 +28,7 @@ use crate::backend::{Backend, CacheType};
 use crate::model::arch::KvCacheTypes;
 use crate::model::{Model, ModelFile, Tokenizer};
 use crate::sampler::SamplerConfig;
+use values::{LastN, Seed};
 
 #[derive(Parser, Debug)]
 #[command(name = "kiln", version, about = "Run large language models locally")]
@@ -37,7 +40,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Generate text for one prompt (argument or standard input), streamed to stdout
-    Run(run::RunArgs),
+    Run(RunArgs),
     /// Talk with a model: an interactive conversation that keeps its context between turns
     Chat(chat::ChatArgs),
     /// Measure prompt-processing and generation speed (llama-bench's tests and table)
@@ -133,8 +136,8 @@ pub struct BackendArgs {
     #[arg(long = "gpu", value_name = "N", env = "KILN_GPU")]
     pub gpu: Option<usize>,
 
-    /// CPU threads (default: one per core)
-    #[arg(short = 't', long, value_name = "N")]
+    /// CPU threads (default, 0 or -1: one per core)
+    #[arg(short = 't', long, value_name = "N", allow_negative_numbers = true, value_parser = values::threads)]
     pub threads: Option<usize>,
 
     /// CPU: keep the weights as the file holds them instead of repacking them at load for the
@@ -241,11 +244,16 @@ pub fn parse_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Cli {
     Cli::parse_from(args)
 }
 
-/// Sampling settings; the defaults are llama.cpp's.
+/// Sampling settings; the defaults and the special values are llama.cpp's.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SamplingArgs {
-    /// Temperature; 0 picks the most likely token every time (greedy)
-    #[arg(long = "temp", default_value_t = 0.8, value_name = "T")]
+    /// Temperature; 0 or less (llama.cpp's -1) picks the most likely token every time (greedy)
+    #[arg(
+        long = "temp",
+        default_value_t = 0.8,
+        value_name = "T",
+        allow_negative_numbers = true
+    )]
     pub temperature: f32,
 
     /// Sample from the K most likely tokens (0: all)
@@ -272,26 +280,27 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 0.0, value_name = "X")]
     pub presence_penalty: f32,
 
-    /// How many recent tokens the penalties consider
-    #[arg(long, default_value_t = 64, value_name = "N")]
-    pub repeat_last_n: usize,
+    /// How many recent tokens the penalties consider (0: none, -1: the whole context)
+    #[arg(long, default_value_t = LastN::Tokens(64), value_name = "N", allow_negative_numbers = true)]
+    pub repeat_last_n: LastN,
 
-    /// Random seed; the same seed, prompt and settings give the same output (default: random)
-    #[arg(long, value_name = "N")]
-    pub seed: Option<u64>,
+    /// Random seed; the same seed, prompt and settings give the same output (default or -1:
+    /// random; `--format json` reports the seed used)
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub seed: Option<Seed>,
 }
 
 impl SamplingArgs {
-    pub fn config(&self) -> Result<SamplerConfig> {
-        let finite_nonneg = |name: &str, v: f32| -> Result<()> {
-            anyhow::ensure!(
-                v.is_finite() && v >= 0.0,
-                "--{name} must be a finite number ≥ 0"
-            );
-            Ok(())
-        };
-        finite_nonneg("temp", self.temperature)?;
-        finite_nonneg("repeat-penalty", self.repeat_penalty)?;
+    /// Check the values before anything loads.
+    pub fn validate(&self) -> Result<()> {
+        anyhow::ensure!(
+            self.temperature.is_finite(),
+            "--temp must be a finite number"
+        );
+        anyhow::ensure!(
+            self.repeat_penalty.is_finite() && self.repeat_penalty >= 0.0,
+            "--repeat-penalty must be a finite number ≥ 0"
+        );
         anyhow::ensure!(
             (0.0..=1.0).contains(&self.top_p) && (0.0..=1.0).contains(&self.min_p),
             "--top-p and --min-p must be between 0 and 1"
@@ -300,30 +309,99 @@ impl SamplingArgs {
             self.frequency_penalty.is_finite() && self.presence_penalty.is_finite(),
             "penalties must be finite numbers"
         );
+        Ok(())
+    }
+
+    /// The sampler's settings for a context of `ctx` tokens. A temperature below 0 is 0 (greedy),
+    /// as llama.cpp clamps it.
+    pub fn config(&self, ctx: usize) -> Result<SamplerConfig> {
+        self.validate()?;
         Ok(SamplerConfig {
-            temperature: self.temperature,
+            temperature: self.temperature.max(0.0),
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
             repeat_penalty: self.repeat_penalty,
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
-            penalty_last_n: self.repeat_last_n,
-            seed: self.seed.unwrap_or_else(random_seed),
+            penalty_last_n: self.repeat_last_n.tokens(ctx),
+            seed: self.seed.unwrap_or(Seed::Random).pick(),
         })
     }
 }
 
-fn random_seed() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    h.finish()
+/// `kiln run`'s flags, here because two modes read them: one prompt (`run.rs`) and `--batch`
+/// (`batch.rs`); the dispatch at the end of this file picks the mode.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// The prompt; `-` or nothing reads it from standard input
+    pub prompt: Option<String>,
+
+    /// Send the prompt through the model's chat template as a user message. This is the default
+    /// when the model file carries a chat template: such models are instruction-tuned and answer
+    /// best in their own turn format
+    #[arg(long, conflicts_with = "raw")]
+    pub chat: bool,
+
+    /// Send the prompt exactly as given. This is the default when the model has no chat template:
+    /// base models continue text
+    #[arg(long)]
+    pub raw: bool,
+
+    /// System message (implies --chat)
+    #[arg(long, value_name = "TEXT", conflicts_with = "raw")]
+    pub system: Option<String>,
+
+    /// Most tokens to generate (-1: until the model ends its reply or the context is full)
+    #[arg(short = 'n', long, default_value_t = -1, allow_negative_numbers = true, value_name = "N")]
+    pub max_tokens: i64,
+
+    /// Context size in tokens (default or 0: the model's, at most 4096)
+    #[arg(short = 'c', long, value_name = "N")]
+    pub ctx_size: Option<usize>,
+
+    /// Stop when the output contains this text (repeatable; the text is not printed)
+    #[arg(long = "stop", value_name = "STR")]
+    pub stop: Vec<String>,
+
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
+
+    #[command(flatten)]
+    pub shift: ContextShiftArgs,
+
+    /// Output format: streamed text, or one JSON object at the end
+    #[arg(long, value_enum, default_value_t)]
+    pub format: OutputFormat,
+
+    /// With --format json: the N most likely tokens at every generated step
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub logprobs: usize,
+
+    /// Print load, prompt and generation timings to stderr
+    #[arg(short = 'v', long)]
+    pub verbose: bool,
+
+    /// Print the prompt as the model is given it (rendered through the chat template) and its
+    /// token ids to stderr
+    #[arg(long)]
+    pub verbose_prompt: bool,
+
+    /// Run many requests from a JSON Lines file (`-`: standard input), one JSON result per line
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "logprobs"])]
+    pub batch: Option<String>,
+
+    #[command(flatten)]
+    pub constraint: constrain::ConstraintArgs,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -483,24 +561,26 @@ impl<B: Backend> Loaded<B> {
 }
 
 /// The context size to use: the flag, or the model's trained length capped at 4096 (llama.cpp's
-/// default), never more than the model was trained for unless asked.
-pub fn context_size(requested: Option<usize>, trained: usize) -> Result<usize> {
+/// former default), never more than the model was trained for unless asked. `-c 0` is llama.cpp's
+/// "the model's context": kiln caps it as its default, so that a 128k-token model does not
+/// take gigabytes of KV cache unasked.
+pub fn context_size(requested: Option<usize>, trained: usize) -> usize {
     match requested {
-        Some(0) => anyhow::bail!("--ctx-size must be at least 1"),
+        None | Some(0) => trained.clamp(1, 4096),
         Some(n) => {
             if n > trained {
                 eprintln!(
                     "warning: a context of {n} tokens is longer than the {trained} the model was trained on"
                 );
             }
-            Ok(n)
+            n
         }
-        None => Ok(trained.clamp(1, 4096)),
     }
 }
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
+        Command::Run(args) if args.batch.is_some() => batch::run(args),
         Command::Run(args) => run::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Chat(args) => chat::run(args),

@@ -34,6 +34,7 @@ use tokenizers::{AddedToken, SplitDelimiterBehavior};
 use super::loader::{ModelFile, Source};
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
+use crate::sampler::TokenBytes;
 
 /// GGUF `tokenizer.ggml.token_type` values.
 const TOKEN_TYPE_CONTROL: i64 = 3;
@@ -416,15 +417,6 @@ impl Tokenizer {
             skip_special,
         }
     }
-}
-
-/// What a vocabulary entry stands for in the output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenBytes {
-    /// The bytes it decodes to (a fragment of UTF-8 for byte tokens).
-    Text(Vec<u8>),
-    /// A special token (BOS, end-of-turn, …), by name: it has no text of its own.
-    Special(String),
 }
 
 /// The byte each character of a byte-level BPE vocabulary entry stands for (GPT-2's table:

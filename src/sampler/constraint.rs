@@ -5,8 +5,9 @@
 //! follow, the mask allows only end-of-generation tokens, so generation ends as at a natural stop.
 //!
 //! llguidance's own bridge to the `tokenizers` crate pins an older `tokenizers`; kiln builds the
-//! token trie itself from the bytes each vocabulary entry stands for
-//! ([`Tokenizer::vocabulary_bytes`]), which works the same for GGUF and tokenizer.json models.
+//! token trie itself from the bytes each vocabulary entry stands for (a [`TokenBytes`] per token
+//! id, which the model's tokenizer lists), so this works the same for GGUF and tokenizer.json
+//! models and the sampler needs nothing from the model layer.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,8 +18,6 @@ use llguidance::{Matcher, ParserFactory, TokenParser};
 use serde_json::Value;
 
 use crate::error::{Error, Result};
-use crate::model::Tokenizer;
-use crate::model::tokenizer::TokenBytes;
 
 /// Whitespace allowed between JSON tokens: llama.cpp's choice for its JSON-schema grammars (a
 /// space, or one or two newlines and up to 20 spaces or tabs of indentation). Unbounded whitespace
@@ -79,6 +78,15 @@ fn json_grammar(schema: &Value) -> TopLevelGrammar {
     ))
 }
 
+/// What a vocabulary entry stands for in the output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenBytes {
+    /// The bytes it decodes to (a fragment of UTF-8 for byte tokens).
+    Text(Vec<u8>),
+    /// A special token (BOS, end-of-turn, …), by name: it has no text of its own.
+    Special(String),
+}
+
 /// The vocabulary as llguidance sees it: a token trie over the bytes of every token.
 struct Vocabulary {
     trie: TokTrie,
@@ -103,17 +111,18 @@ impl TokenizerEnv for Vocabulary {
 /// tables, built once and shared by every constraint.
 pub struct ConstraintCompiler {
     factory: ParserFactory,
-    /// How long indexing the vocabulary took.
-    pub setup_time: Duration,
 }
 
 impl ConstraintCompiler {
-    /// For a model whose logits have `n_logits` entries (at least the tokenizer's vocabulary;
-    /// the padding rows past it are never allowed).
-    pub fn new(tok: &Tokenizer, n_logits: usize) -> Result<ConstraintCompiler> {
-        let start = Instant::now();
-        let mut words: Vec<Vec<u8>> = tok
-            .vocabulary_bytes()
+    /// For a vocabulary (`tokens[id]`, in id order) whose end-of-generation tokens are `eog`, on a
+    /// model whose logits have `n_logits` entries (at least the vocabulary; the padding rows past
+    /// it are never allowed).
+    pub fn new(
+        tokens: Vec<TokenBytes>,
+        eog: &[u32],
+        n_logits: usize,
+    ) -> Result<ConstraintCompiler> {
+        let mut words: Vec<Vec<u8>> = tokens
             .into_iter()
             .map(|b| match b {
                 TokenBytes::Text(bytes) => bytes,
@@ -129,7 +138,6 @@ impl ConstraintCompiler {
         while words.len() < n_logits {
             words.push(special_word(&format!("<[{}]>", words.len())));
         }
-        let eog = tok.eog_ids();
         let first_eog = *eog.first().ok_or_else(|| {
             Error::Usage(
                 "the model has no end-of-generation token, so a constraint cannot end generation"
@@ -144,10 +152,7 @@ impl ConstraintCompiler {
         let mut factory = ParserFactory::new_simple(&env)
             .map_err(|e| Error::Constraint(format!("preparing the vocabulary: {e}")))?;
         factory.quiet();
-        Ok(ConstraintCompiler {
-            factory,
-            setup_time: start.elapsed(),
-        })
+        Ok(ConstraintCompiler { factory })
     }
 
     /// Compile `spec`; a schema or grammar that does not compile is an error with llguidance's
