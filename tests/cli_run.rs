@@ -310,21 +310,21 @@ fn interrupt_stops_cleanly_with_130() {
     );
 }
 
-/// The context size a model's `kiln info` reports, capped at 4096 as `-c`'s help says of the
-/// default.
-fn default_context(model: &std::path::Path) -> u64 {
+/// The context a model was trained for, as `kiln info` reports it.
+fn trained_context(model: &std::path::Path) -> u64 {
     let out = common::kiln()
         .args(["info", "--format", "json", "-m"])
         .arg(model)
         .output()
         .unwrap();
     let info: Value = serde_json::from_slice(&out.stdout).unwrap();
-    info["context_length"].as_u64().unwrap().min(4096)
+    info["context_length"].as_u64().unwrap()
 }
 
 /// llama.cpp's special flag values, which scripts ported from it pass, mean what they mean there:
 /// `--temp -1` greedy, `--seed -1` a random seed, `-t -1` the default threads, `--repeat-last-n -1`
-/// the whole context, `-c 0` the model's context (capped as the default is). Other negative
+/// the whole context, `-c 0` the model's whole trained context (the default caps it at 4096).
+/// Other negative
 /// values are bad flags (exit 2) whose message names the special value.
 #[test]
 fn llama_cpp_special_values() {
@@ -378,20 +378,21 @@ fn llama_cpp_special_values() {
     assert_eq!(penalized("-1"), penalized("48"));
     assert_ne!(penalized("-1"), penalized("0"), "the penalty is in force");
 
-    // -c 0: the default context, the model's capped at 4096. A prompt one token longer than it
-    // is refused with a message that names the context's size, with and without -c 0.
+    // -c 0: the model's whole trained context; without -c, the same capped at 4096 (SmolLM2 was
+    // trained for 8192). A prompt one token longer than the context is refused with a message
+    // that names its size.
     for model in [tiny.clone(), common::real_model(common::REAL_MODELS[0])] {
-        let ctx = default_context(&model);
-        let prompt = "word ".repeat(ctx as usize + 8);
-        let count = common::kiln()
-            .args(["tokenize", "--format", "json", "-m"])
-            .arg(&model)
-            .arg(&prompt)
-            .output()
-            .unwrap();
-        let count: Value = serde_json::from_slice(&count.stdout).unwrap();
-        assert!(count["count"].as_u64().unwrap() > ctx);
-        for c in [&["-c", "0"][..], &[]] {
+        let trained = trained_context(&model);
+        for (c, ctx) in [(&["-c", "0"][..], trained), (&[], trained.min(4096))] {
+            let prompt = "word ".repeat(ctx as usize + 8);
+            let count = common::kiln()
+                .args(["tokenize", "--format", "json", "-m"])
+                .arg(&model)
+                .arg(&prompt)
+                .output()
+                .unwrap();
+            let count: Value = serde_json::from_slice(&count.stdout).unwrap();
+            assert!(count["count"].as_u64().unwrap() > ctx);
             let out = common::kiln()
                 .arg("run")
                 .arg("-m")

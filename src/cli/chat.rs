@@ -41,7 +41,7 @@ pub struct ChatArgs {
     #[arg(short = 'n', long, default_value_t = -1, allow_negative_numbers = true, value_name = "N")]
     pub max_tokens: i64,
 
-    /// Context size in tokens (default or 0: the model's, at most 4096)
+    /// Context size in tokens (0: the model's trained context; default: that, at most 4096)
     #[arg(short = 'c', long, value_name = "N")]
     pub ctx_size: Option<usize>,
 

@@ -359,7 +359,7 @@ pub struct RunArgs {
     #[arg(short = 'n', long, default_value_t = -1, allow_negative_numbers = true, value_name = "N")]
     pub max_tokens: i64,
 
-    /// Context size in tokens (default or 0: the model's, at most 4096)
+    /// Context size in tokens (0: the model's trained context; default: that, at most 4096)
     #[arg(short = 'c', long, value_name = "N")]
     pub ctx_size: Option<usize>,
 
@@ -560,13 +560,13 @@ impl<B: Backend> Loaded<B> {
     }
 }
 
-/// The context size to use: the flag, or the model's trained length capped at 4096 (llama.cpp's
-/// former default), never more than the model was trained for unless asked. `-c 0` is llama.cpp's
-/// "the model's context": kiln caps it as its default, so that a 128k-token model does not
+/// The context size to use: the flag; `-c 0`, llama.cpp's "the model's context", the length the
+/// model was trained for; without `-c`, that capped at 4096, so that a 128k-token model does not
 /// take gigabytes of KV cache unasked.
 pub fn context_size(requested: Option<usize>, trained: usize) -> usize {
     match requested {
-        None | Some(0) => trained.clamp(1, 4096),
+        None => trained.clamp(1, 4096),
+        Some(0) => trained.max(1),
         Some(n) => {
             if n > trained {
                 eprintln!(
