@@ -20,7 +20,7 @@ scripts/fetch-models.sh
 
 # neon.rs compiles only for this target, so it is linted here.
 cargo clippy --target "$target" --lib -- -D warnings
-cargo test --release --target "$target" --lib --test golden_real --no-run
+cargo test --release --target "$target" --lib --test golden --no-run
 
 for cpu in max cortex-a72; do
   case "$cpu" in
@@ -31,5 +31,5 @@ for cpu in max cortex-a72; do
   QEMU_CPU="$cpu" KILN_EXPECT_KERNELS="$kernels" \
     cargo test --release --target "$target" --lib -- backend::cpu
   QEMU_CPU="$cpu" \
-    cargo test --release --target "$target" --test golden_real -- --exact gemma3_first_prompt_teacher_forced
+    cargo test --release --target "$target" --test golden -- --exact golden_real::gemma3_first_prompt_teacher_forced
 done

@@ -3,7 +3,7 @@
 //! chat's second turn prefills only its new tokens, with the logits of a fresh prefill of the
 //! whole conversation.
 
-mod common;
+use crate::common;
 
 use common::golden_run::load;
 use kiln::backend::cpu::CpuBackend;

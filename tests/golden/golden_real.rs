@@ -1,7 +1,7 @@
 //! The three real models against llama.cpp, teacher-forced over the short prompts and the 900+
 //! token one (past Gemma 3's 512-token window), by the README's rules.
 
-mod common;
+use crate::common;
 
 use common::golden_run::{QUANTIZED, Report, check_model_with, load, teacher_forced};
 use kiln::backend::CacheType;

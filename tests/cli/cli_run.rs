@@ -1,6 +1,6 @@
 //! `kiln run` as a real process: output, pipelines, JSON, stop strings, seeds, exit codes, Ctrl-C.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::{Command as StdCommand, Stdio};

@@ -3,7 +3,7 @@
 //! HF_HOME per test. Nothing here reaches the network. The truth each download is checked
 //! against: the served bytes, and what kiln does with the same model from a local path.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! qwen3-synth and llama32-synth (built from SmolLM2 as the golden README says) against llama.cpp.
 
-mod common;
+use crate::common;
 
 use common::golden_run::{QUANTIZED, check_model, load};
 

@@ -1,7 +1,7 @@
 //! Untrusted model files: truncations and corrupted header fields must each be an error that names
 //! the file — never a panic, an abort, or an allocation sized by the corrupt number.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! (dispatches, submits, readbacks, per-kernel calls) agree with what a decode step records.
 //! Skips without a GPU adapter unless KILN_REQUIRE_GPU=1.
 
-mod common;
+use crate::common;
 
 use common::golden_run::argmax;
 use common::gpu::gpu;

@@ -4,7 +4,7 @@
 //! untouched. `kiln run` with a 64-token context goes on past it with `--context-shift` and stops
 //! with `context_full` without; a chat that runs past its context keeps its system prompt.
 
-mod common;
+use crate::common;
 
 use common::golden_run::load;
 use kiln::backend::CacheType;

@@ -3,7 +3,7 @@
 //! Hugging Face layout the fixtures do not cover: gemma3 (norms stored as w for x·(1+w), four norms
 //! per layer, local/global layers) and qwen2 (Q/K/V biases).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

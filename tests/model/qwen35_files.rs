@@ -3,7 +3,7 @@
 //! fused `ffn_gate_up_exps`, a 1-D shared-expert gate), and inconsistent files are errors that
 //! name the key or tensor.
 
-mod common;
+use crate::common;
 
 use common::gguf_writer::{GgufWriter, array};
 use common::synth::{copy_of, open};

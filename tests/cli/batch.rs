@@ -3,7 +3,7 @@
 //! previous request is not prefilled again, and reusing it changes nothing (the results equal
 //! separate `kiln run`s).
 
-mod common;
+use crate::common;
 
 use serde_json::{Value, json};
 

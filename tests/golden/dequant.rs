@@ -1,6 +1,6 @@
 //! Every block decoder against llama.cpp's reference values (`gguf.quants.dequantize`), bit for bit.
 
-mod common;
+use crate::common;
 
 use kiln::gguf::GgmlType;
 use kiln::gguf::dequant::dequantize;

@@ -1,6 +1,6 @@
 //! The tiny F32 models (GGUF and Hugging Face layouts) against llama.cpp, teacher-forced.
 
-mod common;
+use crate::common;
 
 use common::golden_run::{EXACT_F32, check_model_with, load};
 use kiln::backend::CacheType;

@@ -4,7 +4,7 @@
 //! on request, every real model with every prompt), and the seeds' session properties. Skips
 //! without a GPU adapter unless KILN_REQUIRE_GPU=1.
 
-mod common;
+use crate::common;
 
 use common::golden_run::{EXACT_F32, QUANTIZED, argmax, check_model, check_model_with};
 use common::gpu::gpu;

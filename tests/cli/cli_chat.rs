@@ -1,7 +1,7 @@
 //! `kiln chat` and `kiln bench` as real processes: scripted chats, commands, the KV cache carried
 //! across turns, bench JSON, exit codes, and Ctrl-C in a pseudo-terminal.
 
-mod common;
+use crate::common;
 
 use kiln::model::chat::ChatTemplate;
 use kiln::model::conversation::Conversation;

@@ -4,7 +4,7 @@
 //! split weights and a 262144-row output; the reductions with and without subgroup operations.
 //! Skips without a GPU adapter unless KILN_REQUIRE_GPU=1.
 
-mod common;
+use crate::common;
 
 use common::gpu::{gpu, gpu_with};
 use half::{bf16, f16};
@@ -584,7 +584,7 @@ fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
 /// Partial RoPE, the sigmoid gates, the convolution step carried across calls, the DeltaNet
 /// recurrence (prefill then decode, from zero and from a random state, heads narrower and wider
 /// than a workgroup), routing (with exact ties) and the weighted sum of experts.
-fn hybrid_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<Outcome> {
+fn recurrent_and_moe_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<Outcome> {
     let mut results: Vec<Outcome> = Vec::new();
     let mut push = |what: String, v: Vec<f32>| results.push((what, v, OTHER_NMSE));
 
@@ -784,11 +784,11 @@ fn compare(want: &[Outcome], got: &[Outcome]) {
 }
 
 #[test]
-fn hybrid_ops_match_the_cpu() {
+fn recurrent_and_moe_ops_match_the_cpu() {
     let Some(g) = gpu() else { return };
     compare(
-        &hybrid_ops(&cpu(), &mut Rng(21)),
-        &hybrid_ops(&g, &mut Rng(21)),
+        &recurrent_and_moe_ops(&cpu(), &mut Rng(21)),
+        &recurrent_and_moe_ops(&g, &mut Rng(21)),
     );
     compare(
         &expert_matmuls(&cpu(), &TYPES, &mut Rng(22)),
@@ -796,10 +796,10 @@ fn hybrid_ops_match_the_cpu() {
     );
 }
 
-/// The hybrid ops' workgroup-memory reductions (no subgroups), and an expert weight split into
+/// The recurrent and MoE ops' workgroup-memory reductions (no subgroups), and an expert weight split into
 /// parts by a lowered binding limit.
 #[test]
-fn hybrid_ops_without_subgroups_and_split_experts_match_the_cpu() {
+fn recurrent_and_moe_ops_without_subgroups_and_split_experts_match_the_cpu() {
     let options = GpuOptions {
         no_subgroups: true,
         max_binding: Some(4096),
@@ -807,8 +807,8 @@ fn hybrid_ops_without_subgroups_and_split_experts_match_the_cpu() {
     };
     let Some(g) = gpu_with(options) else { return };
     compare(
-        &hybrid_ops(&cpu(), &mut Rng(23)),
-        &hybrid_ops(&g, &mut Rng(23)),
+        &recurrent_and_moe_ops(&cpu(), &mut Rng(23)),
+        &recurrent_and_moe_ops(&g, &mut Rng(23)),
     );
     let types = [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::F16];
     compare(

@@ -1,7 +1,7 @@
 //! `kiln info` as a real process, on every fixture and real model; and Hugging Face directories
 //! (single file and sharded) read the same as their GGUF twins.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 

@@ -3,7 +3,7 @@
 //! last golden prompt has 961 tokens: it carries the recurrent state and the KV cache across two
 //! 512-token prefill chunks.
 
-mod common;
+use crate::common;
 
 use common::golden_run::{EXACT_F32, check_model_with, load};
 use kiln::backend::CacheType;

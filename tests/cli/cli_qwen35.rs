@@ -2,7 +2,7 @@
 //! tokens, `kiln chat` holds a two-turn conversation, `kiln bench` reports pp and tg, `kiln
 //! tokenize` gives llama.cpp's ids, and `kiln info` describes the hybrid layout.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 

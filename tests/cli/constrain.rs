@@ -4,7 +4,7 @@
 //! was already JSON is unchanged by `--json`. Sampled runs go through `run --batch` so each model
 //! loads once and the shared prompt is prefilled once.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::Stdio;

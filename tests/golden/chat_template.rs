@@ -1,7 +1,7 @@
 //! Chat templates: the GGUF templates render the golden conversations byte for byte (as Python's
 //! jinja2 did with Hugging Face's settings); built-in templates and template errors.
 
-mod common;
+use crate::common;
 
 use kiln::model::chat::{ChatTemplate, Message, TemplateOrigin};
 use kiln::model::{ModelFile, Tokenizer};

@@ -1,6 +1,6 @@
 //! Tokenizers against llama.cpp's goldens, id for id; round trips; the streaming detokenizer.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@
 //! desktop session leaves stderr clean. Skips without a GPU
 //! adapter unless KILN_REQUIRE_GPU=1.
 
-mod common;
+use crate::common;
 
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 //! equals prefill(N−1) then decode; truncate then decode equals a fresh prefill; a longer (padded)
 //! context changes nothing; greedy and seeded runs repeat exactly; misuse is an error.
 
-mod common;
+use crate::common;
 
 use common::golden_run::{argmax, load};
 use kiln::backend::cpu::CpuBackend;

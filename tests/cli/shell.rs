@@ -2,7 +2,7 @@
 //! `kiln tokenize --chat` showing exactly the tokens the model is given, and a final newline when
 //! stdout is a terminal.
 
-mod common;
+use crate::common;
 
 #[test]
 fn completion_scripts_for_each_shell() {

@@ -1,0 +1,14 @@
+//! `kiln`'s commands as real processes: run (pipelines, JSON, batches, constrained output), chat, bench, info, tokenize and
+//! the shell conveniences, and models by hub name.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod batch;
+mod cli_chat;
+mod cli_qwen35;
+mod cli_run;
+mod constrain;
+mod hub;
+mod info;
+mod shell;

@@ -1,0 +1,11 @@
+//! The library's properties: sessions (cached equals recomputed, prefill and decode agree), Qwen3.5's recurrent state
+//! and checkpoints, context shift, the Qwen3.5 file variants converters write, and malformed files.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod context_shift;
+mod malformed;
+mod qwen35_files;
+mod recurrent;
+mod session;
