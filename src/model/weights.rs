@@ -1,8 +1,9 @@
 //! The weights of a model, found by canonical name, checked against the configuration (so a bad
 //! file is a clear error here rather than an out-of-bounds access in a kernel), and handed to the
-//! backend. Qwen3.5's hybrid blocks are in weights/hybrid.rs.
+//! backend. Qwen3.5's blocks (Gated DeltaNet or gated attention, dense or expert feed-forward)
+//! are in weights/qwen35.rs.
 
-mod hybrid;
+mod qwen35;
 
 use super::config::{Arch, ModelConfig};
 use super::loader::ModelFile;
@@ -10,8 +11,8 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub use hybrid::{
-    DeltaNetWeights, ExpertsGateUp, Ffn, GatedAttentionWeights, HybridLayer, Mixer, MoeWeights,
+pub use qwen35::{
+    DeltaNetWeights, ExpertsGateUp, Ffn, GatedAttentionWeights, Mixer, MoeWeights, Qwen35Layer,
 };
 
 pub struct LayerWeights<B: Backend> {
@@ -35,10 +36,10 @@ pub struct LayerWeights<B: Backend> {
     pub post_ffn_norm: Option<B::Weight>,
 }
 
-/// The weights of one block: a standard transformer layer, or a Qwen3.5 hybrid block.
+/// The weights of one block: a standard transformer layer, or a Qwen3.5 block.
 pub enum Block<B: Backend> {
     Standard(LayerWeights<B>),
-    Hybrid(HybridLayer<B>),
+    Qwen35(Qwen35Layer<B>),
 }
 
 pub struct Weights<B: Backend> {
@@ -112,7 +113,7 @@ impl<B: Backend> Weights<B> {
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             if c.arch.is_hybrid() {
-                layers.push(Block::Hybrid(hybrid::layer(&f, c, i)?));
+                layers.push(Block::Qwen35(qwen35::layer(&f, c, i)?));
                 continue;
             }
             let n = |part: &str| format!("blk.{i}.{part}");

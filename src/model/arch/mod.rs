@@ -2,7 +2,7 @@
 //! over a chunk of tokens, with the shared building blocks (norms, attention, feed-forward,
 //! residual) that each architecture family composes in its own short file:
 //! `llama.rs` (Llama, SmolLM2, Mistral; its layer also serves Qwen), `qwen.rs` (Qwen2 and Qwen3's
-//! attention options), `gemma3.rs`, `qwen35.rs` (Qwen3.5's hybrid blocks, over the Gated
+//! attention options), `gemma3.rs`, `qwen35.rs` (Qwen3.5's blocks, over the Gated
 //! DeltaNet block in `delta_net.rs` and the mixture of experts in `moe.rs`).
 
 mod delta_net;
@@ -64,7 +64,7 @@ pub struct Scratch<B: Backend> {
     last: B::Buffer,
     logits: B::Buffer,
     /// What Qwen3.5's blocks need besides.
-    hybrid: Option<qwen35::HybridScratch<B>>,
+    qwen35: Option<qwen35::Qwen35Scratch<B>>,
 }
 
 impl<B: Backend> Scratch<B> {
@@ -227,7 +227,7 @@ impl<B: Backend> Model<B> {
             rope_host: Vec::new(),
             last: b.buffer(c.hidden_size)?,
             logits: b.buffer(c.vocab_size)?,
-            hybrid: qwen35::HybridScratch::new(c, b, rows)?,
+            qwen35: qwen35::Qwen35Scratch::new(c, b, rows)?,
         })
     }
 
@@ -310,7 +310,7 @@ impl<B: Backend> Model<B> {
                 il,
             };
             match (c.arch, layer) {
-                (_, Block::Hybrid(layer)) => qwen35::layer(&mut step, layer),
+                (_, Block::Qwen35(layer)) => qwen35::layer(&mut step, layer),
                 (Arch::Llama, Block::Standard(layer)) => {
                     llama::layer(&mut step, layer, AttentionOpts::default())
                 }
@@ -322,7 +322,7 @@ impl<B: Backend> Model<B> {
                 }
                 (Arch::Gemma3, Block::Standard(layer)) => gemma3::layer(&mut step, layer),
                 (Arch::Qwen35 | Arch::Qwen35Moe, Block::Standard(_)) => {
-                    unreachable!("Qwen3.5 weights load as hybrid blocks")
+                    unreachable!("Qwen3.5 weights load as Qwen3.5 blocks")
                 }
             }
         }
@@ -447,9 +447,9 @@ impl<B: Backend> Step<'_, B> {
         let (b, c) = (&m.backend, &m.config);
         let s = &mut *self.s;
         let gate = &mut s
-            .hybrid
+            .qwen35
             .as_mut()
-            .expect("hybrid models have hybrid scratch")
+            .expect("Qwen3.5 models have Qwen3.5 scratch")
             .q_gate;
         b.matmul_many(
             &s.h,
@@ -465,7 +465,7 @@ impl<B: Backend> Step<'_, B> {
         b.rope_partial(&mut s.k, table, rows, c.n_kv_heads, hd, rd, layout);
         self.attend();
         let s = &mut *self.s;
-        let gate = &s.hybrid.as_ref().expect("hybrid scratch").q_gate;
+        let gate = &s.qwen35.as_ref().expect("Qwen3.5 scratch").q_gate;
         b.mul_sigmoid(&mut s.attn, gate, rows, c.q_dim(), c.q_dim());
         b.matmul(&s.attn, &l.wo, rows, &mut s.o);
     }

@@ -9,9 +9,9 @@ use super::moe::MoeScratch;
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::model::config::ModelConfig;
-use crate::model::weights::{Ffn, HybridLayer, Mixer};
+use crate::model::weights::{Ffn, Mixer, Qwen35Layer};
 
-pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &HybridLayer<B>) {
+pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &Qwen35Layer<B>) {
     f.norm_input(&l.attn_norm);
     match &l.mixer {
         Mixer::DeltaNet(d) => f.delta_net(d),
@@ -28,7 +28,7 @@ pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &HybridLayer<B>) {
 }
 
 /// The activation buffers Qwen3.5's blocks add, for up to `rows` tokens.
-pub(crate) struct HybridScratch<B: Backend> {
+pub(crate) struct Qwen35Scratch<B: Backend> {
     /// The attention's gate (one value per query value).
     pub q_gate: B::Buffer,
     /// DeltaNet: the q/k/v projection, its convolution, z, alpha and beta, and the output.
@@ -41,12 +41,12 @@ pub(crate) struct HybridScratch<B: Backend> {
     pub moe: Option<MoeScratch<B>>,
 }
 
-impl<B: Backend> HybridScratch<B> {
-    pub fn new(c: &ModelConfig, b: &B, rows: usize) -> Result<Option<HybridScratch<B>>> {
+impl<B: Backend> Qwen35Scratch<B> {
+    pub fn new(c: &ModelConfig, b: &B, rows: usize) -> Result<Option<Qwen35Scratch<B>>> {
         let Some(d) = &c.delta_net else {
             return Ok(None);
         };
-        Ok(Some(HybridScratch {
+        Ok(Some(Qwen35Scratch {
             q_gate: b.buffer(rows * c.q_dim())?,
             qkv: b.buffer(rows * d.conv_channels())?,
             conv: b.buffer(rows * d.conv_channels())?,

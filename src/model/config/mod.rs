@@ -180,7 +180,7 @@ pub struct ModelConfig {
     /// Multimodal RoPE sections (Qwen3.5's IMRoPE), in rotary pairs. Text positions use the same
     /// position in the first three; pairs in none of them stay unrotated.
     pub rope_sections: Option<[usize; 4]>,
-    /// Hybrid models: which blocks are Gated DeltaNet, and their shapes.
+    /// Models with recurrent blocks (Qwen3.5): which blocks are Gated DeltaNet, and their shapes.
     pub delta_net: Option<DeltaNetConfig>,
     /// Mixture-of-experts feed-forward blocks.
     pub moe: Option<MoeConfig>,
