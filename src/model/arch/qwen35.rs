@@ -1,15 +1,38 @@
-//! Qwen3.5 (`qwen35`, `qwen35moe`): a hybrid of Gated DeltaNet blocks (linear attention with a
-//! recurrent state, delta_net.rs) and, every few blocks, gated full attention (sigmoid output
-//! gate, QK-norm, partial IMRoPE); each followed by a SwiGLU feed-forward, or in the MoE variant
-//! by routed experts plus a gated shared expert (moe.rs). Every block is pre-norm with two
-//! residual adds.
+//! Qwen3.5 (`qwen35`, `qwen35moe`): Gated DeltaNet blocks (linear attention with a recurrent
+//! state, delta_net.rs) and, every few blocks, gated full attention (sigmoid output gate, QK-norm,
+//! partial IMRoPE); each followed by a SwiGLU feed-forward, or in the MoE variant by routed
+//! experts plus a gated shared expert (moe.rs). Every block is pre-norm with two residual adds.
+//! kiln reads Qwen3.5 from GGUF only; its weights are in weights/qwen35.rs.
 
 use super::Step;
+use super::family::{Family, LayerKind};
 use super::moe::MoeScratch;
 use crate::backend::Backend;
 use crate::error::Result;
+use crate::model::Arch;
+use crate::model::chat::CHATML;
 use crate::model::config::ModelConfig;
 use crate::model::weights::{Ffn, Mixer, Qwen35Layer};
+
+pub(crate) const QWEN35: Family = Family {
+    arch: Arch::Qwen35,
+    name: "qwen35",
+    gguf_names: &["qwen35"],
+    hf_model_types: &[],
+    hf_text_config_of: None,
+    hf_tensor_names: &[],
+    norm_one_plus_weight: false,
+    layer: LayerKind::Qwen35,
+    chat_template: &CHATML,
+};
+
+/// The mixture-of-experts variant: the same blocks and keys, plus `expert_*`.
+pub(crate) const QWEN35_MOE: Family = Family {
+    arch: Arch::Qwen35Moe,
+    name: "qwen35moe",
+    gguf_names: &["qwen35moe"],
+    ..QWEN35
+};
 
 pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &Qwen35Layer<B>) {
     f.norm_input(&l.attn_norm);

@@ -4,6 +4,7 @@
 use super::{Activation, Arch, DeltaNetConfig, ModelConfig, MoeConfig, RopeLayout, RopeScaling};
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
+use crate::model::arch::family;
 
 impl ModelConfig {
     /// Read from GGUF metadata. `rope_freqs` is the `rope_freqs.weight` tensor when the file has one;
@@ -17,7 +18,7 @@ impl ModelConfig {
         let arch_name = md
             .str("general.architecture")?
             .ok_or_else(|| Error::Format("metadata has no general.architecture".into()))?;
-        let arch = Arch::from_gguf(arch_name)?;
+        let arch = family::from_gguf_name(arch_name)?.arch;
         let key = |k: &str| format!("{arch_name}.{k}");
         let need = |k: &str| -> Result<usize> {
             md.usize(&key(k))?

@@ -4,21 +4,22 @@ use serde_json::Value;
 
 use super::{Activation, Arch, ModelConfig, RopeLayout, RopeScaling};
 use crate::error::{Error, Result};
+use crate::model::arch::family;
 
 impl ModelConfig {
     /// Read from a Hugging Face config.json (already parsed).
     pub fn from_hf(json: &Value) -> Result<ModelConfig> {
-        // Multimodal Gemma 3 checkpoints nest the language model's settings under text_config.
+        // Multimodal checkpoints (Gemma 3's) nest the language model's settings under text_config.
         let top_type = json.get("model_type").and_then(Value::as_str).unwrap_or("");
         let c = match json.get("text_config") {
-            Some(t) if top_type == "gemma3" => t,
+            Some(t) if family::hf_nests_text_config(top_type) => t,
             _ => json,
         };
         let model_type = c
             .get("model_type")
             .and_then(Value::as_str)
             .unwrap_or(top_type);
-        let arch = Arch::from_hf(model_type)?;
+        let arch = family::from_hf_model_type(model_type)?.arch;
         let gemma = arch == Arch::Gemma3;
 
         let uint = |k: &str| -> Result<Option<usize>> {

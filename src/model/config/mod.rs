@@ -10,6 +10,7 @@ use serde::Serialize;
 pub use crate::backend::RopeLayout;
 use crate::error::{Error, Result};
 
+/// An architecture family. What kiln knows about each is in its file under arch/ (`family()`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Arch {
@@ -25,52 +26,15 @@ pub enum Arch {
 }
 
 impl Arch {
+    /// The name `kiln info` prints; the family's file (arch/<family>.rs) holds it.
     pub fn name(self) -> &'static str {
-        match self {
-            Arch::Llama => "llama",
-            Arch::Qwen2 => "qwen2",
-            Arch::Qwen3 => "qwen3",
-            Arch::Gemma3 => "gemma3",
-            Arch::Qwen35 => "qwen35",
-            Arch::Qwen35Moe => "qwen35moe",
-        }
-    }
-
-    /// From GGUF `general.architecture`.
-    pub fn from_gguf(name: &str) -> Result<Arch> {
-        Ok(match name {
-            "llama" | "mistral" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            "gemma3" | "gemma3_text" => Arch::Gemma3,
-            "qwen35" => Arch::Qwen35,
-            "qwen35moe" => Arch::Qwen35Moe,
-            other => return Err(unsupported_arch(other)),
-        })
+        self.family().name
     }
 
     /// Qwen3.5's hybrid layout (recurrent blocks with a state beside the KV cache).
     pub fn is_hybrid(self) -> bool {
         matches!(self, Arch::Qwen35 | Arch::Qwen35Moe)
     }
-
-    /// From config.json `model_type`.
-    pub fn from_hf(model_type: &str) -> Result<Arch> {
-        Ok(match model_type {
-            "llama" | "mistral" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            "qwen3" => Arch::Qwen3,
-            "gemma3" | "gemma3_text" => Arch::Gemma3,
-            other => return Err(unsupported_arch(other)),
-        })
-    }
-}
-
-fn unsupported_arch(name: &str) -> Error {
-    Error::Unsupported(format!(
-        "architecture '{name}' is not supported (kiln runs llama, mistral, qwen2, qwen3, gemma3, \
-         and qwen35/qwen35moe from GGUF)"
-    ))
 }
 
 /// Position scaling applied to the RoPE frequencies.
