@@ -1,12 +1,12 @@
 //! What kiln knows about an architecture family besides its layer code: the names files give it,
-//! its layer, and its quirks. Each family file (llama.rs,
+//! its own GGUF and config.json keys, its layer, and its quirks. Each family file (llama.rs,
 //! qwen.rs, gemma3.rs, qwen35.rs) fills in a `Family`; `FAMILIES` in arch/mod.rs lists them, and
 //! the lookups here search that list.
 
 use super::{AttentionOpts, FAMILIES};
 use crate::error::{Error, Result};
 use crate::model::chat::BuiltinTemplate;
-use crate::model::config::Arch;
+use crate::model::config::{Arch, GgufKeys, HfKeys, ModelConfig};
 
 /// One architecture family, as its file describes it.
 pub(crate) struct Family {
@@ -19,6 +19,13 @@ pub(crate) struct Family {
     pub hf_model_types: &'static [&'static str],
     /// A multimodal config.json `model_type` that nests this family's settings in `text_config`.
     pub hf_text_config_of: Option<&'static str>,
+    /// config.json's `head_dim` when it has none (None: hidden_size / heads).
+    pub hf_head_dim: Option<usize>,
+    /// The family's own GGUF keys, read into a configuration that config/gguf.rs filled from the
+    /// keys every family shares.
+    pub gguf_keys: fn(&GgufKeys, &mut ModelConfig) -> Result<()>,
+    /// The family's own config.json settings, likewise after config/hf.rs.
+    pub hf_keys: fn(&HfKeys, &mut ModelConfig) -> Result<()>,
     /// Hugging Face module names that this family maps to another GGUF name than the shared table
     /// in loader.rs does, as `(module, GGUF part)`.
     pub hf_tensor_names: &'static [(&'static str, &'static str)],

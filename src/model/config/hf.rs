@@ -1,10 +1,65 @@
-//! Reading a `ModelConfig` from a Hugging Face `config.json`.
+//! Reading a `ModelConfig` from a Hugging Face `config.json`. `model_type` names the family; the
+//! settings every family shares (`hidden_size`, `num_hidden_layers`, `rope_scaling`, ...) are read
+//! here, then the family's own hook (`Family::hf_keys`, in arch/<family>.rs) reads the rest.
 
 use serde_json::Value;
 
-use super::{Activation, Arch, ModelConfig, RopeLayout, RopeScaling};
+use super::{Activation, ModelConfig, RopeLayout, RopeScaling};
 use crate::error::{Error, Result};
 use crate::model::arch::family;
+
+/// A config.json as a family reads it: the language model's settings (`text_config` in a
+/// multimodal checkpoint), with errors that name the key.
+pub(crate) struct HfKeys<'a> {
+    /// The language model's settings.
+    c: &'a Value,
+    /// The whole file.
+    top: &'a Value,
+}
+
+impl HfKeys<'_> {
+    /// The raw value of `k`, for settings that are not a plain number or flag.
+    pub fn get(&self, k: &str) -> Option<&Value> {
+        self.c.get(k)
+    }
+
+    pub fn uint(&self, k: &str) -> Result<Option<usize>> {
+        match self.c.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_u64()
+                .map(|x| Some(x as usize))
+                .ok_or_else(|| Error::Format(format!("config.json: '{k}' should be an integer"))),
+        }
+    }
+
+    pub fn float(&self, k: &str) -> Result<Option<f64>> {
+        match self.c.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .map(Some)
+                .ok_or_else(|| Error::Format(format!("config.json: '{k}' should be a number"))),
+        }
+    }
+
+    /// A boolean setting; anything else counts as absent.
+    pub fn flag(&self, k: &str) -> Option<bool> {
+        self.c.get(k).and_then(Value::as_bool)
+    }
+
+    /// A setting the configuration cannot do without.
+    pub fn need(&self, k: &str) -> Result<usize> {
+        self.uint(k)?
+            .ok_or_else(|| Error::Format(format!("config.json has no '{k}'")))
+    }
+
+    /// `tie_word_embeddings`, which multimodal checkpoints may set beside `text_config`.
+    pub fn tie_word_embeddings(&self) -> Option<bool> {
+        self.flag("tie_word_embeddings")
+            .or_else(|| self.top.get("tie_word_embeddings").and_then(Value::as_bool))
+    }
+}
 
 impl ModelConfig {
     /// Read from a Hugging Face config.json (already parsed).
@@ -19,98 +74,47 @@ impl ModelConfig {
             .get("model_type")
             .and_then(Value::as_str)
             .unwrap_or(top_type);
-        let arch = family::from_hf_model_type(model_type)?.arch;
-        let gemma = arch == Arch::Gemma3;
+        let family = family::from_hf_model_type(model_type)?;
+        let keys = HfKeys { c, top: json };
 
-        let uint = |k: &str| -> Result<Option<usize>> {
-            match c.get(k) {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => v.as_u64().map(|x| Some(x as usize)).ok_or_else(|| {
-                    Error::Format(format!("config.json: '{k}' should be an integer"))
-                }),
-            }
+        let hidden_size = keys.need("hidden_size")?;
+        let n_heads = keys.need("num_attention_heads")?;
+        let n_layers = keys.need("num_hidden_layers")?;
+        let head_dim = match (keys.uint("head_dim")?, family.hf_head_dim) {
+            (Some(d), _) | (None, Some(d)) => d,
+            (None, None) => hidden_size / n_heads.max(1),
         };
-        let float = |k: &str| -> Result<Option<f64>> {
-            match c.get(k) {
-                None | Some(Value::Null) => Ok(None),
-                Some(v) => v
-                    .as_f64()
-                    .map(Some)
-                    .ok_or_else(|| Error::Format(format!("config.json: '{k}' should be a number"))),
-            }
-        };
-        let flag = |k: &str| -> Option<bool> { c.get(k).and_then(Value::as_bool) };
-        let need = |k: &str| -> Result<usize> {
-            uint(k)?.ok_or_else(|| Error::Format(format!("config.json has no '{k}'")))
-        };
-
-        let hidden_size = need("hidden_size")?;
-        let n_heads = need("num_attention_heads")?;
-        let n_layers = need("num_hidden_layers")?;
-        let default_head_dim = match arch {
-            Arch::Qwen3 => 128,
-            Arch::Gemma3 => 256,
-            _ => hidden_size / n_heads.max(1),
-        };
-        let head_dim = uint("head_dim")?.unwrap_or(default_head_dim);
-
-        let sliding_window = match arch {
-            Arch::Gemma3 => Some(uint("sliding_window")?.unwrap_or(4096)),
-            Arch::Qwen2 if flag("use_sliding_window") == Some(true) => uint("sliding_window")?,
-            Arch::Llama => uint("sliding_window")?,
-            _ => None,
-        }
-        .filter(|&w| w > 0);
-        let sliding_window_pattern = if gemma && sliding_window.is_some() {
-            Some(gemma_pattern(c, n_layers)?)
-        } else {
-            None
-        };
-
-        let rope_scaling = match c.get("rope_scaling") {
+        let rope_scaling = match keys.get("rope_scaling") {
             None | Some(Value::Null) => None,
-            Some(s) => hf_rope_scaling(s, head_dim, float("rope_theta")?.unwrap_or(10000.0))?,
+            Some(s) => hf_rope_scaling(s, head_dim, keys.float("rope_theta")?.unwrap_or(10000.0))?,
         };
 
-        let cfg = ModelConfig {
-            arch,
-            vocab_size: need("vocab_size")?,
+        let mut cfg = ModelConfig {
+            arch: family.arch,
+            vocab_size: keys.need("vocab_size")?,
             hidden_size,
-            intermediate_size: need("intermediate_size")?,
+            intermediate_size: keys.need("intermediate_size")?,
             n_layers,
             n_heads,
-            n_kv_heads: uint("num_key_value_heads")?.unwrap_or(n_heads),
+            n_kv_heads: keys.uint("num_key_value_heads")?.unwrap_or(n_heads),
             head_dim,
-            rms_norm_eps: float("rms_norm_eps")?.unwrap_or(1e-6) as f32,
-            rope_theta: float("rope_theta")?.unwrap_or(if gemma { 1e6 } else { 1e4 }) as f32,
-            rope_theta_local: if gemma {
-                Some(float("rope_local_base_freq")?.unwrap_or(10000.0) as f32)
-            } else {
-                None
-            },
+            rms_norm_eps: keys.float("rms_norm_eps")?.unwrap_or(1e-6) as f32,
+            rope_theta: keys.float("rope_theta")?.unwrap_or(1e4) as f32,
+            rope_theta_local: None,
             rope_scaling,
             rope_layout: RopeLayout::Neox,
-            sliding_window,
-            sliding_window_pattern,
-            attention_bias: arch == Arch::Qwen2 || flag("attention_bias") == Some(true),
-            qk_norm: matches!(arch, Arch::Qwen3 | Arch::Gemma3),
-            tie_embeddings: flag("tie_word_embeddings")
-                .or_else(|| json.get("tie_word_embeddings").and_then(Value::as_bool))
-                .unwrap_or(gemma),
-            context_length: uint("max_position_embeddings")?.unwrap_or(2048),
+            sliding_window: None,
+            sliding_window_pattern: None,
+            attention_bias: keys.flag("attention_bias") == Some(true),
+            qk_norm: false,
+            tie_embeddings: keys.tie_word_embeddings().unwrap_or(false),
+            context_length: keys.uint("max_position_embeddings")?.unwrap_or(2048),
             norm_weights_include_one: false,
-            embedding_scale: gemma.then(|| (hidden_size as f32).sqrt()),
-            attention_scale: if gemma {
-                1.0 / (float("query_pre_attn_scalar")?.unwrap_or(head_dim as f64) as f32).sqrt()
-            } else {
-                1.0 / (head_dim as f32).sqrt()
-            },
-            activation: if gemma {
-                Activation::GeluTanh
-            } else {
-                Activation::Silu
-            },
-            final_logit_softcap: float("final_logit_softcapping")?
+            embedding_scale: None,
+            attention_scale: 1.0 / (head_dim as f32).sqrt(),
+            activation: Activation::Silu,
+            final_logit_softcap: keys
+                .float("final_logit_softcapping")?
                 .filter(|&x| x > 0.0)
                 .map(|x| x as f32),
             rope_dims: head_dim,
@@ -119,39 +123,10 @@ impl ModelConfig {
             moe: None,
             nextn_layers: 0,
         };
+        (family.hf_keys)(&keys, &mut cfg)?;
         cfg.validate()?;
         Ok(cfg)
     }
-}
-
-/// Gemma 3's local/global layout: `sliding_window_pattern: 6`, or a `layer_types` list whose
-/// "full_attention" entries must fall on every n-th layer.
-fn gemma_pattern(c: &Value, n_layers: usize) -> Result<usize> {
-    if let Some(p) = c.get("sliding_window_pattern").and_then(Value::as_u64) {
-        return Ok(p as usize);
-    }
-    let Some(types) = c.get("layer_types").and_then(Value::as_array) else {
-        return Ok(6);
-    };
-    let global: Vec<usize> = types
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| t.as_str() == Some("full_attention"))
-        .map(|(i, _)| i)
-        .collect();
-    let Some(&first) = global.first() else {
-        return Ok(0);
-    };
-    let pattern = first + 1;
-    let expected: Vec<usize> = (0..n_layers.min(types.len()))
-        .filter(|i| (i + 1) % pattern == 0)
-        .collect();
-    if expected != global {
-        return Err(Error::Unsupported(
-            "config.json layer_types is not a regular local/global pattern".into(),
-        ));
-    }
-    Ok(pattern)
 }
 
 /// config.json `rope_scaling`: linear, or Llama 3's per-frequency divisors (computed in f64 as

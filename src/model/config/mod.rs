@@ -1,9 +1,13 @@
 //! `ModelConfig`: one description of a model for every supported architecture, read from GGUF
-//! metadata (`{arch}.block_count`, …) or a Hugging Face `config.json`. It holds every number and
-//! fact that changes the forward pass, so the architecture code never looks at file formats.
+//! metadata (`{arch}.block_count`, …; gguf.rs) or a Hugging Face `config.json` (hf.rs): the keys
+//! every family shares there, then the family's own in its arch/<family>.rs. It holds every number
+//! and fact that changes the forward pass, so the architecture code never looks at file formats.
 
 mod gguf;
 mod hf;
+
+pub(crate) use gguf::GgufKeys;
+pub(crate) use hf::HfKeys;
 
 use serde::Serialize;
 
@@ -29,11 +33,6 @@ impl Arch {
     /// The name `kiln info` prints; the family's file (arch/<family>.rs) holds it.
     pub fn name(self) -> &'static str {
         self.family().name
-    }
-
-    /// Qwen3.5's hybrid layout (recurrent blocks with a state beside the KV cache).
-    pub fn is_hybrid(self) -> bool {
-        matches!(self, Arch::Qwen35 | Arch::Qwen35Moe)
     }
 }
 
