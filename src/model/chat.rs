@@ -1,7 +1,8 @@
 //! Chat templates: a conversation rendered to prompt text by the model's own Jinja template, with
 //! minijinja set up as Hugging Face's transformers renders (trim_blocks, lstrip_blocks, Python
 //! string methods, `raise_exception`, `strftime_now`, Python's `tojson`). A model without a
-//! template gets a built-in one chosen by architecture.
+//! template gets its family's built-in one (`Family::chat_template`): ChatML unless the family
+//! file names another.
 
 use std::fmt::Write as _;
 
@@ -38,11 +39,17 @@ pub enum TemplateOrigin {
     BuiltinGemma,
 }
 
-const CHATML: &str = "{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}";
+/// A prompt format kiln supplies for models that carry no chat template.
+pub(crate) struct BuiltinTemplate {
+    pub origin: TemplateOrigin,
+    /// Jinja source, rendered as a model's own template would be.
+    pub source: &'static str,
+}
 
-/// Gemma's turn format; a system message is folded into the first user turn, as Gemma's own
-/// template does.
-const GEMMA: &str = "{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for message in loop_messages -%}{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor -%}{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}";
+pub(crate) const CHATML: BuiltinTemplate = BuiltinTemplate {
+    origin: TemplateOrigin::BuiltinChatml,
+    source: "{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}",
+};
 
 pub struct ChatTemplate {
     source: String,
@@ -56,8 +63,10 @@ impl ChatTemplate {
     pub fn for_model(tok: &Tokenizer, arch: Arch) -> ChatTemplate {
         let (source, origin) = match &tok.chat_template {
             Some(t) => (t.clone(), TemplateOrigin::Model),
-            None if arch == Arch::Gemma3 => (GEMMA.to_string(), TemplateOrigin::BuiltinGemma),
-            None => (CHATML.to_string(), TemplateOrigin::BuiltinChatml),
+            None => {
+                let builtin = arch.family().chat_template;
+                (builtin.source.to_string(), builtin.origin)
+            }
         };
         let text = |id: Option<u32>| {
             id.and_then(|i| tok.decode(&[i], false).ok())

@@ -271,23 +271,31 @@ pub fn canonical_name(hf: &str, arch: Arch) -> Option<String> {
     let (layer, rest) = rest.split_once('.')?;
     let layer: usize = layer.parse().ok()?;
     let (module, kind) = rest.rsplit_once('.')?;
-    let gemma = arch == Arch::Gemma3;
-    let part = match module {
-        "input_layernorm" => "attn_norm",
-        "post_attention_layernorm" if gemma => "post_attention_norm",
-        "post_attention_layernorm" => "ffn_norm",
-        "pre_feedforward_layernorm" => "ffn_norm",
-        "post_feedforward_layernorm" => "post_ffw_norm",
-        "self_attn.q_proj" => "attn_q",
-        "self_attn.k_proj" => "attn_k",
-        "self_attn.v_proj" => "attn_v",
-        "self_attn.o_proj" => "attn_output",
-        "self_attn.q_norm" => "attn_q_norm",
-        "self_attn.k_norm" => "attn_k_norm",
-        "mlp.gate_proj" => "ffn_gate",
-        "mlp.up_proj" => "ffn_up",
-        "mlp.down_proj" => "ffn_down",
-        _ => return None,
+    // The family's own names first (Gemma's post_attention_layernorm), then the shared table.
+    let family_part = arch
+        .family()
+        .hf_tensor_names
+        .iter()
+        .find(|(hf_module, _)| *hf_module == module)
+        .map(|&(_, part)| part);
+    let part = match family_part {
+        Some(part) => part,
+        None => match module {
+            "input_layernorm" => "attn_norm",
+            "post_attention_layernorm" => "ffn_norm",
+            "pre_feedforward_layernorm" => "ffn_norm",
+            "post_feedforward_layernorm" => "post_ffw_norm",
+            "self_attn.q_proj" => "attn_q",
+            "self_attn.k_proj" => "attn_k",
+            "self_attn.v_proj" => "attn_v",
+            "self_attn.o_proj" => "attn_output",
+            "self_attn.q_norm" => "attn_q_norm",
+            "self_attn.k_norm" => "attn_k_norm",
+            "mlp.gate_proj" => "ffn_gate",
+            "mlp.up_proj" => "ffn_up",
+            "mlp.down_proj" => "ffn_down",
+            _ => return None,
+        },
     };
     Some(format!("blk.{layer}.{part}.{kind}"))
 }

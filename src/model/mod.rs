@@ -1,5 +1,6 @@
-//! Models: their description (`config`), files (`loader`, `tensor`), and — in later modules —
-//! tokenizers, chat templates, the forward pass of each architecture family and the session.
+//! Models: their description (`config`), files (`loader`, `tensor`), tokenizers, chat templates,
+//! the architecture families (`arch`: one file per family with its facts and its layer, listed in
+//! `arch::FAMILIES`), their weights, and the session.
 
 pub mod arch;
 pub mod chat;

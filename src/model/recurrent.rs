@@ -1,6 +1,6 @@
-//! The recurrent state of a hybrid model's sequence (Qwen3.5): per Gated DeltaNet block, the
-//! convolution's last K−1 input rows and the DeltaNet matrices. It lives beside the KV cache of
-//! the attention blocks, allocated once per session.
+//! A sequence's recurrent state in a model with recurrent blocks (Qwen3.5): per Gated DeltaNet
+//! block, the convolution's last K−1 input rows and the DeltaNet matrices. It lives beside the KV
+//! cache of the attention blocks, allocated once per session.
 //!
 //! A KV cache can be cut back to any length by forgetting rows; a recurrent state cannot, since
 //! it folds every token in. So the state is copied at checkpoints (token counts) the session

@@ -1,17 +1,19 @@
 //! The weights of a model, found by canonical name, checked against the configuration (so a bad
 //! file is a clear error here rather than an out-of-bounds access in a kernel), and handed to the
-//! backend. Qwen3.5's hybrid blocks are in weights/hybrid.rs.
+//! backend. Qwen3.5's blocks (Gated DeltaNet or gated attention, dense or expert feed-forward)
+//! are in weights/qwen35.rs.
 
-mod hybrid;
+mod qwen35;
 
-use super::config::{Arch, ModelConfig};
+use super::arch::family::LayerKind;
+use super::config::ModelConfig;
 use super::loader::ModelFile;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub use hybrid::{
-    DeltaNetWeights, ExpertsGateUp, Ffn, GatedAttentionWeights, HybridLayer, Mixer, MoeWeights,
+pub use qwen35::{
+    DeltaNetWeights, ExpertsGateUp, Ffn, GatedAttentionWeights, Mixer, MoeWeights, Qwen35Layer,
 };
 
 pub struct LayerWeights<B: Backend> {
@@ -35,10 +37,10 @@ pub struct LayerWeights<B: Backend> {
     pub post_ffn_norm: Option<B::Weight>,
 }
 
-/// The weights of one block: a standard transformer layer, or a Qwen3.5 hybrid block.
+/// The weights of one block: a standard transformer layer, or a Qwen3.5 block.
 pub enum Block<B: Backend> {
     Standard(LayerWeights<B>),
-    Hybrid(HybridLayer<B>),
+    Qwen35(Qwen35Layer<B>),
 }
 
 pub struct Weights<B: Backend> {
@@ -82,12 +84,12 @@ impl<B: Backend> Finder<'_, B> {
         }
     }
 
-    /// A norm weight as `x·w` wants it: Gemma checkpoints in Hugging Face layout store `w` for
-    /// `x·(1+w)`, so kiln adds the 1 once here (GGUF files already hold `1+w`).
+    /// A norm weight as `x·w` wants it: a family whose norm is `x·(1+w)` (Gemma) stores `w` in
+    /// Hugging Face layout, so kiln adds the 1 once here (GGUF files already hold `1+w`).
     fn norm(&self, name: &str, dim: usize) -> Result<B::Weight> {
         let cfg = &self.file.config;
         let t = self.tensor(name, &[dim])?;
-        if cfg.arch == Arch::Gemma3 && !cfg.norm_weights_include_one {
+        if cfg.arch.family().norm_one_plus_weight && !cfg.norm_weights_include_one {
             let plus_one: Vec<f32> = t.to_f32().iter().map(|w| w + 1.0).collect();
             return self
                 .backend
@@ -108,11 +110,13 @@ impl<B: Backend> Weights<B> {
             c.intermediate_size,
             c.head_dim,
         );
-        let gemma = c.arch == Arch::Gemma3;
+        let layer_kind = c.arch.family().layer;
+        // Gemma 3's layer norms each block's output too.
+        let post_norms = matches!(layer_kind, LayerKind::Gemma3);
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
-            if c.arch.is_hybrid() {
-                layers.push(Block::Hybrid(hybrid::layer(&f, c, i)?));
+            if matches!(layer_kind, LayerKind::Qwen35) {
+                layers.push(Block::Qwen35(qwen35::layer(&f, c, i)?));
                 continue;
             }
             let n = |part: &str| format!("blk.{i}.{part}");
@@ -130,8 +134,8 @@ impl<B: Backend> Weights<B> {
                     Ok(None)
                 }
             };
-            let gemma_norm = |part: &str| -> Result<Option<B::Weight>> {
-                if gemma {
+            let post_norm = |part: &str| -> Result<Option<B::Weight>> {
+                if post_norms {
                     f.norm(&n(part), h).map(Some)
                 } else {
                     Ok(None)
@@ -148,12 +152,12 @@ impl<B: Backend> Weights<B> {
                 bv: bias("attn_v.bias", kv)?,
                 q_norm: qk_norm("attn_q_norm.weight")?,
                 k_norm: qk_norm("attn_k_norm.weight")?,
-                post_attn_norm: gemma_norm("post_attention_norm.weight")?,
+                post_attn_norm: post_norm("post_attention_norm.weight")?,
                 ffn_norm: f.norm(&n("ffn_norm.weight"), h)?,
                 w_gate: f.get(&n("ffn_gate.weight"), &[h, ff])?,
                 w_up: f.get(&n("ffn_up.weight"), &[h, ff])?,
                 w_down: f.get(&n("ffn_down.weight"), &[ff, h])?,
-                post_ffn_norm: gemma_norm("post_ffw_norm.weight")?,
+                post_ffn_norm: post_norm("post_ffw_norm.weight")?,
             }));
         }
         let vocab = c.vocab_size;

@@ -19,9 +19,9 @@ impl<B: Backend> Step<'_, B> {
             .expect("a DeltaNet block has its settings");
         let s = &mut *self.s;
         let hs = s
-            .hybrid
+            .qwen35
             .as_mut()
-            .expect("hybrid models have hybrid scratch");
+            .expect("Qwen3.5 models have Qwen3.5 scratch");
         let state = self
             .cache
             .recurrent

@@ -1,28 +1,46 @@
-//! The forward pass. `Model` holds the weights on a backend; `Step` is one batched forward call
-//! over a chunk of tokens, with the shared building blocks (norms, attention, feed-forward,
-//! residual) that each architecture family composes in its own short file:
-//! `llama.rs` (Llama, SmolLM2, Mistral; its layer also serves Qwen), `qwen.rs` (Qwen2 and Qwen3's
-//! attention options), `gemma3.rs`, `qwen35.rs` (Qwen3.5's hybrid blocks, over the Gated
-//! DeltaNet block in `delta_net.rs` and the mixture of experts in `moe.rs`).
+//! The architecture families and the forward pass. Each family has one file that owns its facts
+//! (a `Family`, family.rs: the names files give it, its own GGUF and config.json keys, its quirks)
+//! and its layer: `llama.rs` (Llama, SmolLM2, Mistral; its layer also serves Qwen), `qwen.rs`
+//! (Qwen2, Qwen3), `gemma3.rs`, `qwen35.rs` (Qwen3.5, over the Gated DeltaNet block in
+//! `delta_net.rs` and the mixture of experts in `moe.rs`). `FAMILIES` below lists them.
+//!
+//! `Model` holds the weights on a backend; `Step` is one batched forward call over a chunk of
+//! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each
+//! family's layer composes.
 
 mod delta_net;
+pub(crate) mod family;
 mod gemma3;
 mod llama;
 mod moe;
 mod qwen;
 mod qwen35;
 
-use super::config::{Activation, Arch, ModelConfig};
+use super::config::{Activation, ModelConfig};
 use super::loader::ModelFile;
 use super::recurrent::RecurrentState;
 use super::rope::RopeFreqs;
 use super::weights::{Block, GatedAttentionWeights, LayerWeights, Weights};
 use crate::backend::{AttentionParams, Backend, CacheType, GateActivation};
 use crate::error::{Error, Result};
+use family::{Family, LayerKind};
+
+/// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
+/// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
+/// file, one line here, and its `Arch` variant (config/mod.rs).
+pub(crate) const FAMILIES: [&Family; 6] = [
+    &llama::LLAMA,
+    &qwen::QWEN2,
+    &qwen::QWEN3,
+    &gemma3::GEMMA3,
+    &qwen35::QWEN35,
+    &qwen35::QWEN35_MOE,
+];
 
 pub struct Model<B: Backend> {
     pub backend: B,
     pub config: ModelConfig,
+    family: &'static Family,
     weights: Weights<B>,
     /// Distinct RoPE frequency sets (global, and local when different).
     ropes: Vec<RopeFreqs>,
@@ -64,7 +82,7 @@ pub struct Scratch<B: Backend> {
     last: B::Buffer,
     logits: B::Buffer,
     /// What Qwen3.5's blocks need besides.
-    hybrid: Option<qwen35::HybridScratch<B>>,
+    qwen35: Option<qwen35::Qwen35Scratch<B>>,
 }
 
 impl<B: Backend> Scratch<B> {
@@ -98,6 +116,7 @@ impl<B: Backend> Model<B> {
         }
         Ok(Model {
             backend,
+            family: config.arch.family(),
             config,
             weights,
             ropes,
@@ -143,9 +162,9 @@ impl<B: Backend> Model<B> {
     /// a shift can move and re-rotate. (An architecture with recurrent state cannot: that state
     /// holds every past token, with no way to take the oldest out.)
     pub fn can_shift_context(&self) -> bool {
-        match self.config.arch {
-            Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => true,
-            Arch::Qwen35 | Arch::Qwen35Moe => false,
+        match self.family.layer {
+            LayerKind::Llama(_) | LayerKind::Gemma3 => true,
+            LayerKind::Qwen35 => false,
         }
     }
 
@@ -227,7 +246,7 @@ impl<B: Backend> Model<B> {
             rope_host: Vec::new(),
             last: b.buffer(c.hidden_size)?,
             logits: b.buffer(c.vocab_size)?,
-            hybrid: qwen35::HybridScratch::new(c, b, rows)?,
+            qwen35: qwen35::Qwen35Scratch::new(c, b, rows)?,
         })
     }
 
@@ -309,20 +328,14 @@ impl<B: Backend> Model<B> {
                 start_pos,
                 il,
             };
-            match (c.arch, layer) {
-                (_, Block::Hybrid(layer)) => qwen35::layer(&mut step, layer),
-                (Arch::Llama, Block::Standard(layer)) => {
-                    llama::layer(&mut step, layer, AttentionOpts::default())
+            match (self.family.layer, layer) {
+                (_, Block::Qwen35(layer)) => qwen35::layer(&mut step, layer),
+                (LayerKind::Llama(opts), Block::Standard(layer)) => {
+                    llama::layer(&mut step, layer, opts)
                 }
-                (Arch::Qwen2, Block::Standard(layer)) => {
-                    llama::layer(&mut step, layer, qwen::QWEN2)
-                }
-                (Arch::Qwen3, Block::Standard(layer)) => {
-                    llama::layer(&mut step, layer, qwen::QWEN3)
-                }
-                (Arch::Gemma3, Block::Standard(layer)) => gemma3::layer(&mut step, layer),
-                (Arch::Qwen35 | Arch::Qwen35Moe, Block::Standard(_)) => {
-                    unreachable!("Qwen3.5 weights load as hybrid blocks")
+                (LayerKind::Gemma3, Block::Standard(layer)) => gemma3::layer(&mut step, layer),
+                (LayerKind::Qwen35, Block::Standard(_)) => {
+                    unreachable!("Qwen3.5 weights load as Qwen3.5 blocks")
                 }
             }
         }
@@ -338,7 +351,7 @@ impl<B: Backend> Model<B> {
 }
 
 /// Which optional parts of the attention block an architecture uses.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub(crate) struct AttentionOpts {
     /// Biases on the Q, K and V projections (Qwen2).
     pub qkv_bias: bool,
@@ -441,9 +454,9 @@ impl<B: Backend> Step<'_, B> {
         let (b, c) = (&m.backend, &m.config);
         let s = &mut *self.s;
         let gate = &mut s
-            .hybrid
+            .qwen35
             .as_mut()
-            .expect("hybrid models have hybrid scratch")
+            .expect("Qwen3.5 models have Qwen3.5 scratch")
             .q_gate;
         b.matmul_many(
             &s.h,
@@ -459,7 +472,7 @@ impl<B: Backend> Step<'_, B> {
         b.rope_partial(&mut s.k, table, rows, c.n_kv_heads, hd, rd, layout);
         self.attend();
         let s = &mut *self.s;
-        let gate = &s.hybrid.as_ref().expect("hybrid scratch").q_gate;
+        let gate = &s.qwen35.as_ref().expect("Qwen3.5 scratch").q_gate;
         b.mul_sigmoid(&mut s.attn, gate, rows, c.q_dim(), c.q_dim());
         b.matmul(&s.attn, &l.wo, rows, &mut s.o);
     }

@@ -46,7 +46,7 @@ impl<B: Backend> Step<'_, B> {
         let (h, k, eff) = (c.hidden_size, moe.n_used, moe.expert_ff);
         let s = &mut *self.s;
         let ms = s
-            .hybrid
+            .qwen35
             .as_mut()
             .and_then(|hs| hs.moe.as_mut())
             .expect("MoE models have MoE scratch");

@@ -1,17 +1,238 @@
-//! Qwen3.5 (`qwen35`, `qwen35moe`): a hybrid of Gated DeltaNet blocks (linear attention with a
-//! recurrent state, delta_net.rs) and, every few blocks, gated full attention (sigmoid output
-//! gate, QK-norm, partial IMRoPE); each followed by a SwiGLU feed-forward, or in the MoE variant
-//! by routed experts plus a gated shared expert (moe.rs). Every block is pre-norm with two
-//! residual adds.
+//! Qwen3.5 (`qwen35`, `qwen35moe`): Gated DeltaNet blocks (linear attention with a recurrent
+//! state, delta_net.rs) and, every few blocks, gated full attention (sigmoid output gate, QK-norm,
+//! partial IMRoPE); each followed by a SwiGLU feed-forward, or in the MoE variant by routed
+//! experts plus a gated shared expert (moe.rs). Every block is pre-norm with two residual adds.
+//! kiln reads Qwen3.5 from GGUF only; its keys are read here, its weights in weights/qwen35.rs.
 
 use super::Step;
+use super::family::{Family, LayerKind};
 use super::moe::MoeScratch;
 use crate::backend::Backend;
-use crate::error::Result;
-use crate::model::config::ModelConfig;
-use crate::model::weights::{Ffn, HybridLayer, Mixer};
+use crate::error::{Error, Result};
+use crate::model::Arch;
+use crate::model::chat::CHATML;
+use crate::model::config::{DeltaNetConfig, GgufKeys, ModelConfig, MoeConfig};
+use crate::model::weights::{Ffn, Mixer, Qwen35Layer};
 
-pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &HybridLayer<B>) {
+pub(crate) const QWEN35: Family = Family {
+    arch: Arch::Qwen35,
+    name: "qwen35",
+    gguf_names: &["qwen35"],
+    hf_model_types: &[],
+    hf_text_config_of: None,
+    hf_head_dim: None,
+    gguf_keys,
+    // Never called: no config.json model_type reads as Qwen3.5.
+    hf_keys: |_, _| Ok(()),
+    hf_tensor_names: &[],
+    norm_one_plus_weight: false,
+    layer: LayerKind::Qwen35,
+    chat_template: &CHATML,
+};
+
+/// The mixture-of-experts variant: the same blocks and keys, plus `expert_*`.
+pub(crate) const QWEN35_MOE: Family = Family {
+    arch: Arch::Qwen35Moe,
+    name: "qwen35moe",
+    gguf_names: &["qwen35moe"],
+    ..QWEN35
+};
+
+/// Qwen3.5's keys beyond the shared ones: the block schedule and any multi-token-prediction
+/// blocks, the DeltaNet shapes (`ssm.*`), partial IMRoPE and the experts, each error naming its
+/// key.
+fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
+    c.qk_norm = true;
+    // `block_count` includes the multi-token-prediction blocks, which kiln loads but never runs.
+    let block_count = c.n_layers;
+    let nextn_layers = keys.usize("nextn_predict_layers")?.unwrap_or(0);
+    if nextn_layers >= block_count {
+        return bad(format!(
+            "{} = {nextn_layers} leaves none of the {block_count} blocks",
+            keys.key("nextn_predict_layers")
+        ));
+    }
+    c.n_layers = block_count - nextn_layers;
+    c.nextn_layers = nextn_layers;
+    let recurrent = recurrent_blocks(keys, block_count, c.n_layers)?;
+    c.delta_net = Some(delta_net(keys, recurrent)?);
+    (c.rope_dims, c.rope_sections) = partial_rope(keys, c.head_dim)?;
+    c.moe = experts(keys)?;
+    if let Some(m) = &c.moe {
+        // The shared expert is an MoE block's dense part.
+        c.intermediate_size = m.shared_ff;
+    }
+    Ok(())
+}
+
+fn bad<T>(message: String) -> Result<T> {
+    Err(Error::Format(message))
+}
+
+/// Per used block, whether it is a DeltaNet (true) or full attention: `attention.recurrent_layers`,
+/// or in older files every `full_attention_interval`-th block attends.
+fn recurrent_blocks(keys: &GgufKeys, block_count: usize, n_layers: usize) -> Result<Vec<bool>> {
+    match keys.bool_array("attention.recurrent_layers")? {
+        Some(flags) => {
+            if flags.len() != block_count {
+                return bad(format!(
+                    "{} has {} entries for {block_count} blocks",
+                    keys.key("attention.recurrent_layers"),
+                    flags.len()
+                ));
+            }
+            Ok(flags[..n_layers].to_vec())
+        }
+        None => {
+            let interval = keys.usize("full_attention_interval")?.unwrap_or(4);
+            if interval == 0 {
+                return bad(format!(
+                    "{} must be at least 1",
+                    keys.key("full_attention_interval")
+                ));
+            }
+            Ok((0..n_layers).map(|i| (i + 1) % interval != 0).collect())
+        }
+    }
+}
+
+fn delta_net(keys: &GgufKeys, recurrent: Vec<bool>) -> Result<DeltaNetConfig> {
+    let head = keys.need("ssm.state_size")?;
+    let n_k_heads = keys.need("ssm.group_count")?;
+    let n_v_heads = keys.need("ssm.time_step_rank")?;
+    let inner = keys.need("ssm.inner_size")?;
+    let conv_kernel = keys.need("ssm.conv_kernel")?;
+    if head == 0 || n_k_heads == 0 || n_v_heads == 0 {
+        return bad(format!(
+            "{}, {} and {} must be positive",
+            keys.key("ssm.state_size"),
+            keys.key("ssm.group_count"),
+            keys.key("ssm.time_step_rank")
+        ));
+    }
+    if !n_v_heads.is_multiple_of(n_k_heads) {
+        return bad(format!(
+            "{} value heads ({}) are not a multiple of the {} key heads ({})",
+            n_v_heads,
+            keys.key("ssm.time_step_rank"),
+            n_k_heads,
+            keys.key("ssm.group_count")
+        ));
+    }
+    if inner != n_v_heads.saturating_mul(head) {
+        return bad(format!(
+            "{} = {inner} is not value heads × head size = {n_v_heads} × {head}",
+            keys.key("ssm.inner_size")
+        ));
+    }
+    if !(1..=64).contains(&conv_kernel) {
+        return bad(format!(
+            "{} = {conv_kernel} is outside 1..=64",
+            keys.key("ssm.conv_kernel")
+        ));
+    }
+    for (name, v) in [("ssm.state_size", head), ("ssm.time_step_rank", n_v_heads)] {
+        if v > 1 << 16 {
+            return bad(format!("{} = {v} is implausibly large", keys.key(name)));
+        }
+    }
+    Ok(DeltaNetConfig {
+        recurrent,
+        conv_kernel,
+        n_k_heads,
+        n_v_heads,
+        head_dim: head,
+    })
+}
+
+/// How many leading dimensions of each head RoPE rotates, and their IMRoPE sections (in rotary
+/// pairs).
+fn partial_rope(keys: &GgufKeys, head_dim: usize) -> Result<(usize, Option<[usize; 4]>)> {
+    let rope_dims = keys.usize("rope.dimension_count")?.unwrap_or(head_dim);
+    if rope_dims == 0 || rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
+        return bad(format!(
+            "{} = {rope_dims} must be even and within the head size {head_dim}",
+            keys.key("rope.dimension_count")
+        ));
+    }
+    let Some(v) = keys.i64_array("rope.dimension_sections")? else {
+        return Ok((rope_dims, None));
+    };
+    if v.len() != 4 || v.iter().any(|&s| !(0..=1 << 16).contains(&s)) {
+        return bad(format!(
+            "{} should be 4 non-negative integers, found {v:?}",
+            keys.key("rope.dimension_sections")
+        ));
+    }
+    let s = [v[0] as usize, v[1] as usize, v[2] as usize, v[3] as usize];
+    let sum: usize = s.iter().sum();
+    if sum == 0 || sum > rope_dims / 2 {
+        return bad(format!(
+            "{} {s:?} sum to {sum}, but there are {} rotary pairs ({} = {rope_dims})",
+            keys.key("rope.dimension_sections"),
+            rope_dims / 2,
+            keys.key("rope.dimension_count")
+        ));
+    }
+    Ok((rope_dims, Some(s)))
+}
+
+/// The experts (`expert_count` > 0), with the widths converters write in several ways.
+fn experts(keys: &GgufKeys) -> Result<Option<MoeConfig>> {
+    let n_expert = match keys.usize("expert_count")? {
+        None | Some(0) => return Ok(None),
+        Some(n) => n,
+    };
+    let n_used = keys.need("expert_used_count")?;
+    if n_used == 0 || n_used > n_expert || n_expert > 1 << 16 {
+        return bad(format!(
+            "{} = {n_used} must be between 1 and {} = {n_expert}",
+            keys.key("expert_used_count"),
+            keys.key("expert_count")
+        ));
+    }
+    let dense_ff = keys.usize("feed_forward_length")?;
+    let expert_ff = match keys.usize("expert_feed_forward_length") {
+        Ok(Some(ff)) => ff,
+        Ok(None) => dense_ff
+            .map(|ff| ff / n_used)
+            .ok_or_else(|| keys.missing("expert_feed_forward_length"))?,
+        // A per-layer array: kiln runs files whose experts all have one width.
+        Err(_) => {
+            let v = keys
+                .i64_array("expert_feed_forward_length")?
+                .unwrap_or_default();
+            match v.first() {
+                Some(&f) if f > 0 && v.iter().all(|&x| x == f) => f as usize,
+                _ => {
+                    return Err(Error::Unsupported(format!(
+                        "{} varies across layers ({v:?})",
+                        keys.key("expert_feed_forward_length")
+                    )));
+                }
+            }
+        }
+    };
+    let shared_ff = keys
+        .usize("expert_shared_feed_forward_length")?
+        .or(dense_ff)
+        .ok_or_else(|| keys.missing("expert_shared_feed_forward_length"))?;
+    if expert_ff == 0 || shared_ff == 0 || expert_ff > 1 << 20 || shared_ff > 1 << 24 {
+        return bad(format!(
+            "expert widths {expert_ff} and {shared_ff} ({} and {}) must be positive and plausible",
+            keys.key("expert_feed_forward_length"),
+            keys.key("expert_shared_feed_forward_length")
+        ));
+    }
+    Ok(Some(MoeConfig {
+        n_expert,
+        n_used,
+        expert_ff,
+        shared_ff,
+    }))
+}
+
+pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &Qwen35Layer<B>) {
     f.norm_input(&l.attn_norm);
     match &l.mixer {
         Mixer::DeltaNet(d) => f.delta_net(d),
@@ -28,7 +249,7 @@ pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &HybridLayer<B>) {
 }
 
 /// The activation buffers Qwen3.5's blocks add, for up to `rows` tokens.
-pub(crate) struct HybridScratch<B: Backend> {
+pub(crate) struct Qwen35Scratch<B: Backend> {
     /// The attention's gate (one value per query value).
     pub q_gate: B::Buffer,
     /// DeltaNet: the q/k/v projection, its convolution, z, alpha and beta, and the output.
@@ -41,12 +262,12 @@ pub(crate) struct HybridScratch<B: Backend> {
     pub moe: Option<MoeScratch<B>>,
 }
 
-impl<B: Backend> HybridScratch<B> {
-    pub fn new(c: &ModelConfig, b: &B, rows: usize) -> Result<Option<HybridScratch<B>>> {
+impl<B: Backend> Qwen35Scratch<B> {
+    pub fn new(c: &ModelConfig, b: &B, rows: usize) -> Result<Option<Qwen35Scratch<B>>> {
         let Some(d) = &c.delta_net else {
             return Ok(None);
         };
-        Ok(Some(HybridScratch {
+        Ok(Some(Qwen35Scratch {
             q_gate: b.buffer(rows * c.q_dim())?,
             qkv: b.buffer(rows * d.conv_channels())?,
             conv: b.buffer(rows * d.conv_channels())?,

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
 use crate::model::config::ModelConfig;
 
-pub struct HybridLayer<B: Backend> {
+pub struct Qwen35Layer<B: Backend> {
     pub attn_norm: B::Weight,
     /// The norm before the feed-forward part (`post_attention_norm` in GGUF).
     pub post_attention_norm: B::Weight,
@@ -85,7 +85,7 @@ pub(super) fn layer<B: Backend>(
     f: &Finder<'_, B>,
     c: &ModelConfig,
     i: usize,
-) -> Result<HybridLayer<B>> {
+) -> Result<Qwen35Layer<B>> {
     let n = |part: &str| format!("blk.{i}.{part}");
     let h = c.hidden_size;
     let mixer = if c.layer_is_recurrent(i) {
@@ -134,7 +134,7 @@ pub(super) fn layer<B: Backend>(
             })
         }
     };
-    Ok(HybridLayer {
+    Ok(Qwen35Layer {
         attn_norm: f.norm(&n("attn_norm.weight"), h)?,
         post_attention_norm: f.norm(&n("post_attention_norm.weight"), h)?,
         mixer,
@@ -152,7 +152,7 @@ fn delta_net<B: Backend>(
     let d = c
         .delta_net
         .as_ref()
-        .expect("hybrid configurations have DeltaNet settings");
+        .expect("Qwen3.5 configurations have DeltaNet settings");
     let (channels, vd, nv) = (d.conv_channels(), d.value_dim(), d.n_v_heads);
     let conv_name = n("ssm_conv1d.weight");
     let conv = f.tensor(&conv_name, &[d.conv_kernel, channels])?;

@@ -1,0 +1,152 @@
+//! Reading a `ModelConfig` from GGUF metadata. `general.architecture` names the family; the keys
+//! every family shares (`{arch}.embedding_length`, `{arch}.block_count`, ...) are read here, then
+//! the family's own hook (`Family::gguf_keys`, in arch/<family>.rs) reads the rest.
+
+use super::{Activation, ModelConfig, RopeLayout, RopeScaling};
+use crate::error::{Error, Result};
+use crate::gguf::Metadata;
+use crate::model::arch::family;
+
+/// A GGUF file's metadata as a family reads it: keys under `{general.architecture}.`, named in
+/// full in every error.
+pub(crate) struct GgufKeys<'a> {
+    md: &'a Metadata,
+    arch: &'a str,
+}
+
+impl GgufKeys<'_> {
+    /// The full name of `k`: `llama.block_count` for `block_count`.
+    pub fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+
+    /// The error for a required key the file lacks.
+    pub fn missing(&self, k: &str) -> Error {
+        Error::Format(format!("metadata has no {}", self.key(k)))
+    }
+
+    pub fn usize(&self, k: &str) -> Result<Option<usize>> {
+        self.md.usize(&self.key(k))
+    }
+
+    /// A key the configuration cannot do without.
+    pub fn need(&self, k: &str) -> Result<usize> {
+        self.usize(k)?.ok_or_else(|| self.missing(k))
+    }
+
+    pub fn f64(&self, k: &str) -> Result<Option<f64>> {
+        self.md.f64(&self.key(k))
+    }
+
+    pub fn str(&self, k: &str) -> Result<Option<&str>> {
+        self.md.str(&self.key(k))
+    }
+
+    pub fn bool_array(&self, k: &str) -> Result<Option<Vec<bool>>> {
+        self.md.bool_array(&self.key(k))
+    }
+
+    pub fn i64_array(&self, k: &str) -> Result<Option<Vec<i64>>> {
+        self.md.i64_array(&self.key(k))
+    }
+}
+
+impl ModelConfig {
+    /// Read from GGUF metadata. `rope_freqs` is the `rope_freqs.weight` tensor when the file has one;
+    /// `output_present` says whether the file has a separate `output.weight`.
+    pub fn from_gguf(
+        md: &Metadata,
+        vocab_from_tensors: Option<usize>,
+        rope_freqs: Option<Vec<f32>>,
+        output_present: bool,
+    ) -> Result<ModelConfig> {
+        let arch_name = md
+            .str("general.architecture")?
+            .ok_or_else(|| Error::Format("metadata has no general.architecture".into()))?;
+        let family = family::from_gguf_name(arch_name)?;
+        let keys = GgufKeys {
+            md,
+            arch: arch_name,
+        };
+
+        let hidden_size = keys.need("embedding_length")?;
+        let n_heads = keys.need("attention.head_count")?;
+        let n_kv_heads = keys.usize("attention.head_count_kv")?.unwrap_or(n_heads);
+        let head_dim = match keys.usize("attention.key_length")? {
+            Some(d) => d,
+            None if n_heads > 0 => hidden_size / n_heads,
+            None => 0,
+        };
+        // The embedding table is the truth about the logits' width; metadata is the fallback for
+        // files without tensors (vocabulary-only GGUFs).
+        let vocab_size = match (vocab_from_tensors, keys.usize("vocab_size")?) {
+            (Some(v), _) | (None, Some(v)) => v,
+            (None, None) => md
+                .str_array("tokenizer.ggml.tokens")?
+                .map_or(0, |tokens| tokens.len()),
+        };
+        let sliding_window = keys.usize("attention.sliding_window")?.filter(|&w| w > 0);
+
+        let rope_scaling = match rope_freqs {
+            Some(divisors) => Some(RopeScaling::PerFrequency { divisors }),
+            None => match keys.str("rope.scaling.type")? {
+                Some("linear") => keys
+                    .f64("rope.scaling.factor")?
+                    .filter(|&f| f > 0.0 && f != 1.0)
+                    .map(|f| RopeScaling::Linear { factor: f as f32 }),
+                Some("none") | None => None,
+                Some(other) => {
+                    return Err(Error::Unsupported(format!(
+                        "RoPE scaling '{other}' is not supported"
+                    )));
+                }
+            },
+        };
+
+        let mut cfg = ModelConfig {
+            arch: family.arch,
+            vocab_size,
+            hidden_size,
+            // Set below, once the family's keys say whether the blocks are experts.
+            intermediate_size: 0,
+            n_layers: keys.need("block_count")?,
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            rms_norm_eps: keys
+                .f64("attention.layer_norm_rms_epsilon")?
+                .unwrap_or(1e-5) as f32,
+            rope_theta: keys.f64("rope.freq_base")?.unwrap_or(10000.0) as f32,
+            rope_theta_local: None,
+            rope_scaling,
+            rope_layout: RopeLayout::Neox,
+            sliding_window,
+            sliding_window_pattern: None,
+            attention_bias: false,
+            qk_norm: false,
+            tie_embeddings: !output_present,
+            context_length: keys.usize("context_length")?.unwrap_or(2048),
+            norm_weights_include_one: false,
+            embedding_scale: None,
+            attention_scale: 1.0 / (head_dim as f32).sqrt(),
+            activation: Activation::Silu,
+            final_logit_softcap: keys
+                .f64("final_logit_softcapping")?
+                .filter(|&c| c > 0.0)
+                .map(|c| c as f32),
+            rope_dims: head_dim,
+            rope_sections: None,
+            delta_net: None,
+            moe: None,
+            nextn_layers: 0,
+        };
+        (family.gguf_keys)(&keys, &mut cfg)?;
+        // A mixture-of-experts block's dense part is its shared expert, whose width the family
+        // has read; every other block has `feed_forward_length`.
+        if cfg.moe.is_none() {
+            cfg.intermediate_size = keys.need("feed_forward_length")?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}

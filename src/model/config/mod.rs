@@ -1,0 +1,271 @@
+//! `ModelConfig`: one description of a model for every supported architecture, read from GGUF
+//! metadata (`{arch}.block_count`, …; gguf.rs) or a Hugging Face `config.json` (hf.rs): the keys
+//! every family shares there, then the family's own in its arch/<family>.rs. It holds every number
+//! and fact that changes the forward pass, so the architecture code never looks at file formats.
+
+mod gguf;
+mod hf;
+
+pub(crate) use gguf::GgufKeys;
+pub(crate) use hf::HfKeys;
+
+use serde::Serialize;
+
+pub use crate::backend::RopeLayout;
+use crate::error::{Error, Result};
+
+/// An architecture family. What kiln knows about each is in its file under arch/ (`family()`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arch {
+    /// Llama 2/3.x, SmolLM2, Mistral.
+    Llama,
+    Qwen2,
+    Qwen3,
+    Gemma3,
+    /// Qwen3.5 dense: Gated DeltaNet blocks between gated full-attention blocks.
+    Qwen35,
+    /// Qwen3.5 mixture of experts: the same blocks with routed and shared experts.
+    Qwen35Moe,
+}
+
+impl Arch {
+    /// The name `kiln info` prints; the family's file (arch/<family>.rs) holds it.
+    pub fn name(self) -> &'static str {
+        self.family().name
+    }
+}
+
+/// Position scaling applied to the RoPE frequencies.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RopeScaling {
+    /// Every frequency divided by `factor` (positions compressed).
+    Linear { factor: f32 },
+    /// One divisor per frequency (Llama 3's scheme; GGUF stores them as `rope_freqs.weight`).
+    PerFrequency { divisors: Vec<f32> },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activation {
+    /// SiLU(gate) · up.
+    Silu,
+    /// GELU with the tanh approximation (gate) · up.
+    GeluTanh,
+}
+
+/// The Gated DeltaNet (linear attention) blocks of a hybrid model (Qwen3.5).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DeltaNetConfig {
+    /// Per block: true for a DeltaNet block, false for full attention.
+    pub recurrent: Vec<bool>,
+    /// Taps of the causal convolution over the q/k/v channels (`ssm.conv_kernel`).
+    pub conv_kernel: usize,
+    /// Key (and query) heads (`ssm.group_count`).
+    pub n_k_heads: usize,
+    /// Value heads (`ssm.time_step_rank`), a multiple of the key heads.
+    pub n_v_heads: usize,
+    /// Width of every key, query and value head (`ssm.state_size`).
+    pub head_dim: usize,
+}
+
+impl DeltaNetConfig {
+    /// Channels of the q/k/v projection, which the convolution runs over.
+    pub fn conv_channels(&self) -> usize {
+        (2 * self.n_k_heads + self.n_v_heads) * self.head_dim
+    }
+
+    /// Width of the value heads together (`ssm.inner_size`).
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.head_dim
+    }
+
+    /// f32 values of one block's convolution state (the last K−1 input rows).
+    pub fn conv_state_len(&self) -> usize {
+        self.conv_kernel.saturating_sub(1) * self.conv_channels()
+    }
+
+    /// f32 values of one block's recurrent state (a head_dim² matrix per value head).
+    pub fn ssm_state_len(&self) -> usize {
+        self.n_v_heads * self.head_dim * self.head_dim
+    }
+}
+
+/// The routed and shared experts of a mixture-of-experts feed-forward block.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MoeConfig {
+    /// Experts per block (`expert_count`).
+    pub n_expert: usize,
+    /// Experts each token is routed to (`expert_used_count`).
+    pub n_used: usize,
+    /// Width of each routed expert (`expert_feed_forward_length`).
+    pub expert_ff: usize,
+    /// Width of the shared expert (`expert_shared_feed_forward_length`).
+    pub shared_ff: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f32,
+    pub rope_theta: f32,
+    /// RoPE base of sliding-window layers when it differs (Gemma 3: 10000).
+    pub rope_theta_local: Option<f32>,
+    pub rope_scaling: Option<RopeScaling>,
+    pub rope_layout: RopeLayout,
+    /// Sliding-window length in tokens (a query sees itself and the window − 1 before it).
+    pub sliding_window: Option<usize>,
+    /// Which layers use the window; `None` with a window set means every layer.
+    pub sliding_window_pattern: Option<usize>,
+    pub attention_bias: bool,
+    pub qk_norm: bool,
+    pub tie_embeddings: bool,
+    pub context_length: usize,
+    /// Norm weights already include the `+1` of Gemma's `x·(1+w)` (llama.cpp's converter adds it).
+    pub norm_weights_include_one: bool,
+    /// Gemma multiplies embeddings by sqrt(hidden_size).
+    pub embedding_scale: Option<f32>,
+    /// Multiplier of q·k (1/sqrt(head_dim), or Gemma's query_pre_attn_scalar).
+    pub attention_scale: f32,
+    pub activation: Activation,
+    pub final_logit_softcap: Option<f32>,
+    /// Leading dimensions of each head that RoPE rotates; the rest pass through (partial
+    /// rotary). Equal to head_dim except in Qwen3.5 (`rope.dimension_count`).
+    pub rope_dims: usize,
+    /// Multimodal RoPE sections (Qwen3.5's IMRoPE), in rotary pairs. Text positions use the same
+    /// position in the first three; pairs in none of them stay unrotated.
+    pub rope_sections: Option<[usize; 4]>,
+    /// Models with recurrent blocks (Qwen3.5): which blocks are Gated DeltaNet, and their shapes.
+    pub delta_net: Option<DeltaNetConfig>,
+    /// Mixture-of-experts feed-forward blocks.
+    pub moe: Option<MoeConfig>,
+    /// Multi-token-prediction blocks the file carries after the `n_layers` used (skipped).
+    pub nextn_layers: usize,
+}
+
+impl ModelConfig {
+    /// True when layer `layer` attends through the sliding window.
+    pub fn layer_is_local(&self, layer: usize) -> bool {
+        match (self.sliding_window, self.sliding_window_pattern) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(_), Some(p)) => p == 0 || layer % p < p - 1,
+        }
+    }
+
+    pub fn layer_window(&self, layer: usize) -> Option<usize> {
+        if self.layer_is_local(layer) {
+            self.sliding_window
+        } else {
+            None
+        }
+    }
+
+    pub fn layer_rope_theta(&self, layer: usize) -> f32 {
+        match self.rope_theta_local {
+            Some(local) if self.layer_is_local(layer) => local,
+            _ => self.rope_theta,
+        }
+    }
+
+    /// RoPE scaling applies to global layers only when local layers have their own base (Gemma 3).
+    pub fn layer_rope_scaling(&self, layer: usize) -> Option<&RopeScaling> {
+        if self.rope_theta_local.is_some() && self.layer_is_local(layer) {
+            None
+        } else {
+            self.rope_scaling.as_ref()
+        }
+    }
+
+    /// True when block `layer` is a recurrent (Gated DeltaNet) block rather than attention.
+    pub fn layer_is_recurrent(&self, layer: usize) -> bool {
+        self.delta_net
+            .as_ref()
+            .is_some_and(|d| d.recurrent.get(layer).copied().unwrap_or(false))
+    }
+
+    /// Blocks with a KV cache (every block except recurrent ones).
+    pub fn attention_layers(&self) -> usize {
+        (0..self.n_layers)
+            .filter(|&l| !self.layer_is_recurrent(l))
+            .count()
+    }
+
+    /// Bytes of recurrent state per sequence (conv rows and DeltaNet matrices of every
+    /// recurrent block, f32); 0 for models without recurrent blocks.
+    pub fn recurrent_state_bytes(&self) -> usize {
+        self.delta_net.as_ref().map_or(0, |d| {
+            let blocks = (0..self.n_layers)
+                .filter(|&l| self.layer_is_recurrent(l))
+                .count();
+            blocks * (d.conv_state_len() + d.ssm_state_len()) * 4
+        })
+    }
+
+    pub fn q_dim(&self) -> usize {
+        self.n_heads * self.head_dim
+    }
+
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_heads * self.head_dim
+    }
+
+    /// Reject numbers the forward pass cannot use, before anything is allocated from them.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Format(m));
+        if self.hidden_size == 0 || self.n_layers == 0 || self.n_heads == 0 || self.head_dim == 0 {
+            return bad(format!(
+                "model dimensions must be positive (hidden {}, layers {}, heads {}, head_dim {})",
+                self.hidden_size, self.n_layers, self.n_heads, self.head_dim
+            ));
+        }
+        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
+            return bad(format!(
+                "{} query heads cannot share {} key/value heads",
+                self.n_heads, self.n_kv_heads
+            ));
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return bad(format!("head_dim {} must be even for RoPE", self.head_dim));
+        }
+        if self.vocab_size == 0 || self.intermediate_size == 0 {
+            return bad("vocabulary and feed-forward sizes must be positive".into());
+        }
+        // Generous bounds that keep later size arithmetic far from overflow.
+        let limit = 1usize << 24;
+        for (name, v) in [
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("n_layers", self.n_layers),
+            ("n_heads", self.n_heads),
+            ("head_dim", self.head_dim),
+            ("vocab_size", self.vocab_size),
+        ] {
+            if v > limit {
+                return bad(format!("{name} = {v} is implausibly large"));
+            }
+        }
+        if let Some(RopeScaling::PerFrequency { divisors }) = &self.rope_scaling
+            && divisors.len() != self.head_dim / 2
+        {
+            return bad(format!(
+                "rope_freqs has {} values, expected head_dim/2 = {}",
+                divisors.len(),
+                self.head_dim / 2
+            ));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rope_theta.is_finite() && self.rope_theta > 0.0)
+        {
+            return bad("norm epsilon and RoPE base must be finite".into());
+        }
+        Ok(())
+    }
+}
