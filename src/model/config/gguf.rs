@@ -2,54 +2,11 @@
 //! every family shares (`{arch}.embedding_length`, `{arch}.block_count`, ...) are read here, then
 //! the family's own hook (`Family::gguf_keys`, in arch/<family>.rs) reads the rest.
 
+use super::keys::GgufKeys;
 use super::{Activation, ModelConfig, RopeLayout, RopeScaling};
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
 use crate::model::arch::family;
-
-/// A GGUF file's metadata as a family reads it: keys under `{general.architecture}.`, named in
-/// full in every error.
-pub(crate) struct GgufKeys<'a> {
-    md: &'a Metadata,
-    arch: &'a str,
-}
-
-impl GgufKeys<'_> {
-    /// The full name of `k`: `llama.block_count` for `block_count`.
-    pub fn key(&self, k: &str) -> String {
-        format!("{}.{k}", self.arch)
-    }
-
-    /// The error for a required key the file lacks.
-    pub fn missing(&self, k: &str) -> Error {
-        Error::Format(format!("metadata has no {}", self.key(k)))
-    }
-
-    pub fn usize(&self, k: &str) -> Result<Option<usize>> {
-        self.md.usize(&self.key(k))
-    }
-
-    /// A key the configuration cannot do without.
-    pub fn need(&self, k: &str) -> Result<usize> {
-        self.usize(k)?.ok_or_else(|| self.missing(k))
-    }
-
-    pub fn f64(&self, k: &str) -> Result<Option<f64>> {
-        self.md.f64(&self.key(k))
-    }
-
-    pub fn str(&self, k: &str) -> Result<Option<&str>> {
-        self.md.str(&self.key(k))
-    }
-
-    pub fn bool_array(&self, k: &str) -> Result<Option<Vec<bool>>> {
-        self.md.bool_array(&self.key(k))
-    }
-
-    pub fn i64_array(&self, k: &str) -> Result<Option<Vec<i64>>> {
-        self.md.i64_array(&self.key(k))
-    }
-}
 
 impl ModelConfig {
     /// Read from GGUF metadata. `rope_freqs` is the `rope_freqs.weight` tensor when the file has one;
@@ -64,10 +21,7 @@ impl ModelConfig {
             .str("general.architecture")?
             .ok_or_else(|| Error::Format("metadata has no general.architecture".into()))?;
         let family = family::from_gguf_name(arch_name)?;
-        let keys = GgufKeys {
-            md,
-            arch: arch_name,
-        };
+        let keys = GgufKeys::new(md, arch_name);
 
         let hidden_size = keys.need("embedding_length")?;
         let n_heads = keys.need("attention.head_count")?;

@@ -4,62 +4,10 @@
 
 use serde_json::Value;
 
+use super::keys::HfKeys;
 use super::{Activation, ModelConfig, RopeLayout, RopeScaling};
 use crate::error::{Error, Result};
 use crate::model::arch::family;
-
-/// A config.json as a family reads it: the language model's settings (`text_config` in a
-/// multimodal checkpoint), with errors that name the key.
-pub(crate) struct HfKeys<'a> {
-    /// The language model's settings.
-    c: &'a Value,
-    /// The whole file.
-    top: &'a Value,
-}
-
-impl HfKeys<'_> {
-    /// The raw value of `k`, for settings that are not a plain number or flag.
-    pub fn get(&self, k: &str) -> Option<&Value> {
-        self.c.get(k)
-    }
-
-    pub fn uint(&self, k: &str) -> Result<Option<usize>> {
-        match self.c.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(|x| Some(x as usize))
-                .ok_or_else(|| Error::Format(format!("config.json: '{k}' should be an integer"))),
-        }
-    }
-
-    pub fn float(&self, k: &str) -> Result<Option<f64>> {
-        match self.c.get(k) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| Error::Format(format!("config.json: '{k}' should be a number"))),
-        }
-    }
-
-    /// A boolean setting; anything else counts as absent.
-    pub fn flag(&self, k: &str) -> Option<bool> {
-        self.c.get(k).and_then(Value::as_bool)
-    }
-
-    /// A setting the configuration cannot do without.
-    pub fn need(&self, k: &str) -> Result<usize> {
-        self.uint(k)?
-            .ok_or_else(|| Error::Format(format!("config.json has no '{k}'")))
-    }
-
-    /// `tie_word_embeddings`, which multimodal checkpoints may set beside `text_config`.
-    pub fn tie_word_embeddings(&self) -> Option<bool> {
-        self.flag("tie_word_embeddings")
-            .or_else(|| self.top.get("tie_word_embeddings").and_then(Value::as_bool))
-    }
-}
 
 impl ModelConfig {
     /// Read from a Hugging Face config.json (already parsed).
@@ -75,7 +23,7 @@ impl ModelConfig {
             .and_then(Value::as_str)
             .unwrap_or(top_type);
         let family = family::from_hf_model_type(model_type)?;
-        let keys = HfKeys { c, top: json };
+        let keys = HfKeys::new(c, json);
 
         let hidden_size = keys.need("hidden_size")?;
         let n_heads = keys.need("num_attention_heads")?;

@@ -5,9 +5,9 @@
 
 mod gguf;
 mod hf;
+mod keys;
 
-pub(crate) use gguf::GgufKeys;
-pub(crate) use hf::HfKeys;
+pub(crate) use keys::{GgufKeys, HfKeys};
 
 use serde::Serialize;
 
