@@ -64,7 +64,10 @@ pub unsafe fn kernels(level: Level) -> Kernels {
     k.level = level;
     for t in GgmlType::ALL {
         let i = t as usize;
-        k.types[i] = match (rows::q8_row_kernels(t, vnni), rows::q8k_row_kernels(t)) {
+        k.types[i] = match (
+            rows::q8_row_kernels(t, vnni),
+            rows::q8k_row_kernels(t, vnni),
+        ) {
             (Some(mut q8), _) => {
                 q8.packed = gemm::q8_kernel(level, t);
                 TypeKernels::Q8(q8)

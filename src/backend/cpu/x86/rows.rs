@@ -154,6 +154,11 @@ unsafe fn blocks32<V: Isa<I = __m256i>, T: Block32, const R: usize>(
     x: [&[BlockQ8]; R],
 ) -> [f32; R] {
     unsafe {
+        let n = w.len() / T::BYTES;
+        assert!(
+            x.iter().all(|row| row.len() >= n),
+            "activations shorter than the weights"
+        );
         let mut even = [_mm256_setzero_ps(); R];
         let mut odd = [_mm256_setzero_ps(); R];
         let mut m_even = [0.0f32; R];
@@ -169,7 +174,8 @@ unsafe fn blocks32<V: Isa<I = __m256i>, T: Block32, const R: usize>(
                 // Signed weights: |w| · (x with w's sign), exact and within `maddubs`' range.
                 let aw = if T::MIN { wv } else { _mm256_sign_epi8(wv, wv) };
                 for k in 0..R {
-                    let xb = &x[k][b];
+                    // SAFETY: b < n (asserted above).
+                    let xb = x[k].get_unchecked(b);
                     let xs = load(xb.qs.as_ptr() as *const u8);
                     let xs = if T::MIN { xs } else { _mm256_sign_epi8(xs, wv) };
                     let i = V::dot_vec(_mm256_setzero_si256(), aw, xs);
@@ -181,7 +187,6 @@ unsafe fn blocks32<V: Isa<I = __m256i>, T: Block32, const R: usize>(
                 }
             }};
         }
-        let n = w.len() / T::BYTES;
         for b in (0..n - n % 2).step_by(2) {
             block!(b, even, m_even);
             block!(b + 1, odd, m_odd);
@@ -204,18 +209,21 @@ unsafe fn blocks32<V: Isa<I = __m256i>, T: Block32, const R: usize>(
 
 /// A K-quant: 256 values as eight 32-value groups of unsigned codes, each group's products
 /// scaled by a pair of i16 scales (values 0..16 of the group by the low one, 16..32 by the high
-/// one), and the block's float scales and offset applied to the integer sum by `finish`.
+/// one), and the block's float scales and integer offset (its minimums, or the bias its codes are
+/// stored with) applied to the integer sum by `finish`.
 trait KQuant {
     const BYTES: usize;
-    /// The block's scales, decoded once for all activation rows.
+    /// The block's group scales, decoded once for all activation rows.
     type Scales;
-    unsafe fn scales(wb: &[u8]) -> Self::Scales;
+    /// The scales, and each activation row's offset from the activations' per-16 sums, in one
+    /// pass over the block's scale bytes.
+    unsafe fn scales<const R: usize>(wb: &[u8], x: [&BlockQ8K; R]) -> (Self::Scales, [i32; R]);
     /// The unsigned codes of values 32j..32j + 32.
     unsafe fn codes(wb: *const u8, j: usize) -> __m256i;
     /// Group j's scale pair.
     unsafe fn scale(s: &Self::Scales, j: usize) -> __m256i;
-    /// The block's contribution, from Σ_j scale_j · (codes_j · activations).
-    fn finish(wb: &[u8], s: &Self::Scales, xb: &BlockQ8K, sum: i32) -> f32;
+    /// The block's contribution, from Σ_j scale_j · (codes_j · activations) and the offset.
+    fn finish(wb: &[u8], xb: &BlockQ8K, sum: i32, offset: i32) -> f32;
 }
 
 struct Q2K;
@@ -261,40 +269,42 @@ unsafe fn nibble_line(qs: *const u8, j: usize) -> __m256i {
 
 impl KQuant for Q4K {
     const BYTES: usize = 144;
-    /// The eight (scale, min) pairs.
-    type Scales = ([u8; 8], [u8; 8]);
+    /// The eight sub-block scales.
+    type Scales = [u8; 8];
     #[inline(always)]
-    unsafe fn scales(wb: &[u8]) -> Self::Scales {
-        let (mut sc, mut mn) = ([0u8; 8], [0u8; 8]);
-        for j in 0..8 {
-            (sc[j], mn[j]) = scale_min_k4(j, &wb[4..16]);
+    unsafe fn scales<const R: usize>(wb: &[u8], x: [&BlockQ8K; R]) -> ([u8; 8], [i32; R]) {
+        let mut sc = [0u8; 8];
+        let mut mins = [0i32; R];
+        for (j, s) in sc.iter_mut().enumerate() {
+            let (a, m) = scale_min_k4(j, &wb[4..16]);
+            *s = a;
+            for k in 0..R {
+                let bsums = &x[k].bsums;
+                mins[k] += m as i32 * (bsums[2 * j] as i32 + bsums[2 * j + 1] as i32);
+            }
         }
-        (sc, mn)
+        (sc, mins)
     }
     #[inline(always)]
     unsafe fn codes(wb: *const u8, j: usize) -> __m256i {
         unsafe { nibble_line(wb.add(16), j) }
     }
     #[inline(always)]
-    unsafe fn scale(s: &Self::Scales, j: usize) -> __m256i {
-        unsafe { _mm256_set1_epi16(s.0[j] as i16) }
+    unsafe fn scale(s: &[u8; 8], j: usize) -> __m256i {
+        unsafe { _mm256_set1_epi16(s[j] as i16) }
     }
     #[inline(always)]
-    fn finish(wb: &[u8], s: &Self::Scales, xb: &BlockQ8K, sum: i32) -> f32 {
-        let mut mins = 0i32;
-        for j in 0..8 {
-            mins += s.1[j] as i32 * (xb.bsums[2 * j] as i32 + xb.bsums[2 * j + 1] as i32);
-        }
+    fn finish(wb: &[u8], xb: &BlockQ8K, sum: i32, mins: i32) -> f32 {
         xb.d * (f16(wb, 0) * sum as f32 - f16(wb, 2) * mins as f32)
     }
 }
 
 impl KQuant for Q5K {
     const BYTES: usize = 176;
-    type Scales = ([u8; 8], [u8; 8]);
+    type Scales = [u8; 8];
     #[inline(always)]
-    unsafe fn scales(wb: &[u8]) -> Self::Scales {
-        unsafe { Q4K::scales(wb) }
+    unsafe fn scales<const R: usize>(wb: &[u8], x: [&BlockQ8K; R]) -> ([u8; 8], [i32; R]) {
+        unsafe { Q4K::scales(wb, x) }
     }
     #[inline(always)]
     unsafe fn codes(wb: *const u8, j: usize) -> __m256i {
@@ -311,12 +321,12 @@ impl KQuant for Q5K {
         }
     }
     #[inline(always)]
-    unsafe fn scale(s: &Self::Scales, j: usize) -> __m256i {
+    unsafe fn scale(s: &[u8; 8], j: usize) -> __m256i {
         unsafe { Q4K::scale(s, j) }
     }
     #[inline(always)]
-    fn finish(wb: &[u8], s: &Self::Scales, xb: &BlockQ8K, sum: i32) -> f32 {
-        Q4K::finish(wb, s, xb, sum)
+    fn finish(wb: &[u8], xb: &BlockQ8K, sum: i32, mins: i32) -> f32 {
+        Q4K::finish(wb, xb, sum, mins)
     }
 }
 
@@ -325,8 +335,17 @@ impl KQuant for Q6K {
     /// The sixteen signed scales, widened.
     type Scales = [i16; 16];
     #[inline(always)]
-    unsafe fn scales(wb: &[u8]) -> Self::Scales {
-        std::array::from_fn(|i| wb[192 + i] as i8 as i16)
+    unsafe fn scales<const R: usize>(wb: &[u8], x: [&BlockQ8K; R]) -> ([i16; 16], [i32; R]) {
+        let sc: [i16; 16] = std::array::from_fn(|i| wb[192 + i] as i8 as i16);
+        // The stored values are u − 32.
+        let offsets = x.map(|xb| {
+            let mut offset = 0i32;
+            for (g, &bs) in xb.bsums.iter().enumerate() {
+                offset += sc[g] as i32 * bs as i32;
+            }
+            offset
+        });
+        (sc, offsets)
     }
     #[inline(always)]
     unsafe fn codes(wb: *const u8, j: usize) -> __m256i {
@@ -348,12 +367,7 @@ impl KQuant for Q6K {
         unsafe { scale_pair(s[2 * j], s[2 * j + 1]) }
     }
     #[inline(always)]
-    fn finish(wb: &[u8], s: &Self::Scales, xb: &BlockQ8K, sum: i32) -> f32 {
-        // The stored values are u − 32.
-        let mut offset = 0i32;
-        for (g, &bs) in xb.bsums.iter().enumerate() {
-            offset += s[g] as i32 * bs as i32;
-        }
+    fn finish(wb: &[u8], xb: &BlockQ8K, sum: i32, offset: i32) -> f32 {
         f16(wb, 208) * xb.d * (sum - 32 * offset) as f32
     }
 }
@@ -363,8 +377,16 @@ impl KQuant for Q2K {
     /// The sixteen 4-bit scales (low nibbles) and minimums (high nibbles).
     type Scales = [u8; 16];
     #[inline(always)]
-    unsafe fn scales(wb: &[u8]) -> Self::Scales {
-        std::array::from_fn(|i| wb[i])
+    unsafe fn scales<const R: usize>(wb: &[u8], x: [&BlockQ8K; R]) -> ([u8; 16], [i32; R]) {
+        let sc: [u8; 16] = std::array::from_fn(|i| wb[i]);
+        let sum_min = x.map(|xb| {
+            let mut sum_min = 0i32;
+            for (j, &s) in sc.iter().enumerate() {
+                sum_min += (s >> 4) as i32 * xb.bsums[j] as i32;
+            }
+            sum_min
+        });
+        (sc, sum_min)
     }
     #[inline(always)]
     unsafe fn codes(wb: *const u8, j: usize) -> __m256i {
@@ -375,11 +397,7 @@ impl KQuant for Q2K {
         unsafe { scale_pair((s[2 * j] & 0xF) as i16, (s[2 * j + 1] & 0xF) as i16) }
     }
     #[inline(always)]
-    fn finish(wb: &[u8], s: &Self::Scales, xb: &BlockQ8K, sum: i32) -> f32 {
-        let mut sum_min = 0i32;
-        for (j, &sc) in s.iter().enumerate() {
-            sum_min += (sc >> 4) as i32 * xb.bsums[j] as i32;
-        }
+    fn finish(wb: &[u8], xb: &BlockQ8K, sum: i32, sum_min: i32) -> f32 {
         let (d, dmin) = (f16(wb, 80) * xb.d, f16(wb, 82) * xb.d);
         d * sum as f32 - dmin * sum_min as f32
     }
@@ -389,8 +407,17 @@ impl KQuant for Q3K {
     const BYTES: usize = 110;
     type Scales = [i8; 16];
     #[inline(always)]
-    unsafe fn scales(wb: &[u8]) -> Self::Scales {
-        q3_k_scales(&wb[96..108])
+    unsafe fn scales<const R: usize>(wb: &[u8], x: [&BlockQ8K; R]) -> ([i8; 16], [i32; R]) {
+        let sc = q3_k_scales(&wb[96..108]);
+        // The stored values are u − 4.
+        let offsets = x.map(|xb| {
+            let mut offset = 0i32;
+            for (j, &s) in sc.iter().enumerate() {
+                offset += s as i32 * xb.bsums[j] as i32;
+            }
+            offset
+        });
+        (sc, offsets)
     }
     #[inline(always)]
     unsafe fn codes(wb: *const u8, j: usize) -> __m256i {
@@ -408,35 +435,43 @@ impl KQuant for Q3K {
         unsafe { scale_pair(s[2 * j] as i16, s[2 * j + 1] as i16) }
     }
     #[inline(always)]
-    fn finish(wb: &[u8], s: &Self::Scales, xb: &BlockQ8K, sum: i32) -> f32 {
-        let mut offset = 0i32;
-        for (j, &sc) in s.iter().enumerate() {
-            offset += sc as i32 * xb.bsums[j] as i32;
-        }
+    fn finish(wb: &[u8], xb: &BlockQ8K, sum: i32, offset: i32) -> f32 {
         f16(wb, 108) * xb.d * (sum - 4 * offset) as f32
     }
 }
 
 /// A K-quant weight row · `R` Q8_K activation rows: Σ_j scale_j · (codes_j · activations) in
-/// integers (`maddubs` pairs within i16: codes < 64), each block's scales and codes decoded once.
+/// integers (`maddubs` pairs within i16: codes < 64; `madd16_by` scales them exactly), each
+/// block's scales and codes decoded once.
 #[inline(always)]
-unsafe fn kquant<T: KQuant, const R: usize>(w: &[u8], x: [&[BlockQ8K]; R]) -> [f32; R] {
+unsafe fn kquant<V: Isa<I = __m256i>, T: KQuant, const R: usize>(
+    w: &[u8],
+    x: [&[BlockQ8K]; R],
+) -> [f32; R] {
     unsafe {
+        let n = w.len() / T::BYTES;
+        assert!(
+            x.iter().all(|row| row.len() >= n),
+            "activations shorter than the weights"
+        );
         let mut total = [0.0f32; R];
         for (b, wb) in w.chunks_exact(T::BYTES).enumerate() {
-            let scales = T::scales(wb);
+            // SAFETY: b < n (asserted above). Unchecked, as a bounds check here costs the
+            // one-token kernel ~5 % of its rate.
+            let xb = x.map(|row| row.get_unchecked(b));
+            let (scales, offsets) = T::scales(wb, xb);
             let mut acc = [_mm256_setzero_si256(); R];
             for j in 0..8 {
                 let u = T::codes(wb.as_ptr(), j);
                 let sc = T::scale(&scales, j);
                 for k in 0..R {
-                    let xs = load(x[k][b].qs.as_ptr().add(32 * j) as *const u8);
+                    let xs = load(xb[k].qs.as_ptr().add(32 * j) as *const u8);
                     let p16 = _mm256_maddubs_epi16(u, xs);
-                    acc[k] = _mm256_add_epi32(acc[k], _mm256_madd_epi16(p16, sc));
+                    acc[k] = V::madd16_by(acc[k], p16, sc);
                 }
             }
             for k in 0..R {
-                total[k] += T::finish(wb, &scales, &x[k][b], hsum_i32(acc[k]));
+                total[k] += T::finish(wb, xb[k], hsum_i32(acc[k]), offsets[k]);
             }
         }
         total
@@ -457,7 +492,13 @@ unsafe fn blocks32_vnni<T: Block32, const R: usize>(w: &[u8], x: [&[BlockQ8]; R]
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn kquant_avx2<T: KQuant, const R: usize>(w: &[u8], x: [&[BlockQ8K]; R]) -> [f32; R] {
-    unsafe { kquant::<T, R>(w, x) }
+    unsafe { kquant::<Avx2<false>, T, R>(w, x) }
+}
+
+/// The same, compiled with AVX-VNNI (the compiler may fuse a `vpmaddwd` and its add).
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn kquant_vnni<T: KQuant, const R: usize>(w: &[u8], x: [&[BlockQ8K]; R]) -> [f32; R] {
+    unsafe { kquant::<Avx2<true>, T, R>(w, x) }
 }
 
 // The table's safe entry points are closures over the instantiations: sound because
@@ -484,10 +525,21 @@ fn q8_rows<T: Block32>(vnni: bool) -> QuantKernels<BlockQ8> {
     }
 }
 
-fn q8k_rows<T: KQuant>() -> QuantKernels<BlockQ8K> {
+fn q8k_rows<T: KQuant>(vnni: bool) -> QuantKernels<BlockQ8K> {
+    let (dot, dot4): (Dot<BlockQ8K>, Dot4<BlockQ8K>) = if vnni {
+        (
+            |w, x| unsafe { kquant_vnni::<T, 1>(w, [x])[0] },
+            |w, x| unsafe { kquant_vnni::<T, 4>(w, x) },
+        )
+    } else {
+        (
+            |w, x| unsafe { kquant_avx2::<T, 1>(w, [x])[0] },
+            |w, x| unsafe { kquant_avx2::<T, 4>(w, x) },
+        )
+    };
     QuantKernels {
-        dot: |w, x| unsafe { kquant_avx2::<T, 1>(w, [x])[0] },
-        dot4: Some(|w, x| unsafe { kquant_avx2::<T, 4>(w, x) }),
+        dot,
+        dot4: Some(dot4),
         packed: None,
     }
 }
@@ -504,14 +556,14 @@ pub fn q8_row_kernels(t: GgmlType, vnni: bool) -> Option<QuantKernels<BlockQ8>> 
     })
 }
 
-/// The row kernels of a K-quant, where there are x86 ones.
-pub fn q8k_row_kernels(t: GgmlType) -> Option<QuantKernels<BlockQ8K>> {
+/// The row kernels of a K-quant, where there are x86 ones. `vnni`: compiled with AVX-VNNI.
+pub fn q8k_row_kernels(t: GgmlType, vnni: bool) -> Option<QuantKernels<BlockQ8K>> {
     Some(match t {
-        GgmlType::Q2_K => q8k_rows::<Q2K>(),
-        GgmlType::Q3_K => q8k_rows::<Q3K>(),
-        GgmlType::Q4_K => q8k_rows::<Q4K>(),
-        GgmlType::Q5_K => q8k_rows::<Q5K>(),
-        GgmlType::Q6_K => q8k_rows::<Q6K>(),
+        GgmlType::Q2_K => q8k_rows::<Q2K>(vnni),
+        GgmlType::Q3_K => q8k_rows::<Q3K>(vnni),
+        GgmlType::Q4_K => q8k_rows::<Q4K>(vnni),
+        GgmlType::Q5_K => q8k_rows::<Q5K>(vnni),
+        GgmlType::Q6_K => q8k_rows::<Q6K>(vnni),
         _ => return None,
     })
 }
