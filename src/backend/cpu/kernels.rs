@@ -140,6 +140,26 @@ impl<A> Clone for QuantKernels<A> {
 
 impl<A> Copy for QuantKernels<A> {}
 
+/// The table entry of a row kernel written for any number of activation rows, `$kernel::<$t, R>`
+/// (an `unsafe` instantiation for one instruction set): its one- and four-row forms as the
+/// table's safe function pointers, with no GEMM kernel. The caller vouches that the CPU has the
+/// instruction set (the arch module hands tables out only for detected levels).
+macro_rules! row_kernels {
+    ($kernel:ident, $t:ty) => {
+        QuantKernels {
+            // SAFETY: as the macro's caller vouches.
+            dot: |w, x| unsafe { $kernel::<$t, 1>(w, [x])[0] },
+            dot4: Some(|w, x| unsafe { $kernel::<$t, 4>(w, x) }),
+            packed: None,
+        }
+    };
+}
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(unused_imports)
+)]
+pub(crate) use row_kernels;
+
 /// What the CPU does with one block type.
 #[derive(Clone, Copy)]
 pub enum TypeKernels {

@@ -8,7 +8,7 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::{f16, load_s8};
-use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, Dot, Dot4, QuantKernels};
+use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, QuantKernels, row_kernels};
 use crate::gguf::GgmlType;
 use crate::gguf::dequant::scale_min_k4;
 
@@ -416,44 +416,21 @@ unsafe fn blocks_k_sdot<T: BlockK, const R: usize>(w: &[u8], x: [&[BlockQ8K]; R]
     unsafe { blocks_k::<Sdot, T, R>(w, x) }
 }
 
-// The table's safe entry points are closures over the instantiations: sound because
-// `arm::kernels` hands them out only for levels the CPU was detected to have (its contract).
-
+/// The row kernels of a 32-value block type (SDOT where `dotprod`). Sound to hand out because
+/// `arm::kernels` does so only for levels the CPU was detected to have.
 fn q8_rows<T: Block32>(dotprod: bool) -> QuantKernels<BlockQ8> {
-    let (dot, dot4): (Dot<BlockQ8>, Dot4<BlockQ8>) = if dotprod {
-        (
-            |w, x| unsafe { blocks32_sdot::<T, 1>(w, [x])[0] },
-            |w, x| unsafe { blocks32_sdot::<T, 4>(w, x) },
-        )
+    if dotprod {
+        row_kernels!(blocks32_sdot, T)
     } else {
-        (
-            |w, x| unsafe { blocks32_smull::<T, 1>(w, [x])[0] },
-            |w, x| unsafe { blocks32_smull::<T, 4>(w, x) },
-        )
-    };
-    QuantKernels {
-        dot,
-        dot4: Some(dot4),
-        packed: None,
+        row_kernels!(blocks32_smull, T)
     }
 }
 
 fn q8k_rows<T: BlockK>(dotprod: bool) -> QuantKernels<BlockQ8K> {
-    let (dot, dot4): (Dot<BlockQ8K>, Dot4<BlockQ8K>) = if dotprod {
-        (
-            |w, x| unsafe { blocks_k_sdot::<T, 1>(w, [x])[0] },
-            |w, x| unsafe { blocks_k_sdot::<T, 4>(w, x) },
-        )
+    if dotprod {
+        row_kernels!(blocks_k_sdot, T)
     } else {
-        (
-            |w, x| unsafe { blocks_k_smull::<T, 1>(w, [x])[0] },
-            |w, x| unsafe { blocks_k_smull::<T, 4>(w, x) },
-        )
-    };
-    QuantKernels {
-        dot,
-        dot4: Some(dot4),
-        packed: None,
+        row_kernels!(blocks_k_smull, T)
     }
 }
 

@@ -57,7 +57,7 @@ unsafe fn axpy_f16_impl(alpha: f32, x: &[f16], y: &mut [f32]) {
     }
 }
 
-/// `quant::quantize_q8`, vectorized; the same values (llama.cpp's `quantize_row_q8_0/1`).
+/// `portable::quantize_q8`, vectorized; the same values (llama.cpp's `quantize_row_q8_0/1`).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize_q8_impl(x: &[f32], out: &mut [BlockQ8]) {
     unsafe {
@@ -89,7 +89,7 @@ unsafe fn quantize_q8_impl(x: &[f32], out: &mut [BlockQ8]) {
     }
 }
 
-/// `quant::quantize_q8k`, vectorized; the same values (llama.cpp's `quantize_row_q8_K`).
+/// `portable::quantize_q8k`, vectorized; the same values (llama.cpp's `quantize_row_q8_K`).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize_q8k_impl(x: &[f32], out: &mut [BlockQ8K]) {
     unsafe {
