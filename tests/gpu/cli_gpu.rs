@@ -205,3 +205,25 @@ fn gpu_failures_are_clear_errors() {
         &["does not fit in GPU memory", "--backend cpu"],
     );
 }
+
+/// `KILN_WGPU_NOOP=1` puts the GPU backend on wgpu's no-op adapter (no GPU needed): a bench runs,
+/// names the adapter, and reports the host's own time per token.
+#[test]
+fn the_noop_backend_measures_host_time() {
+    let out = common::kiln()
+        .env("KILN_WGPU_NOOP", "1")
+        .args(["bench", "--backend", "gpu", "-p", "0", "-n", "4", "-r", "1"])
+        .args(["--no-roofline", "-o", "json", "-m"])
+        .arg(tiny())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = &rows[0];
+    assert!(row["backends"].as_str().unwrap().contains("noop"), "{row}");
+    assert!(row["avg_ts"].as_f64().unwrap() > 0.0);
+}

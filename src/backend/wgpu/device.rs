@@ -39,14 +39,41 @@ pub struct AdapterSummary {
     pub auto: bool,
 }
 
+/// `KILN_WGPU_NOOP=1`: wgpu's no-op backend instead of the real ones, an adapter that records and
+/// submits every dispatch but runs none (results are zeros). With it `kiln bench --backend gpu`
+/// measures the host's own time per token: building dispatches, recording and submitting them,
+/// which on a real GPU must hide behind the GPU's work. It poses as a discrete GPU with subgroups
+/// of 32 and no other optional feature.
+fn noop() -> bool {
+    std::env::var_os("KILN_WGPU_NOOP").is_some_and(|v| v == "1")
+}
+
+fn backends() -> wgpu::Backends {
+    if noop() {
+        wgpu::Backends::NOOP
+    } else {
+        wgpu::Backends::PRIMARY
+    }
+}
+
 fn instance() -> wgpu::Instance {
     let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
-    desc.backends = wgpu::Backends::PRIMARY;
+    desc.backends = backends();
+    if noop() {
+        desc.backend_options.noop = wgpu::NoopBackendOptions {
+            enable: true,
+            limits: None,
+            features: Some(wgpu::Features::SUBGROUP),
+            device_type: Some(wgpu::DeviceType::DiscreteGpu),
+            subgroup_min_size: Some(32),
+            subgroup_max_size: Some(32),
+        };
+    }
     wgpu::Instance::new(desc)
 }
 
 fn adapters(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
-    pollster::block_on(instance.enumerate_adapters(wgpu::Backends::PRIMARY))
+    pollster::block_on(instance.enumerate_adapters(backends()))
 }
 
 /// Preference among adapters: discrete, integrated, virtual, other, then CPU (software).
