@@ -142,6 +142,21 @@ pub struct AttentionParams {
     pub window: Option<usize>,
 }
 
+/// The shapes of one `CoreOps::rope_store_kv` call: this step's queries and keys rotated (RoPE over
+/// the first `rot_dims` values of each head), its keys and values appended to the caches.
+#[derive(Debug, Clone, Copy)]
+pub struct KvAppend {
+    /// Tokens in this step.
+    pub rows: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub rot_dims: usize,
+    pub layout: RopeLayout,
+    /// The cache row the first token's keys and values go to.
+    pub dst_row: usize,
+}
+
 /// Elementwise gate activations of the feed-forward block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GateActivation {
@@ -317,6 +332,30 @@ pub trait CoreOps: Send + Sync {
         rows: usize,
         width: usize,
     );
+
+    /// RoPE of a step's queries and keys and the append of its keys and values to the caches, one
+    /// op so that a backend may fuse them: `q` rotated in place (`rope_partial` over `p.n_heads`
+    /// heads), the keys rotated the same way (over `p.n_kv_heads`) and stored with the values `v`
+    /// from row `p.dst_row` of `k_cache` and `v_cache` (`store_rows`). `k` itself is left rotated
+    /// or not, as the backend finds cheaper: read the keys from the cache afterwards.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_store_kv(
+        &self,
+        q: &mut Self::Buffer,
+        k: &mut Self::Buffer,
+        v: &Self::Buffer,
+        table: &Self::Buffer,
+        k_cache: &mut Self::Cache,
+        v_cache: &mut Self::Cache,
+        p: &KvAppend,
+    ) {
+        let (rows, hd, rd) = (p.rows, p.head_dim, p.rot_dims);
+        self.rope_partial(q, table, rows, p.n_heads, hd, rd, p.layout);
+        self.rope_partial(k, table, rows, p.n_kv_heads, hd, rd, p.layout);
+        let width = p.n_kv_heads * hd;
+        self.store_rows(k, k_cache, p.dst_row, rows, width);
+        self.store_rows(v, v_cache, p.dst_row, rows, width);
+    }
 
     /// Move `rows` rows of `width` values from row `src_row` of `cache` to row `dst_row` (the ranges
     /// may overlap): a context shift closes the gap its dropped tokens leave.

@@ -12,7 +12,7 @@ use kiln::backend::cpu::CpuBackend;
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
 use kiln::backend::{
     AttentionParams, Backend, CacheType, CoreOps, DeltaNetParams, ExpertMatmulParams,
-    GateActivation, RopeLayout,
+    GateActivation, KvAppend, RopeLayout,
 };
 use kiln::gguf::GgmlType;
 use kiln::tensor::Tensor;
@@ -482,6 +482,86 @@ fn shifted_attention<B: Backend>(
     };
     b.attention(&q, &kc, &vc, &mut out, &p);
     download(b, &out, q_len)
+}
+
+/// A step's fused RoPE and KV append (`rope_store_kv`) into caches that already hold three rows,
+/// then attention over them: the rotated queries, and the attention output.
+fn rope_store_attention<B: Backend>(
+    b: &B,
+    (k_ty, v_ty, layout, head_dim, rot_dims): (CacheType, CacheType, RopeLayout, usize, usize),
+    rng: &mut Rng,
+) -> (Vec<f32>, Vec<f32>) {
+    let (n_heads, n_kv, start, rows) = (4, 2, 3, 5);
+    let kv_width = n_kv * head_dim;
+    let mut kc = b.cache(16 * kv_width, k_ty, 1).unwrap();
+    let mut vc = b.cache(16 * kv_width, v_ty, 1).unwrap();
+    for cache in [&mut kc, &mut vc] {
+        let earlier = upload(b, &rng.vec(start * kv_width, 1.0));
+        b.store_rows(&earlier, cache, 0, start, kv_width);
+    }
+    let table: Vec<f32> = (0..rows)
+        .flat_map(|r| {
+            (0..rot_dims / 2).flat_map(move |i| {
+                let angle = (start + r) as f32 * 10000f32.powf(-2.0 * i as f32 / rot_dims as f32);
+                [angle.cos(), angle.sin()]
+            })
+        })
+        .collect();
+    let q_len = rows * n_heads * head_dim;
+    // Large queries make the softmax sharp, so a wrongly rotated key moves the output far.
+    let mut q = upload(b, &rng.vec(q_len, 8.0));
+    let mut k = upload(b, &rng.vec(rows * kv_width, 1.0));
+    let v = upload(b, &rng.vec(rows * kv_width, 1.0));
+    let p = KvAppend {
+        rows,
+        n_heads,
+        n_kv_heads: n_kv,
+        head_dim,
+        rot_dims,
+        layout,
+        dst_row: start,
+    };
+    b.rope_store_kv(&mut q, &mut k, &v, &upload(b, &table), &mut kc, &mut vc, &p);
+    let mut out = b.buffer(q_len).unwrap();
+    let params = AttentionParams {
+        start_pos: start,
+        rows,
+        n_heads,
+        n_kv_heads: n_kv,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window: None,
+    };
+    b.attention(&q, &kc, &vc, &mut out, &params);
+    (download(b, &q, q_len), download(b, &out, q_len))
+}
+
+/// The fused RoPE and KV append leaves the queries and caches as the CPU's separate ops do, for
+/// f32 and f16 caches (mixed too), both pair layouts, full and partial rotation.
+#[test]
+fn rope_and_kv_append_match_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let c = cpu();
+    let types = [
+        (CacheType::F32, CacheType::F32),
+        (CacheType::F16, CacheType::F16),
+        (CacheType::F16, CacheType::F32),
+    ];
+    for (k_ty, v_ty) in types {
+        for layout in [RopeLayout::Neox, RopeLayout::Interleaved] {
+            for (head_dim, rot_dims) in [(64, 64), (32, 8)] {
+                let what = format!(
+                    "RoPE + KV append, {k_ty}/{v_ty} caches, {layout:?}, {rot_dims} of {head_dim} rotated"
+                );
+                let seed = 91 + rot_dims as u64;
+                let shape = (k_ty, v_ty, layout, head_dim, rot_dims);
+                let (want_q, want) = rope_store_attention(&c, shape, &mut Rng(seed));
+                let (got_q, got) = rope_store_attention(&g, shape, &mut Rng(seed));
+                check(&format!("{what}: queries"), &want_q, &got_q, OTHER_NMSE);
+                check(&format!("{what}: attention"), &want, &got, MATMUL_NMSE);
+            }
+        }
+    }
 }
 
 /// The context-shift ops (`move_cache_rows`, `rope_cache`) on the GPU leave the caches as the

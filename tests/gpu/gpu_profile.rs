@@ -84,10 +84,11 @@ fn profile_counts_what_a_decode_step_records() {
     let per_step = dispatches / steps;
     // Every dispatch is timed, once.
     assert_eq!(p.ops.iter().map(|o| o.calls).sum::<u64>(), dispatches);
-    // Per layer: one attention (short context: no split), a key and a value stored and roped.
+    // Per layer: one attention (short context: no split), and one dispatch that ropes the query
+    // and key and stores the key and value.
     assert_eq!(calls("attention"), layers * steps);
-    assert_eq!(calls("kv_store"), 2 * layers * steps);
-    assert_eq!(calls("rope"), 2 * layers * steps);
+    assert_eq!(calls("rope_kv"), layers * steps);
+    assert_eq!(calls("kv_store") + calls("rope"), 0);
     assert_eq!(calls("embed"), steps);
     // One readback per token (the logits), submitted with the chunks before it.
     assert_eq!(count("readbacks"), steps);

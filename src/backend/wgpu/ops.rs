@@ -8,7 +8,9 @@ use super::buffers::{self, DeviceBuf, GpuBuffer, GpuCache, GpuWeight, Matrix, bi
 use super::pipelines::{self as kernels, Kernel, Pipeline};
 use super::stream::{grid, words};
 use super::{Scratch, WgpuBackend};
-use crate::backend::{AttentionParams, CacheType, CoreOps, GateActivation, Profile, RopeLayout};
+use crate::backend::{
+    AttentionParams, CacheType, CoreOps, GateActivation, KvAppend, Profile, RopeLayout,
+};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
 use crate::tensor::Tensor;
@@ -522,6 +524,47 @@ impl CoreOps for WgpuBackend {
             &[len as u32, (dst_row * width) as u32],
             &[bind(&src.dev), bind(&dst.dev)],
             grid(threads.div_ceil(256)),
+        );
+    }
+
+    fn rope_store_kv(
+        &self,
+        q: &mut GpuBuffer,
+        k: &mut GpuBuffer,
+        v: &GpuBuffer,
+        table: &GpuBuffer,
+        k_cache: &mut GpuCache,
+        v_cache: &mut GpuCache,
+        p: &KvAppend,
+    ) {
+        // `cache` refuses q8_0.
+        if k_cache.ty == CacheType::Q8_0 || v_cache.ty == CacheType::Q8_0 {
+            return;
+        }
+        let kv_width = p.n_kv_heads * p.head_dim;
+        let q_pairs = p.rows * p.n_heads * p.rot_dims / 2;
+        let kv_words = p.rows * kv_width / 2;
+        self.run(
+            &kernels::rope_kv_kernel(k_cache.ty, v_cache.ty),
+            &[
+                q_pairs as u32,
+                kv_words as u32,
+                p.n_heads as u32,
+                kv_width as u32,
+                p.head_dim as u32,
+                p.rot_dims as u32,
+                (p.layout == RopeLayout::Neox) as u32,
+                (p.dst_row * kv_width) as u32,
+            ],
+            &[
+                bind(&q.dev),
+                bind(&k.dev),
+                bind(&v.dev),
+                bind(&table.dev),
+                bind(&k_cache.dev),
+                bind(&v_cache.dev),
+            ],
+            grid((q_pairs + kv_words).div_ceil(256)),
         );
     }
 

@@ -17,7 +17,7 @@ use crate::gguf::GgmlType;
 use Access::{Read, ReadWrite};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 17] = [
+const SOURCES: [(&str, &str); 18] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
     ("quants", include_str!("../../../shaders/quants.wgsl")),
@@ -29,6 +29,7 @@ const SOURCES: [(&str, &str); 17] = [
         include_str!("../../../shaders/elementwise.wgsl"),
     ),
     ("rope", include_str!("../../../shaders/rope.wgsl")),
+    ("rope_kv", include_str!("../../../shaders/rope_kv.wgsl")),
     ("embed", include_str!("../../../shaders/embed.wgsl")),
     ("kv", include_str!("../../../shaders/kv.wgsl")),
     ("kv_shift", include_str!("../../../shaders/kv_shift.wgsl")),
@@ -415,6 +416,23 @@ pub fn rms_norm_kernel(into: bool) -> Kernel {
 
 pub fn rope_kernel() -> Kernel {
     Kernel::new("rope", "rope", &[ReadWrite, Read])
+}
+
+/// RoPE of a step's queries and keys with the keys' and values' append to caches of types `k`
+/// and `v` (f32 or f16), in one dispatch.
+pub fn rope_kv_kernel(k: CacheType, v: CacheType) -> Kernel {
+    let mut kernel = Kernel::new(
+        "rope_kv",
+        "rope_kv",
+        &[ReadWrite, Read, Read, Read, ReadWrite, ReadWrite],
+    );
+    if k == CacheType::F16 {
+        kernel = kernel.flag("K_F16");
+    }
+    if v == CacheType::F16 {
+        kernel = kernel.flag("V_F16");
+    }
+    kernel
 }
 
 pub fn argmax_kernel() -> Kernel {

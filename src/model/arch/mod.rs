@@ -21,7 +21,7 @@ use super::loader::ModelFile;
 use super::recurrent::RecurrentState;
 use super::rope::RopeFreqs;
 use super::weights::{Block, GatedAttentionWeights, LayerWeights, Weights};
-use crate::backend::{AttentionParams, Backend, CacheType, GateActivation};
+use crate::backend::{AttentionParams, Backend, CacheType, GateActivation, KvAppend};
 use crate::error::{Error, Result};
 use family::{Family, LayerKind};
 
@@ -397,7 +397,7 @@ impl<B: Backend> Step<'_, B> {
     /// Self-attention of `h`: Q/K/V projections, optional biases and QK-norm, RoPE, KV-cache
     /// append, causal attention (windowed on local layers), output projection into `o`.
     pub fn attention(&mut self, l: &LayerWeights<B>, opts: AttentionOpts) {
-        let (m, rows, il) = (self.model, self.rows, self.il);
+        let (m, rows) = (self.model, self.rows);
         let (b, c) = (&m.backend, &m.config);
         let s = &mut *self.s;
         b.matmul_many(
@@ -419,22 +419,28 @@ impl<B: Backend> Step<'_, B> {
             b.rms_norm(&mut s.q, qn, rows * c.n_heads, c.rms_norm_eps);
             b.rms_norm(&mut s.k, kn, rows * c.n_kv_heads, c.rms_norm_eps);
         }
-        let table = &s.rope_tables[m.layer_rope[il]];
-        let (hd, layout) = (c.head_dim, c.rope_layout);
-        b.rope_partial(&mut s.q, table, rows, c.n_heads, hd, hd, layout);
-        b.rope_partial(&mut s.k, table, rows, c.n_kv_heads, hd, hd, layout);
-        self.attend();
+        self.rope_store_attend(c.head_dim);
         b.matmul(&self.s.attn, &l.wo, rows, &mut self.s.o);
     }
 
-    /// Append `k` and `v` to this layer's cache and attend with `q` into `attn`.
-    fn attend(&mut self) {
+    /// RoPE over the first `rot_dims` of each query and key head, the keys and values appended to
+    /// this layer's cache, and attention of `q` into `attn`.
+    fn rope_store_attend(&mut self, rot_dims: usize) {
         let (m, rows, il) = (self.model, self.rows, self.il);
         let (b, c) = (&m.backend, &m.config);
         let s = &mut *self.s;
         let (kc, vc) = &mut self.cache.layers[il];
-        b.store_rows(&s.k, kc, self.start_pos, rows, c.kv_dim());
-        b.store_rows(&s.v, vc, self.start_pos, rows, c.kv_dim());
+        let table = &s.rope_tables[m.layer_rope[il]];
+        let append = KvAppend {
+            rows,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            rot_dims,
+            layout: c.rope_layout,
+            dst_row: self.start_pos,
+        };
+        b.rope_store_kv(&mut s.q, &mut s.k, &s.v, table, kc, vc, &append);
         let params = AttentionParams {
             start_pos: self.start_pos,
             rows,
@@ -450,7 +456,7 @@ impl<B: Backend> Step<'_, B> {
     /// Qwen3.5's gated attention of `h` into `o`: the query, its gate, keys and values; QK-norm;
     /// RoPE over the leading `rope_dims` of each head; attention; the output times sigmoid(gate).
     pub fn gated_attention(&mut self, l: &GatedAttentionWeights<B>) {
-        let (m, rows, il) = (self.model, self.rows, self.il);
+        let (m, rows) = (self.model, self.rows);
         let (b, c) = (&m.backend, &m.config);
         let s = &mut *self.s;
         let gate = &mut s
@@ -466,11 +472,7 @@ impl<B: Backend> Step<'_, B> {
         );
         b.rms_norm(&mut s.q, &l.q_norm, rows * c.n_heads, c.rms_norm_eps);
         b.rms_norm(&mut s.k, &l.k_norm, rows * c.n_kv_heads, c.rms_norm_eps);
-        let table = &s.rope_tables[m.layer_rope[il]];
-        let (hd, rd, layout) = (c.head_dim, c.rope_dims, c.rope_layout);
-        b.rope_partial(&mut s.q, table, rows, c.n_heads, hd, rd, layout);
-        b.rope_partial(&mut s.k, table, rows, c.n_kv_heads, hd, rd, layout);
-        self.attend();
+        self.rope_store_attend(c.rope_dims);
         let s = &mut *self.s;
         let gate = &s.qwen35.as_ref().expect("Qwen3.5 scratch").q_gate;
         b.mul_sigmoid(&mut s.attn, gate, rows, c.q_dim(), c.q_dim());
