@@ -16,6 +16,7 @@
 //! `pipelines::SOURCES`), a function in `pipelines.rs` naming its `Kernel` (file, entry point,
 //! defines, bindings), and a few lines in `ops.rs` (or its family's file) recording it.
 
+mod attention;
 mod buffers;
 mod device;
 mod moe;

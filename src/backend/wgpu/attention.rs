@@ -1,0 +1,122 @@
+//! Attention on the GPU (shaders/attention.wgsl): the tiled prefill kernel, 16 query rows per
+//! workgroup, where the adapter has the workgroup memory; otherwise a workgroup per (head, row),
+//! and for one decode row the key range split across workgroups and reduced after.
+
+use super::WgpuBackend;
+use super::buffers::{GpuBuffer, GpuCache, bind};
+use super::pipelines as kernels;
+use crate::backend::AttentionParams;
+
+/// The widest attention head the kernel takes (4 values per invocation of 64).
+const MAX_HEAD_DIM: usize = 256;
+
+/// Query rows per workgroup of the tiled prefill attention.
+const PREFILL_ATTENTION_ROWS: usize = 16;
+/// Workgroup memory the tiled prefill attention needs (16 query rows of up to 256 values, a tile
+/// of 16 × 64 scores, and a few reductions), with room to spare.
+const PREFILL_ATTENTION_SHARED: u32 = 24 << 10;
+
+impl WgpuBackend {
+    /// Whether the adapter has the workgroup memory the tiled prefill attention needs.
+    pub(super) fn tiled_prefill_attention(&self) -> bool {
+        self.gpu.limits.max_compute_workgroup_storage_size >= PREFILL_ATTENTION_SHARED
+    }
+
+    /// attention.wgsl's `Params`.
+    fn attention_params(&self, p: &AttentionParams, splits: usize, chunk: usize) -> [u32; 11] {
+        [
+            p.start_pos as u32,
+            p.rows as u32,
+            p.n_heads as u32,
+            (p.n_heads / p.n_kv_heads) as u32,
+            p.head_dim as u32,
+            (p.n_kv_heads * p.head_dim) as u32,
+            (p.n_heads * p.head_dim) as u32,
+            p.window.unwrap_or(0) as u32,
+            splits as u32,
+            chunk as u32,
+            p.scale.to_bits(),
+        ]
+    }
+
+    /// Causal attention (see `CoreOps::attention`).
+    pub(super) fn attend(
+        &self,
+        q: &GpuBuffer,
+        k_cache: &GpuCache,
+        v_cache: &GpuCache,
+        out: &mut GpuBuffer,
+        p: &AttentionParams,
+    ) {
+        let hd = p.head_dim;
+        if hd > MAX_HEAD_DIM || !hd.is_multiple_of(2) {
+            self.gpu.fail(format!(
+                "attention heads of {hd} values: the GPU kernel takes even sizes up to {MAX_HEAD_DIM}"
+            ));
+            return;
+        }
+        if p.rows > 1 && hd.is_multiple_of(32) && self.tiled_prefill_attention() {
+            let params = self.attention_params(p, 1, 1 << 30);
+            let Some(partials) = self.scratch_buffer(|s| &mut s.partials, 1) else {
+                return;
+            };
+            self.run(
+                &kernels::attention_prefill_kernel(k_cache.ty, v_cache.ty),
+                &params,
+                &[
+                    bind(&q.dev),
+                    bind(&k_cache.dev),
+                    bind(&v_cache.dev),
+                    bind(&out.dev),
+                    (&partials.0, partials.1),
+                ],
+                [
+                    p.n_heads as u32,
+                    p.rows.div_ceil(PREFILL_ATTENTION_ROWS) as u32,
+                    1,
+                ],
+            );
+            return;
+        }
+        // Decode splits the key range across workgroups; prefill has a workgroup per row already.
+        let (splits, chunk) = if p.rows == 1 {
+            let pos = p.start_pos;
+            let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            let span = pos + 1 - lo;
+            let splits = span.div_ceil(128).clamp(1, 16);
+            (splits, span.div_ceil(splits))
+        } else {
+            (1, 1 << 30)
+        };
+        let part_len = if splits > 1 {
+            p.rows * p.n_heads * splits * (hd + 2)
+        } else {
+            1
+        };
+        let Some(partials) = self.scratch_buffer(|s| &mut s.partials, part_len) else {
+            return;
+        };
+        let params = self.attention_params(p, splits, chunk);
+        let buffers = [
+            bind(&q.dev),
+            bind(&k_cache.dev),
+            bind(&v_cache.dev),
+            bind(&out.dev),
+            (&partials.0, partials.1),
+        ];
+        self.run(
+            &kernels::attention_kernel(k_cache.ty, v_cache.ty, false),
+            &params,
+            &buffers,
+            [p.n_heads as u32, p.rows as u32, splits as u32],
+        );
+        if splits > 1 {
+            self.run(
+                &kernels::attention_kernel(k_cache.ty, v_cache.ty, true),
+                &params,
+                &buffers,
+                [p.n_heads as u32, p.rows as u32, 1],
+            );
+        }
+    }
+}
