@@ -1,5 +1,7 @@
 // norm.wgsl — RMSNorm fused with its weight: one workgroup per row, x = x / sqrt(mean(x²) + eps) · w,
-// in place, or (`INTO`) from `src` into x, which fuses a block's input copy with its norm.
+// in place, or (`INTO`) from `src` into x, which fuses a block's input copy with its norm, or
+// (`ADD`) from `src + y`, written back to `src` first: a residual add fused with the next block's
+// input norm.
 
 #include "common"
 #include "reduce"
@@ -13,6 +15,21 @@ struct Params {
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
+#if ADD
+@group(0) @binding(3) var<storage, read_write> src: array<f32>;
+@group(0) @binding(4) var<storage, read> y: array<f32>;
+
+// src += y, returning the sum (each value is added by the invocation that later reads it back).
+fn input_first(i: u32) -> f32 {
+    let v = src[i] + y[i];
+    src[i] = v;
+    return v;
+}
+
+fn input(i: u32) -> f32 {
+    return src[i];
+}
+#else
 #if INTO
 @group(0) @binding(3) var<storage, read> src: array<f32>;
 
@@ -22,6 +39,11 @@ fn input(i: u32) -> f32 {
 #else
 fn input(i: u32) -> f32 {
     return x[i];
+}
+#endif
+
+fn input_first(i: u32) -> f32 {
+    return input(i);
 }
 #endif
 
@@ -36,7 +58,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let o = row * p.dim;
     var s = 0.0;
     for (var i = lid; i < p.dim; i += {{WG}}u) {
-        let v = input(o + i);
+        let v = input_first(o + i);
         s += v * v;
     }
     let total = wg_sum(s, lid, sg_lane, sg_id, n_sg);

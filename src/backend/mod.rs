@@ -279,6 +279,23 @@ pub trait CoreOps: Send + Sync {
         self.rms_norm(out, w, rows, eps);
     }
 
+    /// `x += y` over `rows` rows of `width`, then `out = rms_norm(x) · w`: a residual add and the
+    /// next block's input norm, which a backend may fuse.
+    #[allow(clippy::too_many_arguments)]
+    fn add_rms_norm_into(
+        &self,
+        x: &mut Self::Buffer,
+        y: &Self::Buffer,
+        w: &Self::Weight,
+        rows: usize,
+        width: usize,
+        eps: f32,
+        out: &mut Self::Buffer,
+    ) {
+        self.add(x, y, rows * width);
+        self.rms_norm_into(x, w, rows, width, eps, out);
+    }
+
     /// `out[rows × w.rows] = x[rows × w.cols] · Wᵀ`.
     fn matmul(&self, x: &Self::Buffer, w: &Self::Weight, rows: usize, out: &mut Self::Buffer);
 

@@ -274,7 +274,8 @@ fn split_weights_and_a_262144_row_output_match_the_cpu() {
     );
 }
 
-/// RMSNorm, RoPE (both layouts), residual and bias adds, gated activations and row copies.
+/// RMSNorm (alone, into a buffer, after a residual add), RoPE (both layouts), residual and bias
+/// adds, gated activations and row copies.
 fn elementwise_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> {
     let mut results = Vec::new();
     // RMSNorm: 7 rows of 80 (not a multiple of the workgroup).
@@ -288,6 +289,15 @@ fn elementwise_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> 
     let mut out = b.buffer(x.len()).unwrap();
     b.rms_norm_into(&src, &wt, 7, 80, 1e-6, &mut out);
     results.push(("rms_norm_into".into(), download(b, &out, x.len())));
+    // A residual add and the next norm: the sum stays in the residual stream.
+    let mut stream = upload(b, &x);
+    let block = upload(b, &rng.vec(x.len(), 3.0));
+    b.add_rms_norm_into(&mut stream, &block, &wt, 7, 80, 1e-6, &mut out);
+    results.push(("add_rms_norm_into".into(), download(b, &out, x.len())));
+    results.push((
+        "add_rms_norm_into: stream".into(),
+        download(b, &stream, x.len()),
+    ));
 
     // RoPE: 3 rows × 4 heads of 16, both pairings.
     let table: Vec<f32> = (0..3 * 8)

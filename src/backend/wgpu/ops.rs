@@ -373,6 +373,28 @@ impl CoreOps for WgpuBackend {
         );
     }
 
+    fn add_rms_norm_into(
+        &self,
+        x: &mut GpuBuffer,
+        y: &GpuBuffer,
+        w: &GpuWeight,
+        rows: usize,
+        width: usize,
+        eps: f32,
+        out: &mut GpuBuffer,
+    ) {
+        let Some((dev, len)) = self.vector(w, "rms_norm") else {
+            return;
+        };
+        debug_assert_eq!(len, width);
+        self.run(
+            &kernels::add_rms_norm_kernel(),
+            &[rows as u32, len as u32, eps.to_bits()],
+            &[bind(&out.dev), bind(dev), bind(&x.dev), bind(&y.dev)],
+            grid(rows),
+        );
+    }
+
     fn matmul(&self, x: &GpuBuffer, w: &GpuWeight, rows: usize, out: &mut GpuBuffer) {
         if let Some(m) = self.matrix(w, "matmul") {
             self.matmul_part(x, m, rows, out);

@@ -414,6 +414,11 @@ pub fn rms_norm_kernel(into: bool) -> Kernel {
     }
 }
 
+/// A residual add fused with the next block's input norm.
+pub fn add_rms_norm_kernel() -> Kernel {
+    Kernel::new("add_rms_norm", "norm", &[ReadWrite, Read, ReadWrite, Read]).flag("ADD")
+}
+
 pub fn rope_kernel() -> Kernel {
     Kernel::new("rope", "rope", &[ReadWrite, Read])
 }

@@ -83,6 +83,9 @@ pub struct Scratch<B: Backend> {
     logits: B::Buffer,
     /// What Qwen3.5's blocks need besides.
     qwen35: Option<qwen35::Qwen35Scratch<B>>,
+    /// `x += o` is still to be done: a block's residual add waits for the next block's input
+    /// norm, so that a backend may fuse the two (`Step::residual`).
+    pending_residual: bool,
 }
 
 impl<B: Backend> Scratch<B> {
@@ -247,6 +250,7 @@ impl<B: Backend> Model<B> {
             last: b.buffer(c.hidden_size)?,
             logits: b.buffer(c.vocab_size)?,
             qwen35: qwen35::Qwen35Scratch::new(c, b, rows)?,
+            pending_residual: false,
         })
     }
 
@@ -319,6 +323,7 @@ impl<B: Backend> Model<B> {
             // A sequence starts from the zero state.
             r.zero(b);
         }
+        s.pending_residual = false;
         for (il, layer) in self.weights.layers.iter().enumerate() {
             let mut step = Step {
                 model: self,
@@ -338,6 +343,9 @@ impl<B: Backend> Model<B> {
                     unreachable!("Qwen3.5 weights load as Qwen3.5 blocks")
                 }
             }
+        }
+        if std::mem::take(&mut s.pending_residual) {
+            b.add(&mut s.x, &s.o, rows * c.hidden_size);
         }
         b.copy_row(&s.x, rows - 1, &mut s.last, c.hidden_size);
         b.rms_norm(&mut s.last, &self.weights.output_norm, 1, c.rms_norm_eps);
@@ -371,11 +379,17 @@ pub(crate) struct Step<'a, B: Backend> {
 }
 
 impl<B: Backend> Step<'_, B> {
-    /// `h = rms_norm(x) · w`: the input of the next block.
+    /// `h = rms_norm(x) · w`: the input of the next block (after the last block's residual add,
+    /// fused with it).
     pub fn norm_input(&mut self, w: &B::Weight) {
         let (b, c) = (&self.model.backend, &self.model.config);
-        let (rows, eps) = (self.rows, c.rms_norm_eps);
-        b.rms_norm_into(&self.s.x, w, rows, c.hidden_size, eps, &mut self.s.h);
+        let (rows, eps, width) = (self.rows, c.rms_norm_eps, c.hidden_size);
+        let s = &mut *self.s;
+        if std::mem::take(&mut s.pending_residual) {
+            b.add_rms_norm_into(&mut s.x, &s.o, w, rows, width, eps, &mut s.h);
+        } else {
+            b.rms_norm_into(&s.x, w, rows, width, eps, &mut s.h);
+        }
     }
 
     /// `o = rms_norm(o) · w` (Gemma's post-block norms).
@@ -388,10 +402,10 @@ impl<B: Backend> Step<'_, B> {
         }
     }
 
-    /// `x += o`.
+    /// `x += o`, done by the next `norm_input` (or at the end of the layers), so that the add
+    /// and the norm may run as one op: `o` stays as it is until then.
     pub fn residual(&mut self) {
-        let len = self.rows * self.model.config.hidden_size;
-        self.model.backend.add(&mut self.s.x, &self.s.o, len);
+        self.s.pending_residual = true;
     }
 
     /// Self-attention of `h`: Q/K/V projections, optional biases and QK-norm, RoPE, KV-cache
