@@ -66,8 +66,7 @@ fn add_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
 fn silu_mul(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = index(gid, nwg);
     if (i < p.len) {
-        let g = a[i];
-        a[i] = g / (1.0 + exp(-g)) * b[i];
+        a[i] = silu(a[i]) * b[i];
     }
 }
 
@@ -77,17 +76,7 @@ fn silu_mul(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
 fn gelu_mul(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = index(gid, nwg);
     if (i < p.len) {
-        let g = a[i];
-        var r: f32;
-        if (g <= -10.0) {
-            r = 0.0;
-        } else if (g >= 10.0) {
-            r = g;
-        } else {
-            let h = round_f16(g);
-            r = round_f16(0.5 * h * (1.0 + tanh(0.7978846 * h * (1.0 + 0.044715 * h * h))));
-        }
-        a[i] = r * b[i];
+        a[i] = gelu_f16(a[i]) * b[i];
     }
 }
 

@@ -3,7 +3,9 @@
 // row's 16-value runs, summed with subgroupAdd: no barriers, no workgroup memory. Without, one
 // workgroup per row, reduced in workgroup memory. f32 sums throughout. Up to
 // three weights of one type and width (Q/K/V, gate/up) run as one dispatch over their concatenated
-// rows (`{{NW}}` weights), each writing its own output.
+// rows (`{{NW}}` weights), each writing its own output. `GLU_SILU` / `GLU_GELU` (with NW2): the
+// gate and up rows i are computed together and out0[i] = act(gate · x) · (up · x), the
+// feed-forward's gated activation in the mat-vec's epilogue (out1 is not written).
 
 #include "common"
 #include "reduce"
@@ -105,7 +107,37 @@ fn store(row: u32, t: f32) {
 #endif
 }
 
+#if GLU_SILU
+fn act(g: f32) -> f32 {
+    return silu(g);
+}
+#endif
+#if GLU_GELU
+fn act(g: f32) -> f32 {
+    return gelu_f16(g);
+}
+#endif
+
 #if SUBGROUP
+#if GLU_SILU || GLU_GELU
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
+    let first = flat_wg(wid, nwg) * p.rows_per_wg;
+    for (var rr = sg_id; rr < p.rows_per_wg; rr += n_sg) {
+        let r = first + rr;
+        if (r < p.m0) {
+            sel = 0u;
+            let g = subgroupAdd(partial_dot(r, sg_lane, sg_size));
+            sel = 1u;
+            let u = subgroupAdd(partial_dot(r, sg_lane, sg_size));
+            if (sg_lane == 0u) {
+                out0[p.off0 + r] = act(g) * u;
+            }
+        }
+    }
+}
+#else
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
@@ -119,6 +151,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 store(row, t);
             }
         }
+    }
+}
+#endif
+#else
+#if GLU_SILU || GLU_GELU
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
+    {{SG_LOCALS}}
+    let r = flat_wg(wid, nwg);
+    if (r >= p.m0) {
+        return;
+    }
+    sel = 0u;
+    let g = wg_sum(partial_dot(r, lid, {{WG}}u), lid, sg_lane, sg_id, n_sg);
+    sel = 1u;
+    let u = wg_sum(partial_dot(r, lid, {{WG}}u), lid, sg_lane, sg_id, n_sg);
+    if (lid == 0u) {
+        out0[p.off0 + r] = act(g) * u;
     }
 }
 #else
@@ -136,4 +187,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         store(row, t);
     }
 }
+#endif
 #endif

@@ -312,6 +312,25 @@ pub trait CoreOps: Send + Sync {
         }
     }
 
+    /// The gated feed-forward's first half: `gate_out = act(x · Gᵀ) · (x · Uᵀ)` for `rows` rows
+    /// of `width` (the rows of `gate` and `up`): `matmul_many` then `gated_activation`, which a
+    /// backend may fuse. `up_out` is scratch of the same size, left as the backend finds cheaper.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_gated(
+        &self,
+        x: &Self::Buffer,
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        rows: usize,
+        width: usize,
+        act: GateActivation,
+        gate_out: &mut Self::Buffer,
+        up_out: &mut Self::Buffer,
+    ) {
+        self.matmul_many(x, &[gate, up], rows, &mut [&mut *gate_out, &mut *up_out]);
+        self.gated_activation(gate_out, up_out, rows * width, act);
+    }
+
     /// `x[r] += b` for each of `rows` rows.
     fn add_bias(&self, x: &mut Self::Buffer, b: &Self::Weight, rows: usize);
 

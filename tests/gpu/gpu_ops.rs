@@ -210,6 +210,61 @@ fn matmul_many_matches_the_cpu() {
     }
 }
 
+/// `matmul_gated` of `n` rows: act(x · Gᵀ) · (x · Uᵀ).
+fn matmul_gated<B: Backend>(
+    b: &B,
+    (gate, up): (&Tensor, &Tensor),
+    x: &[f32],
+    n: usize,
+    act: GateActivation,
+) -> Vec<f32> {
+    let (g, u) = (b.weight(gate).unwrap(), b.weight(up).unwrap());
+    let width = gate.n_rows();
+    let xb = upload(b, x);
+    let (mut go, mut uo) = (b.buffer(n * width).unwrap(), b.buffer(n * width).unwrap());
+    b.matmul_gated(&xb, &g, &u, n, width, act, &mut go, &mut uo);
+    download(b, &go, n * width)
+}
+
+/// The feed-forward's gate and up mat-vecs with the gated activation as their epilogue (one
+/// dispatch at decode) give what the CPU's separate ops give, for both activations, with and
+/// without subgroups; and for several rows (separate ops on the GPU too).
+#[test]
+fn gated_matmul_matches_the_cpu() {
+    let Some(g) = gpu() else { return };
+    let no_subgroups = GpuOptions {
+        no_subgroups: true,
+        ..GpuOptions::default()
+    };
+    let Some(g_wg) = gpu_with(no_subgroups) else {
+        return;
+    };
+    let c = cpu();
+    let mut rng = Rng(19);
+    for (t, g) in [
+        (GgmlType::Q8_0, &g),
+        (GgmlType::Q4_K, &g),
+        (GgmlType::Q6_K, &g),
+        (GgmlType::Q4_K, &g_wg),
+    ] {
+        let (gate, up) = (
+            random_weight(t, 72, 512, &mut rng),
+            random_weight(t, 72, 512, &mut rng),
+        );
+        for act in [GateActivation::Silu, GateActivation::GeluTanh] {
+            for n in [1, 3] {
+                let x = rng.vec(n * 512, 1.0);
+                check(
+                    &format!("matmul_gated {t} {act:?} n={n}"),
+                    &matmul_gated(&c, (&gate, &up), &x, n, act),
+                    &matmul_gated(g, (&gate, &up), &x, n, act),
+                    MATMUL_NMSE,
+                );
+            }
+        }
+    }
+}
+
 fn embed<B: Backend>(b: &B, table: &Tensor, ids: &[u32], scale: f32) -> Vec<f32> {
     let w = b.weight(table).unwrap();
     let len = ids.len() * table.row_len();

@@ -457,6 +457,69 @@ impl CoreOps for WgpuBackend {
         );
     }
 
+    fn matmul_gated(
+        &self,
+        x: &GpuBuffer,
+        gate: &GpuWeight,
+        up: &GpuWeight,
+        rows: usize,
+        width: usize,
+        act: GateActivation,
+        gate_out: &mut GpuBuffer,
+        up_out: &mut GpuBuffer,
+    ) {
+        let fused = match (gate.matrix(), up.matrix()) {
+            (Some(g), Some(u)) => {
+                rows <= MATVEC_MAX_ROWS
+                    && g.parts.len() == 1
+                    && u.parts.len() == 1
+                    && (g.dtype, g.cols, g.row_bytes, g.rows)
+                        == (u.dtype, u.cols, u.row_bytes, u.rows)
+                    && g.rows == width
+            }
+            _ => false,
+        };
+        if !fused {
+            self.matmul_many(x, &[gate, up], rows, &mut [&mut *gate_out, &mut *up_out]);
+            self.gated_activation(gate_out, up_out, rows * width, act);
+            return;
+        }
+        let (Some(g), Some(u)) = (gate.matrix(), up.matrix()) else {
+            return;
+        };
+        let k = g.cols as u32;
+        let m = g.rows as u32;
+        let params = [
+            k,
+            rows as u32,
+            k.div_ceil(16),
+            g.row_bytes as u32,
+            m,
+            m,
+            0,
+            m,
+            m,
+            m,
+            0,
+            0,
+            0,
+            0,
+            self.matvec_rows_per_wg() as u32,
+        ];
+        self.run(
+            &kernels::matvec_gated_kernel(g.dtype, act),
+            &params,
+            &[
+                bind(&x.dev),
+                bind(&g.parts[0].dev),
+                bind(&gate_out.dev),
+                bind(&u.parts[0].dev),
+                bind(&up_out.dev),
+            ],
+            grid(g.rows.div_ceil(self.matvec_rows_per_wg())),
+        );
+    }
+
     fn add_bias(&self, x: &mut GpuBuffer, b: &GpuWeight, rows: usize) {
         let Some((dev, len)) = self.vector(b, "add_bias") else {
             return;

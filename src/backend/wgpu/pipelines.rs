@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use super::device::Gpu;
-use crate::backend::CacheType;
+use crate::backend::{CacheType, GateActivation};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
 
@@ -293,6 +293,15 @@ pub fn matvec_kernel(t: GgmlType, n_weights: usize) -> Kernel {
         2 => k.flag("NW2"),
         3 => k.flag("NW3"),
         _ => k,
+    }
+}
+
+/// The gate and up mat-vecs of a feed-forward with its gated activation as their epilogue.
+pub fn matvec_gated_kernel(t: GgmlType, act: GateActivation) -> Kernel {
+    let k = matvec_kernel(t, 2);
+    match act {
+        GateActivation::Silu => k.flag("GLU_SILU"),
+        GateActivation::GeluTanh => k.flag("GLU_GELU"),
     }
 }
 

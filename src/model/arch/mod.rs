@@ -506,8 +506,8 @@ impl<B: Backend> Step<'_, B> {
             Activation::Silu => GateActivation::Silu,
             Activation::GeluTanh => GateActivation::GeluTanh,
         };
-        b.matmul_many(&s.h, &[gate, up], self.rows, &mut [&mut s.gate, &mut s.up]);
-        b.gated_activation(&mut s.gate, &s.up, self.rows * c.intermediate_size, act);
+        let (rows, width) = (self.rows, c.intermediate_size);
+        b.matmul_gated(&s.h, gate, up, rows, width, act, &mut s.gate, &mut s.up);
         b.matmul(&s.gate, down, self.rows, &mut s.o);
     }
 }
