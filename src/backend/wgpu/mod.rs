@@ -1,7 +1,8 @@
 //! The wgpu backend (Vulkan, Metal, DX12): the `Backend` ops as WGSL compute kernels on buffers
 //! that stay on the device. How a call becomes GPU work:
-//! 1. `ops.rs` implements each core op (`recurrent.rs` and `moe.rs` those of Qwen3.5's DeltaNet
-//!    blocks and of mixture-of-experts layers): it picks the kernel variant (`pipelines.rs`: the
+//! 1. `ops.rs` implements each core op (with `matmul.rs` and `attention.rs` for the two largest;
+//!    `recurrent.rs` and `moe.rs` the ops of Qwen3.5's DeltaNet blocks and of mixture-of-experts
+//!    layers): it picks the kernel variant (`pipelines.rs`: the
 //!    shader in `shaders/`, assembled for the weight type, cache type and adapter features), packs
 //!    the op's sizes into a parameter block and records a dispatch.
 //! 2. `stream.rs` collects the dispatches of a forward pass into one encoder and compute pass,
@@ -19,6 +20,7 @@
 mod attention;
 mod buffers;
 mod device;
+mod matmul;
 mod moe;
 mod ops;
 mod pipelines;

@@ -15,8 +15,6 @@ use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
 use crate::tensor::Tensor;
 
-/// Activation rows up to which a matmul runs as mat-vec (more take the tiled kernel).
-const MATVEC_MAX_ROWS: usize = 1;
 impl WgpuBackend {
     /// The pipeline of `k`; on failure the error is recorded for the session and None returned.
     fn pipeline(&self, k: &Kernel) -> Option<Arc<Pipeline>> {
@@ -110,62 +108,6 @@ impl WgpuBackend {
         }
     }
 
-    fn matmul_part(&self, x: &GpuBuffer, m: &Matrix, rows: usize, out: &GpuBuffer) {
-        let k = m.cols as u32;
-        for part in &m.parts {
-            let buffers = [bind(&x.dev), bind(&part.dev), bind(&out.dev)];
-            if rows <= MATVEC_MAX_ROWS {
-                let params = [
-                    k,
-                    rows as u32,
-                    k.div_ceil(16),
-                    m.row_bytes as u32,
-                    part.rows as u32,
-                    0,
-                    0,
-                    part.rows as u32,
-                    m.rows as u32,
-                    0,
-                    0,
-                    part.first_row as u32,
-                    0,
-                    0,
-                    self.matvec_rows_per_wg() as u32,
-                ];
-                let groups = grid(part.rows.div_ceil(self.matvec_rows_per_wg()));
-                self.run(
-                    &kernels::matvec_kernel(m.dtype, 1),
-                    &params,
-                    &buffers,
-                    groups,
-                );
-            } else {
-                let params = [
-                    k,
-                    rows as u32,
-                    k.div_ceil(16),
-                    m.row_bytes as u32,
-                    part.rows as u32,
-                    m.rows as u32,
-                    part.first_row as u32,
-                ];
-                let sg8 = self.matmul_sg8();
-                let per_wg = if sg8 { 128 } else { 64 };
-                let groups = [
-                    part.rows.div_ceil(64) as u32,
-                    rows.div_ceil(per_wg) as u32,
-                    1,
-                ];
-                self.run(
-                    &kernels::matmul_kernel(m.dtype, sg8),
-                    &params,
-                    &buffers,
-                    groups,
-                );
-            }
-        }
-    }
-
     fn elementwise(&self, entry: &'static str, a: &GpuBuffer, b: &DeviceBuf, params: [u32; 4]) {
         let groups = grid((params[0] as usize).div_ceil(256));
         self.run(
@@ -174,16 +116,6 @@ impl WgpuBackend {
             &[bind(&a.dev), bind(b)],
             groups,
         );
-    }
-
-    /// Whether the prefill matmul takes its variant for subgroups of exactly 8 (lavapipe), which
-    /// shares activations between lanes instead of reading them from workgroup memory per lane.
-    fn matmul_sg8(&self) -> bool {
-        let info = &self.gpu.info;
-        self.gpu.caps.subgroups
-            && info.subgroup_min_size == 8
-            && info.subgroup_max_size == 8
-            && self.gpu.limits.max_compute_workgroup_storage_size >= 24 << 10
     }
 
     /// The device's copy bandwidth in GB/s (bytes read plus bytes written per second): the best
@@ -408,53 +340,7 @@ impl CoreOps for WgpuBackend {
         rows: usize,
         outs: &mut [&mut GpuBuffer],
     ) {
-        let ms: Vec<&Matrix> = ws.iter().filter_map(|w| w.matrix()).collect();
-        let fused = rows <= MATVEC_MAX_ROWS
-            && (2..=3).contains(&ms.len())
-            && ms.len() == ws.len()
-            && ms.iter().all(|m| {
-                m.parts.len() == 1
-                    && m.dtype == ms[0].dtype
-                    && m.cols == ms[0].cols
-                    && m.row_bytes == ms[0].row_bytes
-            });
-        if !fused {
-            for (w, out) in ws.iter().zip(outs.iter_mut()) {
-                self.matmul(x, w, rows, out);
-            }
-            return;
-        }
-        let k = ms[0].cols as u32;
-        let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows as u32);
-        let total: u32 = (0..3).map(rows_of).sum();
-        let params = [
-            k,
-            rows as u32,
-            k.div_ceil(16),
-            ms[0].row_bytes as u32,
-            rows_of(0),
-            rows_of(1),
-            rows_of(2),
-            total,
-            rows_of(0),
-            rows_of(1),
-            rows_of(2),
-            0,
-            0,
-            0,
-            self.matvec_rows_per_wg() as u32,
-        ];
-        let mut buffers = vec![bind(&x.dev)];
-        for (m, out) in ms.iter().zip(outs.iter()) {
-            buffers.push(bind(&m.parts[0].dev));
-            buffers.push(bind(&out.dev));
-        }
-        self.run(
-            &kernels::matvec_kernel(ms[0].dtype, ms.len()),
-            &params,
-            &buffers,
-            grid((total as usize).div_ceil(self.matvec_rows_per_wg())),
-        );
+        self.matvec_many(x, ws, rows, outs);
     }
 
     fn matmul_gated(
@@ -468,56 +354,7 @@ impl CoreOps for WgpuBackend {
         gate_out: &mut GpuBuffer,
         up_out: &mut GpuBuffer,
     ) {
-        let fused = match (gate.matrix(), up.matrix()) {
-            (Some(g), Some(u)) => {
-                rows <= MATVEC_MAX_ROWS
-                    && g.parts.len() == 1
-                    && u.parts.len() == 1
-                    && (g.dtype, g.cols, g.row_bytes, g.rows)
-                        == (u.dtype, u.cols, u.row_bytes, u.rows)
-                    && g.rows == width
-            }
-            _ => false,
-        };
-        if !fused {
-            self.matmul_many(x, &[gate, up], rows, &mut [&mut *gate_out, &mut *up_out]);
-            self.gated_activation(gate_out, up_out, rows * width, act);
-            return;
-        }
-        let (Some(g), Some(u)) = (gate.matrix(), up.matrix()) else {
-            return;
-        };
-        let k = g.cols as u32;
-        let m = g.rows as u32;
-        let params = [
-            k,
-            rows as u32,
-            k.div_ceil(16),
-            g.row_bytes as u32,
-            m,
-            m,
-            0,
-            m,
-            m,
-            m,
-            0,
-            0,
-            0,
-            0,
-            self.matvec_rows_per_wg() as u32,
-        ];
-        self.run(
-            &kernels::matvec_gated_kernel(g.dtype, act),
-            &params,
-            &[
-                bind(&x.dev),
-                bind(&g.parts[0].dev),
-                bind(&gate_out.dev),
-                bind(&u.parts[0].dev),
-                bind(&up_out.dev),
-            ],
-            grid(g.rows.div_ceil(self.matvec_rows_per_wg())),
-        );
+        self.gated_matmuls(x, gate, up, rows, width, act, gate_out, up_out);
     }
 
     fn add_bias(&self, x: &mut GpuBuffer, b: &GpuWeight, rows: usize) {
