@@ -8,7 +8,7 @@ use crate::common;
 use common::golden_run::argmax;
 use common::gpu::gpu;
 use kiln::backend::CoreOps;
-use kiln::backend::wgpu::{DISPATCHES_PER_SUBMIT, WgpuBackend};
+use kiln::backend::wgpu::{DISPATCHES_PER_SUBMIT, FIRST_SUBMIT, WgpuBackend};
 use kiln::model::{Model, ModelFile, Session, Tokenizer};
 
 fn tiny() -> Option<(ModelFile, Model<WgpuBackend>)> {
@@ -92,7 +92,13 @@ fn profile_counts_what_a_decode_step_records() {
     assert_eq!(calls("embed"), steps);
     // One readback per token (the logits), submitted with the chunks before it.
     assert_eq!(count("readbacks"), steps);
-    let chunks = per_step / DISPATCHES_PER_SUBMIT as u64 + 1;
+    // Chunks of 8, 16, 32, then 64 dispatches, the last one submitted with the readback.
+    let (mut chunk, mut left, mut chunks) = (FIRST_SUBMIT as u64, per_step, 1);
+    while left >= chunk {
+        left -= chunk;
+        chunks += 1;
+        chunk = (2 * chunk).min(DISPATCHES_PER_SUBMIT as u64);
+    }
     assert_eq!(
         count("submits"),
         chunks * steps,

@@ -33,7 +33,7 @@ pub use buffers::{GpuBuffer, GpuCache, GpuWeight};
 pub use device::{
     AdapterChoice, AdapterSummary, GpuOptions, hardware_adapter_present, list_adapters,
 };
-pub use stream::CHUNK as DISPATCHES_PER_SUBMIT;
+pub use stream::{CHUNK as DISPATCHES_PER_SUBMIT, FIRST_CHUNK as FIRST_SUBMIT};
 
 use self::buffers::Memory;
 use self::device::Gpu;

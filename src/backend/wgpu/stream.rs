@@ -1,6 +1,9 @@
 //! The command stream. Ops record dispatches and copies here instead of submitting them; the stream
-//! encodes them into one command encoder and compute pass and submits every `CHUNK` dispatches
-//! (so the GPU starts while the host records the rest of the forward pass), and at a readback.
+//! encodes them into one command encoder and compute pass and submits them in chunks (so the GPU
+//! starts while the host records the rest of the forward pass), and at a readback. After a
+//! readback, the first chunk is `FIRST_CHUNK` dispatches and each next one twice the last, up to
+//! `CHUNK` (as llama.cpp's Vulkan backend starts with small submits): the GPU, idle while the host
+//! reads a token's result back, starts on the next one after a few dispatches, not 64.
 //!
 //! Each dispatch's parameters take one slot of a uniform arena (a dynamic offset), written with
 //! one `write_buffer` per submit; host data (token ids, RoPE tables) goes through a staging arena
@@ -17,8 +20,10 @@ use super::device::Gpu;
 use super::pipelines::Pipeline;
 use crate::backend::{OpTime, Profile};
 
-/// Dispatches per submit.
+/// Dispatches per submit, at most.
 pub const CHUNK: usize = 64;
+/// Dispatches in the first submit after a readback.
+pub const FIRST_CHUNK: usize = 8;
 
 enum Cmd {
     Dispatch {
@@ -53,6 +58,8 @@ struct Timing {
 pub struct Stream {
     cmds: Vec<Cmd>,
     dispatches_pending: usize,
+    /// Dispatches that fill the current chunk.
+    chunk: usize,
     params: Vec<u8>,
     staging: Vec<u8>,
     param_slot: u64,
@@ -98,6 +105,7 @@ impl Stream {
         Stream {
             cmds: Vec::new(),
             dispatches_pending: 0,
+            chunk: FIRST_CHUNK,
             params: Vec::new(),
             staging: Vec::new(),
             param_slot,
@@ -173,8 +181,9 @@ impl Stream {
         self.dispatches += 1;
         // Profiling without timestamp queries: one dispatch per submit, timed on the host.
         let host_timed = self.profiling && self.timing.is_none();
-        if self.dispatches_pending == CHUNK || host_timed {
+        if self.dispatches_pending == self.chunk || host_timed {
             self.flush(gpu);
+            self.chunk = (2 * self.chunk).min(CHUNK);
         }
         if host_timed {
             self.wait_and_time(gpu, pipeline.label);
@@ -400,6 +409,7 @@ impl Stream {
         let rb = self.readback.clone()?;
         self.copy(src, offset, &rb, 0, size4);
         self.flush(gpu);
+        self.chunk = FIRST_CHUNK;
         self.readbacks += 1;
         let mut bytes = map_read(gpu, &rb, size4)?;
         bytes.truncate(size as usize);
