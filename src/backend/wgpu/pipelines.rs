@@ -17,7 +17,7 @@ use crate::gguf::GgmlType;
 use Access::{Read, ReadWrite};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 18] = [
+const SOURCES: [(&str, &str); 17] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
     ("quants", include_str!("../../../shaders/quants.wgsl")),
@@ -29,7 +29,6 @@ const SOURCES: [(&str, &str); 18] = [
         include_str!("../../../shaders/elementwise.wgsl"),
     ),
     ("rope", include_str!("../../../shaders/rope.wgsl")),
-    ("rope_kv", include_str!("../../../shaders/rope_kv.wgsl")),
     ("embed", include_str!("../../../shaders/embed.wgsl")),
     ("kv", include_str!("../../../shaders/kv.wgsl")),
     ("kv_shift", include_str!("../../../shaders/kv_shift.wgsl")),
@@ -437,9 +436,10 @@ pub fn rope_kernel() -> Kernel {
 pub fn rope_kv_kernel(k: CacheType, v: CacheType) -> Kernel {
     let mut kernel = Kernel::new(
         "rope_kv",
-        "rope_kv",
+        "rope",
         &[ReadWrite, Read, Read, Read, ReadWrite, ReadWrite],
-    );
+    )
+    .flag("ROPE_KV");
     if k == CacheType::F16 {
         kernel = kernel.flag("K_F16");
     }
