@@ -1,29 +1,48 @@
-// matvec.wgsl — out = x · Wᵀ for one activation row (decode). With subgroup operations each
-// subgroup takes whole weight rows (`rows_per_wg` per workgroup), its invocations striding over a
-// row's 16-value runs, summed with subgroupAdd: no barriers, no workgroup memory. Without, one
-// workgroup per row, reduced in workgroup memory. f32 sums throughout. Up to
-// three weights of one type and width (Q/K/V, gate/up) run as one dispatch over their concatenated
-// rows (`{{NW}}` weights), each writing its own output. `GLU_SILU` / `GLU_GELU` (with NW2): the
-// gate and up rows i are computed together and out0[i] = act(gate · x) · (up · x), the
-// feed-forward's gated activation in the mat-vec's epilogue (out1 is not written).
+// matvec.wgsl — out = W · x for one activation row (decode), shaped for a GPU's memory system.
+//
+// A workgroup computes `ROWS` weight rows and walks them in spans of `SPAN` values. Each span
+// is staged twice over:
+// 1. The raw bytes of each row's span are copied into workgroup memory as whole aligned 128-byte
+//    lines: invocation i loads word i of the lines, so every subgroup-wide load reads one line
+//    whole, whatever the block type (18-, 34-, 110- or 210-byte blocks included) and however
+//    rows fall against lines. The block decoders (quants.wgsl) then read the tile, not the
+//    buffer: `word(i)` maps a weight word to its place in the tile.
+// 2. Invocation i takes values 4i, 4i + 4·WG, … of the span: one vec4 of x per step, which
+//    consecutive invocations read as consecutive vec4s, used for all `ROWS` rows.
+// Each invocation keeps one f32 sum per row (a vec4: ROWS ≤ 4), summed over the workgroup at
+// the end (subgroupAdd and workgroup memory, or a tree). The loads do not depend on the
+// adapter's subgroup width, so a trace (`TRACE`, see src/backend/wgpu/trace.rs) measures them
+// on any adapter.
+//
+// Up to three weights of one type and width (Q/K/V, gate/up) run as one dispatch over their
+// concatenated rows (`NW2`, `NW3`), each writing its own output. `GLU_SILU` / `GLU_GELU` (with
+// NW2, ROWS 2): workgroup g computes gate row g and up row g and writes out0[g] = act(gate · x) ·
+// (up · x), the feed-forward's gated activation as the epilogue (out1 is not written).
+// `X4`: x is read as vec4s (k a multiple of 4); otherwise as four scalars, zeros past k (a float
+// weight whose width is not a multiple of 16 is padded with zeros on the device).
+//
+// `DIRECT` (software adapters such as lavapipe, with subgroups): no staging. There loads cost
+// the same whatever their pattern and every workgroup-memory access is a per-lane loop, so
+// each subgroup takes whole rows (`ROWS` per workgroup: one per subgroup of the smallest size)
+// and its lanes stride over a row's runs of 16 values, decoding the buffer in place.
 
 #include "common"
-#include "reduce"
 
 struct Params {
-    k: u32,          // values per weight row
-    n: u32,          // activation rows (1)
-    groups: u32,     // k / 16, rounded up
+    k: u32,          // values per weight row: x's length
     row_bytes: u32,  // bytes per weight row
-    m0: u32, m1: u32, m2: u32,        // rows of each weight
-    total: u32,                       // m0 + m1 + m2
-    stride0: u32, stride1: u32, stride2: u32,  // values per output row
-    off0: u32, off1: u32, off2: u32,           // first output column written
-    rows_per_wg: u32,                          // 64 / the smallest subgroup size; 1 without
+    m0: u32, m1: u32, m2: u32,  // rows of each weight
+    rows: u32,       // m0 + m1 + m2
+    off0: u32, off1: u32, off2: u32,  // first output index each weight writes
+    trace_threads: u32,  // TRACE: invocations in the grid
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
+#if X4
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+#else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#endif
 @group(0) @binding(2) var<storage, read> w0: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out0: array<f32>;
 #if NW2 || NW3
@@ -35,9 +54,94 @@ struct Params {
 @group(0) @binding(7) var<storage, read_write> out2: array<f32>;
 #endif
 
-var<private> sel: u32;
+const WG: u32 = {{WG}}u;
+const ROWS: u32 = {{ROWS}}u;
+const SPAN: u32 = {{SPAN}}u;           // a multiple of 256 and of 4 · WG
+const TILE_ROW: u32 = {{TILE_ROW}}u;   // words: the aligned lines a span of a row can touch
+const BLOCK_LEN: u32 = {{BLOCK_LEN}}u;
+const BLOCK_BYTES: u32 = {{BLOCK_BYTES}}u;
+
+#if DIRECT
+#else
+var<workgroup> tile: array<u32, {{TILE_WORDS}}>;  // ROWS × TILE_ROW
+var<workgroup> sums: array<vec4<f32>, {{WG}}>;
+#endif
+
+#if TRACE
+@group(0) @binding({{TRACE_BINDING}}) var<storage, read_write> trace: array<u32>;
+var<private> trace_seq: u32;
+var<private> trace_thread: u32;
+
+// The load this invocation makes next (0xffffffff: none), as the trace's next entry.
+fn record(code: u32) {
+    let i = trace_seq * p.trace_threads + trace_thread;
+    if (i < arrayLength(&trace)) {
+        trace[i] = code;
+    }
+    trace_seq += 1u;
+}
+#endif
+
+#if DIRECT
+// The weight the decoders read.
+var<private> cur_sel: u32;
 
 fn word(i: u32) -> u32 {
+    return load(cur_sel, i);
+}
+#else
+// The tile region the decoders read: tile[tile_at] holds weight word tile_first.
+var<private> tile_at: u32;
+var<private> tile_first: u32;
+
+fn word(i: u32) -> u32 {
+    return tile[tile_at + i - tile_first];
+}
+#endif
+
+#include "quants"
+
+// Row slot s of workgroup g: which weight, which row of it, and whether there is such a row.
+struct Slot {
+    sel: u32,
+    row: u32,
+    live: bool,
+}
+
+fn slot(g: u32, s: u32) -> Slot {
+#if GLU_SILU || GLU_GELU
+    return Slot(s, g, g < p.m0);
+#else
+    var row = g * ROWS + s;
+    let live = row < p.rows;
+    var sel = 0u;
+    if (row >= p.m0) {
+        row -= p.m0;
+        sel = 1u;
+        if (row >= p.m1) {
+            row -= p.m1;
+            sel = 2u;
+        }
+    }
+    return Slot(sel, row, live);
+#endif
+}
+
+fn weight_words(sel: u32) -> u32 {
+#if NW2 || NW3
+    if (sel == 1u) {
+        return arrayLength(&w1);
+    }
+#endif
+#if NW3
+    if (sel == 2u) {
+        return arrayLength(&w2);
+    }
+#endif
+    return arrayLength(&w0);
+}
+
+fn load(sel: u32, i: u32) -> u32 {
 #if NW2 || NW3
     if (sel == 1u) {
         return w1[i];
@@ -51,47 +155,42 @@ fn word(i: u32) -> u32 {
     return w0[i];
 }
 
-#include "quants"
+// Byte offset of value v (a multiple of the block length) within a row.
+fn value_bytes(v: u32) -> u32 {
+    return v / BLOCK_LEN * BLOCK_BYTES;
+}
 
-// Weight row r of the concatenated rows: select its weight and return its row within it.
-fn locate(r: u32) -> u32 {
-    var row = r;
-    sel = 0u;
-    if (row >= p.m0) {
-        row -= p.m0;
-        sel = 1u;
-        if (row >= p.m1) {
-            row -= p.m1;
-            sel = 2u;
+// The first weight word staged for a span starting at byte `b` of its row `row`.
+fn first_word(row: u32, b: u32) -> u32 {
+    return (row * p.row_bytes + b) / 128u * 32u;
+}
+
+// x[e..e + 4]; zeros where `live` is false or past k.
+fn x4(e: u32, live: bool) -> vec4<f32> {
+#if X4
+#if TRACE
+    record(select(0xffffffffu, (4u << 28u) | e, live));
+#endif
+    if (live) {
+        return x[e / 4u];
+    }
+    return vec4<f32>(0.0);
+#else
+    var v = vec4<f32>(0.0);
+    for (var c = 0u; c < 4u; c++) {
+        let ok = live && e + c < p.k;
+#if TRACE
+        record(select(0xffffffffu, (3u << 28u) | (e + c), ok));
+#endif
+        if (ok) {
+            v[c] = x[e + c];
         }
     }
-    return row;
+    return v;
+#endif
 }
 
-// x[i..i + 4], zeros past the row (a float weight of a width not a multiple of 16 is padded with
-// zeros to whole runs; the activations past it need not be finite).
-fn x4(i: u32) -> vec4<f32> {
-    let v = vec4<f32>(x[i], x[i + 1u], x[i + 2u], x[i + 3u]);
-    if (i + 4u <= p.k) {
-        return v;
-    }
-    return select(vec4<f32>(0.0), v, vec4<u32>(i) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(p.k));
-}
-
-// Σ over the runs g = first, first + step, … of weight row `row` times x.
-fn partial_dot(row: u32, first: u32, step: u32) -> f32 {
-    let base = row * p.row_bytes;
-    var acc = 0.0;
-    for (var g = first; g < p.groups; g += step) {
-        for (var q = 0u; q < 4u; q++) {
-            let xo = g * 16u + q * 4u;
-            acc += dot(dq4(base, g, q), x4(xo));
-        }
-    }
-    return acc;
-}
-
-fn store(row: u32, t: f32) {
+fn store(sel: u32, row: u32, t: f32) {
     if (sel == 0u) {
         out0[p.off0 + row] = t;
     }
@@ -118,74 +217,137 @@ fn act(g: f32) -> f32 {
 }
 #endif
 
+// The workgroup's sums, one per row slot, written to their outputs.
+fn finish(g: u32, t: vec4<f32>) {
+#if GLU_SILU || GLU_GELU
+    if (g < p.m0) {
+        out0[p.off0 + g] = act(t.x) * t.y;
+    }
+#else
+    for (var s = 0u; s < ROWS; s++) {
+        let sl = slot(g, s);
+        if (sl.live) {
+            store(sl.sel, sl.row, t[s]);
+        }
+    }
+#endif
+}
+
+#if DIRECT
+// Σ over the runs of row `row` of weight `sel` from run `lane` on, `step` apart, times x.
+fn row_dot(sel: u32, row: u32, lane: u32, step: u32) -> f32 {
+    cur_sel = sel;
+    let base = row * p.row_bytes;
+    var acc = 0.0;
+    for (var g = lane; g < (p.k + 15u) / 16u; g += step) {
+        for (var q = 0u; q < 4u; q++) {
+            let e = g * 16u + q * 4u;
+            acc += dot(dq4(base, g, q), x4(e, e < p.k));
+        }
+    }
+    return acc;
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
+    let g = flat_wg(wid, nwg);
+    for (var s = sg_id; s < ROWS; s += n_sg) {
+#if GLU_SILU || GLU_GELU
+        let o = g * ROWS + s;
+        if (o < p.m0) {
+            let a = subgroupAdd(row_dot(0u, o, sg_lane, sg_size));
+            let u = subgroupAdd(row_dot(1u, o, sg_lane, sg_size));
+            if (sg_lane == 0u) {
+                out0[p.off0 + o] = act(a) * u;
+            }
+        }
+#else
+        let sl = slot(g, s);
+        if (sl.live) {
+            let t = subgroupAdd(row_dot(sl.sel, sl.row, sg_lane, sg_size));
+            if (sg_lane == 0u) {
+                store(sl.sel, sl.row, t);
+            }
+        }
+#endif
+    }
+}
+#else
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
+    {{SG_LOCALS}}
+    let g = flat_wg(wid, nwg);
+#if TRACE
+    trace_thread = g * WG + lid;
+#endif
+    var acc = vec4<f32>(0.0);
+    for (var v0 = 0u; v0 < p.k; v0 += SPAN) {
+        let b0 = value_bytes(v0);
+        let b1 = min(value_bytes(v0 + SPAN), p.row_bytes);
+        // 1. The rows' bytes b0..b1, as whole lines, into the tile.
+        for (var s = 0u; s < ROWS; s++) {
+            let sl = slot(g, s);
+            let first = first_word(sl.row, b0);
+            let end = min((sl.row * p.row_bytes + b1 + 127u) / 128u * 32u, weight_words(sl.sel));
+            for (var i0 = 0u; i0 < TILE_ROW; i0 += WG) {
+                let i = i0 + lid;
+                let wanted = sl.live && i < TILE_ROW && first + i < end;
+#if TRACE
+                record(select(0xffffffffu, (sl.sel << 28u) | (first + i), wanted));
+#endif
+                if (i < TILE_ROW) {
+                    var w = 0u;
+                    if (wanted) {
+                        w = load(sl.sel, first + i);
+                    }
+                    tile[s * TILE_ROW + i] = w;
+                }
+            }
+        }
+        workgroupBarrier();
+        // 2. Four values a step, for every row.
+        for (var q0 = 0u; q0 < SPAN / 4u; q0 += WG) {
+            let e = v0 + 4u * (q0 + lid);
+            let live = e < p.k;
+            let xv = x4(e, live);
+            if (live) {
+                for (var s = 0u; s < ROWS; s++) {
+                    let sl = slot(g, s);
+                    tile_at = s * TILE_ROW;
+                    tile_first = first_word(sl.row, b0);
+                    acc[s] += dot(dq4(sl.row * p.row_bytes, e / 16u, (e / 4u) % 4u), xv);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
 #if SUBGROUP
-#if GLU_SILU || GLU_GELU
-@compute @workgroup_size({{WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
-    let first = flat_wg(wid, nwg) * p.rows_per_wg;
-    for (var rr = sg_id; rr < p.rows_per_wg; rr += n_sg) {
-        let r = first + rr;
-        if (r < p.m0) {
-            sel = 0u;
-            let g = subgroupAdd(partial_dot(r, sg_lane, sg_size));
-            sel = 1u;
-            let u = subgroupAdd(partial_dot(r, sg_lane, sg_size));
-            if (sg_lane == 0u) {
-                out0[p.off0 + r] = act(g) * u;
-            }
-        }
+    let t = subgroupAdd(acc);
+    if (sg_lane == 0u) {
+        sums[sg_id] = t;
     }
-}
-#else
-@compute @workgroup_size({{WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
-    let first = flat_wg(wid, nwg) * p.rows_per_wg;
-    for (var rr = sg_id; rr < p.rows_per_wg; rr += n_sg) {
-        let r = first + rr;
-        if (r < p.total) {
-            let row = locate(r);
-            let t = subgroupAdd(partial_dot(row, sg_lane, sg_size));
-            if (sg_lane == 0u) {
-                store(row, t);
-            }
-        }
-    }
-}
-#endif
-#else
-#if GLU_SILU || GLU_GELU
-@compute @workgroup_size({{WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
-    {{SG_LOCALS}}
-    let r = flat_wg(wid, nwg);
-    if (r >= p.m0) {
-        return;
-    }
-    sel = 0u;
-    let g = wg_sum(partial_dot(r, lid, {{WG}}u), lid, sg_lane, sg_id, n_sg);
-    sel = 1u;
-    let u = wg_sum(partial_dot(r, lid, {{WG}}u), lid, sg_lane, sg_id, n_sg);
+    workgroupBarrier();
     if (lid == 0u) {
-        out0[p.off0 + r] = act(g) * u;
+        var total = vec4<f32>(0.0);
+        for (var i = 0u; i < n_sg; i++) {
+            total += sums[i];
+        }
+        finish(g, total);
     }
-}
 #else
-@compute @workgroup_size({{WG}})
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
-    {{SG_LOCALS}}
-    let r = flat_wg(wid, nwg);
-    if (r >= p.total) {
-        return;
+    sums[lid] = acc;
+    workgroupBarrier();
+    for (var h = WG / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            sums[lid] += sums[lid + h];
+        }
+        workgroupBarrier();
     }
-    let row = locate(r);
-    let t = wg_sum(partial_dot(row, lid, {{WG}}u), lid, sg_lane, sg_id, n_sg);
     if (lid == 0u) {
-        store(row, t);
+        finish(g, sums[0]);
     }
-}
 #endif
+}
 #endif

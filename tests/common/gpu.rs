@@ -26,3 +26,19 @@ pub fn gpu_with(options: GpuOptions) -> Option<WgpuBackend> {
 pub fn gpu() -> Option<WgpuBackend> {
     gpu_with(GpuOptions::default())
 }
+
+/// The adapter as `gpu()` opens it and, where that is a software adapter (which gets kernel
+/// variants suited to a CPU), again with the kernels hardware GPUs get, so both are tested.
+pub fn gpu_kernel_variants() -> Vec<WgpuBackend> {
+    let Some(g) = gpu() else { return Vec::new() };
+    let mut all = Vec::new();
+    if g.is_software() {
+        let hardware = GpuOptions {
+            hardware_kernels: true,
+            ..GpuOptions::default()
+        };
+        all.extend(gpu_with(hardware));
+    }
+    all.insert(0, g);
+    all
+}

@@ -7,9 +7,9 @@
 use crate::common;
 
 use common::golden_run::{EXACT_F32, QUANTIZED, argmax, check_model, check_model_with};
-use common::gpu::gpu;
-use kiln::backend::CacheType;
+use common::gpu::{gpu, gpu_kernel_variants};
 use kiln::backend::wgpu::WgpuBackend;
+use kiln::backend::{CacheType, CoreOps};
 use kiln::model::arch::KvCacheTypes;
 use kiln::model::session::DEFAULT_BATCH;
 use kiln::model::{Model, ModelFile, Session, Tokenizer};
@@ -20,7 +20,8 @@ fn load(mf: &ModelFile) -> Option<Model<WgpuBackend>> {
 }
 
 /// Each tiny architecture once in each layout, and each cache type once (lavapipe is slow: the
-/// per-op tests cover every cache-type pair).
+/// per-op tests cover every cache-type pair); on a software adapter also with the kernels
+/// hardware GPUs get.
 #[test]
 fn tiny_models_match_llama_cpp_on_the_gpu() {
     let golden = common::golden("llama-cpp-tiny.json");
@@ -29,10 +30,10 @@ fn tiny_models_match_llama_cpp_on_the_gpu() {
         ("tiny-qwen3-hf", "tiny-qwen3.gguf", CacheType::F32),
     ] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
-        let Some(model) = load(&mf) else { return };
-        {
+        for g in gpu_kernel_variants() {
+            let what = format!("{file} on {} (cache {ty})", g.describe());
+            let model = Model::load(&mf, g).unwrap();
             let cache = KvCacheTypes { k: ty, v: ty };
-            let what = format!("{file} on the GPU (cache {ty})");
             let report = check_model_with(&model, &golden["models"][entry], &EXACT_F32, cache);
             eprintln!("{}", report.summary(&what));
             report.assert_all(&what);
@@ -44,9 +45,14 @@ fn tiny_models_match_llama_cpp_on_the_gpu() {
 /// A real model against llama.cpp's goldens on the GPU, over the first `prompts` prompts of the
 /// golden file (lavapipe is slow; the rule is the same).
 fn real(golden_file: &str, index: usize, prompts: usize) {
+    real_on(gpu(), golden_file, index, prompts);
+}
+
+fn real_on(g: Option<WgpuBackend>, golden_file: &str, index: usize, prompts: usize) {
+    let Some(g) = g else { return };
     let name = common::REAL_MODELS[index];
     let mf = ModelFile::open(&common::real_model(name)).unwrap();
-    let Some(model) = load(&mf) else { return };
+    let model = Model::load(&mf, g).unwrap();
     let mut entry = common::golden(golden_file)["models"][name].clone();
     if let Some(cases) = entry["greedy"].as_array_mut() {
         cases.truncate(prompts);
@@ -60,6 +66,18 @@ fn real(golden_file: &str, index: usize, prompts: usize) {
 #[test]
 fn smollm2_matches_llama_cpp_on_the_gpu() {
     real("llama-cpp.json", 0, 2);
+}
+
+/// SmolLM2 with the kernels hardware GPUs get, where the adapter is a software one (elsewhere
+/// every test runs them).
+#[test]
+fn smollm2_with_hardware_kernels_matches_llama_cpp() {
+    real_on(
+        gpu_kernel_variants().into_iter().nth(1),
+        "llama-cpp.json",
+        0,
+        1,
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::gpu::{gpu, gpu_with};
+use common::gpu::{gpu, gpu_kernel_variants, gpu_with};
 use half::{bf16, f16};
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
@@ -146,23 +146,28 @@ fn cpu() -> CpuBackend {
     CpuBackend::new(2).unwrap()
 }
 
+/// Every type as mat-vec and tiled, with the kernels of the adapter and (on a software one) of
+/// hardware GPUs; mat-vec rows longer than a staged span (5000 values) too.
 #[test]
 fn matmul_every_type_matches_the_cpu() {
-    let Some(g) = gpu() else { return };
     let c = cpu();
-    let mut rng = Rng(0x9e3779b97f4a7c15);
-    // 67 rows: not a multiple of any workgroup's; 1 and 5 rows run as mat-vec, 37 as tiles.
-    for t in TYPES {
-        let w = random_weight(t, 67, 256, &mut rng);
-        for n in [1, 5, 37] {
-            let x = rng.vec(n * 256, 1.0);
-            let what = format!("matmul {t} {n}×256 · (67×256)ᵀ");
-            check(
-                &what,
-                &matmul(&c, &w, &x, n),
-                &matmul(&g, &w, &x, n),
-                MATMUL_NMSE,
-            );
+    for g in gpu_kernel_variants() {
+        let mut rng = Rng(0x9e3779b97f4a7c15);
+        // 67 rows: not a multiple of any workgroup's; 1 row runs as mat-vec, 5 and 37 as tiles.
+        for t in TYPES {
+            for (k, ns) in [(256, &[1, 5, 37][..]), (5120, &[1][..])] {
+                let w = random_weight(t, 67, k, &mut rng);
+                for &n in ns {
+                    let x = rng.vec(n * k, 1.0);
+                    let what = format!("matmul {t} {n}×{k} · (67×{k})ᵀ on {}", g.describe());
+                    check(
+                        &what,
+                        &matmul(&c, &w, &x, n),
+                        &matmul(&g, &w, &x, n),
+                        MATMUL_NMSE,
+                    );
+                }
+            }
         }
     }
 }
@@ -185,10 +190,12 @@ fn matmul_many<B: Backend>(b: &B, ws: &[Tensor], x: &[f32], n: usize) -> Vec<Vec
 
 #[test]
 fn matmul_many_matches_the_cpu() {
-    let Some(g) = gpu() else { return };
     let c = cpu();
-    let mut rng = Rng(17);
-    for t in [GgmlType::Q8_0, GgmlType::Q4_K] {
+    for (g, t) in gpu_kernel_variants()
+        .iter()
+        .flat_map(|g| [(g, GgmlType::Q8_0), (g, GgmlType::Q4_K)])
+    {
+        let mut rng = Rng(17);
         // Q, K, V shapes (one dispatch at decode), and gate/up.
         let qkv = [
             random_weight(t, 40, 256, &mut rng),
@@ -197,7 +204,7 @@ fn matmul_many_matches_the_cpu() {
         ];
         for (ws, n) in [(&qkv[..], 1), (&qkv[..], 3), (&qkv[..2], 2), (&qkv[..], 20)] {
             let x = rng.vec(n * 256, 1.0);
-            let (want, got) = (matmul_many(&c, ws, &x, n), matmul_many(&g, ws, &x, n));
+            let (want, got) = (matmul_many(&c, ws, &x, n), matmul_many(g, ws, &x, n));
             for (i, (w, o)) in want.iter().zip(&got).enumerate() {
                 check(
                     &format!("matmul_many {t} n={n} output {i}"),
@@ -231,7 +238,6 @@ fn matmul_gated<B: Backend>(
 /// without subgroups; and for several rows (separate ops on the GPU too).
 #[test]
 fn gated_matmul_matches_the_cpu() {
-    let Some(g) = gpu() else { return };
     let no_subgroups = GpuOptions {
         no_subgroups: true,
         ..GpuOptions::default()
@@ -241,12 +247,13 @@ fn gated_matmul_matches_the_cpu() {
     };
     let c = cpu();
     let mut rng = Rng(19);
-    for (t, g) in [
-        (GgmlType::Q8_0, &g),
-        (GgmlType::Q4_K, &g),
-        (GgmlType::Q6_K, &g),
-        (GgmlType::Q4_K, &g_wg),
-    ] {
+    let variants = gpu_kernel_variants();
+    let mut cases: Vec<(GgmlType, &WgpuBackend)> = Vec::new();
+    for g in &variants {
+        cases.extend([GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K].map(|t| (t, g)));
+    }
+    cases.push((GgmlType::Q4_K, &g_wg));
+    for (t, g) in cases {
         let (gate, up) = (
             random_weight(t, 72, 512, &mut rng),
             random_weight(t, 72, 512, &mut rng),
@@ -298,11 +305,6 @@ fn embedding_lookup_every_type_matches_the_cpu() {
 /// and an embedding lookup that reads rows from several parts.
 #[test]
 fn split_weights_and_a_262144_row_output_match_the_cpu() {
-    let options = GpuOptions {
-        max_binding: Some(3 << 20),
-        ..GpuOptions::default()
-    };
-    let Some(g) = gpu_with(options) else { return };
     let c = cpu();
     let mut rng = Rng(99);
     let w = random_weight(GgmlType::Q8_0, 262144, 32, &mut rng);
@@ -310,23 +312,34 @@ fn split_weights_and_a_262144_row_output_match_the_cpu() {
         w.bytes().len() > 2 * (3 << 20),
         "the weight must split in 3+"
     );
-    for n in [1, 9] {
-        let x = rng.vec(n * 32, 1.0);
-        let what = format!("matmul Q8_0 {n}×32 · (262144×32)ᵀ in parts");
+    for hardware_kernels in [false, true] {
+        let options = GpuOptions {
+            max_binding: Some(3 << 20),
+            hardware_kernels,
+            ..GpuOptions::default()
+        };
+        let Some(g) = gpu_with(options) else { return };
+        for n in [1, 9] {
+            let x = rng.vec(n * 32, 1.0);
+            let what = format!(
+                "matmul Q8_0 {n}×32 · (262144×32)ᵀ in parts on {}",
+                g.describe()
+            );
+            check(
+                &what,
+                &matmul(&c, &w, &x, n),
+                &matmul(&g, &w, &x, n),
+                MATMUL_NMSE,
+            );
+        }
+        let ids = [0, 262143, 100000, 200000, 5];
         check(
-            &what,
-            &matmul(&c, &w, &x, n),
-            &matmul(&g, &w, &x, n),
-            MATMUL_NMSE,
+            "embed from parts",
+            &embed(&c, &w, &ids, 1.0),
+            &embed(&g, &w, &ids, 1.0),
+            OTHER_NMSE,
         );
     }
-    let ids = [0, 262143, 100000, 200000, 5];
-    check(
-        "embed from parts",
-        &embed(&c, &w, &ids, 1.0),
-        &embed(&g, &w, &ids, 1.0),
-        OTHER_NMSE,
-    );
 }
 
 /// RMSNorm (alone, into a buffer, after a residual add), RoPE (both layouts), residual and bias
@@ -688,13 +701,15 @@ fn reductions_without_subgroups_match_the_cpu() {
     compare_attention(&g, &attention_cases()[4..7]);
     let mut rng = Rng(11);
     let w = random_weight(GgmlType::Q6_K, 67, 512, &mut rng);
-    let x = rng.vec(2 * 512, 1.0);
-    check(
-        "matvec Q6_K without subgroups",
-        &matmul(&cpu(), &w, &x, 2),
-        &matmul(&g, &w, &x, 2),
-        MATMUL_NMSE,
-    );
+    for n in [1, 2] {
+        let x = rng.vec(n * 512, 1.0);
+        check(
+            &format!("matmul Q6_K {n}×512 without subgroups"),
+            &matmul(&cpu(), &w, &x, n),
+            &matmul(&g, &w, &x, n),
+            MATMUL_NMSE,
+        );
+    }
 }
 
 /// Greedy decoding's argmax on the device: the first of equal maxima, as the host's.
@@ -966,17 +981,20 @@ fn recurrent_and_moe_ops_without_subgroups_and_split_experts_match_the_cpu() {
 /// padded on the device, as matmul (mat-vec and tiled), embedding and expert matmul inputs.
 #[test]
 fn float_weights_of_odd_widths_match_the_cpu() {
-    let Some(g) = gpu() else { return };
     let c = cpu();
+    let variants = gpu_kernel_variants();
     let mut rng = Rng(25);
-    for t in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+    for (t, g) in [GgmlType::F32, GgmlType::F16, GgmlType::BF16]
+        .into_iter()
+        .flat_map(|t| variants.iter().map(move |g| (t, g)))
+    {
         let w = random_weight(t, 67, 40, &mut rng);
         for n in [1, 7] {
             let x = rng.vec(n * 40, 1.0);
             check(
                 &format!("matmul {t} {n}×40"),
                 &matmul(&c, &w, &x, n),
-                &matmul(&g, &w, &x, n),
+                &matmul(g, &w, &x, n),
                 MATMUL_NMSE,
             );
         }
@@ -984,7 +1002,7 @@ fn float_weights_of_odd_widths_match_the_cpu() {
         check(
             &format!("embed {t} rows of 40"),
             &embed(&c, &w, &ids, 1.5),
-            &embed(&g, &w, &ids, 1.5),
+            &embed(g, &w, &ids, 1.5),
             OTHER_NMSE,
         );
     }

@@ -156,6 +156,8 @@ pub fn hardware_adapter_present() -> bool {
 pub struct Capabilities {
     pub subgroups: bool,
     pub timestamps: bool,
+    /// The adapter is a CPU (lavapipe, WARP) and kernels take their variants for one.
+    pub software_kernels: bool,
 }
 
 /// An open device and what kiln needs to know about it.
@@ -200,6 +202,9 @@ pub struct GpuOptions {
     /// Use the workgroup-memory reductions even where the adapter has subgroup operations
     /// (`KILN_WGPU_NO_SUBGROUPS=1`), so tests cover both variants on one adapter.
     pub no_subgroups: bool,
+    /// Use the kernels shaped for hardware GPUs even on a software adapter, which otherwise gets
+    /// variants that suit a CPU (`KILN_WGPU_HARDWARE_KERNELS=1`), so tests run both there.
+    pub hardware_kernels: bool,
 }
 
 impl GpuOptions {
@@ -208,6 +213,8 @@ impl GpuOptions {
             max_binding: env_bytes("KILN_WGPU_MAX_BINDING")?,
             max_memory: env_bytes("KILN_WGPU_MAX_MEMORY")?,
             no_subgroups: std::env::var_os("KILN_WGPU_NO_SUBGROUPS").is_some_and(|v| v == "1"),
+            hardware_kernels: std::env::var_os("KILN_WGPU_HARDWARE_KERNELS")
+                .is_some_and(|v| v == "1"),
         })
     }
 }
@@ -251,6 +258,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
     let caps = Capabilities {
         subgroups: features.contains(wgpu::Features::SUBGROUP) && !options.no_subgroups,
         timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+        software_kernels: info.device_type == wgpu::DeviceType::Cpu && !options.hardware_kernels,
     };
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("kiln"),

@@ -5,7 +5,7 @@
 
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
-use super::pipelines as kernels;
+use super::pipelines::{self as kernels, Kernel, MatvecLayout};
 use super::stream::grid;
 use crate::backend::{CoreOps, GateActivation};
 
@@ -18,30 +18,9 @@ impl WgpuBackend {
         for part in &m.parts {
             let buffers = [bind(&x.dev), bind(&part.dev), bind(&out.dev)];
             if rows <= MATVEC_MAX_ROWS {
-                let params = [
-                    k,
-                    rows as u32,
-                    k.div_ceil(16),
-                    m.row_bytes as u32,
-                    part.rows as u32,
-                    0,
-                    0,
-                    part.rows as u32,
-                    m.rows as u32,
-                    0,
-                    0,
-                    part.first_row as u32,
-                    0,
-                    0,
-                    self.matvec_rows_per_wg() as u32,
-                ];
-                let groups = grid(part.rows.div_ceil(self.matvec_rows_per_wg()));
-                self.run(
-                    &kernels::matvec_kernel(m.dtype, 1),
-                    &params,
-                    &buffers,
-                    groups,
-                );
+                let (kernel, params, groups) =
+                    self.matvec_call(m, [part.rows, 0, 0], [part.first_row, 0, 0], 1, None);
+                self.run(&kernel, &params, &buffers, groups);
             } else {
                 let params = [
                     k,
@@ -66,6 +45,19 @@ impl WgpuBackend {
                     groups,
                 );
             }
+        }
+    }
+
+    /// How the decode mat-vec reads weights: staged in whole lines on a GPU; in place, a row per
+    /// subgroup, on a software adapter with subgroups.
+    pub(super) fn matvec_layout(&self) -> MatvecLayout {
+        let caps = &self.gpu.caps;
+        if caps.software_kernels && caps.subgroups {
+            MatvecLayout::Direct {
+                rows: (64 / self.gpu.info.subgroup_min_size.max(1) as usize).max(1),
+            }
+        } else {
+            MatvecLayout::Staged
         }
     }
 
@@ -103,37 +95,20 @@ impl WgpuBackend {
             }
             return;
         }
-        let k = ms[0].cols as u32;
-        let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows as u32);
-        let total: u32 = (0..3).map(rows_of).sum();
-        let params = [
-            k,
-            rows as u32,
-            k.div_ceil(16),
-            ms[0].row_bytes as u32,
-            rows_of(0),
-            rows_of(1),
-            rows_of(2),
-            total,
-            rows_of(0),
-            rows_of(1),
-            rows_of(2),
-            0,
-            0,
-            0,
-            self.matvec_rows_per_wg() as u32,
-        ];
+        let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows);
+        let (kernel, params, groups) = self.matvec_call(
+            ms[0],
+            [rows_of(0), rows_of(1), rows_of(2)],
+            [0; 3],
+            ms.len(),
+            None,
+        );
         let mut buffers = vec![bind(&x.dev)];
         for (m, out) in ms.iter().zip(outs.iter()) {
             buffers.push(bind(&m.parts[0].dev));
             buffers.push(bind(&out.dev));
         }
-        self.run(
-            &kernels::matvec_kernel(ms[0].dtype, ms.len()),
-            &params,
-            &buffers,
-            grid((total as usize).div_ceil(self.matvec_rows_per_wg())),
-        );
+        self.run(&kernel, &params, &buffers, groups);
     }
 
     /// `CoreOps::matmul_gated`.
@@ -168,27 +143,10 @@ impl WgpuBackend {
         let (Some(g), Some(u)) = (gate.matrix(), up.matrix()) else {
             return;
         };
-        let k = g.cols as u32;
-        let m = g.rows as u32;
-        let params = [
-            k,
-            rows as u32,
-            k.div_ceil(16),
-            g.row_bytes as u32,
-            m,
-            m,
-            0,
-            m,
-            m,
-            m,
-            0,
-            0,
-            0,
-            0,
-            self.matvec_rows_per_wg() as u32,
-        ];
+        let (kernel, params, groups) =
+            self.matvec_call(g, [g.rows, g.rows, 0], [0; 3], 2, Some(act));
         self.run(
-            &kernels::matvec_gated_kernel(g.dtype, act),
+            &kernel,
             &params,
             &[
                 bind(&x.dev),
@@ -197,7 +155,44 @@ impl WgpuBackend {
                 bind(&u.parts[0].dev),
                 bind(&up_out.dev),
             ],
-            grid(g.rows.div_ceil(self.matvec_rows_per_wg())),
+            groups,
         );
+    }
+
+    /// The mat-vec dispatch of up to three weights of `m`'s type and width, with `rows` rows
+    /// each, whose outputs start at `offsets`; with `gated`, weights 0 and 1 are the gate and
+    /// up of a feed-forward and only the gated activation is written.
+    pub(super) fn matvec_call(
+        &self,
+        m: &Matrix,
+        rows: [usize; 3],
+        offsets: [usize; 3],
+        n_weights: usize,
+        gated: Option<GateActivation>,
+    ) -> (Kernel, Vec<u32>, [u32; 3]) {
+        let x4 = m.cols.is_multiple_of(4);
+        let layout = self.matvec_layout();
+        let total: usize = rows.iter().sum();
+        let (kernel, workgroups) = match (gated, layout) {
+            (Some(act), MatvecLayout::Staged) => (
+                kernels::matvec_gated_kernel(m.dtype, act, x4, layout),
+                rows[0],
+            ),
+            (Some(act), MatvecLayout::Direct { rows: per_wg }) => (
+                kernels::matvec_gated_kernel(m.dtype, act, x4, layout),
+                rows[0].div_ceil(per_wg),
+            ),
+            (None, _) => (
+                kernels::matvec_kernel(m.dtype, n_weights, x4, layout),
+                total.div_ceil(layout.rows()),
+            ),
+        };
+        let mut params = vec![m.cols as u32, m.row_bytes as u32];
+        params.extend(rows.iter().map(|&r| r as u32));
+        params.push(total as u32);
+        params.extend(offsets.iter().map(|&o| o as u32));
+        // The trace's invocation count (TRACE variants only).
+        params.push(0);
+        (kernel, params, grid(workgroups))
     }
 }

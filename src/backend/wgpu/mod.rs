@@ -26,6 +26,8 @@ mod ops;
 mod pipelines;
 mod recurrent;
 mod stream;
+#[cfg(test)]
+mod trace;
 
 use std::sync::{Arc, Mutex};
 

@@ -12,7 +12,6 @@ use crate::backend::{
     AttentionParams, CacheType, CoreOps, GateActivation, KvAppend, Profile, RopeLayout,
 };
 use crate::error::{Error, Result};
-use crate::gguf::GgmlType;
 use crate::tensor::Tensor;
 
 impl WgpuBackend {
@@ -86,11 +85,12 @@ impl WgpuBackend {
     }
 
     /// Build ahead the pipelines a weight of type `t` will use.
-    fn prepare_matrix(&self, t: GgmlType) -> Result<()> {
+    fn prepare_matrix(&self, m: &Matrix) -> Result<()> {
+        let (t, x4, layout) = (m.dtype, m.cols.is_multiple_of(4), self.matvec_layout());
         for k in [
-            kernels::matvec_kernel(t, 1),
-            kernels::matvec_kernel(t, 2),
-            kernels::matvec_kernel(t, 3),
+            kernels::matvec_kernel(t, 1, x4, layout),
+            kernels::matvec_kernel(t, 2, x4, layout),
+            kernels::matvec_kernel(t, 3, x4, layout),
             kernels::matmul_kernel(t, self.matmul_sg8()),
             kernels::embed_kernel(t),
         ] {
@@ -163,6 +163,9 @@ impl CoreOps for WgpuBackend {
         }
         if self.is_software() {
             extras.push("software".into());
+            if !self.gpu.caps.software_kernels {
+                extras.push("hardware kernels".into());
+            }
         }
         let extras = if extras.is_empty() {
             String::new()
@@ -201,7 +204,7 @@ impl CoreOps for WgpuBackend {
         }
         let w = buffers::upload_weight(&self.gpu, &self.memory, t)?;
         if let Some(m) = w.matrix() {
-            self.prepare_matrix(m.dtype)?;
+            self.prepare_matrix(m)?;
             if t.dims.len() == 3 {
                 self.prepare_experts(m.dtype)?;
             }

@@ -80,6 +80,15 @@ impl Kernel {
         self.defines.insert(name, "1".into());
         self
     }
+
+    /// The variant that records its loads' addresses in one more binding (see `trace.rs`).
+    #[cfg(test)]
+    pub fn traced(mut self) -> Kernel {
+        self.bindings.push(Access::ReadWrite);
+        self.defines
+            .insert("TRACE_BINDING", self.bindings.len().to_string());
+        self.flag("TRACE")
+    }
 }
 
 /// A built pipeline and its bind-group layout.
@@ -282,12 +291,57 @@ fn splice<'a>(
 // Kernels that read weights take the type's name (`GgmlType::name`) as the define that selects
 // its block decoder in quants.wgsl.
 
-pub fn matvec_kernel(t: GgmlType, n_weights: usize) -> Kernel {
+/// How the decode mat-vec reads its weights (matvec.wgsl).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatvecLayout {
+    /// Each span of two rows staged in workgroup memory as whole lines (GPUs).
+    Staged,
+    /// In place, one row per subgroup, `rows` rows per workgroup (software adapters).
+    Direct { rows: usize },
+}
+
+impl MatvecLayout {
+    /// Weight rows per workgroup.
+    pub fn rows(self) -> usize {
+        match self {
+            MatvecLayout::Staged => 2,
+            MatvecLayout::Direct { rows } => rows,
+        }
+    }
+}
+
+/// The decode mat-vec over `n_weights` weights of type `t` (matvec.wgsl); `x4`: the activation
+/// row is read as vec4s (its length a multiple of 4).
+pub fn matvec_kernel(t: GgmlType, n_weights: usize, x4: bool, layout: MatvecLayout) -> Kernel {
     let mut bindings = vec![Read, Read, ReadWrite];
     for _ in 1..n_weights {
         bindings.extend([Read, ReadWrite]);
     }
-    let k = Kernel::new("matvec", "matvec", &bindings).flag(t.name());
+    let mut k = Kernel::new("matvec", "matvec", &bindings).flag(t.name());
+    // Values staged per row and step: a kilobyte of weights or a little more, in whole
+    // superblocks and whole steps of 64 invocations × 4 values.
+    let span = (1024 * t.block_len())
+        .div_ceil(t.block_bytes())
+        .next_multiple_of(256);
+    let span_bytes = span / t.block_len() * t.block_bytes();
+    // A span starts at an even byte: it touches at most this many 128-byte lines.
+    let tile_row = (span_bytes + 126).div_ceil(128) * 32;
+    for (name, value) in [
+        ("ROWS", layout.rows()),
+        ("SPAN", span),
+        ("TILE_ROW", tile_row),
+        ("TILE_WORDS", layout.rows() * tile_row),
+        ("BLOCK_LEN", t.block_len()),
+        ("BLOCK_BYTES", t.block_bytes()),
+    ] {
+        k.defines.insert(name, value.to_string());
+    }
+    if x4 {
+        k = k.flag("X4");
+    }
+    if layout != MatvecLayout::Staged {
+        k = k.flag("DIRECT");
+    }
     match n_weights {
         2 => k.flag("NW2"),
         3 => k.flag("NW3"),
@@ -296,8 +350,13 @@ pub fn matvec_kernel(t: GgmlType, n_weights: usize) -> Kernel {
 }
 
 /// The gate and up mat-vecs of a feed-forward with its gated activation as their epilogue.
-pub fn matvec_gated_kernel(t: GgmlType, act: GateActivation) -> Kernel {
-    let k = matvec_kernel(t, 2);
+pub fn matvec_gated_kernel(
+    t: GgmlType,
+    act: GateActivation,
+    x4: bool,
+    layout: MatvecLayout,
+) -> Kernel {
+    let k = matvec_kernel(t, 2, x4, layout);
     match act {
         GateActivation::Silu => k.flag("GLU_SILU"),
         GateActivation::GeluTanh => k.flag("GLU_GELU"),
@@ -501,6 +560,9 @@ mod tests {
         ] {
             d.insert(k, v.to_string());
         }
+        // The mat-vec's sizes, without its type flag.
+        let matvec = matvec_kernel(GgmlType::F32, 1, false, MatvecLayout::Staged);
+        d.extend(matvec.defines.into_iter().filter(|(k, _)| *k != "F32"));
         for (name, _) in SOURCES {
             let text = assemble(name, &d).unwrap();
             assert!(!text.contains("#if") && !text.contains("{{"), "{name}");

@@ -1,0 +1,192 @@
+//! The memory access pattern of the decode mat-vec, measured on whatever adapter runs the tests
+//! (lavapipe in CI). The kernel's `TRACE` variant writes the word address of every global load
+//! each invocation makes, in program order, to a buffer; the test groups invocations into
+//! 32-wide subgroups by their index in the workgroup (as NVIDIA forms warps; the kernel's loads
+//! do not depend on the adapter's subgroup width) and counts, per subgroup-wide load, the
+//! 128-byte lines it touches against the fewest lines its distinct bytes could fill. On a real
+//! GPU each line a load touches is one L1 request; a load whose lanes read one whole line is one
+//! request for 128 useful bytes.
+
+use std::collections::HashSet;
+
+use super::WgpuBackend;
+use super::buffers::bind;
+use crate::backend::CoreOps;
+use crate::backend::wgpu::{AdapterChoice, GpuOptions};
+use crate::gguf::GgmlType;
+use crate::tensor::Tensor;
+
+/// A trace entry: bits 28.. say which buffer (0-2: weights 0-2, 3: x read as f32, 4: x read as
+/// vec4, the address being the vec4's first word), bits 0..28 the word. `NONE`: no load.
+const NONE: u32 = u32::MAX;
+const X_SCALAR: u32 = 3;
+const X_VEC4: u32 = 4;
+const WARP: usize = 32;
+const LINE: u64 = 128;
+
+/// Lines touched and the minimum, summed over subgroup-wide loads, for weights and activations.
+#[derive(Debug, Default, Clone, Copy)]
+struct Lines {
+    weight_touched: u64,
+    weight_min: u64,
+    x_touched: u64,
+    x_min: u64,
+    loads: u64,
+}
+
+impl Lines {
+    fn efficiency(&self) -> f64 {
+        (self.weight_min + self.x_min) as f64 / (self.weight_touched + self.x_touched) as f64
+    }
+    fn weight_efficiency(&self) -> f64 {
+        self.weight_min as f64 / self.weight_touched as f64
+    }
+    fn x_efficiency(&self) -> f64 {
+        self.x_min as f64 / self.x_touched.max(1) as f64
+    }
+}
+
+/// Count lines per subgroup-wide load in a trace of `threads` invocations.
+fn count_lines(trace: &[u32], threads: usize) -> Lines {
+    let mut out = Lines::default();
+    for seq in trace.chunks_exact(threads) {
+        for warp in seq.chunks(WARP) {
+            // Per buffer class (weights, x): lines touched and distinct bytes.
+            let mut lines: [HashSet<(u32, u64)>; 2] = Default::default();
+            let mut units: [HashSet<(u32, u64)>; 2] = Default::default();
+            let mut bytes = [0u64; 2];
+            for &code in warp.iter().filter(|&&c| c != NONE) {
+                let tag = code >> 28;
+                let word = (code & 0x0fff_ffff) as u64;
+                let (class, buffer, size) = match tag {
+                    X_SCALAR => (1, X_SCALAR, 4),
+                    X_VEC4 => (1, X_SCALAR, 16),
+                    t => (0, t, 4),
+                };
+                let first = word * 4;
+                for l in first / LINE..=(first + size - 1) / LINE {
+                    lines[class].insert((buffer, l));
+                }
+                if units[class].insert((buffer, first)) {
+                    bytes[class] += size;
+                }
+            }
+            for class in 0..2 {
+                if lines[class].is_empty() {
+                    continue;
+                }
+                let touched = lines[class].len() as u64;
+                let min = bytes[class].div_ceil(LINE);
+                out.loads += 1;
+                if class == 0 {
+                    out.weight_touched += touched;
+                    out.weight_min += min;
+                } else {
+                    out.x_touched += touched;
+                    out.x_min += min;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The adapter, with the kernels GPUs get even where it is a software one.
+fn backend() -> Option<WgpuBackend> {
+    let options = GpuOptions {
+        hardware_kernels: true,
+        ..GpuOptions::default()
+    };
+    match WgpuBackend::open(AdapterChoice::Best, options) {
+        Ok(Some(b)) => Some(b),
+        other => {
+            assert!(
+                std::env::var_os("KILN_REQUIRE_GPU").is_none_or(|v| v != "1"),
+                "KILN_REQUIRE_GPU=1 but there is no usable GPU adapter: {:?}",
+                other.err()
+            );
+            None
+        }
+    }
+}
+
+/// A weight of `rows × cols` of type `t` with random bytes (the trace does not look at values).
+fn weight(t: GgmlType, rows: usize, cols: usize) -> Tensor {
+    let bytes_per_row = cols / t.block_len() * t.block_bytes();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let bytes = (0..rows * bytes_per_row)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            // Keep f16 fields finite: no byte with the exponent's top bits all set.
+            (state as u8) & 0x7b
+        })
+        .collect();
+    Tensor::from_bytes(format!("w.{t}"), t, vec![cols, rows], bytes)
+}
+
+/// The trace of one mat-vec of `w` (one activation row).
+fn trace_matvec(b: &WgpuBackend, w: &Tensor) -> (Vec<u32>, usize) {
+    let gw = b.weight(w).unwrap();
+    let m = gw.matrix().unwrap();
+    let x = b.buffer(m.cols).unwrap();
+    let out = b.buffer(m.rows).unwrap();
+    let (kernel, mut params, groups) = b.matvec_call(m, [m.rows, 0, 0], [0; 3], 1, None);
+    let threads = (groups[0] * groups[1]) as usize * 64;
+    let max_loads = 512;
+    let mut trace = b.buffer(threads * max_loads).unwrap();
+    b.upload(&mut trace, &vec![f32::from_bits(NONE); threads * max_loads]);
+    let kernel = kernel.traced();
+    if let Some(last) = params.last_mut() {
+        *last = threads as u32;
+    }
+    b.run(
+        &kernel,
+        &params,
+        &[
+            bind(&x.dev),
+            bind(&m.parts[0].dev),
+            bind(&out.dev),
+            bind(&trace.dev),
+        ],
+        groups,
+    );
+    let mut raw = vec![0f32; threads * max_loads];
+    b.download(&trace, 0, &mut raw);
+    assert!(b.take_error().is_none());
+    let codes: Vec<u32> = raw.iter().map(|v| v.to_bits()).collect();
+    assert!(
+        codes[(max_loads - 1) * threads..]
+            .iter()
+            .all(|&c| c == NONE),
+        "the trace overflowed"
+    );
+    (codes, threads)
+}
+
+/// Every block type's mat-vec reads whole lines: per subgroup-wide load at least 0.75 of the
+/// lines it touches are needed for its bytes, and all loads together touch at most 10 lines per
+/// KiB of weights (8 is every line once). 64 rows of 2048 values (the 1B shape's width); the
+/// figures print with `--nocapture`.
+#[test]
+fn matvec_loads_touch_few_lines() {
+    let Some(b) = backend() else { return };
+    let mut report = String::new();
+    let mut worst = (f64::MAX, 0.0f64);
+    for t in super::buffers::MATRIX_TYPES {
+        let w = weight(t, 64, 2048);
+        let (trace, threads) = trace_matvec(&b, &w);
+        let l = count_lines(&trace, threads);
+        let per_kib = l.weight_touched as f64 / (w.bytes().len() as f64 / 1024.0);
+        report += &format!(
+            "{t:>5}: efficiency {:.2} (weights {:.2}, x {:.2}), {per_kib:.1} lines per KiB of weights\n",
+            l.efficiency(),
+            l.weight_efficiency(),
+            l.x_efficiency(),
+        );
+        worst = (worst.0.min(l.efficiency()), worst.1.max(per_kib));
+    }
+    eprintln!("{report}");
+    assert!(worst.0 >= 0.75 && worst.1 <= 10.0, "{report}");
+}
