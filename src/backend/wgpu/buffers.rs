@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::device::Gpu;
+use super::pipelines::MatrixKernels;
 use crate::backend::CacheType;
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -137,6 +138,7 @@ pub struct Matrix {
     pub rows: usize,
     pub row_bytes: usize,
     pub parts: Vec<Part>,
+    pub kernels: MatrixKernels,
 }
 
 pub enum GpuWeight {
@@ -250,5 +252,6 @@ pub fn upload_weight(gpu: &Gpu, memory: &Arc<Memory>, t: &Tensor) -> Result<GpuW
         rows,
         row_bytes,
         parts,
+        kernels: MatrixKernels::default(),
     }))
 }

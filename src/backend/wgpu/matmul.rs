@@ -18,9 +18,15 @@ impl WgpuBackend {
         for part in &m.parts {
             let buffers = [bind(&x.dev), bind(&part.dev), bind(&out.dev)];
             if rows <= MATVEC_MAX_ROWS {
-                let (kernel, params, groups) =
-                    self.matvec_call(m, [part.rows, 0, 0], [part.first_row, 0, 0], 1, None);
-                self.run(&kernel, &params, &buffers, groups);
+                let (params, groups) =
+                    self.matvec_call(m, [part.rows, 0, 0], [part.first_row, 0, 0], None);
+                self.run_in(
+                    &m.kernels.matvec[0],
+                    || self.matvec_kernel_of(m, 1, None),
+                    &params,
+                    &buffers,
+                    groups,
+                );
             } else {
                 let params = [
                     k,
@@ -38,8 +44,9 @@ impl WgpuBackend {
                     rows.div_ceil(per_wg) as u32,
                     1,
                 ];
-                self.run(
-                    &kernels::matmul_kernel(m.dtype, sg8),
+                self.run_in(
+                    &m.kernels.matmul,
+                    || kernels::matmul_kernel(m.dtype, sg8),
                     &params,
                     &buffers,
                     groups,
@@ -96,19 +103,20 @@ impl WgpuBackend {
             return;
         }
         let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows);
-        let (kernel, params, groups) = self.matvec_call(
-            ms[0],
-            [rows_of(0), rows_of(1), rows_of(2)],
-            [0; 3],
-            ms.len(),
-            None,
-        );
+        let (params, groups) =
+            self.matvec_call(ms[0], [rows_of(0), rows_of(1), rows_of(2)], [0; 3], None);
         let mut buffers = vec![bind(&x.dev)];
         for (m, out) in ms.iter().zip(outs.iter()) {
             buffers.push(bind(&m.parts[0].dev));
             buffers.push(bind(&out.dev));
         }
-        self.run(&kernel, &params, &buffers, groups);
+        self.run_in(
+            &ms[0].kernels.matvec[ms.len() - 1],
+            || self.matvec_kernel_of(ms[0], ms.len(), None),
+            &params,
+            &buffers,
+            groups,
+        );
     }
 
     /// `CoreOps::matmul_gated`.
@@ -143,10 +151,10 @@ impl WgpuBackend {
         let (Some(g), Some(u)) = (gate.matrix(), up.matrix()) else {
             return;
         };
-        let (kernel, params, groups) =
-            self.matvec_call(g, [g.rows, g.rows, 0], [0; 3], 2, Some(act));
-        self.run(
-            &kernel,
+        let (params, groups) = self.matvec_call(g, [g.rows, g.rows, 0], [0; 3], Some(act));
+        self.run_in(
+            &g.kernels.gated[act as usize],
+            || self.matvec_kernel_of(g, 2, Some(act)),
             &params,
             &[
                 bind(&x.dev),
@@ -159,33 +167,38 @@ impl WgpuBackend {
         );
     }
 
-    /// The mat-vec dispatch of up to three weights of `m`'s type and width, with `rows` rows
-    /// each, whose outputs start at `offsets`; with `gated`, weights 0 and 1 are the gate and
-    /// up of a feed-forward and only the gated activation is written.
+    /// The mat-vec kernel over `m` and `n_weights - 1` more weights of its type and width; with
+    /// `gated`, weights 0 and 1 are a feed-forward's gate and up and only the gated activation is
+    /// written.
+    pub(super) fn matvec_kernel_of(
+        &self,
+        m: &Matrix,
+        n_weights: usize,
+        gated: Option<GateActivation>,
+    ) -> Kernel {
+        let x4 = m.cols.is_multiple_of(4);
+        match gated {
+            Some(act) => kernels::matvec_gated_kernel(m.dtype, act, x4, self.matvec_layout()),
+            None => kernels::matvec_kernel(m.dtype, n_weights, x4, self.matvec_layout()),
+        }
+    }
+
+    /// The parameters and grid of a mat-vec over weights of `m`'s type and width with `rows`
+    /// rows each, whose outputs start at `offsets` (`gated`: as for `matvec_kernel_of`).
     pub(super) fn matvec_call(
         &self,
         m: &Matrix,
         rows: [usize; 3],
         offsets: [usize; 3],
-        n_weights: usize,
         gated: Option<GateActivation>,
-    ) -> (Kernel, Vec<u32>, [u32; 3]) {
-        let x4 = m.cols.is_multiple_of(4);
-        let layout = self.matvec_layout();
+    ) -> (Vec<u32>, [u32; 3]) {
         let total: usize = rows.iter().sum();
-        let (kernel, workgroups) = match (gated, layout) {
-            (Some(act), MatvecLayout::Staged) => (
-                kernels::matvec_gated_kernel(m.dtype, act, x4, layout),
-                rows[0],
-            ),
-            (Some(act), MatvecLayout::Direct { rows: per_wg }) => (
-                kernels::matvec_gated_kernel(m.dtype, act, x4, layout),
-                rows[0].div_ceil(per_wg),
-            ),
-            (None, _) => (
-                kernels::matvec_kernel(m.dtype, n_weights, x4, layout),
-                total.div_ceil(layout.rows()),
-            ),
+        let per_wg = self.matvec_layout().rows();
+        let workgroups = match (gated, self.matvec_layout()) {
+            // One output (a gate row and an up row) per workgroup.
+            (Some(_), MatvecLayout::Staged) => rows[0],
+            (Some(_), MatvecLayout::Direct { .. }) => rows[0].div_ceil(per_wg),
+            (None, _) => total.div_ceil(per_wg),
         };
         let mut params = vec![m.cols as u32, m.row_bytes as u32];
         params.extend(rows.iter().map(|&r| r as u32));
@@ -193,6 +206,6 @@ impl WgpuBackend {
         params.extend(offsets.iter().map(|&o| o as u32));
         // The trace's invocation count (TRACE variants only).
         params.push(0);
-        (kernel, params, grid(workgroups))
+        (params, grid(workgroups))
     }
 }

@@ -39,7 +39,7 @@ pub use stream::{CHUNK as DISPATCHES_PER_SUBMIT, FIRST_CHUNK as FIRST_SUBMIT};
 
 use self::buffers::Memory;
 use self::device::Gpu;
-use self::pipelines::Pipelines;
+use self::pipelines::{FixedKernels, Pipelines};
 use self::stream::Stream;
 use crate::error::{Error, Result};
 
@@ -60,6 +60,7 @@ pub struct WgpuBackend {
     pipelines: Pipelines,
     stream: Mutex<Stream>,
     scratch: Mutex<Scratch>,
+    fixed: FixedKernels,
     param_slot: u64,
 }
 
@@ -93,6 +94,7 @@ impl WgpuBackend {
             memory: Arc::new(Memory::default()),
             pipelines: Pipelines::default(),
             scratch: Mutex::new(Scratch::default()),
+            fixed: FixedKernels::default(),
             param_slot,
         }))
     }

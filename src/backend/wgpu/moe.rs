@@ -3,22 +3,26 @@
 //! are on the trait (backend/mod.rs), the reference is the CPU's (backend/cpu/moe.rs).
 
 use super::WgpuBackend;
-use super::buffers::{GpuBuffer, GpuWeight, bind};
+use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
 use super::pipelines as kernels;
 use super::stream::grid;
-use crate::backend::{ExpertMatmulParams, MoeOps};
+use crate::backend::{CoreOps, ExpertMatmulParams, MoeOps};
 use crate::error::Result;
-use crate::gguf::GgmlType;
 
 /// Most experts `moe_route` takes (its probabilities live in workgroup memory).
 const MAX_EXPERTS: usize = 1024;
 
 impl WgpuBackend {
-    /// Build ahead the expert mat-vec of a stacked expert weight of type `t`.
-    pub(super) fn prepare_experts(&self, t: GgmlType) -> Result<()> {
-        self.pipelines
-            .get(&self.gpu, &kernels::expert_kernel(t), self.param_slot)
-            .map(|_| ())
+    /// Build ahead the expert mat-vec of a stacked expert weight.
+    pub(super) fn prepare_experts(&self, m: &Matrix) -> Result<()> {
+        if self
+            .pipeline_in(&m.kernels.expert, || kernels::expert_kernel(m.dtype))
+            .is_none()
+            && let Some(e) = self.take_error()
+        {
+            return Err(e);
+        }
+        Ok(())
     }
 }
 
@@ -38,8 +42,9 @@ impl MoeOps for WgpuBackend {
             ));
             return;
         }
-        self.run(
-            &kernels::moe_route_kernel(),
+        self.run_in(
+            &self.fixed.moe_route,
+            kernels::moe_route_kernel,
             &[rows as u32, n_expert as u32, n_used as u32],
             &[bind(&logits.dev), bind(&selected.dev), bind(&weights.dev)],
             grid(rows),
@@ -79,8 +84,9 @@ impl MoeOps for WgpuBackend {
                 part.rows as u32,
                 rows_per_wg as u32,
             ];
-            self.run(
-                &kernels::expert_kernel(m.dtype),
+            self.run_in(
+                &m.kernels.expert,
+                || kernels::expert_kernel(m.dtype),
                 &params,
                 &[
                     bind(&x.dev),
@@ -103,8 +109,9 @@ impl MoeOps for WgpuBackend {
         out: &mut GpuBuffer,
     ) {
         let len = rows * width;
-        self.run(
-            &kernels::moe_combine_kernel(),
+        self.run_in(
+            &self.fixed.moe_combine,
+            kernels::moe_combine_kernel,
             &[len as u32, width as u32, n_used as u32],
             &[bind(&y.dev), bind(&weights.dev), bind(&out.dev)],
             grid(len.div_ceil(256)),

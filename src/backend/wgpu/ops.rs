@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::buffers::{self, DeviceBuf, GpuBuffer, GpuCache, GpuWeight, Matrix, bind};
-use super::pipelines::{self as kernels, Kernel, Pipeline};
+use super::pipelines::{self as kernels, Kernel, KernelSlot, Pipeline};
 use super::stream::{grid, words};
 use super::{Scratch, WgpuBackend};
 use crate::backend::{
@@ -35,7 +35,34 @@ impl WgpuBackend {
     ) {
         if let Some(p) = self.pipeline(k) {
             self.stream()
-                .dispatch(&self.gpu, &p, &words(params), buffers, groups);
+                .dispatch(&self.gpu, &p, params, buffers, groups);
+        }
+    }
+
+    /// The pipeline held in `slot`, built from `make` the first time.
+    pub(super) fn pipeline_in<'a>(
+        &self,
+        slot: &'a KernelSlot,
+        make: impl FnOnce() -> Kernel,
+    ) -> Option<&'a Arc<Pipeline>> {
+        if let Some(p) = slot.get() {
+            return Some(p);
+        }
+        Some(slot.fill(self.pipeline(&make())?))
+    }
+
+    /// `run` with the pipeline held in `slot` (the hot path: no `Kernel` is built).
+    pub(super) fn run_in(
+        &self,
+        slot: &KernelSlot,
+        make: impl FnOnce() -> Kernel,
+        params: &[u32],
+        buffers: &[(&wgpu::Buffer, u64)],
+        groups: [u32; 3],
+    ) {
+        if let Some(p) = self.pipeline_in(slot, make) {
+            self.stream()
+                .dispatch(&self.gpu, p, params, buffers, groups);
         }
     }
 
@@ -86,17 +113,23 @@ impl WgpuBackend {
 
     /// Build ahead the pipelines a weight of type `t` will use.
     fn prepare_matrix(&self, m: &Matrix) -> Result<()> {
-        let (t, x4, layout) = (m.dtype, m.cols.is_multiple_of(4), self.matvec_layout());
-        for k in [
-            kernels::matvec_kernel(t, 1, x4, layout),
-            kernels::matvec_kernel(t, 2, x4, layout),
-            kernels::matvec_kernel(t, 3, x4, layout),
-            kernels::matmul_kernel(t, self.matmul_sg8()),
-            kernels::embed_kernel(t),
-        ] {
-            self.pipelines.get(&self.gpu, &k, self.param_slot)?;
+        let sg8 = self.matmul_sg8();
+        let mut ready = (1..=3).all(|n| {
+            self.pipeline_in(&m.kernels.matvec[n - 1], || {
+                self.matvec_kernel_of(m, n, None)
+            })
+            .is_some()
+        });
+        ready &= self
+            .pipeline_in(&m.kernels.matmul, || kernels::matmul_kernel(m.dtype, sg8))
+            .is_some();
+        ready &= self
+            .pipeline_in(&m.kernels.embed, || kernels::embed_kernel(m.dtype))
+            .is_some();
+        match (ready, self.take_error()) {
+            (false, Some(e)) => Err(e),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     /// Weight rows per mat-vec workgroup of 64: one per subgroup where there are subgroups.
@@ -108,10 +141,17 @@ impl WgpuBackend {
         }
     }
 
-    fn elementwise(&self, entry: &'static str, a: &GpuBuffer, b: &DeviceBuf, params: [u32; 4]) {
+    fn elementwise(
+        &self,
+        (slot, entry): (&KernelSlot, &'static str),
+        a: &GpuBuffer,
+        b: &DeviceBuf,
+        params: [u32; 4],
+    ) {
         let groups = grid((params[0] as usize).div_ceil(256));
-        self.run(
-            &kernels::elementwise_kernel(entry),
+        self.run_in(
+            slot,
+            || kernels::elementwise_kernel(entry),
             &params,
             &[bind(&a.dev), bind(b)],
             groups,
@@ -185,8 +225,13 @@ impl CoreOps for WgpuBackend {
 
     fn argmax(&self, x: &GpuBuffer, len: usize) -> Option<u32> {
         let (res, id) = self.scratch_buffer(|s| &mut s.argmax, 1)?;
-        let k = kernels::argmax_kernel();
-        self.run(&k, &[len as u32], &[bind(&x.dev), (&res, id)], [1, 1, 1]);
+        self.run_in(
+            &self.fixed.argmax,
+            kernels::argmax_kernel,
+            &[len as u32],
+            &[bind(&x.dev), (&res, id)],
+            [1, 1, 1],
+        );
         let bytes = self.stream().read(&self.gpu, &res, 0, 4)?;
         let index = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
         // An index past the end means no value compared greater than -3.4e38 (all NaN or -inf):
@@ -206,7 +251,7 @@ impl CoreOps for WgpuBackend {
         if let Some(m) = w.matrix() {
             self.prepare_matrix(m)?;
             if t.dims.len() == 3 {
-                self.prepare_experts(m.dtype)?;
+                self.prepare_experts(m)?;
             }
         }
         Ok(w)
@@ -264,8 +309,9 @@ impl CoreOps for WgpuBackend {
                 scale.to_bits(),
                 m.cols as u32,
             ];
-            self.run(
-                &kernels::embed_kernel(m.dtype),
+            self.run_in(
+                &m.kernels.embed,
+                || kernels::embed_kernel(m.dtype),
                 &params,
                 &[(&ids_buf, ids_id), bind(&part.dev), bind(&out.dev)],
                 [groups.div_ceil(64) as u32, ids.len() as u32, 1],
@@ -277,9 +323,9 @@ impl CoreOps for WgpuBackend {
         let Some((dev, len)) = self.vector(w, "rms_norm") else {
             return;
         };
-        let k = kernels::rms_norm_kernel(false);
-        self.run(
-            &k,
+        self.run_in(
+            &self.fixed.rms_norm,
+            || kernels::rms_norm_kernel(false),
             &[rows as u32, len as u32, eps.to_bits()],
             &[bind(&x.dev), bind(dev)],
             grid(rows),
@@ -299,9 +345,9 @@ impl CoreOps for WgpuBackend {
             return;
         };
         debug_assert_eq!(len, width);
-        let k = kernels::rms_norm_kernel(true);
-        self.run(
-            &k,
+        self.run_in(
+            &self.fixed.rms_norm_into,
+            || kernels::rms_norm_kernel(true),
             &[rows as u32, len as u32, eps.to_bits()],
             &[bind(&out.dev), bind(dev), bind(&x.dev)],
             grid(rows),
@@ -322,8 +368,9 @@ impl CoreOps for WgpuBackend {
             return;
         };
         debug_assert_eq!(len, width);
-        self.run(
-            &kernels::add_rms_norm_kernel(),
+        self.run_in(
+            &self.fixed.add_rms_norm,
+            kernels::add_rms_norm_kernel,
             &[rows as u32, len as u32, eps.to_bits()],
             &[bind(&out.dev), bind(dev), bind(&x.dev), bind(&y.dev)],
             grid(rows),
@@ -364,7 +411,12 @@ impl CoreOps for WgpuBackend {
         let Some((dev, len)) = self.vector(b, "add_bias") else {
             return;
         };
-        self.elementwise("add_bias", x, dev, [(rows * len) as u32, len as u32, 0, 0]);
+        self.elementwise(
+            (&self.fixed.add_bias, "add_bias"),
+            x,
+            dev,
+            [(rows * len) as u32, len as u32, 0, 0],
+        );
     }
 
     fn cache(&self, len: usize, ty: CacheType, rotation: usize) -> Result<GpuCache> {
@@ -559,14 +611,14 @@ impl CoreOps for WgpuBackend {
         act: GateActivation,
     ) {
         let entry = match act {
-            GateActivation::Silu => "silu_mul",
-            GateActivation::GeluTanh => "gelu_mul",
+            GateActivation::Silu => (&self.fixed.silu_mul, "silu_mul"),
+            GateActivation::GeluTanh => (&self.fixed.gelu_mul, "gelu_mul"),
         };
         self.elementwise(entry, gate, &up.dev, [len as u32, 0, 0, 0]);
     }
 
     fn add(&self, x: &mut GpuBuffer, y: &GpuBuffer, len: usize) {
-        self.elementwise("add", x, &y.dev, [len as u32, 0, 0, 0]);
+        self.elementwise((&self.fixed.add, "add"), x, &y.dev, [len as u32, 0, 0, 0]);
     }
 
     fn copy_rows_from(
@@ -578,7 +630,7 @@ impl CoreOps for WgpuBackend {
         width: usize,
     ) {
         self.elementwise(
-            "copy",
+            (&self.fixed.copy, "copy"),
             dst,
             &src.dev,
             [(rows * width) as u32, 0, (src_row * width) as u32, 0],
@@ -596,8 +648,9 @@ impl CoreOps for WgpuBackend {
         layout: RopeLayout,
     ) {
         let pairs = rows * n_heads * rot_dims / 2;
-        self.run(
-            &kernels::rope_kernel(),
+        self.run_in(
+            &self.fixed.rope,
+            kernels::rope_kernel,
             &[
                 pairs as u32,
                 n_heads as u32,
@@ -625,8 +678,9 @@ impl CoreOps for WgpuBackend {
             return;
         }
         let len = rows * width;
-        self.run(
-            &kernels::mul_sigmoid_kernel(),
+        self.run_in(
+            &self.fixed.mul_sigmoid,
+            kernels::mul_sigmoid_kernel,
             &[
                 len as u32,
                 width as u32,

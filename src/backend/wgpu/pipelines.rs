@@ -7,7 +7,7 @@
 //! at the end name every kernel the ops dispatch: file, entry point, defines and bindings.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::device::Gpu;
 use crate::backend::{CacheType, GateActivation};
@@ -98,6 +98,52 @@ pub struct Pipeline {
     pub layout: wgpu::BindGroupLayout,
     /// Distinguishes layouts in the bind-group cache.
     pub id: u64,
+}
+
+/// A kernel's pipeline, looked up once and then held where it is dispatched from (a weight, or
+/// the backend's table of fixed kernels): recording a dispatch builds no `Kernel` and hashes
+/// nothing.
+#[derive(Default)]
+pub struct KernelSlot(OnceLock<Arc<Pipeline>>);
+
+impl KernelSlot {
+    pub fn get(&self) -> Option<&Arc<Pipeline>> {
+        self.0.get()
+    }
+
+    pub fn fill(&self, p: Arc<Pipeline>) -> &Arc<Pipeline> {
+        self.0.get_or_init(|| p)
+    }
+}
+
+/// The kernels a weight matrix is dispatched with, held by the matrix.
+#[derive(Default)]
+pub struct MatrixKernels {
+    /// Mat-vec over this matrix and 0-2 more of its type and width.
+    pub matvec: [KernelSlot; 3],
+    /// Gate/up mat-vec with SiLU and with GELU as its epilogue.
+    pub gated: [KernelSlot; 2],
+    pub matmul: KernelSlot,
+    pub embed: KernelSlot,
+    pub expert: KernelSlot,
+}
+
+/// The kernels that do not depend on a weight's or a cache's type, held by the backend.
+#[derive(Default)]
+pub struct FixedKernels {
+    pub rms_norm: KernelSlot,
+    pub rms_norm_into: KernelSlot,
+    pub add_rms_norm: KernelSlot,
+    pub rope: KernelSlot,
+    pub argmax: KernelSlot,
+    pub mul_sigmoid: KernelSlot,
+    pub add: KernelSlot,
+    pub add_bias: KernelSlot,
+    pub copy: KernelSlot,
+    pub silu_mul: KernelSlot,
+    pub gelu_mul: KernelSlot,
+    pub moe_route: KernelSlot,
+    pub moe_combine: KernelSlot,
 }
 
 /// Pipelines built so far, by kernel.

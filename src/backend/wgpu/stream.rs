@@ -7,12 +7,13 @@
 //!
 //! Each dispatch's parameters take one slot of a uniform arena (a dynamic offset), written with
 //! one `write_buffer` per submit; host data (token ids, RoPE tables) goes through a staging arena
-//! the same way and is copied in stream order. Bind groups are built once per (layout, buffers)
-//! and reused: buffers never move, so a decode step builds none. While profiling, each dispatch
+//! the same way and is copied in stream order. Bind groups are built once per (pipeline, buffers)
+//! and reused: buffers never move, so a decode step builds none. Each pipeline keeps its own
+//! list, searched from the entry after the last one used: a decode step dispatches in the same
+//! order every token, so the first entry looked at is the one wanted and nothing is hashed. While profiling, each dispatch
 //! gets its own pass with timestamp writes where the adapter has timestamp queries; elsewhere its
 //! own submit, timed on the host from submit to completion.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -66,7 +67,8 @@ pub struct Stream {
     param_buf: wgpu::Buffer,
     staging_buf: Option<wgpu::Buffer>,
     readback: Option<wgpu::Buffer>,
-    bind_groups: HashMap<(u64, Vec<u64>), wgpu::BindGroup>,
+    /// By pipeline id: its bind groups.
+    bind_groups: Vec<BindGroups>,
     pub dispatches: u64,
     pub submits: u64,
     pub readbacks: u64,
@@ -75,6 +77,28 @@ pub struct Stream {
     op_times: Vec<OpTime>,
     /// When the last submit went out (host-side timing without timestamp queries).
     submitted_at: Option<Instant>,
+}
+
+/// Storage bindings a kernel may have, at most.
+const MAX_BINDINGS: usize = 12;
+
+/// The bind groups of one pipeline, by the ids of the buffers they bind.
+#[derive(Default)]
+struct BindGroups {
+    entries: Vec<([u64; MAX_BINDINGS], wgpu::BindGroup)>,
+    /// Where the next search starts: after the entry found last.
+    next: usize,
+}
+
+impl BindGroups {
+    fn find(&mut self, ids: &[u64; MAX_BINDINGS]) -> Option<&wgpu::BindGroup> {
+        let n = self.entries.len();
+        let at = (0..n)
+            .map(|i| (self.next + i) % n)
+            .find(|&i| self.entries[i].0 == *ids)?;
+        self.next = at + 1;
+        Some(&self.entries[at].1)
+    }
 }
 
 /// A grid of `n` workgroups, spilling from x into y past the 65535 limit.
@@ -112,7 +136,7 @@ impl Stream {
             param_buf,
             staging_buf: None,
             readback: None,
-            bind_groups: HashMap::new(),
+            bind_groups: Vec::new(),
             dispatches: 0,
             submits: 0,
             readbacks: 0,
@@ -129,48 +153,43 @@ impl Stream {
         &mut self,
         gpu: &Gpu,
         pipeline: &Arc<Pipeline>,
-        params: &[u8],
+        params: &[u32],
         buffers: &[(&wgpu::Buffer, u64)],
         groups: [u32; 3],
     ) {
         if groups.contains(&0) {
             return;
         }
-        let key = (
-            pipeline.id,
-            buffers.iter().map(|&(_, id)| id).collect::<Vec<u64>>(),
-        );
-        let slot_size = self.param_slot;
-        let param_buf = &self.param_buf;
-        let bind_group = self
-            .bind_groups
-            .entry(key)
-            .or_insert_with(|| {
-                let mut entries = vec![wgpu::BindGroupEntry {
-                    binding: 0,
-                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: param_buf,
-                        offset: 0,
-                        size: std::num::NonZeroU64::new(slot_size),
-                    }),
-                }];
-                for (i, (b, _)) in buffers.iter().enumerate() {
-                    entries.push(wgpu::BindGroupEntry {
-                        binding: i as u32 + 1,
-                        resource: b.as_entire_binding(),
-                    });
-                }
-                gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
-                    label: Some(pipeline.label),
-                    layout: &pipeline.layout,
-                    entries: &entries,
-                })
-            })
-            .clone();
+        if buffers.len() > MAX_BINDINGS {
+            gpu.fail(format!(
+                "{} binds more than {MAX_BINDINGS} buffers",
+                pipeline.label
+            ));
+            return;
+        }
+        let mut ids = [u64::MAX; MAX_BINDINGS];
+        for (id, (_, b)) in ids.iter_mut().zip(buffers) {
+            *id = *b;
+        }
+        let index = pipeline.id as usize;
+        if self.bind_groups.len() <= index {
+            self.bind_groups.resize_with(index + 1, BindGroups::default);
+        }
+        let groups_of = &mut self.bind_groups[index];
+        let bind_group = match groups_of.find(&ids) {
+            Some(b) => b.clone(),
+            None => {
+                let b = create_bind_group(gpu, pipeline, &self.param_buf, self.param_slot, buffers);
+                groups_of.entries.push((ids, b.clone()));
+                b
+            }
+        };
         let slot = self.dispatches_pending as u32;
         self.params
             .resize(slot as usize * self.param_slot as usize, 0);
-        self.params.extend_from_slice(params);
+        for w in params {
+            self.params.extend_from_slice(&w.to_le_bytes());
+        }
         self.cmds.push(Cmd::Dispatch {
             pipeline: pipeline.clone(),
             bind_group,
@@ -258,8 +277,11 @@ impl Stream {
     /// Forget the bind groups of dropped buffers.
     pub fn purge(&mut self, dead: &mut Vec<u64>) {
         if !dead.is_empty() {
-            self.bind_groups
-                .retain(|(_, ids), _| !ids.iter().any(|id| dead.contains(id)));
+            for list in &mut self.bind_groups {
+                list.entries
+                    .retain(|(ids, _)| !ids.iter().any(|id| dead.contains(id)));
+                list.next = 0;
+            }
             dead.clear();
         }
     }
@@ -460,6 +482,35 @@ impl Stream {
             ],
         })
     }
+}
+
+/// The bind group of `pipeline` with the parameter arena at binding 0 and `buffers` after it.
+fn create_bind_group(
+    gpu: &Gpu,
+    pipeline: &Pipeline,
+    param_buf: &wgpu::Buffer,
+    slot_size: u64,
+    buffers: &[(&wgpu::Buffer, u64)],
+) -> wgpu::BindGroup {
+    let mut entries = vec![wgpu::BindGroupEntry {
+        binding: 0,
+        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: param_buf,
+            offset: 0,
+            size: std::num::NonZeroU64::new(slot_size),
+        }),
+    }];
+    for (i, (b, _)) in buffers.iter().enumerate() {
+        entries.push(wgpu::BindGroupEntry {
+            binding: i as u32 + 1,
+            resource: b.as_entire_binding(),
+        });
+    }
+    gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some(pipeline.label),
+        layout: &pipeline.layout,
+        entries: &entries,
+    })
 }
 
 /// Map `size` bytes of a MAP_READ buffer, wait, and copy them out. None when the device failed

@@ -132,7 +132,8 @@ fn trace_matvec(b: &WgpuBackend, w: &Tensor) -> (Vec<u32>, usize) {
     let m = gw.matrix().unwrap();
     let x = b.buffer(m.cols).unwrap();
     let out = b.buffer(m.rows).unwrap();
-    let (kernel, mut params, groups) = b.matvec_call(m, [m.rows, 0, 0], [0; 3], 1, None);
+    let kernel = b.matvec_kernel_of(m, 1, None);
+    let (mut params, groups) = b.matvec_call(m, [m.rows, 0, 0], [0; 3], None);
     let threads = (groups[0] * groups[1]) as usize * 64;
     let max_loads = 512;
     let mut trace = b.buffer(threads * max_loads).unwrap();
