@@ -1,10 +1,19 @@
-// matmul.wgsl — out = x · Wᵀ for many activation rows (prefill): a tile of 64 weight rows × 64
-// activation rows per workgroup of 64. Each step decodes a 64 × 32 slab of weights into workgroup
-// memory once for all 64 rows (and loads 64 × 32 activations); each invocation then accumulates an
-// 8 × 8 block of outputs in f32 (weight rows 4t..4t+3 and 32+4t..32+4t+3 of the tile, likewise
-// for activation rows), reading both operands as vec4s. Eight by eight keeps the workgroup-memory
-// reads per multiply-add low: on a software adapter (lavapipe) each read is a per-lane loop, and
-// they, not the arithmetic, set the speed.
+// matmul.wgsl — out = x · Wᵀ for many activation rows (prefill).
+//
+// `main` (any adapter): a tile of 64 weight rows × 64 activation rows per workgroup of 128, 32
+// values of k a step. Each step, invocation t decodes four values of weight rows t/8, t/8 + 16, …
+// (eight consecutive invocations cover one row's 32 values, so a subgroup reads four rows'
+// contiguous bytes) and loads four values of activation rows likewise, as vec4s; both go into
+// workgroup memory transposed ([k][row], four rows per vec4), each vec4 slot index XORed with
+// (k / 4) mod 8 so that the stores of a subgroup fall in 32 different banks and its reads stay
+// whole vec4s. The next step's weights and activations are loaded into registers while this
+// step's products are summed. Each invocation accumulates 8 weight rows × 4 activation rows in
+// f32: per k, three vec4 reads for 32 multiply-adds.
+// Up to three weights of one type and width (Q/K/V) run as one dispatch over their rows, a tile
+// never straddling two (`NW2`, `NW3`). `GLU_SILU` / `GLU_GELU` (with NW2): a tile holds gate rows
+// g..g+31 and up rows g..g+31, which the same invocations sum, and writes act(gate) · up only.
+//
+// `main_sg8` (`SG8`, subgroups of exactly 8: lavapipe): one weight; see below.
 
 #include "common"
 
@@ -13,17 +22,64 @@ struct Params {
     n: u32,          // activation rows
     groups: u32,     // k / 16, rounded up
     row_bytes: u32,
-    m: u32,          // weight rows
-    stride: u32,     // values per output row
-    off: u32,        // first output column written
+    m0: u32, m1: u32, m2: u32,                 // rows of each weight
+    stride0: u32, stride1: u32, stride2: u32,  // values per output row
+    off0: u32, off1: u32, off2: u32,           // first output column written
+    tiles0: u32, tiles1: u32,                  // 64-row tiles of weights 0 and 1
+    trace_threads: u32,                        // TRACE: invocations in the grid
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
+#if X4
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+#else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#endif
 @group(0) @binding(2) var<storage, read> w0: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out0: array<f32>;
+#if NW2 || NW3
+@group(0) @binding(4) var<storage, read> w1: array<u32>;
+@group(0) @binding(5) var<storage, read_write> out1: array<f32>;
+#endif
+#if NW3
+@group(0) @binding(6) var<storage, read> w2: array<u32>;
+@group(0) @binding(7) var<storage, read_write> out2: array<f32>;
+#endif
+
+// The weight the decoders read.
+var<private> sel: u32;
+
+#if TRACE
+// Each global load's word (bits 28..: 0-2 the weight, 3 x, 4 x as a vec4) and each
+// workgroup-memory access (5: a word stored, 6: a vec4 read; words of wt, then of xt), in order
+// per invocation (see src/backend/wgpu/trace.rs).
+@group(0) @binding({{TRACE_BINDING}}) var<storage, read_write> trace: array<u32>;
+var<private> trace_seq: u32;
+var<private> trace_thread: u32;
+
+fn record(code: u32) {
+    let i = trace_seq * p.trace_threads + trace_thread;
+    if (i < arrayLength(&trace)) {
+        trace[i] = code;
+    }
+    trace_seq += 1u;
+}
+#endif
 
 fn word(i: u32) -> u32 {
+#if TRACE
+    record((sel << 28u) | i);
+#endif
+#if NW2 || NW3
+    if (sel == 1u) {
+        return w1[i];
+    }
+#endif
+#if NW3
+    if (sel == 2u) {
+        return w2[i];
+    }
+#endif
     return w0[i];
 }
 
@@ -33,119 +89,231 @@ const BM: u32 = 64u;
 const BN: u32 = 64u;
 const BK: u32 = 32u;
 
-// [BK][BM / 4] and [BK][BN / 4]: four consecutive weight rows (activation rows) per vec4.
-var<workgroup> ws: array<vec4<f32>, 512>;
-var<workgroup> xs: array<vec4<f32>, 512>;
+#if SG8
+#else
+// [BK][16] vec4s: four consecutive weight (activation) rows per vec4, slots swizzled by `at`.
+var<workgroup> wt: array<vec4<f32>, 512>;
+var<workgroup> xt: array<vec4<f32>, 512>;
 
-fn store4(n: u32, m: u32, v: vec4<f32>) {
-    if (n < p.n) {
-        let o = n * p.stride + p.off + m;
-        for (var i = 0u; i < 4u; i++) {
-            if (m + i < p.m) {
-                out0[o + i] = v[i];
+// The vec4 holding rows 4s..4s+3 at k offset kk of a tile.
+fn at(kk: u32, s: u32) -> u32 {
+    return kk * 16u + (s ^ ((kk >> 2u) & 7u));
+}
+
+// Tile `t`'s weight and first row; a row r of the tile is weight row first + r (GLU: r < 32 a
+// gate row first + r, else the up row first + r - 32).
+struct Tile {
+    sel: u32,
+    first: u32,
+}
+
+fn tile(t: u32) -> Tile {
+#if GLU_SILU || GLU_GELU
+    return Tile(0u, t * 32u);
+#else
+    if (t < p.tiles0) {
+        return Tile(0u, t * BM);
+    }
+    if (t < p.tiles0 + p.tiles1) {
+        return Tile(1u, (t - p.tiles0) * BM);
+    }
+    return Tile(2u, (t - p.tiles0 - p.tiles1) * BM);
+#endif
+}
+
+fn rows_of(s: u32) -> u32 {
+    if (s == 1u) {
+        return p.m1;
+    }
+    if (s == 2u) {
+        return p.m2;
+    }
+    return p.m0;
+}
+
+// Weights k..k+3 of tile row r (zeros past the matrix).
+fn weight4(tl: Tile, r: u32, k: u32) -> vec4<f32> {
+#if GLU_SILU || GLU_GELU
+    sel = r / 32u;
+    let row = tl.first + r % 32u;
+#else
+    sel = tl.sel;
+    let row = tl.first + r;
+#endif
+    let g = k / 16u;
+    if (row >= rows_of(sel) || g >= p.groups) {
+        return vec4<f32>(0.0);
+    }
+    return dq4(row * p.row_bytes, g, (k / 4u) % 4u);
+}
+
+// Activations k..k+3 of activation row n (zeros past the matrix).
+fn act4(n: u32, k: u32) -> vec4<f32> {
+#if X4
+    let live = n < p.n && k < p.k;
+#if TRACE
+    record(select(0xffffffffu, (4u << 28u) | (n * p.k + k), live));
+#endif
+    if (live) {
+        return x[(n * p.k + k) / 4u];
+    }
+    return vec4<f32>(0.0);
+#else
+    var v = vec4<f32>(0.0);
+    for (var c = 0u; c < 4u; c++) {
+        let live = n < p.n && k + c < p.k;
+#if TRACE
+        record(select(0xffffffffu, (3u << 28u) | (n * p.k + k + c), live));
+#endif
+        if (live) {
+            v[c] = x[n * p.k + k + c];
+        }
+    }
+    return v;
+#endif
+}
+
+#if TRACE
+fn trace_store(tile: u32, slot: u32, c: u32) {
+    record((5u << 28u) | (tile * 2048u + slot * 4u + c));
+}
+
+fn trace_read(tile: u32, slot: u32) {
+    record((6u << 28u) | (tile * 2048u + slot * 4u));
+}
+#endif
+
+#if GLU_SILU
+fn act(g: f32) -> f32 {
+    return silu(g);
+}
+#endif
+#if GLU_GELU
+fn act(g: f32) -> f32 {
+    return gelu_f16(g);
+}
+#endif
+
+// Outputs of tile rows r..r+3 for activation row n.
+fn store4(tl: Tile, n: u32, r: u32, v: vec4<f32>) {
+    if (n >= p.n) {
+        return;
+    }
+    let s = tl.sel;
+    for (var i = 0u; i < 4u; i++) {
+        let row = tl.first + r + i;
+        if (row < rows_of(s)) {
+            if (s == 0u) {
+                out0[n * p.stride0 + p.off0 + row] = v[i];
             }
+#if NW2 || NW3
+            if (s == 1u) {
+                out1[n * p.stride1 + p.off1 + row] = v[i];
+            }
+#endif
+#if NW3
+            if (s == 2u) {
+                out2[n * p.stride2 + p.off2 + row] = v[i];
+            }
+#endif
         }
     }
 }
 
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let m0 = wid.x * BM;
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let tl = tile(wid.x);
     let n0 = wid.y * BN;
-    let tm = lid % 8u; // weight rows 4tm..4tm+3 and 32+4tm..32+4tm+3
-    let tn = lid / 8u; // activation rows likewise
-    // acc_ab_j: weight rows of half a, activation row j of half b.
-    var acc000 = vec4<f32>(0.0);
-    var acc001 = vec4<f32>(0.0);
-    var acc002 = vec4<f32>(0.0);
-    var acc003 = vec4<f32>(0.0);
-    var acc010 = vec4<f32>(0.0);
-    var acc011 = vec4<f32>(0.0);
-    var acc012 = vec4<f32>(0.0);
-    var acc013 = vec4<f32>(0.0);
-    var acc100 = vec4<f32>(0.0);
-    var acc101 = vec4<f32>(0.0);
-    var acc102 = vec4<f32>(0.0);
-    var acc103 = vec4<f32>(0.0);
-    var acc110 = vec4<f32>(0.0);
-    var acc111 = vec4<f32>(0.0);
-    var acc112 = vec4<f32>(0.0);
-    var acc113 = vec4<f32>(0.0);
-    let live = m0 + lid < p.m;
+#if TRACE
+    trace_thread = flat_wg(wid, nwg) * 128u + lid;
+#endif
+    // The loads: rows lid/8 + 16j, values 4c..4c+3 of the step.
+    let lr = lid / 8u;
+    let c = lid % 8u;
+    // The sums: weight rows 4tm..4tm+3 and 32+4tm..32+4tm+3, activation rows 4tn..4tn+3.
+    let tm = lid % 8u;
+    let tn = lid / 8u;
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    var b0 = vec4<f32>(0.0);
+    var b1 = vec4<f32>(0.0);
+    var b2 = vec4<f32>(0.0);
+    var b3 = vec4<f32>(0.0);
+    // This step's loads, held in registers until stored.
+    var w = array<vec4<f32>, 4>();
+    var v = array<vec4<f32>, 4>();
+    for (var j = 0u; j < 4u; j++) {
+        w[j] = weight4(tl, lr + 16u * j, 4u * c);
+        v[j] = act4(n0 + lr + 16u * j, 4u * c);
+    }
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
-        // Weights: invocation lid decodes row lid's two runs of 16 values, 4 at a time.
-        for (var h = 0u; h < 2u; h++) {
-            let g = k0 / 16u + h;
-            for (var q = 0u; q < 4u; q++) {
-                var y = vec4<f32>(0.0);
-                if (live && g < p.groups) {
-                    y = dq4((m0 + lid) * p.row_bytes, g, q);
-                }
-                let kk = h * 16u + 4u * q;
-                let c = lid & 3u;
-                let o = kk * 16u + (lid >> 2u);
-                ws[o][c] = y.x;
-                ws[o + 16u][c] = y.y;
-                ws[o + 32u][c] = y.z;
-                ws[o + 48u][c] = y.w;
+        for (var j = 0u; j < 4u; j++) {
+            let r = lr + 16u * j;
+            for (var i = 0u; i < 4u; i++) {
+                wt[at(4u * c + i, r / 4u)][r % 4u] = w[j][i];
+                xt[at(4u * c + i, r / 4u)][r % 4u] = v[j][i];
+#if TRACE
+                trace_store(0u, at(4u * c + i, r / 4u), r % 4u);
+                trace_store(1u, at(4u * c + i, r / 4u), r % 4u);
+#endif
             }
-        }
-        // Activations: 64 rows × 32 values, 32 per invocation.
-        for (var e = lid; e < BN * BK; e += 64u) {
-            let c = e % BK;
-            let rr = e / BK;
-            var v = 0.0;
-            if (n0 + rr < p.n && k0 + c < p.k) {
-                v = x[(n0 + rr) * p.k + k0 + c];
-            }
-            xs[c * 16u + (rr >> 2u)][rr & 3u] = v;
         }
         workgroupBarrier();
+        // The next step's loads go out before this step's sums.
+        if (k0 + BK < p.k) {
+            for (var j = 0u; j < 4u; j++) {
+                w[j] = weight4(tl, lr + 16u * j, k0 + BK + 4u * c);
+                v[j] = act4(n0 + lr + 16u * j, k0 + BK + 4u * c);
+            }
+        }
         for (var kk = 0u; kk < BK; kk++) {
-            let a0 = ws[kk * 16u + tm];
-            let a1 = ws[kk * 16u + 8u + tm];
-            let b0 = xs[kk * 16u + tn];
-            let b1 = xs[kk * 16u + 8u + tn];
-            acc000 += a0 * b0.x;
-            acc001 += a0 * b0.y;
-            acc002 += a0 * b0.z;
-            acc003 += a0 * b0.w;
-            acc010 += a0 * b1.x;
-            acc011 += a0 * b1.y;
-            acc012 += a0 * b1.z;
-            acc013 += a0 * b1.w;
-            acc100 += a1 * b0.x;
-            acc101 += a1 * b0.y;
-            acc102 += a1 * b0.z;
-            acc103 += a1 * b0.w;
-            acc110 += a1 * b1.x;
-            acc111 += a1 * b1.y;
-            acc112 += a1 * b1.z;
-            acc113 += a1 * b1.w;
+            let wa = wt[at(kk, tm)];
+            let wb = wt[at(kk, 8u + tm)];
+            let xv = xt[at(kk, tn)];
+#if TRACE
+            trace_read(0u, at(kk, tm));
+            trace_read(0u, at(kk, 8u + tm));
+            trace_read(1u, at(kk, tn));
+#endif
+            a0 += wa * xv.x;
+            a1 += wa * xv.y;
+            a2 += wa * xv.z;
+            a3 += wa * xv.w;
+            b0 += wb * xv.x;
+            b1 += wb * xv.y;
+            b2 += wb * xv.z;
+            b3 += wb * xv.w;
         }
         workgroupBarrier();
     }
-    let ma = m0 + 4u * tm;
-    let mb = ma + 32u;
-    let na = n0 + 4u * tn;
-    let nb = na + 32u;
-    store4(na, ma, acc000);
-    store4(na + 1u, ma, acc001);
-    store4(na + 2u, ma, acc002);
-    store4(na + 3u, ma, acc003);
-    store4(nb, ma, acc010);
-    store4(nb + 1u, ma, acc011);
-    store4(nb + 2u, ma, acc012);
-    store4(nb + 3u, ma, acc013);
-    store4(na, mb, acc100);
-    store4(na + 1u, mb, acc101);
-    store4(na + 2u, mb, acc102);
-    store4(na + 3u, mb, acc103);
-    store4(nb, mb, acc110);
-    store4(nb + 1u, mb, acc111);
-    store4(nb + 2u, mb, acc112);
-    store4(nb + 3u, mb, acc113);
+    let n = n0 + 4u * tn;
+#if GLU_SILU || GLU_GELU
+    // Gate rows 4tm.. in a, up rows 32+4tm.. in b: the same outputs.
+    let gated = array<vec4<f32>, 4>(
+        vec4<f32>(act(a0.x), act(a0.y), act(a0.z), act(a0.w)) * b0,
+        vec4<f32>(act(a1.x), act(a1.y), act(a1.z), act(a1.w)) * b1,
+        vec4<f32>(act(a2.x), act(a2.y), act(a2.z), act(a2.w)) * b2,
+        vec4<f32>(act(a3.x), act(a3.y), act(a3.z), act(a3.w)) * b3,
+    );
+    let gl = Tile(0u, tl.first);
+    for (var j = 0u; j < 4u; j++) {
+        store4(gl, n + j, 4u * tm, gated[j]);
+    }
+#else
+    store4(tl, n, 4u * tm, a0);
+    store4(tl, n + 1u, 4u * tm, a1);
+    store4(tl, n + 2u, 4u * tm, a2);
+    store4(tl, n + 3u, 4u * tm, a3);
+    store4(tl, n, 32u + 4u * tm, b0);
+    store4(tl, n + 1u, 32u + 4u * tm, b1);
+    store4(tl, n + 2u, 32u + 4u * tm, b2);
+    store4(tl, n + 3u, 32u + 4u * tm, b3);
+#endif
 }
+#endif
 
 #if SG8
 // For adapters whose subgroups are exactly 8 wide (lavapipe): a tile of 64 weight rows × 128
@@ -155,6 +323,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // subgroupBroadcast (a register move there, where every workgroup-memory read is a per-lane loop).
 var<workgroup> wsg: array<vec4<f32>, 512>;  // [BK][16]: four consecutive weight rows per vec4
 var<workgroup> xsg: array<f32, 4096>;       // [BK][128]
+
+fn store_rows(n: u32, m: u32, v: vec4<f32>) {
+    if (n < p.n) {
+        let o = n * p.stride0 + p.off0 + m;
+        for (var i = 0u; i < 4u; i++) {
+            if (m + i < p.m0) {
+                out0[o + i] = v[i];
+            }
+        }
+    }
+}
 
 @compute @workgroup_size(64)
 fn main_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32,
@@ -193,7 +372,7 @@ fn main_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
     var accb13 = vec4<f32>(0.0);
     var accb14 = vec4<f32>(0.0);
     var accb15 = vec4<f32>(0.0);
-    let live = m0 + lid < p.m;
+    let live = m0 + lid < p.m0;
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
         for (var h = 0u; h < 2u; h++) {
             let g = k0 / 16u + h;
@@ -280,37 +459,37 @@ fn main_sg8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_ind
     let ma = m0 + 4u * lane;
     let mb = ma + 32u;
     let n = n0 + 16u * sg;
-    store4(n + 0u, ma, acca0);
-    store4(n + 1u, ma, acca1);
-    store4(n + 2u, ma, acca2);
-    store4(n + 3u, ma, acca3);
-    store4(n + 4u, ma, acca4);
-    store4(n + 5u, ma, acca5);
-    store4(n + 6u, ma, acca6);
-    store4(n + 7u, ma, acca7);
-    store4(n + 8u, ma, acca8);
-    store4(n + 9u, ma, acca9);
-    store4(n + 10u, ma, acca10);
-    store4(n + 11u, ma, acca11);
-    store4(n + 12u, ma, acca12);
-    store4(n + 13u, ma, acca13);
-    store4(n + 14u, ma, acca14);
-    store4(n + 15u, ma, acca15);
-    store4(n + 0u, mb, accb0);
-    store4(n + 1u, mb, accb1);
-    store4(n + 2u, mb, accb2);
-    store4(n + 3u, mb, accb3);
-    store4(n + 4u, mb, accb4);
-    store4(n + 5u, mb, accb5);
-    store4(n + 6u, mb, accb6);
-    store4(n + 7u, mb, accb7);
-    store4(n + 8u, mb, accb8);
-    store4(n + 9u, mb, accb9);
-    store4(n + 10u, mb, accb10);
-    store4(n + 11u, mb, accb11);
-    store4(n + 12u, mb, accb12);
-    store4(n + 13u, mb, accb13);
-    store4(n + 14u, mb, accb14);
-    store4(n + 15u, mb, accb15);
+    store_rows(n + 0u, ma, acca0);
+    store_rows(n + 1u, ma, acca1);
+    store_rows(n + 2u, ma, acca2);
+    store_rows(n + 3u, ma, acca3);
+    store_rows(n + 4u, ma, acca4);
+    store_rows(n + 5u, ma, acca5);
+    store_rows(n + 6u, ma, acca6);
+    store_rows(n + 7u, ma, acca7);
+    store_rows(n + 8u, ma, acca8);
+    store_rows(n + 9u, ma, acca9);
+    store_rows(n + 10u, ma, acca10);
+    store_rows(n + 11u, ma, acca11);
+    store_rows(n + 12u, ma, acca12);
+    store_rows(n + 13u, ma, acca13);
+    store_rows(n + 14u, ma, acca14);
+    store_rows(n + 15u, ma, acca15);
+    store_rows(n + 0u, mb, accb0);
+    store_rows(n + 1u, mb, accb1);
+    store_rows(n + 2u, mb, accb2);
+    store_rows(n + 3u, mb, accb3);
+    store_rows(n + 4u, mb, accb4);
+    store_rows(n + 5u, mb, accb5);
+    store_rows(n + 6u, mb, accb6);
+    store_rows(n + 7u, mb, accb7);
+    store_rows(n + 8u, mb, accb8);
+    store_rows(n + 9u, mb, accb9);
+    store_rows(n + 10u, mb, accb10);
+    store_rows(n + 11u, mb, accb11);
+    store_rows(n + 12u, mb, accb12);
+    store_rows(n + 13u, mb, accb13);
+    store_rows(n + 14u, mb, accb14);
+    store_rows(n + 15u, mb, accb15);
 }
 #endif

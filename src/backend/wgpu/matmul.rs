@@ -1,7 +1,8 @@
-//! Matmuls on the GPU: one activation row as a mat-vec (shaders/matvec.wgsl; the weights of one
-//! input, such as Q/K/V or gate/up, in one dispatch where they share a type and width, and the
-//! gate/up pair with its gated activation as the epilogue), more rows as the tiled GEMM
-//! (shaders/matmul.wgsl). A weight split into parts runs a dispatch per part.
+//! Matmuls on the GPU: one activation row as a mat-vec (shaders/matvec.wgsl), more rows as the
+//! tiled GEMM (shaders/matmul.wgsl). Either way the weights of one input (Q/K/V, gate/up) run as
+//! one dispatch where they share a type and width, and the gate/up pair writes only its gated
+//! activation (on a software adapter the GEMM takes its lavapipe variant, one weight at a time).
+//! A weight split into parts runs a dispatch per part.
 
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
@@ -14,7 +15,6 @@ const MATVEC_MAX_ROWS: usize = 1;
 
 impl WgpuBackend {
     pub(super) fn matmul_part(&self, x: &GpuBuffer, m: &Matrix, rows: usize, out: &GpuBuffer) {
-        let k = m.cols as u32;
         for part in &m.parts {
             let buffers = [bind(&x.dev), bind(&part.dev), bind(&out.dev)];
             if rows <= MATVEC_MAX_ROWS {
@@ -28,25 +28,17 @@ impl WgpuBackend {
                     groups,
                 );
             } else {
-                let params = [
-                    k,
-                    rows as u32,
-                    k.div_ceil(16),
-                    m.row_bytes as u32,
-                    part.rows as u32,
-                    m.rows as u32,
-                    part.first_row as u32,
-                ];
-                let sg8 = self.matmul_sg8();
-                let per_wg = if sg8 { 128 } else { 64 };
-                let groups = [
-                    part.rows.div_ceil(64) as u32,
-                    rows.div_ceil(per_wg) as u32,
-                    1,
-                ];
+                let (params, groups) = self.matmul_call(
+                    m,
+                    rows,
+                    [part.rows, 0, 0],
+                    [m.rows, 0, 0],
+                    [part.first_row, 0, 0],
+                    None,
+                );
                 self.run_in(
-                    &m.kernels.matmul,
-                    || kernels::matmul_kernel(m.dtype, sg8),
+                    &m.kernels.matmul[0],
+                    || self.matmul_kernel_of(m, 1, None),
                     &params,
                     &buffers,
                     groups,
@@ -72,7 +64,8 @@ impl WgpuBackend {
     /// shares activations between lanes instead of reading them from workgroup memory per lane.
     pub(super) fn matmul_sg8(&self) -> bool {
         let info = &self.gpu.info;
-        self.gpu.caps.subgroups
+        self.gpu.caps.software_kernels
+            && self.gpu.caps.subgroups
             && info.subgroup_min_size == 8
             && info.subgroup_max_size == 8
             && self.gpu.limits.max_compute_workgroup_storage_size >= 24 << 10
@@ -87,7 +80,7 @@ impl WgpuBackend {
         outs: &mut [&mut GpuBuffer],
     ) {
         let ms: Vec<&Matrix> = ws.iter().filter_map(|w| w.matrix()).collect();
-        let fused = rows <= MATVEC_MAX_ROWS
+        let fused = (rows <= MATVEC_MAX_ROWS || !self.matmul_sg8())
             && (2..=3).contains(&ms.len())
             && ms.len() == ws.len()
             && ms.iter().all(|m| {
@@ -103,20 +96,32 @@ impl WgpuBackend {
             return;
         }
         let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows);
-        let (params, groups) =
-            self.matvec_call(ms[0], [rows_of(0), rows_of(1), rows_of(2)], [0; 3], None);
+        let each = [rows_of(0), rows_of(1), rows_of(2)];
         let mut buffers = vec![bind(&x.dev)];
         for (m, out) in ms.iter().zip(outs.iter()) {
             buffers.push(bind(&m.parts[0].dev));
             buffers.push(bind(&out.dev));
         }
-        self.run_in(
-            &ms[0].kernels.matvec[ms.len() - 1],
-            || self.matvec_kernel_of(ms[0], ms.len(), None),
-            &params,
-            &buffers,
-            groups,
-        );
+        let n = ms.len();
+        if rows <= MATVEC_MAX_ROWS {
+            let (params, groups) = self.matvec_call(ms[0], each, [0; 3], None);
+            self.run_in(
+                &ms[0].kernels.matvec[n - 1],
+                || self.matvec_kernel_of(ms[0], n, None),
+                &params,
+                &buffers,
+                groups,
+            );
+        } else {
+            let (params, groups) = self.matmul_call(ms[0], rows, each, each, [0; 3], None);
+            self.run_in(
+                &ms[0].kernels.matmul[n - 1],
+                || self.matmul_kernel_of(ms[0], n, None),
+                &params,
+                &buffers,
+                groups,
+            );
+        }
     }
 
     /// `CoreOps::matmul_gated`.
@@ -134,7 +139,7 @@ impl WgpuBackend {
     ) {
         let fused = match (gate.matrix(), up.matrix()) {
             (Some(g), Some(u)) => {
-                rows <= MATVEC_MAX_ROWS
+                (rows <= MATVEC_MAX_ROWS || !self.matmul_sg8())
                     && g.parts.len() == 1
                     && u.parts.len() == 1
                     && (g.dtype, g.cols, g.row_bytes, g.rows)
@@ -151,20 +156,33 @@ impl WgpuBackend {
         let (Some(g), Some(u)) = (gate.matrix(), up.matrix()) else {
             return;
         };
-        let (params, groups) = self.matvec_call(g, [g.rows, g.rows, 0], [0; 3], Some(act));
-        self.run_in(
-            &g.kernels.gated[act as usize],
-            || self.matvec_kernel_of(g, 2, Some(act)),
-            &params,
-            &[
-                bind(&x.dev),
-                bind(&g.parts[0].dev),
-                bind(&gate_out.dev),
-                bind(&u.parts[0].dev),
-                bind(&up_out.dev),
-            ],
-            groups,
-        );
+        let buffers = [
+            bind(&x.dev),
+            bind(&g.parts[0].dev),
+            bind(&gate_out.dev),
+            bind(&u.parts[0].dev),
+            bind(&up_out.dev),
+        ];
+        let each = [g.rows, g.rows, 0];
+        if rows <= MATVEC_MAX_ROWS {
+            let (params, groups) = self.matvec_call(g, each, [0; 3], Some(act));
+            self.run_in(
+                &g.kernels.gated[act as usize],
+                || self.matvec_kernel_of(g, 2, Some(act)),
+                &params,
+                &buffers,
+                groups,
+            );
+        } else {
+            let (params, groups) = self.matmul_call(g, rows, each, each, [0; 3], Some(act));
+            self.run_in(
+                &g.kernels.matmul_gated[act as usize],
+                || self.matmul_kernel_of(g, 2, Some(act)),
+                &params,
+                &buffers,
+                groups,
+            );
+        }
     }
 
     /// The mat-vec kernel over `m` and `n_weights - 1` more weights of its type and width; with
@@ -207,5 +225,54 @@ impl WgpuBackend {
         // The trace's invocation count (TRACE variants only).
         params.push(0);
         (params, grid(workgroups))
+    }
+
+    /// The tiled kernel over `m` and `n_weights - 1` more weights of its type and width (`gated`:
+    /// as for `matvec_kernel_of`); on a software adapter with subgroups of 8, its variant for
+    /// one weight.
+    pub(super) fn matmul_kernel_of(
+        &self,
+        m: &Matrix,
+        n_weights: usize,
+        gated: Option<GateActivation>,
+    ) -> Kernel {
+        let x4 = m.cols.is_multiple_of(4);
+        kernels::matmul_kernel(m.dtype, n_weights, gated, x4, self.matmul_sg8())
+    }
+
+    /// The parameters and grid of the tiled kernel for `n` activation rows over weights of
+    /// `m`'s type and width with `rows` rows each, whose outputs have `strides` values per row
+    /// and start at `offsets`.
+    pub(super) fn matmul_call(
+        &self,
+        m: &Matrix,
+        n: usize,
+        rows: [usize; 3],
+        strides: [usize; 3],
+        offsets: [usize; 3],
+        gated: Option<GateActivation>,
+    ) -> (Vec<u32>, [u32; 3]) {
+        let tiles = rows.map(|r| r.div_ceil(64));
+        let groups = if self.matmul_sg8() {
+            [tiles[0] as u32, n.div_ceil(128) as u32, 1]
+        } else if gated.is_some() {
+            // A tile of 32 gate rows and the 32 up rows of the same outputs.
+            [rows[0].div_ceil(32) as u32, n.div_ceil(64) as u32, 1]
+        } else {
+            [tiles.iter().sum::<usize>() as u32, n.div_ceil(64) as u32, 1]
+        };
+        let mut params = vec![
+            m.cols as u32,
+            n as u32,
+            m.cols.div_ceil(16) as u32,
+            m.row_bytes as u32,
+        ];
+        params.extend(rows.map(|r| r as u32));
+        params.extend(strides.map(|r| r as u32));
+        params.extend(offsets.map(|r| r as u32));
+        params.extend([tiles[0] as u32, tiles[1] as u32]);
+        // The trace's invocation count (TRACE variants only).
+        params.push(0);
+        (params, groups)
     }
 }

@@ -113,7 +113,6 @@ impl WgpuBackend {
 
     /// Build ahead the pipelines a weight of type `t` will use.
     fn prepare_matrix(&self, m: &Matrix) -> Result<()> {
-        let sg8 = self.matmul_sg8();
         let mut ready = (1..=3).all(|n| {
             self.pipeline_in(&m.kernels.matvec[n - 1], || {
                 self.matvec_kernel_of(m, n, None)
@@ -121,7 +120,7 @@ impl WgpuBackend {
             .is_some()
         });
         ready &= self
-            .pipeline_in(&m.kernels.matmul, || kernels::matmul_kernel(m.dtype, sg8))
+            .pipeline_in(&m.kernels.matmul[0], || self.matmul_kernel_of(m, 1, None))
             .is_some();
         ready &= self
             .pipeline_in(&m.kernels.embed, || kernels::embed_kernel(m.dtype))

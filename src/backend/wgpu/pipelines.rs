@@ -123,7 +123,9 @@ pub struct MatrixKernels {
     pub matvec: [KernelSlot; 3],
     /// Gate/up mat-vec with SiLU and with GELU as its epilogue.
     pub gated: [KernelSlot; 2],
-    pub matmul: KernelSlot,
+    /// The tiled kernel over this matrix and 0-2 more, and gated.
+    pub matmul: [KernelSlot; 3],
+    pub matmul_gated: [KernelSlot; 2],
     pub embed: KernelSlot,
     pub expert: KernelSlot,
 }
@@ -409,12 +411,34 @@ pub fn matvec_gated_kernel(
     }
 }
 
-pub fn matmul_kernel(t: GgmlType, sg8: bool) -> Kernel {
-    let k = Kernel::new("matmul", "matmul", &[Read, Read, ReadWrite]).flag(t.name());
+/// The tiled prefill kernel over `n_weights` weights of type `t` (`gated`: gate and up, writing
+/// the gated activation); `x4`: activations read as vec4s (rows a multiple of 4); `sg8`: the
+/// variant for lavapipe, one weight.
+pub fn matmul_kernel(
+    t: GgmlType,
+    n_weights: usize,
+    gated: Option<GateActivation>,
+    x4: bool,
+    sg8: bool,
+) -> Kernel {
+    let mut bindings = vec![Read, Read, ReadWrite];
+    for _ in 1..n_weights {
+        bindings.extend([Read, ReadWrite]);
+    }
+    let k = Kernel::new("matmul", "matmul", &bindings).flag(t.name());
     if sg8 {
-        k.flag("SG8").entry("main_sg8")
-    } else {
-        k
+        return k.flag("SG8").entry("main_sg8");
+    }
+    let k = if x4 { k.flag("X4") } else { k };
+    let k = match n_weights {
+        2 => k.flag("NW2"),
+        3 => k.flag("NW3"),
+        _ => k,
+    };
+    match gated {
+        Some(GateActivation::Silu) => k.flag("GLU_SILU"),
+        Some(GateActivation::GeluTanh) => k.flag("GLU_GELU"),
+        None => k,
     }
 }
 

@@ -1,11 +1,13 @@
-//! The memory access pattern of the decode mat-vec, measured on whatever adapter runs the tests
-//! (lavapipe in CI). The kernel's `TRACE` variant writes the word address of every global load
-//! each invocation makes, in program order, to a buffer; the test groups invocations into
-//! 32-wide subgroups by their index in the workgroup (as NVIDIA forms warps; the kernel's loads
-//! do not depend on the adapter's subgroup width) and counts, per subgroup-wide load, the
-//! 128-byte lines it touches against the fewest lines its distinct bytes could fill. On a real
-//! GPU each line a load touches is one L1 request; a load whose lanes read one whole line is one
-//! request for 128 useful bytes.
+//! The memory access patterns of the matmul kernels, measured on whatever adapter runs the tests
+//! (lavapipe in CI). A kernel's `TRACE` variant writes the word address of every global load
+//! (and, for the prefill kernel, every workgroup-memory access) each invocation makes, in program
+//! order, to a buffer; the tests group invocations into 32-wide subgroups by their index in the
+//! workgroup (as NVIDIA forms warps; the kernels' accesses do not depend on the adapter's
+//! subgroup width) and count, per subgroup-wide access:
+//! - global loads: the 128-byte lines touched against the fewest lines its distinct bytes could
+//!   fill (on a GPU each line is one L1 request);
+//! - workgroup memory: the passes its banks need (32 banks of 4 bytes; distinct words in one bank
+//!   take a pass each) against the fewest its distinct words could take.
 
 use std::collections::HashSet;
 
@@ -21,6 +23,9 @@ use crate::tensor::Tensor;
 const NONE: u32 = u32::MAX;
 const X_SCALAR: u32 = 3;
 const X_VEC4: u32 = 4;
+const SHARED_WORD: u32 = 5;
+const SHARED_VEC4: u32 = 6;
+const BANKS: u64 = 32;
 const WARP: usize = 32;
 const LINE: u64 = 128;
 
@@ -32,6 +37,8 @@ struct Lines {
     x_touched: u64,
     x_min: u64,
     loads: u64,
+    shared_passes: u64,
+    shared_min: u64,
 }
 
 impl Lines {
@@ -44,6 +51,9 @@ impl Lines {
     fn x_efficiency(&self) -> f64 {
         self.x_min as f64 / self.x_touched.max(1) as f64
     }
+    fn shared_efficiency(&self) -> f64 {
+        self.shared_min as f64 / self.shared_passes.max(1) as f64
+    }
 }
 
 /// Count lines per subgroup-wide load in a trace of `threads` invocations.
@@ -55,9 +65,15 @@ fn count_lines(trace: &[u32], threads: usize) -> Lines {
             let mut lines: [HashSet<(u32, u64)>; 2] = Default::default();
             let mut units: [HashSet<(u32, u64)>; 2] = Default::default();
             let mut bytes = [0u64; 2];
+            let mut shared: HashSet<u64> = HashSet::new();
             for &code in warp.iter().filter(|&&c| c != NONE) {
                 let tag = code >> 28;
                 let word = (code & 0x0fff_ffff) as u64;
+                if tag == SHARED_WORD || tag == SHARED_VEC4 {
+                    let n = if tag == SHARED_VEC4 { 4 } else { 1 };
+                    shared.extend(word..word + n);
+                    continue;
+                }
                 let (class, buffer, size) = match tag {
                     X_SCALAR => (1, X_SCALAR, 4),
                     X_VEC4 => (1, X_SCALAR, 16),
@@ -70,6 +86,14 @@ fn count_lines(trace: &[u32], threads: usize) -> Lines {
                 if units[class].insert((buffer, first)) {
                     bytes[class] += size;
                 }
+            }
+            if !shared.is_empty() {
+                let mut per_bank = [0u64; BANKS as usize];
+                for w in &shared {
+                    per_bank[(w % BANKS) as usize] += 1;
+                }
+                out.shared_passes += per_bank.iter().max().copied().unwrap_or(0);
+                out.shared_min += (shared.len() as u64).div_ceil(BANKS);
             }
             for class in 0..2 {
                 if lines[class].is_empty() {
@@ -126,33 +150,26 @@ fn weight(t: GgmlType, rows: usize, cols: usize) -> Tensor {
     Tensor::from_bytes(format!("w.{t}"), t, vec![cols, rows], bytes)
 }
 
-/// The trace of one mat-vec of `w` (one activation row).
-fn trace_matvec(b: &WgpuBackend, w: &Tensor) -> (Vec<u32>, usize) {
-    let gw = b.weight(w).unwrap();
-    let m = gw.matrix().unwrap();
-    let x = b.buffer(m.cols).unwrap();
-    let out = b.buffer(m.rows).unwrap();
-    let kernel = b.matvec_kernel_of(m, 1, None);
-    let (mut params, groups) = b.matvec_call(m, [m.rows, 0, 0], [0; 3], None);
-    let threads = (groups[0] * groups[1]) as usize * 64;
-    let max_loads = 512;
+/// Run a traced dispatch of `kernel` with `params` (whose last word the trace's invocation count
+/// takes) and return the trace.
+fn run_traced(
+    b: &WgpuBackend,
+    kernel: super::pipelines::Kernel,
+    mut params: Vec<u32>,
+    buffers: &[&super::buffers::DeviceBuf],
+    groups: [u32; 3],
+    threads_per_group: usize,
+) -> (Vec<u32>, usize) {
+    let threads = (groups[0] * groups[1]) as usize * threads_per_group;
+    let max_loads = 2048;
     let mut trace = b.buffer(threads * max_loads).unwrap();
     b.upload(&mut trace, &vec![f32::from_bits(NONE); threads * max_loads]);
-    let kernel = kernel.traced();
     if let Some(last) = params.last_mut() {
         *last = threads as u32;
     }
-    b.run(
-        &kernel,
-        &params,
-        &[
-            bind(&x.dev),
-            bind(&m.parts[0].dev),
-            bind(&out.dev),
-            bind(&trace.dev),
-        ],
-        groups,
-    );
+    let mut bound: Vec<_> = buffers.iter().map(|d| bind(d)).collect();
+    bound.push(bind(&trace.dev));
+    b.run(&kernel.traced(), &params, &bound, groups);
     let mut raw = vec![0f32; threads * max_loads];
     b.download(&trace, 0, &mut raw);
     assert!(b.take_error().is_none());
@@ -164,6 +181,30 @@ fn trace_matvec(b: &WgpuBackend, w: &Tensor) -> (Vec<u32>, usize) {
         "the trace overflowed"
     );
     (codes, threads)
+}
+
+/// The trace of one mat-vec of `w` (one activation row).
+fn trace_matvec(b: &WgpuBackend, w: &Tensor) -> (Vec<u32>, usize) {
+    let gw = b.weight(w).unwrap();
+    let m = gw.matrix().unwrap();
+    let x = b.buffer(m.cols).unwrap();
+    let out = b.buffer(m.rows).unwrap();
+    let kernel = b.matvec_kernel_of(m, 1, None);
+    let (params, groups) = b.matvec_call(m, [m.rows, 0, 0], [0; 3], None);
+    let buffers = [&x.dev, &m.parts[0].dev, &out.dev];
+    run_traced(b, kernel, params, &buffers, groups, 64)
+}
+
+/// The trace of the prefill kernel over `w` for `n` activation rows.
+fn trace_matmul(b: &WgpuBackend, w: &Tensor, n: usize) -> (Vec<u32>, usize) {
+    let gw = b.weight(w).unwrap();
+    let m = gw.matrix().unwrap();
+    let x = b.buffer(n * m.cols).unwrap();
+    let out = b.buffer(n * m.rows).unwrap();
+    let kernel = b.matmul_kernel_of(m, 1, None);
+    let (params, groups) = b.matmul_call(m, n, [m.rows, 0, 0], [m.rows, 0, 0], [0; 3], None);
+    let buffers = [&x.dev, &m.parts[0].dev, &out.dev];
+    run_traced(b, kernel, params, &buffers, groups, 128)
 }
 
 /// Every block type's mat-vec reads whole lines: per subgroup-wide load at least 0.75 of the
@@ -190,4 +231,33 @@ fn matvec_loads_touch_few_lines() {
     }
     eprintln!("{report}");
     assert!(worst.0 >= 0.75 && worst.1 <= 10.0, "{report}");
+}
+
+/// The prefill kernel's workgroup memory: every store and read of its tiles is a single pass
+/// for its subgroup (no two lanes' words in one bank), and its activation loads read whole
+/// lines. A 64 × 256 tile of 64 activation rows (the weights' types with 4-byte-aligned blocks:
+/// other types' decoders take a second load on some lanes only, which the trace cannot line up
+/// by position; the tiles do not depend on the type). The figures print with `--nocapture`.
+#[test]
+fn prefill_tiles_have_no_bank_conflicts() {
+    let Some(b) = backend() else { return };
+    let mut report = String::new();
+    for t in [GgmlType::F16, GgmlType::Q4_K] {
+        let w = weight(t, 64, 256);
+        let (trace, threads) = trace_matmul(&b, &w, 64);
+        let l = count_lines(&trace, threads);
+        report += &format!(
+            "{t:>5}: workgroup memory {:.2} (passes {} for a minimum {}), global loads: weights {:.2}, x {:.2}\n",
+            l.shared_efficiency(),
+            l.shared_passes,
+            l.shared_min,
+            l.weight_efficiency(),
+            l.x_efficiency(),
+        );
+        assert!(
+            l.shared_passes == l.shared_min && l.x_efficiency() == 1.0,
+            "{report}"
+        );
+    }
+    eprintln!("{report}");
 }
