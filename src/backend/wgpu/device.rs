@@ -174,6 +174,8 @@ pub struct Gpu {
     /// A cap on the device memory kiln allocates (`KILN_WGPU_MAX_MEMORY`), for tests and users
     /// sharing a GPU.
     pub max_memory: Option<u64>,
+    /// Trusted kernels keep their bounds checks too (`GpuOptions::checked_shaders`).
+    pub checked_shaders: bool,
     /// The first failure wgpu reported asynchronously, until the session takes it.
     pub error: Arc<Mutex<Option<String>>>,
 }
@@ -205,6 +207,9 @@ pub struct GpuOptions {
     /// Use the kernels shaped for hardware GPUs even on a software adapter, which otherwise gets
     /// variants that suit a CPU (`KILN_WGPU_HARDWARE_KERNELS=1`), so tests run both there.
     pub hardware_kernels: bool,
+    /// Build every shader module with wgpu's per-access bounds checks, trusted kernels too
+    /// (`KILN_WGPU_CHECKED=1`): CI runs the GPU op tests both ways.
+    pub checked_shaders: bool,
 }
 
 impl GpuOptions {
@@ -215,6 +220,7 @@ impl GpuOptions {
             no_subgroups: std::env::var_os("KILN_WGPU_NO_SUBGROUPS").is_some_and(|v| v == "1"),
             hardware_kernels: std::env::var_os("KILN_WGPU_HARDWARE_KERNELS")
                 .is_some_and(|v| v == "1"),
+            checked_shaders: std::env::var_os("KILN_WGPU_CHECKED").is_some_and(|v| v == "1"),
         })
     }
 }
@@ -300,6 +306,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         max_binding,
         weight_binding,
         max_memory: options.max_memory,
+        checked_shaders: options.checked_shaders,
         error,
     }))
 }

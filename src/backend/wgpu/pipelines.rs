@@ -58,6 +58,10 @@ pub struct Kernel {
     pub defines: BTreeMap<&'static str, String>,
     /// Storage bindings 1.., in order.
     pub bindings: Vec<Access>,
+    /// Every index the kernel computes is bounded by the sizes its op is given, which the host
+    /// derives from shapes validated at load: its module is built without per-access bounds
+    /// checks (`Gpu::checked_shaders` keeps them, for tests).
+    pub trusted: bool,
 }
 
 impl Kernel {
@@ -68,7 +72,14 @@ impl Kernel {
             entry: "main",
             defines: BTreeMap::new(),
             bindings: bindings.to_vec(),
+            trusted: false,
         }
+    }
+
+    /// Mark the kernel as audited for unchecked indexing (see `trusted`).
+    pub fn trusted(mut self) -> Kernel {
+        self.trusted = true;
+        self
     }
 
     pub fn entry(mut self, entry: &'static str) -> Kernel {
@@ -190,12 +201,21 @@ fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
     let source = assemble(k.file, &defines)?;
     let what = format!("the {} kernel", k.label);
     gpu.checked(&what, || {
-        let module = gpu
-            .device
-            .create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(k.label),
-                source: wgpu::ShaderSource::Wgsl(source.into()),
-            });
+        let desc = wgpu::ShaderModuleDescriptor {
+            label: Some(k.label),
+            source: wgpu::ShaderSource::Wgsl(source.into()),
+        };
+        let module = if k.trusted && !gpu.checked_shaders {
+            // SAFETY: a trusted kernel's every buffer and array index is bounded by its op's
+            // sizes (audited per kernel: see the `.trusted()` calls below and the shaders' own
+            // notes), and its loops are bounded by them too.
+            unsafe {
+                gpu.device
+                    .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+            }
+        } else {
+            gpu.device.create_shader_module(desc)
+        };
         let mut entries = vec![wgpu::BindGroupLayoutEntry {
             binding: 0,
             visibility: wgpu::ShaderStages::COMPUTE,
@@ -365,7 +385,9 @@ pub fn matvec_kernel(t: GgmlType, n_weights: usize, x4: bool, layout: MatvecLayo
     for _ in 1..n_weights {
         bindings.extend([Read, ReadWrite]);
     }
-    let mut k = Kernel::new("matvec", "matvec", &bindings).flag(t.name());
+    let mut k = Kernel::new("matvec", "matvec", &bindings)
+        .flag(t.name())
+        .trusted();
     // Values staged per row and step: a kilobyte of weights or a little more, in whole
     // superblocks and whole steps of 64 invocations × 4 values.
     let span = (1024 * t.block_len())
@@ -425,7 +447,9 @@ pub fn matmul_kernel(
     for _ in 1..n_weights {
         bindings.extend([Read, ReadWrite]);
     }
-    let k = Kernel::new("matmul", "matmul", &bindings).flag(t.name());
+    let k = Kernel::new("matmul", "matmul", &bindings)
+        .flag(t.name())
+        .trusted();
     if sg8 {
         return k.flag("SG8").entry("main_sg8");
     }
@@ -443,11 +467,15 @@ pub fn matmul_kernel(
 }
 
 pub fn embed_kernel(t: GgmlType) -> Kernel {
-    Kernel::new("embed", "embed", &[Read, Read, ReadWrite]).flag(t.name())
+    Kernel::new("embed", "embed", &[Read, Read, ReadWrite])
+        .flag(t.name())
+        .trusted()
 }
 
 pub fn elementwise_kernel(entry: &'static str) -> Kernel {
-    Kernel::new(entry, "elementwise", &[ReadWrite, Read]).entry(entry)
+    Kernel::new(entry, "elementwise", &[ReadWrite, Read])
+        .entry(entry)
+        .trusted()
 }
 
 pub fn store_kernel(ty: CacheType) -> Kernel {
@@ -545,19 +573,23 @@ pub fn expert_kernel(t: GgmlType) -> Kernel {
 
 pub fn rms_norm_kernel(into: bool) -> Kernel {
     if into {
-        Kernel::new("rms_norm", "norm", &[ReadWrite, Read, Read]).flag("INTO")
+        Kernel::new("rms_norm", "norm", &[ReadWrite, Read, Read])
+            .flag("INTO")
+            .trusted()
     } else {
-        Kernel::new("rms_norm", "norm", &[ReadWrite, Read])
+        Kernel::new("rms_norm", "norm", &[ReadWrite, Read]).trusted()
     }
 }
 
 /// A residual add fused with the next block's input norm.
 pub fn add_rms_norm_kernel() -> Kernel {
-    Kernel::new("add_rms_norm", "norm", &[ReadWrite, Read, ReadWrite, Read]).flag("ADD")
+    Kernel::new("add_rms_norm", "norm", &[ReadWrite, Read, ReadWrite, Read])
+        .flag("ADD")
+        .trusted()
 }
 
 pub fn rope_kernel() -> Kernel {
-    Kernel::new("rope", "rope", &[ReadWrite, Read])
+    Kernel::new("rope", "rope", &[ReadWrite, Read]).trusted()
 }
 
 /// RoPE of a step's queries and keys with the keys' and values' append to caches of types `k`
@@ -579,7 +611,7 @@ pub fn rope_kv_kernel(k: CacheType, v: CacheType) -> Kernel {
 }
 
 pub fn argmax_kernel() -> Kernel {
-    Kernel::new("argmax", "argmax", &[Read, ReadWrite])
+    Kernel::new("argmax", "argmax", &[Read, ReadWrite]).trusted()
 }
 
 /// The copy `kiln bench` measures the device's bandwidth with.
