@@ -18,6 +18,10 @@
 // concatenated rows (`NW2`, `NW3`), each writing its own output. `GLU_SILU` / `GLU_GELU` (with
 // NW2, ROWS 2): workgroup g computes gate row g and up row g and writes out0[g] = act(gate · x) ·
 // (up · x), the feed-forward's gated activation as the epilogue (out1 is not written).
+// `EXPERT`: llama.cpp's mul_mat_id for one activation row per slot (a token's chosen experts):
+// workgroup (x, y) computes rows ROWS·x.. of slot y's expert, reading the stacked expert weight
+// in place (`selected` holds each slot's expert; a part of a split weight computes the rows it
+// holds), the input row being the slot's own or its token's.
 // `X4`: x is read as vec4s (k a multiple of 4); otherwise as four scalars, zeros past k (a float
 // weight whose width is not a multiple of 16 is padded with zeros on the device).
 //
@@ -35,6 +39,14 @@ struct Params {
     rows: u32,       // m0 + m1 + m2
     off0: u32, off1: u32, off2: u32,  // first output index each weight writes
     trace_threads: u32,  // TRACE: invocations in the grid
+    // EXPERT only:
+    expert_rows: u32,    // output values per slot
+    expert_stride: u32,  // weight rows from one expert to the next
+    row_offset: u32,     // first row used within an expert
+    n_used: u32,         // slots per token
+    per_slot: u32,       // 1: an input row per slot; 0: one per token
+    first_row: u32,      // first weight row held by this part of the weight
+    part_rows: u32,      // rows held by this part
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -52,6 +64,13 @@ struct Params {
 #if NW3
 @group(0) @binding(6) var<storage, read> w2: array<u32>;
 @group(0) @binding(7) var<storage, read_write> out2: array<f32>;
+#endif
+#if EXPERT
+@group(0) @binding(4) var<storage, read> selected: array<f32>;
+
+// The slot this workgroup serves, and where its input row starts in x.
+var<private> expert_slot: u32;
+var<private> x_first: u32;
 #endif
 
 const WG: u32 = {{WG}}u;
@@ -101,16 +120,24 @@ fn word(i: u32) -> u32 {
 
 #include "quants"
 
-// Row slot s of workgroup g: which weight, which row of it, and whether there is such a row.
+// Row slot s of workgroup g: which weight, which row of its buffer, which output value, and
+// whether there is such a row.
 struct Slot {
     sel: u32,
     row: u32,
+    out: u32,
     live: bool,
 }
 
 fn slot(g: u32, s: u32) -> Slot {
 #if GLU_SILU || GLU_GELU
-    return Slot(s, g, g < p.m0);
+    return Slot(s, g, p.off0 + g, g < p.m0);
+#else
+#if EXPERT
+    let r = g * ROWS + s;
+    let wr = u32(selected[expert_slot]) * p.expert_stride + p.row_offset + r;
+    let live = r < p.expert_rows && wr >= p.first_row && wr < p.first_row + p.part_rows;
+    return Slot(0u, select(0u, wr - p.first_row, live), expert_slot * p.expert_rows + r, live);
 #else
     var row = g * ROWS + s;
     let live = row < p.rows;
@@ -123,7 +150,14 @@ fn slot(g: u32, s: u32) -> Slot {
             sel = 2u;
         }
     }
-    return Slot(sel, row, live);
+    var out = p.off0 + row;
+    if (sel == 1u) {
+        out = p.off1 + row;
+    } else if (sel == 2u) {
+        out = p.off2 + row;
+    }
+    return Slot(sel, row, out, live);
+#endif
 #endif
 }
 
@@ -167,12 +201,17 @@ fn first_word(row: u32, b: u32) -> u32 {
 
 // x[e..e + 4]; zeros where `live` is false or past k.
 fn x4(e: u32, live: bool) -> vec4<f32> {
+#if EXPERT
+    let at = x_first + e;
+#else
+    let at = e;
+#endif
 #if X4
 #if TRACE
-    record(select(0xffffffffu, (4u << 28u) | e, live));
+    record(select(0xffffffffu, (4u << 28u) | at, live));
 #endif
     if (live) {
-        return x[e / 4u];
+        return x[at / 4u];
     }
     return vec4<f32>(0.0);
 #else
@@ -180,28 +219,43 @@ fn x4(e: u32, live: bool) -> vec4<f32> {
     for (var c = 0u; c < 4u; c++) {
         let ok = live && e + c < p.k;
 #if TRACE
-        record(select(0xffffffffu, (3u << 28u) | (e + c), ok));
+        record(select(0xffffffffu, (3u << 28u) | (at + c), ok));
 #endif
         if (ok) {
-            v[c] = x[e + c];
+            v[c] = x[at + c];
         }
     }
     return v;
 #endif
 }
 
-fn store(sel: u32, row: u32, t: f32) {
-    if (sel == 0u) {
-        out0[p.off0 + row] = t;
+// Workgroup `wid`'s row group, after setting up its slot (EXPERT).
+fn row_group(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+#if EXPERT
+    expert_slot = wid.y;
+    var token_row = wid.y;
+    if (p.per_slot == 0u) {
+        token_row = wid.y / p.n_used;
+    }
+    x_first = token_row * p.k;
+    return wid.x;
+#else
+    return flat_wg(wid, nwg);
+#endif
+}
+
+fn store(sl: Slot, t: f32) {
+    if (sl.sel == 0u) {
+        out0[sl.out] = t;
     }
 #if NW2 || NW3
-    if (sel == 1u) {
-        out1[p.off1 + row] = t;
+    if (sl.sel == 1u) {
+        out1[sl.out] = t;
     }
 #endif
 #if NW3
-    if (sel == 2u) {
-        out2[p.off2 + row] = t;
+    if (sl.sel == 2u) {
+        out2[sl.out] = t;
     }
 #endif
 }
@@ -227,7 +281,7 @@ fn finish(g: u32, t: vec4<f32>) {
     for (var s = 0u; s < ROWS; s++) {
         let sl = slot(g, s);
         if (sl.live) {
-            store(sl.sel, sl.row, t[s]);
+            store(sl, t[s]);
         }
     }
 #endif
@@ -251,7 +305,7 @@ fn row_dot(sel: u32, row: u32, lane: u32, step: u32) -> f32 {
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
-    let g = flat_wg(wid, nwg);
+    let g = row_group(wid, nwg);
     for (var s = sg_id; s < ROWS; s += n_sg) {
 #if GLU_SILU || GLU_GELU
         let o = g * ROWS + s;
@@ -267,7 +321,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         if (sl.live) {
             let t = subgroupAdd(row_dot(sl.sel, sl.row, sg_lane, sg_size));
             if (sg_lane == 0u) {
-                store(sl.sel, sl.row, t);
+                store(sl, t);
             }
         }
 #endif
@@ -278,7 +332,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
     {{SG_LOCALS}}
-    let g = flat_wg(wid, nwg);
+    let g = row_group(wid, nwg);
 #if TRACE
     trace_thread = g * WG + lid;
 #endif

@@ -945,15 +945,16 @@ fn compare(want: &[Outcome], got: &[Outcome]) {
 
 #[test]
 fn recurrent_and_moe_ops_match_the_cpu() {
-    let Some(g) = gpu() else { return };
-    compare(
-        &recurrent_and_moe_ops(&cpu(), &mut Rng(21)),
-        &recurrent_and_moe_ops(&g, &mut Rng(21)),
-    );
-    compare(
-        &expert_matmuls(&cpu(), &TYPES, &mut Rng(22)),
-        &expert_matmuls(&g, &TYPES, &mut Rng(22)),
-    );
+    for g in gpu_kernel_variants() {
+        compare(
+            &recurrent_and_moe_ops(&cpu(), &mut Rng(21)),
+            &recurrent_and_moe_ops(&g, &mut Rng(21)),
+        );
+        compare(
+            &expert_matmuls(&cpu(), &TYPES, &mut Rng(22)),
+            &expert_matmuls(&g, &TYPES, &mut Rng(22)),
+        );
+    }
 }
 
 /// The recurrent and MoE ops' workgroup-memory reductions (no subgroups), and an expert weight split into

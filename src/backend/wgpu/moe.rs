@@ -13,10 +13,14 @@ use crate::error::Result;
 const MAX_EXPERTS: usize = 1024;
 
 impl WgpuBackend {
+    fn expert_kernel_of(&self, m: &Matrix) -> kernels::Kernel {
+        kernels::expert_kernel(m.dtype, m.cols.is_multiple_of(4), self.matvec_layout())
+    }
+
     /// Build ahead the expert mat-vec of a stacked expert weight.
     pub(super) fn prepare_experts(&self, m: &Matrix) -> Result<()> {
         if self
-            .pipeline_in(&m.kernels.expert, || kernels::expert_kernel(m.dtype))
+            .pipeline_in(&m.kernels.expert, || self.expert_kernel_of(m))
             .is_none()
             && let Some(e) = self.take_error()
         {
@@ -69,12 +73,12 @@ impl MoeOps for WgpuBackend {
             ));
             return;
         }
-        let rows_per_wg = self.matvec_rows_per_wg();
+        let per_wg = self.matvec_layout().rows();
         for part in &m.parts {
-            let params = [
-                m.cols as u32,
-                m.cols.div_ceil(16) as u32,
-                m.row_bytes as u32,
+            let mut params = vec![m.cols as u32, m.row_bytes as u32];
+            // The mat-vec's own weights, outputs and trace words: unused by its EXPERT variant.
+            params.extend([0; 8]);
+            params.extend([
                 p.expert_rows as u32,
                 p.expert_stride as u32,
                 p.row_offset as u32,
@@ -82,19 +86,18 @@ impl MoeOps for WgpuBackend {
                 p.per_slot_input as u32,
                 part.first_row as u32,
                 part.rows as u32,
-                rows_per_wg as u32,
-            ];
+            ]);
             self.run_in(
                 &m.kernels.expert,
-                || kernels::expert_kernel(m.dtype),
+                || self.expert_kernel_of(m),
                 &params,
                 &[
                     bind(&x.dev),
                     bind(&part.dev),
-                    bind(&selected.dev),
                     bind(&out.dev),
+                    bind(&selected.dev),
                 ],
-                [p.expert_rows.div_ceil(rows_per_wg) as u32, slots as u32, 1],
+                [p.expert_rows.div_ceil(per_wg) as u32, slots as u32, 1],
             );
         }
     }

@@ -131,15 +131,6 @@ impl WgpuBackend {
         }
     }
 
-    /// Weight rows per mat-vec workgroup of 64: one per subgroup where there are subgroups.
-    pub(super) fn matvec_rows_per_wg(&self) -> usize {
-        if self.gpu.caps.subgroups {
-            (64 / self.gpu.info.subgroup_min_size.max(1) as usize).max(1)
-        } else {
-            1
-        }
-    }
-
     fn elementwise(
         &self,
         (slot, entry): (&KernelSlot, &'static str),

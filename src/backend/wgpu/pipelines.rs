@@ -565,10 +565,13 @@ pub fn moe_route_kernel() -> Kernel {
         .flag("MOE_ROUTE")
 }
 
-pub fn expert_kernel(t: GgmlType) -> Kernel {
-    Kernel::new("expert_matvec", "moe", &[Read, Read, Read, ReadWrite])
-        .flag("EXPERT_MATVEC")
-        .flag(t.name())
+/// The expert mat-vec (llama.cpp's mul_mat_id, one activation row per slot) over a stacked
+/// expert weight of type `t`: matvec.wgsl's `EXPERT` variant.
+pub fn expert_kernel(t: GgmlType, x4: bool, layout: MatvecLayout) -> Kernel {
+    let mut k = matvec_kernel(t, 1, x4, layout);
+    k.label = "expert_matvec";
+    k.bindings.push(Read);
+    k.flag("EXPERT")
 }
 
 pub fn rms_norm_kernel(into: bool) -> Kernel {

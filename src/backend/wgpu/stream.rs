@@ -112,9 +112,10 @@ pub fn words(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
-/// Bytes of one parameter slot: the device's uniform offset alignment, at least 64.
+/// Bytes of one parameter slot: the device's uniform offset alignment, at least 128 (the largest
+/// parameter block, the expert mat-vec's, takes 68).
 pub fn param_slot(gpu: &Gpu) -> u64 {
-    (gpu.limits.min_uniform_buffer_offset_alignment as u64).max(64)
+    (gpu.limits.min_uniform_buffer_offset_alignment as u64).max(128)
 }
 
 impl Stream {
