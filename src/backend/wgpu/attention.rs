@@ -1,11 +1,12 @@
 //! Attention on the GPU (shaders/attention.wgsl): the tiled prefill kernel, 16 query rows per
 //! workgroup, where the adapter has the workgroup memory; otherwise a workgroup per (head, row),
-//! and for one decode row the key range split across workgroups and reduced after.
+//! and for one decode row the key range split across workgroups and reduced after. Every pair of
+//! cache types (f32, f16, q8_0) has its variant.
 
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuCache, bind};
 use super::pipelines as kernels;
-use crate::backend::AttentionParams;
+use crate::backend::{AttentionParams, CacheType};
 
 /// The widest attention head the kernel takes (4 values per invocation of 64).
 const MAX_HEAD_DIM: usize = 256;
@@ -23,7 +24,14 @@ impl WgpuBackend {
     }
 
     /// attention.wgsl's `Params`.
-    fn attention_params(&self, p: &AttentionParams, splits: usize, chunk: usize) -> [u32; 11] {
+    fn attention_params(
+        &self,
+        p: &AttentionParams,
+        k: &GpuCache,
+        v: &GpuCache,
+        splits: usize,
+        chunk: usize,
+    ) -> [u32; 16] {
         [
             p.start_pos as u32,
             p.rows as u32,
@@ -36,6 +44,11 @@ impl WgpuBackend {
             splits as u32,
             chunk as u32,
             p.scale.to_bits(),
+            k.scales(),
+            v.scales(),
+            (k.rotation | (v.rotation << 16)) as u32,
+            k.rot_scale().to_bits(),
+            v.rot_scale().to_bits(),
         ]
     }
 
@@ -55,8 +68,18 @@ impl WgpuBackend {
             ));
             return;
         }
+        // A q8_0 cache's rotation runs lie within a head.
+        for c in [k_cache, v_cache] {
+            if c.ty == CacheType::Q8_0 && !hd.is_multiple_of(c.rotation.max(32)) {
+                self.gpu.fail(format!(
+                    "attention heads of {hd} values against a q8_0 cache stored in rotations of {}",
+                    c.rotation
+                ));
+                return;
+            }
+        }
         if p.rows > 1 && hd.is_multiple_of(32) && self.tiled_prefill_attention() {
-            let params = self.attention_params(p, 1, 1 << 30);
+            let params = self.attention_params(p, k_cache, v_cache, 1, 1 << 30);
             let Some(partials) = self.scratch_buffer(|s| &mut s.partials, 1) else {
                 return;
             };
@@ -96,7 +119,7 @@ impl WgpuBackend {
         let Some(partials) = self.scratch_buffer(|s| &mut s.partials, part_len) else {
             return;
         };
-        let params = self.attention_params(p, splits, chunk);
+        let params = self.attention_params(p, k_cache, v_cache, splits, chunk);
         let buffers = [
             bind(&q.dev),
             bind(&k_cache.dev),
