@@ -1,16 +1,16 @@
 // attention.wgsl — causal multi-head attention with GQA and an optional sliding window, against an
-// f32, f16 or q8_0 KV cache (`K_F16`, `V_F16`, `K_Q8`, `V_Q8`). One workgroup of 64 per (head,
-// query row, split): keys in tiles of 64, one key's q·k per invocation, an online softmax in f32,
-// each invocation owning head_dim / 64 output dimensions. Decode splits the key range over several
-// workgroups, each writing (max, sum, unnormalized output) for `reduce` to combine; with one split
-// the result is written directly. `PREFILL`: the tiled prefill kernel (below). As llama.cpp (and
+// f32, f16 or q8_0 KV cache (`K_F16`, `V_F16`, `K_Q8`, `V_Q8`). `PREFILL`: the tiled prefill
+// kernel, a workgroup per (head, 16 query rows). Otherwise `main`, a workgroup per (KV head, query
+// row, split) for the query heads of that KV head (GQA-folded), keys in tiles of 64 with an online
+// softmax in f32; decode splits the key range over several workgroups, each writing (max, sum,
+// unnormalized output) for `reduce` to combine; with one split the result is written directly;
+// the details above each kernel. As llama.cpp (and
 // the CPU backend): with an f16 key cache q is rounded to f16; with a q8_0 one q is rotated as the
 // keys are and quantized to 8 bits, and q·k is taken block by block in integers (dot4I8Packed)
 // times the two scales; q8_0 values are expanded as they are read, and the output rotated back
 // (q8.wgsl).
 
 #include "common"
-#include "reduce"
 #if K_Q8 || V_Q8
 #include "q8"
 #endif
@@ -49,7 +49,6 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<storage, read_write> part: array<f32>;
 
-const HD_MAX: u32 = 256u;
 const NEG: f32 = -1.0e30;
 
 #if K_Q8
@@ -342,42 +341,108 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 #endif
 }
 #else
-// The query head (then, for q8_0 values, the output being rotated back).
-var<workgroup> hx: array<f32, HD_MAX>;
-var<workgroup> ps: array<f32, 64>;
+// Decode (and prefill where the tiled kernel cannot run), GQA-folded: one workgroup of 64 per
+// (KV head, query row, split) for up to GMAX of the KV head's query heads (a larger group takes
+// several workgroups), so each key and value row is read once for all of them, as llama.cpp's
+// Vulkan flash attention does for decode. Keys in tiles of 64, 8 at a time: 8 lanes per key, lane
+// l reading words l, l + 8, … of the key row (consecutive lanes, consecutive words), its partial
+// q·k for every head summed over the 8 lanes (subgroup shuffles with `SG_LANES`, else workgroup
+// memory); an online softmax per head, 8 invocations per head over the tile; then each invocation
+// accumulates dimensions lid, lid + 64, … of every head over the tile's values (consecutive lanes,
+// consecutive values).
+const GMAX: u32 = 8u;
+const TILE: u32 = 64u;
+
+// [heads][head_dim]: the queries; then, for q8_0 values, the output being rotated back.
+var<workgroup> hx: array<f32, 2048>;
+var<workgroup> ss: array<f32, 512>;   // [heads][TILE]: scores, then probabilities
+var<workgroup> talpha: array<f32, 8>; // per head: this tile's rescaling of the sums so far
+var<workgroup> tm: array<f32, 8>;     // per head, at the end: the maximum score and the weight sum
+var<workgroup> tl: array<f32, 8>;
 #if K_Q8 || V_Q8
-var<workgroup> q8_d: array<f32, 8>;
-var<workgroup> q8_id: array<f32, 8>;
+var<workgroup> q8_d: array<f32, 64>;
+var<workgroup> q8_id: array<f32, 64>;
 #endif
 #if K_Q8
-// The query's quants, packed as the cache's.
-var<workgroup> qw: array<u32, 64>;
+// [heads][head_dim / 4]: the queries' quants, packed as the cache's.
+var<workgroup> qw: array<u32, 512>;
 #endif
 
-// q · (the key at cache value e), the query in hx (qw, q8_d for a q8_0 cache).
-fn k_dot(e: u32) -> f32 {
-    var dot = 0.0;
+#if SG_LANES
+// The sum (maximum) of x over the 8 invocations whose subgroup-based index differs from this
+// one's in the low three bits; each gets the same result.
+fn lanes_sum(x: f32) -> f32 {
+    let a = x + subgroupShuffleXor(x, 1u);
+    let b = a + subgroupShuffleXor(a, 2u);
+    return b + subgroupShuffleXor(b, 4u);
+}
+
+fn lanes_max(x: f32) -> f32 {
+    let a = max(x, subgroupShuffleXor(x, 1u));
+    let b = max(a, subgroupShuffleXor(a, 2u));
+    return max(b, subgroupShuffleXor(b, 4u));
+}
+#else
+// Partial dot products (or a softmax's maxima and sums) of 8 lanes, summed in workgroup memory.
+var<workgroup> lanes: array<f32, 512>;
+#endif
+
+// Lane l8's share of q_h · k for the first nh heads of the workgroup (words l8, l8 + 8, … of the
+// key row at cache value e).
+fn k_partial(e: u32, l8: u32, nh: u32) -> array<f32, 8> {
+    var part: array<f32, 8>;
+    let hd = p.head_dim;
 #if K_Q8
-    for (var b = 0u; b < p.head_dim / 32u; b++) {
-        var s = 0;
-        for (var w = 0u; w < 8u; w++) {
-            s += dot4I8Packed(kc[e / 4u + 8u * b + w], qw[8u * b + w]);
+    for (var w = l8; w < hd / 4u; w += 8u) {
+        let kw = kc[e / 4u + w];
+        let dk = k_scale(e / 32u + w / 8u);
+        for (var qh = 0u; qh < GMAX; qh++) {
+            if (qh < nh) {
+                let dq = q8_d[qh * hd / 32u + w / 8u];
+                part[qh] += dk * dq * f32(dot4I8Packed(kw, qw[qh * hd / 4u + w]));
+            }
         }
-        dot += k_scale(e / 32u + b) * q8_d[b] * f32(s);
     }
 #else
-    for (var d = 0u; d < p.head_dim; d += 2u) {
-        let kv = k_pair(e + d);
-        dot += hx[d] * kv.x + hx[d + 1u] * kv.y;
+#if K_F16
+    for (var w = l8; w < hd / 2u; w += 8u) {
+        let k = unpack2x16float(kc[e / 2u + w]);
+        for (var qh = 0u; qh < GMAX; qh++) {
+            if (qh < nh) {
+                part[qh] += hx[qh * hd + 2u * w] * k.x + hx[qh * hd + 2u * w + 1u] * k.y;
+            }
+        }
+    }
+#else
+    for (var w = l8; w < hd; w += 8u) {
+        let k = kc[e + w];
+        for (var qh = 0u; qh < GMAX; qh++) {
+            if (qh < nh) {
+                part[qh] += hx[qh * hd + w] * k;
+            }
+        }
     }
 #endif
-    return dot;
+#endif
+    return part;
 }
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
     {{SG_LOCALS}}
-    let h = wid.x;
+#if SG_LANES
+    // Lanes are grouped by subgroup invocation, so that shuffles stay within a key's 8.
+    let v = sg_id * sg_size + sg_lane;
+#else
+    let v = lid;
+#endif
+    let ks = v / 8u;  // scores: the key slot (of 8); softmax: the head
+    let l8 = v % 8u;  // the lane within it
+    let chunks = (p.group + GMAX - 1u) / GMAX;
+    let kvh = wid.x / chunks;
+    let c0 = (wid.x % chunks) * GMAX;
+    let nh = min(GMAX, p.group - c0);
+    let h0 = kvh * p.group + c0;
     let i = wid.y;
     let s = wid.z;
     let hd = p.head_dim;
@@ -388,92 +453,169 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let kbeg = lo + s * p.chunk;
     let kend = min(kbeg + p.chunk, pos + 1u);
-    let kvh = h / p.group;
-    let qo = i * p.q_stride + h * hd;
-    for (var d = lid; d < hd; d += 64u) {
+    // The group's heads are consecutive in the query row.
+    let qo = i * p.q_stride + h0 * hd;
+    for (var e = lid; e < nh * hd; e += 64u) {
 #if K_F16
-        hx[d] = round_f16(q[qo + d]);
+        hx[e] = round_f16(q[qo + e]);
 #else
-        hx[d] = q[qo + d];
+        hx[e] = q[qo + e];
 #endif
     }
 #if K_Q8
-    q8_prepare(p.rots & 0xffffu, p.k_rot_scale, hd, lid, 64u);
-    for (var w = lid; w < hd / 4u; w += 64u) {
+    q8_prepare(p.rots & 0xffffu, p.k_rot_scale, nh * hd, lid, 64u);
+    for (var w = lid; w < nh * hd / 4u; w += 64u) {
         qw[w] = q8_word(w);
     }
 #endif
     workgroupBarrier();
 
-    var m = NEG;
-    var l = 0.0;
-    var acc: array<f32, 4>;
+    // The softmax of head ks, kept alike by its 8 invocations.
+    var m_run = NEG;
+    var l_run = 0.0;
+    // [head][r]: dimension lid + 64 r of each head's weighted sum of values.
+    var acc: array<f32, 32>;
     let ko = kvh * hd;
-    for (var t0 = kbeg; t0 < kend; t0 += 64u) {
-        let j = t0 + lid;
-        var sc = NEG;
-        if (j < kend) {
-            sc = k_dot(j * p.kv_stride + ko) * p.scale;
+    for (var t0 = kbeg; t0 < kend; t0 += TILE) {
+        for (var kp = 0u; kp < TILE / 8u; kp++) {
+            let jt = kp * 8u + ks;
+            let j = t0 + jt;
+            var pd: array<f32, 8>;
+            if (j < kend) {
+                pd = k_partial(j * p.kv_stride + ko, l8, nh);
+            }
+#if SG_LANES
+            for (var qh = 0u; qh < nh; qh++) {
+                let d = lanes_sum(pd[qh]);
+                if (qh == l8) {
+                    ss[qh * TILE + jt] = select(NEG, d * p.scale, j < kend);
+                }
+            }
+#else
+            for (var qh = 0u; qh < GMAX; qh++) {
+                lanes[(ks * 8u + qh) * 8u + l8] = pd[qh];
+            }
+            workgroupBarrier();
+            // Now key slot ks, head l8.
+            var d = 0.0;
+            for (var x = 0u; x < 8u; x++) {
+                d += lanes[(ks * 8u + l8) * 8u + x];
+            }
+            if (l8 < nh) {
+                ss[l8 * TILE + jt] = select(NEG, d * p.scale, j < kend);
+            }
+            workgroupBarrier();
+#endif
         }
-        let m_new = max(m, wg_max(sc, lid, sg_lane, sg_id, n_sg));
-        var pj = 0.0;
-        if (j < kend) {
-            pj = exp(sc - m_new);
+        workgroupBarrier();
+
+        // Softmax: head ks, keys l8, l8 + 8, … of the tile.
+        var mx = NEG;
+        if (ks < nh) {
+            for (var x = 0u; x < TILE; x += 8u) {
+                mx = max(mx, ss[ks * TILE + l8 + x]);
+            }
         }
-        ps[lid] = pj;
-        let tsum = wg_sum(pj, lid, sg_lane, sg_id, n_sg);
-        let f = exp(m - m_new);
-        l = l * f + tsum;
-        m = m_new;
-        let cnt = min(64u, kend - t0);
+#if SG_LANES
+        mx = lanes_max(mx);
+#else
+        lanes[v] = mx;
+        workgroupBarrier();
+        for (var x = 0u; x < 8u; x++) {
+            mx = max(mx, lanes[ks * 8u + x]);
+        }
+#endif
+        let m_new = max(m_run, mx);
+        var ps = 0.0;
+        if (ks < nh) {
+            for (var x = 0u; x < TILE; x += 8u) {
+                let at = ks * TILE + l8 + x;
+                let pj = exp(ss[at] - m_new);
+                ss[at] = pj;
+                ps += pj;
+            }
+        }
+#if SG_LANES
+        ps = lanes_sum(ps);
+#else
+        lanes[64u + v] = ps;
+        workgroupBarrier();
+        ps = 0.0;
+        for (var x = 0u; x < 8u; x++) {
+            ps += lanes[64u + ks * 8u + x];
+        }
+#endif
+        let alpha = exp(m_run - m_new);
+        l_run = l_run * alpha + ps;
+        m_run = m_new;
+        if (l8 == 0u && ks < nh) {
+            talpha[ks] = alpha;
+        }
+        workgroupBarrier();
+
+        let cnt = min(TILE, kend - t0);
         for (var r = 0u; r < 4u; r++) {
             let d = lid + r * 64u;
             if (d < hd) {
-                var a = acc[r] * f;
-                for (var jj = 0u; jj < cnt; jj++) {
-                    a += ps[jj] * v_at((t0 + jj) * p.kv_stride + ko + d);
+                for (var qh = 0u; qh < GMAX; qh++) {
+                    if (qh < nh) {
+                        acc[qh * 4u + r] *= talpha[qh];
+                    }
                 }
-                acc[r] = a;
+                for (var jj = 0u; jj < cnt; jj++) {
+                    let x = v_at((t0 + jj) * p.kv_stride + ko + d);
+                    for (var qh = 0u; qh < GMAX; qh++) {
+                        if (qh < nh) {
+                            acc[qh * 4u + r] += ss[qh * TILE + jj] * x;
+                        }
+                    }
+                }
             }
         }
         workgroupBarrier();
     }
 
 #if V_Q8
-    // The sum is in the values' rotated basis: rotate it back (a linear map, so a split's part
-    // may be rotated before the reduce).
-    for (var r = 0u; r < 4u; r++) {
-        let d = lid + r * 64u;
-        if (d < hd) {
-            hx[d] = acc[r];
+    // The sums are in the values' rotated basis: rotate them back (a linear map, so a split's
+    // part may be rotated before the reduce).
+    for (var qh = 0u; qh < nh; qh++) {
+        for (var r = 0u; r < 4u; r++) {
+            let d = lid + r * 64u;
+            if (d < hd) {
+                hx[qh * hd + d] = acc[qh * 4u + r];
+            }
         }
     }
-    hadamard(p.rots >> 16u, p.v_rot_scale, hd, lid, 64u);
-    for (var r = 0u; r < 4u; r++) {
-        let d = lid + r * 64u;
-        if (d < hd) {
-            acc[r] = hx[d];
+    hadamard(p.rots >> 16u, p.v_rot_scale, nh * hd, lid, 64u);
+    for (var qh = 0u; qh < nh; qh++) {
+        for (var r = 0u; r < 4u; r++) {
+            let d = lid + r * 64u;
+            if (d < hd) {
+                acc[qh * 4u + r] = hx[qh * hd + d];
+            }
         }
     }
 #endif
+    if (l8 == 0u && ks < nh) {
+        tm[ks] = m_run;
+        tl[ks] = l_run;
+    }
+    workgroupBarrier();
 
-    if (p.splits == 1u) {
-        for (var r = 0u; r < 4u; r++) {
-            let d = lid + r * 64u;
-            if (d < hd) {
-                out[qo + d] = acc[r] / l;
-            }
-        }
-    } else {
-        let po = ((i * p.n_heads + h) * p.splits + s) * (hd + 2u);
-        if (lid == 0u) {
-            part[po] = m;
-            part[po + 1u] = l;
+    for (var qh = 0u; qh < nh; qh++) {
+        let po = ((i * p.n_heads + h0 + qh) * p.splits + s) * (hd + 2u);
+        if (p.splits > 1u && lid == 0u) {
+            part[po] = tm[qh];
+            part[po + 1u] = tl[qh];
         }
         for (var r = 0u; r < 4u; r++) {
             let d = lid + r * 64u;
             if (d < hd) {
-                part[po + 2u + d] = acc[r];
+                if (p.splits == 1u) {
+                    out[qo + qh * hd + d] = acc[qh * 4u + r] / tl[qh];
+                } else {
+                    part[po + 2u + d] = acc[qh * 4u + r];
+                }
             }
         }
     }

@@ -536,6 +536,35 @@ fn q8_0_attention_cases() -> Vec<AttnCase> {
     ]
 }
 
+/// The GQA-folded kernel (a workgroup per KV head for up to 8 of its query heads): one query head
+/// per KV head, 3:1 (SmolLM2), 7:1 (Qwen2.5), 8:1 and the 12:1 and 16:1 groups that take two
+/// workgroups; decode over long contexts (up to 16 splits, the last tile of each partial) and
+/// windows; prefill rows where the tiled kernel does not apply (heads not a multiple of 32).
+fn gqa_attention_cases() -> Vec<AttnCase> {
+    use CacheType::{F16, F32, Q8_0};
+    let case = |(k, v), heads, start_pos, rows, head_dim, window| AttnCase {
+        k,
+        v,
+        start_pos,
+        rows,
+        head_dim,
+        window,
+        heads,
+    };
+    vec![
+        case((F32, F32), (1, 1), 50, 1, 64, None),
+        case((F16, F16), (4, 4), 300, 1, 128, None),
+        case((F16, F16), (9, 3), 260, 1, 64, None),
+        case((F16, F32), (8, 1), 700, 1, 64, Some(500)),
+        case((Q8_0, Q8_0), (14, 2), 1000, 1, 64, None),
+        case((F16, F16), (16, 1), 2100, 1, 64, None),
+        case((Q8_0, F16), (12, 4), 129, 1, 256, None),
+        case((F16, Q8_0), (24, 2), 400, 1, 96, None),
+        case((F32, F32), (16, 2), 3, 5, 48, None),
+        case((F16, F32), (6, 2), 9, 7, 24, Some(4)),
+    ]
+}
+
 /// A context shift on random caches (`total` rows; drop `keep..keep + discard`, move the rest
 /// down, re-rotate their keys back by `discard` positions), then one decode step of attention over
 /// what is left: it reads every moved key and value.
@@ -836,6 +865,12 @@ fn attention_matches_the_cpu() {
 }
 
 #[test]
+fn gqa_attention_matches_the_cpu() {
+    let Some(g) = gpu() else { return };
+    compare_attention(&g, &gqa_attention_cases());
+}
+
+#[test]
 fn q8_0_attention_matches_the_cpu() {
     let Some(g) = gpu() else { return };
     compare_attention(&g, &q8_0_attention_cases());
@@ -867,6 +902,7 @@ fn reductions_without_subgroups_match_the_cpu() {
     compare_elementwise(&g);
     compare_attention(&g, &attention_cases()[4..7]);
     compare_attention(&g, &q8_0_attention_cases()[..4]);
+    compare_attention(&g, &gqa_attention_cases());
     let mut rng = Rng(11);
     let w = random_weight(GgmlType::Q6_K, 67, 512, &mut rng);
     let x = rng.vec(2 * 512, 1.0);

@@ -1,7 +1,8 @@
 //! Attention on the GPU (shaders/attention.wgsl): the tiled prefill kernel, 16 query rows per
-//! workgroup, where the adapter has the workgroup memory; otherwise a workgroup per (head, row),
-//! and for one decode row the key range split across workgroups and reduced after. Every pair of
-//! cache types (f32, f16, q8_0) has its variant.
+//! workgroup, where the adapter has the workgroup memory; otherwise the GQA-folded kernel, a
+//! workgroup per (KV head, row) for up to 8 of its query heads (each key and value row read once
+//! for them), and for one decode row the key range split across workgroups and reduced after.
+//! Every pair of cache types (f32, f16, q8_0) has its variant.
 
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuCache, bind};
@@ -10,6 +11,8 @@ use crate::backend::{AttentionParams, CacheType};
 
 /// The widest attention head the kernel takes (4 values per invocation of 64).
 const MAX_HEAD_DIM: usize = 256;
+/// Query heads per workgroup of the GQA-folded attention (attention.wgsl `GMAX`).
+const GROUP_MAX: usize = 8;
 
 /// Query rows per workgroup of the tiled prefill attention.
 const PREFILL_ATTENTION_ROWS: usize = 16;
@@ -18,6 +21,12 @@ const PREFILL_ATTENTION_ROWS: usize = 16;
 const PREFILL_ATTENTION_SHARED: u32 = 24 << 10;
 
 impl WgpuBackend {
+    /// Whether the GQA-folded kernel sums its 8-lane partials with subgroup shuffles: subgroups
+    /// of at least 8 keep each key's lanes in one.
+    pub(super) fn attention_lanes(&self) -> bool {
+        self.gpu.caps.subgroups && self.gpu.info.subgroup_min_size >= 8
+    }
+
     /// Whether the adapter has the workgroup memory the tiled prefill attention needs.
     pub(super) fn tiled_prefill_attention(&self) -> bool {
         self.gpu.limits.max_compute_workgroup_storage_size >= PREFILL_ATTENTION_SHARED
@@ -62,6 +71,13 @@ impl WgpuBackend {
         p: &AttentionParams,
     ) {
         let hd = p.head_dim;
+        if p.n_kv_heads == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
+            self.gpu.fail(format!(
+                "attention: {} query heads do not share {} KV heads evenly",
+                p.n_heads, p.n_kv_heads
+            ));
+            return;
+        }
         if hd > MAX_HEAD_DIM || !hd.is_multiple_of(2) {
             self.gpu.fail(format!(
                 "attention heads of {hd} values: the GPU kernel takes even sizes up to {MAX_HEAD_DIM}"
@@ -127,15 +143,17 @@ impl WgpuBackend {
             bind(&out.dev),
             (&partials.0, partials.1),
         ];
+        // A workgroup per (KV head, up to GROUP_MAX of its query heads).
+        let groups = p.n_kv_heads * (p.n_heads / p.n_kv_heads).div_ceil(GROUP_MAX);
         self.run(
-            &kernels::attention_kernel(k_cache.ty, v_cache.ty, false),
+            &kernels::attention_kernel(k_cache.ty, v_cache.ty, self.attention_lanes()),
             &params,
             &buffers,
-            [p.n_heads as u32, p.rows as u32, splits as u32],
+            [groups as u32, p.rows as u32, splits as u32],
         );
         if splits > 1 {
             self.run(
-                &kernels::attention_kernel(k_cache.ty, v_cache.ty, true),
+                &kernels::attention_reduce_kernel(),
                 &params,
                 &buffers,
                 [p.n_heads as u32, p.rows as u32, 1],

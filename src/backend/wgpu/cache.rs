@@ -77,8 +77,8 @@ impl WgpuBackend {
         )?;
         let mut kernels = vec![
             kernels::store_kernel(ty),
-            kernels::attention_kernel(ty, ty, false),
-            kernels::attention_kernel(ty, ty, true),
+            kernels::attention_kernel(ty, ty, self.attention_lanes()),
+            kernels::attention_reduce_kernel(),
         ];
         if self.tiled_prefill_attention() {
             kernels.push(kernels::attention_prefill_kernel(ty, ty));

@@ -350,22 +350,31 @@ pub fn store_kernel(ty: CacheType) -> Kernel {
     }
 }
 
-pub fn attention_kernel(k: CacheType, v: CacheType, reduce: bool) -> Kernel {
+/// The GQA-folded attention (attention.wgsl `main`); `lanes`: its 8-lane sums by subgroup
+/// shuffles (`SG_LANES`, for subgroups of at least 8), else in workgroup memory.
+pub fn attention_kernel(k: CacheType, v: CacheType, lanes: bool) -> Kernel {
     let kernel = Kernel::new(
-        if reduce {
-            "attention_reduce"
-        } else {
-            "attention"
-        },
+        "attention",
         "attention",
         &[Read, Read, Read, ReadWrite, ReadWrite],
     );
-    let kernel = if reduce {
-        kernel.entry("reduce")
+    let kernel = if lanes {
+        kernel.flag("SG_LANES")
     } else {
         kernel
     };
     with_caches(kernel, k, v)
+}
+
+/// The reduce of split decode attention (attention.wgsl `reduce`; it reads no cache, so one
+/// variant serves every cache type).
+pub fn attention_reduce_kernel() -> Kernel {
+    Kernel::new(
+        "attention_reduce",
+        "attention",
+        &[Read, Read, Read, ReadWrite, ReadWrite],
+    )
+    .entry("reduce")
 }
 
 /// The tiled prefill attention (attention.wgsl `prefill`): 16 query rows per workgroup.
@@ -539,6 +548,7 @@ mod tests {
             for v in CacheType::ALL {
                 all.push(attention_kernel(k, v, false));
                 all.push(attention_kernel(k, v, true));
+                all.push(attention_reduce_kernel());
                 all.push(attention_prefill_kernel(k, v));
                 all.push(rope_kv_kernel(k, v));
             }
