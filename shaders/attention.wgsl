@@ -3,12 +3,12 @@
 // kernel, a workgroup per (head, 16 query rows). Otherwise `main`, a workgroup per (KV head, query
 // row, split) for the query heads of that KV head (GQA-folded), keys in tiles of 64 with an online
 // softmax in f32; decode splits the key range over several workgroups, each writing (max, sum,
-// unnormalized output) for `reduce` to combine; with one split the result is written directly;
-// the details above each kernel. As llama.cpp (and
-// the CPU backend): with an f16 key cache q is rounded to f16; with a q8_0 one q is rotated as the
-// keys are and quantized to 8 bits, and q·k is taken block by block in integers (dot4I8Packed)
-// times the two scales; q8_0 values are expanded as they are read, and the output rotated back
-// (q8.wgsl).
+// unnormalized output) for `reduce` to combine; with one split the result is written directly.
+// The details above each kernel. As llama.cpp (and the CPU backend): with an f16 key cache q is
+// rounded to f16; with a q8_0 one q is rotated as the keys are and quantized to 8 bits, and q·k
+// is taken block by block in integers (dot4I8Packed in `main`; sums of integers in f32, exact, in
+// the tiled prefill) times the two scales; q8_0 values are expanded as they are read, and the
+// output rotated back (q8.wgsl).
 
 #include "common"
 #if K_Q8 || V_Q8
