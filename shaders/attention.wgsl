@@ -1,12 +1,19 @@
 // attention.wgsl — causal multi-head attention with GQA and an optional sliding window, against an
-// f32 or f16 KV cache (`K_F16`, `V_F16`). One workgroup of 64 per (head, query row, split): keys in
-// tiles of 64, one key's q·k per invocation, an online softmax in f32, each invocation owning
-// head_dim / 64 output dimensions. Decode splits the key range over several workgroups, each
-// writing (max, sum, unnormalized output) for `reduce` to combine; with one split the result is
-// written directly. As llama.cpp: with an f16 key cache q is rounded to f16.
+// f32, f16 or q8_0 KV cache (`K_F16`, `V_F16`, `K_Q8`, `V_Q8`). `PREFILL`: the tiled prefill
+// kernel, a workgroup per (head, 16 query rows). Otherwise `main`, a workgroup per (KV head, query
+// row, split) for the query heads of that KV head (GQA-folded), keys in tiles of 64 with an online
+// softmax in f32; decode splits the key range over several workgroups, each writing (max, sum,
+// unnormalized output) for `reduce` to combine; with one split the result is written directly.
+// The details above each kernel. As llama.cpp (and the CPU backend): with an f16 key cache q is
+// rounded to f16; with a q8_0 one q is rotated as the keys are and quantized to 8 bits, and q·k
+// is taken block by block in integers (dot4I8Packed in `main`; sums of integers in f32, exact, in
+// the tiled prefill) times the two scales; q8_0 values are expanded as they are read, and the
+// output rotated back (q8.wgsl).
 
 #include "common"
-#include "reduce"
+#if K_Q8 || V_Q8
+#include "q8"
+#endif
 
 struct Params {
     start_pos: u32,
@@ -20,16 +27,21 @@ struct Params {
     splits: u32,
     chunk: u32,      // keys per split
     scale: f32,
+    k_scales: u32,    // q8_0: first word of the scales, per cache
+    v_scales: u32,
+    rots: u32,        // q8_0: the key cache's rotation | the value cache's << 16 (1: none)
+    k_rot_scale: f32, // their 1/√rotation
+    v_rot_scale: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
-#if K_F16
+#if K_F16 || K_Q8
 @group(0) @binding(2) var<storage, read> kc: array<u32>;
 #else
 @group(0) @binding(2) var<storage, read> kc: array<f32>;
 #endif
-#if V_F16
+#if V_F16 || V_Q8
 @group(0) @binding(3) var<storage, read> vc: array<u32>;
 #else
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
@@ -37,13 +49,15 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<storage, read_write> part: array<f32>;
 
-const HD_MAX: u32 = 256u;
 const NEG: f32 = -1.0e30;
 
-var<workgroup> qs: array<f32, HD_MAX>;
-var<workgroup> ps: array<f32, 64>;
-
-// Two consecutive cached values (e even).
+#if K_Q8
+// The scale of block b of the key cache.
+fn k_scale(b: u32) -> f32 {
+    return unpack2x16float(kc[p.k_scales + b / 2u])[b % 2u];
+}
+#else
+// Two consecutive cached keys (e even).
 fn k_pair(e: u32) -> vec2<f32> {
 #if K_F16
     return unpack2x16float(kc[e / 2u]);
@@ -51,130 +65,42 @@ fn k_pair(e: u32) -> vec2<f32> {
     return vec2<f32>(kc[e], kc[e + 1u]);
 #endif
 }
+#endif
+
+#if V_Q8
+fn v_scale(b: u32) -> f32 {
+    return unpack2x16float(vc[p.v_scales + b / 2u])[b % 2u];
+}
+#endif
 
 fn v_at(e: u32) -> f32 {
+#if V_Q8
+    return f32(unpack4xI8(vc[e / 4u])[e % 4u]) * v_scale(e / 32u);
+#else
 #if V_F16
     let w = vc[e / 2u];
     return unpack2x16float(w)[e & 1u];
 #else
     return vc[e];
 #endif
-}
-
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
-    {{SG_LOCALS}}
-    let h = wid.x;
-    let i = wid.y;
-    let s = wid.z;
-    let hd = p.head_dim;
-    let pos = p.start_pos + i;
-    var lo = 0u;
-    if (p.window > 0u && pos + 1u > p.window) {
-        lo = pos + 1u - p.window;
-    }
-    let kbeg = lo + s * p.chunk;
-    let kend = min(kbeg + p.chunk, pos + 1u);
-    let kvh = h / p.group;
-    let qo = i * p.q_stride + h * hd;
-    for (var d = lid; d < hd; d += 64u) {
-#if K_F16
-        qs[d] = round_f16(q[qo + d]);
-#else
-        qs[d] = q[qo + d];
 #endif
-    }
-    workgroupBarrier();
-
-    var m = NEG;
-    var l = 0.0;
-    var acc: array<f32, 4>;
-    let ko = kvh * hd;
-    for (var t0 = kbeg; t0 < kend; t0 += 64u) {
-        let j = t0 + lid;
-        var sc = NEG;
-        if (j < kend) {
-            let e = j * p.kv_stride + ko;
-            var dot = 0.0;
-            for (var d = 0u; d < hd; d += 2u) {
-                let kv = k_pair(e + d);
-                dot += qs[d] * kv.x + qs[d + 1u] * kv.y;
-            }
-            sc = dot * p.scale;
-        }
-        let m_new = max(m, wg_max(sc, lid, sg_lane, sg_id, n_sg));
-        var pj = 0.0;
-        if (j < kend) {
-            pj = exp(sc - m_new);
-        }
-        ps[lid] = pj;
-        let tsum = wg_sum(pj, lid, sg_lane, sg_id, n_sg);
-        let f = exp(m - m_new);
-        l = l * f + tsum;
-        m = m_new;
-        let cnt = min(64u, kend - t0);
-        for (var r = 0u; r < 4u; r++) {
-            let d = lid + r * 64u;
-            if (d < hd) {
-                var a = acc[r] * f;
-                for (var jj = 0u; jj < cnt; jj++) {
-                    a += ps[jj] * v_at((t0 + jj) * p.kv_stride + ko + d);
-                }
-                acc[r] = a;
-            }
-        }
-        workgroupBarrier();
-    }
-
-    if (p.splits == 1u) {
-        for (var r = 0u; r < 4u; r++) {
-            let d = lid + r * 64u;
-            if (d < hd) {
-                out[qo + d] = acc[r] / l;
-            }
-        }
-    } else {
-        let po = ((i * p.n_heads + h) * p.splits + s) * (hd + 2u);
-        if (lid == 0u) {
-            part[po] = m;
-            part[po + 1u] = l;
-        }
-        for (var r = 0u; r < 4u; r++) {
-            let d = lid + r * 64u;
-            if (d < hd) {
-                part[po + 2u + d] = acc[r];
-            }
-        }
-    }
 }
 
-// Combine the splits of each (head, query row): rescale each by e^(m_s − m) and normalize.
-@compute @workgroup_size(64)
-fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let h = wid.x;
-    let i = wid.y;
-    let hd = p.head_dim;
-    let base = (i * p.n_heads + h) * p.splits * (hd + 2u);
-    var mx = NEG;
-    for (var s = 0u; s < p.splits; s++) {
-        mx = max(mx, part[base + s * (hd + 2u)]);
-    }
-    var l = 0.0;
-    for (var s = 0u; s < p.splits; s++) {
-        let po = base + s * (hd + 2u);
-        l += part[po + 1u] * exp(part[po] - mx);
-    }
-    let qo = i * p.q_stride + h * hd;
-    for (var d = lid; d < hd; d += 64u) {
-        var a = 0.0;
-        for (var s = 0u; s < p.splits; s++) {
-            let po = base + s * (hd + 2u);
-            a += part[po + 2u + d] * exp(part[po] - mx);
-        }
-        out[qo + d] = a / l;
-    }
+// Two consecutive cached values (e even).
+fn v_pair(e: u32) -> vec2<f32> {
+#if V_Q8
+    let q = unpack4xI8(vc[e / 4u]);
+    return vec2<f32>(f32(q[e % 4u]), f32(q[e % 4u + 1u])) * v_scale(e / 32u);
+#else
+#if V_F16
+    return unpack2x16float(vc[e / 2u]);
+#else
+    return vec2<f32>(vc[e], vc[e + 1u]);
+#endif
+#endif
 }
 
+#if PREFILL
 // Prefill, tiled: a workgroup of 64 per (head, block of 16 query rows), over tiles of 64 keys.
 // Scores: each invocation computes 4 rows × 4 keys; softmax: 4 invocations per row; output:
 // each invocation accumulates 4 rows × (head_dim / 16) dimensions. Every cached value read serves
@@ -183,19 +109,24 @@ fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
 const BQ: u32 = 16u;
 const BKEYS: u32 = 64u;
 
-var<workgroup> tq: array<f32, 4096>;   // [BQ][head_dim]
+// [BQ][head_dim]: the queries (a q8_0 key cache's: their quants, as f32), then for q8_0 values
+// the output being rotated back.
+var<workgroup> hx: array<f32, 4096>;
 var<workgroup> ts: array<f32, 1024>;   // [BQ][BKEYS]: scores, then probabilities
 var<workgroup> tmax: array<f32, 64>;
 var<workgroup> tsum: array<f32, 64>;
 var<workgroup> talpha: array<f32, 16>;
 var<workgroup> tl: array<f32, 16>;
-
-fn v_pair(e: u32) -> vec2<f32> {
-#if V_F16
-    return unpack2x16float(vc[e / 2u]);
-#else
-    return vec2<f32>(vc[e], vc[e + 1u]);
+#if K_Q8 || V_Q8
+var<workgroup> q8_d: array<f32, 128>;
+var<workgroup> q8_id: array<f32, 128>;
 #endif
+
+// Four rows' query values at offset o of a row (hx[row · head_dim + o]).
+fn q4(r0: u32, o: u32) -> vec4<f32> {
+    let hd = p.head_dim;
+    return vec4<f32>(hx[r0 * hd + o], hx[(r0 + 1u) * hd + o], hx[(r0 + 2u) * hd + o],
+                     hx[(r0 + 3u) * hd + o]);
 }
 
 @compute @workgroup_size(64)
@@ -214,8 +145,15 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
             v = round_f16(v);
 #endif
         }
-        tq[e] = v;
+        hx[e] = v;
     }
+#if K_Q8
+    // Each row's query rotated as the keys are and quantized (its quants kept as f32 integers).
+    q8_prepare(p.rots & 0xffffu, p.k_rot_scale, BQ * hd, lid, 64u);
+    for (var e = lid; e < BQ * hd; e += 64u) {
+        hx[e] = round(hx[e] * q8_id[e / 32u]);
+    }
+#endif
     let first = p.start_pos + i0;
     var kbeg = 0u;
     if (p.window > 0u && first + 1u > p.window) {
@@ -245,11 +183,39 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         let e1 = min(t0 + c + 16u, kend - 1u) * p.kv_stride + ko;
         let e2 = min(t0 + c + 32u, kend - 1u) * p.kv_stride + ko;
         let e3 = min(t0 + c + 48u, kend - 1u) * p.kv_stride + ko;
+#if K_Q8
+        // Block by block: the 32 products of a block summed exactly (integers in f32), times
+        // the key's scale and each row's.
+        let nb = hd / 32u;
+        for (var b = 0u; b < nb; b++) {
+            var i0 = vec4<f32>(0.0);
+            var i1 = vec4<f32>(0.0);
+            var i2 = vec4<f32>(0.0);
+            var i3 = vec4<f32>(0.0);
+            for (var w = 8u * b; w < 8u * b + 8u; w++) {
+                let k0 = vec4<f32>(unpack4xI8(kc[e0 / 4u + w]));
+                let k1 = vec4<f32>(unpack4xI8(kc[e1 / 4u + w]));
+                let k2 = vec4<f32>(unpack4xI8(kc[e2 / 4u + w]));
+                let k3 = vec4<f32>(unpack4xI8(kc[e3 / 4u + w]));
+                for (var x = 0u; x < 4u; x++) {
+                    let qv = q4(r0, 4u * w + x);
+                    i0 += qv * k0[x];
+                    i1 += qv * k1[x];
+                    i2 += qv * k2[x];
+                    i3 += qv * k3[x];
+                }
+            }
+            let dq = vec4<f32>(q8_d[r0 * nb + b], q8_d[(r0 + 1u) * nb + b],
+                               q8_d[(r0 + 2u) * nb + b], q8_d[(r0 + 3u) * nb + b]);
+            s0 += k_scale(e0 / 32u + b) * dq * i0;
+            s1 += k_scale(e1 / 32u + b) * dq * i1;
+            s2 += k_scale(e2 / 32u + b) * dq * i2;
+            s3 += k_scale(e3 / 32u + b) * dq * i3;
+        }
+#else
         for (var d = 0u; d < hd; d += 2u) {
-            let qx = vec4<f32>(tq[r0 * hd + d], tq[(r0 + 1u) * hd + d],
-                               tq[(r0 + 2u) * hd + d], tq[(r0 + 3u) * hd + d]);
-            let qy = vec4<f32>(tq[r0 * hd + d + 1u], tq[(r0 + 1u) * hd + d + 1u],
-                               tq[(r0 + 2u) * hd + d + 1u], tq[(r0 + 3u) * hd + d + 1u]);
+            let qx = q4(r0, d);
+            let qy = q4(r0, d + 1u);
             let k0 = k_pair(e0 + d);
             let k1 = k_pair(e1 + d);
             let k2 = k_pair(e2 + d);
@@ -259,6 +225,7 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
             s2 += qx * k2.x + qy * k2.y;
             s3 += qx * k3.x + qy * k3.y;
         }
+#endif
         for (var u = 0u; u < 4u; u++) {
             var sv = s0;
             if (u == 1u) {
@@ -340,6 +307,24 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
         tl[mr] = l_run;
     }
     workgroupBarrier();
+#if V_Q8
+    // The sums are in the values' rotated basis: normalized into hx, rotated back, written.
+    for (var rr = 0u; rr < 4u; rr++) {
+        let r = r0 + rr;
+        let o = r * hd + 2u * c;
+        let inv = select(0.0, 1.0 / tl[r], r < nrows);
+        for (var t = 0u; t < 8u; t++) {
+            if (32u * t < hd) {
+                hx[o + 32u * t] = acc_a[t][rr] * inv;
+                hx[o + 32u * t + 1u] = acc_b[t][rr] * inv;
+            }
+        }
+    }
+    hadamard(p.rots >> 16u, p.v_rot_scale, BQ * hd, lid, 64u);
+    for (var e = lid; e < nrows * hd; e += 64u) {
+        out[(i0 + e / hd) * p.q_stride + h * hd + e % hd] = hx[e];
+    }
+#else
     for (var rr = 0u; rr < 4u; rr++) {
         let r = r0 + rr;
         if (r < nrows) {
@@ -353,4 +338,313 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
             }
         }
     }
+#endif
 }
+#else
+// Decode (and prefill where the tiled kernel cannot run), GQA-folded: one workgroup of 64 per
+// (KV head, query row, split) for up to GMAX of the KV head's query heads (a larger group takes
+// several workgroups), so each key and value row is read once for all of them, as llama.cpp's
+// Vulkan flash attention does for decode. Keys in tiles of 64, 8 at a time: 8 lanes per key, lane
+// l reading words l, l + 8, … of the key row (consecutive lanes, consecutive words), its partial
+// q·k for every head summed over the 8 lanes (subgroup shuffles with `SG_LANES`, else workgroup
+// memory); an online softmax per head, 8 invocations per head over the tile; then each invocation
+// accumulates dimensions lid, lid + 64, … of every head over the tile's values (consecutive lanes,
+// consecutive values).
+const GMAX: u32 = 8u;
+const TILE: u32 = 64u;
+
+// [heads][head_dim]: the queries; then, for q8_0 values, the output being rotated back.
+var<workgroup> hx: array<f32, 2048>;
+var<workgroup> ss: array<f32, 512>;   // [heads][TILE]: scores, then probabilities
+var<workgroup> talpha: array<f32, 8>; // per head: this tile's rescaling of the sums so far
+var<workgroup> tm: array<f32, 8>;     // per head, at the end: the maximum score and the weight sum
+var<workgroup> tl: array<f32, 8>;
+#if K_Q8 || V_Q8
+var<workgroup> q8_d: array<f32, 64>;
+var<workgroup> q8_id: array<f32, 64>;
+#endif
+#if K_Q8
+// [heads][head_dim / 4]: the queries' quants, packed as the cache's.
+var<workgroup> qw: array<u32, 512>;
+#endif
+
+#if SG_LANES
+// The sum (maximum) of x over the 8 invocations whose subgroup-based index differs from this
+// one's in the low three bits; each gets the same result.
+fn lanes_sum(x: f32) -> f32 {
+    let a = x + subgroupShuffleXor(x, 1u);
+    let b = a + subgroupShuffleXor(a, 2u);
+    return b + subgroupShuffleXor(b, 4u);
+}
+
+fn lanes_max(x: f32) -> f32 {
+    let a = max(x, subgroupShuffleXor(x, 1u));
+    let b = max(a, subgroupShuffleXor(a, 2u));
+    return max(b, subgroupShuffleXor(b, 4u));
+}
+#else
+// Partial dot products (or a softmax's maxima and sums) of 8 lanes, summed in workgroup memory.
+var<workgroup> lanes: array<f32, 512>;
+#endif
+
+// Lane l8's share of q_h · k for the first nh heads of the workgroup (words l8, l8 + 8, … of the
+// key row at cache value e).
+fn k_partial(e: u32, l8: u32, nh: u32) -> array<f32, 8> {
+    var part: array<f32, 8>;
+    let hd = p.head_dim;
+#if K_Q8
+    for (var w = l8; w < hd / 4u; w += 8u) {
+        let kw = kc[e / 4u + w];
+        let dk = k_scale(e / 32u + w / 8u);
+        for (var qh = 0u; qh < GMAX; qh++) {
+            if (qh < nh) {
+                let dq = q8_d[qh * hd / 32u + w / 8u];
+                part[qh] += dk * dq * f32(dot4I8Packed(kw, qw[qh * hd / 4u + w]));
+            }
+        }
+    }
+#else
+#if K_F16
+    for (var w = l8; w < hd / 2u; w += 8u) {
+        let k = unpack2x16float(kc[e / 2u + w]);
+        for (var qh = 0u; qh < GMAX; qh++) {
+            if (qh < nh) {
+                part[qh] += hx[qh * hd + 2u * w] * k.x + hx[qh * hd + 2u * w + 1u] * k.y;
+            }
+        }
+    }
+#else
+    for (var w = l8; w < hd; w += 8u) {
+        let k = kc[e + w];
+        for (var qh = 0u; qh < GMAX; qh++) {
+            if (qh < nh) {
+                part[qh] += hx[qh * hd + w] * k;
+            }
+        }
+    }
+#endif
+#endif
+    return part;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
+    {{SG_LOCALS}}
+#if SG_LANES
+    // Lanes are grouped by subgroup invocation, so that shuffles stay within a key's 8.
+    let v = sg_id * sg_size + sg_lane;
+#else
+    let v = lid;
+#endif
+    let ks = v / 8u;  // scores: the key slot (of 8); softmax: the head
+    let l8 = v % 8u;  // the lane within it
+    let chunks = (p.group + GMAX - 1u) / GMAX;
+    let kvh = wid.x / chunks;
+    let c0 = (wid.x % chunks) * GMAX;
+    let nh = min(GMAX, p.group - c0);
+    let h0 = kvh * p.group + c0;
+    let i = wid.y;
+    let s = wid.z;
+    let hd = p.head_dim;
+    let pos = p.start_pos + i;
+    var lo = 0u;
+    if (p.window > 0u && pos + 1u > p.window) {
+        lo = pos + 1u - p.window;
+    }
+    let kbeg = lo + s * p.chunk;
+    let kend = min(kbeg + p.chunk, pos + 1u);
+    // The group's heads are consecutive in the query row.
+    let qo = i * p.q_stride + h0 * hd;
+    for (var e = lid; e < nh * hd; e += 64u) {
+#if K_F16
+        hx[e] = round_f16(q[qo + e]);
+#else
+        hx[e] = q[qo + e];
+#endif
+    }
+#if K_Q8
+    q8_prepare(p.rots & 0xffffu, p.k_rot_scale, nh * hd, lid, 64u);
+    for (var w = lid; w < nh * hd / 4u; w += 64u) {
+        qw[w] = q8_word(w);
+    }
+#endif
+    workgroupBarrier();
+
+    // The softmax of head ks, kept alike by its 8 invocations.
+    var m_run = NEG;
+    var l_run = 0.0;
+    // [head][r]: dimension lid + 64 r of each head's weighted sum of values.
+    var acc: array<f32, 32>;
+    let ko = kvh * hd;
+    for (var t0 = kbeg; t0 < kend; t0 += TILE) {
+        for (var kp = 0u; kp < TILE / 8u; kp++) {
+            let jt = kp * 8u + ks;
+            let j = t0 + jt;
+            var pd: array<f32, 8>;
+            if (j < kend) {
+                pd = k_partial(j * p.kv_stride + ko, l8, nh);
+            }
+#if SG_LANES
+            for (var qh = 0u; qh < nh; qh++) {
+                let d = lanes_sum(pd[qh]);
+                if (qh == l8) {
+                    ss[qh * TILE + jt] = select(NEG, d * p.scale, j < kend);
+                }
+            }
+#else
+            for (var qh = 0u; qh < GMAX; qh++) {
+                lanes[(ks * 8u + qh) * 8u + l8] = pd[qh];
+            }
+            workgroupBarrier();
+            // Now key slot ks, head l8.
+            var d = 0.0;
+            for (var x = 0u; x < 8u; x++) {
+                d += lanes[(ks * 8u + l8) * 8u + x];
+            }
+            if (l8 < nh) {
+                ss[l8 * TILE + jt] = select(NEG, d * p.scale, j < kend);
+            }
+            workgroupBarrier();
+#endif
+        }
+        workgroupBarrier();
+
+        // Softmax: head ks, keys l8, l8 + 8, … of the tile.
+        var mx = NEG;
+        if (ks < nh) {
+            for (var x = 0u; x < TILE; x += 8u) {
+                mx = max(mx, ss[ks * TILE + l8 + x]);
+            }
+        }
+#if SG_LANES
+        mx = lanes_max(mx);
+#else
+        lanes[v] = mx;
+        workgroupBarrier();
+        for (var x = 0u; x < 8u; x++) {
+            mx = max(mx, lanes[ks * 8u + x]);
+        }
+#endif
+        let m_new = max(m_run, mx);
+        var ps = 0.0;
+        if (ks < nh) {
+            for (var x = 0u; x < TILE; x += 8u) {
+                let at = ks * TILE + l8 + x;
+                let pj = exp(ss[at] - m_new);
+                ss[at] = pj;
+                ps += pj;
+            }
+        }
+#if SG_LANES
+        ps = lanes_sum(ps);
+#else
+        lanes[64u + v] = ps;
+        workgroupBarrier();
+        ps = 0.0;
+        for (var x = 0u; x < 8u; x++) {
+            ps += lanes[64u + ks * 8u + x];
+        }
+#endif
+        let alpha = exp(m_run - m_new);
+        l_run = l_run * alpha + ps;
+        m_run = m_new;
+        if (l8 == 0u && ks < nh) {
+            talpha[ks] = alpha;
+        }
+        workgroupBarrier();
+
+        let cnt = min(TILE, kend - t0);
+        for (var r = 0u; r < 4u; r++) {
+            let d = lid + r * 64u;
+            if (d < hd) {
+                for (var qh = 0u; qh < GMAX; qh++) {
+                    if (qh < nh) {
+                        acc[qh * 4u + r] *= talpha[qh];
+                    }
+                }
+                for (var jj = 0u; jj < cnt; jj++) {
+                    let x = v_at((t0 + jj) * p.kv_stride + ko + d);
+                    for (var qh = 0u; qh < GMAX; qh++) {
+                        if (qh < nh) {
+                            acc[qh * 4u + r] += ss[qh * TILE + jj] * x;
+                        }
+                    }
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+
+#if V_Q8
+    // The sums are in the values' rotated basis: rotate them back (a linear map, so a split's
+    // part may be rotated before the reduce).
+    for (var qh = 0u; qh < nh; qh++) {
+        for (var r = 0u; r < 4u; r++) {
+            let d = lid + r * 64u;
+            if (d < hd) {
+                hx[qh * hd + d] = acc[qh * 4u + r];
+            }
+        }
+    }
+    hadamard(p.rots >> 16u, p.v_rot_scale, nh * hd, lid, 64u);
+    for (var qh = 0u; qh < nh; qh++) {
+        for (var r = 0u; r < 4u; r++) {
+            let d = lid + r * 64u;
+            if (d < hd) {
+                acc[qh * 4u + r] = hx[qh * hd + d];
+            }
+        }
+    }
+#endif
+    if (l8 == 0u && ks < nh) {
+        tm[ks] = m_run;
+        tl[ks] = l_run;
+    }
+    workgroupBarrier();
+
+    for (var qh = 0u; qh < nh; qh++) {
+        let po = ((i * p.n_heads + h0 + qh) * p.splits + s) * (hd + 2u);
+        if (p.splits > 1u && lid == 0u) {
+            part[po] = tm[qh];
+            part[po + 1u] = tl[qh];
+        }
+        for (var r = 0u; r < 4u; r++) {
+            let d = lid + r * 64u;
+            if (d < hd) {
+                if (p.splits == 1u) {
+                    out[qo + qh * hd + d] = acc[qh * 4u + r] / tl[qh];
+                } else {
+                    part[po + 2u + d] = acc[qh * 4u + r];
+                }
+            }
+        }
+    }
+}
+
+// Combine the splits of each (head, query row): rescale each by e^(m_s − m) and normalize.
+@compute @workgroup_size(64)
+fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let h = wid.x;
+    let i = wid.y;
+    let hd = p.head_dim;
+    let base = (i * p.n_heads + h) * p.splits * (hd + 2u);
+    var mx = NEG;
+    for (var s = 0u; s < p.splits; s++) {
+        mx = max(mx, part[base + s * (hd + 2u)]);
+    }
+    var l = 0.0;
+    for (var s = 0u; s < p.splits; s++) {
+        let po = base + s * (hd + 2u);
+        l += part[po + 1u] * exp(part[po] - mx);
+    }
+    let qo = i * p.q_stride + h * hd;
+    for (var d = lid; d < hd; d += 64u) {
+        var a = 0.0;
+        for (var s = 0u; s < p.splits; s++) {
+            let po = base + s * (hd + 2u);
+            a += part[po + 2u + d] * exp(part[po] - mx);
+        }
+        out[qo + d] = a / l;
+    }
+}
+#endif

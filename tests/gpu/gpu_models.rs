@@ -1,12 +1,13 @@
 //! Whole models on the GPU backend: llama.cpp's teacher-forced goldens by the golden README's
 //! rules (the tiny F32 models in GGUF and Hugging Face layouts with f16 and f32 KV caches; each
 //! real model on its first prompts, and the long prompt that reaches past Gemma 3's sliding window;
-//! on request, every real model with every prompt), and the seeds' session properties. Skips
+//! a q8_0 cache against llama.cpp's q8_0-cache goldens; on request, every real model with every
+//! prompt), and the seeds' session properties. Skips
 //! without a GPU adapter unless KILN_REQUIRE_GPU=1.
 
 use crate::common;
 
-use common::golden_run::{EXACT_F32, QUANTIZED, argmax, check_model, check_model_with};
+use common::golden_run::{EXACT_F32, QUANTIZED, argmax, check_model_with};
 use common::gpu::{gpu, gpu_kernel_variants};
 use kiln::backend::wgpu::WgpuBackend;
 use kiln::backend::{CacheType, CoreOps};
@@ -45,10 +46,17 @@ fn tiny_models_match_llama_cpp_on_the_gpu() {
 /// A real model against llama.cpp's goldens on the GPU, over the first `prompts` prompts of the
 /// golden file (lavapipe is slow; the rule is the same).
 fn real(golden_file: &str, index: usize, prompts: usize) {
-    real_on(gpu(), golden_file, index, prompts);
+    real_on(gpu(), golden_file, index, prompts, KvCacheTypes::default());
 }
 
-fn real_on(g: Option<WgpuBackend>, golden_file: &str, index: usize, prompts: usize) {
+/// `real` on the backend `g`, with a KV cache of the given types.
+fn real_on(
+    g: Option<WgpuBackend>,
+    golden_file: &str,
+    index: usize,
+    prompts: usize,
+    cache: KvCacheTypes,
+) {
     let Some(g) = g else { return };
     let name = common::REAL_MODELS[index];
     let mf = ModelFile::open(&common::real_model(name)).unwrap();
@@ -57,8 +65,11 @@ fn real_on(g: Option<WgpuBackend>, golden_file: &str, index: usize, prompts: usi
     if let Some(cases) = entry["greedy"].as_array_mut() {
         cases.truncate(prompts);
     }
-    let report = check_model(&model, &entry, &QUANTIZED);
-    let what = format!("{golden_file} {name} on the GPU");
+    let report = check_model_with(&model, &entry, &QUANTIZED, cache);
+    let what = format!(
+        "{golden_file} {name} on the GPU (cache {}/{})",
+        cache.k, cache.v
+    );
     eprintln!("{}", report.summary(&what));
     report.assert_all(&what);
 }
@@ -77,6 +88,7 @@ fn smollm2_with_hardware_kernels_matches_llama_cpp() {
         "llama-cpp.json",
         0,
         1,
+        KvCacheTypes::default(),
     );
 }
 
@@ -98,12 +110,27 @@ fn gemma3_long_prompt_matches_llama_cpp_on_the_gpu() {
     real("llama-cpp-long.json", 2, 1);
 }
 
+const Q8_0_CACHE: KvCacheTypes = KvCacheTypes {
+    k: CacheType::Q8_0,
+    v: CacheType::Q8_0,
+};
+
+/// A q8_0 KV cache on the GPU against llama.cpp with the same cache (the goldens the CPU's q8_0
+/// cache meets, tests/golden/golden_real.rs), by the same rule: SmolLM2 (keys and values
+/// rotated in runs of 64), and Gemma 3 (keys in runs of 256, local and global layers).
+#[test]
+fn q8_0_cache_matches_llama_cpp_on_the_gpu() {
+    real_on(gpu(), "llama-cpp-kv-q8_0.json", 0, 2, Q8_0_CACHE);
+    real_on(gpu(), "llama-cpp-kv-q8_0.json", 2, 1, Q8_0_CACHE);
+}
+
 #[test]
 #[ignore = "slow on a software adapter: run with --ignored on a GPU"]
 fn every_real_model_matches_llama_cpp_on_the_gpu() {
     for index in 0..3 {
         real("llama-cpp.json", index, 5);
         real("llama-cpp-long.json", index, 1);
+        real_on(gpu(), "llama-cpp-kv-q8_0.json", index, 6, Q8_0_CACHE);
     }
 }
 

@@ -8,7 +8,7 @@ use crate::common;
 
 use common::gpu::{gpu, gpu_kernel_variants, gpu_with};
 use half::{bf16, f16};
-use kiln::backend::cpu::CpuBackend;
+use kiln::backend::cpu::{CpuBackend, CpuCache};
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
 use kiln::backend::{
     AttentionParams, Backend, CacheType, CoreOps, DeltaNetParams, ExpertMatmulParams,
@@ -423,15 +423,30 @@ struct AttnCase {
     rows: usize,
     head_dim: usize,
     window: Option<usize>,
+    /// Query heads and KV heads.
+    heads: (usize, usize),
+}
+
+/// Key and value caches of `len` values, stored in the rotations models use for heads of
+/// `head_dim` (none for f32 and f16).
+fn caches<B: Backend>(
+    b: &B,
+    len: usize,
+    (k, v): (CacheType, CacheType),
+    head_dim: usize,
+) -> (B::Cache, B::Cache) {
+    (
+        b.cache(len, k, k.key_rotation(head_dim)).unwrap(),
+        b.cache(len, v, v.value_rotation(head_dim)).unwrap(),
+    )
 }
 
 /// Fill K and V caches with random rows for positions 0..start_pos + rows, then attend.
 fn attention<B: Backend>(b: &B, c: &AttnCase, rng: &mut Rng) -> Vec<f32> {
-    let (n_heads, n_kv) = (4, 2);
+    let (n_heads, n_kv) = c.heads;
     let kv_width = n_kv * c.head_dim;
     let ctx = c.start_pos + c.rows + 3;
-    let mut kc = b.cache(ctx * kv_width, c.k, 1).unwrap();
-    let mut vc = b.cache(ctx * kv_width, c.v, 1).unwrap();
+    let (mut kc, mut vc) = caches(b, ctx * kv_width, (c.k, c.v), c.head_dim);
     let total = c.start_pos + c.rows;
     let k = upload(b, &rng.vec(total * kv_width, 1.0));
     let v = upload(b, &rng.vec(total * kv_width, 1.0));
@@ -454,18 +469,22 @@ fn attention<B: Backend>(b: &B, c: &AttnCase, rng: &mut Rng) -> Vec<f32> {
 }
 
 fn compare_attention(g: &WgpuBackend, cases: &[AttnCase]) {
+    compare_attention_within(g, cases, MATMUL_NMSE);
+}
+
+fn compare_attention_within(g: &WgpuBackend, cases: &[AttnCase], limit: f64) {
     let c = cpu();
     for (i, case) in cases.iter().enumerate() {
         let seed = 1000 + i as u64;
         let what = format!(
-            "attention k {} v {} pos {} rows {} head_dim {} window {:?}",
-            case.k, case.v, case.start_pos, case.rows, case.head_dim, case.window
+            "attention k {} v {} pos {} rows {} head_dim {} window {:?} heads {:?}",
+            case.k, case.v, case.start_pos, case.rows, case.head_dim, case.window, case.heads
         );
         check(
             &what,
             &attention(&c, case, &mut Rng(seed)),
             &attention(g, case, &mut Rng(seed)),
-            MATMUL_NMSE,
+            limit,
         );
     }
 }
@@ -479,6 +498,7 @@ fn attention_cases() -> Vec<AttnCase> {
         rows,
         head_dim,
         window,
+        heads: (4, 2),
     };
     vec![
         // Prefill (tiled over keys), every cache-type pair.
@@ -499,6 +519,65 @@ fn attention_cases() -> Vec<AttnCase> {
     ]
 }
 
+/// The q8_0 cache, alone and beside f16 and f32: keys rotated in runs of 64, 128 and 256 (the
+/// largest power of two dividing the head), values in runs of 64, none for heads of 32 or 96;
+/// decode split and reduced, the tiled prefill, windows.
+fn q8_0_attention_cases() -> Vec<AttnCase> {
+    use CacheType::{F16, F32, Q8_0};
+    let case = |k, v, start_pos, rows, head_dim, window| AttnCase {
+        k,
+        v,
+        start_pos,
+        rows,
+        head_dim,
+        window,
+        heads: (4, 2),
+    };
+    vec![
+        case(Q8_0, Q8_0, 300, 1, 64, None),
+        case(Q8_0, Q8_0, 200, 1, 256, None),
+        case(Q8_0, Q8_0, 130, 1, 128, Some(100)),
+        case(Q8_0, F16, 90, 1, 64, None),
+        case(F16, Q8_0, 90, 1, 64, None),
+        case(Q8_0, F32, 5, 1, 32, None),
+        case(F32, Q8_0, 5, 1, 96, None),
+        case(Q8_0, Q8_0, 0, 9, 64, None),
+        case(Q8_0, Q8_0, 40, 70, 256, None),
+        case(Q8_0, F16, 100, 50, 128, Some(70)),
+        case(F16, Q8_0, 2, 20, 96, None),
+        case(Q8_0, Q8_0, 70, 6, 32, Some(3)),
+    ]
+}
+
+/// The GQA-folded kernel (a workgroup per KV head for up to 8 of its query heads): one query head
+/// per KV head, 3:1 (SmolLM2), 7:1 (Qwen2.5), 8:1 and the 12:1 and 16:1 groups that take two
+/// workgroups; decode over long contexts (up to 16 splits, the last tile of each partial) and
+/// windows; prefill rows where the tiled kernel does not apply (heads not a multiple of 32).
+fn gqa_attention_cases() -> Vec<AttnCase> {
+    use CacheType::{F16, F32, Q8_0};
+    let case = |(k, v), heads, start_pos, rows, head_dim, window| AttnCase {
+        k,
+        v,
+        start_pos,
+        rows,
+        head_dim,
+        window,
+        heads,
+    };
+    vec![
+        case((F32, F32), (1, 1), 50, 1, 64, None),
+        case((F16, F16), (4, 4), 300, 1, 128, None),
+        case((F16, F16), (9, 3), 260, 1, 64, None),
+        case((F16, F32), (8, 1), 700, 1, 64, Some(500)),
+        case((Q8_0, Q8_0), (14, 2), 1000, 1, 64, None),
+        case((F16, F16), (16, 1), 2100, 1, 64, None),
+        case((Q8_0, F16), (12, 4), 129, 1, 256, None),
+        case((F16, Q8_0), (24, 2), 400, 1, 96, None),
+        case((F32, F32), (16, 2), 3, 5, 48, None),
+        case((F16, F32), (6, 2), 9, 7, 24, Some(4)),
+    ]
+}
+
 /// A context shift on random caches (`total` rows; drop `keep..keep + discard`, move the rest
 /// down, re-rotate their keys back by `discard` positions), then one decode step of attention over
 /// what is left: it reads every moved key and value.
@@ -513,8 +592,7 @@ fn shifted_attention<B: Backend>(
     let (total, keep, discard) = (300, 5, 147);
     let moved = total - keep - discard;
     let kv_width = n_kv * head_dim;
-    let mut kc = b.cache(total * kv_width, ty, 1).unwrap();
-    let mut vc = b.cache(total * kv_width, ty, 1).unwrap();
+    let (mut kc, mut vc) = caches(b, total * kv_width, (ty, ty), head_dim);
     b.store_rows(
         &upload(b, &rng.vec(total * kv_width, 1.0)),
         &mut kc,
@@ -571,8 +649,7 @@ fn rope_store_attention<B: Backend>(
 ) -> (Vec<f32>, Vec<f32>) {
     let (n_heads, n_kv, start, rows) = (4, 2, 3, 5);
     let kv_width = n_kv * head_dim;
-    let mut kc = b.cache(16 * kv_width, k_ty, 1).unwrap();
-    let mut vc = b.cache(16 * kv_width, v_ty, 1).unwrap();
+    let (mut kc, mut vc) = caches(b, 16 * kv_width, (k_ty, v_ty), head_dim);
     for cache in [&mut kc, &mut vc] {
         let earlier = upload(b, &rng.vec(start * kv_width, 1.0));
         b.store_rows(&earlier, cache, 0, start, kv_width);
@@ -615,7 +692,7 @@ fn rope_store_attention<B: Backend>(
 }
 
 /// The fused RoPE and KV append leaves the queries and caches as the CPU's separate ops do, for
-/// f32 and f16 caches (mixed too), both pair layouts, full and partial rotation.
+/// f32, f16 and q8_0 caches (mixed too), both pair layouts, full and partial rotation.
 #[test]
 fn rope_and_kv_append_match_the_cpu() {
     let Some(g) = gpu() else { return };
@@ -624,6 +701,9 @@ fn rope_and_kv_append_match_the_cpu() {
         (CacheType::F32, CacheType::F32),
         (CacheType::F16, CacheType::F16),
         (CacheType::F16, CacheType::F32),
+        (CacheType::Q8_0, CacheType::Q8_0),
+        (CacheType::Q8_0, CacheType::F16),
+        (CacheType::F32, CacheType::Q8_0),
     ];
     for (k_ty, v_ty) in types {
         for layout in [RopeLayout::Neox, RopeLayout::Interleaved] {
@@ -643,14 +723,20 @@ fn rope_and_kv_append_match_the_cpu() {
 }
 
 /// The context-shift ops (`move_cache_rows`, `rope_cache`) on the GPU leave the caches as the
-/// CPU's do (the CPU's are checked against keys rotated afresh in tests/context_shift.rs).
+/// CPU's do (the CPU's are checked against keys rotated afresh in tests/context_shift.rs); a q8_0
+/// cache's keys are expanded, rotated back from the Hadamard rotation, RoPE'd and stored again.
 #[test]
 fn context_shift_ops_match_the_cpu() {
     let Some(g) = gpu() else { return };
     let c = cpu();
-    for ty in [CacheType::F32, CacheType::F16] {
+    for ty in [CacheType::F32, CacheType::F16, CacheType::Q8_0] {
         for layout in [RopeLayout::Neox, RopeLayout::Interleaved] {
-            for head_dim in [64, 8] {
+            let dims: &[usize] = if ty == CacheType::Q8_0 {
+                &[64, 128, 96]
+            } else {
+                &[64, 8]
+            };
+            for &head_dim in dims {
                 let what =
                     format!("shifted attention, {ty} cache, {layout:?}, heads of {head_dim}");
                 let seed = 77 + head_dim as u64;
@@ -665,16 +751,118 @@ fn context_shift_ops_match_the_cpu() {
     }
 }
 
-/// The GPU backend refuses a q8_0 cache with a clear error.
-#[test]
-fn a_q8_0_cache_is_refused_on_the_gpu() {
-    let Some(g) = gpu() else { return };
-    let e = g.cache(64 * 32, CacheType::Q8_0, 1).err().expect("refused");
-    assert!(
-        e.to_string()
-            .contains("q8_0 KV cache is not supported by the GPU backend"),
-        "{e}"
+/// The bytes of a cache in GGML's layout, on either backend.
+fn cpu_cache_bytes(c: &CpuCache) -> Vec<u8> {
+    match c {
+        CpuCache::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        CpuCache::F16(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        CpuCache::Q8_0 { blocks, .. } => blocks.clone(),
+    }
+}
+
+/// Rows that exercise a Q8_0 block's rounding: ties (with amax 127 the quants are the values, so
+/// x.5 rounds to even), a scale halfway between two f16 values (amax/127 = 1 + 2⁻¹¹: to even,
+/// 1.0), an all-zero block, a scale in f16's subnormals (71 units of 2⁻²⁴) and one past its range (infinity).
+fn q8_0_rounding_rows(width: usize) -> Vec<f32> {
+    let ties = [
+        127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.5, -3.5, 126.5, -126.5,
+    ];
+    let mut blocks: Vec<Vec<f32>> = Vec::new();
+    blocks.push(
+        (0..32)
+            .map(|i| ties.get(i).copied().unwrap_or(i as f32 - 16.5))
+            .collect(),
     );
+    blocks.push(
+        (0..32)
+            .map(|i| if i == 5 { -127.06201 } else { i as f32 })
+            .collect(),
+    );
+    blocks.push(vec![0.0; 32]);
+    blocks.push((0..32).map(|i| (i as f32 - 13.0) * 3e-5).collect());
+    blocks.push((0..32).map(|i| (i as f32 - 3.0) * 4e5).collect());
+    blocks.push(
+        (0..32)
+            .map(|i| if i % 2 == 0 { 1e-3 } else { -1e-3 })
+            .collect(),
+    );
+    let mut rows: Vec<f32> = blocks.concat();
+    rows.resize(rows.len().next_multiple_of(width), 0.25);
+    rows
+}
+
+/// A q8_0 cache on the GPU holds exactly the CPU's blocks: each run of `rotation` values
+/// Hadamard-rotated, then quantized as llama.cpp's quantize_row_q8_0 (round half to even, the
+/// scale f16(amax / 127) rounded to nearest even). Stores over rows that start and end inside a
+/// 256-value span and a scale word (rows of 96 values: 3 blocks), rotations 1 to 256, crafted
+/// rounding cases; then context-shift moves, which copy blocks exactly (halves of scale words
+/// included).
+#[test]
+fn q8_0_cache_holds_the_cpus_blocks() {
+    let Some(g) = gpu() else { return };
+    let c = cpu();
+    for (width, rotation) in [
+        (96, 1),
+        (32, 1),
+        (128, 64),
+        (128, 128),
+        (512, 256),
+        (64, 64),
+    ] {
+        let rows = 23;
+        let len = rows * width;
+        let mut rng = Rng(5 + width as u64 + rotation as u64);
+        let mut kc = c.cache(len, CacheType::Q8_0, rotation).unwrap();
+        let mut kg = g.cache(len, CacheType::Q8_0, rotation).unwrap();
+        let crafted = q8_0_rounding_rows(width);
+        let stores = [
+            (0, rng.vec(3 * width, 1.0)),
+            (3, rng.vec(5 * width, 4.0)),
+            (8, crafted.clone()),
+            (8 + crafted.len() / width, rng.vec(width, 0.01)),
+        ];
+        for (row, x) in &stores {
+            let n = x.len() / width;
+            c.store_rows(&upload(&c, x), &mut kc, *row, n, width);
+            g.store_rows(&upload(&g, x), &mut kg, *row, n, width);
+        }
+        let what = format!("q8_0 store, rows of {width}, rotation {rotation}");
+        let want = cpu_cache_bytes(&kc);
+        let got = g.cache_bytes(&kg).unwrap();
+        assert_eq!(want.len(), got.len(), "{what}");
+        if let Some(i) = (0..want.len()).find(|&i| want[i] != got[i]) {
+            panic!(
+                "{what}: byte {i} (block {}, byte {}) is {} on the GPU, {} on the CPU",
+                i / 34,
+                i % 34,
+                got[i],
+                want[i]
+            );
+        }
+        // Moves down (a context shift) and up, overlapping.
+        for (src, dst, n) in [(9, 2, 12), (1, 4, 9)] {
+            c.move_cache_rows(&mut kc, src, dst, n, width);
+            g.move_cache_rows(&mut kg, src, dst, n, width);
+            assert_eq!(
+                cpu_cache_bytes(&kc),
+                g.cache_bytes(&kg).unwrap(),
+                "{what}: rows {src}.. moved to {dst}.."
+            );
+        }
+    }
+}
+
+/// A q8_0 cache needs whole blocks, and rotations the kernels take; bad ones are errors.
+#[test]
+fn bad_q8_0_caches_are_refused_on_the_gpu() {
+    let Some(g) = gpu() else { return };
+    for (len, rotation) in [(100, 1), (64 * 32, 48), (64 * 32, 512), (96, 64)] {
+        let e = g.cache(len, CacheType::Q8_0, rotation).err();
+        assert!(
+            e.is_some(),
+            "a q8_0 cache of {len} in rotations of {rotation}"
+        );
+    }
 }
 
 #[test]
@@ -689,6 +877,33 @@ fn attention_matches_the_cpu() {
     compare_attention(&g, &attention_cases());
 }
 
+#[test]
+fn gqa_attention_matches_the_cpu() {
+    let Some(g) = gpu() else { return };
+    compare_attention(&g, &gqa_attention_cases());
+}
+
+#[test]
+fn q8_0_attention_matches_the_cpu() {
+    let Some(g) = gpu() else { return };
+    compare_attention(&g, &q8_0_attention_cases());
+}
+
+/// Far inside the limit above: the GPU's q8_0 attention takes the CPU's arithmetic (the query
+/// rotated and quantized to 8 bits, integer block dot products, the values expanded and the
+/// output rotated back), so where no f16 rounding enters (the GPU does not round probabilities
+/// to f16 for an f16 value cache) the two agree to float rounding, about 1e-13 on lavapipe. An
+/// unquantized query, say, is 1e-5 away: within 5e-4, but not here.
+#[test]
+fn q8_0_attention_takes_the_cpus_arithmetic() {
+    let Some(g) = gpu() else { return };
+    let cases: Vec<AttnCase> = q8_0_attention_cases()
+        .into_iter()
+        .filter(|c| c.k != CacheType::F16 && c.v != CacheType::F16)
+        .collect();
+    compare_attention_within(&g, &cases, 1e-9);
+}
+
 /// The workgroup-memory reductions, which adapters without subgroup operations run.
 #[test]
 fn reductions_without_subgroups_match_the_cpu() {
@@ -699,6 +914,8 @@ fn reductions_without_subgroups_match_the_cpu() {
     let Some(g) = gpu_with(options) else { return };
     compare_elementwise(&g);
     compare_attention(&g, &attention_cases()[4..7]);
+    compare_attention(&g, &q8_0_attention_cases()[..4]);
+    compare_attention(&g, &gqa_attention_cases());
     let mut rng = Rng(11);
     let w = random_weight(GgmlType::Q6_K, 67, 512, &mut rng);
     for n in [1, 2] {

@@ -1,14 +1,18 @@
 //! Attention on the GPU (shaders/attention.wgsl): the tiled prefill kernel, 16 query rows per
-//! workgroup, where the adapter has the workgroup memory; otherwise a workgroup per (head, row),
-//! and for one decode row the key range split across workgroups and reduced after.
+//! workgroup, where the adapter has the workgroup memory; otherwise the GQA-folded kernel, a
+//! workgroup per (KV head, row) for up to 8 of its query heads (each key and value row read once
+//! for them), and for one decode row the key range split across workgroups and reduced after.
+//! Every pair of cache types (f32, f16, q8_0) has its variant.
 
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuCache, bind};
 use super::pipelines as kernels;
-use crate::backend::AttentionParams;
+use crate::backend::{AttentionParams, CacheType};
 
 /// The widest attention head the kernel takes (4 values per invocation of 64).
 const MAX_HEAD_DIM: usize = 256;
+/// Query heads per workgroup of the GQA-folded attention (attention.wgsl `GMAX`).
+const GROUP_MAX: usize = 8;
 
 /// Query rows per workgroup of the tiled prefill attention.
 const PREFILL_ATTENTION_ROWS: usize = 16;
@@ -17,13 +21,26 @@ const PREFILL_ATTENTION_ROWS: usize = 16;
 const PREFILL_ATTENTION_SHARED: u32 = 24 << 10;
 
 impl WgpuBackend {
+    /// Whether the GQA-folded kernel sums its 8-lane partials with subgroup shuffles: subgroups
+    /// of at least 8 keep each key's lanes in one.
+    pub(super) fn attention_lanes(&self) -> bool {
+        self.gpu.caps.subgroups && self.gpu.info.subgroup_min_size >= 8
+    }
+
     /// Whether the adapter has the workgroup memory the tiled prefill attention needs.
     pub(super) fn tiled_prefill_attention(&self) -> bool {
         self.gpu.limits.max_compute_workgroup_storage_size >= PREFILL_ATTENTION_SHARED
     }
 
     /// attention.wgsl's `Params`.
-    fn attention_params(&self, p: &AttentionParams, splits: usize, chunk: usize) -> [u32; 11] {
+    fn attention_params(
+        &self,
+        p: &AttentionParams,
+        k: &GpuCache,
+        v: &GpuCache,
+        splits: usize,
+        chunk: usize,
+    ) -> [u32; 16] {
         [
             p.start_pos as u32,
             p.rows as u32,
@@ -36,6 +53,11 @@ impl WgpuBackend {
             splits as u32,
             chunk as u32,
             p.scale.to_bits(),
+            k.scales(),
+            v.scales(),
+            (k.rotation | (v.rotation << 16)) as u32,
+            k.rot_scale().to_bits(),
+            v.rot_scale().to_bits(),
         ]
     }
 
@@ -49,14 +71,31 @@ impl WgpuBackend {
         p: &AttentionParams,
     ) {
         let hd = p.head_dim;
+        if p.n_kv_heads == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
+            self.gpu.fail(format!(
+                "attention: {} query heads do not share {} KV heads evenly",
+                p.n_heads, p.n_kv_heads
+            ));
+            return;
+        }
         if hd > MAX_HEAD_DIM || !hd.is_multiple_of(2) {
             self.gpu.fail(format!(
                 "attention heads of {hd} values: the GPU kernel takes even sizes up to {MAX_HEAD_DIM}"
             ));
             return;
         }
+        // A q8_0 cache's rotation runs lie within a head.
+        for c in [k_cache, v_cache] {
+            if c.ty == CacheType::Q8_0 && !hd.is_multiple_of(c.rotation.max(32)) {
+                self.gpu.fail(format!(
+                    "attention heads of {hd} values against a q8_0 cache stored in rotations of {}",
+                    c.rotation
+                ));
+                return;
+            }
+        }
         if p.rows > 1 && hd.is_multiple_of(32) && self.tiled_prefill_attention() {
-            let params = self.attention_params(p, 1, 1 << 30);
+            let params = self.attention_params(p, k_cache, v_cache, 1, 1 << 30);
             let Some(partials) = self.scratch_buffer(|s| &mut s.partials, 1) else {
                 return;
             };
@@ -96,7 +135,7 @@ impl WgpuBackend {
         let Some(partials) = self.scratch_buffer(|s| &mut s.partials, part_len) else {
             return;
         };
-        let params = self.attention_params(p, splits, chunk);
+        let params = self.attention_params(p, k_cache, v_cache, splits, chunk);
         let buffers = [
             bind(&q.dev),
             bind(&k_cache.dev),
@@ -104,15 +143,17 @@ impl WgpuBackend {
             bind(&out.dev),
             (&partials.0, partials.1),
         ];
+        // A workgroup per (KV head, up to GROUP_MAX of its query heads).
+        let groups = p.n_kv_heads * (p.n_heads / p.n_kv_heads).div_ceil(GROUP_MAX);
         self.run(
-            &kernels::attention_kernel(k_cache.ty, v_cache.ty, false),
+            &kernels::attention_kernel(k_cache.ty, v_cache.ty, self.attention_lanes()),
             &params,
             &buffers,
-            [p.n_heads as u32, p.rows as u32, splits as u32],
+            [groups as u32, p.rows as u32, splits as u32],
         );
         if splits > 1 {
             self.run(
-                &kernels::attention_kernel(k_cache.ty, v_cache.ty, true),
+                &kernels::attention_reduce_kernel(),
                 &params,
                 &buffers,
                 [p.n_heads as u32, p.rows as u32, 1],

@@ -117,11 +117,14 @@ pub struct GpuBuffer {
     pub len: usize,
 }
 
-/// A key or value cache: f32 values, or f16 pairs packed into u32 words.
+/// A key or value cache of `len` values: f32 values, f16 pairs packed into u32 words, or q8_0
+/// quants and scales (shaders/q8.wgsl), each run of `rotation` values stored Hadamard-rotated
+/// (1: none; see `CoreOps::cache`).
 pub struct GpuCache {
     pub dev: DeviceBuf,
     pub len: usize,
     pub ty: CacheType,
+    pub rotation: usize,
 }
 
 /// Rows `first_row..first_row + rows` of a matrix, in one buffer.

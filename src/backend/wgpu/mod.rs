@@ -1,6 +1,7 @@
 //! The wgpu backend (Vulkan, Metal, DX12): the `Backend` ops as WGSL compute kernels on buffers
 //! that stay on the device. How a call becomes GPU work:
-//! 1. `ops.rs` implements each core op (with `matmul.rs` and `attention.rs` for the two largest;
+//! 1. `ops.rs` implements each core op (with `matmul.rs` and `attention.rs` for the two largest,
+//!    `cache.rs` the KV cache's;
 //!    `recurrent.rs` and `moe.rs` the ops of Qwen3.5's DeltaNet blocks and of mixture-of-experts
 //!    layers): it picks the kernel variant (`pipelines.rs`: the
 //!    shader in `shaders/`, assembled for the weight type, cache type and adapter features), packs
@@ -9,7 +10,7 @@
 //!    submitting every few dozen, and reads back only what the host asks for (the logits, or the
 //!    argmax of greedy decoding).
 //! 3. `buffers.rs` owns device memory: weights uploaded once in their GGUF block layout (split by
-//!    rows above the binding limit), f32 activations, f32 or f16 KV caches.
+//!    rows above the binding limit), f32 activations, f32, f16 or q8_0 KV caches.
 //! 4. `device.rs` lists and opens adapters and turns wgpu's asynchronous errors into a sticky
 //!    error the session reports (`Backend::take_error`).
 //!
@@ -19,6 +20,7 @@
 
 mod attention;
 mod buffers;
+mod cache;
 mod device;
 mod matmul;
 mod moe;

@@ -410,34 +410,7 @@ impl CoreOps for WgpuBackend {
     }
 
     fn cache(&self, len: usize, ty: CacheType, rotation: usize) -> Result<GpuCache> {
-        if ty == CacheType::Q8_0 {
-            return Err(Error::Unsupported(
-                "q8_0 KV cache is not supported by the GPU backend yet; use -ctk f16 or \
-                 --backend cpu"
-                    .into(),
-            ));
-        }
-        // Only quantized types are stored rotated.
-        debug_assert_eq!(rotation, 1);
-        let dev = buffers::create(
-            &self.gpu,
-            &self.memory,
-            "the KV cache",
-            ty.row_bytes(len) as u64,
-            None,
-        )?;
-        let mut kernels = vec![
-            kernels::store_kernel(ty),
-            kernels::attention_kernel(ty, ty, false),
-            kernels::attention_kernel(ty, ty, true),
-        ];
-        if self.tiled_prefill_attention() {
-            kernels.push(kernels::attention_prefill_kernel(ty, ty));
-        }
-        for k in kernels {
-            self.pipelines.get(&self.gpu, &k, self.param_slot)?;
-        }
-        Ok(GpuCache { dev, len, ty })
+        self.new_cache(len, ty, rotation)
     }
 
     fn store_rows(
@@ -448,19 +421,7 @@ impl CoreOps for WgpuBackend {
         rows: usize,
         width: usize,
     ) {
-        let len = rows * width;
-        let threads = match dst.ty {
-            CacheType::F16 => len / 2,
-            CacheType::F32 => len,
-            // `cache` refuses it.
-            CacheType::Q8_0 => return,
-        };
-        self.run(
-            &kernels::store_kernel(dst.ty),
-            &[len as u32, (dst_row * width) as u32],
-            &[bind(&src.dev), bind(&dst.dev)],
-            grid(threads.div_ceil(256)),
-        );
+        self.store_cache_rows(src, dst, dst_row * width, rows * width);
     }
 
     fn rope_store_kv(
@@ -473,35 +434,7 @@ impl CoreOps for WgpuBackend {
         v_cache: &mut GpuCache,
         p: &KvAppend,
     ) {
-        // `cache` refuses q8_0.
-        if k_cache.ty == CacheType::Q8_0 || v_cache.ty == CacheType::Q8_0 {
-            return;
-        }
-        let kv_width = p.n_kv_heads * p.head_dim;
-        let q_pairs = p.rows * p.n_heads * p.rot_dims / 2;
-        let kv_words = p.rows * kv_width / 2;
-        self.run(
-            &kernels::rope_kv_kernel(k_cache.ty, v_cache.ty),
-            &[
-                q_pairs as u32,
-                p.n_heads as u32,
-                p.head_dim as u32,
-                p.rot_dims as u32,
-                (p.layout == RopeLayout::Neox) as u32,
-                kv_words as u32,
-                kv_width as u32,
-                (p.dst_row * kv_width) as u32,
-            ],
-            &[
-                bind(&q.dev),
-                bind(&table.dev),
-                bind(&k.dev),
-                bind(&v.dev),
-                bind(&k_cache.dev),
-                bind(&v_cache.dev),
-            ],
-            grid((q_pairs + kv_words).div_ceil(256)),
-        );
+        self.rope_append(q, k, v, table, k_cache, v_cache, p);
     }
 
     fn move_cache_rows(
@@ -512,42 +445,7 @@ impl CoreOps for WgpuBackend {
         rows: usize,
         width: usize,
     ) {
-        // Words per row: f32 values, or f16 pairs (rows are even).
-        let row_words = match cache.ty {
-            CacheType::F32 => width,
-            CacheType::F16 => width / 2,
-            CacheType::Q8_0 => return,
-        };
-        let gap = src_row.abs_diff(dst_row);
-        if gap == 0 || rows == 0 {
-            return;
-        }
-        // Overlapping ranges go in pieces of at most `gap` rows, each reading rows the ones
-        // before it have not written yet: from the front when moving down, the back when up.
-        let k = kernels::kv_move_kernel();
-        let mut done = 0;
-        while done < rows {
-            let n = gap.min(rows - done);
-            let first = if dst_row < src_row {
-                done
-            } else {
-                rows - done - n
-            };
-            let len = n * row_words;
-            self.run(
-                &k,
-                &[
-                    len as u32,
-                    ((src_row + first) * row_words) as u32,
-                    ((dst_row + first) * row_words) as u32,
-                    0,
-                    0,
-                ],
-                &[bind(&cache.dev)],
-                grid(len.div_ceil(256)),
-            );
-            done += n;
-        }
+        self.move_rows(cache, src_row, dst_row, rows, width);
     }
 
     fn rope_cache(
@@ -560,26 +458,7 @@ impl CoreOps for WgpuBackend {
         head_dim: usize,
         layout: RopeLayout,
     ) {
-        if cache.ty == CacheType::Q8_0 {
-            return;
-        }
-        let k = kernels::kv_rope_kernel(cache.ty);
-        let heads = rows * n_heads;
-        if heads == 0 {
-            return;
-        }
-        self.run(
-            &k,
-            &[
-                heads as u32,
-                (first_row * n_heads * head_dim) as u32,
-                0,
-                head_dim as u32,
-                (layout == RopeLayout::Neox) as u32,
-            ],
-            &[bind(&cache.dev), bind(&table.dev)],
-            grid(heads.div_ceil(256)),
-        );
+        self.rope_cached_keys(cache, table, first_row, rows, n_heads, head_dim, layout);
     }
 
     fn attention(

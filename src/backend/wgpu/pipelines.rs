@@ -17,9 +17,10 @@ use crate::gguf::GgmlType;
 use Access::{Read, ReadWrite};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 17] = [
+const SOURCES: [(&str, &str); 18] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
+    ("q8", include_str!("../../../shaders/q8.wgsl")),
     ("quants", include_str!("../../../shaders/quants.wgsl")),
     ("matvec", include_str!("../../../shaders/matvec.wgsl")),
     ("matmul", include_str!("../../../shaders/matmul.wgsl")),
@@ -179,10 +180,12 @@ impl Pipelines {
     }
 }
 
-fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
+/// The defines a kernel is assembled with: its own, and those every kernel shares, by whether the
+/// adapter has subgroup operations.
+fn defines(k: &Kernel, subgroups: bool) -> BTreeMap<&'static str, String> {
     let mut defines = k.defines.clone();
     defines.insert("WG", "64".into());
-    if gpu.caps.subgroups {
+    if subgroups {
         defines.insert("SUBGROUP", "1".into());
         defines.insert(
             "SG_ARGS",
@@ -198,7 +201,11 @@ fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
             "let sg_lane = 0u; let sg_id = 0u; let n_sg = 1u; let sg_size = 1u;".into(),
         );
     }
-    let source = assemble(k.file, &defines)?;
+    defines
+}
+
+fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
+    let source = assemble(k.file, &defines(k, gpu.caps.subgroups))?;
     let what = format!("the {} kernel", k.label);
     gpu.checked(&what, || {
         let desc = wgpu::ShaderModuleDescriptor {
@@ -478,52 +485,65 @@ pub fn elementwise_kernel(entry: &'static str) -> Kernel {
         .trusted()
 }
 
+/// `kernel` with the defines that select how it reads or writes a key cache of type `k` and a
+/// value cache of type `v` (`K_F16`, `K_Q8`, `V_F16`, `V_Q8`; f32 has none).
+fn with_caches(mut kernel: Kernel, k: CacheType, v: CacheType) -> Kernel {
+    for (ty, f16, q8) in [(k, "K_F16", "K_Q8"), (v, "V_F16", "V_Q8")] {
+        match ty {
+            CacheType::F32 => {}
+            CacheType::F16 => kernel = kernel.flag(f16),
+            CacheType::Q8_0 => kernel = kernel.flag(q8),
+        }
+    }
+    kernel
+}
+
 pub fn store_kernel(ty: CacheType) -> Kernel {
     let k = Kernel::new("kv_store", "kv", &[Read, ReadWrite]);
-    if ty == CacheType::F16 {
-        k.flag("F16CACHE")
-    } else {
-        k
+    match ty {
+        CacheType::F32 => k,
+        CacheType::F16 => k.flag("F16CACHE"),
+        CacheType::Q8_0 => k.flag("Q8CACHE").entry("store_q8"),
     }
 }
 
-pub fn attention_kernel(k: CacheType, v: CacheType, reduce: bool) -> Kernel {
-    let mut kernel = Kernel::new(
-        if reduce {
-            "attention_reduce"
-        } else {
-            "attention"
-        },
+/// The GQA-folded attention (attention.wgsl `main`); `lanes`: its 8-lane sums by subgroup
+/// shuffles (`SG_LANES`, for subgroups of at least 8), else in workgroup memory.
+pub fn attention_kernel(k: CacheType, v: CacheType, lanes: bool) -> Kernel {
+    let kernel = Kernel::new(
+        "attention",
         "attention",
         &[Read, Read, Read, ReadWrite, ReadWrite],
     );
-    if reduce {
-        kernel = kernel.entry("reduce");
-    }
-    if k == CacheType::F16 {
-        kernel = kernel.flag("K_F16");
-    }
-    if v == CacheType::F16 {
-        kernel = kernel.flag("V_F16");
-    }
-    kernel
+    let kernel = if lanes {
+        kernel.flag("SG_LANES")
+    } else {
+        kernel
+    };
+    with_caches(kernel, k, v)
+}
+
+/// The reduce of split decode attention (attention.wgsl `reduce`; it reads no cache, so one
+/// variant serves every cache type).
+pub fn attention_reduce_kernel() -> Kernel {
+    Kernel::new(
+        "attention_reduce",
+        "attention",
+        &[Read, Read, Read, ReadWrite, ReadWrite],
+    )
+    .entry("reduce")
 }
 
 /// The tiled prefill attention (attention.wgsl `prefill`): 16 query rows per workgroup.
 pub fn attention_prefill_kernel(k: CacheType, v: CacheType) -> Kernel {
-    let mut kernel = Kernel::new(
+    let kernel = Kernel::new(
         "attention_prefill",
         "attention",
         &[Read, Read, Read, ReadWrite, ReadWrite],
     )
-    .entry("prefill");
-    if k == CacheType::F16 {
-        kernel = kernel.flag("K_F16");
-    }
-    if v == CacheType::F16 {
-        kernel = kernel.flag("V_F16");
-    }
-    kernel
+    .entry("prefill")
+    .flag("PREFILL");
+    with_caches(kernel, k, v)
 }
 
 /// A kernel whose define and entry point share the op's name, in shader file `file`.
@@ -596,21 +616,15 @@ pub fn rope_kernel() -> Kernel {
 }
 
 /// RoPE of a step's queries and keys with the keys' and values' append to caches of types `k`
-/// and `v` (f32 or f16), in one dispatch.
+/// and `v`, in one dispatch.
 pub fn rope_kv_kernel(k: CacheType, v: CacheType) -> Kernel {
-    let mut kernel = Kernel::new(
+    let kernel = Kernel::new(
         "rope_kv",
         "rope",
         &[ReadWrite, Read, Read, Read, ReadWrite, ReadWrite],
     )
     .flag("ROPE_KV");
-    if k == CacheType::F16 {
-        kernel = kernel.flag("K_F16");
-    }
-    if v == CacheType::F16 {
-        kernel = kernel.flag("V_F16");
-    }
-    kernel
+    with_caches(kernel, k, v)
 }
 
 pub fn argmax_kernel() -> Kernel {
@@ -622,18 +636,25 @@ pub fn bandwidth_kernel() -> Kernel {
     Kernel::new("copy_bandwidth", "bench", &[ReadWrite, Read])
 }
 
-/// Cache rows moved within the cache (a context shift).
+/// Cache rows moved within the cache (a context shift): whole words.
 pub fn kv_move_kernel() -> Kernel {
     Kernel::new("kv_move", "kv_shift", &[ReadWrite]).entry("move_rows")
 }
 
+/// 16-bit halves moved within the cache (a q8_0 cache's scales, in a context shift).
+pub fn kv_move_halves_kernel() -> Kernel {
+    Kernel::new("kv_move", "kv_shift", &[ReadWrite])
+        .entry("move_halves")
+        .flag("HALVES")
+}
+
 /// Cached keys re-rotated by a position delta (a context shift).
 pub fn kv_rope_kernel(ty: CacheType) -> Kernel {
-    let k = Kernel::new("kv_rope", "kv_shift", &[ReadWrite, Read]).entry("rope_rows");
-    if ty == CacheType::F16 {
-        k.flag("F16CACHE")
-    } else {
-        k
+    let k = Kernel::new("kv_rope", "kv_shift", &[ReadWrite, Read]);
+    match ty {
+        CacheType::F32 => k.entry("rope_rows"),
+        CacheType::F16 => k.entry("rope_rows").flag("F16CACHE"),
+        CacheType::Q8_0 => k.entry("rope_q8").flag("Q8CACHE"),
     }
 }
 
@@ -679,5 +700,44 @@ mod tests {
         d.remove("Q4_K");
         d.insert("Q8_0", "1".into());
         assert!(!assemble("matvec", &d).unwrap().contains("fn scale_min_k4"));
+    }
+
+    /// Every variant of the KV-cache and attention kernels is valid WGSL (naga's parser and
+    /// validator, as wgpu runs them), with and without subgroup operations: a shader error shows
+    /// here without a GPU.
+    #[test]
+    fn cache_and_attention_kernels_validate() {
+        use wgpu::naga;
+        let mut all = Vec::new();
+        for k in CacheType::ALL {
+            all.push(store_kernel(k));
+            all.push(kv_rope_kernel(k));
+            for v in CacheType::ALL {
+                all.push(attention_kernel(k, v, false));
+                all.push(attention_kernel(k, v, true));
+                all.push(attention_reduce_kernel());
+                all.push(attention_prefill_kernel(k, v));
+                all.push(rope_kv_kernel(k, v));
+            }
+        }
+        all.extend([kv_move_kernel(), kv_move_halves_kernel(), rope_kernel()]);
+        for k in &all {
+            for subgroups in [false, true] {
+                let what = format!("{} {:?} subgroups {subgroups}", k.entry, k.defines);
+                let src = assemble(k.file, &defines(k, subgroups)).unwrap();
+                let module = naga::front::wgsl::parse_str(&src)
+                    .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&src)));
+                naga::valid::Validator::new(
+                    naga::valid::ValidationFlags::all(),
+                    naga::valid::Capabilities::all(),
+                )
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&src)));
+                assert!(
+                    module.entry_points.iter().any(|e| e.name == k.entry),
+                    "{what}: no entry point"
+                );
+            }
+        }
     }
 }
