@@ -99,8 +99,9 @@ impl WgpuBackend {
             let Some(partials) = self.scratch_buffer(|s| &mut s.partials, 1) else {
                 return;
             };
-            self.run(
-                &kernels::attention_prefill_kernel(k_cache.ty, v_cache.ty),
+            self.run_in(
+                &k_cache.kernels.attention_prefill[v_cache.ty as usize],
+                || kernels::attention_prefill_kernel(k_cache.ty, v_cache.ty),
                 &params,
                 &[
                     bind(&q.dev),
@@ -145,15 +146,17 @@ impl WgpuBackend {
         ];
         // A workgroup per (KV head, up to GROUP_MAX of its query heads).
         let groups = p.n_kv_heads * (p.n_heads / p.n_kv_heads).div_ceil(GROUP_MAX);
-        self.run(
-            &kernels::attention_kernel(k_cache.ty, v_cache.ty, self.attention_lanes()),
+        self.run_in(
+            &k_cache.kernels.attention[v_cache.ty as usize],
+            || kernels::attention_kernel(k_cache.ty, v_cache.ty, self.attention_lanes()),
             &params,
             &buffers,
             [groups as u32, p.rows as u32, splits as u32],
         );
         if splits > 1 {
-            self.run(
-                &kernels::attention_reduce_kernel(),
+            self.run_in(
+                &self.fixed.attention_reduce,
+                kernels::attention_reduce_kernel,
                 &params,
                 &buffers,
                 [p.n_heads as u32, p.rows as u32, 1],

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::device::Gpu;
-use super::pipelines::MatrixKernels;
+use super::pipelines::{CacheKernels, MatrixKernels};
 use crate::backend::CacheType;
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -125,6 +125,7 @@ pub struct GpuCache {
     pub len: usize,
     pub ty: CacheType,
     pub rotation: usize,
+    pub kernels: CacheKernels,
 }
 
 /// Rows `first_row..first_row + rows` of a matrix, in one buffer.

@@ -91,6 +91,7 @@ impl WgpuBackend {
             len,
             ty,
             rotation,
+            kernels: kernels::CacheKernels::default(),
         })
     }
 
@@ -134,8 +135,9 @@ impl WgpuBackend {
                 (params, q8_spans(start, len) * Q8_SPAN)
             }
         };
-        self.run(
-            &kernels::store_kernel(dst.ty),
+        self.run_in(
+            &dst.kernels.store,
+            || kernels::store_kernel(dst.ty),
             &params,
             &[bind(&src.dev), bind(&dst.dev)],
             grid(groups.div_ceil(256)),
@@ -173,8 +175,9 @@ impl WgpuBackend {
             };
         }
         let q_groups = q_pairs.div_ceil(256);
-        self.run(
-            &kernels::rope_kv_kernel(k_cache.ty, v_cache.ty),
+        self.run_in(
+            &k_cache.kernels.rope_kv[v_cache.ty as usize],
+            || kernels::rope_kv_kernel(k_cache.ty, v_cache.ty),
             &[
                 q_pairs as u32,
                 p.n_heads as u32,

@@ -142,6 +142,16 @@ pub struct MatrixKernels {
     pub expert: KernelSlot,
 }
 
+/// The kernels a KV cache is dispatched with, held by the cache; those that read a key and a
+/// value cache are held by the key cache, by the value cache's type.
+#[derive(Default)]
+pub struct CacheKernels {
+    pub store: KernelSlot,
+    pub attention: [KernelSlot; 3],
+    pub attention_prefill: [KernelSlot; 3],
+    pub rope_kv: [KernelSlot; 3],
+}
+
 /// The kernels that do not depend on a weight's or a cache's type, held by the backend.
 #[derive(Default)]
 pub struct FixedKernels {
@@ -158,6 +168,7 @@ pub struct FixedKernels {
     pub gelu_mul: KernelSlot,
     pub moe_route: KernelSlot,
     pub moe_combine: KernelSlot,
+    pub attention_reduce: KernelSlot,
 }
 
 /// Pipelines built so far, by kernel.
