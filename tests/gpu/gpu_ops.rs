@@ -190,24 +190,27 @@ fn matmul_many<B: Backend>(b: &B, ws: &[Tensor], x: &[f32], n: usize) -> Vec<Vec
 
 #[test]
 fn matmul_many_matches_the_cpu() {
+    use GgmlType::{Q4_K, Q6_K, Q8_0};
     let c = cpu();
-    for (g, t) in gpu_kernel_variants()
+    // One type; V of another (Q4_K_M's Q6_K: Q and K fused); K of another (Q and V fused).
+    let mixes = [[Q8_0; 3], [Q4_K; 3], [Q4_K, Q4_K, Q6_K], [Q8_0, Q4_K, Q8_0]];
+    for (g, types) in gpu_kernel_variants()
         .iter()
-        .flat_map(|g| [(g, GgmlType::Q8_0), (g, GgmlType::Q4_K)])
+        .flat_map(|g| mixes.map(|m| (g, m)))
     {
         let mut rng = Rng(17);
         // Q, K, V shapes (one dispatch at decode), and gate/up.
         let qkv = [
-            random_weight(t, 40, 256, &mut rng),
-            random_weight(t, 24, 256, &mut rng),
-            random_weight(t, 24, 256, &mut rng),
+            random_weight(types[0], 40, 256, &mut rng),
+            random_weight(types[1], 24, 256, &mut rng),
+            random_weight(types[2], 24, 256, &mut rng),
         ];
         for (ws, n) in [(&qkv[..], 1), (&qkv[..], 3), (&qkv[..2], 2), (&qkv[..], 20)] {
             let x = rng.vec(n * 256, 1.0);
             let (want, got) = (matmul_many(&c, ws, &x, n), matmul_many(g, ws, &x, n));
             for (i, (w, o)) in want.iter().zip(&got).enumerate() {
                 check(
-                    &format!("matmul_many {t} n={n} output {i}"),
+                    &format!("matmul_many {types:?} n={n} output {i}"),
                     w,
                     o,
                     MATMUL_NMSE,

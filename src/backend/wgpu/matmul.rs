@@ -79,26 +79,44 @@ impl WgpuBackend {
         rows: usize,
         outs: &mut [&mut GpuBuffer],
     ) {
-        let ms: Vec<&Matrix> = ws.iter().filter_map(|w| w.matrix()).collect();
-        let fused = (rows <= MATVEC_MAX_ROWS || !self.matmul_sg8())
-            && (2..=3).contains(&ms.len())
-            && ms.len() == ws.len()
-            && ms.iter().all(|m| {
-                m.parts.len() == 1
-                    && m.dtype == ms[0].dtype
-                    && m.cols == ms[0].cols
-                    && m.row_bytes == ms[0].row_bytes
+        // Weights that share a type and width (and are not split) run as one dispatch: Q/K/V
+        // of a Q4_K_M file whose V is Q6_K as two, Q and K together.
+        let can_fuse = rows <= MATVEC_MAX_ROWS || !self.matmul_sg8();
+        let key = |w: &GpuWeight| {
+            w.matrix()
+                .filter(|m| can_fuse && m.parts.len() == 1)
+                .map(|m| (m.dtype, m.cols, m.row_bytes))
+        };
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (i, w) in ws.iter().enumerate() {
+            let found = key(w).and_then(|k| {
+                groups
+                    .iter()
+                    .position(|g| g.len() < 3 && key(ws[g[0]]) == Some(k))
             });
-        if !fused {
-            for (w, out) in ws.iter().zip(outs.iter_mut()) {
-                self.matmul(x, w, rows, out);
+            match found {
+                Some(g) => groups[g].push(i),
+                None => groups.push(vec![i]),
             }
-            return;
         }
+        for group in groups {
+            match group[..] {
+                [i] => self.matmul(x, ws[i], rows, outs[i]),
+                _ => {
+                    let ms: Vec<&Matrix> = group.iter().filter_map(|&i| ws[i].matrix()).collect();
+                    let bufs: Vec<&GpuBuffer> = group.iter().map(|&i| &*outs[i]).collect();
+                    self.fused_matmuls(x, &ms, rows, &bufs);
+                }
+            }
+        }
+    }
+
+    /// Two or three matrices of one type and width, each in one part, over the same input.
+    fn fused_matmuls(&self, x: &GpuBuffer, ms: &[&Matrix], rows: usize, outs: &[&GpuBuffer]) {
         let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows);
         let each = [rows_of(0), rows_of(1), rows_of(2)];
         let mut buffers = vec![bind(&x.dev)];
-        for (m, out) in ms.iter().zip(outs.iter()) {
+        for (m, out) in ms.iter().zip(outs) {
             buffers.push(bind(&m.parts[0].dev));
             buffers.push(bind(&out.dev));
         }
