@@ -3,7 +3,7 @@
 // A workgroup computes `ROWS` weight rows and walks them in spans of `SPAN` values. Each span
 // is staged twice over:
 // 1. The raw bytes of each row's span are copied into workgroup memory as whole aligned 128-byte
-//    lines: invocation i loads word i of the lines, so every subgroup-wide load reads one line
+//    lines (the rows' one range where they follow each other and fit one span): invocation i loads word i of the lines, so every subgroup-wide load reads one line
 //    whole, whatever the block type (18-, 34-, 110- or 210-byte blocks included) and however
 //    rows fall against lines. The block decoders (quants.wgsl) then read the tile, not the
 //    buffer: `word(i)` maps a weight word to its place in the tile.
@@ -340,18 +340,27 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var v0 = 0u; v0 < p.k; v0 += SPAN) {
         let b0 = value_bytes(v0);
         let b1 = min(value_bytes(v0 + SPAN), p.row_bytes);
-        // 1. The rows' bytes b0..b1, as whole lines, into the tile.
-        for (var s = 0u; s < ROWS; s++) {
+        // 1. The rows' bytes b0..b1, as whole lines, into the tile. Rows that follow each other
+        // in one buffer and fit one span are one byte range, staged once (the line two rows share
+        // is loaded once).
+        let head = slot(g, 0u);
+        let tail = slot(g, ROWS - 1u);
+        let merged = p.k <= SPAN && head.live && tail.live && head.sel == tail.sel
+            && tail.row == head.row + ROWS - 1u;
+        let regions = select(ROWS, 1u, merged);
+        let region_words = select(TILE_ROW, ROWS * TILE_ROW, merged);
+        for (var s = 0u; s < regions; s++) {
             let sl = slot(g, s);
             let first = first_word(sl.row, b0);
-            let end = min((sl.row * p.row_bytes + b1 + 127u) / 128u * 32u, weight_words(sl.sel));
-            for (var i0 = 0u; i0 < TILE_ROW; i0 += WG) {
+            let last_row = select(sl.row, tail.row, merged);
+            let end = min((last_row * p.row_bytes + b1 + 127u) / 128u * 32u, weight_words(sl.sel));
+            for (var i0 = 0u; i0 < region_words; i0 += WG) {
                 let i = i0 + lid;
-                let wanted = sl.live && i < TILE_ROW && first + i < end;
+                let wanted = sl.live && i < region_words && first + i < end;
 #if TRACE
                 record(select(0xffffffffu, (sl.sel << 28u) | (first + i), wanted));
 #endif
-                if (i < TILE_ROW) {
+                if (i < region_words) {
                     var w = 0u;
                     if (wanted) {
                         w = load(sl.sel, first + i);
@@ -369,8 +378,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             if (live) {
                 for (var s = 0u; s < ROWS; s++) {
                     let sl = slot(g, s);
-                    tile_at = s * TILE_ROW;
-                    tile_first = first_word(sl.row, b0);
+                    tile_at = select(s * TILE_ROW, 0u, merged);
+                    tile_first = select(first_word(sl.row, b0), first_word(head.row, b0), merged);
                     acc[s] += dot(dq4(sl.row * p.row_bytes, e / 16u, (e / 4u) % 4u), xv);
                 }
             }

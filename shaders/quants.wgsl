@@ -203,3 +203,103 @@ fn sext8(v: u32) -> i32 {
     return (i32(v << 24u)) >> 24u;
 }
 #endif
+
+#if IQ4_NL || IQ4_XS
+// IQ4_NL's 16 levels, four signed bytes per word.
+fn kvalue_iq4nl(i: u32) -> f32 {
+    let w = select(select(0xbfad9881u, 0xf6eaddcfu, i >= 4u), select(0x26190d01u, 0x71594535u, i >= 12u), i >= 8u);
+    return f32(i32(w << (24u - 8u * (i & 3u))) >> 24u);
+}
+
+fn kvalues_iq4nl(v: vec4<u32>) -> vec4<f32> {
+    return vec4<f32>(kvalue_iq4nl(v.x), kvalue_iq4nl(v.y), kvalue_iq4nl(v.z), kvalue_iq4nl(v.w));
+}
+#endif
+
+#if IQ4_NL
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
+    let blk = row + (g >> 1u) * 18u;
+    let v = (bytes4(u32_at(blk + 2u + 4u * q)) >> vec4<u32>((g & 1u) * 4u)) & vec4<u32>(0xfu);
+    return f16_at(blk) * kvalues_iq4nl(v);
+}
+#endif
+
+#if IQ4_XS
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
+    let blk = row + (g >> 4u) * 136u;
+    let gi = g & 15u;
+    let ib = gi >> 1u;
+    let lo = (byte_at(blk + 4u + ib / 2u) >> (4u * (ib % 2u))) & 0xfu;
+    let hi = (byte_at(blk + 2u + ib / 4u) >> (2u * (ib % 4u))) & 3u;
+    let dl = f16_at(blk) * f32(i32(lo | (hi << 4u)) - 32);
+    let v = (bytes4(u32_at(blk + 8u + 16u * ib + 4u * q)) >> vec4<u32>((gi & 1u) * 4u)) & vec4<u32>(0xfu);
+    return dl * kvalues_iq4nl(v);
+}
+#endif
+
+#if MXFP4
+// MXFP4's E2M1 levels, doubled (the scale is halved to match).
+fn kvalue_mxfp4(i: u32) -> f32 {
+    let m = i & 7u;
+    let mag = select(select(f32(m), f32(2u * m - 4u), m >= 4u), f32(4u * m - 16u), m >= 6u);
+    return select(mag, -mag, i >= 8u);
+}
+
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
+    let blk = row + (g >> 1u) * 17u;
+    let e = byte_at(blk);
+    // 2^(e − 127) halved, as ggml's GGML_E8M0_TO_FP32_HALF.
+    let d = bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
+    let v = (bytes4(u32_at(blk + 1u + 4u * q)) >> vec4<u32>((g & 1u) * 4u)) & vec4<u32>(0xfu);
+    return d * vec4<f32>(kvalue_mxfp4(v.x), kvalue_mxfp4(v.y), kvalue_mxfp4(v.z), kvalue_mxfp4(v.w));
+}
+#endif
+
+#if TQ1_0
+// A trit stored base 3 scaled to a byte, times 3^n (n < 5), as −1, 0 or 1.
+fn trits4(b: vec4<u32>, n: u32) -> vec4<f32> {
+    let pow3 = select(select(select(select(1u, 3u, n >= 1u), 9u, n >= 2u), 27u, n >= 3u), 81u, n >= 4u);
+    let q = (b * pow3) & vec4<u32>(0xffu);
+    return vec4<f32>(vec4<i32>((q * 3u) >> vec4<u32>(8u)) - vec4<i32>(1));
+}
+
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
+    let blk = row + (g >> 4u) * 54u;
+    let v = (g & 15u) * 16u + 4u * q;
+    // Values 0..160: 32 bytes × 5 trits; 160..240: 16 bytes × 5; 240..256: 4 bytes × 4.
+    var byte: u32;
+    var n: u32;
+    if (v < 160u) {
+        byte = v % 32u;
+        n = v / 32u;
+    } else if (v < 240u) {
+        byte = 32u + (v - 160u) % 16u;
+        n = (v - 160u) / 16u;
+    } else {
+        byte = 48u + (v - 240u) % 4u;
+        n = (v - 240u) / 4u;
+    }
+    return trits4(bytes4(u32_at(blk + byte)), n) * f16_at(blk + 52u);
+}
+#endif
+
+#if TQ2_0
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
+    let blk = row + (g >> 4u) * 66u;
+    let v = (g & 15u) * 16u + 4u * q;
+    let r = v % 128u;
+    let b = bytes4(u32_at(blk + 32u * (v / 128u) + r % 32u));
+    let t = (b >> vec4<u32>(2u * (r / 32u))) & vec4<u32>(3u);
+    return (vec4<f32>(t) - 1.0) * f16_at(blk + 64u);
+}
+#endif
+
+#if Q1_0
+fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
+    let blk = row + (g >> 3u) * 18u;
+    let v = (g & 7u) * 16u + 4u * q;
+    let bits = byte_at(blk + 2u + v / 8u) >> (v % 8u);
+    let d = f16_at(blk);
+    return select(vec4<f32>(-d), vec4<f32>(d), bits4(bits, 0u) == vec4<u32>(1u));
+}
+#endif

@@ -108,6 +108,7 @@ pub fn dequantize_block(t: GgmlType, x: &[u8], y: &mut [f32]) {
                 y[j] = d * (x[4 + j] as i8) as f32;
             }
         }
+        other => super::iq::dequantize_block(other, x, y),
     }
 }
 

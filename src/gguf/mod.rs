@@ -8,6 +8,8 @@
 //! tensor's bytes inside the file. Each error names the file.
 
 pub mod dequant;
+pub mod iq;
+mod iq_tables;
 pub mod metadata;
 pub mod types;
 
@@ -140,9 +142,11 @@ impl GgufFile {
             let name = info.name().to_string();
             let type_id = info.tensor_type() as u32;
             let ggml_type = GgmlType::from_id(type_id).ok_or_else(|| {
+                let known: Vec<&str> = GgmlType::ALL.iter().map(|t| t.name()).collect();
                 bad(format!(
-                    "tensor '{name}' has type {}, which kiln does not support",
-                    ggml_type_name(type_id)
+                    "tensor '{name}' has type {}, which kiln does not support (it reads {})",
+                    ggml_type_name(type_id),
+                    known.join(", ")
                 ))
             })?;
             let dims: Vec<u64> = info.shape().dims().to_vec();

@@ -25,13 +25,26 @@ pub enum GgmlType {
     Q5_K,
     Q6_K,
     Q8_K,
+    IQ2_XXS,
+    IQ2_XS,
+    IQ2_S,
+    IQ3_XXS,
+    IQ3_S,
+    IQ1_S,
+    IQ1_M,
+    IQ4_NL,
+    IQ4_XS,
+    TQ1_0,
+    TQ2_0,
+    MXFP4,
+    Q1_0,
 }
 
 /// Values per block of the K-quant ("super-block") formats.
 pub const QK_K: usize = 256;
 
 impl GgmlType {
-    pub const ALL: [GgmlType; 15] = [
+    pub const ALL: [GgmlType; 28] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::BF16,
@@ -47,6 +60,19 @@ impl GgmlType {
         GgmlType::Q5_K,
         GgmlType::Q6_K,
         GgmlType::Q8_K,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
+        GgmlType::TQ1_0,
+        GgmlType::TQ2_0,
+        GgmlType::MXFP4,
+        GgmlType::Q1_0,
     ];
 
     /// The GGML type id as stored in a GGUF tensor descriptor.
@@ -66,7 +92,20 @@ impl GgmlType {
             GgmlType::Q5_K => 13,
             GgmlType::Q6_K => 14,
             GgmlType::Q8_K => 15,
+            GgmlType::IQ2_XXS => 16,
+            GgmlType::IQ2_XS => 17,
+            GgmlType::IQ3_XXS => 18,
+            GgmlType::IQ1_S => 19,
+            GgmlType::IQ4_NL => 20,
+            GgmlType::IQ3_S => 21,
+            GgmlType::IQ2_S => 22,
+            GgmlType::IQ4_XS => 23,
+            GgmlType::IQ1_M => 29,
             GgmlType::BF16 => 30,
+            GgmlType::TQ1_0 => 34,
+            GgmlType::TQ2_0 => 35,
+            GgmlType::MXFP4 => 39,
+            GgmlType::Q1_0 => 41,
         }
     }
 
@@ -83,13 +122,26 @@ impl GgmlType {
             | GgmlType::Q5_0
             | GgmlType::Q5_1
             | GgmlType::Q8_0
-            | GgmlType::Q8_1 => 32,
+            | GgmlType::Q8_1
+            | GgmlType::IQ4_NL
+            | GgmlType::MXFP4 => 32,
+            GgmlType::Q1_0 => 128,
             GgmlType::Q2_K
             | GgmlType::Q3_K
             | GgmlType::Q4_K
             | GgmlType::Q5_K
             | GgmlType::Q6_K
-            | GgmlType::Q8_K => QK_K,
+            | GgmlType::Q8_K
+            | GgmlType::IQ2_XXS
+            | GgmlType::IQ2_XS
+            | GgmlType::IQ2_S
+            | GgmlType::IQ3_XXS
+            | GgmlType::IQ3_S
+            | GgmlType::IQ1_S
+            | GgmlType::IQ1_M
+            | GgmlType::IQ4_XS
+            | GgmlType::TQ1_0
+            | GgmlType::TQ2_0 => QK_K,
         }
     }
 
@@ -110,6 +162,19 @@ impl GgmlType {
             GgmlType::Q5_K => 176,
             GgmlType::Q6_K => 210,
             GgmlType::Q8_K => 292,
+            GgmlType::IQ2_XXS => 66,
+            GgmlType::IQ2_XS => 74,
+            GgmlType::IQ2_S => 82,
+            GgmlType::IQ3_XXS => 98,
+            GgmlType::IQ3_S => 110,
+            GgmlType::IQ1_S => 50,
+            GgmlType::IQ1_M => 56,
+            GgmlType::IQ4_NL => 18,
+            GgmlType::IQ4_XS => 136,
+            GgmlType::TQ1_0 => 54,
+            GgmlType::TQ2_0 => 66,
+            GgmlType::MXFP4 => 17,
+            GgmlType::Q1_0 => 18,
         }
     }
 
@@ -143,6 +208,19 @@ impl GgmlType {
             GgmlType::Q5_K => "Q5_K",
             GgmlType::Q6_K => "Q6_K",
             GgmlType::Q8_K => "Q8_K",
+            GgmlType::IQ2_XXS => "IQ2_XXS",
+            GgmlType::IQ2_XS => "IQ2_XS",
+            GgmlType::IQ2_S => "IQ2_S",
+            GgmlType::IQ3_XXS => "IQ3_XXS",
+            GgmlType::IQ3_S => "IQ3_S",
+            GgmlType::IQ1_S => "IQ1_S",
+            GgmlType::IQ1_M => "IQ1_M",
+            GgmlType::IQ4_NL => "IQ4_NL",
+            GgmlType::IQ4_XS => "IQ4_XS",
+            GgmlType::TQ1_0 => "TQ1_0",
+            GgmlType::TQ2_0 => "TQ2_0",
+            GgmlType::MXFP4 => "MXFP4",
+            GgmlType::Q1_0 => "Q1_0",
         }
     }
 
@@ -168,23 +246,11 @@ pub fn ggml_type_name(id: u32) -> String {
     let known = match id {
         4 => "Q4_2 (removed from GGML)",
         5 => "Q4_3 (removed from GGML)",
-        16 => "IQ2_XXS",
-        17 => "IQ2_XS",
-        18 => "IQ3_XXS",
-        19 => "IQ1_S",
-        20 => "IQ4_NL",
-        21 => "IQ3_S",
-        22 => "IQ2_S",
-        23 => "IQ4_XS",
         24 => "I8",
         25 => "I16",
         26 => "I32",
         27 => "I64",
         28 => "F64",
-        29 => "IQ1_M",
-        34 => "TQ1_0",
-        35 => "TQ2_0",
-        39 => "MXFP4",
         _ => return format!("unknown GGML type {id}"),
     };
     known.to_string()
@@ -200,7 +266,8 @@ mod tests {
             assert_eq!(GgmlType::from_id(t.id()), Some(t));
             assert_eq!(GgmlType::from_name(t.name()), Some(t));
         }
-        assert_eq!(GgmlType::from_id(16), None);
+        assert_eq!(GgmlType::from_id(24), None);
+        assert_eq!(ggml_type_name(24), "I8");
         assert_eq!(ggml_type_name(16), "IQ2_XXS");
     }
 

@@ -21,7 +21,7 @@ const MATMUL_NMSE: f64 = 5e-4;
 const OTHER_NMSE: f64 = 1e-6;
 
 /// The weight types the GPU reads.
-const TYPES: [GgmlType; 13] = [
+const TYPES: [GgmlType; 19] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -35,6 +35,12 @@ const TYPES: [GgmlType; 13] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
+    GgmlType::MXFP4,
+    GgmlType::Q1_0,
 ];
 
 struct Rng(u64);
@@ -58,7 +64,14 @@ impl Rng {
 /// Byte offsets of the f16 scales (and mins) in a block of each quantized type.
 fn scale_offsets(t: GgmlType) -> &'static [usize] {
     match t {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_0
+        | GgmlType::Q5_0
+        | GgmlType::Q8_0
+        | GgmlType::IQ4_NL
+        | GgmlType::IQ4_XS
+        | GgmlType::Q1_0 => &[0],
+        GgmlType::TQ1_0 => &[52],
+        GgmlType::TQ2_0 => &[64],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
@@ -90,6 +103,10 @@ fn random_weight(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Tensor
                 for &o in scale_offsets(t) {
                     let d = f16::from_f32(0.005 + 0.015 * (rng.f() + 1.0) / 2.0);
                     blk[o..o + 2].copy_from_slice(&d.to_le_bytes());
+                }
+                if t == GgmlType::MXFP4 {
+                    // An E8M0 exponent of 2^-9..2^-2 (halved).
+                    blk[0] = 118 + (rng.next() % 8) as u8;
                 }
             }
             b

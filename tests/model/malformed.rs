@@ -202,11 +202,11 @@ fn corrupt_header_fields_are_errors() {
 #[test]
 fn unsupported_tensor_types_name_the_type_and_the_tensor() {
     let mut w = base_writer();
-    w.tensor("blk.0.attn_k.weight", 16, &[256, 1], vec![0u8; 66]);
-    let msg = expect_error(&w.to_bytes(), "IQ2_XXS tensor");
+    w.tensor("blk.0.attn_k.weight", 24, &[256, 1], vec![0u8; 256]);
+    let msg = expect_error(&w.to_bytes(), "I8 tensor");
     assert!(
-        msg.contains("IQ2_XXS") && msg.contains("blk.0.attn_k.weight"),
-        "{msg}"
+        msg.contains("I8") && msg.contains("blk.0.attn_k.weight") && msg.contains("IQ2_XXS, "),
+        "the message names the type, the tensor and what kiln reads: {msg}"
     );
 
     let mut w = base_writer();

@@ -12,7 +12,9 @@ use half::f16;
 use super::ggml_math;
 use super::kernels::{BlockQ8, BlockQ8K, Dot, Kernels, Level, QuantKernels, TypeKernels};
 use crate::gguf::GgmlType;
-use crate::gguf::dequant::{f16_at, q3_k_scales, scale_min_k4};
+use crate::gguf::dequant::{dequantize_block, f16_at, q3_k_scales, scale_min_k4};
+use crate::gguf::iq::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_half};
+use crate::gguf::types::QK_K;
 
 /// The table of the portable kernels.
 pub fn kernels() -> Kernels {
@@ -65,7 +67,60 @@ pub fn type_kernels(t: GgmlType) -> TypeKernels {
         GgmlType::Q5_K => q8k(|w, x| dot_q8k(GgmlType::Q5_K, w, x)),
         GgmlType::Q6_K => q8k(|w, x| dot_q8k(GgmlType::Q6_K, w, x)),
         GgmlType::Q8_K => q8k(|w, x| dot_q8k(GgmlType::Q8_K, w, x)),
+        // IQ4_NL, IQ4_XS and MXFP4 as llama.cpp's generic kernels (8-bit activations); the other
+        // i-quants, the ternary types and Q1_0 decoded block by block against the f32 activation
+        // (exact, and slow: no integer kernels yet).
+        GgmlType::IQ2_XXS => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ2_XXS, w, x)),
+        GgmlType::IQ2_XS => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ2_XS, w, x)),
+        GgmlType::IQ2_S => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ2_S, w, x)),
+        GgmlType::IQ3_XXS => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ3_XXS, w, x)),
+        GgmlType::IQ3_S => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ3_S, w, x)),
+        GgmlType::IQ1_S => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ1_S, w, x)),
+        GgmlType::IQ1_M => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ1_M, w, x)),
+        GgmlType::IQ4_NL => q8(|w, x| dot_q8(GgmlType::IQ4_NL, w, x)),
+        GgmlType::IQ4_XS => q8k(|w, x| dot_q8k(GgmlType::IQ4_XS, w, x)),
+        GgmlType::TQ1_0 => TypeKernels::F32(|w, x| dot_decoded(GgmlType::TQ1_0, w, x)),
+        GgmlType::TQ2_0 => TypeKernels::F32(|w, x| dot_decoded(GgmlType::TQ2_0, w, x)),
+        GgmlType::MXFP4 => q8(|w, x| dot_q8(GgmlType::MXFP4, w, x)),
+        GgmlType::Q1_0 => TypeKernels::F32(|w, x| dot_decoded(GgmlType::Q1_0, w, x)),
     }
+}
+
+/// IQ4_XS block · Q8_K block, as llama.cpp's generic kernel: per 32 values a 6-bit scale.
+fn dot_iq4_xs(wb: &[u8], xb: &BlockQ8K) -> f32 {
+    let d4d8 = f16_at(wb, 0) * xb.d;
+    let mut h = u16::from_le_bytes([wb[2], wb[3]]);
+    let mut sum = 0.0f32;
+    for ib in (0..QK_K / 32).step_by(2) {
+        let sl = wb[4 + ib / 2];
+        let ls1 = ((sl & 0xf) as u16 | ((h << 4) & 0x30)) as i32;
+        let ls2 = ((sl >> 4) as u16 | ((h << 2) & 0x30)) as i32;
+        h >>= 4;
+        for (half, ls) in [(0, ls1), (1, ls2)] {
+            let sub = ib + half;
+            let qs = &wb[8 + 16 * sub..8 + 16 * sub + 16];
+            let q8 = &xb.qs[32 * sub..32 * sub + 32];
+            let (mut s1, mut s2) = (0i32, 0i32);
+            for j in 0..16 {
+                s1 += q8[j] as i32 * KVALUES_IQ4NL[(qs[j] & 0xf) as usize] as i32;
+                s2 += q8[j + 16] as i32 * KVALUES_IQ4NL[(qs[j] >> 4) as usize] as i32;
+            }
+            sum += d4d8 * (ls - 32) as f32 * (s1 + s2) as f32;
+        }
+    }
+    sum
+}
+
+/// Weight row of any block type · f32 activations, each block decoded first.
+pub fn dot_decoded(t: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+    let (bl, bb) = (t.block_len(), t.block_bytes());
+    let mut values = [0f32; QK_K];
+    let mut acc = 0.0f32;
+    for (block, xs) in w.chunks_exact(bb).zip(x.chunks_exact(bl)) {
+        dequantize_block(t, block, &mut values[..bl]);
+        acc += values[..bl].iter().zip(xs).map(|(a, b)| a * b).sum::<f32>();
+    }
+    acc
 }
 
 fn silu_mul(gate: &mut [f32], up: &[f32]) {
@@ -297,6 +352,21 @@ pub fn dot_q8(t: GgmlType, w: &[u8], x: &[BlockQ8]) -> f32 {
                     .sum();
                 d * xb.d * s as f32
             }
+            GgmlType::IQ4_NL | GgmlType::MXFP4 => {
+                // Nibbles into a 16-level table, as llama.cpp's generic kernels.
+                let (d, table) = if t == GgmlType::IQ4_NL {
+                    (f16_at(wb, 0), &KVALUES_IQ4NL)
+                } else {
+                    (e8m0_half(wb[0]), &KVALUES_MXFP4)
+                };
+                let qs = &wb[wb.len() - 16..];
+                let (mut s1, mut s2) = (0i32, 0i32);
+                for j in 0..16 {
+                    s1 += xb.qs[j] as i32 * table[(qs[j] & 0xf) as usize] as i32;
+                    s2 += xb.qs[j + 16] as i32 * table[(qs[j] >> 4) as usize] as i32;
+                }
+                xb.d * d * (s1 + s2) as f32
+            }
             other => unreachable!("{other} is not a 32-block type"),
         };
     }
@@ -323,6 +393,7 @@ pub fn dot_q8k(t: GgmlType, w: &[u8], x: &[BlockQ8K]) -> f32 {
                     .sum();
                 d * xb.d * s as f32
             }
+            GgmlType::IQ4_XS => dot_iq4_xs(wb, xb),
             other => unreachable!("{other} is not a K-quant"),
         };
     }
@@ -497,6 +568,17 @@ pub(crate) mod tests {
             GgmlType::Q3_K => &[108],
             GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
             GgmlType::Q6_K => &[208],
+            GgmlType::IQ2_XXS
+            | GgmlType::IQ2_XS
+            | GgmlType::IQ2_S
+            | GgmlType::IQ3_XXS
+            | GgmlType::IQ3_S
+            | GgmlType::IQ1_S
+            | GgmlType::IQ4_NL
+            | GgmlType::IQ4_XS
+            | GgmlType::Q1_0 => &[0],
+            GgmlType::TQ1_0 => &[52],
+            GgmlType::TQ2_0 => &[64],
             _ => &[],
         };
         let bb = t.block_bytes();
@@ -509,6 +591,23 @@ pub(crate) mod tests {
         if t == GgmlType::Q8_K {
             for block in w.chunks_exact_mut(bb) {
                 block[0..4].copy_from_slice(&0.01f32.to_le_bytes());
+            }
+        }
+        for block in w.chunks_exact_mut(bb) {
+            match t {
+                // An E8M0 exponent of 2^-8.
+                GgmlType::MXFP4 => block[0] = 119,
+                // d = 0.01 in the top nibbles of the four scale words.
+                GgmlType::IQ1_M => {
+                    let d = half::f16::from_f32(0.01).to_bits();
+                    for k in 0..4 {
+                        let at = 48 + 2 * k;
+                        let sc = u16::from_le_bytes([block[at], block[at + 1]]) & 0x0fff;
+                        let v = sc | (((d >> (4 * k)) & 0xf) << 12);
+                        block[at..at + 2].copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                _ => {}
             }
         }
         if matches!(t, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
@@ -553,7 +652,10 @@ pub(crate) mod tests {
                 .map(|(a, b)| (*a as f64 * *b as f64).abs())
                 .sum();
             let got = match kernels().of(t).format() {
-                ActFormat::F32 => dot_f32(t, &w, &x),
+                ActFormat::F32 => match kernels().of(t) {
+                    TypeKernels::F32(dot) => dot(&w, &x),
+                    _ => unreachable!("the format says F32"),
+                },
                 ActFormat::Q8 => {
                     let mut q = vec![BlockQ8::default(); n / 32];
                     quantize_q8(&x, &mut q);

@@ -163,8 +163,9 @@ impl GpuWeight {
     }
 }
 
-/// The matrix types the kernels read (the CPU's, less the activation-only Q8_1 and Q8_K).
-pub const MATRIX_TYPES: [GgmlType; 13] = [
+/// The matrix types the kernels read (the CPU's, less the activation-only Q8_1 and Q8_K and the
+/// i-quants whose grids are tables).
+pub const MATRIX_TYPES: [GgmlType; 19] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -178,6 +179,12 @@ pub const MATRIX_TYPES: [GgmlType; 13] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
+    GgmlType::MXFP4,
+    GgmlType::Q1_0,
 ];
 
 /// Upload a tensor: vectors as f32, matrices as stored, split by rows to fit one binding.

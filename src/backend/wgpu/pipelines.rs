@@ -412,8 +412,8 @@ pub fn matvec_kernel(t: GgmlType, n_weights: usize, x4: bool, layout: MatvecLayo
         .div_ceil(t.block_bytes())
         .next_multiple_of(256);
     let span_bytes = span / t.block_len() * t.block_bytes();
-    // A span starts at an even byte: it touches at most this many 128-byte lines.
-    let tile_row = (span_bytes + 126).div_ceil(128) * 32;
+    // A span starting anywhere in a line touches at most this many 128-byte lines.
+    let tile_row = (span_bytes + 127).div_ceil(128) * 32;
     for (name, value) in [
         ("ROWS", layout.rows()),
         ("SPAN", span),
