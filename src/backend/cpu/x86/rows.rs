@@ -13,6 +13,7 @@ use super::isa::{Avx2, Isa};
 use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, Level, QuantKernels, row_kernels};
 use crate::gguf::GgmlType;
 use crate::gguf::dequant::{q3_k_scales, scale_min_k4};
+use crate::gguf::iq::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_half};
 
 /// An f16 at byte `i`, converted with F16C (only reached from F16C kernels).
 #[inline(always)]
@@ -80,11 +81,16 @@ unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
 // ---- 32-value blocks against Q8 activations --------------------------------------------------
 
 /// A 32-value block type: its 32 weights as bytes, and whether they are signed values (scaled by
-/// the f16 at byte 0) or unsigned codes with a minimum (the f16 at byte 2, added as m · Σx).
+/// `scale`, the f16 at byte 0 unless the type says otherwise) or unsigned codes with a minimum
+/// (the f16 at byte 2, added as m · Σx).
 trait Block32 {
     const BYTES: usize;
     const MIN: bool;
     unsafe fn weights(p: *const u8) -> __m256i;
+    #[inline(always)]
+    fn scale(wb: &[u8]) -> f32 {
+        f16(wb, 0)
+    }
 }
 
 struct Q4_0;
@@ -92,6 +98,8 @@ struct Q4_1;
 struct Q5_0;
 struct Q5_1;
 struct Q8_0;
+struct IQ4NL;
+struct MXFP4;
 
 impl Block32 for Q4_0 {
     const BYTES: usize = 18;
@@ -169,7 +177,7 @@ unsafe fn blocks32<V: Isa<I = __m256i>, T: Block32, const R: usize>(
                 let b: usize = $b;
                 let wb = &w[b * T::BYTES..];
                 let wv = T::weights(wb.as_ptr());
-                let dw = f16(wb, 0);
+                let dw = T::scale(wb);
                 let mw = if T::MIN { f16(wb, 2) } else { 0.0 };
                 // Signed weights: |w| · (x with w's sign), exact and within `maddubs`' range.
                 let aw = if T::MIN { wv } else { _mm256_sign_epi8(wv, wv) };
@@ -202,6 +210,37 @@ unsafe fn blocks32<V: Isa<I = __m256i>, T: Block32, const R: usize>(
             }
         }
         out
+    }
+}
+
+/// 16 packed nibble bytes → 32 signed bytes through a 16-level table (`pshufb` in each half).
+#[inline(always)]
+unsafe fn nibble_levels(p: *const u8, levels: &[i8; 16]) -> __m256i {
+    unsafe {
+        let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(levels.as_ptr() as *const __m128i));
+        _mm256_shuffle_epi8(table, nibbles(p))
+    }
+}
+
+impl Block32 for IQ4NL {
+    const BYTES: usize = 18;
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn weights(p: *const u8) -> __m256i {
+        unsafe { nibble_levels(p.add(2), &KVALUES_IQ4NL) }
+    }
+}
+
+impl Block32 for MXFP4 {
+    const BYTES: usize = 17;
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn weights(p: *const u8) -> __m256i {
+        unsafe { nibble_levels(p.add(1), &KVALUES_MXFP4) }
+    }
+    #[inline(always)]
+    fn scale(wb: &[u8]) -> f32 {
+        e8m0_half(wb[0])
     }
 }
 
@@ -478,6 +517,49 @@ unsafe fn kquant<V: Isa<I = __m256i>, T: KQuant, const R: usize>(
     }
 }
 
+/// An IQ4_XS weight row · `R` Q8_K activation rows, as llama.cpp's AVX2 kernel: per 32 values
+/// the 16-level table through `pshufb`, signed products summed in pairs (|w| · x with w's sign:
+/// |w| ≤ 127 keeps a pair within i16) and scaled by the 6-bit scale − 32 in `madd16_by`.
+#[inline(always)]
+unsafe fn iq4_xs<V: Isa<I = __m256i>, const R: usize>(w: &[u8], x: [&[BlockQ8K]; R]) -> [f32; R] {
+    const BYTES: usize = 136;
+    unsafe {
+        let n = w.len() / BYTES;
+        assert!(
+            x.iter().all(|row| row.len() >= n),
+            "activations shorter than the weights"
+        );
+        let mut total = [_mm256_setzero_ps(); R];
+        for (b, wb) in w.chunks_exact(BYTES).enumerate() {
+            // SAFETY: b < n (asserted above).
+            let xb = x.map(|row| row.get_unchecked(b));
+            let mut high = u16::from_le_bytes([wb[2], wb[3]]);
+            let mut acc = [_mm256_setzero_si256(); R];
+            for j in 0..8 {
+                let low = (wb[4 + j / 2] >> (4 * (j % 2))) as i16 & 0xF;
+                let scale = _mm256_set1_epi16((low | ((high << 4) & 0x30) as i16) - 32);
+                high >>= 2;
+                let q = nibble_levels(wb.as_ptr().add(8 + 16 * j), &KVALUES_IQ4NL);
+                let aq = _mm256_sign_epi8(q, q);
+                for k in 0..R {
+                    let xs = load(xb[k].qs.as_ptr().add(32 * j) as *const u8);
+                    let p16 = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(xs, q));
+                    acc[k] = V::madd16_by(acc[k], p16, scale);
+                }
+            }
+            let d = f16(wb, 0);
+            for k in 0..R {
+                total[k] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(d * xb[k].d),
+                    _mm256_cvtepi32_ps(acc[k]),
+                    total[k],
+                );
+            }
+        }
+        total.map(|t| hsum_f32(t))
+    }
+}
+
 // ---- Instantiation per instruction set --------------------------------------------------------
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -499,6 +581,16 @@ unsafe fn kquant_avx2<T: KQuant, const R: usize>(w: &[u8], x: [&[BlockQ8K]; R]) 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 unsafe fn kquant_vnni<T: KQuant, const R: usize>(w: &[u8], x: [&[BlockQ8K]; R]) -> [f32; R] {
     unsafe { kquant::<Avx2<true>, T, R>(w, x) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_xs_avx2<const R: usize>(w: &[u8], x: [&[BlockQ8K]; R]) -> [f32; R] {
+    unsafe { iq4_xs::<Avx2<false>, R>(w, x) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+unsafe fn iq4_xs_vnni<const R: usize>(w: &[u8], x: [&[BlockQ8K]; R]) -> [f32; R] {
+    unsafe { iq4_xs::<Avx2<true>, R>(w, x) }
 }
 
 /// The row kernels of a 32-value block type (AVX-VNNI's byte dot product where `vnni`). Sound
@@ -527,6 +619,8 @@ pub fn q8_row_kernels(t: GgmlType, vnni: bool) -> Option<QuantKernels<BlockQ8>> 
         GgmlType::Q5_0 => q8_rows::<Q5_0>(vnni),
         GgmlType::Q5_1 => q8_rows::<Q5_1>(vnni),
         GgmlType::Q8_0 => q8_rows::<Q8_0>(vnni),
+        GgmlType::IQ4_NL => q8_rows::<IQ4NL>(vnni),
+        GgmlType::MXFP4 => q8_rows::<MXFP4>(vnni),
         _ => return None,
     })
 }
@@ -539,6 +633,17 @@ pub fn q8k_row_kernels(t: GgmlType, vnni: bool) -> Option<QuantKernels<BlockQ8K>
         GgmlType::Q4_K => q8k_rows::<Q4K>(vnni),
         GgmlType::Q5_K => q8k_rows::<Q5K>(vnni),
         GgmlType::Q6_K => q8k_rows::<Q6K>(vnni),
+        // SAFETY (both arms): as for `q8k_rows`, handed out only for levels this CPU has.
+        GgmlType::IQ4_XS if vnni => QuantKernels {
+            dot: |w, x| unsafe { iq4_xs_vnni::<1>(w, [x])[0] },
+            dot4: Some(|w, x| unsafe { iq4_xs_vnni::<4>(w, x) }),
+            packed: None,
+        },
+        GgmlType::IQ4_XS => QuantKernels {
+            dot: |w, x| unsafe { iq4_xs_avx2::<1>(w, [x])[0] },
+            dot4: Some(|w, x| unsafe { iq4_xs_avx2::<4>(w, x) }),
+            packed: None,
+        },
         _ => return None,
     })
 }
