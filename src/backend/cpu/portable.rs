@@ -595,8 +595,8 @@ pub(crate) mod tests {
         }
         for block in w.chunks_exact_mut(bb) {
             match t {
-                // An E8M0 exponent of 2^-8.
-                GgmlType::MXFP4 => block[0] = 119,
+                // E8M0 exponents of 2^-17..2^-2, varying by block.
+                GgmlType::MXFP4 => block[0] = 112 + block[1] % 16,
                 // d = 0.01 in the top nibbles of the four scale words.
                 GgmlType::IQ1_M => {
                     let d = half::f16::from_f32(0.01).to_bits();

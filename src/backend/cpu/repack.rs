@@ -66,8 +66,10 @@ impl Packed {
 /// The sections of a block, in storage order, and their sizes in bytes for a group of 16 rows.
 pub fn sections(t: GgmlType) -> Option<&'static [usize]> {
     Some(match t {
-        // nibble lines, d
-        GgmlType::Q4_0 => &[256, 32],
+        // nibble lines, d (IQ4_NL: the same block, its codes index a level table)
+        GgmlType::Q4_0 | GgmlType::IQ4_NL => &[256, 32],
+        // nibble lines, E8M0 exponent bytes
+        GgmlType::MXFP4 => &[256, 16],
         // nibble lines, d, m
         GgmlType::Q4_1 => &[256, 32, 32],
         // nibble lines, fifth-bit masks, d
@@ -86,14 +88,18 @@ pub fn sections(t: GgmlType) -> Option<&'static [usize]> {
         GgmlType::Q5_K => &[2048, 512, 128, 128, 32, 32],
         // six-bit lines 0 and 1 of each sub-block, their lines 2, scales (i8), d
         GgmlType::Q6_K => &[2048, 1024, 256, 32],
+        // nibble lines, scales (i8, the 6-bit scale − 32), d
+        GgmlType::IQ4_XS => &[2048, 128, 32],
         _ => return None,
     })
 }
 
-/// Blocks per chunk of the group: two for the 32-value types whose f16 scales are half a line.
+/// Blocks per chunk of the group: two for the 32-value types whose f16 scales are half a line,
+/// four for MXFP4, whose exponent bytes are a quarter of one.
 pub fn chunk_blocks(t: GgmlType) -> usize {
     match t {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => 2,
+        GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q5_0 | GgmlType::Q8_0 => 2,
+        GgmlType::MXFP4 => 4,
         _ => 1,
     }
 }
@@ -294,6 +300,32 @@ fn encode(t: GgmlType, c: &Codes, b: &mut [u8]) {
             put16(b, 0, c.d);
             b[2..34].copy_from_slice(&c.u[..32]);
         }
+        GgmlType::IQ4_NL | GgmlType::MXFP4 => {
+            let off = if t == GgmlType::MXFP4 {
+                b[0] = c.d as u8;
+                1
+            } else {
+                put16(b, 0, c.d);
+                2
+            };
+            for j in 0..16 {
+                b[off + j] = (c.u[j] & 0xF) | ((c.u[j + 16] & 0xF) << 4);
+            }
+        }
+        GgmlType::IQ4_XS => {
+            put16(b, 0, c.d);
+            let mut high = 0u16;
+            for (s, &sc) in c.sc.iter().take(8).enumerate() {
+                let ls = (sc as i32 + 32) as u8;
+                b[4 + s / 2] |= (ls & 0xF) << (4 * (s % 2));
+                high |= ((ls >> 4) as u16 & 3) << (2 * s);
+            }
+            put16(b, 2, high);
+            for v in 0..256 {
+                let (s, i) = (v / 32, v % 32);
+                b[8 + 16 * s + i % 16] |= (c.u[v] & 0xF) << (4 * (i / 16));
+            }
+        }
         GgmlType::Q2_K => {
             for s in 0..16 {
                 b[s] = (c.sc[s] as u8 & 0xF) | (c.m[s] << 4);
@@ -385,7 +417,12 @@ enum Lines {
 /// How a type's codes are split: the line format of the low bits, and where the high bits go.
 fn code_parts(t: GgmlType) -> (Lines, Option<u32>) {
     match t {
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q4_K => (Lines::Nibbles, None),
+        GgmlType::Q4_0
+        | GgmlType::Q4_1
+        | GgmlType::Q4_K
+        | GgmlType::IQ4_NL
+        | GgmlType::IQ4_XS
+        | GgmlType::MXFP4 => (Lines::Nibbles, None),
         GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q5_K => (Lines::Nibbles, Some(4)),
         GgmlType::Q6_K => (Lines::SixBit, None),
         GgmlType::Q2_K => (Lines::TwoBit, None),
@@ -454,7 +491,7 @@ fn get_block(t: GgmlType, group: &[u8], b: usize, r: usize) -> Codes {
         next += 1;
     }
     let subs = match t {
-        GgmlType::Q4_K | GgmlType::Q5_K => 8,
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS => 8,
         GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q6_K => 16,
         _ => 0,
     };
@@ -476,7 +513,11 @@ fn get_block(t: GgmlType, group: &[u8], b: usize, r: usize) -> Codes {
             next += 1;
         }
     }
-    c.d = u16::from_le_bytes([get(next, 2 * r), get(next, 2 * r + 1)]);
+    c.d = if t == GgmlType::MXFP4 {
+        get(next, r) as u16
+    } else {
+        u16::from_le_bytes([get(next, 2 * r), get(next, 2 * r + 1)])
+    };
     next += 1;
     if next < sz.len() {
         c.dmin = u16::from_le_bytes([get(next, 2 * r), get(next, 2 * r + 1)]);
@@ -562,7 +603,7 @@ fn pack_block(t: GgmlType, x: &[u8], r: usize, place: &BlockPlace, out: &mut [u8
         out[place.at(sec, 16 * s + r)] = v;
     };
     match t {
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 => {
+        GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 => {
             let q5 = matches!(t, GgmlType::Q5_0 | GgmlType::Q5_1);
             let with_min = matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1);
             let head = if with_min { 4 } else { 2 };
@@ -587,6 +628,25 @@ fn pack_block(t: GgmlType, x: &[u8], r: usize, place: &BlockPlace, out: &mut [u8
                 put4(out, 0, q, le32(x, 2 + 4 * q).to_le_bytes());
             }
             put_f16(out, 1, 0);
+        }
+        GgmlType::MXFP4 => {
+            for o in 0..4 {
+                put4(out, 0, o, nibble_quad(le64(x, 1 + 8 * (o % 2)), o >= 2));
+            }
+            out[place.at(1, r)] = x[0];
+        }
+        GgmlType::IQ4_XS => {
+            let high = u16::from_le_bytes([x[2], x[3]]);
+            for sb in 0..8 {
+                for o in 0..4 {
+                    let word = le64(x, 8 + 16 * sb + 8 * (o % 2));
+                    put4(out, 0, 4 * sb + o, nibble_quad(word, o >= 2));
+                }
+                let ls = ((x[4 + sb / 2] >> (4 * (sb % 2))) & 0xF)
+                    | (((high >> (2 * sb)) & 3) << 4) as u8;
+                put_plane(out, 1, sb, (ls as i8).wrapping_sub(32) as u8);
+            }
+            put_f16(out, 2, 0);
         }
         GgmlType::Q4_K | GgmlType::Q5_K => {
             let q5 = t == GgmlType::Q5_K;

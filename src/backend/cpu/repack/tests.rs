@@ -69,9 +69,17 @@ fn le16(b: &[u8], i: usize) -> u16 {
 /// Decode one GGML block into codes (the inverse of `encode`); every field `t` uses is written.
 fn decode(t: GgmlType, b: &[u8], c: &mut Codes) {
     match t {
-        GgmlType::Q4_0 | GgmlType::Q4_1 => {
-            let off = if t == GgmlType::Q4_0 { 2 } else { 4 };
-            c.d = le16(b, 0);
+        GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q4_1 | GgmlType::MXFP4 => {
+            let off = match t {
+                GgmlType::Q4_1 => 4,
+                GgmlType::MXFP4 => 1,
+                _ => 2,
+            };
+            c.d = if t == GgmlType::MXFP4 {
+                b[0] as u16
+            } else {
+                le16(b, 0)
+            };
             if t == GgmlType::Q4_1 {
                 c.dmin = le16(b, 2);
             }
@@ -159,6 +167,19 @@ fn decode(t: GgmlType, b: &[u8], c: &mut Codes) {
                 }
             }
         }
+        GgmlType::IQ4_XS => {
+            c.d = le16(b, 0);
+            let high = le16(b, 2);
+            for s in 0..8 {
+                let ls = ((b[4 + s / 2] >> (4 * (s % 2))) & 0xF) as i32
+                    | (((high >> (2 * s)) & 3) << 4) as i32;
+                c.sc[s] = (ls - 32) as i8;
+                for i in 0..16 {
+                    c.u[32 * s + i] = b[8 + 16 * s + i] & 0xF;
+                    c.u[32 * s + 16 + i] = b[8 + 16 * s + i] >> 4;
+                }
+            }
+        }
         _ => unreachable!("{t} has no packed layout"),
     }
 }
@@ -236,7 +257,7 @@ fn put_block(t: GgmlType, codes: &[Codes; ROWS], b: usize, out: &mut [u8]) {
     }
     // Sub-block scales and minimums (K-quants).
     let subs = match t {
-        GgmlType::Q4_K | GgmlType::Q5_K => 8,
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS => 8,
         GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q6_K => 16,
         _ => 0,
     };
@@ -264,8 +285,12 @@ fn put_block(t: GgmlType, codes: &[Codes; ROWS], b: usize, out: &mut [u8]) {
     // f16 planes: d, then the minimum (scale) where the type has one.
     for (r, c) in codes.iter().enumerate() {
         let [lo, hi] = c.d.to_le_bytes();
-        put(next, 2 * r, lo);
-        put(next, 2 * r + 1, hi);
+        if t == GgmlType::MXFP4 {
+            put(next, r, lo); // an exponent byte
+        } else {
+            put(next, 2 * r, lo);
+            put(next, 2 * r + 1, hi);
+        }
     }
     next += 1;
     if next < sz.len() {

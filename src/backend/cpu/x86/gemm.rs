@@ -21,6 +21,7 @@ use super::isa::{Avx2, Avx2Pair, Avx512, Isa};
 use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, GroupCall, Level, PackedKernel};
 use crate::backend::cpu::repack::{self, BlockPlace, ROWS, chunk_blocks, chunk_bytes};
 use crate::gguf::GgmlType;
+use crate::gguf::iq::{KVALUES_IQ4NL, KVALUES_MXFP4};
 
 /// Four activation bytes at `p` as one i32 (for broadcasting).
 #[inline(always)]
@@ -379,6 +380,50 @@ impl Kernel<BlockQ8K> for KQ3 {
     }
 }
 
+/// IQ4_XS: eight 32-value sub-blocks of nibbles into IQ4_NL's signed levels, each with a
+/// 6-bit scale (stored less 32, as i8).
+pub struct KIQ4XS;
+
+impl Kernel<BlockQ8K> for KIQ4XS {
+    #[inline(always)]
+    unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
+        unsafe {
+            for b in 0..tile.blocks {
+                let mut acc_s = [V::zero(); T];
+                for j in 0..8 {
+                    let mut acc_j = [V::zero(); T];
+                    for o in 0..4 {
+                        let line = V::load(tile.at(0, 2048, b, j * 256 + o * 64 + tile.line));
+                        let lo = V::levels(V::and8(line, 0x0F), &KVALUES_IQ4NL);
+                        let hi = V::levels(V::and8(V::srl16::<4>(line), 0x0F), &KVALUES_IQ4NL);
+                        let k = 32 * j + 8 * o;
+                        for t in 0..T {
+                            let xq = tile.x(t, b).qs.as_ptr();
+                            acc_j[t] = V::dot_i8(acc_j[t], lo, quad(xq.add(k)));
+                            acc_j[t] = V::dot_i8(acc_j[t], hi, quad(xq.add(k + 4)));
+                        }
+                    }
+                    let scale = V::i8s(tile.at(1, 128, b, 16 * j + tile.lane));
+                    for t in 0..T {
+                        let mut sum = acc_j[t];
+                        if V::I8_OFFSET != 0 {
+                            let bs = &tile.x(t, b).bsums;
+                            let x_sum = bs[2 * j] as i32 + bs[2 * j + 1] as i32;
+                            sum = V::sub_splat(sum, V::I8_OFFSET * x_sum);
+                        }
+                        acc_s[t] = V::mul_add(acc_s[t], sum, scale);
+                    }
+                }
+                let d = V::f16s(tile.at(2, 32, b, 2 * tile.lane));
+                for t in 0..T {
+                    let dx = V::fsplat(tile.x(t, b).d);
+                    acc[t] = V::fmadd(V::cvt(acc_s[t]), V::mul(d, dx), acc[t]);
+                }
+            }
+        }
+    }
+}
+
 /// The 32-value block types against Q8 activations: `KIND` is one of the `Q*` constants below.
 pub struct K32<const KIND: u8>;
 
@@ -387,6 +432,8 @@ const Q4_1: u8 = 1;
 const Q5_0: u8 = 2;
 const Q5_1: u8 = 3;
 const Q8_0: u8 = 4;
+const IQ4_NL: u8 = 5;
+const MXFP4: u8 = 6;
 
 impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
     #[inline(always)]
@@ -394,11 +441,17 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
         unsafe {
             let q5 = KIND == Q5_0 || KIND == Q5_1;
             let with_min = KIND == Q4_1 || KIND == Q5_1;
+            // Nibbles that index a table of signed levels.
+            let levels = match KIND {
+                IQ4_NL => Some(&KVALUES_IQ4NL),
+                MXFP4 => Some(&KVALUES_MXFP4),
+                _ => None,
+            };
             // Codes are u = w + offset for the signed types.
             let offset = match KIND {
                 Q4_0 => 8,
                 Q5_0 => 16,
-                Q8_0 => V::I8_OFFSET,
+                Q8_0 | IQ4_NL | MXFP4 => V::I8_OFFSET,
                 _ => 0,
             };
             let d_sec = if q5 { 2 } else { 1 };
@@ -423,6 +476,15 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
                             lo = V::or_where(lo, tile.mask(0, region, b, 256 + 16 * o), 16);
                             hi = V::or_where(hi, tile.mask(0, region, b, 256 + 16 * o + 8), 16);
                         }
+                        if let Some(levels) = levels {
+                            let (lo, hi) = (V::levels(lo, levels), V::levels(hi, levels));
+                            for t in 0..T {
+                                let xq = tile.x(t, b).qs.as_ptr();
+                                acc_j[t] = V::dot_i8(acc_j[t], lo, quad(xq.add(8 * o)));
+                                acc_j[t] = V::dot_i8(acc_j[t], hi, quad(xq.add(8 * o + 4)));
+                            }
+                            continue;
+                        }
                         for t in 0..T {
                             let xq = tile.x(t, b).qs.as_ptr();
                             acc_j[t] = V::dot(acc_j[t], lo, quad(xq.add(8 * o)));
@@ -430,7 +492,11 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
                         }
                     }
                 }
-                let d = V::f16s(tile.at(d_sec, 32, b, 2 * tile.lane));
+                let d = if KIND == MXFP4 {
+                    V::e8m0_halves(tile.at(1, 16, b, tile.lane))
+                } else {
+                    V::f16s(tile.at(d_sec, 32, b, 2 * tile.lane))
+                };
                 for t in 0..T {
                     let xb = tile.x(t, b);
                     let sum = if offset != 0 {
@@ -561,6 +627,7 @@ pub fn q8k_kernel(level: Level, t: GgmlType) -> Option<PackedKernel<BlockQ8K>> {
         GgmlType::Q4_K => pick!(level, BlockQ8K, KQ4<false>),
         GgmlType::Q5_K => pick!(level, BlockQ8K, KQ4<true>),
         GgmlType::Q6_K => pick!(level, BlockQ8K, KQ6),
+        GgmlType::IQ4_XS => pick!(level, BlockQ8K, KIQ4XS),
         _ => return None,
     })
 }
@@ -573,161 +640,11 @@ pub fn q8_kernel(level: Level, t: GgmlType) -> Option<PackedKernel<BlockQ8>> {
         GgmlType::Q5_0 => pick!(level, BlockQ8, K32<Q5_0>),
         GgmlType::Q5_1 => pick!(level, BlockQ8, K32<Q5_1>),
         GgmlType::Q8_0 => pick!(level, BlockQ8, K32<Q8_0>),
+        GgmlType::IQ4_NL => pick!(level, BlockQ8, K32<IQ4_NL>),
+        GgmlType::MXFP4 => pick!(level, BlockQ8, K32<MXFP4>),
         _ => return None,
     })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::backend::cpu::portable::tests::{activations, random_row};
-    use crate::backend::cpu::portable::{self, quantize_q8, quantize_q8k};
-    use crate::backend::cpu::repack::{Packed, tests::pack_serial};
-
-    /// The levels this CPU runs.
-    fn isas() -> Vec<Level> {
-        super::super::levels()
-    }
-
-    /// Run `kernel` over all groups of `p` for `tokens`, into an `n × m` output.
-    #[allow(clippy::too_many_arguments)]
-    fn run<A>(
-        kernel: PackedKernel<A>,
-        p: &Packed,
-        x: &[A],
-        stride: usize,
-        xsum: &[i32],
-        n: usize,
-        tokens: std::ops::Range<usize>,
-        out: &mut [f32],
-    ) {
-        let m = out.len() / n;
-        for group in 0..m / ROWS {
-            let call = GroupCall {
-                p,
-                group,
-                x,
-                stride,
-                xsum,
-                tokens: tokens.clone(),
-                out: out[group * ROWS..].as_mut_ptr(),
-                m,
-            };
-            // SAFETY: the ISA was detected; the output holds n × m values.
-            unsafe { kernel(&call) }
-        }
-    }
-
-    /// K-quant blocks at their largest codes, scales and minimums against the largest
-    /// activations: the sums the kernels keep in 16 bits without VNNI reach their bound here (a
-    /// Q5_K sub-block would not fit), and every instruction set still agrees with the portable dot
-    /// product.
-    #[test]
-    fn largest_k_quant_sums_stay_exact() {
-        let (m, k) = (16, 512);
-        for t in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
-            let mut block = vec![0xFFu8; t.block_bytes()];
-            if t == GgmlType::Q6_K {
-                block[208..].copy_from_slice(&[0x00, 0x3C]); // d = 1; scales −1
-            } else {
-                block[..4].copy_from_slice(&[0x00, 0x3C, 0x00, 0x38]); // d = 1, dmin = 0.5
-            }
-            let w: Vec<u8> = block.repeat(m * k / 256);
-            let p = pack_serial(t, &w, m, k).expect("packable");
-            for sign in [1f32, -1.0] {
-                let mut q = vec![BlockQ8K::default(); k / 256];
-                quantize_q8k(&vec![sign; k], &mut q);
-                let want = portable::dot_q8k(t, &w[..w.len() / m], &q);
-                for isa in isas() {
-                    let kernel = q8k_kernel(isa, t).expect("packed kernel");
-                    let mut out = vec![0f32; m];
-                    run(kernel, &p, &q, k / 256, &[], 1, 0..1, &mut out);
-                    for got in out {
-                        assert!(
-                            (got - want).abs() <= 1e-5 * want.abs(),
-                            "{t} {isa:?}: {got} vs {want}"
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    /// Every packed kernel, on every instruction set this CPU has, agrees with the portable dot
-    /// products on the original blocks (integer parts exactly, so only float summation order
-    /// differs), and gives each token the same bits whether it ran alone or in a tile.
-    #[test]
-    fn packed_kernels_match_the_portable_dot_products() {
-        let (m, k, n) = (48, 512, 11);
-        for isa in isas() {
-            for t in GgmlType::ALL {
-                let (k8, k8k) = (q8_kernel(isa, t), q8k_kernel(isa, t));
-                if k8.is_none() && k8k.is_none() {
-                    continue;
-                }
-                let w: Vec<u8> = (0..m)
-                    .flat_map(|r| random_row(t, k, 77 + 13 * r as u64 + t.id() as u64))
-                    .collect();
-                let rb = w.len() / m;
-                let p = pack_serial(t, &w, m, k).expect("packable");
-                let x: Vec<f32> = (0..n)
-                    .flat_map(|i| activations(k, 500 + i as u64))
-                    .collect();
-                let mut reference = vec![0f32; n * m];
-                let mut tiled = vec![0f32; n * m];
-                let mut alone = vec![0f32; n * m];
-                if let Some(kernel) = k8 {
-                    let nb = k / 32;
-                    let mut q = vec![BlockQ8::default(); n * nb];
-                    for i in 0..n {
-                        quantize_q8(&x[i * k..(i + 1) * k], &mut q[i * nb..(i + 1) * nb]);
-                    }
-                    let xsum: Vec<i32> = q
-                        .iter()
-                        .map(|b| b.qs.iter().map(|&v| v as i32).sum())
-                        .collect();
-                    for i in 0..n {
-                        for r in 0..m {
-                            reference[i * m + r] =
-                                portable::dot_q8(t, &w[r * rb..(r + 1) * rb], &q[i * nb..]);
-                        }
-                    }
-                    run(kernel, &p, &q, nb, &xsum, n, 0..n, &mut tiled);
-                    for i in 0..n {
-                        run(kernel, &p, &q, nb, &xsum, n, i..i + 1, &mut alone);
-                    }
-                } else if let Some(kernel) = k8k {
-                    let nb = k / 256;
-                    let mut q = vec![BlockQ8K::default(); n * nb];
-                    for i in 0..n {
-                        quantize_q8k(&x[i * k..(i + 1) * k], &mut q[i * nb..(i + 1) * nb]);
-                    }
-                    for i in 0..n {
-                        for r in 0..m {
-                            reference[i * m + r] =
-                                portable::dot_q8k(t, &w[r * rb..(r + 1) * rb], &q[i * nb..]);
-                        }
-                    }
-                    run(kernel, &p, &q, nb, &[], n, 0..n, &mut tiled);
-                    for i in 0..n {
-                        run(kernel, &p, &q, nb, &[], n, i..i + 1, &mut alone);
-                    }
-                }
-                let scale = reference.iter().fold(0f32, |a, v| a.max(v.abs()));
-                for (i, (&got, &want)) in tiled.iter().zip(&reference).enumerate() {
-                    assert!(
-                        (got - want).abs() <= 1e-5 * scale,
-                        "{t} {isa:?} token {} row {}: {got} vs {want}",
-                        i / m,
-                        i % m
-                    );
-                }
-                assert_eq!(
-                    tiled.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    "{t} {isa:?}: tiled and one-token results differ"
-                );
-            }
-        }
-    }
-}
+mod tests;

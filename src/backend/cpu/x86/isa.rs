@@ -80,6 +80,12 @@ pub trait Isa: F32Isa {
     /// `LANES` signed bytes, sign-extended.
     unsafe fn i8s(p: *const u8) -> Self::I;
     unsafe fn cvt(v: Self::I) -> Self::F;
+    /// Bytes of `v` (each 0..15) replaced by their entry of `levels` (IQ4_NL's and MXFP4's
+    /// 16-level tables), by `pshufb` in each 128-bit lane.
+    unsafe fn levels(v: Self::I, levels: &[i8; 16]) -> Self::I;
+    /// `LANES` E8M0 exponent bytes as f32, halved (ggml's `E8M0_TO_FP32_HALF`: 2^(e − 128), the
+    /// two smallest as subnormals).
+    unsafe fn e8m0_halves(p: *const u8) -> Self::F;
 }
 
 #[derive(Clone, Copy)]
@@ -226,6 +232,23 @@ impl Isa for Avx512 {
     #[inline(always)]
     unsafe fn cvt(v: __m512i) -> __m512 {
         unsafe { _mm512_cvtepi32_ps(v) }
+    }
+    #[inline(always)]
+    unsafe fn levels(v: __m512i, levels: &[i8; 16]) -> __m512i {
+        unsafe {
+            let table = _mm512_broadcast_i32x4(_mm_loadu_si128(levels.as_ptr() as *const __m128i));
+            _mm512_shuffle_epi8(table, v)
+        }
+    }
+    #[inline(always)]
+    unsafe fn e8m0_halves(p: *const u8) -> __m512 {
+        unsafe {
+            let e = _mm512_cvtepu8_epi32(_mm_loadu_si128(p as *const __m128i));
+            let normal = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
+            let small = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+            let is_normal = _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1));
+            _mm512_castsi512_ps(_mm512_mask_blend_epi32(is_normal, small, normal))
+        }
     }
 }
 
@@ -395,6 +418,24 @@ impl<const VNNI: bool> Isa for Avx2<VNNI> {
     unsafe fn cvt(v: __m256i) -> __m256 {
         unsafe { _mm256_cvtepi32_ps(v) }
     }
+    #[inline(always)]
+    unsafe fn levels(v: __m256i, levels: &[i8; 16]) -> __m256i {
+        unsafe {
+            let table =
+                _mm256_broadcastsi128_si256(_mm_loadu_si128(levels.as_ptr() as *const __m128i));
+            _mm256_shuffle_epi8(table, v)
+        }
+    }
+    #[inline(always)]
+    unsafe fn e8m0_halves(p: *const u8) -> __m256 {
+        unsafe {
+            let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i));
+            let normal = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+            let small = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+            let is_normal = _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1));
+            _mm256_castsi256_ps(_mm256_blendv_epi8(small, normal, is_normal))
+        }
+    }
 }
 
 /// AVX2 on all 16 rows of a group at once, as pairs of registers: for one token, so that each
@@ -560,5 +601,18 @@ impl<const VNNI: bool> Isa for Avx2Pair<VNNI> {
     #[inline(always)]
     unsafe fn cvt(v: Self::I) -> Self::F {
         unsafe { halves!(cvt(v)) }
+    }
+    #[inline(always)]
+    unsafe fn levels(v: Self::I, levels: &[i8; 16]) -> Self::I {
+        unsafe { halves!(levels(v; levels)) }
+    }
+    #[inline(always)]
+    unsafe fn e8m0_halves(p: *const u8) -> Self::F {
+        unsafe {
+            [
+                Avx2::<VNNI>::e8m0_halves(p),
+                Avx2::<VNNI>::e8m0_halves(p.add(8)),
+            ]
+        }
     }
 }
