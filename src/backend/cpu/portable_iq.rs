@@ -1,0 +1,393 @@
+//! The portable integer dot products of the grid i-quants (IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+//! IQ3_S, IQ1_S, IQ1_M), the ternary types (TQ1_0, TQ2_0) against Q8_K activations, and of Q1_0
+//! against Q8_0: ports of llama.cpp's `ggml_vec_dot_*_generic` (ggml-cpu/quants.c, MIT). The
+//! integer sums are exact in any order; the float steps (which products are formed in f32, and
+//! the order they are accumulated in, per block and over the row) follow llama.cpp's, so a row's
+//! result is the one its generic kernel gives. Block layouts are described in `gguf/iq.rs`.
+//! Every instruction-set level's table takes these for the types (no SIMD versions yet).
+#![allow(clippy::needless_range_loop)] // block kernels index several arrays with one index
+
+use super::kernels::{BlockQ8, BlockQ8K};
+use crate::gguf::GgmlType;
+use crate::gguf::dequant::f16_at;
+use crate::gguf::iq::{
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+};
+use crate::gguf::types::QK_K;
+
+/// IQ1_S's and IQ1_M's shift of the grid values, as llama.cpp's `IQ1S_DELTA`/`IQ1M_DELTA`.
+const IQ1_DELTA: f32 = 0.125;
+
+#[inline]
+fn u16_at(b: &[u8], i: usize) -> u16 {
+    u16::from_le_bytes([b[i], b[i + 1]])
+}
+
+#[inline]
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// Σ grid[j] · q8[j] · (−1 where bit j of `signs` is set): eight grid magnitudes against eight
+/// activations.
+#[inline]
+fn signed_dot(grid: [u8; 8], signs: u8, q8: &[i8]) -> i32 {
+    let mut s = 0i32;
+    for j in 0..8 {
+        let p = grid[j] as i32 * q8[j] as i32;
+        s += if signs & (1 << j) != 0 { -p } else { p };
+    }
+    s
+}
+
+/// Two 4-byte grid entries (IQ3's) as the eight magnitudes of one group.
+#[inline]
+fn grid_pair(g1: u32, g2: u32) -> [u8; 8] {
+    let (a, b) = (g1.to_le_bytes(), g2.to_le_bytes());
+    [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+}
+
+/// Σ grid[j] · q8[j] for an IQ1 grid entry (values −1, 0, 1 as bytes).
+#[inline]
+fn grid1_dot(entry: u64, q8: &[i8]) -> i32 {
+    let g = entry.to_le_bytes();
+    (0..8).map(|j| (g[j] as i8) as i32 * q8[j] as i32).sum()
+}
+
+/// IQ2_XXS row · Q8_K row (`ggml_vec_dot_iq2_xxs_q8_K_generic`): the 1/8 of the scale
+/// (2·ls + 1)/8 applied once to the row's sum.
+pub fn dot_iq2_xxs(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (wb, xb) in w.chunks_exact(GgmlType::IQ2_XXS.block_bytes()).zip(x) {
+        let d = f16_at(wb, 0) * xb.d;
+        let mut bsum = 0i32;
+        for ib in 0..QK_K / 32 {
+            let q = 2 + 8 * ib;
+            let aux = u32_at(wb, q + 4);
+            let ls = 2 * (aux >> 28) as i32 + 1;
+            let mut sumi = 0i32;
+            for l in 0..4 {
+                let grid = IQ2XXS_GRID[wb[q + l] as usize].to_le_bytes();
+                let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
+                sumi += signed_dot(grid, signs, &xb.qs[32 * ib + 8 * l..]);
+            }
+            bsum += sumi * ls;
+        }
+        sumf += d * bsum as f32;
+    }
+    0.125 * sumf
+}
+
+/// IQ2_XS row · Q8_K row (`ggml_vec_dot_iq2_xs_q8_K_generic`): a 4-bit scale per 16 values.
+pub fn dot_iq2_xs(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (wb, xb) in w.chunks_exact(GgmlType::IQ2_XS.block_bytes()).zip(x) {
+        let d = f16_at(wb, 0) * xb.d;
+        let mut bsum = 0i32;
+        for ib in 0..QK_K / 32 {
+            let sc = wb[66 + ib];
+            let ls = [2 * (sc & 0xf) as i32 + 1, 2 * (sc >> 4) as i32 + 1];
+            for half in 0..2 {
+                let mut sumi = 0i32;
+                for l in 2 * half..2 * half + 2 {
+                    let q2 = u16_at(wb, 2 + 2 * (4 * ib + l));
+                    let grid = IQ2XS_GRID[(q2 & 511) as usize].to_le_bytes();
+                    let signs = KSIGNS_IQ2XS[(q2 >> 9) as usize];
+                    sumi += signed_dot(grid, signs, &xb.qs[32 * ib + 8 * l..]);
+                }
+                bsum += sumi * ls[half];
+            }
+        }
+        sumf += d * bsum as f32;
+    }
+    0.125 * sumf
+}
+
+/// IQ2_S row · Q8_K row (`ggml_vec_dot_iq2_s_q8_K_generic`): 10-bit grid indices, explicit
+/// sign bytes.
+pub fn dot_iq2_s(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let (qs, signs, qh, scales) = (2, 2 + QK_K / 8, 2 + QK_K / 4, 2 + QK_K / 4 + QK_K / 32);
+    let mut sumf = 0.0f32;
+    for (wb, xb) in w.chunks_exact(GgmlType::IQ2_S.block_bytes()).zip(x) {
+        let d = f16_at(wb, 0) * xb.d;
+        let mut bsum = 0i32;
+        for ib in 0..QK_K / 32 {
+            let sc = wb[scales + ib];
+            let (ls1, ls2) = (1 + 2 * (sc & 0xf) as i32, 1 + 2 * (sc >> 4) as i32);
+            let h = wb[qh + ib] as usize;
+            let mut sumi = [0i32; 2];
+            for l in 0..4 {
+                let index = wb[qs + 4 * ib + l] as usize | ((h << (8 - 2 * l)) & 0x300);
+                let grid = IQ2S_GRID[index].to_le_bytes();
+                let s = wb[signs + 4 * ib + l];
+                sumi[l / 2] += signed_dot(grid, s, &xb.qs[32 * ib + 8 * l..]);
+            }
+            bsum += ls1 * sumi[0] + ls2 * sumi[1];
+        }
+        sumf += d * bsum as f32;
+    }
+    0.125 * sumf
+}
+
+/// IQ3_XXS row · Q8_K row (`ggml_vec_dot_iq3_xxs_q8_K_generic`): the 1/4 of the scale applied
+/// once to the row's sum.
+pub fn dot_iq3_xxs(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let gas = 2 + QK_K / 4;
+    let mut sumf = 0.0f32;
+    for (wb, xb) in w.chunks_exact(GgmlType::IQ3_XXS.block_bytes()).zip(x) {
+        let d = f16_at(wb, 0) * xb.d;
+        let mut bsum = 0i32;
+        for ib in 0..QK_K / 32 {
+            let aux = u32_at(wb, gas + 4 * ib);
+            let ls = 2 * (aux >> 28) as i32 + 1;
+            let q3 = 2 + 8 * ib;
+            let mut sumi = 0i32;
+            for l in 0..4 {
+                let grid = grid_pair(
+                    IQ3XXS_GRID[wb[q3 + 2 * l] as usize],
+                    IQ3XXS_GRID[wb[q3 + 2 * l + 1] as usize],
+                );
+                let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
+                sumi += signed_dot(grid, signs, &xb.qs[32 * ib + 8 * l..]);
+            }
+            bsum += sumi * ls;
+        }
+        sumf += d * bsum as f32;
+    }
+    0.25 * sumf
+}
+
+/// IQ3_S row · Q8_K row (`ggml_vec_dot_iq3_s_q8_K_generic`): 9-bit grid indices, explicit sign
+/// bytes, a 4-bit scale per 32 values.
+pub fn dot_iq3_s(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let (qs, qh, signs, scales) = (2, 2 + QK_K / 4, 2 + QK_K / 4 + QK_K / 32, 106);
+    let mut sumf = 0.0f32;
+    for (wb, xb) in w.chunks_exact(GgmlType::IQ3_S.block_bytes()).zip(x) {
+        let d = f16_at(wb, 0) * xb.d;
+        let mut bsum = 0i32;
+        for ib in 0..QK_K / 32 {
+            let sc = wb[scales + ib / 2];
+            let nibble = if ib % 2 == 0 { sc & 0xf } else { sc >> 4 };
+            let ls = 2 * nibble as i32 + 1;
+            let h = wb[qh + ib] as usize;
+            let mut sumi = 0i32;
+            for l in 0..4 {
+                let i1 = wb[qs + 8 * ib + 2 * l] as usize | ((h << (8 - 2 * l)) & 256);
+                let i2 = wb[qs + 8 * ib + 2 * l + 1] as usize | ((h << (7 - 2 * l)) & 256);
+                let grid = grid_pair(IQ3S_GRID[i1], IQ3S_GRID[i2]);
+                let s = wb[signs + 4 * ib + l];
+                sumi += signed_dot(grid, s, &xb.qs[32 * ib + 8 * l..]);
+            }
+            bsum += sumi * ls;
+        }
+        sumf += d * bsum as f32;
+    }
+    sumf
+}
+
+/// IQ1_S row · Q8_K row (`ggml_vec_dot_iq1_s_q8_K_generic`): the ±1/8 shift of each 32 values
+/// taken from the activations' per-16 sums.
+pub fn dot_iq1_s(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (wb, xb) in w.chunks_exact(GgmlType::IQ1_S.block_bytes()).zip(x) {
+        let (mut sumi, mut sumi1) = (0i32, 0i32);
+        for ib in 0..QK_K / 32 {
+            let qh = u16_at(wb, 2 + QK_K / 8 + 2 * ib);
+            let ls = 2 * ((qh >> 12) & 7) as i32 + 1;
+            let delta = if qh & 0x8000 != 0 { -1 } else { 1 };
+            let mut lsum = 0i32;
+            for l in 0..4 {
+                let index = wb[2 + 4 * ib + l] as usize | ((((qh >> (3 * l)) & 7) as usize) << 8);
+                lsum += grid1_dot(IQ1S_GRID[index], &xb.qs[32 * ib + 8 * l..]);
+            }
+            sumi += ls * lsum;
+            sumi1 += ls * delta * (xb.bsums[2 * ib] as i32 + xb.bsums[2 * ib + 1] as i32);
+        }
+        sumf += f16_at(wb, 0) * xb.d * (sumi as f32 + IQ1_DELTA * sumi1 as f32);
+    }
+    sumf
+}
+
+/// IQ1_M row · Q8_K row (`ggml_vec_dot_iq1_m_q8_K_generic`): a shift sign per 8 values, so the
+/// shift's sums are taken from the activations directly.
+pub fn dot_iq1_m(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let (qs, qh, scales) = (0, QK_K / 8, QK_K / 8 + QK_K / 16);
+    let mut sumf = 0.0f32;
+    for (wb, xb) in w.chunks_exact(GgmlType::IQ1_M.block_bytes()).zip(x) {
+        let sc = |i: usize| u16_at(wb, scales + 2 * i);
+        let bits =
+            (sc(0) >> 12) | ((sc(1) >> 8) & 0x00f0) | ((sc(2) >> 4) & 0x0f00) | (sc(3) & 0xf000);
+        let d = half::f16::from_bits(bits).to_f32();
+        let (mut sumi1, mut sumi2) = (0i32, 0i32);
+        for ib in 0..QK_K / 32 {
+            let h = [wb[qh + 2 * ib] as u16, wb[qh + 2 * ib + 1] as u16];
+            let delta = [
+                if h[0] & 0x08 != 0 { -1 } else { 1 },
+                if h[0] & 0x80 != 0 { -1 } else { 1 },
+                if h[1] & 0x08 != 0 { -1 } else { 1 },
+                if h[1] & 0x80 != 0 { -1 } else { 1 },
+            ];
+            let (mut sum1, mut sum2) = ([0i32; 2], [0i32; 2]);
+            for l in 0..4 {
+                let index = wb[qs + 4 * ib + l] as usize
+                    | ((h[l / 2] << (8 - 4 * (l % 2))) & 0x700) as usize;
+                let q8 = &xb.qs[32 * ib + 8 * l..32 * ib + 8 * l + 8];
+                sum1[l / 2] += grid1_dot(IQ1S_GRID[index], q8);
+                sum2[l / 2] += q8.iter().map(|&v| v as i32).sum::<i32>() * delta[l];
+            }
+            let s = sc(ib / 2);
+            let ls1 = 2 * ((s >> (6 * (ib % 2))) & 0x7) as i32 + 1;
+            let ls2 = 2 * ((s >> (6 * (ib % 2) + 3)) & 0x7) as i32 + 1;
+            sumi1 += sum1[0] * ls1 + sum1[1] * ls2;
+            sumi2 += sum2[0] * ls1 + sum2[1] * ls2;
+        }
+        sumf += d * xb.d * (sumi1 as f32 + IQ1_DELTA * sumi2 as f32);
+    }
+    sumf
+}
+
+/// A trit stored base-3 scaled to a byte, times 3^n, back to −1, 0 or 1 (TQ1_0's packing).
+#[inline]
+fn trit(byte: u8, pow3: u8) -> i32 {
+    ((byte.wrapping_mul(pow3) as u16 * 3) >> 8) as i32 - 1
+}
+
+/// TQ1_0 row · Q8_K row (`ggml_vec_dot_tq1_0_q8_K_generic`).
+pub fn dot_tq1_0(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    const POW3: [u8; 5] = [1, 3, 9, 27, 81];
+    let mut sumf = 0.0f32;
+    for (wb, xb) in w.chunks_exact(GgmlType::TQ1_0.block_bytes()).zip(x) {
+        let mut sum = 0i32;
+        // 32 bytes × 5 trits (values 0..160), 16 bytes × 5 trits (160..240), then the 4 bytes
+        // of `qh` × 4 trits (240..256).
+        for (start, len, trits) in [(0, 32, 5), (32, 16, 5), (48, 4, 4)] {
+            for l in 0..trits {
+                for m in 0..len {
+                    let y = xb.qs[start * 5 + l * len + m] as i32;
+                    sum += trit(wb[start + m], POW3[l]) * y;
+                }
+            }
+        }
+        sumf += sum as f32 * (f16_at(wb, 52) * xb.d);
+    }
+    sumf
+}
+
+/// TQ2_0 row · Q8_K row (`ggml_vec_dot_tq2_0_q8_K_generic`).
+pub fn dot_tq2_0(w: &[u8], x: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (wb, xb) in w.chunks_exact(GgmlType::TQ2_0.block_bytes()).zip(x) {
+        let mut sumi = 0i32;
+        for j in (0..64).step_by(32) {
+            for l in 0..4 {
+                for k in 0..32 {
+                    let q = ((wb[j + k] >> (2 * l)) & 3) as i32 - 1;
+                    sumi += xb.qs[j * 4 + l * 32 + k] as i32 * q;
+                }
+            }
+        }
+        sumf += sumi as f32 * (xb.d * f16_at(wb, 64));
+    }
+    sumf
+}
+
+/// Q1_0 row · Q8_0 row (`ggml_vec_dot_q1_0_q8_0_generic`): each 128-value weight block against
+/// four 32-value activation blocks, each of those scaled by its own (f16) `d` in f32 before the
+/// weight's.
+pub fn dot_q1_0(w: &[u8], x: &[BlockQ8]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (wb, xs) in w
+        .chunks_exact(GgmlType::Q1_0.block_bytes())
+        .zip(x.chunks_exact(4))
+    {
+        let d0 = f16_at(wb, 0);
+        let mut sumi = 0.0f32;
+        for (k, yb) in xs.iter().enumerate() {
+            let mut sumi_block = 0i32;
+            for j in 0..32 {
+                let q = yb.qs[j] as i32;
+                sumi_block += if (wb[2 + 4 * k + j / 8] >> (j % 8)) & 1 != 0 {
+                    q
+                } else {
+                    -q
+                };
+            }
+            sumi += yb.d * sumi_block as f32;
+        }
+        sumf += d0 * sumi;
+    }
+    sumf
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::kernels::{BlockQ8, BlockQ8K, TypeKernels};
+    use super::super::portable::tests::{activations, random_row};
+    use super::super::portable::{kernels, quantize_q8, quantize_q8k};
+    use crate::gguf::GgmlType;
+    use crate::gguf::dequant::dequantize;
+
+    /// The types whose kernels this module holds.
+    const TYPES: [GgmlType; 10] = [
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
+        GgmlType::TQ1_0,
+        GgmlType::TQ2_0,
+        GgmlType::Q1_0,
+    ];
+
+    /// An independent truth for the integer kernels: Σ (dequantized weight) · (dequantized
+    /// activation, the 8-bit blocks' d·q), in f64, is what they compute exactly up to float
+    /// rounding, so a wrong grid index, sign, scale, shift or pairing of weight and activation
+    /// blocks shows far above the 1e-5 allowed (rounding is ~1e-7 of Σ|terms|). The weights
+    /// decode through `gguf::dequant`, itself checked against llama.cpp.
+    #[test]
+    fn integer_kernels_equal_dequantized_products() {
+        let table = kernels();
+        let n = 1024;
+        for t in TYPES {
+            for seed in 0..4u64 {
+                let w = random_row(t, n, seed * 131 + t.id() as u64);
+                let x = activations(n, seed + 17);
+                let mut wf = vec![0f32; n];
+                dequantize(t, &w, &mut wf);
+                let (got, xd): (f32, Vec<f64>) = match table.of(t) {
+                    TypeKernels::Q8(k) => {
+                        let mut q = vec![BlockQ8::default(); n / 32];
+                        quantize_q8(&x, &mut q);
+                        let xd = q
+                            .iter()
+                            .flat_map(|b| b.qs.map(|v| b.d as f64 * v as f64))
+                            .collect();
+                        ((k.dot)(&w, &q), xd)
+                    }
+                    TypeKernels::Q8K(k) => {
+                        let mut q = vec![BlockQ8K::default(); n / 256];
+                        quantize_q8k(&x, &mut q);
+                        let xd = q
+                            .iter()
+                            .flat_map(|b| b.qs.map(|v| b.d as f64 * v as f64))
+                            .collect();
+                        ((k.dot)(&w, &q), xd)
+                    }
+                    TypeKernels::F32(_) => panic!("{t} should take 8-bit activations"),
+                };
+                let want: f64 = wf.iter().zip(&xd).map(|(&a, &b)| a as f64 * b).sum();
+                let scale: f64 = wf
+                    .iter()
+                    .zip(&xd)
+                    .map(|(&a, &b)| (a as f64 * b).abs())
+                    .sum();
+                assert!(
+                    (got as f64 - want).abs() <= 1e-5 * scale,
+                    "{t} seed {seed}: got {got}, want {want}, |terms| {scale}"
+                );
+            }
+        }
+    }
+}
