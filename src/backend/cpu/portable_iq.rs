@@ -341,6 +341,178 @@ mod tests {
         GgmlType::Q1_0,
     ];
 
+    /// A self-contained pseudo-random case of `n` values of type `t` (xorshift bytes, the f16
+    /// scale of each block set to a modest value, activations spread over a wide range), so the
+    /// recorded llama.cpp results below stay tied to these inputs whatever other tests' helpers
+    /// become.
+    fn case(t: GgmlType, n: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 24) as u8
+        };
+        let bb = t.block_bytes();
+        let mut w: Vec<u8> = (0..n / t.block_len() * bb).map(|_| next()).collect();
+        for (i, block) in w.chunks_exact_mut(bb).enumerate() {
+            let d = half::f16::from_f32(0.01 + 0.0031 * ((i as u64 + seed) % 7) as f32).to_bits();
+            match t {
+                // d in the top nibbles of the four scale words.
+                GgmlType::IQ1_M => {
+                    for k in 0..4 {
+                        let at = 48 + 2 * k;
+                        let sc = u16::from_le_bytes([block[at], block[at + 1]]) & 0x0fff;
+                        let v = sc | (((d >> (4 * k)) & 0xf) << 12);
+                        block[at..at + 2].copy_from_slice(&v.to_le_bytes());
+                    }
+                }
+                _ => {
+                    let at = match t {
+                        GgmlType::TQ1_0 => 52,
+                        GgmlType::TQ2_0 => 64,
+                        _ => 0,
+                    };
+                    block[at..at + 2].copy_from_slice(&d.to_le_bytes());
+                }
+            }
+        }
+        let x = (0..n)
+            .map(|i| {
+                (next() as f32 - 127.5) / 64.0 * (1.0 + ((i / 256) as u64 + seed) as f32 * 0.77)
+            })
+            .collect();
+        (w, x)
+    }
+
+    /// The kernel's result on `case(t, n, seed)` with the activations quantized by kiln.
+    fn run(t: GgmlType, n: usize, seed: u64) -> f32 {
+        let (w, x) = case(t, n, seed);
+        match kernels().of(t) {
+            TypeKernels::Q8(k) => {
+                let mut q = vec![BlockQ8::default(); n / 32];
+                quantize_q8(&x, &mut q);
+                (k.dot)(&w, &q)
+            }
+            TypeKernels::Q8K(k) => {
+                let mut q = vec![BlockQ8K::default(); n / 256];
+                quantize_q8k(&x, &mut q);
+                (k.dot)(&w, &q)
+            }
+            TypeKernels::F32(_) => panic!("{t} should take 8-bit activations"),
+        }
+    }
+
+    /// The length of recorded case `c`: 256 values for the first 12 (one block, Q1_0's two, so
+    /// a result is one block's float steps, not absorbed in a longer sum), 2048 after.
+    fn case_len(c: usize) -> usize {
+        if c < 12 { 256 } else { 2048 }
+    }
+
+    /// The results' bits equal those llama.cpp's generic kernels give on the same inputs
+    /// (`ggml_vec_dot_*_generic` after `quantize_row_q8_K_ref`/`quantize_row_q8_0_ref`, from the
+    /// llama.cpp that llama-cpp-python 0.3.36 vendors, built for x86-64 without FMA so nothing
+    /// is contracted), recorded below: the float steps are llama.cpp's, in its order.
+    #[test]
+    fn results_have_the_bits_of_llama_cpp() {
+        for &(t, ref bits) in LLAMA_CPP_BITS {
+            for (c, &want) in bits.iter().enumerate() {
+                let got = run(t, case_len(c), c as u64);
+                assert_eq!(
+                    got.to_bits(),
+                    want,
+                    "{t} case {c}: {got} vs llama.cpp {}",
+                    f32::from_bits(want)
+                );
+            }
+        }
+    }
+
+    /// `results_have_the_bits_of_llama_cpp`'s record: per type, llama.cpp's result bits on
+    /// cases 0..16.
+    const LLAMA_CPP_BITS: &[(GgmlType, [u32; 16])] = &[
+        (
+            GgmlType::IQ2_XXS,
+            [
+                0xbfd9109e, 0x407e86f1, 0x4218994d, 0xc21bb12a, 0x42e52749, 0xc298ad97, 0xc168720a,
+                0x423e741e, 0x42dcd2fb, 0xc31344ba, 0xc29a3095, 0x43d1c77b, 0xc30cfce8, 0xc49544df,
+                0xc480274e, 0x440faee6,
+            ],
+        ),
+        (
+            GgmlType::IQ2_XS,
+            [
+                0x4084e3d9, 0x419fa63e, 0xc0be3cd7, 0xc04b3758, 0xc22cd51a, 0xc29431b5, 0x420f1de4,
+                0xc27b80da, 0x428b337b, 0xc31cd84f, 0x42eeb48d, 0x4316fab9, 0x443ad51a, 0x43af44dd,
+                0xc2497360, 0x44124338,
+            ],
+        ),
+        (
+            GgmlType::IQ2_S,
+            [
+                0x4109c6b3, 0x418e466f, 0xc10f940b, 0x422bbb6d, 0x42f342cd, 0xc11b7d49, 0x41a5f3c2,
+                0xc3012072, 0xc280922c, 0xc31d67d6, 0x433152c1, 0xc297011d, 0xc3506aba, 0xc401a120,
+                0x447154a8, 0x440bb0d0,
+            ],
+        ),
+        (
+            GgmlType::IQ3_XXS,
+            [
+                0x419e9b3a, 0x42ac56e1, 0x3e7054a5, 0xc1b7b1e1, 0x4295f239, 0xc3c7a27c, 0x449440be,
+                0x42cb2ff8, 0xc3338465, 0xc25fd008, 0xc3cf1ebe, 0x432219d1, 0x45228735, 0x45593773,
+                0x41d3ecc0, 0x45749e5b,
+            ],
+        ),
+        (
+            GgmlType::IQ3_S,
+            [
+                0x41c2fa85, 0x40951501, 0xc246e50a, 0x4371e92f, 0xc3a2710b, 0xc37037ae, 0xc3a44b71,
+                0xc3ce4a35, 0xc3f1ff18, 0x44082e70, 0xc3172ece, 0x431e9644, 0x457fd2f7, 0xc439511d,
+                0x43ac1e74, 0x4531a425,
+            ],
+        ),
+        (
+            GgmlType::IQ1_S,
+            [
+                0xbf55be62, 0xc0b425c8, 0xbfee1eb1, 0x404921cb, 0x4168f727, 0xc2246b60, 0x418bf1b9,
+                0x4093719c, 0xbfea5912, 0x40d5098f, 0x4038da89, 0xc2107e42, 0x42426585, 0xc3ada0b2,
+                0x4308a354, 0x43043a2e,
+            ],
+        ),
+        (
+            GgmlType::IQ1_M,
+            [
+                0x3fc26e6c, 0x3fea2503, 0xbeaffde5, 0xc052027b, 0xc17dbe88, 0xc199ef83, 0x418f0cca,
+                0xc0dde752, 0x411a7361, 0x414de3b1, 0xc1515e7c, 0xc112dee7, 0xc2156dd7, 0x421d4f8f,
+                0xc2c5408c, 0x42548820,
+            ],
+        ),
+        (
+            GgmlType::TQ1_0,
+            [
+                0xbda8b28c, 0x3c7452a0, 0xbe14c2a7, 0x3e6b35fa, 0x3efb0828, 0xbeacd0e6, 0x3fcb48ae,
+                0xbef45765, 0xbfaa3f1d, 0xbf410586, 0x3fbfb0d8, 0x3fc08491, 0x4150aca2, 0x4187163c,
+                0x3fd46d51, 0xc080814b,
+            ],
+        ),
+        (
+            GgmlType::TQ2_0,
+            [
+                0xbcd55cb2, 0x3ea05639, 0xbf3f91ff, 0xc055c3b0, 0xbf3ff1a7, 0x3f2d5007, 0xc0910a9d,
+                0xbd34b07e, 0xbe15276f, 0x3ef49a7a, 0x40886882, 0xbf1b0957, 0x40e01596, 0xc14ad26f,
+                0xbf2e9258, 0x4200abb1,
+            ],
+        ),
+        (
+            GgmlType::Q1_0,
+            [
+                0xbdce4ec6, 0xbf2f6462, 0x3f22c8f3, 0xc021e160, 0x3dc33822, 0x40b2b5f0, 0xbf61f0bb,
+                0x3e4e0c30, 0xbeebcce2, 0xc0a4e42e, 0xbe1fc02b, 0x3e9a9e00, 0x41110dc8, 0xc1ea4dfd,
+                0x40102e87, 0xc18aeab4,
+            ],
+        ),
+    ];
+
     /// An independent truth for the integer kernels: Σ (dequantized weight) · (dequantized
     /// activation, the 8-bit blocks' d·q), in f64, is what they compute exactly up to float
     /// rounding, so a wrong grid index, sign, scale, shift or pairing of weight and activation
