@@ -321,11 +321,14 @@ pub fn dot_q1_0(w: &[u8], x: &[BlockQ8]) -> f32 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::kernels::{BlockQ8, BlockQ8K, TypeKernels};
+    use super::super::CpuBackend;
+    use super::super::kernels::{BlockQ8, BlockQ8K, Kernels, TypeKernels};
     use super::super::portable::tests::{activations, random_row};
     use super::super::portable::{kernels, quantize_q8, quantize_q8k};
+    use crate::backend::{CoreOps, ExpertMatmulParams, MoeOps};
     use crate::gguf::GgmlType;
     use crate::gguf::dequant::dequantize;
+    use crate::tensor::Tensor;
 
     /// The types whose kernels this module holds.
     const TYPES: [GgmlType; 10] = [
@@ -558,6 +561,120 @@ mod tests {
                 assert!(
                     (got as f64 - want).abs() <= 1e-5 * scale,
                     "{t} seed {seed}: got {got}, want {want}, |terms| {scale}"
+                );
+            }
+        }
+    }
+
+    /// One weight row times one activation row through `kernels`: the input quantized by the
+    /// table's quantizer, then the type's row kernel.
+    fn row_dot(kernels: &Kernels, t: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+        match kernels.of(t) {
+            TypeKernels::Q8(k) => {
+                let mut q = vec![BlockQ8::default(); x.len() / 32];
+                (kernels.quantize_q8)(x, &mut q);
+                (k.dot)(w, &q)
+            }
+            TypeKernels::Q8K(k) => {
+                let mut q = vec![BlockQ8K::default(); x.len() / 256];
+                (kernels.quantize_q8k)(x, &mut q);
+                (k.dot)(w, &q)
+            }
+            TypeKernels::F32(dot) => dot(w, x),
+        }
+    }
+
+    /// The backend's matmul passes run these types through the table on the row kernels (none
+    /// is repacked): one token, a prefill of five, a pass mixing Q1_0 with Q4_0 (both on Q8_0
+    /// activations; 32 Q4_0 rows, repacked where the CPU has its GEMM), and expert matmuls;
+    /// each output has the bits of the row kernel on its input row.
+    #[test]
+    fn matmul_passes_run_these_types() {
+        let be = CpuBackend::new(2).unwrap();
+        let (k, m) = (512, 24);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for t in TYPES {
+            assert!(!be.packs(t), "{t} has no repacked layout");
+            let bytes: Vec<u8> = (0..m)
+                .flat_map(|r| random_row(t, k, r as u64 + 1))
+                .collect();
+            let tensor = Tensor::from_bytes("w", t, vec![k, m], bytes);
+            let w = be.weight(&tensor).unwrap();
+            for tokens in [1, 5] {
+                let x = activations(tokens * k, 3);
+                let mut out = vec![0.0; tokens * m];
+                be.matmul(&x, &w, tokens, &mut out);
+                let want: Vec<f32> = (0..tokens)
+                    .flat_map(|i| (0..m).map(move |r| (i, r)))
+                    .map(|(i, r)| row_dot(&be.kernels, t, w.row(r), &x[i * k..(i + 1) * k]))
+                    .collect();
+                assert_eq!(bits(&out), bits(&want), "{t}, {tokens} tokens");
+            }
+
+            // Four experts of 8 rows; token i's slots use experts i and i + 2 (mod 4).
+            let (n_exp, stride, tokens, n_used) = (4, 8, 3, 2);
+            let bytes: Vec<u8> = (0..n_exp * stride)
+                .flat_map(|r| random_row(t, k, r as u64 + 40))
+                .collect();
+            let stacked = Tensor::from_bytes("exps", t, vec![k, stride, n_exp], bytes);
+            let ws = be.weight(&stacked).unwrap();
+            let selected: Vec<f32> = (0..tokens * n_used)
+                .map(|s| ((s / n_used + 2 * (s % n_used)) % n_exp) as f32)
+                .collect();
+            let x = activations(tokens * k, 5);
+            let p = ExpertMatmulParams {
+                rows: tokens,
+                n_used,
+                per_slot_input: false,
+                expert_rows: stride,
+                expert_stride: stride,
+                row_offset: 0,
+            };
+            let mut out = vec![0.0; tokens * n_used * stride];
+            be.expert_matmul(&x, &ws, &selected, &mut out, &p);
+            let want: Vec<f32> = (0..tokens * n_used)
+                .flat_map(|s| (0..stride).map(move |r| (s, r)))
+                .map(|(s, r)| {
+                    let (i, e) = (s / n_used, selected[s] as usize);
+                    row_dot(
+                        &be.kernels,
+                        t,
+                        ws.row(e * stride + r),
+                        &x[i * k..(i + 1) * k],
+                    )
+                })
+                .collect();
+            assert_eq!(bits(&out), bits(&want), "{t} experts");
+        }
+
+        let q1: Vec<u8> = (0..m)
+            .flat_map(|r| random_row(GgmlType::Q1_0, k, r as u64 + 9))
+            .collect();
+        let q4: Vec<u8> = (0..32)
+            .flat_map(|r| random_row(GgmlType::Q4_0, k, r as u64 + 9))
+            .collect();
+        let w1 = be
+            .weight(&Tensor::from_bytes("a", GgmlType::Q1_0, vec![k, m], q1))
+            .unwrap();
+        let w4 = be
+            .weight(&Tensor::from_bytes("b", GgmlType::Q4_0, vec![k, 32], q4))
+            .unwrap();
+        let tokens = 5;
+        let x = activations(tokens * k, 7);
+        let (mut o1, mut o4) = (vec![0.0; tokens * m], vec![0.0; tokens * 32]);
+        be.matmul_many(&x, &[&w1, &w4], tokens, &mut [&mut o1, &mut o4]);
+        for i in 0..tokens {
+            let xi = &x[i * k..(i + 1) * k];
+            for r in 0..m {
+                let want = row_dot(&be.kernels, GgmlType::Q1_0, w1.row(r), xi);
+                assert_eq!(o1[i * m + r].to_bits(), want.to_bits(), "Q1_0 row {r}");
+            }
+            for r in 0..32 {
+                let want = row_dot(&be.kernels, GgmlType::Q4_0, w4.row(r), xi);
+                let got = o4[i * 32 + r];
+                assert!(
+                    (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                    "Q4_0 row {r}"
                 );
             }
         }
