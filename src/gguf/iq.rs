@@ -19,7 +19,8 @@
 //! - Q1_0 (18 B, 128 values): d, then one bit per value (+d or −d).
 #![allow(clippy::needless_range_loop)] // block decoders index several arrays with one index
 
-use super::iq_tables::{
+// The grids are re-exported for the CPU's integer kernels, which index the same tables.
+pub use super::iq_tables::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
 };
 use super::types::{GgmlType, QK_K};

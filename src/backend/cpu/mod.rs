@@ -18,6 +18,7 @@ mod matmul;
 mod moe;
 mod pool;
 mod portable;
+mod portable_iq;
 mod profile;
 mod recurrent;
 mod repack;

@@ -2,17 +2,18 @@
 //! kernels are tested against, and the table (`kernels`) of CPUs without one (or with
 //! `KILN_NO_SIMD=1`). Dot products between a weight row in its GGML type and an activation row,
 //! as llama.cpp does them: the activation is first quantized to 8 bits once per matmul (per 32
-//! values for the 32-block types, per 256 with per-16 sums for the K-quants), then each weight
-//! block is multiplied in integers and scaled once. Unquantized weights take the f32 activation
-//! as is.
+//! values for the 32-block types and Q1_0, per 256 with per-16 sums for the K-quants, the
+//! 256-value i-quants and the ternary types), then each weight block is multiplied in integers
+//! and scaled once. The grid i-quants', ternary types' and Q1_0's kernels are in `portable_iq`.
+//! Unquantized weights take the f32 activation as is.
 #![allow(clippy::needless_range_loop)] // block kernels index several arrays with one index
 
 use half::f16;
 
-use super::ggml_math;
 use super::kernels::{BlockQ8, BlockQ8K, Dot, Kernels, Level, QuantKernels, TypeKernels};
+use super::{ggml_math, portable_iq};
 use crate::gguf::GgmlType;
-use crate::gguf::dequant::{dequantize_block, f16_at, q3_k_scales, scale_min_k4};
+use crate::gguf::dequant::{f16_at, q3_k_scales, scale_min_k4};
 use crate::gguf::iq::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_half};
 use crate::gguf::types::QK_K;
 
@@ -67,22 +68,22 @@ pub fn type_kernels(t: GgmlType) -> TypeKernels {
         GgmlType::Q5_K => q8k(|w, x| dot_q8k(GgmlType::Q5_K, w, x)),
         GgmlType::Q6_K => q8k(|w, x| dot_q8k(GgmlType::Q6_K, w, x)),
         GgmlType::Q8_K => q8k(|w, x| dot_q8k(GgmlType::Q8_K, w, x)),
-        // IQ4_NL, IQ4_XS and MXFP4 as llama.cpp's generic kernels (8-bit activations); the other
-        // i-quants, the ternary types and Q1_0 decoded block by block against the f32 activation
-        // (exact, and slow: no integer kernels yet).
-        GgmlType::IQ2_XXS => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ2_XXS, w, x)),
-        GgmlType::IQ2_XS => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ2_XS, w, x)),
-        GgmlType::IQ2_S => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ2_S, w, x)),
-        GgmlType::IQ3_XXS => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ3_XXS, w, x)),
-        GgmlType::IQ3_S => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ3_S, w, x)),
-        GgmlType::IQ1_S => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ1_S, w, x)),
-        GgmlType::IQ1_M => TypeKernels::F32(|w, x| dot_decoded(GgmlType::IQ1_M, w, x)),
+        // The i-quants, the ternary types and Q1_0 as llama.cpp's generic kernels, against the
+        // activation format llama.cpp gives each (its `vec_dot_type`).
+        GgmlType::IQ2_XXS => q8k(portable_iq::dot_iq2_xxs),
+        GgmlType::IQ2_XS => q8k(portable_iq::dot_iq2_xs),
+        GgmlType::IQ2_S => q8k(portable_iq::dot_iq2_s),
+        GgmlType::IQ3_XXS => q8k(portable_iq::dot_iq3_xxs),
+        GgmlType::IQ3_S => q8k(portable_iq::dot_iq3_s),
+        GgmlType::IQ1_S => q8k(portable_iq::dot_iq1_s),
+        GgmlType::IQ1_M => q8k(portable_iq::dot_iq1_m),
         GgmlType::IQ4_NL => q8(|w, x| dot_q8(GgmlType::IQ4_NL, w, x)),
         GgmlType::IQ4_XS => q8k(|w, x| dot_q8k(GgmlType::IQ4_XS, w, x)),
-        GgmlType::TQ1_0 => TypeKernels::F32(|w, x| dot_decoded(GgmlType::TQ1_0, w, x)),
-        GgmlType::TQ2_0 => TypeKernels::F32(|w, x| dot_decoded(GgmlType::TQ2_0, w, x)),
+        GgmlType::TQ1_0 => q8k(portable_iq::dot_tq1_0),
+        GgmlType::TQ2_0 => q8k(portable_iq::dot_tq2_0),
         GgmlType::MXFP4 => q8(|w, x| dot_q8(GgmlType::MXFP4, w, x)),
-        GgmlType::Q1_0 => TypeKernels::F32(|w, x| dot_decoded(GgmlType::Q1_0, w, x)),
+        // 128-value blocks, each against four Q8_0 blocks.
+        GgmlType::Q1_0 => q8(portable_iq::dot_q1_0),
     }
 }
 
@@ -109,18 +110,6 @@ fn dot_iq4_xs(wb: &[u8], xb: &BlockQ8K) -> f32 {
         }
     }
     sum
-}
-
-/// Weight row of any block type · f32 activations, each block decoded first.
-pub fn dot_decoded(t: GgmlType, w: &[u8], x: &[f32]) -> f32 {
-    let (bl, bb) = (t.block_len(), t.block_bytes());
-    let mut values = [0f32; QK_K];
-    let mut acc = 0.0f32;
-    for (block, xs) in w.chunks_exact(bb).zip(x.chunks_exact(bl)) {
-        dequantize_block(t, block, &mut values[..bl]);
-        acc += values[..bl].iter().zip(xs).map(|(a, b)| a * b).sum::<f32>();
-    }
-    acc
 }
 
 fn silu_mul(gate: &mut [f32], up: &[f32]) {
@@ -541,7 +530,6 @@ fn dot_q6_k(w: &[u8], x: &BlockQ8K) -> f32 {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::super::kernels::ActFormat;
     use super::*;
     use crate::gguf::dequant::dequantize;
 
@@ -651,20 +639,17 @@ pub(crate) mod tests {
                 .zip(&x)
                 .map(|(a, b)| (*a as f64 * *b as f64).abs())
                 .sum();
-            let got = match kernels().of(t).format() {
-                ActFormat::F32 => match kernels().of(t) {
-                    TypeKernels::F32(dot) => dot(&w, &x),
-                    _ => unreachable!("the format says F32"),
-                },
-                ActFormat::Q8 => {
+            let got = match kernels().of(t) {
+                TypeKernels::F32(dot) => dot(&w, &x),
+                TypeKernels::Q8(k) => {
                     let mut q = vec![BlockQ8::default(); n / 32];
                     quantize_q8(&x, &mut q);
-                    dot_q8(t, &w, &q)
+                    (k.dot)(&w, &q)
                 }
-                ActFormat::Q8K => {
+                TypeKernels::Q8K(k) => {
                     let mut q = vec![BlockQ8K::default(); n / 256];
                     quantize_q8k(&x, &mut q);
-                    dot_q8k(t, &w, &q)
+                    (k.dot)(&w, &q)
                 }
             };
             let err = (got as f64 - exact).abs();
