@@ -262,6 +262,10 @@ fn f32_at(b: &[u8], i: usize) -> f32 {
 }
 
 /// Weight row (unquantized type) · f32 activations.
+/// An unquantized weight row · f32 activations. Half-precision weights take their activations
+/// rounded to the same format first, as llama.cpp's (its `vec_dot_type` for F16 and BF16): in
+/// recurrent models the difference grows (the Qwen3.5 MoE tiny model in F16 moved logits by
+/// 1.2 rms without it, 0.001 with it).
 pub fn dot_f32(t: GgmlType, w: &[u8], x: &[f32]) -> f32 {
     match t {
         GgmlType::F32 => w
@@ -272,12 +276,15 @@ pub fn dot_f32(t: GgmlType, w: &[u8], x: &[f32]) -> f32 {
         GgmlType::F16 => w
             .chunks_exact(2)
             .zip(x)
-            .map(|(b, &v)| f16_at(b, 0) * v)
+            .map(|(b, &v)| f16_at(b, 0) * f16::from_f32(v).to_f32())
             .sum(),
         GgmlType::BF16 => w
             .chunks_exact(2)
             .zip(x)
-            .map(|(b, &v)| half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32() * v)
+            .map(|(b, &v)| {
+                let w = half::bf16::from_bits(u16::from_le_bytes([b[0], b[1]]));
+                w.to_f32() * half::bf16::from_f32(v).to_f32()
+            })
             .sum(),
         other => unreachable!("{other} takes quantized activations"),
     }

@@ -20,8 +20,15 @@ pub fn dot_f32_bytes(w: &[u8], x: &[f32]) -> f32 {
         while i + 8 <= n {
             let w0 = vreinterpretq_f32_u8(vld1q_u8(w.as_ptr().add(4 * i)));
             let w1 = vreinterpretq_f32_u8(vld1q_u8(w.as_ptr().add(4 * i + 16)));
-            s0 = vfmaq_f32(s0, w0, vld1q_f32(x.as_ptr().add(i)));
-            s1 = vfmaq_f32(s1, w1, vld1q_f32(x.as_ptr().add(i + 4)));
+            let (mut x0, mut x1) = (
+                vld1q_f32(x.as_ptr().add(i)),
+                vld1q_f32(x.as_ptr().add(i + 4)),
+            );
+            if ROUND_X {
+                (x0, x1) = (round_f16x4(x0), round_f16x4(x1));
+            }
+            s0 = vfmaq_f32(s0, w0, x0);
+            s1 = vfmaq_f32(s1, w1, x1);
             i += 8;
         }
         let mut sum = vaddvq_f32(vaddq_f32(s0, s1));
@@ -35,6 +42,16 @@ pub fn dot_f32_bytes(w: &[u8], x: &[f32]) -> f32 {
 
 /// f16 weights stored as little-endian bytes · f32 activations.
 pub fn dot_f16_bytes(w: &[u8], x: &[f32]) -> f32 {
+    dot_f16::<false>(w, x)
+}
+
+/// An F16 weight row · activations rounded to f16 first, as llama.cpp multiplies F16 weights.
+pub fn dot_f16_weights(w: &[u8], x: &[f32]) -> f32 {
+    dot_f16::<true>(w, x)
+}
+
+#[inline(always)]
+fn dot_f16<const ROUND_X: bool>(w: &[u8], x: &[f32]) -> f32 {
     let n = (w.len() / 2).min(x.len());
     // SAFETY: every load reads 8 bytes inside `w` and four values inside `x` (i + 8 ≤ n).
     unsafe {
@@ -43,13 +60,25 @@ pub fn dot_f16_bytes(w: &[u8], x: &[f32]) -> f32 {
         while i + 8 <= n {
             let w0 = load_f16x4(w.as_ptr().add(2 * i));
             let w1 = load_f16x4(w.as_ptr().add(2 * i + 8));
-            s0 = vfmaq_f32(s0, w0, vld1q_f32(x.as_ptr().add(i)));
-            s1 = vfmaq_f32(s1, w1, vld1q_f32(x.as_ptr().add(i + 4)));
+            let (mut x0, mut x1) = (
+                vld1q_f32(x.as_ptr().add(i)),
+                vld1q_f32(x.as_ptr().add(i + 4)),
+            );
+            if ROUND_X {
+                (x0, x1) = (round_f16x4(x0), round_f16x4(x1));
+            }
+            s0 = vfmaq_f32(s0, w0, x0);
+            s1 = vfmaq_f32(s1, w1, x1);
             i += 8;
         }
         let mut sum = vaddvq_f32(vaddq_f32(s0, s1));
         for j in i..n {
-            sum += f16(w, 2 * j) * x[j];
+            let xj = if ROUND_X {
+                half::f16::from_f32(x[j]).to_f32()
+            } else {
+                x[j]
+            };
+            sum += f16(w, 2 * j) * xj;
         }
         sum
     }

@@ -55,7 +55,7 @@ pub unsafe fn kernels(level: Level) -> Kernels {
         } else if t == GgmlType::F32 {
             k.types[i] = TypeKernels::F32(elementwise::dot_f32_bytes);
         } else if t == GgmlType::F16 {
-            k.types[i] = TypeKernels::F32(elementwise::dot_f16_bytes);
+            k.types[i] = TypeKernels::F32(elementwise::dot_f16_weights);
         }
     }
     k.quantize_q8 = elementwise::quantize_q8;

@@ -383,12 +383,15 @@ unsafe fn dot_f16_bytes_impl(w: &[u8], x: &[f32]) -> f32 {
         let mut i = 0;
         while i + 8 <= n {
             let h = _mm_loadu_si128(w.as_ptr().add(2 * i) as *const __m128i);
-            s = _mm256_fmadd_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(x.as_ptr().add(i)), s);
+            // The activations rounded to f16, as llama.cpp multiplies F16 weights.
+            let xs = _mm256_loadu_ps(x.as_ptr().add(i));
+            let xs = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(xs));
+            s = _mm256_fmadd_ps(_mm256_cvtph_ps(h), xs, s);
             i += 8;
         }
         let mut sum = hsum_f32(s);
         while i < n {
-            sum += f16_at(w, 2 * i) * x[i];
+            sum += f16_at(w, 2 * i) * half::f16::from_f32(x[i]).to_f32();
             i += 1;
         }
         sum
