@@ -303,3 +303,6 @@ fn dq4(row: u32, g: u32, q: u32) -> vec4<f32> {
     return select(vec4<f32>(-d), vec4<f32>(d), bits4(bits, 0u) == vec4<u32>(1u));
 }
 #endif
+
+// The i-quants with grids.
+#include "quants_iq"

@@ -21,7 +21,7 @@ const MATMUL_NMSE: f64 = 5e-4;
 const OTHER_NMSE: f64 = 1e-6;
 
 /// The weight types the GPU reads.
-const TYPES: [GgmlType; 19] = [
+const TYPES: [GgmlType; 26] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -41,6 +41,13 @@ const TYPES: [GgmlType; 19] = [
     GgmlType::TQ2_0,
     GgmlType::MXFP4,
     GgmlType::Q1_0,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 struct Rng(u64);
@@ -69,7 +76,13 @@ fn scale_offsets(t: GgmlType) -> &'static [usize] {
         | GgmlType::Q8_0
         | GgmlType::IQ4_NL
         | GgmlType::IQ4_XS
-        | GgmlType::Q1_0 => &[0],
+        | GgmlType::Q1_0
+        | GgmlType::IQ2_XXS
+        | GgmlType::IQ2_XS
+        | GgmlType::IQ2_S
+        | GgmlType::IQ3_XXS
+        | GgmlType::IQ3_S
+        | GgmlType::IQ1_S => &[0],
         GgmlType::TQ1_0 => &[52],
         GgmlType::TQ2_0 => &[64],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
@@ -107,6 +120,14 @@ fn random_weight(t: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> Tensor
                 if t == GgmlType::MXFP4 {
                     // An E8M0 exponent of 2^-9..2^-2 (halved).
                     blk[0] = 118 + (rng.next() % 8) as u8;
+                }
+                if t == GgmlType::IQ1_M {
+                    // d's f16 bits are the top nibbles of the four scale u16s at 48, low first.
+                    let d = f16::from_f32(0.005 + 0.015 * (rng.f() + 1.0) / 2.0).to_bits();
+                    for i in 0..4 {
+                        let o = 48 + 2 * i + 1;
+                        blk[o] = (blk[o] & 0x0f) | ((((d >> (4 * i)) & 0xf) as u8) << 4);
+                    }
                 }
             }
             b
@@ -316,6 +337,24 @@ fn embedding_lookup_every_type_matches_the_cpu() {
                 &embed(&g, &table, &ids, scale),
                 OTHER_NMSE,
             );
+        }
+    }
+}
+
+/// The grid i-quants' decoders give the CPU's values bit for bit (an embedding lookup at scale 1
+/// is the decoder alone): the WGSL computes their scale products in the reference's order.
+#[test]
+fn grid_iquants_decode_bit_exactly() {
+    let Some(g) = gpu() else { return };
+    let c = cpu();
+    let mut rng = Rng(6);
+    let ids: Vec<u32> = (0..16).collect();
+    use GgmlType::{IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS};
+    for t in [IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M] {
+        let table = random_weight(t, 16, 512, &mut rng);
+        let (want, got) = (embed(&c, &table, &ids, 1.0), embed(&g, &table, &ids, 1.0));
+        if let Some(i) = (0..want.len()).find(|&i| want[i].to_bits() != got[i].to_bits()) {
+            panic!("{t} value {i}: CPU {} GPU {}", want[i], got[i]);
         }
     }
 }

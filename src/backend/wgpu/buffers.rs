@@ -163,9 +163,8 @@ impl GpuWeight {
     }
 }
 
-/// The matrix types the kernels read (the CPU's, less the activation-only Q8_1 and Q8_K and the
-/// i-quants whose grids are tables).
-pub const MATRIX_TYPES: [GgmlType; 19] = [
+/// The matrix types the kernels read (the CPU's, less the activation-only Q8_1 and Q8_K).
+pub const MATRIX_TYPES: [GgmlType; 26] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -185,6 +184,13 @@ pub const MATRIX_TYPES: [GgmlType; 19] = [
     GgmlType::TQ2_0,
     GgmlType::MXFP4,
     GgmlType::Q1_0,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 /// Upload a tensor: vectors as f32, matrices as stored, split by rows to fit one binding.

@@ -22,11 +22,14 @@ mod attention;
 mod buffers;
 mod cache;
 mod device;
+mod iq_grids;
 mod matmul;
 mod moe;
 mod ops;
 mod pipelines;
 mod recurrent;
+#[cfg(test)]
+mod shader_checks;
 mod stream;
 #[cfg(test)]
 mod trace;

@@ -9,7 +9,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use wgpu::util::DeviceExt;
+
 use super::device::Gpu;
+use super::iq_grids;
 use crate::backend::{CacheType, GateActivation};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -17,11 +20,12 @@ use crate::gguf::GgmlType;
 use Access::{Read, ReadWrite};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 18] = [
+const SOURCES: [(&str, &str); 19] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
     ("q8", include_str!("../../../shaders/q8.wgsl")),
     ("quants", include_str!("../../../shaders/quants.wgsl")),
+    ("quants_iq", include_str!("../../../shaders/quants_iq.wgsl")),
     ("matvec", include_str!("../../../shaders/matvec.wgsl")),
     ("matmul", include_str!("../../../shaders/matmul.wgsl")),
     ("norm", include_str!("../../../shaders/norm.wgsl")),
@@ -59,6 +63,8 @@ pub struct Kernel {
     pub defines: BTreeMap<&'static str, String>,
     /// Storage bindings 1.., in order.
     pub bindings: Vec<Access>,
+    /// The weight type whose grid (iq_grids.rs) the pipeline binds after `bindings`, read-only.
+    pub grid: Option<GgmlType>,
     /// Every index the kernel computes is bounded by the sizes its op is given, which the host
     /// derives from shapes validated at load: its module is built without per-access bounds
     /// checks (`Gpu::checked_shaders` keeps them, for tests).
@@ -73,6 +79,7 @@ impl Kernel {
             entry: "main",
             defines: BTreeMap::new(),
             bindings: bindings.to_vec(),
+            grid: None,
             trusted: false,
         }
     }
@@ -93,6 +100,12 @@ impl Kernel {
         self
     }
 
+    /// A kernel that decodes weights of type `t`: its decoder's define, and its grid if it has one.
+    pub fn weights(mut self, t: GgmlType) -> Kernel {
+        self.grid = iq_grids::grid(t).map(|_| t);
+        self.flag(t.name())
+    }
+
     /// The variant that records its loads' addresses in one more binding (see `trace.rs`).
     #[cfg(test)]
     pub fn traced(mut self) -> Kernel {
@@ -110,6 +123,8 @@ pub struct Pipeline {
     pub layout: wgpu::BindGroupLayout,
     /// Distinguishes layouts in the bind-group cache.
     pub id: u64,
+    /// The grid the kernel reads (`Kernel::grid`), bound after the dispatch's buffers.
+    pub grid: Option<wgpu::Buffer>,
 }
 
 /// A kernel's pipeline, looked up once and then held where it is dispatched from (a weight, or
@@ -193,9 +208,12 @@ impl Pipelines {
 
 /// The defines a kernel is assembled with: its own, and those every kernel shares, by whether the
 /// adapter has subgroup operations.
-fn defines(k: &Kernel, subgroups: bool) -> BTreeMap<&'static str, String> {
+pub(super) fn defines(k: &Kernel, subgroups: bool) -> BTreeMap<&'static str, String> {
     let mut defines = k.defines.clone();
     defines.insert("WG", "64".into());
+    if k.grid.is_some() {
+        defines.insert("GRID_BINDING", (k.bindings.len() + 1).to_string());
+    }
     if subgroups {
         defines.insert("SUBGROUP", "1".into());
         defines.insert(
@@ -244,7 +262,8 @@ fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
             },
             count: None,
         }];
-        for (i, a) in k.bindings.iter().enumerate() {
+        let grid_access = k.grid.map(|_| Access::Read);
+        for (i, a) in k.bindings.iter().chain(&grid_access).enumerate() {
             entries.push(wgpu::BindGroupLayoutEntry {
                 binding: i as u32 + 1,
                 visibility: wgpu::ShaderStages::COMPUTE,
@@ -281,11 +300,23 @@ fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
                 compilation_options: wgpu::PipelineCompilationOptions::default(),
                 cache: None,
             });
+        let grid = k.grid.and_then(iq_grids::grid).map(|words| {
+            gpu.device
+                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some("iq grid"),
+                    contents: &words
+                        .iter()
+                        .flat_map(|w| w.to_le_bytes())
+                        .collect::<Vec<_>>(),
+                    usage: wgpu::BufferUsages::STORAGE,
+                })
+        });
         Pipeline {
             label: k.label,
             pipeline,
             layout,
             id,
+            grid,
         }
     })
 }
@@ -404,7 +435,7 @@ pub fn matvec_kernel(t: GgmlType, n_weights: usize, x4: bool, layout: MatvecLayo
         bindings.extend([Read, ReadWrite]);
     }
     let mut k = Kernel::new("matvec", "matvec", &bindings)
-        .flag(t.name())
+        .weights(t)
         .trusted();
     // Values staged per row and step: a kilobyte of weights or a little more, in whole
     // superblocks and whole steps of 64 invocations × 4 values.
@@ -466,7 +497,7 @@ pub fn matmul_kernel(
         bindings.extend([Read, ReadWrite]);
     }
     let k = Kernel::new("matmul", "matmul", &bindings)
-        .flag(t.name())
+        .weights(t)
         .trusted();
     if sg8 {
         return k.flag("SG8").entry("main_sg8");
@@ -486,7 +517,7 @@ pub fn matmul_kernel(
 
 pub fn embed_kernel(t: GgmlType) -> Kernel {
     Kernel::new("embed", "embed", &[Read, Read, ReadWrite])
-        .flag(t.name())
+        .weights(t)
         .trusted()
 }
 

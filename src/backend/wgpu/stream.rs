@@ -501,7 +501,8 @@ fn create_bind_group(
             size: std::num::NonZeroU64::new(slot_size),
         }),
     }];
-    for (i, (b, _)) in buffers.iter().enumerate() {
+    let grid = pipeline.grid.as_ref();
+    for (i, b) in buffers.iter().map(|(b, _)| *b).chain(grid).enumerate() {
         entries.push(wgpu::BindGroupEntry {
             binding: i as u32 + 1,
             resource: b.as_entire_binding(),
