@@ -99,14 +99,16 @@ for line in open(sys.argv[1]):
         if tool == "kiln" and r.get("roofline_fraction") is not None:
             share[key] = r["roofline_fraction"]
 print(f"kiln / llama.cpp, {sys.argv[2]} threads: each tool's best mean t/s over alternating rounds, and")
-print("the median of the rounds' own ratios (each round runs both tools back to back)\n")
+print("the median of the rounds' own ratios (each round runs both tools back to back), with the\n"
+      "number of rounds and their range\n")
 print("| model | test | kiln t/s | llama.cpp t/s | kiln / llama.cpp | median of rounds | kiln weights / read BW |")
 print("|---|---|---:|---:|---:|---:|---:|")
 for key in order:
     k, l = best[key].get("kiln"), best[key].get("llama")
     ratio = f"{k / l:.2f}×" if k and l else "—"
     pairs = [v["kiln"] / v["llama"] for v in rounds[key].values() if v.get("kiln") and v.get("llama")]
-    median = f"{statistics.median(pairs):.2f}× ({len(pairs)})" if pairs else "—"
+    median = (f"{statistics.median(pairs):.2f}× ({len(pairs)}, {min(pairs):.2f}–{max(pairs):.2f})"
+              if pairs else "—")
     bw = f"{100 * share[key]:.0f} %" if key in share else ""
     fmt = lambda v: f"{v:.2f}" if v else "—"
     print(f"| {key[0]} | {key[1]} | {fmt(k)} | {fmt(l)} | {ratio} | {median} | {bw} |")
