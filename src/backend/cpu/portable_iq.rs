@@ -11,12 +11,9 @@ use super::kernels::{BlockQ8, BlockQ8K};
 use crate::gguf::GgmlType;
 use crate::gguf::dequant::f16_at;
 use crate::gguf::iq::{
-    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
+    IQ1_DELTA, IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
 };
 use crate::gguf::types::QK_K;
-
-/// IQ1_S's and IQ1_M's shift of the grid values, as llama.cpp's `IQ1S_DELTA`/`IQ1M_DELTA`.
-const IQ1_DELTA: f32 = 0.125;
 
 #[inline]
 fn u16_at(b: &[u8], i: usize) -> u16 {

@@ -20,15 +20,8 @@ pub fn dot_f32_bytes(w: &[u8], x: &[f32]) -> f32 {
         while i + 8 <= n {
             let w0 = vreinterpretq_f32_u8(vld1q_u8(w.as_ptr().add(4 * i)));
             let w1 = vreinterpretq_f32_u8(vld1q_u8(w.as_ptr().add(4 * i + 16)));
-            let (mut x0, mut x1) = (
-                vld1q_f32(x.as_ptr().add(i)),
-                vld1q_f32(x.as_ptr().add(i + 4)),
-            );
-            if ROUND_X {
-                (x0, x1) = (round_f16x4(x0), round_f16x4(x1));
-            }
-            s0 = vfmaq_f32(s0, w0, x0);
-            s1 = vfmaq_f32(s1, w1, x1);
+            s0 = vfmaq_f32(s0, w0, vld1q_f32(x.as_ptr().add(i)));
+            s1 = vfmaq_f32(s1, w1, vld1q_f32(x.as_ptr().add(i + 4)));
             i += 8;
         }
         let mut sum = vaddvq_f32(vaddq_f32(s0, s1));
