@@ -11,6 +11,7 @@ use super::{f16, load_s8};
 use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, QuantKernels, row_kernels};
 use crate::gguf::GgmlType;
 use crate::gguf::dequant::scale_min_k4;
+use crate::gguf::iq::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_half};
 
 /// `acc + Σ a·b` over groups of signed bytes into four 32-bit lanes. How the sixteen products are
 /// grouped into lanes differs between the two ways; the lane total does not.
@@ -77,12 +78,17 @@ unsafe fn bytes_from_bits(p: *const u8) -> (uint8x16_t, uint8x16_t) {
 
 // ---- 32-value blocks against Q8 activations --------------------------------------------------
 
-/// A 32-block weight type: how to unpack a block into 32 signed bytes (two halves), and whether
-/// it has a per-block minimum (the f16 at byte 2) to add as m · Σx.
+/// A 32-block weight type: how to unpack a block into 32 signed bytes (two halves), its scale
+/// (the f16 at byte 0 unless the type says otherwise), and whether it has a per-block minimum
+/// (the f16 at byte 2) to add as m · Σx.
 trait Block32 {
     const BYTES: usize;
     const OFFSET: bool;
     unsafe fn unpack(p: *const u8) -> (int8x16_t, int8x16_t);
+    #[inline(always)]
+    fn scale(wb: &[u8]) -> f32 {
+        f16(wb, 0)
+    }
 }
 
 struct Q4_0;
@@ -90,6 +96,8 @@ struct Q4_1;
 struct Q5_0;
 struct Q5_1;
 struct Q8_0;
+struct IQ4NL;
+struct MXFP4;
 
 impl Block32 for Q4_0 {
     const BYTES: usize = 18;
@@ -163,6 +171,39 @@ impl Block32 for Q8_0 {
     }
 }
 
+/// 16 packed nibble bytes through a 16-level signed table (TBL): the low nibbles' levels (values
+/// 0..16) and the high ones' (16..32).
+#[inline(always)]
+unsafe fn nibble_levels(p: *const u8, levels: &[i8; 16]) -> (int8x16_t, int8x16_t) {
+    unsafe {
+        let (lo, hi) = nibbles(p);
+        let table = vld1q_s8(levels.as_ptr());
+        (vqtbl1q_s8(table, lo), vqtbl1q_s8(table, hi))
+    }
+}
+
+impl Block32 for IQ4NL {
+    const BYTES: usize = 18;
+    const OFFSET: bool = false;
+    #[inline(always)]
+    unsafe fn unpack(p: *const u8) -> (int8x16_t, int8x16_t) {
+        unsafe { nibble_levels(p.add(2), &KVALUES_IQ4NL) }
+    }
+}
+
+impl Block32 for MXFP4 {
+    const BYTES: usize = 17;
+    const OFFSET: bool = false;
+    #[inline(always)]
+    unsafe fn unpack(p: *const u8) -> (int8x16_t, int8x16_t) {
+        unsafe { nibble_levels(p.add(1), &KVALUES_MXFP4) }
+    }
+    #[inline(always)]
+    fn scale(wb: &[u8]) -> f32 {
+        e8m0_half(wb[0])
+    }
+}
+
 /// One block's contribution to a row's accumulators: the lanes of (weights · activations), times
 /// d_w·d_x, added to `acc`; the minimum's share m_w·s_x added to `m`.
 #[inline(always)]
@@ -202,7 +243,7 @@ unsafe fn blocks32_x4<D: ByteDot, T: Block32, const R: usize>(
                 let b: usize = $b;
                 let wb = &w[b * T::BYTES..(b + 1) * T::BYTES];
                 let unpacked = T::unpack(wb.as_ptr());
-                let dw = f16(wb, 0);
+                let dw = T::scale(wb);
                 let mw = if T::OFFSET { f16(wb, 2) } else { 0.0 };
                 for k in 0..R {
                     block32::<D, T>(unpacked, dw, mw, &x[k][b], &mut $acc[k], &mut $m[k]);
@@ -442,6 +483,8 @@ pub fn q8_row_kernels(t: GgmlType, dotprod: bool) -> Option<QuantKernels<BlockQ8
         GgmlType::Q5_0 => q8_rows::<Q5_0>(dotprod),
         GgmlType::Q5_1 => q8_rows::<Q5_1>(dotprod),
         GgmlType::Q8_0 => q8_rows::<Q8_0>(dotprod),
+        GgmlType::IQ4_NL => q8_rows::<IQ4NL>(dotprod),
+        GgmlType::MXFP4 => q8_rows::<MXFP4>(dotprod),
         _ => return None,
     })
 }
