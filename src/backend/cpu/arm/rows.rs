@@ -400,6 +400,34 @@ impl BlockK for Q6K {
     }
 }
 
+struct IQ4XS;
+
+impl BlockK for IQ4XS {
+    const BYTES: usize = 136;
+    #[inline(always)]
+    unsafe fn unpack(wb: &[u8]) -> ([int8x16_t; 16], [i32; 16]) {
+        unsafe {
+            let mut v = [vdupq_n_s8(0); 16];
+            let mut sc = [0i32; 16];
+            let high = u16::from_le_bytes([wb[2], wb[3]]) as i32;
+            for j in 0..8 {
+                (v[2 * j], v[2 * j + 1]) =
+                    nibble_levels(wb.as_ptr().add(8 + 16 * j), &KVALUES_IQ4NL);
+                let low = (wb[4 + j / 2] >> (4 * (j % 2))) as i32 & 0xF;
+                let ls = (low | ((high >> (2 * j)) & 3) << 4) - 32;
+                (sc[2 * j], sc[2 * j + 1]) = (ls, ls);
+            }
+            (v, sc)
+        }
+    }
+    /// One float step per block, as the x86 kernel (the portable one scales each 32 values in
+    /// float; the integer sums are the same).
+    #[inline(always)]
+    fn combine(wb: &[u8], xb: &BlockQ8K, sum: i32) -> f32 {
+        f16(wb, 0) * xb.d * sum as f32
+    }
+}
+
 /// Σ over the sixteen 16-value groups of scale · (weights · activations), in integers.
 #[inline(always)]
 unsafe fn k_sum<D: ByteDot>(v: &[int8x16_t; 16], sc: &[i32; 16], xq: &[i8; 256]) -> i32 {
@@ -493,6 +521,7 @@ pub fn q8_row_kernels(t: GgmlType, dotprod: bool) -> Option<QuantKernels<BlockQ8
 pub fn q8k_row_kernels(t: GgmlType, dotprod: bool) -> Option<QuantKernels<BlockQ8K>> {
     Some(match t {
         GgmlType::Q4_K => q8k_rows::<Q4K>(dotprod),
+        GgmlType::IQ4_XS => q8k_rows::<IQ4XS>(dotprod),
         GgmlType::Q5_K => q8k_rows::<Q5K>(dotprod),
         GgmlType::Q6_K => q8k_rows::<Q6K>(dotprod),
         _ => return None,
