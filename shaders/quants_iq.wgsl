@@ -5,7 +5,7 @@
 // `ib` under one scale: the four values 4q.. of run g are half `h` of the 8-value grid entry `l`
 // of that sub-block.
 //
-// The type's grid is a storage buffer (src/backend/wgpu/iq_grids.rs: a byte per value, a u64
+// The type's grid is a storage buffer (the CPU's table, `iq_grid` in pipelines.rs: a byte per value, a u64
 // entry i as words 2i and 2i + 1) that the pipeline binds after the kernel's own buffers. As a
 // WGSL `const` array (which naga copies to a function variable wherever it is indexed at run
 // time) or a `var<private>` one, lavapipe took over seven minutes to build one pipeline.

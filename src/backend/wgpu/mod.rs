@@ -22,7 +22,6 @@ mod attention;
 mod buffers;
 mod cache;
 mod device;
-mod iq_grids;
 mod matmul;
 mod moe;
 mod ops;

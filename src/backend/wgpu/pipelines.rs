@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use wgpu::util::DeviceExt;
 
 use super::device::Gpu;
-use super::iq_grids;
 use crate::backend::{CacheType, GateActivation};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
+use crate::gguf::iq::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
 use Access::{Read, ReadWrite};
 
@@ -63,12 +63,44 @@ pub struct Kernel {
     pub defines: BTreeMap<&'static str, String>,
     /// Storage bindings 1.., in order.
     pub bindings: Vec<Access>,
-    /// The weight type whose grid (iq_grids.rs) the pipeline binds after `bindings`, read-only.
+    /// The weight type whose grid (`iq_grid`) the pipeline binds after `bindings`, read-only.
     pub grid: Option<GgmlType>,
     /// Every index the kernel computes is bounded by the sizes its op is given, which the host
     /// derives from shapes validated at load: its module is built without per-access bounds
     /// checks (`Gpu::checked_shaders` keeps them, for tests).
     pub trusted: bool,
+}
+
+/// A grid i-quant's grid: the CPU's table (gguf/iq_tables.rs), of 8-value (u64) or 4-value (u32)
+/// entries.
+#[derive(Clone, Copy)]
+enum IqGrid {
+    Wide(&'static [u64]),
+    Narrow(&'static [u32]),
+}
+
+impl IqGrid {
+    /// As the WGSL decoders read it: a byte per value, so a u64 entry i is words 2i (values
+    /// 0..3) and 2i + 1 (4..7).
+    fn bytes(self) -> Vec<u8> {
+        match self {
+            IqGrid::Wide(g) => g.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            IqGrid::Narrow(g) => g.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        }
+    }
+}
+
+/// The grid the decoders of `t` read, if it is a grid i-quant.
+fn iq_grid(t: GgmlType) -> Option<IqGrid> {
+    Some(match t {
+        GgmlType::IQ2_XXS => IqGrid::Wide(&IQ2XXS_GRID),
+        GgmlType::IQ2_XS => IqGrid::Wide(&IQ2XS_GRID),
+        GgmlType::IQ2_S => IqGrid::Wide(&IQ2S_GRID),
+        GgmlType::IQ3_XXS => IqGrid::Narrow(&IQ3XXS_GRID),
+        GgmlType::IQ3_S => IqGrid::Narrow(&IQ3S_GRID),
+        GgmlType::IQ1_S | GgmlType::IQ1_M => IqGrid::Wide(&IQ1S_GRID),
+        _ => return None,
+    })
 }
 
 impl Kernel {
@@ -102,7 +134,7 @@ impl Kernel {
 
     /// A kernel that decodes weights of type `t`: its decoder's define, and its grid if it has one.
     pub fn weights(mut self, t: GgmlType) -> Kernel {
-        self.grid = iq_grids::grid(t).map(|_| t);
+        self.grid = iq_grid(t).map(|_| t);
         self.flag(t.name())
     }
 
@@ -300,14 +332,11 @@ fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
                 compilation_options: wgpu::PipelineCompilationOptions::default(),
                 cache: None,
             });
-        let grid = k.grid.and_then(iq_grids::grid).map(|words| {
+        let grid = k.grid.and_then(iq_grid).map(|grid| {
             gpu.device
                 .create_buffer_init(&wgpu::util::BufferInitDescriptor {
                     label: Some("iq grid"),
-                    contents: &words
-                        .iter()
-                        .flat_map(|w| w.to_le_bytes())
-                        .collect::<Vec<_>>(),
+                    contents: &grid.bytes(),
                     usage: wgpu::BufferUsages::STORAGE,
                 })
         });
@@ -742,44 +771,5 @@ mod tests {
         d.remove("Q4_K");
         d.insert("Q8_0", "1".into());
         assert!(!assemble("matvec", &d).unwrap().contains("fn scale_min_k4"));
-    }
-
-    /// Every variant of the KV-cache and attention kernels is valid WGSL (naga's parser and
-    /// validator, as wgpu runs them), with and without subgroup operations: a shader error shows
-    /// here without a GPU.
-    #[test]
-    fn cache_and_attention_kernels_validate() {
-        use wgpu::naga;
-        let mut all = Vec::new();
-        for k in CacheType::ALL {
-            all.push(store_kernel(k));
-            all.push(kv_rope_kernel(k));
-            for v in CacheType::ALL {
-                all.push(attention_kernel(k, v, false));
-                all.push(attention_kernel(k, v, true));
-                all.push(attention_reduce_kernel());
-                all.push(attention_prefill_kernel(k, v));
-                all.push(rope_kv_kernel(k, v));
-            }
-        }
-        all.extend([kv_move_kernel(), kv_move_halves_kernel(), rope_kernel()]);
-        for k in &all {
-            for subgroups in [false, true] {
-                let what = format!("{} {:?} subgroups {subgroups}", k.entry, k.defines);
-                let src = assemble(k.file, &defines(k, subgroups)).unwrap();
-                let module = naga::front::wgsl::parse_str(&src)
-                    .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&src)));
-                naga::valid::Validator::new(
-                    naga::valid::ValidationFlags::all(),
-                    naga::valid::Capabilities::all(),
-                )
-                .validate(&module)
-                .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&src)));
-                assert!(
-                    module.entry_points.iter().any(|e| e.name == k.entry),
-                    "{what}: no entry point"
-                );
-            }
-        }
     }
 }
