@@ -1,14 +1,15 @@
 //! The x86-64 kernels, as llama.cpp's `ggml-cpu/arch/x86`: the instruction sets as one interface
 //! (`isa.rs`), the GEMM kernels over repacked weights (`gemm.rs`), the row kernels over weights as
-//! the file holds them (`rows.rs`), attention (`attention.rs`) and the elementwise kernels
-//! (`elementwise.rs`), each written once and instantiated per level; and here, which level this
-//! CPU runs and the kernel table of each level.
+//! the file holds them (`rows.rs`; `rows_iq.rs` for the grid i-quants and ternary types),
+//! attention (`attention.rs`) and the elementwise kernels (`elementwise.rs`), each written once and
+//! instantiated per level; and here, which level this CPU runs and the kernel table of each level.
 
 mod attention;
 mod elementwise;
 mod gemm;
 mod isa;
 mod rows;
+mod rows_iq;
 
 use super::kernels::{Kernels, Level, TypeKernels};
 use super::portable;
@@ -65,8 +66,8 @@ pub unsafe fn kernels(level: Level) -> Kernels {
     for t in GgmlType::ALL {
         let i = t as usize;
         k.types[i] = match (
-            rows::q8_row_kernels(t, vnni),
-            rows::q8k_row_kernels(t, vnni),
+            rows::q8_row_kernels(t, vnni).or(rows_iq::q8_row_kernels(t, vnni)),
+            rows::q8k_row_kernels(t, vnni).or(rows_iq::q8k_row_kernels(t, vnni)),
         ) {
             (Some(mut q8), _) => {
                 q8.packed = gemm::q8_kernel(level, t);

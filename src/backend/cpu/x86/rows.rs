@@ -46,7 +46,7 @@ pub unsafe fn hsum_i32(v: __m256i) -> i32 {
 }
 
 #[inline(always)]
-unsafe fn load(p: *const u8) -> __m256i {
+pub(super) unsafe fn load(p: *const u8) -> __m256i {
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
 
@@ -63,7 +63,7 @@ unsafe fn nibbles(p: *const u8) -> __m256i {
 
 /// 32 bits → 32 bytes, 0xFF where the bit is set (llama.cpp's `bytes_from_bits_32`).
 #[inline(always)]
-unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
+pub(super) unsafe fn bytes_from_bits(p: *const u8) -> __m256i {
     unsafe {
         let bits = (p as *const u32).read_unaligned();
         let shuf = _mm256_set_epi64x(
