@@ -1,15 +1,39 @@
 //! Diagnostic: per-step differences between kiln's logits and a golden file's top-5 (teacher-forced).
 //! `cargo run --release --example golden_diff -- GOLDEN.json MODEL_NAME MODEL_PATH [CASE]`; with a
-//! CASE index it prints every step, otherwise a summary against the README tolerance.
+//! CASE index it prints every step, otherwise a summary against the README tolerance. The KV cache
+//! is f16 unless `KILN_DIFF_F32_KV` is set (the Qwen3.5 goldens' cache); `KILN_DIFF_GPU` runs the
+//! model on the GPU (`--backend gpu`'s adapter).
+use kiln::backend::Backend;
+use kiln::backend::CacheType;
 use kiln::backend::cpu::CpuBackend;
+use kiln::backend::wgpu::{AdapterChoice, WgpuBackend};
+use kiln::model::arch::KvCacheTypes;
+use kiln::model::session::DEFAULT_BATCH;
 use kiln::model::{Model, ModelFile, Session};
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
+    let mf = ModelFile::open(std::path::Path::new(&a[3])).unwrap();
+    if std::env::var_os("KILN_DIFF_GPU").is_some() {
+        let gpu = WgpuBackend::new(AdapterChoice::Best).unwrap();
+        diff(&a, &Model::load(&mf, gpu).unwrap());
+    } else {
+        diff(&a, &Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap());
+    }
+}
+
+fn diff<B: Backend>(a: &[String], model: &Model<B>) {
     let golden: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&a[1]).unwrap()).unwrap();
     let entry = &golden["models"][&a[2]];
-    let mf = ModelFile::open(std::path::Path::new(&a[3])).unwrap();
-    let model = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
+    let cache = if std::env::var_os("KILN_DIFF_F32_KV").is_some() {
+        KvCacheTypes {
+            k: CacheType::F32,
+            v: CacheType::F32,
+        }
+    } else {
+        KvCacheTypes::default()
+    };
     let which: Option<usize> = a.get(4).map(|s| s.parse().unwrap());
     let (mut viol, mut total, mut worst, mut sq) = (0, 0, 0f32, 0f64);
     for (ci, case) in entry["greedy"].as_array().unwrap().iter().enumerate() {
@@ -23,7 +47,8 @@ fn main() {
             .map(|x| x.as_u64().unwrap() as u32)
             .collect();
         let steps = case["steps"].as_array().unwrap();
-        let mut s = Session::new(&model, prompt.len() + steps.len() + 1).unwrap();
+        let ctx = prompt.len() + steps.len() + 1;
+        let mut s = Session::with_options(model, ctx, DEFAULT_BATCH, cache).unwrap();
         let mut logits = s.prefill(&prompt).unwrap().to_vec();
         for (i, st) in steps.iter().enumerate() {
             let diffs: Vec<String> = st["top5"]

@@ -9,9 +9,33 @@ fn flat_wg(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.x + wid.y * nwg.x;
 }
 
-// f32 rounded to the nearest f16 and back (an f16 KV cache's query and probabilities, GELU's table).
+// f32 → f16 bits, rounded to nearest even as the CPU's `half` crate does (pack2x16float leaves
+// the rounding of an inexact value to the driver).
+fn f16_bits(x: f32) -> u32 {
+    let b = bitcast<u32>(x);
+    let sign = (b >> 16u) & 0x8000u;
+    let a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) {
+        return sign | 0x7e00u; // NaN
+    }
+    if (a >= 0x47800000u) {
+        return sign | 0x7c00u; // 65536 and beyond: infinity
+    }
+    if (a >= 0x38800000u) {
+        // Normal: rebias the exponent (127 → 15), round off 13 mantissa bits; a carry moves into
+        // the exponent (up to infinity) as it should.
+        let m = a - 0x38000000u;
+        return sign | ((m + 0xfffu + ((m >> 13u) & 1u)) >> 13u);
+    }
+    // Subnormal (or zero): units of 2^-24, exact scaling then round() (ties to even); 1024 units
+    // are the smallest normal, whose bits they equal.
+    return sign | u32(round(bitcast<f32>(a) * 16777216.0));
+}
+
+// f32 rounded to the nearest f16 (ties to even) and back, as the CPU's `half` rounds: an f16 KV
+// cache's query and probabilities, GELU's table, the activations of F16 weights.
 fn round_f16(x: f32) -> f32 {
-    return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;
+    return unpack2x16float(f16_bits(x)).x;
 }
 
 // The gated activations of the feed-forward block, as ggml evaluates them: SiLU x / (1 + e^−x),

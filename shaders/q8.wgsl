@@ -19,28 +19,7 @@
 // quantized in place) and `var<workgroup> q8_d: array<f32, N / 32>`, `q8_id` (per block: its
 // scale as an f32, and 127/amax).
 
-// f32 → f16 bits, rounded to nearest even as the CPU's `half` crate does (pack2x16float leaves
-// the rounding of an inexact value to the driver).
-fn f16_bits(x: f32) -> u32 {
-    let b = bitcast<u32>(x);
-    let sign = (b >> 16u) & 0x8000u;
-    let a = b & 0x7fffffffu;
-    if (a > 0x7f800000u) {
-        return sign | 0x7e00u; // NaN
-    }
-    if (a >= 0x47800000u) {
-        return sign | 0x7c00u; // 65536 and beyond: infinity
-    }
-    if (a >= 0x38800000u) {
-        // Normal: rebias the exponent (127 → 15), round off 13 mantissa bits; a carry moves into
-        // the exponent (up to infinity) as it should.
-        let m = a - 0x38000000u;
-        return sign | ((m + 0xfffu + ((m >> 13u) & 1u)) >> 13u);
-    }
-    // Subnormal (or zero): units of 2^-24, exact scaling then round() (ties to even); 1024 units
-    // are the smallest normal, whose bits they equal.
-    return sign | u32(round(bitcast<f32>(a) * 16777216.0));
-}
+#include "common"
 
 // Each run of n values of hx[0..len) multiplied by the Walsh–Hadamard matrix (nothing for n = 1;
 // n ≤ 256): butterflies (u + v, u − v) for h = 1, 2, 4, …, then × scale (1/√n, from the host).

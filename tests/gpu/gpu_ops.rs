@@ -1,6 +1,6 @@
 //! Per-op parity of the GPU backend with the CPU backend on random inputs, at llama.cpp's
-//! test-backend-ops thresholds: NMSE = Σ(cpu − gpu)² / Σ cpu² ≤ 5e-4 for matmul and attention,
-//! ≤ 1e-6 for the rest. Every weight type, odd sizes (rows not a multiple of a workgroup's),
+//! test-backend-ops thresholds: NMSE = Σ(cpu − gpu)² / Σ cpu² ≤ 5e-4 for attention, ≤ 1e-6 for
+//! the rest, and matmuls at 1e-7 (the GPU rounds their activations as the CPU does). Every weight type, odd sizes (rows not a multiple of a workgroup's),
 //! split weights and a 262144-row output; the reductions with and without subgroup operations.
 //! Skips without a GPU adapter unless KILN_REQUIRE_GPU=1.
 
@@ -17,7 +17,12 @@ use kiln::backend::{
 use kiln::gguf::GgmlType;
 use kiln::tensor::Tensor;
 
-const MATMUL_NMSE: f64 = 5e-4;
+const ATTENTION_NMSE: f64 = 5e-4;
+/// Matmuls are held far tighter than test-backend-ops holds them: the GPU rounds each matmul's
+/// activations as the CPU does (Q8_0 or Q8_K blocks, f16, bf16), so only the order of float sums
+/// remains (NMSE ~1e-13), and for Q4_1/Q5_1 the CPU's f16-rounded activation sums (~1e-8).
+/// Without the rounding, 8-bit activations alone put it near 1e-5.
+const MATMUL_NMSE: f64 = 1e-7;
 const OTHER_NMSE: f64 = 1e-6;
 
 /// The weight types the GPU reads.
@@ -528,7 +533,7 @@ fn attention<B: Backend>(b: &B, c: &AttnCase, rng: &mut Rng) -> Vec<f32> {
 }
 
 fn compare_attention(g: &WgpuBackend, cases: &[AttnCase]) {
-    compare_attention_within(g, cases, MATMUL_NMSE);
+    compare_attention_within(g, cases, ATTENTION_NMSE);
 }
 
 fn compare_attention_within(g: &WgpuBackend, cases: &[AttnCase], limit: f64) {
@@ -775,7 +780,7 @@ fn rope_and_kv_append_match_the_cpu() {
                 let (want_q, want) = rope_store_attention(&c, shape, &mut Rng(seed));
                 let (got_q, got) = rope_store_attention(&g, shape, &mut Rng(seed));
                 check(&format!("{what}: queries"), &want_q, &got_q, OTHER_NMSE);
-                check(&format!("{what}: attention"), &want, &got, MATMUL_NMSE);
+                check(&format!("{what}: attention"), &want, &got, ATTENTION_NMSE);
             }
         }
     }
@@ -803,7 +808,7 @@ fn context_shift_ops_match_the_cpu() {
                     &what,
                     &shifted_attention(&c, ty, layout, head_dim, &mut Rng(seed)),
                     &shifted_attention(&g, ty, layout, head_dim, &mut Rng(seed)),
-                    MATMUL_NMSE,
+                    ATTENTION_NMSE,
                 );
             }
         }

@@ -26,11 +26,18 @@ mod repack;
 mod x86;
 
 pub use self::cache::CpuCache;
+pub use self::kernels::ActFormat;
 use self::kernels::Kernels;
 use self::matmul::matmul_name;
 use super::{AttentionParams, CacheType, CoreOps, GateActivation, RopeLayout};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
+
+/// The activations a weight of type `t` is multiplied with (llama.cpp's `vec_dot_type`): the
+/// same at every level, so the GPU backend rounds its activations to match.
+pub fn activation_format(t: crate::gguf::GgmlType) -> ActFormat {
+    portable::type_kernels(t).format()
+}
 
 /// The kernels of the best level this CPU runs.
 fn detect_kernels() -> Kernels {

@@ -176,6 +176,8 @@ pub struct Gpu {
     pub max_memory: Option<u64>,
     /// Trusted kernels keep their bounds checks too (`GpuOptions::checked_shaders`).
     pub checked_shaders: bool,
+    /// Matmuls take unrounded activations (`GpuOptions::f32_activations`).
+    pub f32_activations: bool,
     /// The first failure wgpu reported asynchronously, until the session takes it.
     pub error: Arc<Mutex<Option<String>>>,
 }
@@ -210,6 +212,11 @@ pub struct GpuOptions {
     /// Build every shader module with wgpu's per-access bounds checks, trusted kernels too
     /// (`KILN_WGPU_CHECKED=1`): CI runs the GPU op tests both ways.
     pub checked_shaders: bool,
+    /// Multiply weights by the activations as they are, without the CPU's rounding (Q8 blocks,
+    /// f16) before each matmul (`KILN_WGPU_F32_ACTIVATIONS=1`): prefill and decode then differ
+    /// only in the order of float sums, as the session-property tests need (the rounding turns
+    /// last-bit differences into whole 8-bit steps), and a matmul saves a dispatch.
+    pub f32_activations: bool,
 }
 
 impl GpuOptions {
@@ -221,6 +228,8 @@ impl GpuOptions {
             hardware_kernels: std::env::var_os("KILN_WGPU_HARDWARE_KERNELS")
                 .is_some_and(|v| v == "1"),
             checked_shaders: std::env::var_os("KILN_WGPU_CHECKED").is_some_and(|v| v == "1"),
+            f32_activations: std::env::var_os("KILN_WGPU_F32_ACTIVATIONS")
+                .is_some_and(|v| v == "1"),
         })
     }
 }
@@ -307,6 +316,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         weight_binding,
         max_memory: options.max_memory,
         checked_shaders: options.checked_shaders,
+        f32_activations: options.f32_activations,
         error,
     }))
 }

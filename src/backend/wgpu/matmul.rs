@@ -8,15 +8,53 @@ use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
 use super::pipelines::{self as kernels, Kernel, MatvecLayout};
 use super::stream::grid;
+use crate::backend::cpu::{ActFormat, activation_format};
 use crate::backend::{CoreOps, GateActivation};
+use crate::gguf::GgmlType;
 
 /// Activation rows up to which a matmul runs as mat-vec (more take the tiled kernel).
 const MATVEC_MAX_ROWS: usize = 1;
 
 impl WgpuBackend {
+    /// The first `values` activations of `x` as a weight of `m`'s type takes them: rounded as the
+    /// CPU rounds them (`activation_format`: Q8_0 or Q8_K blocks; f16 or bf16 values) into the
+    /// backend's scratch buffer by shaders/round_acts.wgsl, or `x` itself for f32 weights (and
+    /// with `GpuOptions::f32_activations`). A
+    /// matmul binds the result before its next call rounds into the same buffer; the stream runs
+    /// dispatches in order.
+    pub(super) fn weight_input(
+        &self,
+        x: &GpuBuffer,
+        m: &Matrix,
+        values: usize,
+    ) -> Option<(wgpu::Buffer, u64)> {
+        if self.gpu.f32_activations {
+            return Some((x.dev.buf.clone(), x.dev.id));
+        }
+        let (mode, per_invocation) = match (m.dtype, activation_format(m.dtype)) {
+            (GgmlType::F16, _) => (2, 1),
+            (GgmlType::BF16, _) => (3, 1),
+            (_, ActFormat::F32) => return Some((x.dev.buf.clone(), x.dev.id)),
+            (_, ActFormat::Q8) => (0, 32),
+            (_, ActFormat::Q8K) => (1, 256),
+        };
+        let (buf, id) = self.scratch_buffer(|s| &mut s.rounded, values)?;
+        self.run_in(
+            &self.fixed.round_acts,
+            kernels::round_acts_kernel,
+            &[values as u32, mode],
+            &[bind(&x.dev), (&buf, id)],
+            grid((values / per_invocation).div_ceil(64)),
+        );
+        Some((buf, id))
+    }
+
     pub(super) fn matmul_part(&self, x: &GpuBuffer, m: &Matrix, rows: usize, out: &GpuBuffer) {
+        let Some((input, input_id)) = self.weight_input(x, m, rows * m.cols) else {
+            return;
+        };
         for part in &m.parts {
-            let buffers = [bind(&x.dev), bind(&part.dev), bind(&out.dev)];
+            let buffers = [(&input, input_id), bind(&part.dev), bind(&out.dev)];
             if rows <= MATVEC_MAX_ROWS {
                 let (params, groups) =
                     self.matvec_call(m, [part.rows, 0, 0], [part.first_row, 0, 0], None);
@@ -115,7 +153,10 @@ impl WgpuBackend {
     fn fused_matmuls(&self, x: &GpuBuffer, ms: &[&Matrix], rows: usize, outs: &[&GpuBuffer]) {
         let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows);
         let each = [rows_of(0), rows_of(1), rows_of(2)];
-        let mut buffers = vec![bind(&x.dev)];
+        let Some((input, input_id)) = self.weight_input(x, ms[0], rows * ms[0].cols) else {
+            return;
+        };
+        let mut buffers = vec![(&input, input_id)];
         for (m, out) in ms.iter().zip(outs) {
             buffers.push(bind(&m.parts[0].dev));
             buffers.push(bind(&out.dev));
@@ -174,8 +215,11 @@ impl WgpuBackend {
         let (Some(g), Some(u)) = (gate.matrix(), up.matrix()) else {
             return;
         };
+        let Some((input, input_id)) = self.weight_input(x, g, rows * g.cols) else {
+            return;
+        };
         let buffers = [
-            bind(&x.dev),
+            (&input, input_id),
             bind(&g.parts[0].dev),
             bind(&gate_out.dev),
             bind(&u.parts[0].dev),

@@ -56,6 +56,8 @@ struct Scratch {
     partials: Option<GpuBuffer>,
     /// The index `argmax` writes.
     argmax: Option<GpuBuffer>,
+    /// Activations rounded for a matmul (`WgpuBackend::weight_input`).
+    rounded: Option<GpuBuffer>,
 }
 
 pub struct WgpuBackend {

@@ -74,6 +74,10 @@ impl MoeOps for WgpuBackend {
             return;
         }
         let per_wg = self.matvec_layout().rows();
+        let inputs = if p.per_slot_input { slots } else { p.rows };
+        let Some((input, input_id)) = self.weight_input(x, m, inputs * m.cols) else {
+            return;
+        };
         for part in &m.parts {
             let mut params = vec![m.cols as u32, m.row_bytes as u32];
             // The mat-vec's own weights, outputs and trace words: unused by its EXPERT variant.
@@ -92,7 +96,7 @@ impl MoeOps for WgpuBackend {
                 || self.expert_kernel_of(m),
                 &params,
                 &[
-                    bind(&x.dev),
+                    (&input, input_id),
                     bind(&part.dev),
                     bind(&out.dev),
                     bind(&selected.dev),

@@ -20,7 +20,7 @@ use crate::gguf::iq::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, 
 use Access::{Read, ReadWrite};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 19] = [
+const SOURCES: [(&str, &str); 20] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
     ("q8", include_str!("../../../shaders/q8.wgsl")),
@@ -43,6 +43,10 @@ const SOURCES: [(&str, &str); 19] = [
     ("conv", include_str!("../../../shaders/conv.wgsl")),
     ("delta_net", include_str!("../../../shaders/delta_net.wgsl")),
     ("moe", include_str!("../../../shaders/moe.wgsl")),
+    (
+        "round_acts",
+        include_str!("../../../shaders/round_acts.wgsl"),
+    ),
 ];
 
 /// How a kernel uses one storage binding (binding 0 is always the parameter block).
@@ -216,6 +220,7 @@ pub struct FixedKernels {
     pub moe_route: KernelSlot,
     pub moe_combine: KernelSlot,
     pub attention_reduce: KernelSlot,
+    pub round_acts: KernelSlot,
 }
 
 /// Pipelines built so far, by kernel.
@@ -648,6 +653,10 @@ pub fn moe_combine_kernel() -> Kernel {
         "MOE_COMBINE",
         &[Read, Read, ReadWrite],
     )
+}
+
+pub fn round_acts_kernel() -> Kernel {
+    Kernel::new("round_acts", "round_acts", &[Read, ReadWrite])
 }
 
 pub fn moe_route_kernel() -> Kernel {

@@ -6,7 +6,8 @@ use super::buffers::MATRIX_TYPES;
 use super::pipelines::{
     Kernel, MatvecLayout, assemble, attention_kernel, attention_prefill_kernel,
     attention_reduce_kernel, defines, embed_kernel, kv_move_halves_kernel, kv_move_kernel,
-    kv_rope_kernel, matmul_kernel, matvec_kernel, rope_kernel, rope_kv_kernel, store_kernel,
+    kv_rope_kernel, matmul_kernel, matvec_kernel, rope_kernel, rope_kv_kernel, round_acts_kernel,
+    store_kernel,
 };
 use crate::backend::CacheType;
 
@@ -35,8 +36,8 @@ fn weight_kernels_validate_for_every_type() {
     }
 }
 
-/// Every variant of the KV-cache and attention kernels is valid WGSL, with and without subgroup
-/// operations.
+/// Every variant of the KV-cache and attention kernels (and the activation rounding of the
+/// matmuls) is valid WGSL, with and without subgroup operations.
 #[test]
 fn cache_and_attention_kernels_validate() {
     let mut all = Vec::new();
@@ -51,7 +52,12 @@ fn cache_and_attention_kernels_validate() {
             all.push(rope_kv_kernel(k, v));
         }
     }
-    all.extend([kv_move_kernel(), kv_move_halves_kernel(), rope_kernel()]);
+    all.extend([
+        kv_move_kernel(),
+        kv_move_halves_kernel(),
+        rope_kernel(),
+        round_acts_kernel(),
+    ]);
     for k in &all {
         for subgroups in [false, true] {
             validate(k, subgroups, "");
