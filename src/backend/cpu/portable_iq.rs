@@ -4,7 +4,8 @@
 //! integer sums are exact in any order; the float steps (which products are formed in f32, and
 //! the order they are accumulated in, per block and over the row) follow llama.cpp's, so a row's
 //! result is the one its generic kernel gives. Block layouts are described in `gguf/iq.rs`.
-//! Every instruction-set level's table takes these for the types (no SIMD versions yet).
+//! The x86 and arm row kernels of these types (`x86/rows_iq.rs`, `arm/rows_iq.rs`) are checked
+//! against these (`kernels.rs`'s every-level test); the portable table takes them.
 #![allow(clippy::needless_range_loop)] // block kernels index several arrays with one index
 
 use super::kernels::{BlockQ8, BlockQ8K};

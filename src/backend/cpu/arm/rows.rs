@@ -15,12 +15,12 @@ use crate::gguf::iq::{KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_half};
 
 /// `acc + Σ a·b` over groups of signed bytes into four 32-bit lanes. How the sixteen products are
 /// grouped into lanes differs between the two ways; the lane total does not.
-trait ByteDot {
+pub(super) trait ByteDot {
     unsafe fn dot(acc: int32x4_t, a: int8x16_t, b: int8x16_t) -> int32x4_t;
 }
 
-struct Smull;
-struct Sdot;
+pub(super) struct Smull;
+pub(super) struct Sdot;
 
 impl ByteDot for Smull {
     #[inline(always)]
@@ -62,7 +62,7 @@ unsafe fn nibbles(p: *const u8) -> (uint8x16_t, uint8x16_t) {
 
 /// The 32 bits at `p` → 32 bytes, 0xFF where the bit is set: (bits 0..16, bits 16..32).
 #[inline(always)]
-unsafe fn bytes_from_bits(p: *const u8) -> (uint8x16_t, uint8x16_t) {
+pub(super) unsafe fn bytes_from_bits(p: *const u8) -> (uint8x16_t, uint8x16_t) {
     unsafe {
         let bits = vreinterpretq_u8_u32(vdupq_n_u32((p as *const u32).read_unaligned()));
         const LO: [u8; 16] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1];
