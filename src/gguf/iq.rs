@@ -34,6 +34,27 @@ pub const KVALUES_MXFP4: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
 /// IQ1_S's and IQ1_M's shift of the grid values.
 pub const IQ1_DELTA: f32 = 0.125;
 
+/// `KSIGNS_IQ2XS` with each sign bit spread to a byte, 0xFF (−1) where set and 1 where not
+/// (llama.cpp's `keven_signs_q2xs`): the SIMD kernels multiply or `sign` by it.
+pub static KSIGNS_BYTES: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut i = 0;
+    while i < 128 {
+        let mut j = 0;
+        while j < 8 {
+            let byte: u64 = if (KSIGNS_IQ2XS[i] >> j) & 1 != 0 {
+                0xFF
+            } else {
+                1
+            };
+            t[i] |= byte << (8 * j);
+            j += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
 #[inline]
 fn f16_at(b: &[u8], i: usize) -> f32 {
     half::f16::from_bits(u16_at(b, i)).to_f32()

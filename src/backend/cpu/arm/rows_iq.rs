@@ -19,28 +19,7 @@ use super::{f16, load_s8};
 use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, QuantKernels, row_kernels};
 use crate::gguf::GgmlType;
 use crate::gguf::iq::{
-    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
-};
-
-/// `KSIGNS_IQ2XS` with each sign bit spread to a byte, −1 (0xFF) where set and 1 where not
-/// (llama.cpp's `keven_signs_q2xs`), to multiply magnitudes by.
-static SIGN_BYTES: [u64; 128] = {
-    let mut t = [0u64; 128];
-    let mut i = 0;
-    while i < 128 {
-        let mut j = 0;
-        while j < 8 {
-            let byte: u64 = if (KSIGNS_IQ2XS[i] >> j) & 1 != 0 {
-                0xFF
-            } else {
-                1
-            };
-            t[i] |= byte << (8 * j);
-            j += 1;
-        }
-        i += 1;
-    }
-    t
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_BYTES,
 };
 
 /// Eight bytes of 1, or of −1 where `negative` (an IQ1 shift).
@@ -85,7 +64,7 @@ unsafe fn signed(m: int8x16_t, signs: int8x16_t) -> int8x16_t {
 /// bytes: values 0..16 and 16..32.
 #[inline(always)]
 unsafe fn packed_signs(aux: u32) -> (int8x16_t, int8x16_t) {
-    let s = |l: u32| SIGN_BYTES[((aux >> (7 * l)) & 127) as usize];
+    let s = |l: u32| KSIGNS_BYTES[((aux >> (7 * l)) & 127) as usize];
     unsafe { (pair(s(0), s(1)), pair(s(2), s(3))) }
 }
 
@@ -164,7 +143,7 @@ impl GridQuant for IQ2XS {
             // Each u16: a 9-bit grid index and a 7-bit sign index.
             let q = |l: usize| u16_at(p.add(2 + 8 * j + 2 * l));
             let g = |l: usize| IQ2XS_GRID[(q(l) & 511) as usize];
-            let s = |l: usize| SIGN_BYTES[(q(l) >> 9) as usize];
+            let s = |l: usize| KSIGNS_BYTES[(q(l) >> 9) as usize];
             let sc = *p.add(66 + j) as i32;
             (
                 signed(pair(g(0), g(1)), pair(s(0), s(1))),

@@ -17,28 +17,7 @@ use super::rows::{bytes_from_bits, f16, hsum_f32, load};
 use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, QuantKernels, row_kernels};
 use crate::gguf::GgmlType;
 use crate::gguf::iq::{
-    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
-};
-
-/// `KSIGNS_IQ2XS` with each sign bit spread to a byte, 0xFF (−1) where set and 1 where not
-/// (llama.cpp's `keven_signs_q2xs`), for `sign_epi8`.
-static SIGN_BYTES: [u64; 128] = {
-    let mut t = [0u64; 128];
-    let mut i = 0;
-    while i < 128 {
-        let mut j = 0;
-        while j < 8 {
-            let byte: u64 = if (KSIGNS_IQ2XS[i] >> j) & 1 != 0 {
-                0xFF
-            } else {
-                1
-            };
-            t[i] |= byte << (8 * j);
-            j += 1;
-        }
-        i += 1;
-    }
-    t
+    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_BYTES,
 };
 
 /// Eight bytes of 1, or of −1 where `negative`.
@@ -72,7 +51,7 @@ unsafe fn grid4(g: [u64; 4]) -> __m256i {
 /// Four 7-bit sign indices of `aux` (bits 0..28, as IQ2_XXS and IQ3_XXS store them) as bytes.
 #[inline(always)]
 unsafe fn packed_signs(aux: u32) -> __m256i {
-    let s = |l: u32| SIGN_BYTES[((aux >> (7 * l)) & 127) as usize];
+    let s = |l: u32| KSIGNS_BYTES[((aux >> (7 * l)) & 127) as usize];
     unsafe { grid4([s(0), s(1), s(2), s(3)]) }
 }
 
@@ -152,7 +131,7 @@ impl GridQuant for IQ2XS {
         unsafe {
             let q = |l: usize| u16_at(p.add(2 + 8 * j + 2 * l));
             let g = |l: usize| IQ2XS_GRID[(q(l) & 511) as usize];
-            let s = |l: usize| SIGN_BYTES[(q(l) >> 9) as usize];
+            let s = |l: usize| KSIGNS_BYTES[(q(l) >> 9) as usize];
             let sc = *p.add(66 + j) as u32;
             (
                 grid4([g(0), g(1), g(2), g(3)]),
