@@ -51,6 +51,7 @@ pub mod gguf_writer;
 pub mod golden_run;
 pub mod gpu;
 pub mod hub_server;
+pub mod random_weights;
 pub mod synth;
 
 /// The kiln binary as a command, with no model taken from the environment and no colours.

@@ -20,10 +20,10 @@ use crate::gguf::iq::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_BYTES,
 };
 
-/// Eight bytes of 1, or of −1 where `negative`.
+/// Eight bytes of 1, or of −1 where `negative` (without a branch: shift bits are random).
 #[inline(always)]
 fn ones8(negative: bool) -> i64 {
-    if negative { -1 } else { 0x0101_0101_0101_0101 }
+    0x0101_0101_0101_0101 | -(negative as i64)
 }
 
 #[inline(always)]
@@ -214,14 +214,26 @@ impl GridQuant for IQ3S {
     }
 }
 
-/// An IQ1 group's grid entries (−1, 0, 1 as bytes) with its shifts (±1 bytes): 8·g + shift.
-#[inline(always)]
-unsafe fn iq1_weights(grid: __m256i, shift: __m256i) -> __m256i {
-    unsafe {
-        let g2 = _mm256_add_epi8(grid, grid);
-        let g4 = _mm256_add_epi8(g2, g2);
-        _mm256_add_epi8(_mm256_add_epi8(g4, g4), shift)
+/// `IQ1S_GRID` times 8 (bytes −8, 0, 8), so a group's weights 8·g + shift take one add.
+static IQ1S_GRID8: [u64; 2048] = {
+    let mut t = [0u64; 2048];
+    let mut i = 0;
+    while i < 2048 {
+        let mut j = 0;
+        while j < 8 {
+            let g = (IQ1S_GRID[i] >> (8 * j)) as u8 as i8;
+            t[i] |= ((g * 8) as u8 as u64) << (8 * j);
+            j += 1;
+        }
+        i += 1;
     }
+    t
+};
+
+/// An IQ1 group's grid entries times 8 with its shifts (±1 bytes): 8·g + shift.
+#[inline(always)]
+unsafe fn iq1_weights(grid8: __m256i, shift: __m256i) -> __m256i {
+    unsafe { _mm256_add_epi8(grid8, shift) }
 }
 
 impl GridQuant for IQ1S {
@@ -235,7 +247,7 @@ impl GridQuant for IQ1S {
         unsafe {
             let qh = u16_at(p.add(34 + 2 * j)) as usize;
             let g =
-                |l: usize| IQ1S_GRID[*p.add(2 + 4 * j + l) as usize | ((qh >> (3 * l)) & 7) << 8];
+                |l: usize| IQ1S_GRID8[*p.add(2 + 4 * j + l) as usize | ((qh >> (3 * l)) & 7) << 8];
             let shift = _mm256_set1_epi64x(ones8(qh & 0x8000 != 0));
             let (m, s) = signed(iq1_weights(grid4([g(0), g(1), g(2), g(3)]), shift));
             (m, s, scale32(2 * ((qh as u32 >> 12) & 7) + 1))
@@ -257,14 +269,13 @@ impl GridQuant for IQ1M {
         unsafe {
             let h = [*p.add(32 + 2 * j) as usize, *p.add(33 + 2 * j) as usize];
             let g = |l: usize| {
-                IQ1S_GRID[*p.add(4 * j + l) as usize | ((h[l / 2] << (8 - 4 * (l % 2))) & 0x700)]
+                IQ1S_GRID8[*p.add(4 * j + l) as usize | ((h[l / 2] << (8 - 4 * (l % 2))) & 0x700)]
             };
-            let shift = _mm256_set_epi64x(
-                ones8(h[1] & 0x80 != 0),
-                ones8(h[1] & 0x08 != 0),
-                ones8(h[0] & 0x80 != 0),
-                ones8(h[0] & 0x08 != 0),
-            );
+            // Each 8 values' shift sign: bits 3, 7, 11, 15 of the two bytes, one per 64-bit lane.
+            let bits = _mm256_set1_epi16((h[0] | h[1] << 8) as i16);
+            let lanes = _mm256_set_epi64x(1 << 15, 1 << 11, 1 << 7, 1 << 3);
+            let negative = _mm256_cmpeq_epi64(_mm256_and_si256(bits, lanes), lanes);
+            let shift = _mm256_or_si256(negative, _mm256_set1_epi8(1));
             let (m, s) = signed(iq1_weights(grid4([g(0), g(1), g(2), g(3)]), shift));
             let sc = u16_at(p.add(48 + 2 * (j / 2))) >> (6 * (j % 2));
             (m, s, scale16(2 * (sc & 7) + 1, 2 * ((sc >> 3) & 7) + 1))
