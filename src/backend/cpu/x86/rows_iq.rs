@@ -86,6 +86,10 @@ trait GridQuant {
     const BYTES: usize;
     /// The fixed fraction of the scales, applied once to the row.
     const FACTOR: f32;
+    /// Nonzero for types whose groups return unsigned codes c (magnitudes, no signs) standing
+    /// for c − OFFSET: the products skip `sign_epi8` and the block subtracts OFFSET·Σx from the
+    /// activations' sums (the ternary types, as llama.cpp's kernels).
+    const OFFSET: i32 = 0;
     /// The block's float scale.
     unsafe fn d(p: *const u8) -> f32;
     /// Values 32j..32j + 32 of the block at `p`: (magnitudes, signs, scales).
@@ -283,8 +287,8 @@ impl GridQuant for IQ1M {
     }
 }
 
-/// Bytes `v` (each < 243, a base-3 fraction) times the 16-bit lane's power of three, as trits:
-/// the top trit of (v·3^n mod 256)·3 / 256, minus 1 (`ggml`'s TQ1_0 unpacking, per byte).
+/// Bytes `v` (each < 243, a base-3 fraction) times the 16-bit lane's power of three, as trit
+/// codes 0..2: the top trit of (v·3^n mod 256)·3 / 256 (`ggml`'s TQ1_0 unpacking, per byte).
 #[inline(always)]
 unsafe fn trits(v: __m256i, pow3: __m256i) -> __m256i {
     unsafe {
@@ -294,14 +298,14 @@ unsafe fn trits(v: __m256i, pow3: __m256i) -> __m256i {
         let three = _mm256_set1_epi16(3);
         let even = _mm256_srli_epi16(_mm256_mullo_epi16(even, three), 8);
         let odd = _mm256_srli_epi16(_mm256_mullo_epi16(odd, three), 8);
-        let t = _mm256_or_si256(even, _mm256_slli_epi16(odd, 8));
-        _mm256_sub_epi8(t, _mm256_set1_epi8(1))
+        _mm256_or_si256(even, _mm256_slli_epi16(odd, 8))
     }
 }
 
 impl GridQuant for TQ1 {
     const BYTES: usize = 54;
     const FACTOR: f32 = 1.0;
+    const OFFSET: i32 = 1;
     unsafe fn d(p: *const u8) -> f32 {
         unsafe { f16_ptr(p.add(52)) }
     }
@@ -323,8 +327,7 @@ impl GridQuant for TQ1 {
                     trits(_mm256_set_m128i(qh, _mm256_castsi256_si128(mid)), pow)
                 }
             };
-            let (m, s) = signed(w);
-            (m, s, scale32(1))
+            (w, w, scale32(1))
         }
     }
 }
@@ -332,6 +335,7 @@ impl GridQuant for TQ1 {
 impl GridQuant for TQ2 {
     const BYTES: usize = 66;
     const FACTOR: f32 = 1.0;
+    const OFFSET: i32 = 1;
     unsafe fn d(p: *const u8) -> f32 {
         unsafe { f16_ptr(p.add(64)) }
     }
@@ -341,12 +345,8 @@ impl GridQuant for TQ2 {
             // Values 128h + 32l + k: bits 2l of byte 32h + k.
             let bytes = load(p.add(32 * (j / 4)));
             let codes = _mm256_srl_epi16(bytes, _mm_cvtsi32_si128(2 * (j % 4) as i32));
-            let w = _mm256_sub_epi8(
-                _mm256_and_si256(codes, _mm256_set1_epi8(3)),
-                _mm256_set1_epi8(1),
-            );
-            let (m, s) = signed(w);
-            (m, s, scale32(1))
+            let codes = _mm256_and_si256(codes, _mm256_set1_epi8(3));
+            (codes, codes, scale32(1))
         }
     }
 }
@@ -364,6 +364,7 @@ unsafe fn grid_rows<V: Isa<I = __m256i>, T: GridQuant, const R: usize>(
             "activations shorter than the weights"
         );
         let mut total = [_mm256_setzero_ps(); R];
+        let mut offsets = [0.0f32; R];
         for b in 0..n {
             let p = w.as_ptr().add(b * T::BYTES);
             // SAFETY: b < n (asserted above).
@@ -373,20 +374,31 @@ unsafe fn grid_rows<V: Isa<I = __m256i>, T: GridQuant, const R: usize>(
                 let (magnitudes, signs, scales) = T::group(p, j);
                 for k in 0..R {
                     let xs = load(xb[k].qs.as_ptr().add(32 * j) as *const u8);
-                    let p16 = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(xs, signs));
+                    let xs = if T::OFFSET == 0 {
+                        _mm256_sign_epi8(xs, signs)
+                    } else {
+                        xs
+                    };
+                    let p16 = _mm256_maddubs_epi16(magnitudes, xs);
                     acc[k] = V::madd16_by(acc[k], p16, scales);
                 }
             }
             let d = T::d(p);
             for k in 0..R {
-                total[k] = _mm256_fmadd_ps(
-                    _mm256_set1_ps(d * xb[k].d),
-                    _mm256_cvtepi32_ps(acc[k]),
-                    total[k],
-                );
+                let dd = d * xb[k].d;
+                if T::OFFSET != 0 {
+                    let sum: i32 = xb[k].bsums.iter().map(|&s| s as i32).sum();
+                    offsets[k] += dd * (T::OFFSET * sum) as f32;
+                }
+                total[k] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(acc[k]), total[k]);
             }
         }
-        total.map(|t| T::FACTOR * hsum_f32(t))
+        let mut out = [0.0f32; R];
+        for k in 0..R {
+            out[k] = T::FACTOR * (hsum_f32(total[k]) - offsets[k]);
+        }
+        out
     }
 }
 
