@@ -8,7 +8,6 @@ use crate::common;
 
 use common::gpu::{gpu, gpu_kernel_variants, gpu_with};
 use common::random_weights::{Rng, random_weight};
-use half::{bf16, f16};
 use kiln::backend::cpu::{CpuBackend, CpuCache};
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
 use kiln::backend::{
