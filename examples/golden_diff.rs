@@ -18,7 +18,9 @@ fn main() {
         let gpu = WgpuBackend::new(AdapterChoice::Best).unwrap();
         diff(&a, &Model::load(&mf, gpu).unwrap());
     } else {
-        diff(&a, &Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap());
+        let repack = std::env::var_os("KILN_DIFF_NO_REPACK").is_none();
+        let cpu = CpuBackend::new(2).unwrap().with_repacking(repack);
+        diff(&a, &Model::load(&mf, cpu).unwrap());
     }
 }
 

@@ -31,5 +31,6 @@ for cpu in max cortex-a72; do
   QEMU_CPU="$cpu" KILN_EXPECT_KERNELS="$kernels" \
     cargo test --release --target "$target" --lib -- backend::cpu
   QEMU_CPU="$cpu" \
-    cargo test --release --target "$target" --test golden -- --exact golden_real::gemma3_first_prompt_teacher_forced
+    cargo test --release --target "$target" --test golden -- --exact golden_real::gemma3_first_prompt_teacher_forced \
+    golden_quants::every_quant_type_matches_llama_cpp
 done

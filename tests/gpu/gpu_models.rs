@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::golden_run::{EXACT_F32, QUANTIZED, argmax, check_model_with};
+use common::golden_run::{EXACT_F32, QUANTIZED, RANDOM_QUANTIZED, argmax, check_model_with};
 use common::gpu::{gpu, gpu_kernel_variants, gpu_with};
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
 use kiln::backend::{CacheType, CoreOps};
@@ -240,6 +240,32 @@ fn qwen35_matches_llama_cpp_on_the_gpu() {
         report.assert_all(&what);
         assert_eq!(report.steps, 144, "{what}: every golden step checked");
     }
+}
+
+/// Every block type beyond the legacy and K-quants in one forward pass (golden_quants.rs's
+/// mixed-type model: a Llama layer per type) against llama.cpp on the GPU, by the same rule as on
+/// the CPU: the GPU rounds each matmul's activations as llama.cpp's CPU does, so only the order of
+/// float sums differs.
+#[test]
+fn every_quant_type_matches_llama_cpp_on_the_gpu() {
+    let golden = common::golden("llama-cpp-mixed-quants.json");
+    let file = "llama-mixed-quants.gguf";
+    let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+    let Some(model) = load(&mf) else { return };
+    let f32_cache = KvCacheTypes {
+        k: CacheType::F32,
+        v: CacheType::F32,
+    };
+    let what = format!("{file} on the GPU");
+    let report = check_model_with(
+        &model,
+        &golden["models"][file],
+        &RANDOM_QUANTIZED,
+        f32_cache,
+    );
+    eprintln!("{}", report.summary(&what));
+    report.assert_all(&what);
+    assert_eq!(report.steps, 80, "{what}: every golden step checked");
 }
 
 /// The recurrent state's checkpoints on the GPU: after a prefill and a reply (checkpoints at
