@@ -38,6 +38,8 @@ fn diff<B: Backend>(a: &[String], model: &Model<B>) {
     };
     let which: Option<usize> = a.get(4).map(|s| s.parse().unwrap());
     let (mut viol, mut total, mut worst, mut sq) = (0, 0, 0f32, 0f64);
+    // The golden README's rule for real (quantized) models: |Δ| ≤ 1.0 + 0.03·|logit|.
+    let (mut rule_viol, mut rule_worst) = (0, 0f32);
     for (ci, case) in entry["greedy"].as_array().unwrap().iter().enumerate() {
         if which.is_some_and(|w| w != ci) {
             continue;
@@ -66,6 +68,9 @@ fn diff<B: Backend>(a: &[String], model: &Model<B>) {
                         viol += 1;
                     }
                     worst = worst.max(r);
+                    let rule = (logits[id] - w).abs() / (1.0 + 0.03 * w.abs());
+                    rule_viol += (rule > 1.0) as usize;
+                    rule_worst = rule_worst.max(rule);
                     sq += ((logits[id] - w) as f64).powi(2);
                     format!("{:+.3}", logits[id] - w)
                 })
@@ -84,7 +89,7 @@ fn diff<B: Backend>(a: &[String], model: &Model<B>) {
         }
     }
     println!(
-        "SUMMARY violations {viol} of {total}; worst {worst:.2}; rms {:.4}",
+        "SUMMARY violations {viol} of {total}; worst {worst:.2}; rms {:.4}; README rule: {rule_viol} violations, worst {rule_worst:.2}",
         (sq / total as f64).sqrt()
     );
 }
