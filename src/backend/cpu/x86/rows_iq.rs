@@ -363,8 +363,8 @@ unsafe fn grid_rows<V: Isa<I = __m256i>, T: GridQuant, const R: usize>(
             x.iter().all(|row| row.len() >= n),
             "activations shorter than the weights"
         );
+        let ones = _mm256_set1_epi16(1);
         let mut total = [_mm256_setzero_ps(); R];
-        let mut offsets = [0.0f32; R];
         for b in 0..n {
             let p = w.as_ptr().add(b * T::BYTES);
             // SAFETY: b < n (asserted above).
@@ -374,31 +374,32 @@ unsafe fn grid_rows<V: Isa<I = __m256i>, T: GridQuant, const R: usize>(
                 let (magnitudes, signs, scales) = T::group(p, j);
                 for k in 0..R {
                     let xs = load(xb[k].qs.as_ptr().add(32 * j) as *const u8);
-                    let xs = if T::OFFSET == 0 {
-                        _mm256_sign_epi8(xs, signs)
+                    if T::OFFSET == 0 {
+                        let p16 = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(xs, signs));
+                        acc[k] = V::madd16_by(acc[k], p16, scales);
                     } else {
-                        xs
-                    };
-                    let p16 = _mm256_maddubs_epi16(magnitudes, xs);
-                    acc[k] = V::madd16_by(acc[k], p16, scales);
+                        // Codes < 4 and one scale: a block's pair sums stay within i16
+                        // (8 · 2 · 3 · 127), so they add in 16 bits.
+                        acc[k] = _mm256_add_epi16(acc[k], _mm256_maddubs_epi16(magnitudes, xs));
+                    }
                 }
             }
             let d = T::d(p);
             for k in 0..R {
-                let dd = d * xb[k].d;
                 if T::OFFSET != 0 {
-                    let sum: i32 = xb[k].bsums.iter().map(|&s| s as i32).sum();
-                    offsets[k] += dd * (T::OFFSET * sum) as f32;
+                    // − OFFSET·Σx from the activations' per-16 sums (|Σ| ≤ 16 · 127), then to i32.
+                    let bsums = load(xb[k].bsums.as_ptr() as *const u8);
+                    let offset = _mm256_mullo_epi16(bsums, _mm256_set1_epi16(T::OFFSET as i16));
+                    acc[k] = _mm256_madd_epi16(_mm256_sub_epi16(acc[k], offset), ones);
                 }
-                total[k] =
-                    _mm256_fmadd_ps(_mm256_set1_ps(dd), _mm256_cvtepi32_ps(acc[k]), total[k]);
+                total[k] = _mm256_fmadd_ps(
+                    _mm256_set1_ps(d * xb[k].d),
+                    _mm256_cvtepi32_ps(acc[k]),
+                    total[k],
+                );
             }
         }
-        let mut out = [0.0f32; R];
-        for k in 0..R {
-            out[k] = T::FACTOR * (hsum_f32(total[k]) - offsets[k]);
-        }
-        out
+        total.map(|t| T::FACTOR * hsum_f32(t))
     }
 }
 
