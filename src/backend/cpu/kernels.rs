@@ -102,6 +102,9 @@ pub type Dot<A> = fn(&[u8], &[A]) -> f32;
 /// One weight row · four activation rows: each weight block decoded once. Each row's result has
 /// the bits the one-row kernel gives it.
 pub type Dot4<A> = fn(&[u8], [&[A]; 4]) -> [f32; 4];
+/// The same with eight activation rows, for kernels whose block decoding costs more than its
+/// products (the grid i-quants): decoded once per eight tokens of a prefill.
+pub type Dot8<A> = fn(&[u8], [&[A]; 8]) -> [f32; 8];
 /// f32 values → activation blocks (the same values as the portable quantizer).
 pub type Quantize<A> = fn(&[f32], &mut [A]);
 /// A GEMM kernel over repacked weights (x86 `gemm.rs`). Unsafe: the call's ranges must lie within
@@ -128,6 +131,7 @@ pub struct GroupCall<'a, A> {
 pub struct QuantKernels<A> {
     pub dot: Dot<A>,
     pub dot4: Option<Dot4<A>>,
+    pub dot8: Option<Dot8<A>>,
     /// Where the type is repacked at load: the GEMM kernel over its packed layout.
     pub packed: Option<PackedKernel<A>>,
 }
@@ -150,6 +154,17 @@ macro_rules! row_kernels {
             // SAFETY: as the macro's caller vouches.
             dot: |w, x| unsafe { $kernel::<$t, 1>(w, [x])[0] },
             dot4: Some(|w, x| unsafe { $kernel::<$t, 4>(w, x) }),
+            dot8: None,
+            packed: None,
+        }
+    };
+    // With the eight-row form too.
+    ($kernel:ident, $t:ty, 8) => {
+        QuantKernels {
+            // SAFETY: as the macro's caller vouches.
+            dot: |w, x| unsafe { $kernel::<$t, 1>(w, [x])[0] },
+            dot4: Some(|w, x| unsafe { $kernel::<$t, 4>(w, x) }),
+            dot8: Some(|w, x| unsafe { $kernel::<$t, 8>(w, x) }),
             packed: None,
         }
     };
@@ -436,7 +451,8 @@ pub(crate) mod tests {
         out
     }
 
-    /// The four-row kernel (if any) gives each row exactly what the one-row kernel gives it.
+    /// The four- and eight-row kernels (where they exist) give each row exactly what the one-row
+    /// kernel gives it.
     fn check_x4<A: Default + Clone>(
         k: &QuantKernels<A>,
         quantize: Quantize<A>,
@@ -446,21 +462,25 @@ pub(crate) mod tests {
         seed: u64,
         what: &str,
     ) {
-        let Some(x4) = k.dot4 else {
-            return;
-        };
-        let q: Vec<Vec<A>> = (0..4)
+        let q: Vec<Vec<A>> = (0..8)
             .map(|r| quantized(quantize, &activations(n, seed * 7 + r + 11), block))
             .collect();
-        let got = x4(w, [&q[0], &q[1], &q[2], &q[3]]);
-        for r in 0..4 {
-            let want = (k.dot)(w, &q[r]);
-            assert_eq!(
-                got[r].to_bits(),
-                want.to_bits(),
-                "{what} x4 row {r}: {} vs {want}",
-                got[r]
-            );
+        let mut got: Vec<(usize, Vec<f32>)> = Vec::new();
+        if let Some(x4) = k.dot4 {
+            got.push((4, x4(w, std::array::from_fn(|r| &q[r][..])).to_vec()));
+        }
+        if let Some(x8) = k.dot8 {
+            got.push((8, x8(w, std::array::from_fn(|r| &q[r][..])).to_vec()));
+        }
+        for (rows, values) in got {
+            for (r, v) in values.iter().enumerate() {
+                let want = (k.dot)(w, &q[r]);
+                assert_eq!(
+                    v.to_bits(),
+                    want.to_bits(),
+                    "{what} x{rows} row {r}: {v} vs {want}"
+                );
+            }
         }
     }
 

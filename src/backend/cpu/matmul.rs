@@ -7,7 +7,9 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::kernels::{ActBlock, ActFormat, BlockQ8, BlockQ8K, Dot, Dot4, GroupCall, PackedKernel};
+use super::kernels::{
+    ActBlock, ActFormat, BlockQ8, BlockQ8K, Dot, Dot4, Dot8, GroupCall, PackedKernel,
+};
 use super::{CpuBackend, CpuWeight, SharedOut, repack};
 
 thread_local! {
@@ -89,6 +91,7 @@ struct Job<'a, A> {
     out: SharedOut,
     dot: Dot<A>,
     dot4: Option<Dot4<A>>,
+    dot8: Option<Dot8<A>>,
 }
 
 impl CpuBackend {
@@ -132,6 +135,7 @@ impl CpuBackend {
                         out,
                         dot: self.kernels.dot_f32(w.tensor.dtype),
                         dot4: None,
+                        dot8: None,
                     })
                     .collect();
                 self.run_jobs(&jobs, rows, x, k);
@@ -184,6 +188,7 @@ impl CpuBackend {
                         out,
                         dot: kernels.dot,
                         dot4: kernels.dot4,
+                        dot8: kernels.dot8,
                     }
                 })
                 .collect();
@@ -231,7 +236,13 @@ impl CpuBackend {
             .collect();
         self.pool.run(tasks.len(), &|t| {
             let (ji, r0, r1) = tasks[t];
-            let Job { w, out, dot, dot4 } = &jobs[ji];
+            let Job {
+                w,
+                out,
+                dot,
+                dot4,
+                dot8,
+            } = &jobs[ji];
             let m = w.rows;
             // SAFETY: each (i, r) of a job's output is written by exactly one task (r is in this
             // task's chunk) and i·m + r < rows·m ≤ that output's length.
@@ -241,6 +252,15 @@ impl CpuBackend {
                 for r in r0..r1 {
                     let wrow = w.row(r);
                     let mut i = t0;
+                    if let Some(dot8) = dot8 {
+                        while i + 8 <= t1 {
+                            let v = dot8(wrow, std::array::from_fn(|k| act(i + k)));
+                            for (k, &vk) in v.iter().enumerate() {
+                                put(i + k, r, vk);
+                            }
+                            i += 8;
+                        }
+                    }
                     if let Some(dot4) = dot4 {
                         while i + 4 <= t1 {
                             let v = dot4(wrow, [act(i), act(i + 1), act(i + 2), act(i + 3)]);

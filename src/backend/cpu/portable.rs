@@ -42,6 +42,7 @@ pub fn type_kernels(t: GgmlType) -> TypeKernels {
         TypeKernels::Q8(QuantKernels {
             dot,
             dot4: None,
+            dot8: None,
             packed: None,
         })
     };
@@ -49,6 +50,7 @@ pub fn type_kernels(t: GgmlType) -> TypeKernels {
         TypeKernels::Q8K(QuantKernels {
             dot,
             dot4: None,
+            dot8: None,
             packed: None,
         })
     };

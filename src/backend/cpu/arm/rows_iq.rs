@@ -470,9 +470,9 @@ unsafe fn q1_0_sdot<const R: usize>(w: &[u8], x: [&[BlockQ8]; R]) -> [f32; R] {
 /// `arm::kernels` does so only for levels the CPU was detected to have.
 fn grid<T: GridQuant>(dotprod: bool) -> QuantKernels<BlockQ8K> {
     if dotprod {
-        row_kernels!(grid_sdot, T)
+        row_kernels!(grid_sdot, T, 8)
     } else {
-        row_kernels!(grid_smull, T)
+        row_kernels!(grid_smull, T, 8)
     }
 }
 
@@ -499,11 +499,13 @@ pub fn q8_row_kernels(t: GgmlType, dotprod: bool) -> Option<QuantKernels<BlockQ8
         GgmlType::Q1_0 if dotprod => Some(QuantKernels {
             dot: |w, x| unsafe { q1_0_sdot::<1>(w, [x])[0] },
             dot4: Some(|w, x| unsafe { q1_0_sdot::<4>(w, x) }),
+            dot8: None,
             packed: None,
         }),
         GgmlType::Q1_0 => Some(QuantKernels {
             dot: |w, x| unsafe { q1_0_smull::<1>(w, [x])[0] },
             dot4: Some(|w, x| unsafe { q1_0_smull::<4>(w, x) }),
+            dot8: None,
             packed: None,
         }),
         _ => None,

@@ -637,11 +637,13 @@ pub fn q8k_row_kernels(t: GgmlType, vnni: bool) -> Option<QuantKernels<BlockQ8K>
         GgmlType::IQ4_XS if vnni => QuantKernels {
             dot: |w, x| unsafe { iq4_xs_vnni::<1>(w, [x])[0] },
             dot4: Some(|w, x| unsafe { iq4_xs_vnni::<4>(w, x) }),
+            dot8: None,
             packed: None,
         },
         GgmlType::IQ4_XS => QuantKernels {
             dot: |w, x| unsafe { iq4_xs_avx2::<1>(w, [x])[0] },
             dot4: Some(|w, x| unsafe { iq4_xs_avx2::<4>(w, x) }),
+            dot8: None,
             packed: None,
         },
         _ => return None,

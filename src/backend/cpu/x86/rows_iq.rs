@@ -465,9 +465,9 @@ unsafe fn q1_0_vnni<const R: usize>(w: &[u8], x: [&[BlockQ8]; R]) -> [f32; R] {
 
 fn grid<T: GridQuant>(vnni: bool) -> QuantKernels<BlockQ8K> {
     if vnni {
-        row_kernels!(grid_vnni, T)
+        row_kernels!(grid_vnni, T, 8)
     } else {
-        row_kernels!(grid_avx2, T)
+        row_kernels!(grid_avx2, T, 8)
     }
 }
 
@@ -495,11 +495,13 @@ pub fn q8_row_kernels(t: GgmlType, vnni: bool) -> Option<QuantKernels<BlockQ8>> 
         GgmlType::Q1_0 if vnni => Some(QuantKernels {
             dot: |w, x| unsafe { q1_0_vnni::<1>(w, [x])[0] },
             dot4: Some(|w, x| unsafe { q1_0_vnni::<4>(w, x) }),
+            dot8: None,
             packed: None,
         }),
         GgmlType::Q1_0 => Some(QuantKernels {
             dot: |w, x| unsafe { q1_0_avx2::<1>(w, [x])[0] },
             dot4: Some(|w, x| unsafe { q1_0_avx2::<4>(w, x) }),
+            dot8: None,
             packed: None,
         }),
         _ => None,
