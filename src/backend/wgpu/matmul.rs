@@ -19,9 +19,10 @@ impl WgpuBackend {
     /// The first `values` activations of `x` as a weight of `m`'s type takes them: rounded as the
     /// CPU rounds them (`activation_format`: Q8_0 or Q8_K blocks; f16 or bf16 values) into the
     /// backend's scratch buffer by shaders/round_acts.wgsl, or `x` itself for f32 weights (and
-    /// with `GpuOptions::f32_activations`). A
-    /// matmul binds the result before its next call rounds into the same buffer; the stream runs
-    /// dispatches in order.
+    /// with `GpuOptions::f32_activations`). A matmul binds the result before its next call
+    /// rounds into the same buffer; the stream runs dispatches in order. The rounding is one
+    /// dispatch per matmul input, as llama.cpp's Vulkan `quantize_q8_1` before its integer-dot
+    /// mat-vecs; an integer-dot path here would take the same blocks instead of their values.
     pub(super) fn weight_input(
         &self,
         x: &GpuBuffer,
