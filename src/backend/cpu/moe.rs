@@ -5,7 +5,9 @@
 //! every other matmul: the GEMM kernels where the expert stack was repacked, the row kernels
 //! otherwise.
 
-use super::kernels::{ActBlock, ActFormat, BlockQ8, BlockQ8K, Dot, Dot4, GroupCall, PackedKernel};
+use super::kernels::{
+    ActBlock, ActFormat, BlockQ8, BlockQ8K, GroupCall, PackedKernel, QuantKernels,
+};
 use super::matmul::packed_token_block;
 use super::{CpuBackend, CpuWeight, SharedOut, repack};
 use crate::backend::{ExpertMatmulParams, MoeOps};
@@ -74,7 +76,13 @@ impl MoeOps for CpuBackend {
         };
         match kernels.of(dtype).format() {
             ActFormat::F32 => {
-                self.run_expert_job(&job, x, k, &input_row, kernels.dot_f32(dtype), None)
+                let rows = QuantKernels {
+                    dot: kernels.dot_f32(dtype),
+                    dot4: None,
+                    dot8: None,
+                    packed: None,
+                };
+                self.run_expert_job(&job, x, k, &input_row, &rows)
             }
             ActFormat::Q8 => self.quantized_experts::<BlockQ8>(&job, x, k, n_inputs, &input_row),
             ActFormat::Q8K => self.quantized_experts::<BlockQ8K>(&job, x, k, n_inputs, &input_row),
@@ -134,21 +142,21 @@ impl CpuBackend {
             };
             return self.run_packed_experts(job, kernel, &q, nb, &xsum, input_row);
         }
-        self.run_expert_job(job, &q, nb, input_row, kernels.dot, kernels.dot4)
+        self.run_expert_job(job, &q, nb, input_row, &kernels)
     }
 
     /// Split the used experts' rows across the pool; each task multiplies a chunk of one
-    /// expert's rows by every activation routed to that expert, four at a time where a
-    /// four-row kernel exists.
+    /// expert's rows by every activation routed to that expert, eight or four at a time where
+    /// such kernels exist.
     fn run_expert_job<A: Sync>(
         &self,
         job: &ExpertJob,
         acts: &[A],
         act_stride: usize,
         input_row: &(dyn Fn(usize) -> usize + Sync),
-        one: Dot<A>,
-        four: Option<Dot4<A>>,
+        kernels: &QuantKernels<A>,
     ) {
+        let (one, four, eight) = (kernels.dot, kernels.dot4, kernels.dot8);
         let p = job.p;
         let used: Vec<usize> = (0..job.by_expert.len())
             .filter(|&e| !job.by_expert[e].is_empty())
@@ -181,6 +189,16 @@ impl CpuBackend {
             for r in r0..r1 {
                 let wrow = job.w.row(e * p.expert_stride + p.row_offset + r);
                 let mut i = 0;
+                if let Some(dot8) = eight {
+                    while i + 8 <= slots.len() {
+                        let s8: [usize; 8] = std::array::from_fn(|k| slots[i + k]);
+                        let v = dot8(wrow, s8.map(act));
+                        for (s, vs) in s8.into_iter().zip(v) {
+                            put(s, r, vs);
+                        }
+                        i += 8;
+                    }
+                }
                 if let Some(dot4) = four {
                     while i + 4 <= slots.len() {
                         let s4 = [slots[i], slots[i + 1], slots[i + 2], slots[i + 3]];

@@ -583,8 +583,9 @@ mod tests {
     }
 
     /// The backend's matmul passes run these types through the table on the row kernels (none
-    /// is repacked): one token, a prefill of five, a pass mixing Q1_0 with Q4_0 (both on Q8_0
-    /// activations; 32 Q4_0 rows, repacked where the CPU has its GEMM), and expert matmuls;
+    /// is repacked): one token, prefills of five and thirteen (the eight-, four- and one-row
+    /// kernels in turn), a pass mixing Q1_0 with Q4_0 (both on Q8_0 activations; 32 Q4_0 rows,
+    /// repacked where the CPU has its GEMM), and expert matmuls of up to ten slots per expert;
     /// each output has the bits of the row kernel on its input row.
     #[test]
     fn matmul_passes_run_these_types() {
@@ -598,7 +599,7 @@ mod tests {
                 .collect();
             let tensor = Tensor::from_bytes("w", t, vec![k, m], bytes);
             let w = be.weight(&tensor).unwrap();
-            for tokens in [1, 5] {
+            for tokens in [1, 5, 13] {
                 let x = activations(tokens * k, 3);
                 let mut out = vec![0.0; tokens * m];
                 be.matmul(&x, &w, tokens, &mut out);
@@ -610,7 +611,7 @@ mod tests {
             }
 
             // Four experts of 8 rows; token i's slots use experts i and i + 2 (mod 4).
-            let (n_exp, stride, tokens, n_used) = (4, 8, 3, 2);
+            let (n_exp, stride, tokens, n_used) = (4, 8, 19, 2);
             let bytes: Vec<u8> = (0..n_exp * stride)
                 .flat_map(|r| random_row(t, k, r as u64 + 40))
                 .collect();
