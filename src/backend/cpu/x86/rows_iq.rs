@@ -92,8 +92,14 @@ trait GridQuant {
     const OFFSET: i32 = 0;
     /// The block's float scale.
     unsafe fn d(p: *const u8) -> f32;
-    /// Values 32j..32j + 32 of the block at `p`: (magnitudes, signs, scales).
-    unsafe fn group(p: *const u8, j: usize) -> (__m256i, __m256i, __m256i);
+    /// What a block's groups share, decoded once per block (IQ1_M: its sixteen scales).
+    #[inline(always)]
+    unsafe fn block(_p: *const u8) -> __m256i {
+        unsafe { _mm256_setzero_si256() }
+    }
+    /// Values 32j..32j + 32 of the block at `p` (`block`: what `block` gave): (magnitudes, signs,
+    /// scales).
+    unsafe fn group(p: *const u8, block: __m256i, j: usize) -> (__m256i, __m256i, __m256i);
 }
 
 struct IQ2XXS;
@@ -113,7 +119,7 @@ impl GridQuant for IQ2XXS {
         unsafe { f16_ptr(p) }
     }
     #[inline(always)]
-    unsafe fn group(p: *const u8, j: usize) -> (__m256i, __m256i, __m256i) {
+    unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
             let q = p.add(2 + 8 * j);
             let aux = u32_at(q.add(4));
@@ -131,7 +137,7 @@ impl GridQuant for IQ2XS {
         unsafe { f16_ptr(p) }
     }
     #[inline(always)]
-    unsafe fn group(p: *const u8, j: usize) -> (__m256i, __m256i, __m256i) {
+    unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
             let q = |l: usize| u16_at(p.add(2 + 8 * j + 2 * l));
             let g = |l: usize| IQ2XS_GRID[(q(l) & 511) as usize];
@@ -153,7 +159,7 @@ impl GridQuant for IQ2S {
         unsafe { f16_ptr(p) }
     }
     #[inline(always)]
-    unsafe fn group(p: *const u8, j: usize) -> (__m256i, __m256i, __m256i) {
+    unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
             let h = *p.add(66 + j) as usize;
             let g =
@@ -175,7 +181,7 @@ impl GridQuant for IQ3XXS {
         unsafe { f16_ptr(p) }
     }
     #[inline(always)]
-    unsafe fn group(p: *const u8, j: usize) -> (__m256i, __m256i, __m256i) {
+    unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
             let q = p.add(2 + 8 * j);
             let g = |e: usize| IQ3XXS_GRID[*q.add(e) as usize] as i32;
@@ -193,7 +199,7 @@ impl GridQuant for IQ3S {
         unsafe { f16_ptr(p) }
     }
     #[inline(always)]
-    unsafe fn group(p: *const u8, j: usize) -> (__m256i, __m256i, __m256i) {
+    unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
             let h = *p.add(66 + j) as usize;
             // Entry e's ninth index bit is bit e of `h`.
@@ -247,7 +253,7 @@ impl GridQuant for IQ1S {
         unsafe { f16_ptr(p) }
     }
     #[inline(always)]
-    unsafe fn group(p: *const u8, j: usize) -> (__m256i, __m256i, __m256i) {
+    unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
             let qh = u16_at(p.add(34 + 2 * j)) as usize;
             let g =
@@ -256,6 +262,19 @@ impl GridQuant for IQ1S {
             let (m, s) = signed(iq1_weights(grid4([g(0), g(1), g(2), g(3)]), shift));
             (m, s, scale32(2 * ((qh as u32 >> 12) & 7) + 1))
         }
+    }
+}
+
+/// Eight IQ1_M scales (two 16-bit scale words, four 3-bit scales each at bits 0, 3, 6, 9) as
+/// 2·ls + 1 in i32 lanes. (A function, not a closure: closures are not compiled with the
+/// kernel's target features.)
+#[inline(always)]
+unsafe fn iq1m_scales(words: u32) -> __m256i {
+    unsafe {
+        let shifts = _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25);
+        let v = _mm256_srlv_epi32(_mm256_set1_epi32(words as i32), shifts);
+        let v = _mm256_and_si256(v, _mm256_set1_epi32(7));
+        _mm256_add_epi32(_mm256_add_epi32(v, v), _mm256_set1_epi32(1))
     }
 }
 
@@ -268,8 +287,25 @@ impl GridQuant for IQ1M {
             (sc(0) >> 12) | ((sc(1) >> 8) & 0x00f0) | ((sc(2) >> 4) & 0x0f00) | (sc(3) & 0xf000);
         f16(&bits.to_le_bytes(), 0)
     }
+    /// The sixteen 3-bit scales, s = 2j + half in word s / 4 at bit 3·(s % 4), as 2·ls + 1 bytes
+    /// in order, in both 128-bit lanes (each group takes its two by `pshufb`).
     #[inline(always)]
-    unsafe fn group(p: *const u8, j: usize) -> (__m256i, __m256i, __m256i) {
+    unsafe fn block(p: *const u8) -> __m256i {
+        unsafe {
+            let words = (p.add(48) as *const u64).read_unaligned();
+            // Packing works per 128-bit lane: 64-bit chunks (s 0-3, 8-11, 4-7, 12-15) reordered.
+            let packed =
+                _mm256_packus_epi32(iq1m_scales(words as u32), iq1m_scales((words >> 32) as u32));
+            let ordered = _mm256_permute4x64_epi64::<0b11_01_10_00>(packed);
+            let bytes = _mm_packus_epi16(
+                _mm256_castsi256_si128(ordered),
+                _mm256_extracti128_si256::<1>(ordered),
+            );
+            _mm256_broadcastsi128_si256(bytes)
+        }
+    }
+    #[inline(always)]
+    unsafe fn group(p: *const u8, block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
             let h = [*p.add(32 + 2 * j) as usize, *p.add(33 + 2 * j) as usize];
             let g = |l: usize| {
@@ -281,8 +317,10 @@ impl GridQuant for IQ1M {
             let negative = _mm256_cmpeq_epi64(_mm256_and_si256(bits, lanes), lanes);
             let shift = _mm256_or_si256(negative, _mm256_set1_epi8(1));
             let (m, s) = signed(iq1_weights(grid4([g(0), g(1), g(2), g(3)]), shift));
-            let sc = u16_at(p.add(48 + 2 * (j / 2))) >> (6 * (j % 2));
-            (m, s, scale16(2 * (sc & 7) + 1, 2 * ((sc >> 3) & 7) + 1))
+            // Scale bytes 2j (values 0..16) and 2j + 1 (16..32), each widened to i16.
+            let pick = |s: usize| _mm_set1_epi16((0x8000 | s) as i16);
+            let scales = _mm256_shuffle_epi8(block, _mm256_set_m128i(pick(2 * j + 1), pick(2 * j)));
+            (m, s, scales)
         }
     }
 }
@@ -310,7 +348,7 @@ impl GridQuant for TQ1 {
         unsafe { f16_ptr(p.add(52)) }
     }
     #[inline(always)]
-    unsafe fn group(p: *const u8, j: usize) -> (__m256i, __m256i, __m256i) {
+    unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         const POW3: [u32; 5] = [1, 3, 9, 27, 81];
         unsafe {
             // Values 0..160: bytes 0..32, five trits each; 160..240: bytes 32..48, sixteen
@@ -340,7 +378,7 @@ impl GridQuant for TQ2 {
         unsafe { f16_ptr(p.add(64)) }
     }
     #[inline(always)]
-    unsafe fn group(p: *const u8, j: usize) -> (__m256i, __m256i, __m256i) {
+    unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
             // Values 128h + 32l + k: bits 2l of byte 32h + k.
             let bytes = load(p.add(32 * (j / 4)));
@@ -370,8 +408,9 @@ unsafe fn grid_rows<V: Isa<I = __m256i>, T: GridQuant, const R: usize>(
             // SAFETY: b < n (asserted above).
             let xb = x.map(|row| row.get_unchecked(b));
             let mut acc = [_mm256_setzero_si256(); R];
+            let shared = T::block(p);
             for j in 0..8 {
-                let (magnitudes, signs, scales) = T::group(p, j);
+                let (magnitudes, signs, scales) = T::group(p, shared, j);
                 for k in 0..R {
                     let xs = load(xb[k].qs.as_ptr().add(32 * j) as *const u8);
                     if T::OFFSET == 0 {
