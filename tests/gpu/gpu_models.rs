@@ -234,7 +234,11 @@ fn qwen3moe_matches_llama_cpp_on_the_gpu() {
     };
     let what = format!("{file} on the GPU");
     let report = check_model_with(&model, entry, &EXACT_F32, f32_cache);
-    eprintln!("{}", report.summary(&what));
+    eprintln!(
+        "{}; worst |Δ| {:.1e}",
+        report.summary(&what),
+        report.worst_ratio * EXACT_F32.abs
+    );
     report.assert_all(&what);
     let steps: usize = entry["greedy"]
         .as_array()
