@@ -252,6 +252,27 @@ fn qwen3moe_matches_llama_cpp_on_the_gpu() {
     }
 }
 
+/// The Q8_0 sibling on the GPU by the quantized models' rule, on the five short prompts (the long
+/// one is no oracle for it: golden_qwen3moe.rs).
+#[test]
+fn qwen3moe_q8_0_matches_llama_cpp_on_the_gpu() {
+    let file = "qwen3moe-tiny-Q8_0.gguf";
+    let golden = common::golden("llama-cpp-qwen3moe.json");
+    let mut entry = golden["models"][file].clone();
+    entry["greedy"].as_array_mut().unwrap().pop();
+    let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+    let Some(model) = load(&mf) else { return };
+    let f32_cache = KvCacheTypes {
+        k: CacheType::F32,
+        v: CacheType::F32,
+    };
+    let what = format!("{file} on the GPU");
+    let report = check_model_with(&model, &entry, &QUANTIZED, f32_cache);
+    eprintln!("{}", report.summary(&what));
+    report.assert_all(&what);
+    assert_eq!(report.steps, 120, "{what}: five prompts of 24 steps");
+}
+
 const QWEN35: [&str; 2] = ["qwen35-tiny.gguf", "qwen35moe-tiny.gguf"];
 
 /// Qwen3.5's tiny models (dense and MoE) against llama.cpp on the GPU, by golden_qwen35's
