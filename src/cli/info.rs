@@ -263,7 +263,8 @@ fn schedule(c: &ModelConfig) -> Option<String> {
     )
 }
 
-/// Qwen3.5's extra facts: schedule, DeltaNet shapes, partial RoPE, experts, state size.
+/// The extra facts of Qwen3.5 and the MoE models: schedule, DeltaNet shapes, partial RoPE,
+/// experts, state size.
 fn print_hybrid(c: &ModelConfig) {
     if c.rope_dims != c.head_dim || c.rope_sections.is_some() {
         let sections = c
@@ -296,9 +297,13 @@ fn print_hybrid(c: &ModelConfig) {
         );
     }
     if let Some(m) = &c.moe {
+        let shared = match m.shared_ff {
+            Some(w) => format!("shared expert of width {w}"),
+            None => "no shared expert".to_string(),
+        };
         println!(
-            "  experts             {} ({} per token) of width {}; shared expert of width {}",
-            m.n_expert, m.n_used, m.expert_ff, m.shared_ff
+            "  experts             {} ({} per token) of width {}; {shared}",
+            m.n_expert, m.n_used, m.expert_ff
         );
     }
     if c.nextn_layers > 0 {

@@ -1,8 +1,9 @@
 //! The weights of a model, found by canonical name, checked against the configuration (so a bad
 //! file is a clear error here rather than an out-of-bounds access in a kernel), and handed to the
-//! backend. Qwen3.5's blocks (Gated DeltaNet or gated attention, dense or expert feed-forward)
-//! are in weights/qwen35.rs.
+//! backend. Qwen3.5's blocks (Gated DeltaNet or gated attention) are in weights/qwen35.rs; every
+//! block's feed-forward part, dense or a mixture of experts, in weights/moe.rs.
 
+mod moe;
 mod qwen35;
 
 use super::arch::family::LayerKind;
@@ -12,9 +13,8 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub use qwen35::{
-    DeltaNetWeights, ExpertsGateUp, Ffn, GatedAttentionWeights, Mixer, MoeWeights, Qwen35Layer,
-};
+pub use moe::{ExpertsGateUp, Ffn, MoeWeights, SharedExpertWeights};
+pub use qwen35::{DeltaNetWeights, GatedAttentionWeights, Mixer, Qwen35Layer};
 
 pub struct LayerWeights<B: Backend> {
     pub attn_norm: B::Weight,
@@ -30,9 +30,8 @@ pub struct LayerWeights<B: Backend> {
     /// Gemma: norm of the attention output before the residual add.
     pub post_attn_norm: Option<B::Weight>,
     pub ffn_norm: B::Weight,
-    pub w_gate: B::Weight,
-    pub w_up: B::Weight,
-    pub w_down: B::Weight,
+    /// A SwiGLU (GELU-gated for Gemma), or a mixture of experts (Qwen3 MoE).
+    pub ffn: Ffn<B>,
     /// Gemma: norm of the feed-forward output before the residual add.
     pub post_ffn_norm: Option<B::Weight>,
 }
@@ -103,13 +102,7 @@ impl<B: Backend> Weights<B> {
     pub fn load(file: &ModelFile, backend: &B) -> Result<Weights<B>> {
         let c: &ModelConfig = &file.config;
         let f = Finder { file, backend };
-        let (h, q, kv, ff, hd) = (
-            c.hidden_size,
-            c.q_dim(),
-            c.kv_dim(),
-            c.intermediate_size,
-            c.head_dim,
-        );
+        let (h, q, kv, hd) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.head_dim);
         let layer_kind = c.arch.family().layer;
         // Gemma 3's layer norms each block's output too.
         let post_norms = matches!(layer_kind, LayerKind::Gemma3);
@@ -154,9 +147,7 @@ impl<B: Backend> Weights<B> {
                 k_norm: qk_norm("attn_k_norm.weight")?,
                 post_attn_norm: post_norm("post_attention_norm.weight")?,
                 ffn_norm: f.norm(&n("ffn_norm.weight"), h)?,
-                w_gate: f.get(&n("ffn_gate.weight"), &[h, ff])?,
-                w_up: f.get(&n("ffn_up.weight"), &[h, ff])?,
-                w_down: f.get(&n("ffn_down.weight"), &[ff, h])?,
+                ffn: moe::ffn(&f, c, i)?,
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,
             }));
         }

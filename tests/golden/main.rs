@@ -1,4 +1,4 @@
-//! Against independent references: llama.cpp's goldens (real, tiny and synthetic models, Qwen3.5; tokenizers; chat
+//! Against independent references: llama.cpp's goldens (real, tiny and synthetic models, Qwen3.5, Qwen3 MoE; tokenizers; chat
 //! templates; block decoders) and GGUF/Hugging Face twins of the same model.
 
 #[path = "../common/mod.rs"]
@@ -8,6 +8,7 @@ mod chat_template;
 mod dequant;
 mod golden_quants;
 mod golden_qwen35;
+mod golden_qwen3moe;
 mod golden_real;
 mod golden_synth;
 mod golden_tiny;

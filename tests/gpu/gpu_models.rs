@@ -1,8 +1,8 @@
 //! Whole models on the GPU backend: llama.cpp's teacher-forced goldens by the golden README's
 //! rules (the tiny F32 models in GGUF and Hugging Face layouts with f16 and f32 KV caches; each
 //! real model on its first prompts, and the long prompt that reaches past Gemma 3's sliding window;
-//! a q8_0 cache against llama.cpp's q8_0-cache goldens; on request, every real model with every
-//! prompt), and the seeds' session properties. Skips
+//! a q8_0 cache against llama.cpp's q8_0-cache goldens; Qwen3.5's and Qwen3 MoE's tiny models; on
+//! request, every real model with every prompt), and the seeds' session properties. Skips
 //! without a GPU adapter unless KILN_REQUIRE_GPU=1.
 
 use crate::common;
@@ -201,7 +201,7 @@ fn check_properties(model: &Model<WgpuBackend>, mf: &ModelFile, steps: usize) {
 
 #[test]
 fn session_properties_hold_on_the_gpu() {
-    for m in ["tiny-llama.gguf", "tiny-qwen3-hf"] {
+    for m in ["tiny-llama.gguf", "tiny-qwen3-hf", "qwen3moe-tiny.gguf"] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
         let Some(model) = load(&mf) else { return };
         check_properties(&model, &mf, 6);
@@ -216,6 +216,61 @@ fn session_properties_hold_on_the_gpu() {
     };
     let Some(g) = gpu_with(options) else { return };
     check_properties(&Model::load(&mf, g).unwrap(), &mf, 3);
+}
+
+/// Qwen3 MoE's tiny model against llama.cpp on the GPU, by golden_qwen3moe's criteria: an f32
+/// KV cache, every top-5 logit within 0.01, the argmax equal wherever the margin is at least
+/// 0.05; every golden prompt, the 961-token one (two 512-token prefill chunks) included; on a
+/// software adapter also with the kernels hardware GPUs get.
+#[test]
+fn qwen3moe_matches_llama_cpp_on_the_gpu() {
+    let file = "qwen3moe-tiny.gguf";
+    let golden = common::golden("llama-cpp-qwen3moe.json");
+    let entry = &golden["models"][file];
+    let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+    let f32_cache = KvCacheTypes {
+        k: CacheType::F32,
+        v: CacheType::F32,
+    };
+    let steps: usize = entry["greedy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["steps"].as_array().unwrap().len())
+        .sum();
+    for g in gpu_kernel_variants() {
+        let what = format!("{file} on {}", g.describe());
+        let model = Model::load(&mf, g).unwrap();
+        let report = check_model_with(&model, entry, &EXACT_F32, f32_cache);
+        eprintln!(
+            "{}; worst |Δ| {:.1e}",
+            report.summary(&what),
+            report.worst_ratio * EXACT_F32.abs
+        );
+        report.assert_all(&what);
+        assert_eq!(report.steps, steps, "{what}: every golden step checked");
+    }
+}
+
+/// The Q8_0 sibling on the GPU by the quantized models' rule, on the five short prompts (the long
+/// one is no oracle for it: golden_qwen3moe.rs).
+#[test]
+fn qwen3moe_q8_0_matches_llama_cpp_on_the_gpu() {
+    let file = "qwen3moe-tiny-Q8_0.gguf";
+    let golden = common::golden("llama-cpp-qwen3moe.json");
+    let mut entry = golden["models"][file].clone();
+    entry["greedy"].as_array_mut().unwrap().pop();
+    let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+    let Some(model) = load(&mf) else { return };
+    let f32_cache = KvCacheTypes {
+        k: CacheType::F32,
+        v: CacheType::F32,
+    };
+    let what = format!("{file} on the GPU");
+    let report = check_model_with(&model, &entry, &QUANTIZED, f32_cache);
+    eprintln!("{}", report.summary(&what));
+    report.assert_all(&what);
+    assert_eq!(report.steps, 120, "{what}: five prompts of 24 steps");
 }
 
 const QWEN35: [&str; 2] = ["qwen35-tiny.gguf", "qwen35moe-tiny.gguf"];

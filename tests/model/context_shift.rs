@@ -162,6 +162,11 @@ fn re_rotated_keys_equal_keys_rotated_afresh() {
             "tiny-qwen3-hf".into(),
             ModelFile::open(&common::fixture("models/tiny-qwen3-hf")).unwrap(),
         ),
+        // The same in a mixture-of-experts model (Qwen3 MoE), heads of 32.
+        (
+            "qwen3moe-tiny".into(),
+            ModelFile::open(&common::fixture("models/qwen3moe-tiny.gguf")).unwrap(),
+        ),
         // Llama 3 per-frequency divisors, heads of 64.
         (
             "llama32-synth".into(),

@@ -1,5 +1,5 @@
 //! The library's properties: sessions (cached equals recomputed, prefill and decode agree), Qwen3.5's recurrent state
-//! and checkpoints, context shift, the Qwen3.5 file variants converters write, and malformed files.
+//! and checkpoints, context shift, the Qwen3.5 and Qwen3 MoE file variants converters write, and malformed files.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -7,5 +7,6 @@ mod common;
 mod context_shift;
 mod malformed;
 mod qwen35_files;
+mod qwen3moe_files;
 mod recurrent;
 mod session;

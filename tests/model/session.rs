@@ -137,6 +137,7 @@ fn properties_hold_on_the_tiny_models() {
         "tiny-qwen3-hf",
         "qwen35-tiny.gguf",
         "qwen35moe-tiny.gguf",
+        "qwen3moe-tiny.gguf",
     ] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
         check_properties(&mf, "The capital of France is", 12);

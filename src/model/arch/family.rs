@@ -1,7 +1,7 @@
 //! What kiln knows about an architecture family besides its layer code: the names files give it,
 //! its own GGUF and config.json keys, its layer, and its quirks. Each family file (llama.rs,
-//! qwen.rs, gemma3.rs, qwen35.rs) fills in a `Family`; `FAMILIES` in arch/mod.rs lists them, and
-//! the lookups here search that list.
+//! qwen.rs, qwen3moe.rs, gemma3.rs, qwen35.rs) fills in a `Family`; `FAMILIES` in arch/mod.rs
+//! lists them, and the lookups here search that list.
 
 use super::{AttentionOpts, FAMILIES};
 use crate::error::{Error, Result};
@@ -42,7 +42,8 @@ pub(crate) struct Family {
 /// weights each block loads (weights.rs).
 #[derive(Clone, Copy)]
 pub(crate) enum LayerKind {
-    /// llama.rs: pre-norm attention with these options, then a gated feed-forward.
+    /// llama.rs: pre-norm attention with these options, then a gated feed-forward, or a mixture
+    /// of experts where the configuration has experts (Qwen3 MoE).
     Llama(AttentionOpts),
     /// gemma3.rs: the same with QK-norm, and each block's output normed before the residual add
     /// (`post_attention_norm`, `post_ffw_norm`).
@@ -93,7 +94,7 @@ pub(crate) fn hf_nests_text_config(model_type: &str) -> bool {
 fn unsupported(name: &str) -> Error {
     Error::Unsupported(format!(
         "architecture '{name}' is not supported (kiln runs llama, mistral, qwen2, qwen3, gemma3, \
-         and qwen35/qwen35moe from GGUF)"
+         and qwen3moe, qwen35 and qwen35moe from GGUF)"
     ))
 }
 

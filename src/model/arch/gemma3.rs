@@ -121,7 +121,7 @@ pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
     f.residual();
 
     f.norm_input(&l.ffn_norm);
-    f.feed_forward(l);
+    f.feed_forward(&l.ffn);
     f.norm_output(l.post_ffn_norm.as_ref());
     f.residual();
 }

@@ -48,6 +48,6 @@ pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>, opts: Atte
     f.residual();
 
     f.norm_input(&l.ffn_norm);
-    f.feed_forward(l);
+    f.feed_forward(&l.ffn);
     f.residual();
 }

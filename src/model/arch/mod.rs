@@ -1,8 +1,9 @@
 //! The architecture families and the forward pass. Each family has one file that owns its facts
 //! (a `Family`, family.rs: the names files give it, its own GGUF and config.json keys, its quirks)
 //! and its layer: `llama.rs` (Llama, SmolLM2, Mistral; its layer also serves Qwen), `qwen.rs`
-//! (Qwen2, Qwen3), `gemma3.rs`, `qwen35.rs` (Qwen3.5, over the Gated DeltaNet block in
-//! `delta_net.rs` and the mixture of experts in `moe.rs`). `FAMILIES` below lists them.
+//! (Qwen2, Qwen3), `qwen3moe.rs` (Qwen3 MoE: Qwen3's layer over the mixture of experts in
+//! `moe.rs`), `gemma3.rs`, `qwen35.rs` (Qwen3.5, over the Gated DeltaNet block in `delta_net.rs`
+//! and the experts in `moe.rs`). `FAMILIES` below lists them.
 //!
 //! `Model` holds the weights on a backend; `Step` is one batched forward call over a chunk of
 //! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each
@@ -15,12 +16,13 @@ mod llama;
 mod moe;
 mod qwen;
 mod qwen35;
+mod qwen3moe;
 
 use super::config::{Activation, ModelConfig};
 use super::loader::ModelFile;
 use super::recurrent::RecurrentState;
 use super::rope::RopeFreqs;
-use super::weights::{Block, GatedAttentionWeights, LayerWeights, Weights};
+use super::weights::{Block, Ffn, GatedAttentionWeights, LayerWeights, Weights};
 use crate::backend::{AttentionParams, Backend, CacheType, GateActivation, KvAppend};
 use crate::error::{Error, Result};
 use family::{Family, LayerKind};
@@ -28,10 +30,11 @@ use family::{Family, LayerKind};
 /// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
 /// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
 /// file, one line here, and its `Arch` variant (config/mod.rs).
-pub(crate) const FAMILIES: [&Family; 6] = [
+pub(crate) const FAMILIES: [&Family; 7] = [
     &llama::LLAMA,
     &qwen::QWEN2,
     &qwen::QWEN3,
+    &qwen3moe::QWEN3_MOE,
     &gemma3::GEMMA3,
     &qwen35::QWEN35,
     &qwen35::QWEN35_MOE,
@@ -83,6 +86,8 @@ pub struct Scratch<B: Backend> {
     logits: B::Buffer,
     /// What Qwen3.5's blocks need besides.
     qwen35: Option<qwen35::Qwen35Scratch<B>>,
+    /// What mixture-of-experts blocks need besides.
+    moe: Option<moe::MoeScratch<B>>,
     /// `x += o` is still to be done: a block's residual add waits for the next block's input
     /// norm, so that a backend may fuse the two (`Step::residual`).
     pending_residual: bool,
@@ -250,6 +255,10 @@ impl<B: Backend> Model<B> {
             last: b.buffer(c.hidden_size)?,
             logits: b.buffer(c.vocab_size)?,
             qwen35: qwen35::Qwen35Scratch::new(c, b, rows)?,
+            moe: match &c.moe {
+                Some(m) => Some(moe::MoeScratch::new(m, c.hidden_size, b, rows)?),
+                None => None,
+            },
             pending_residual: false,
         })
     }
@@ -493,9 +502,12 @@ impl<B: Backend> Step<'_, B> {
         b.matmul(&s.attn, &l.wo, rows, &mut s.o);
     }
 
-    /// Gated feed-forward of `h` into `o`: down(act(gate(h)) · up(h)).
-    pub fn feed_forward(&mut self, l: &LayerWeights<B>) {
-        self.gated_ffn(&l.w_gate, &l.w_up, &l.w_down);
+    /// The feed-forward part of `h` into `o`: gated, or a mixture of experts (moe.rs).
+    pub fn feed_forward(&mut self, ffn: &Ffn<B>) {
+        match ffn {
+            Ffn::Dense { gate, up, down } => self.gated_ffn(gate, up, down),
+            Ffn::Moe(m) => self.moe(m),
+        }
     }
 
     /// `o = down(act(gate(h)) · up(h))` with the given weights.

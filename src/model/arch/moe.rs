@@ -1,12 +1,92 @@
-//! The mixture-of-experts feed-forward block: a softmax router picks each token's top experts
-//! (weights renormalized), their SwiGLU outputs are summed by weight, and a shared SwiGLU expert,
-//! scaled by sigmoid of its own gate, is added.
+//! The mixture-of-experts feed-forward block, shared by the families whose blocks route to
+//! experts (Qwen3.5 MoE, qwen35.rs; Qwen3 MoE, qwen3moe.rs): a softmax router picks each token's
+//! top experts (weights renormalized to sum 1), their SwiGLU outputs are summed by weight, and
+//! where the block has one, a shared SwiGLU expert, scaled by sigmoid of its own gate, is added.
+//! Also here: the experts' GGUF keys, and the block's activation buffers.
 
 use super::Step;
 use crate::backend::{Backend, ExpertMatmulParams, GateActivation};
-use crate::error::Result;
-use crate::model::config::MoeConfig;
+use crate::error::{Error, Result};
+use crate::model::config::{GgufKeys, MoeConfig};
 use crate::model::weights::{ExpertsGateUp, MoeWeights};
+
+/// Whether a family's expert blocks have a shared expert, and so need its width.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SharedExpert {
+    Yes,
+    No,
+}
+
+/// The experts (`expert_count` > 0; None without), with the widths converters write in several
+/// ways, each error naming its key.
+pub(crate) fn gguf_experts(keys: &GgufKeys, shared: SharedExpert) -> Result<Option<MoeConfig>> {
+    let n_expert = match keys.usize("expert_count")? {
+        None | Some(0) => return Ok(None),
+        Some(n) => n,
+    };
+    let n_used = keys.need("expert_used_count")?;
+    if n_used == 0 || n_used > n_expert || n_expert > 1 << 16 {
+        return Err(Error::Format(format!(
+            "{} = {n_used} must be between 1 and {} = {n_expert}",
+            keys.key("expert_used_count"),
+            keys.key("expert_count")
+        )));
+    }
+    let dense_ff = keys.usize("feed_forward_length")?;
+    let expert_ff = match keys.usize("expert_feed_forward_length") {
+        Ok(Some(ff)) => ff,
+        // llama.cpp's fallback: the dense width split among the experts a token uses.
+        Ok(None) => dense_ff
+            .map(|ff| ff / n_used)
+            .ok_or_else(|| keys.missing("expert_feed_forward_length"))?,
+        // A per-layer array: kiln runs files whose experts all have one width.
+        Err(_) => {
+            let v = keys
+                .i64_array("expert_feed_forward_length")?
+                .unwrap_or_default();
+            match v.first() {
+                Some(&f) if f > 0 && v.iter().all(|&x| x == f) => f as usize,
+                _ => {
+                    return Err(Error::Unsupported(format!(
+                        "{} varies across layers ({v:?})",
+                        keys.key("expert_feed_forward_length")
+                    )));
+                }
+            }
+        }
+    };
+    if expert_ff == 0 || expert_ff > 1 << 20 {
+        return Err(Error::Format(format!(
+            "{} = {expert_ff} must be positive and plausible",
+            keys.key("expert_feed_forward_length")
+        )));
+    }
+    let shared_ff = match shared {
+        SharedExpert::No => None,
+        SharedExpert::Yes => {
+            let ff = keys
+                .usize("expert_shared_feed_forward_length")?
+                .or(dense_ff)
+                .ok_or_else(|| keys.missing("expert_shared_feed_forward_length"))?;
+            if ff == 0 || ff > 1 << 24 {
+                return Err(Error::Format(format!(
+                    "{} = {ff} must be positive and plausible",
+                    keys.key("expert_shared_feed_forward_length")
+                )));
+            }
+            Some(ff)
+        }
+    };
+    Ok(Some(MoeConfig {
+        n_expert,
+        n_used,
+        expert_ff,
+        shared_ff,
+    }))
+}
+
+/// Weights and scratch both follow `MoeConfig::shared_ff`.
+const SHARED_SCRATCH: &str = "a shared expert has its scratch";
 
 /// The activation buffers of a mixture-of-experts block, for up to `rows` tokens.
 pub(crate) struct MoeScratch<B: Backend> {
@@ -17,8 +97,8 @@ pub(crate) struct MoeScratch<B: Backend> {
     gate: B::Buffer,
     up: B::Buffer,
     down: B::Buffer,
-    shared_gate: B::Buffer,
-    shared_out: B::Buffer,
+    /// The shared expert's gate logit and output (its gate and up use the dense scratch).
+    shared: Option<(B::Buffer, B::Buffer)>,
 }
 
 impl<B: Backend> MoeScratch<B> {
@@ -31,33 +111,38 @@ impl<B: Backend> MoeScratch<B> {
             gate: b.buffer(slots * m.expert_ff)?,
             up: b.buffer(slots * m.expert_ff)?,
             down: b.buffer(slots * hidden)?,
-            shared_gate: b.buffer(rows)?,
-            shared_out: b.buffer(rows * hidden)?,
+            shared: match m.shared_ff {
+                Some(_) => Some((b.buffer(rows)?, b.buffer(rows * hidden)?)),
+                None => None,
+            },
         })
     }
 }
 
 impl<B: Backend> Step<'_, B> {
-    /// Routed experts plus the gated shared expert, of `h` into `o`.
+    /// Routed experts, plus the gated shared expert where the block has one, of `h` into `o`.
     pub fn moe(&mut self, l: &MoeWeights<B>) {
         let (m, rows) = (self.model, self.rows);
         let (b, c) = (&m.backend, &m.config);
         let moe = c.moe.as_ref().expect("an MoE block has its settings");
         let (h, k, eff) = (c.hidden_size, moe.n_used, moe.expert_ff);
         let s = &mut *self.s;
-        let ms = s
-            .qwen35
-            .as_mut()
-            .and_then(|hs| hs.moe.as_mut())
-            .expect("MoE models have MoE scratch");
+        let ms = s.moe.as_mut().expect("MoE models have MoE scratch");
 
-        // Everything that reads the block's input, in one pass: router, shared gate, gate, up.
-        b.matmul_many(
-            &s.h,
-            &[&l.router, &l.shared_gate, &l.shared_gate_proj, &l.shared_up],
-            rows,
-            &mut [&mut ms.router, &mut ms.shared_gate, &mut s.gate, &mut s.up],
-        );
+        // Everything that reads the block's input, in one pass: router, and the shared expert's
+        // gate logit, gate and up.
+        match &l.shared {
+            Some(sh) => {
+                let (shared_gate, _) = ms.shared.as_mut().expect(SHARED_SCRATCH);
+                b.matmul_many(
+                    &s.h,
+                    &[&l.router, &sh.gate_inp, &sh.gate, &sh.up],
+                    rows,
+                    &mut [&mut ms.router, shared_gate, &mut s.gate, &mut s.up],
+                );
+            }
+            None => b.matmul(&s.h, &l.router, rows, &mut ms.router),
+        }
         b.moe_route(
             &ms.router,
             rows,
@@ -100,14 +185,13 @@ impl<B: Backend> Step<'_, B> {
         b.moe_combine(&ms.down, &ms.weights, rows, k, h, &mut s.o);
 
         // The shared expert, gated by sigmoid(shared_gate · x).
-        b.gated_activation(
-            &mut s.gate,
-            &s.up,
-            rows * moe.shared_ff,
-            GateActivation::Silu,
-        );
-        b.matmul(&s.gate, &l.shared_down, rows, &mut ms.shared_out);
-        b.mul_sigmoid(&mut ms.shared_out, &ms.shared_gate, rows, h, 1);
-        b.add(&mut s.o, &ms.shared_out, rows * h);
+        if let Some(sh) = &l.shared {
+            let (shared_gate, shared_out) = ms.shared.as_mut().expect(SHARED_SCRATCH);
+            let width = c.intermediate_size;
+            b.gated_activation(&mut s.gate, &s.up, rows * width, GateActivation::Silu);
+            b.matmul(&s.gate, &sh.down, rows, shared_out);
+            b.mul_sigmoid(shared_out, shared_gate, rows, h, 1);
+            b.add(&mut s.o, shared_out, rows * h);
+        }
     }
 }

@@ -6,13 +6,13 @@
 
 use super::Step;
 use super::family::{Family, LayerKind};
-use super::moe::MoeScratch;
+use super::moe::{SharedExpert, gguf_experts};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::model::Arch;
 use crate::model::chat::CHATML;
-use crate::model::config::{DeltaNetConfig, GgufKeys, ModelConfig, MoeConfig};
-use crate::model::weights::{Ffn, Mixer, Qwen35Layer};
+use crate::model::config::{DeltaNetConfig, GgufKeys, ModelConfig};
+use crate::model::weights::{Mixer, Qwen35Layer};
 
 pub(crate) const QWEN35: Family = Family {
     arch: Arch::Qwen35,
@@ -57,10 +57,10 @@ fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
     let recurrent = recurrent_blocks(keys, block_count, c.n_layers)?;
     c.delta_net = Some(delta_net(keys, recurrent)?);
     (c.rope_dims, c.rope_sections) = partial_rope(keys, c.head_dim)?;
-    c.moe = experts(keys)?;
-    if let Some(m) = &c.moe {
+    c.moe = gguf_experts(keys, SharedExpert::Yes)?;
+    if let Some(sff) = c.moe.as_ref().and_then(|m| m.shared_ff) {
         // The shared expert is an MoE block's dense part.
-        c.intermediate_size = m.shared_ff;
+        c.intermediate_size = sff;
     }
     Ok(())
 }
@@ -177,61 +177,6 @@ fn partial_rope(keys: &GgufKeys, head_dim: usize) -> Result<(usize, Option<[usiz
     Ok((rope_dims, Some(s)))
 }
 
-/// The experts (`expert_count` > 0), with the widths converters write in several ways.
-fn experts(keys: &GgufKeys) -> Result<Option<MoeConfig>> {
-    let n_expert = match keys.usize("expert_count")? {
-        None | Some(0) => return Ok(None),
-        Some(n) => n,
-    };
-    let n_used = keys.need("expert_used_count")?;
-    if n_used == 0 || n_used > n_expert || n_expert > 1 << 16 {
-        return bad(format!(
-            "{} = {n_used} must be between 1 and {} = {n_expert}",
-            keys.key("expert_used_count"),
-            keys.key("expert_count")
-        ));
-    }
-    let dense_ff = keys.usize("feed_forward_length")?;
-    let expert_ff = match keys.usize("expert_feed_forward_length") {
-        Ok(Some(ff)) => ff,
-        Ok(None) => dense_ff
-            .map(|ff| ff / n_used)
-            .ok_or_else(|| keys.missing("expert_feed_forward_length"))?,
-        // A per-layer array: kiln runs files whose experts all have one width.
-        Err(_) => {
-            let v = keys
-                .i64_array("expert_feed_forward_length")?
-                .unwrap_or_default();
-            match v.first() {
-                Some(&f) if f > 0 && v.iter().all(|&x| x == f) => f as usize,
-                _ => {
-                    return Err(Error::Unsupported(format!(
-                        "{} varies across layers ({v:?})",
-                        keys.key("expert_feed_forward_length")
-                    )));
-                }
-            }
-        }
-    };
-    let shared_ff = keys
-        .usize("expert_shared_feed_forward_length")?
-        .or(dense_ff)
-        .ok_or_else(|| keys.missing("expert_shared_feed_forward_length"))?;
-    if expert_ff == 0 || shared_ff == 0 || expert_ff > 1 << 20 || shared_ff > 1 << 24 {
-        return bad(format!(
-            "expert widths {expert_ff} and {shared_ff} ({} and {}) must be positive and plausible",
-            keys.key("expert_feed_forward_length"),
-            keys.key("expert_shared_feed_forward_length")
-        ));
-    }
-    Ok(Some(MoeConfig {
-        n_expert,
-        n_used,
-        expert_ff,
-        shared_ff,
-    }))
-}
-
 pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &Qwen35Layer<B>) {
     f.norm_input(&l.attn_norm);
     match &l.mixer {
@@ -241,10 +186,7 @@ pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &Qwen35Layer<B>) {
     f.residual();
 
     f.norm_input(&l.post_attention_norm);
-    match &l.ffn {
-        Ffn::Dense { gate, up, down } => f.gated_ffn(gate, up, down),
-        Ffn::Moe(m) => f.moe(m),
-    }
+    f.feed_forward(&l.ffn);
     f.residual();
 }
 
@@ -259,7 +201,6 @@ pub(crate) struct Qwen35Scratch<B: Backend> {
     pub alpha: B::Buffer,
     pub beta: B::Buffer,
     pub delta: B::Buffer,
-    pub moe: Option<MoeScratch<B>>,
 }
 
 impl<B: Backend> Qwen35Scratch<B> {
@@ -275,10 +216,6 @@ impl<B: Backend> Qwen35Scratch<B> {
             alpha: b.buffer(rows * d.n_v_heads)?,
             beta: b.buffer(rows * d.n_v_heads)?,
             delta: b.buffer(rows * d.value_dim())?,
-            moe: match &c.moe {
-                Some(m) => Some(MoeScratch::new(m, c.hidden_size, b, rows)?),
-                None => None,
-            },
         }))
     }
 }

@@ -61,7 +61,7 @@ impl ModelConfig {
             arch: family.arch,
             vocab_size,
             hidden_size,
-            // Set below, once the family's keys say whether the blocks are experts.
+            // Set below or by the family, once its keys say whether the blocks are experts.
             intermediate_size: 0,
             n_layers: keys.need("block_count")?,
             n_heads,
@@ -95,8 +95,8 @@ impl ModelConfig {
             nextn_layers: 0,
         };
         (family.gguf_keys)(&keys, &mut cfg)?;
-        // A mixture-of-experts block's dense part is its shared expert, whose width the family
-        // has read; every other block has `feed_forward_length`.
+        // A mixture-of-experts family has set the width itself (its shared expert's, or with
+        // none its experts'); every other block has `feed_forward_length`.
         if cfg.moe.is_none() {
             cfg.intermediate_size = keys.need("feed_forward_length")?;
         }

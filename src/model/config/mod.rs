@@ -27,6 +27,9 @@ pub enum Arch {
     Qwen35,
     /// Qwen3.5 mixture of experts: the same blocks with routed and shared experts.
     Qwen35Moe,
+    /// Qwen3 mixture of experts (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B): Qwen3's attention, routed
+    /// experts in every block and no shared expert.
+    Qwen3Moe,
 }
 
 impl Arch {
@@ -92,7 +95,7 @@ impl DeltaNetConfig {
     }
 }
 
-/// The routed and shared experts of a mixture-of-experts feed-forward block.
+/// The routed experts, and the shared expert if any, of a mixture-of-experts feed-forward block.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MoeConfig {
     /// Experts per block (`expert_count`).
@@ -101,8 +104,9 @@ pub struct MoeConfig {
     pub n_used: usize,
     /// Width of each routed expert (`expert_feed_forward_length`).
     pub expert_ff: usize,
-    /// Width of the shared expert (`expert_shared_feed_forward_length`).
-    pub shared_ff: usize,
+    /// Width of the shared expert (`expert_shared_feed_forward_length`); None for a block
+    /// without one (Qwen3 MoE).
+    pub shared_ff: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -110,6 +114,8 @@ pub struct ModelConfig {
     pub arch: Arch,
     pub vocab_size: usize,
     pub hidden_size: usize,
+    /// Width of the dense feed-forward: a mixture-of-experts block's shared expert, or, where
+    /// its blocks have none, the routed experts' width.
     pub intermediate_size: usize,
     pub n_layers: usize,
     pub n_heads: usize,

@@ -1,9 +1,11 @@
 //! The weights of Qwen3.5's blocks (GGUF `qwen35`, `qwen35moe`): a Gated DeltaNet or a gated
-//! full-attention mixer, then a dense SwiGLU or a mixture of experts with a gated shared expert.
+//! full-attention mixer, then a dense SwiGLU or a mixture of experts with a gated shared expert
+//! (weights/moe.rs).
 //! Every tensor's shape is checked against the configuration, so an inconsistent file is an
 //! error naming the tensor here, not a wrong index in a kernel.
 
 use super::Finder;
+use super::moe::Ffn;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -53,34 +55,6 @@ pub struct GatedAttentionWeights<B: Backend> {
     pub k_norm: B::Weight,
 }
 
-pub enum Ffn<B: Backend> {
-    Dense {
-        gate: B::Weight,
-        up: B::Weight,
-        down: B::Weight,
-    },
-    Moe(MoeWeights<B>),
-}
-
-/// The experts' gate and up projections: two stacked weights, or one with each expert's gate
-/// rows followed by its up rows (`ffn_gate_up_exps`).
-pub enum ExpertsGateUp<B: Backend> {
-    Separate { gate: B::Weight, up: B::Weight },
-    Fused(B::Weight),
-}
-
-pub struct MoeWeights<B: Backend> {
-    /// Input → one logit per expert (`ffn_gate_inp`).
-    pub router: B::Weight,
-    pub gate_up: ExpertsGateUp<B>,
-    pub down: B::Weight,
-    /// Input → the shared expert's gate logit (`ffn_gate_inp_shexp`, one row).
-    pub shared_gate: B::Weight,
-    pub shared_gate_proj: B::Weight,
-    pub shared_up: B::Weight,
-    pub shared_down: B::Weight,
-}
-
 pub(super) fn layer<B: Backend>(
     f: &Finder<'_, B>,
     c: &ModelConfig,
@@ -103,37 +77,7 @@ pub(super) fn layer<B: Backend>(
             k_norm: f.norm(&n("attn_k_norm.weight"), hd)?,
         })
     };
-    let ffn = match &c.moe {
-        None => {
-            let ff = c.intermediate_size;
-            Ffn::Dense {
-                gate: f.get(&n("ffn_gate.weight"), &[h, ff])?,
-                up: f.get(&n("ffn_up.weight"), &[h, ff])?,
-                down: f.get(&n("ffn_down.weight"), &[ff, h])?,
-            }
-        }
-        Some(m) => {
-            let (e, eff, sff) = (m.n_expert, m.expert_ff, m.shared_ff);
-            let gate_up = match f.file.tensor(&n("ffn_gate_up_exps.weight")) {
-                Some(_) => {
-                    ExpertsGateUp::Fused(f.get(&n("ffn_gate_up_exps.weight"), &[h, 2 * eff, e])?)
-                }
-                None => ExpertsGateUp::Separate {
-                    gate: f.get(&n("ffn_gate_exps.weight"), &[h, eff, e])?,
-                    up: f.get(&n("ffn_up_exps.weight"), &[h, eff, e])?,
-                },
-            };
-            Ffn::Moe(MoeWeights {
-                router: f.get(&n("ffn_gate_inp.weight"), &[h, e])?,
-                gate_up,
-                down: f.get(&n("ffn_down_exps.weight"), &[eff, h, e])?,
-                shared_gate: shared_expert_gate(f, &n("ffn_gate_inp_shexp.weight"), h)?,
-                shared_gate_proj: f.get(&n("ffn_gate_shexp.weight"), &[h, sff])?,
-                shared_up: f.get(&n("ffn_up_shexp.weight"), &[h, sff])?,
-                shared_down: f.get(&n("ffn_down_shexp.weight"), &[sff, h])?,
-            })
-        }
-    };
+    let ffn = super::moe::ffn(f, c, i)?;
     Ok(Qwen35Layer {
         attn_norm: f.norm(&n("attn_norm.weight"), h)?,
         post_attention_norm: f.norm(&n("post_attention_norm.weight"), h)?,
@@ -200,20 +144,4 @@ fn split_query_gate<B: Backend>(
     let query = t.gather_rows(format!("{name}[query]"), &rows(0));
     let gate = t.gather_rows(format!("{name}[gate]"), &rows(1));
     Ok((f.backend.weight(&query)?, f.backend.weight(&gate)?))
-}
-
-/// The shared expert's gate, one row of `hidden` values, stored `[hidden, 1]` by the converter
-/// or `[hidden]` by others (llama.cpp accepts both).
-fn shared_expert_gate<B: Backend>(
-    f: &Finder<'_, B>,
-    name: &str,
-    hidden: usize,
-) -> Result<B::Weight> {
-    let flat = f.file.tensor(name).is_some_and(|t| t.dims.len() == 1);
-    if flat {
-        let mut t = f.tensor(name, &[hidden])?.clone();
-        t.dims = vec![hidden, 1];
-        return f.backend.weight(&t);
-    }
-    f.get(name, &[hidden, 1])
 }

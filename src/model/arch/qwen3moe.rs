@@ -1,0 +1,63 @@
+//! Qwen3 MoE (`qwen3moe`: Qwen3-30B-A3B, Qwen3-Coder-30B-A3B, Qwen3-235B-A22B): Qwen3's layer
+//! (pre-norm attention with QK-norm, no biases, NEOX RoPE; llama.rs) whose feed-forward is, in
+//! every block, a mixture of experts (moe.rs): softmax over all router logits, the top
+//! `expert_used_count`, their weights renormalized to sum 1, SwiGLU experts, no shared expert.
+//! llama.cpp (`src/models/qwen3moe.cpp`) always renormalizes and never scales the weights,
+//! whatever `expert_weights_norm`/`expert_weights_scale` say, so kiln reads neither. kiln reads
+//! Qwen3 MoE from GGUF only.
+
+use super::AttentionOpts;
+use super::family::{Family, LayerKind};
+use super::moe::{SharedExpert, gguf_experts};
+use crate::error::{Error, Result};
+use crate::model::Arch;
+use crate::model::chat::CHATML;
+use crate::model::config::{GgufKeys, ModelConfig};
+
+pub(crate) const QWEN3_MOE: Family = Family {
+    arch: Arch::Qwen3Moe,
+    name: "qwen3moe",
+    gguf_names: &["qwen3moe"],
+    hf_model_types: &[],
+    hf_text_config_of: None,
+    hf_head_dim: None,
+    gguf_keys,
+    // Never called: no config.json model_type reads as Qwen3 MoE.
+    hf_keys: |_, _| Ok(()),
+    hf_tensor_names: &[],
+    norm_one_plus_weight: false,
+    // The feed-forward is the experts because the configuration has them (weights/moe.rs).
+    layer: LayerKind::Llama(AttentionOpts {
+        qkv_bias: false,
+        qk_norm: true,
+    }),
+    chat_template: &CHATML,
+};
+
+/// The experts (required: llama.cpp refuses a qwen3moe file without them), and the checks
+/// llama.cpp makes on the head shapes.
+fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
+    c.qk_norm = true;
+    // llama.cpp asserts that values, keys and RoPE all span the whole head.
+    for k in ["attention.value_length", "rope.dimension_count"] {
+        if let Some(v) = keys.usize(k)?
+            && v != c.head_dim
+        {
+            return Err(Error::Unsupported(format!(
+                "{} = {v} differs from the head size {} (qwen3moe needs them equal)",
+                keys.key(k),
+                c.head_dim
+            )));
+        }
+    }
+    let m = gguf_experts(keys, SharedExpert::No)?.ok_or_else(|| {
+        Error::Format(format!(
+            "{} must be positive: every qwen3moe block is a mixture of experts",
+            keys.key("expert_count")
+        ))
+    })?;
+    // No dense part: the dense scratch, unused, stays as small as one expert.
+    c.intermediate_size = m.expert_ff;
+    c.moe = Some(m);
+    Ok(())
+}

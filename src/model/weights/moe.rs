@@ -1,0 +1,98 @@
+//! The weights of a block's feed-forward part, for every family: a dense SwiGLU, or a mixture of
+//! experts (router, stacked experts, and a gated shared expert where the family has one; Qwen3.5
+//! MoE does, Qwen3 MoE does not). Which one a block loads follows `ModelConfig::moe`.
+
+use super::Finder;
+use crate::backend::Backend;
+use crate::error::Result;
+use crate::model::config::ModelConfig;
+
+/// A block's feed-forward part.
+pub enum Ffn<B: Backend> {
+    Dense {
+        gate: B::Weight,
+        up: B::Weight,
+        down: B::Weight,
+    },
+    Moe(MoeWeights<B>),
+}
+
+/// The experts' gate and up projections: two stacked weights, or one with each expert's gate
+/// rows followed by its up rows (`ffn_gate_up_exps`).
+pub enum ExpertsGateUp<B: Backend> {
+    Separate { gate: B::Weight, up: B::Weight },
+    Fused(B::Weight),
+}
+
+/// A mixture of experts: the router, the experts stacked along the last dimension (GGUF `ne`
+/// `[in, out, n_expert]`), and the shared expert where the family has one.
+pub struct MoeWeights<B: Backend> {
+    /// Input → one logit per expert (`ffn_gate_inp`).
+    pub router: B::Weight,
+    pub gate_up: ExpertsGateUp<B>,
+    pub down: B::Weight,
+    pub shared: Option<SharedExpertWeights<B>>,
+}
+
+/// A SwiGLU expert every token runs, scaled by sigmoid of its own gate logit.
+pub struct SharedExpertWeights<B: Backend> {
+    /// Input → the shared expert's gate logit (`ffn_gate_inp_shexp`, one row).
+    pub gate_inp: B::Weight,
+    pub gate: B::Weight,
+    pub up: B::Weight,
+    pub down: B::Weight,
+}
+
+/// Block `i`'s feed-forward weights: `ffn_gate`/`ffn_up`/`ffn_down`, or the experts' tensors
+/// when the configuration has experts.
+pub(super) fn ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> Result<Ffn<B>> {
+    let n = |part: &str| format!("blk.{i}.{part}");
+    let h = c.hidden_size;
+    let Some(m) = &c.moe else {
+        let ff = c.intermediate_size;
+        return Ok(Ffn::Dense {
+            gate: f.get(&n("ffn_gate.weight"), &[h, ff])?,
+            up: f.get(&n("ffn_up.weight"), &[h, ff])?,
+            down: f.get(&n("ffn_down.weight"), &[ff, h])?,
+        });
+    };
+    let (e, eff) = (m.n_expert, m.expert_ff);
+    let gate_up = match f.file.tensor(&n("ffn_gate_up_exps.weight")) {
+        Some(_) => ExpertsGateUp::Fused(f.get(&n("ffn_gate_up_exps.weight"), &[h, 2 * eff, e])?),
+        None => ExpertsGateUp::Separate {
+            gate: f.get(&n("ffn_gate_exps.weight"), &[h, eff, e])?,
+            up: f.get(&n("ffn_up_exps.weight"), &[h, eff, e])?,
+        },
+    };
+    let shared = match m.shared_ff {
+        None => None,
+        Some(sff) => Some(SharedExpertWeights {
+            gate_inp: shared_expert_gate(f, &n("ffn_gate_inp_shexp.weight"), h)?,
+            gate: f.get(&n("ffn_gate_shexp.weight"), &[h, sff])?,
+            up: f.get(&n("ffn_up_shexp.weight"), &[h, sff])?,
+            down: f.get(&n("ffn_down_shexp.weight"), &[sff, h])?,
+        }),
+    };
+    Ok(Ffn::Moe(MoeWeights {
+        router: f.get(&n("ffn_gate_inp.weight"), &[h, e])?,
+        gate_up,
+        down: f.get(&n("ffn_down_exps.weight"), &[eff, h, e])?,
+        shared,
+    }))
+}
+
+/// The shared expert's gate, one row of `hidden` values, stored `[hidden, 1]` by the converter
+/// or `[hidden]` by others (llama.cpp accepts both).
+fn shared_expert_gate<B: Backend>(
+    f: &Finder<'_, B>,
+    name: &str,
+    hidden: usize,
+) -> Result<B::Weight> {
+    let flat = f.file.tensor(name).is_some_and(|t| t.dims.len() == 1);
+    if flat {
+        let mut t = f.tensor(name, &[hidden])?.clone();
+        t.dims = vec![hidden, 1];
+        return f.backend.weight(&t);
+    }
+    f.get(name, &[hidden, 1])
+}
