@@ -20,12 +20,6 @@ use crate::gguf::iq::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_BYTES,
 };
 
-/// Eight bytes of 1, or of −1 where `negative` (without a branch: shift bits are random).
-#[inline(always)]
-fn ones8(negative: bool) -> i64 {
-    0x0101_0101_0101_0101 | -(negative as i64)
-}
-
 #[inline(always)]
 unsafe fn u16_at(p: *const u8) -> u32 {
     unsafe { (p as *const u16).read_unaligned() as u32 }
@@ -224,27 +218,24 @@ impl GridQuant for IQ3S {
     }
 }
 
-/// `IQ1S_GRID` times 8 (bytes −8, 0, 8), so a group's weights 8·g + shift take one add.
-static IQ1S_GRID8: [u64; 2048] = {
-    let mut t = [0u64; 2048];
+/// IQ1's weights 8·g + shift for every grid entry g and shift: entry i (< 2048) with shift +1,
+/// entry 2048 + i with −1. The shift's sign bit becomes bit 11 of the index, so a lookup yields
+/// eight finished weights (IQ1_M's index and sign bits sit side by side in its `qh` nibbles).
+static IQ1S_GRID8: [u64; 4096] = {
+    let mut t = [0u64; 4096];
     let mut i = 0;
-    while i < 2048 {
+    while i < 4096 {
+        let shift: i8 = if i < 2048 { 1 } else { -1 };
         let mut j = 0;
         while j < 8 {
-            let g = (IQ1S_GRID[i] >> (8 * j)) as u8 as i8;
-            t[i] |= ((g * 8) as u8 as u64) << (8 * j);
+            let g = (IQ1S_GRID[i % 2048] >> (8 * j)) as u8 as i8;
+            t[i] |= ((g * 8 + shift) as u8 as u64) << (8 * j);
             j += 1;
         }
         i += 1;
     }
     t
 };
-
-/// An IQ1 group's grid entries times 8 with its shifts (±1 bytes): 8·g + shift.
-#[inline(always)]
-unsafe fn iq1_weights(grid8: __m256i, shift: __m256i) -> __m256i {
-    unsafe { _mm256_add_epi8(grid8, shift) }
-}
 
 impl GridQuant for IQ1S {
     const BYTES: usize = 50;
@@ -256,10 +247,13 @@ impl GridQuant for IQ1S {
     unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
             let qh = u16_at(p.add(34 + 2 * j)) as usize;
+            // The table's +1 half, then −2 where the shift is negative (bit 15): one shift for all
+            // 32 values, so one add beats doubling the table's reach.
             let g =
                 |l: usize| IQ1S_GRID8[*p.add(2 + 4 * j + l) as usize | ((qh >> (3 * l)) & 7) << 8];
-            let shift = _mm256_set1_epi64x(ones8(qh & 0x8000 != 0));
-            let (m, s) = signed(iq1_weights(grid4([g(0), g(1), g(2), g(3)]), shift));
+            let minus_two =
+                _mm256_set1_epi64x(-((qh >> 15) as i64) & 0xFEFE_FEFE_FEFE_FEFE_u64 as i64);
+            let (m, s) = signed(_mm256_add_epi8(grid4([g(0), g(1), g(2), g(3)]), minus_two));
             (m, s, scale32(2 * ((qh as u32 >> 12) & 7) + 1))
         }
     }
@@ -308,15 +302,12 @@ impl GridQuant for IQ1M {
     unsafe fn group(p: *const u8, block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
             let h = [*p.add(32 + 2 * j) as usize, *p.add(33 + 2 * j) as usize];
+            // Each nibble of `h` is three index bits and, above them, the shift's sign: bit 11
+            // of the index.
             let g = |l: usize| {
-                IQ1S_GRID8[*p.add(4 * j + l) as usize | ((h[l / 2] << (8 - 4 * (l % 2))) & 0x700)]
+                IQ1S_GRID8[*p.add(4 * j + l) as usize | ((h[l / 2] << (8 - 4 * (l % 2))) & 0xF00)]
             };
-            // Each 8 values' shift sign: bits 3, 7, 11, 15 of the two bytes, one per 64-bit lane.
-            let bits = _mm256_set1_epi16((h[0] | h[1] << 8) as i16);
-            let lanes = _mm256_set_epi64x(1 << 15, 1 << 11, 1 << 7, 1 << 3);
-            let negative = _mm256_cmpeq_epi64(_mm256_and_si256(bits, lanes), lanes);
-            let shift = _mm256_or_si256(negative, _mm256_set1_epi8(1));
-            let (m, s) = signed(iq1_weights(grid4([g(0), g(1), g(2), g(3)]), shift));
+            let (m, s) = signed(grid4([g(0), g(1), g(2), g(3)]));
             // Scale bytes 2j (values 0..16) and 2j + 1 (16..32), each widened to i16.
             let pick = |s: usize| _mm_set1_epi16((0x8000 | s) as i16);
             let scales = _mm256_shuffle_epi8(block, _mm256_set_m128i(pick(2 * j + 1), pick(2 * j)));
