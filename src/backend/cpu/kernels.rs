@@ -158,6 +158,16 @@ macro_rules! row_kernels {
             packed: None,
         }
     };
+    // A kernel written for one type only, `$kernel::<R>`.
+    ($kernel:ident) => {
+        QuantKernels {
+            // SAFETY: as the macro's caller vouches.
+            dot: |w, x| unsafe { $kernel::<1>(w, [x])[0] },
+            dot4: Some(|w, x| unsafe { $kernel::<4>(w, x) }),
+            dot8: None,
+            packed: None,
+        }
+    };
     // With the eight-row form too.
     ($kernel:ident, $t:ty, 8) => {
         QuantKernels {

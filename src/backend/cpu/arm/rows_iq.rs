@@ -90,8 +90,10 @@ trait GridQuant {
     /// Whether the two 16-value halves of a group have their own scales (else both take the
     /// first, and the halves share one multiply).
     const SPLIT: bool;
-    /// The block's float scale.
-    fn d(wb: &[u8]) -> f32;
+    /// The block's float scale: the f16 at its start unless the type says otherwise.
+    fn d(wb: &[u8]) -> f32 {
+        f16(wb, 0)
+    }
     /// Values 32j..32j + 32 of the block at `p`: (weights 0..16, weights 16..32, scales).
     unsafe fn group(p: *const u8, j: usize) -> (int8x16_t, int8x16_t, [i32; 2]);
 }
@@ -110,9 +112,6 @@ impl GridQuant for IQ2XXS {
     const BYTES: usize = 66;
     const FACTOR: f32 = 0.125;
     const SPLIT: bool = false;
-    fn d(wb: &[u8]) -> f32 {
-        f16(wb, 0)
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, j: usize) -> (int8x16_t, int8x16_t, [i32; 2]) {
         unsafe {
@@ -134,9 +133,6 @@ impl GridQuant for IQ2XS {
     const BYTES: usize = 74;
     const FACTOR: f32 = 0.125;
     const SPLIT: bool = true;
-    fn d(wb: &[u8]) -> f32 {
-        f16(wb, 0)
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, j: usize) -> (int8x16_t, int8x16_t, [i32; 2]) {
         unsafe {
@@ -158,9 +154,6 @@ impl GridQuant for IQ2S {
     const BYTES: usize = 82;
     const FACTOR: f32 = 0.125;
     const SPLIT: bool = true;
-    fn d(wb: &[u8]) -> f32 {
-        f16(wb, 0)
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, j: usize) -> (int8x16_t, int8x16_t, [i32; 2]) {
         unsafe {
@@ -183,9 +176,6 @@ impl GridQuant for IQ3XXS {
     const BYTES: usize = 98;
     const FACTOR: f32 = 0.25;
     const SPLIT: bool = false;
-    fn d(wb: &[u8]) -> f32 {
-        f16(wb, 0)
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, j: usize) -> (int8x16_t, int8x16_t, [i32; 2]) {
         unsafe {
@@ -207,9 +197,6 @@ impl GridQuant for IQ3S {
     const BYTES: usize = 110;
     const FACTOR: f32 = 1.0;
     const SPLIT: bool = false;
-    fn d(wb: &[u8]) -> f32 {
-        f16(wb, 0)
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, j: usize) -> (int8x16_t, int8x16_t, [i32; 2]) {
         unsafe {
@@ -237,9 +224,6 @@ impl GridQuant for IQ1S {
     const BYTES: usize = 50;
     const FACTOR: f32 = 0.125;
     const SPLIT: bool = false;
-    fn d(wb: &[u8]) -> f32 {
-        f16(wb, 0)
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, j: usize) -> (int8x16_t, int8x16_t, [i32; 2]) {
         unsafe {
@@ -496,18 +480,8 @@ pub fn q8k_row_kernels(t: GgmlType, dotprod: bool) -> Option<QuantKernels<BlockQ
 pub fn q8_row_kernels(t: GgmlType, dotprod: bool) -> Option<QuantKernels<BlockQ8>> {
     match t {
         // SAFETY (both arms): handed out only for levels this CPU has.
-        GgmlType::Q1_0 if dotprod => Some(QuantKernels {
-            dot: |w, x| unsafe { q1_0_sdot::<1>(w, [x])[0] },
-            dot4: Some(|w, x| unsafe { q1_0_sdot::<4>(w, x) }),
-            dot8: None,
-            packed: None,
-        }),
-        GgmlType::Q1_0 => Some(QuantKernels {
-            dot: |w, x| unsafe { q1_0_smull::<1>(w, [x])[0] },
-            dot4: Some(|w, x| unsafe { q1_0_smull::<4>(w, x) }),
-            dot8: None,
-            packed: None,
-        }),
+        GgmlType::Q1_0 if dotprod => Some(row_kernels!(q1_0_sdot)),
+        GgmlType::Q1_0 => Some(row_kernels!(q1_0_smull)),
         _ => None,
     }
 }

@@ -634,18 +634,8 @@ pub fn q8k_row_kernels(t: GgmlType, vnni: bool) -> Option<QuantKernels<BlockQ8K>
         GgmlType::Q5_K => q8k_rows::<Q5K>(vnni),
         GgmlType::Q6_K => q8k_rows::<Q6K>(vnni),
         // SAFETY (both arms): as for `q8k_rows`, handed out only for levels this CPU has.
-        GgmlType::IQ4_XS if vnni => QuantKernels {
-            dot: |w, x| unsafe { iq4_xs_vnni::<1>(w, [x])[0] },
-            dot4: Some(|w, x| unsafe { iq4_xs_vnni::<4>(w, x) }),
-            dot8: None,
-            packed: None,
-        },
-        GgmlType::IQ4_XS => QuantKernels {
-            dot: |w, x| unsafe { iq4_xs_avx2::<1>(w, [x])[0] },
-            dot4: Some(|w, x| unsafe { iq4_xs_avx2::<4>(w, x) }),
-            dot8: None,
-            packed: None,
-        },
+        GgmlType::IQ4_XS if vnni => row_kernels!(iq4_xs_vnni),
+        GgmlType::IQ4_XS => row_kernels!(iq4_xs_avx2),
         _ => return None,
     })
 }

@@ -84,8 +84,11 @@ trait GridQuant {
     /// for c − OFFSET: the products skip `sign_epi8` and the block subtracts OFFSET·Σx from the
     /// activations' sums (the ternary types, as llama.cpp's kernels).
     const OFFSET: i32 = 0;
-    /// The block's float scale.
-    unsafe fn d(p: *const u8) -> f32;
+    /// The block's float scale: the f16 at its start unless the type says otherwise.
+    #[inline(always)]
+    unsafe fn d(p: *const u8) -> f32 {
+        unsafe { f16_ptr(p) }
+    }
     /// What a block's groups share, decoded once per block (IQ1_M: its sixteen scales).
     #[inline(always)]
     unsafe fn block(_p: *const u8) -> __m256i {
@@ -109,9 +112,6 @@ struct TQ2;
 impl GridQuant for IQ2XXS {
     const BYTES: usize = 66;
     const FACTOR: f32 = 0.125;
-    unsafe fn d(p: *const u8) -> f32 {
-        unsafe { f16_ptr(p) }
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
@@ -127,9 +127,6 @@ impl GridQuant for IQ2XXS {
 impl GridQuant for IQ2XS {
     const BYTES: usize = 74;
     const FACTOR: f32 = 0.125;
-    unsafe fn d(p: *const u8) -> f32 {
-        unsafe { f16_ptr(p) }
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
@@ -149,9 +146,6 @@ impl GridQuant for IQ2XS {
 impl GridQuant for IQ2S {
     const BYTES: usize = 82;
     const FACTOR: f32 = 0.125;
-    unsafe fn d(p: *const u8) -> f32 {
-        unsafe { f16_ptr(p) }
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
@@ -171,9 +165,6 @@ impl GridQuant for IQ2S {
 impl GridQuant for IQ3XXS {
     const BYTES: usize = 98;
     const FACTOR: f32 = 0.25;
-    unsafe fn d(p: *const u8) -> f32 {
-        unsafe { f16_ptr(p) }
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
@@ -189,9 +180,6 @@ impl GridQuant for IQ3XXS {
 impl GridQuant for IQ3S {
     const BYTES: usize = 110;
     const FACTOR: f32 = 1.0;
-    unsafe fn d(p: *const u8) -> f32 {
-        unsafe { f16_ptr(p) }
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
@@ -240,9 +228,6 @@ static IQ1S_GRID8: [u64; 4096] = {
 impl GridQuant for IQ1S {
     const BYTES: usize = 50;
     const FACTOR: f32 = 0.125;
-    unsafe fn d(p: *const u8) -> f32 {
-        unsafe { f16_ptr(p) }
-    }
     #[inline(always)]
     unsafe fn group(p: *const u8, _block: __m256i, j: usize) -> (__m256i, __m256i, __m256i) {
         unsafe {
@@ -522,18 +507,8 @@ pub fn q8k_row_kernels(t: GgmlType, vnni: bool) -> Option<QuantKernels<BlockQ8K>
 pub fn q8_row_kernels(t: GgmlType, vnni: bool) -> Option<QuantKernels<BlockQ8>> {
     match t {
         // SAFETY (both arms): handed out only for levels this CPU has.
-        GgmlType::Q1_0 if vnni => Some(QuantKernels {
-            dot: |w, x| unsafe { q1_0_vnni::<1>(w, [x])[0] },
-            dot4: Some(|w, x| unsafe { q1_0_vnni::<4>(w, x) }),
-            dot8: None,
-            packed: None,
-        }),
-        GgmlType::Q1_0 => Some(QuantKernels {
-            dot: |w, x| unsafe { q1_0_avx2::<1>(w, [x])[0] },
-            dot4: Some(|w, x| unsafe { q1_0_avx2::<4>(w, x) }),
-            dot8: None,
-            packed: None,
-        }),
+        GgmlType::Q1_0 if vnni => Some(row_kernels!(q1_0_vnni)),
+        GgmlType::Q1_0 => Some(row_kernels!(q1_0_avx2)),
         _ => None,
     }
 }
