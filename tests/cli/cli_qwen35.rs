@@ -111,21 +111,6 @@ fn run_tokenize_bench_and_info_on_both_files() {
 #[test]
 fn chat_holds_a_conversation_on_both_files() {
     for model in MODELS {
-        let out = common::kiln()
-            .arg("chat")
-            .arg("-m")
-            .arg(common::fixture(&format!("models/{model}")))
-            .args(["--temp", "0", "-n", "8"])
-            .write_stdin("What is 2+2?\nAnd 3+3?\n")
-            .output()
-            .unwrap();
-        let (stdout, stderr) = (
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        );
-        assert_eq!(out.status.code(), Some(0), "{model}: {stderr}");
-        let replies: Vec<&str> = stdout.trim_end().split("\n\n").collect();
-        assert_eq!(replies.len(), 2, "{model}: {stdout:?}");
-        assert!(replies.iter().all(|r| !r.trim().is_empty()), "{stdout:?}");
+        common::assert_two_turn_chat(model);
     }
 }

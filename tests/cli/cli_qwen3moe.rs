@@ -91,20 +91,5 @@ fn run_and_info_on_the_qwen3moe_file() {
 /// A scripted two-turn chat: both replies printed, exit 0.
 #[test]
 fn chat_holds_a_conversation_on_the_qwen3moe_file() {
-    let out = common::kiln()
-        .arg("chat")
-        .arg("-m")
-        .arg(common::fixture(&format!("models/{FILE}")))
-        .args(["--temp", "0", "-n", "8"])
-        .write_stdin("What is 2+2?\nAnd 3+3?\n")
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    );
-    assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let replies: Vec<&str> = stdout.trim_end().split("\n\n").collect();
-    assert_eq!(replies.len(), 2, "{stdout:?}");
-    assert!(replies.iter().all(|r| !r.trim().is_empty()), "{stdout:?}");
+    common::assert_two_turn_chat(FILE);
 }

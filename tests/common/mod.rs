@@ -61,6 +61,30 @@ pub fn kiln() -> assert_cmd::Command {
     c
 }
 
+/// A scripted two-turn `kiln chat` on the fixture `model`: it exits 0 and prints two non-empty
+/// replies, one per turn.
+pub fn assert_two_turn_chat(model: &str) {
+    let out = kiln()
+        .arg("chat")
+        .arg("-m")
+        .arg(fixture(&format!("models/{model}")))
+        .args(["--temp", "0", "-n", "8"])
+        .write_stdin("What is 2+2?\nAnd 3+3?\n")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{model}: {stderr}");
+    let replies: Vec<&str> = stdout.trim_end().split("\n\n").collect();
+    assert_eq!(replies.len(), 2, "{model}: {stdout:?}");
+    assert!(
+        replies.iter().all(|r| !r.trim().is_empty()),
+        "{model}: {stdout:?}"
+    );
+}
+
 /// Copy the Hugging Face model directory `src` (one model.safetensors) into `dest` with its
 /// weights split over two shards and a model.safetensors.index.json, as large models come.
 pub fn shard_safetensors_dir(src: &std::path::Path, dest: &std::path::Path) {
