@@ -10,6 +10,7 @@
 //! computes `out = x · Wᵀ`. Buffers are allocated for a maximum size and ops use the leading part.
 
 pub mod cpu;
+pub mod split;
 pub mod wgpu;
 
 use crate::error::Result;
@@ -357,6 +358,18 @@ pub trait CoreOps: Send + Sync {
     /// taken as (Hq)·(Hk), attention's output from rotated values is rotated back, `rope_cache`
     /// rotates back before RoPE. Only the rounding differs from an unrotated cache.
     fn cache(&self, len: usize, ty: CacheType, rotation: usize) -> Result<Self::Cache>;
+
+    /// The cache of layer `layer`: `cache`, on the device that layer runs on where a backend
+    /// spans two (`split`).
+    fn layer_cache(
+        &self,
+        _layer: usize,
+        len: usize,
+        ty: CacheType,
+        rotation: usize,
+    ) -> Result<Self::Cache> {
+        self.cache(len, ty, rotation)
+    }
 
     /// Store `rows × width` values of `src` into `dst` from row `dst_row` (KV cache append),
     /// rounded to the cache's type.

@@ -123,7 +123,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                 .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
                 .count()
         });
-    let loaded = load(&args.model, &args.backend)?;
+    let loaded = load(
+        &args.model,
+        &args.backend,
+        args.ctx_size,
+        args.cache.types(),
+    )?;
     on_backend!(loaded, loaded => run_batch(&args, input, total_lines, default_constraint.as_ref(), loaded))
 }
 

@@ -15,6 +15,7 @@ use rayon::prelude::*;
 use serde_json::json;
 
 use super::info::human_count;
+use super::placement::{GpuLayers, KvNeeds, Placed, PlacementArgs, place_on};
 use super::{CacheArgs, ModelArgs};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{Backend, CoreOps, Profile};
@@ -85,6 +86,15 @@ pub struct BenchArgs {
     #[arg(long = "no-repack")]
     pub no_repack: bool,
 
+    /// GPU: layers on the GPU, as llama-bench's -ngl (comma-separated list; `all`, `auto`)
+    #[arg(long = "n-gpu-layers", value_delimiter = ',', default_value = "auto")]
+    pub n_gpu_layers: Vec<GpuLayers>,
+
+    /// GPU: layers whose routed experts stay on the CPU, as llama-bench's -ncmoe
+    /// (comma-separated list)
+    #[arg(long = "n-cpu-moe", value_delimiter = ',', default_value = "0")]
+    pub n_cpu_moe: Vec<usize>,
+
     #[command(flatten)]
     pub cache: CacheArgs,
 
@@ -132,6 +142,8 @@ impl Test {
 
 struct Row {
     threads: usize,
+    /// On a GPU: the layers there (-ngl) and the layers whose experts stay on the CPU.
+    placement: Option<(usize, usize)>,
     test: Test,
     cache: KvCacheTypes,
     samples_ns: Vec<u64>,
@@ -332,6 +344,7 @@ fn merge_profiles(a: Option<Profile>, b: Option<Profile>) -> Option<Profile> {
 struct Measure<'a, B: Backend> {
     model: &'a Model<B>,
     threads: usize,
+    placement: Option<(usize, usize)>,
     cache: KvCacheTypes,
     repetitions: usize,
     bytes_per_token: u64,
@@ -354,6 +367,7 @@ impl<B: Backend> Measure<'_, B> {
         }
         let row = Row {
             threads: self.threads,
+            placement: self.placement,
             test: *test,
             cache: self.cache,
             weight_gbps: None,
@@ -412,6 +426,23 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         }
         Ok(())
     };
+    // Measure every test on one loaded model; its backend's description.
+    macro_rules! measure_model {
+        ($model:expr, $threads:expr, $placement:expr) => {{
+            let model = $model;
+            let on = Measure {
+                model: &model,
+                threads: $threads,
+                placement: $placement,
+                cache,
+                repetitions: args.repetitions,
+                bytes_per_token,
+                profile: args.profile,
+            };
+            measure(&|test, rng| on.row(test, &progress, rng))?;
+            model.backend.describe()
+        }};
+    }
     let (backend_name, read_bw, bw_kind) = match super::choose_gpu(args.backend, args.gpu)? {
         Some(gpu) => {
             // The GPU's roofline is its own memory, measured with a copy kernel.
@@ -421,17 +452,50 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
                 progress.set_message("measuring GPU memory bandwidth");
                 Some(gpu.measure_bandwidth()?)
             };
-            let model = Model::load(&file, gpu)?;
-            let on = Measure {
-                model: &model,
-                threads: 1,
-                cache,
-                repetitions: args.repetitions,
-                bytes_per_token,
-                profile: args.profile,
+            let kv = KvNeeds {
+                ctx: tests.iter().map(|t| t.depth + t.n).max().unwrap_or(1),
+                types: cache,
             };
-            measure(&|test, rng| on.row(test, &progress, rng))?;
-            (model.backend.describe(), bw, "GPU copy")
+            let cpu_threads = *threads.iter().max().unwrap_or(&1);
+            let combos = args.n_gpu_layers.len() * args.n_cpu_moe.len();
+            progress.set_length((combos * tests.len() * (args.repetitions + 1)) as u64);
+            let mut gpu = Some(gpu);
+            let mut name = String::new();
+            for &n_gpu_layers in &args.n_gpu_layers {
+                for &n_cpu_moe in &args.n_cpu_moe {
+                    let flags = PlacementArgs {
+                        n_gpu_layers,
+                        cpu_moe: false,
+                        n_cpu_moe: Some(n_cpu_moe),
+                    };
+                    let gpu = match gpu.take() {
+                        Some(g) => g,
+                        None => super::choose_gpu(args.backend, args.gpu)?
+                            .ok_or_else(|| anyhow::anyhow!("the GPU is gone"))?,
+                    };
+                    let cpu = CpuBackend::new(cpu_threads)?.with_repacking(!args.no_repack);
+                    let (placed, line) = place_on(&file, Some(gpu), cpu, &flags, kv)?;
+                    if let Some(line) = line {
+                        progress.suspend(|| eprintln!("{line}"));
+                    }
+                    name = match placed {
+                        Placed::Gpu(gpu) => {
+                            let all = file.config.n_layers + 1;
+                            measure_model!(Model::load(&file, *gpu)?, 1, Some((all, 0)))
+                        }
+                        Placed::Split(split) => {
+                            let model = Model::load(&file, *split)?;
+                            let p = model.backend.placement();
+                            let at = Some((p.gpu_layers, p.cpu_moe_layers));
+                            measure_model!(model, cpu_threads, at)
+                        }
+                        Placed::Cpu(cpu) => {
+                            measure_model!(Model::load(&file, *cpu)?, cpu_threads, Some((0, 0)))
+                        }
+                    };
+                }
+            }
+            (name, bw, "GPU copy")
         }
         None => {
             let bw = if args.no_roofline {
@@ -442,18 +506,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             };
             let mut name = String::from("CPU");
             for &t in &threads {
-                let model =
-                    Model::load(&file, CpuBackend::new(t)?.with_repacking(!args.no_repack))?;
-                name = model.backend.describe();
-                let on = Measure {
-                    model: &model,
-                    threads: t,
-                    cache,
-                    repetitions: args.repetitions,
-                    bytes_per_token,
-                    profile: args.profile,
-                };
-                measure(&|test, rng| on.row(test, &progress, rng))?;
+                let cpu = CpuBackend::new(t)?.with_repacking(!args.no_repack);
+                name = measure_model!(Model::load(&file, cpu)?, t, None);
             }
             (name, bw, "read")
         }
@@ -521,6 +575,8 @@ impl Report<'_> {
                     "model_n_params": self.file.parameter_count(),
                     "backends": self.backend,
                     "n_threads": r.threads,
+                    "n_gpu_layers": r.placement.map_or(0, |p| p.0),
+                    "n_cpu_moe": r.placement.map_or(0, |p| p.1),
                     "type_k": r.cache.k.name(),
                     "type_v": r.cache.v.name(),
                     "n_prompt": if r.test.kind == TestKind::Prompt { r.test.n } else { 0 },
@@ -558,6 +614,8 @@ impl Report<'_> {
             "model_n_params",
             "backends",
             "n_threads",
+            "n_gpu_layers",
+            "n_cpu_moe",
             "type_k",
             "type_v",
             "n_prompt",
@@ -605,6 +663,20 @@ impl Report<'_> {
             "-".repeat(10),
             "-".repeat(6),
         );
+        // As llama-bench: -ngl on a GPU, -ncmoe when any row keeps experts on the CPU.
+        let ngl = self.rows.iter().any(|r| r.placement.is_some());
+        let ncmoe = self
+            .rows
+            .iter()
+            .any(|r| r.placement.is_some_and(|p| p.1 > 0));
+        if ngl {
+            header.push_str(&format!(" {:>3} |", "ngl"));
+            rule.push_str(&format!(" {}: |", "-".repeat(2)));
+        }
+        if ncmoe {
+            header.push_str(&format!(" {:>5} |", "ncmoe"));
+            rule.push_str(&format!(" {}: |", "-".repeat(4)));
+        }
         if types {
             header.push_str(&format!(" {:<6} | {:<6} |", "type_k", "type_v"));
             rule.push_str(&format!(" {} | {} |", "-".repeat(6), "-".repeat(6)));
@@ -629,6 +701,13 @@ impl Report<'_> {
                 "| {:<30} | {:>10} | {:>10} | {:<10} | {:>7} |",
                 self.model_type, size, params, short, r.threads,
             );
+            let (layers, experts) = r.placement.unwrap_or_default();
+            if ngl {
+                line.push_str(&format!(" {layers:>3} |"));
+            }
+            if ncmoe {
+                line.push_str(&format!(" {experts:>5} |"));
+            }
             if types {
                 line.push_str(&format!(" {:<6} | {:<6} |", r.cache.k, r.cache.v));
             }

@@ -395,7 +395,12 @@ impl<B: Backend> Chat<'_, B> {
 pub fn run(args: ChatArgs) -> Result<ExitCode> {
     args.sampling.validate()?;
     args.constraint.spec()?;
-    let loaded = load(&args.model, &args.backend)?;
+    let loaded = load(
+        &args.model,
+        &args.backend,
+        args.ctx_size,
+        args.cache.types(),
+    )?;
     on_backend!(loaded, loaded => chat_with(&args, loaded))
 }
 

@@ -9,10 +9,11 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use serde_json::json;
 
+use super::placement::{KvNeeds, Placed, place_on};
 use super::{BackendArgs, BackendKind, CacheArgs, ModelArgs, OutputFormat};
-use crate::backend::CoreOps;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::wgpu::{AdapterChoice, WgpuBackend};
+use crate::backend::{Backend, CoreOps};
 use crate::model::{Model, ModelFile, Session, Tokenizer};
 
 const ABS: f32 = 1.0;
@@ -87,6 +88,49 @@ fn cpu_run(
     Ok(seen)
 }
 
+/// The reference's tokens replayed teacher-forced on `model`, each step compared with the
+/// reference's logits.
+fn replay<B: Backend>(
+    model: &Model<B>,
+    prompt: &[u32],
+    reference: &[Vec<f32>],
+    tok: &Tokenizer,
+    args: &CheckArgs,
+) -> Result<Vec<Step>> {
+    let mut s = Session::with_options(
+        model,
+        prompt.len() + args.steps + 1,
+        512,
+        args.cache.types(),
+    )?;
+    let mut logits = s.prefill(prompt)?.to_vec();
+    let mut steps = Vec::with_capacity(args.steps);
+    for want in reference {
+        let best = top(want, 2);
+        let token = best[0] as u32;
+        let margin = want[best[0]] - best.get(1).map_or(f32::NEG_INFINITY, |&i| want[i]);
+        let (mut max_diff, mut worst_ratio, mut sum_sq) = (0f32, 0f32, 0f64);
+        for i in top(want, 5) {
+            let d = (logits[i] - want[i]).abs();
+            max_diff = max_diff.max(d);
+            worst_ratio = worst_ratio.max(d / (ABS + REL * want[i].abs()));
+            sum_sq += (d as f64).powi(2);
+        }
+        steps.push(Step {
+            token,
+            piece: tok.decode(&[token], false).unwrap_or_default(),
+            margin,
+            top1_agrees: top(&logits, 1)[0] as u32 == token,
+            max_diff,
+            worst_ratio,
+            sum_sq,
+        });
+        logits = s.decode(token)?.to_vec();
+    }
+
+    Ok(steps)
+}
+
 pub fn run(args: CheckArgs) -> Result<ExitCode> {
     anyhow::ensure!(args.steps > 0, "-n must be at least 1");
     let file = ModelFile::open(&args.model.model)?;
@@ -110,39 +154,36 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
     let reference = cpu_run(&cpu_model, &prompt, args.steps, &args)?;
     drop(cpu_model);
 
-    let model = Model::load(&file, gpu)
-        .with_context(|| format!("loading {} on the GPU", file.path.display()))?;
-    let gpu_name = model.backend.describe();
-    let mut s = Session::with_options(
-        &model,
-        prompt.len() + args.steps + 1,
-        512,
-        args.cache.types(),
-    )?;
-    let mut logits = s.prefill(&prompt)?.to_vec();
-    let mut steps = Vec::with_capacity(args.steps);
-    for want in &reference {
-        let best = top(want, 2);
-        let token = best[0] as u32;
-        let margin = want[best[0]] - best.get(1).map_or(f32::NEG_INFINITY, |&i| want[i]);
-        let (mut max_diff, mut worst_ratio, mut sum_sq) = (0f32, 0f32, 0f64);
-        for i in top(want, 5) {
-            let d = (logits[i] - want[i]).abs();
-            max_diff = max_diff.max(d);
-            worst_ratio = worst_ratio.max(d / (ABS + REL * want[i].abs()));
-            sum_sq += (d as f64).powi(2);
-        }
-        steps.push(Step {
-            token,
-            piece: tok.decode(&[token], false).unwrap_or_default(),
-            margin,
-            top1_agrees: top(&logits, 1)[0] as u32 == token,
-            max_diff,
-            worst_ratio,
-            sum_sq,
-        });
-        logits = s.decode(token)?.to_vec();
+    let kv = KvNeeds {
+        ctx: prompt.len() + args.steps + 1,
+        types: args.cache.types(),
+    };
+    let cpu =
+        CpuBackend::new(args.backend.threads.unwrap_or(0))?.with_repacking(!args.backend.no_repack);
+    let (placed, line) = place_on(&file, Some(gpu), cpu, &args.backend.placement, kv)?;
+    if let Some(line) = line {
+        eprintln!("{line}");
     }
+    let loading = || format!("loading {} on the GPU", file.path.display());
+    let (gpu_name, steps) = match placed {
+        Placed::Gpu(gpu) => {
+            let model = Model::load(&file, *gpu).with_context(loading)?;
+            (
+                model.backend.describe(),
+                replay(&model, &prompt, &reference, &tok, &args)?,
+            )
+        }
+        Placed::Split(split) => {
+            let model = Model::load(&file, *split).with_context(loading)?;
+            (
+                model.backend.describe(),
+                replay(&model, &prompt, &reference, &tok, &args)?,
+            )
+        }
+        Placed::Cpu(_) => anyhow::bail!(
+            "this placement puts nothing on the GPU (-ngl 0): there is nothing to check"
+        ),
+    };
 
     let checks = steps.len() * 5;
     let rms = (steps.iter().map(|s| s.sum_sq).sum::<f64>() / checks as f64).sqrt() as f32;

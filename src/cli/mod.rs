@@ -10,6 +10,7 @@ pub mod constrain;
 pub mod devices;
 pub mod info;
 pub mod output;
+pub mod placement;
 pub mod run;
 pub mod tokenize;
 pub mod values;
@@ -23,6 +24,7 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::backend::cpu::CpuBackend;
+use crate::backend::split::SplitBackend;
 use crate::backend::wgpu::{AdapterChoice, WgpuBackend};
 use crate::backend::{Backend, CacheType};
 use crate::model::arch::KvCacheTypes;
@@ -144,6 +146,9 @@ pub struct BackendArgs {
     /// GEMM kernels; loads sooner and reads only the experts tokens use, but runs slower
     #[arg(long = "no-repack")]
     pub no_repack: bool,
+
+    #[command(flatten)]
+    pub placement: placement::PlacementArgs,
 }
 
 /// The KV cache's element types. llama.cpp's spellings `-ctk` and `-ctv` work too.
@@ -225,7 +230,12 @@ impl ContextShiftArgs {
 }
 
 /// llama.cpp's single-dash long flags that kiln accepts, and their clap spelling.
-const LLAMA_CPP_FLAGS: [(&str, &str); 2] = [("-ctk", "--cache-type-k"), ("-ctv", "--cache-type-v")];
+const LLAMA_CPP_FLAGS: [(&str, &str); 4] = [
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+    ("-ngl", "--n-gpu-layers"),
+    ("-ncmoe", "--n-cpu-moe"),
+];
 
 /// The command line, with llama.cpp's single-dash long flags (`-ctk f16`) spelled as clap expects.
 pub fn parse_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Cli {
@@ -424,6 +434,7 @@ pub struct Loaded<B: Backend> {
 pub enum AnyLoaded {
     Cpu(Box<Loaded<CpuBackend>>),
     Gpu(Box<Loaded<WgpuBackend>>),
+    Split(Box<Loaded<SplitBackend>>),
 }
 
 /// `on_backend!(any, loaded => expr)`: evaluate `expr` with `loaded` bound to the `Loaded<B>`
@@ -436,6 +447,10 @@ macro_rules! on_backend {
                 $body
             }
             $crate::cli::AnyLoaded::Gpu(boxed) => {
+                let $loaded = *boxed;
+                $body
+            }
+            $crate::cli::AnyLoaded::Split(boxed) => {
                 let $loaded = *boxed;
                 $body
             }
@@ -489,21 +504,35 @@ impl LoadProgress {
     }
 }
 
-pub fn load(model: &ModelArgs, backend: &BackendArgs) -> Result<AnyLoaded> {
+/// Load the model `model` names onto the backend `backend` places it on, leaving room on a GPU
+/// for a KV cache of the context `ctx` asks for (as `context_size` reads it) of `cache` types.
+pub fn load(
+    model: &ModelArgs,
+    backend: &BackendArgs,
+    ctx: Option<usize>,
+    cache: KvCacheTypes,
+) -> Result<AnyLoaded> {
     let path = model.local_path()?;
     let start = Instant::now();
     let progress = LoadProgress::start(&path);
     progress.stage("reading the model file");
     let file = ModelFile::open(&path)?;
     progress.stage("preparing the weights");
-    let threads = backend.threads.unwrap_or(0);
-    let loaded = match choose_gpu(backend.backend, backend.gpu)? {
-        None => AnyLoaded::Cpu(Box::new(Loaded::new(
-            file,
-            CpuBackend::new(threads)?.with_repacking(!backend.no_repack),
-            start,
-        )?)),
-        Some(gpu) => AnyLoaded::Gpu(Box::new(Loaded::new(file, gpu, start)?)),
+    let trained = file.config.context_length;
+    let kv = placement::KvNeeds {
+        ctx: context_length(ctx, trained),
+        types: cache,
+    };
+    let (placed, line) = placement::place(&file, backend, kv)?;
+    if let Some(line) = line {
+        progress.bar.suspend(|| eprintln!("{line}"));
+    }
+    let loaded = match placed {
+        placement::Placed::Cpu(cpu) => AnyLoaded::Cpu(Box::new(Loaded::new(file, *cpu, start)?)),
+        placement::Placed::Gpu(gpu) => AnyLoaded::Gpu(Box::new(Loaded::new(file, *gpu, start)?)),
+        placement::Placed::Split(split) => {
+            AnyLoaded::Split(Box::new(Loaded::new(file, *split, start)?))
+        }
     };
     progress.finish();
     Ok(loaded)
@@ -564,17 +593,22 @@ impl<B: Backend> Loaded<B> {
 /// model was trained for; without `-c`, that capped at 4096, so that a 128k-token model does not
 /// take gigabytes of KV cache unasked.
 pub fn context_size(requested: Option<usize>, trained: usize) -> usize {
+    if let Some(n) = requested
+        && n > trained
+    {
+        eprintln!(
+            "warning: a context of {n} tokens is longer than the {trained} the model was trained on"
+        );
+    }
+    context_length(requested, trained)
+}
+
+/// `context_size` without the warning.
+fn context_length(requested: Option<usize>, trained: usize) -> usize {
     match requested {
         None => trained.clamp(1, 4096),
         Some(0) => trained.max(1),
-        Some(n) => {
-            if n > trained {
-                eprintln!(
-                    "warning: a context of {n} tokens is longer than the {trained} the model was trained on"
-                );
-            }
-            n
-        }
+        Some(n) => n,
     }
 }
 

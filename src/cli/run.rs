@@ -57,7 +57,12 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         bail!("the prompt is empty");
     }
 
-    let loaded = load(&args.model, &args.backend)?;
+    let loaded = load(
+        &args.model,
+        &args.backend,
+        args.ctx_size,
+        args.cache.types(),
+    )?;
     on_backend!(loaded, loaded => generate_for(&args, &text, constraint.as_ref(), loaded))
 }
 

@@ -100,6 +100,11 @@ impl ModelFile {
         self.tensors.get(name)
     }
 
+    /// Every tensor of the file, in no particular order.
+    pub fn tensors(&self) -> impl Iterator<Item = &Tensor> {
+        self.tensors.values()
+    }
+
     pub fn parameter_count(&self) -> u64 {
         self.tensors.values().map(|t| t.n_elements() as u64).sum()
     }

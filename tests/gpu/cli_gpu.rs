@@ -200,9 +200,15 @@ fn gpu_failures_are_clear_errors() {
     let smollm2 = common::real_model(common::REAL_MODELS[0]);
     fails_with(
         &smollm2,
-        &["--backend", "gpu"],
+        &["--backend", "gpu", "-ngl", "all"],
         &[("KILN_WGPU_MAX_MEMORY", "16777216")],
-        &["does not fit in GPU memory", "--backend cpu"],
+        &["does not fit in GPU memory", "-ngl", "--backend cpu"],
+    );
+    fails_with(
+        &tiny(),
+        &["--backend", "cpu", "-ngl", "3"],
+        &[],
+        &["-ngl", "--backend cpu"],
     );
 }
 

@@ -10,7 +10,7 @@ use crate::common;
 use common::golden_run::{EXACT_F32, QUANTIZED, RANDOM_QUANTIZED, argmax, check_model_with};
 use common::gpu::{gpu, gpu_kernel_variants, gpu_with};
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
-use kiln::backend::{CacheType, CoreOps};
+use kiln::backend::{Backend, CacheType, CoreOps};
 use kiln::model::arch::KvCacheTypes;
 use kiln::model::session::DEFAULT_BATCH;
 use kiln::model::{Model, ModelFile, Session, Tokenizer};
@@ -148,7 +148,7 @@ fn assert_close(a: &[f32], b: &[f32], what: &str) {
 /// different orders, so their keys and values differ in the last bits; an f16 cache turns some of
 /// those into whole f16 steps (SmolLM2: 1.3e-4 relative in the logits), which says nothing about
 /// whether the cache is used correctly. f32 keeps the properties exact to float rounding.
-fn session(model: &Model<WgpuBackend>, ctx: usize) -> Session<'_, WgpuBackend> {
+fn session<B: Backend>(model: &Model<B>, ctx: usize) -> Session<'_, B> {
     let f32_cache = KvCacheTypes {
         k: CacheType::F32,
         v: CacheType::F32,
@@ -156,9 +156,9 @@ fn session(model: &Model<WgpuBackend>, ctx: usize) -> Session<'_, WgpuBackend> {
     Session::with_options(model, ctx, DEFAULT_BATCH, f32_cache).unwrap()
 }
 
-/// The seeds' properties on the GPU: cached decode equals recompute; prefill(N) equals
+/// The seeds' properties on the GPU (or a model split between the GPU and the CPU): cached decode equals recompute; prefill(N) equals
 /// prefill(N−1) then decode; truncate then decode equals a fresh prefill.
-fn check_properties(model: &Model<WgpuBackend>, mf: &ModelFile, steps: usize) {
+pub fn check_properties<B: Backend>(model: &Model<B>, mf: &ModelFile, steps: usize) {
     let tok = Tokenizer::from_model(mf).unwrap();
     let prompt = tok.encode("The capital of France is", true).unwrap();
     let ctx = prompt.len() + steps + 8;

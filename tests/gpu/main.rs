@@ -9,3 +9,4 @@ mod cli_gpu;
 mod gpu_models;
 mod gpu_ops;
 mod gpu_profile;
+mod split_models;

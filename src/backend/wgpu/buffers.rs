@@ -77,7 +77,8 @@ pub fn create(
     {
         return Err(Error::Unsupported(format!(
             "{what} does not fit in GPU memory: {:.1} MiB are in use and it needs {:.1} MiB more, \
-             beyond the {:.1} MiB allowed (KILN_WGPU_MAX_MEMORY); try --backend cpu",
+             beyond the {:.1} MiB allowed (KILN_WGPU_MAX_MEMORY); keep layers on the CPU \
+             (-ngl with fewer layers, or -ngl auto) or use --backend cpu",
             mib(before),
             mib(size),
             mib(cap)

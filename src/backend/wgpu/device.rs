@@ -341,7 +341,7 @@ impl Gpu {
         let o = pollster::block_on(oom.pop());
         match (o, v) {
             (Some(e), _) => Err(Error::Unsupported(format!(
-                "the GPU ({}) ran out of memory for {what}: {e}; try --backend cpu",
+                "the GPU ({}) ran out of memory for {what}: {e}; keep layers on the CPU (-ngl with fewer layers) or use --backend cpu",
                 self.info.name
             ))),
             (None, Some(e)) => Err(Error::Unsupported(format!("GPU error in {what}: {e}"))),

@@ -115,6 +115,11 @@ impl WgpuBackend {
         self.gpu.info.device_type == wgpu::DeviceType::Cpu
     }
 
+    /// Bytes of device memory kiln may hold (`KILN_WGPU_MAX_MEMORY`), when capped.
+    pub fn memory_cap(&self) -> Option<u64> {
+        self.gpu.max_memory
+    }
+
     /// Bytes of device memory kiln holds now.
     pub fn allocated_bytes(&self) -> u64 {
         self.memory

@@ -153,8 +153,8 @@ impl<B: Backend> Model<B> {
             .map(|il| {
                 let len = if c.layer_is_recurrent(il) { 0 } else { len };
                 Ok((
-                    b.cache(len, types.k, types.k.key_rotation(hd))?,
-                    b.cache(len, types.v, types.v.value_rotation(hd))?,
+                    b.layer_cache(il, len, types.k, types.k.key_rotation(hd))?,
+                    b.layer_cache(il, len, types.v, types.v.value_rotation(hd))?,
                 ))
             })
             .collect::<Result<Vec<_>>>()?;

@@ -1,0 +1,168 @@
+//! Models split between the GPU and the CPU (`-ngl`, `--n-cpu-moe`; `SplitBackend`): each
+//! placement — no layers, some, all but the output, all; the routed experts of some or all layers
+//! on the CPU — generates the CPU alone's greedy tokens and meets llama.cpp's goldens by the rule
+//! of its model, and the session properties hold across the boundary. Skips without a GPU adapter
+//! unless KILN_REQUIRE_GPU=1.
+
+use crate::common;
+use crate::gpu_models::check_properties;
+
+use common::golden_run::{EXACT_F32, QUANTIZED, Tolerance, argmax, check_model_with};
+use common::gpu::gpu;
+use kiln::backend::cpu::CpuBackend;
+use kiln::backend::split::{Placement, SplitBackend};
+use kiln::backend::{Backend, CacheType};
+use kiln::model::arch::KvCacheTypes;
+use kiln::model::session::DEFAULT_BATCH;
+use kiln::model::{Model, ModelFile, Session};
+
+/// `mf` on the GPU and the CPU: its last `gpu_layers` layers on the GPU (+1: the output too), the
+/// routed experts of its first `cpu_moe` layers on the CPU.
+fn split(mf: &ModelFile, gpu_layers: usize, cpu_moe: usize) -> Option<Model<SplitBackend>> {
+    let placement = Placement::new(&mf.config, gpu_layers, cpu_moe);
+    let backend = SplitBackend::new(gpu()?, CpuBackend::new(2).unwrap(), placement);
+    Some(Model::load(mf, backend).unwrap())
+}
+
+/// The placements worth telling apart on a model of `n` layers: none on the GPU (every op
+/// through the split backend, on the CPU), half, all but the output, all; with experts, all
+/// layers on the GPU but the experts of half or all of them, and half the layers with every
+/// expert on the CPU.
+fn placements(n: usize, experts: bool) -> Vec<(usize, usize)> {
+    let mut v = vec![(0, 0), (n / 2, 0), (n, 0), (n + 1, 0)];
+    if experts {
+        v.extend([(n + 1, n / 2), (n + 1, n), (n / 2, n)]);
+    }
+    v
+}
+
+/// `n` greedy tokens after `prompt`, with the margin of each choice over the runner-up.
+fn greedy<B: Backend>(
+    model: &Model<B>,
+    prompt: &[u32],
+    n: usize,
+    cache: KvCacheTypes,
+) -> Vec<(u32, f32)> {
+    let mut s = Session::with_options(model, prompt.len() + n + 1, DEFAULT_BATCH, cache).unwrap();
+    let mut logits = s.prefill(prompt).unwrap().to_vec();
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = argmax(&logits);
+        let best = logits[t as usize];
+        let second = logits
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != t as usize)
+            .fold(f32::NEG_INFINITY, |m, (_, &v)| m.max(v));
+        out.push((t, best - second));
+        logits = s.decode(t).unwrap().to_vec();
+    }
+    out
+}
+
+/// Every placement of `mf`: the CPU alone's greedy tokens for `steps` steps after the golden's
+/// first prompt (up to the first step the CPU decides by less than `tol.margin`: there the order
+/// of float sums may decide), and the goldens of `entry` (its first `prompts` prompts) by `tol`.
+fn every_placement(
+    mf: &ModelFile,
+    entry: &serde_json::Value,
+    prompts: usize,
+    tol: &Tolerance,
+    cache: KvCacheTypes,
+    steps: usize,
+    only: Option<&[(usize, usize)]>,
+) {
+    let mut entry = entry.clone();
+    if let Some(cases) = entry["greedy"].as_array_mut() {
+        cases.truncate(prompts);
+    }
+    let prompt: Vec<u32> = entry["greedy"][0]["prompt_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let cpu = Model::load(mf, CpuBackend::new(2).unwrap()).unwrap();
+    let want = greedy(&cpu, &prompt, steps, cache);
+    drop(cpu);
+    let c = &mf.config;
+    let all = placements(c.n_layers, c.moe.is_some());
+    for &(gpu_layers, cpu_moe) in only.unwrap_or(&all) {
+        let Some(model) = split(mf, gpu_layers, cpu_moe) else {
+            return;
+        };
+        let what = format!(
+            "{} split as {}",
+            mf.path.display(),
+            model.backend.placement().describe()
+        );
+        let got = greedy(&model, &prompt, steps, cache);
+        for (i, (&(w, margin), &(g, _))) in want.iter().zip(&got).enumerate() {
+            if margin < tol.margin {
+                break;
+            }
+            assert_eq!(g, w, "{what}: greedy token {i} differs from the CPU's");
+        }
+        let report = check_model_with(&model, &entry, tol, cache);
+        eprintln!("{}", report.summary(&what));
+        report.assert_all(&what);
+    }
+}
+
+const F32_CACHE: KvCacheTypes = KvCacheTypes {
+    k: CacheType::F32,
+    v: CacheType::F32,
+};
+
+/// Qwen3.5's tiny models, dense and MoE (recurrent state and KV caches on both sides, the
+/// experts of either side's layers on the CPU), every placement, by golden_qwen35's rule.
+#[test]
+fn qwen35_every_placement_matches_the_cpu_and_llama_cpp() {
+    let golden = common::golden("llama-cpp-qwen35.json");
+    for file in ["qwen35-tiny.gguf", "qwen35moe-tiny.gguf"] {
+        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+        let entry = &golden["models"][file];
+        every_placement(&mf, entry, 2, &EXACT_F32, F32_CACHE, 16, None);
+    }
+}
+
+/// The real models (lavapipe is slow: the placements that split them, one prompt each).
+#[test]
+fn real_models_split_match_the_cpu_and_llama_cpp() {
+    let golden = common::golden("llama-cpp.json");
+    for name in common::REAL_MODELS {
+        let mf = ModelFile::open(&common::real_model(name)).unwrap();
+        let n = mf.config.n_layers;
+        let entry = &golden["models"][name];
+        let only = [(0, 0), (n / 2, 0), (n, 0)];
+        every_placement(
+            &mf,
+            entry,
+            1,
+            &QUANTIZED,
+            KvCacheTypes::default(),
+            8,
+            Some(&only),
+        );
+    }
+}
+
+/// Cached decode equals recompute, prefill(N) equals prefill(N−1) then decode, truncate then
+/// decode equals a fresh prefill, with the boundary between layers, around the experts, and
+/// through Qwen3.5's recurrent state and its checkpoints.
+#[test]
+fn session_properties_hold_across_the_boundary() {
+    for (file, gpu_layers, cpu_moe) in [
+        ("tiny-llama.gguf", 1, 0),
+        ("qwen3moe-tiny.gguf", 5, 4),
+        ("qwen3moe-tiny.gguf", 2, 4),
+        ("qwen35-tiny.gguf", 4, 0),
+        ("qwen35moe-tiny.gguf", 9, 8),
+    ] {
+        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+        let Some(model) = split(&mf, gpu_layers, cpu_moe) else {
+            return;
+        };
+        check_properties(&model, &mf, 6);
+    }
+}
