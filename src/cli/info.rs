@@ -25,6 +25,18 @@ pub struct InfoArgs {
     /// Also list every tensor with its type and shape
     #[arg(long)]
     pub tensors: bool,
+
+    /// Where a GPU run would place the model's parts (with -ngl other than auto, or under
+    /// KILN_WGPU_MAX_MEMORY), and the bytes of weights on each side
+    #[command(flatten)]
+    pub placement: super::placement::PlacementArgs,
+
+    /// The context the placement leaves room for (0: the model's)
+    #[arg(short = 'c', long = "ctx-size", value_name = "N")]
+    pub ctx_size: Option<usize>,
+
+    #[command(flatten)]
+    pub cache: super::CacheArgs,
 }
 
 /// The facts `kiln info` reports, gathered once for both output formats.
@@ -123,11 +135,27 @@ fn auto_backend() -> String {
     }
 }
 
+/// The placement to report: what `-ngl` asks for, or `-ngl auto`'s fit to KILN_WGPU_MAX_MEMORY;
+/// None without placement flags or a cap (everything, on a GPU that holds it).
+fn planned(m: &ModelFile, args: &InfoArgs) -> Result<Option<crate::backend::split::Placement>> {
+    use super::placement::{KvNeeds, plan};
+    let cap = crate::backend::wgpu::GpuOptions::from_env()?.max_memory;
+    if !args.placement.asks_for_gpu() && cap.is_none() {
+        return Ok(None);
+    }
+    let kv = KvNeeds {
+        ctx: super::context_length(args.ctx_size, m.config.context_length),
+        types: args.cache.types(),
+    };
+    Ok(Some(plan(m, &args.placement, kv, cap).0))
+}
+
 pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
     let m = args.model.open()?;
     let s = summarize(&m);
     let mix = m.type_mix();
     let backend = auto_backend();
+    let placement = planned(&m, &args)?;
     match args.format {
         OutputFormat::Json => {
             let types: serde_json::Map<String, serde_json::Value> = mix
@@ -152,6 +180,16 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                 "backend": backend,
                 "config": m.config,
             });
+            if let Some(p) = &placement {
+                let (gpu, cpu) = crate::model::placement::bytes_by_side(&m, p);
+                out["placement"] = json!({
+                    "n_gpu_layers": p.gpu_layers,
+                    "n_cpu_moe": p.cpu_moe_layers,
+                    "description": p.describe(),
+                    "gpu_weight_bytes": gpu,
+                    "cpu_weight_bytes": cpu,
+                });
+            }
             if let Some(schedule) = schedule(&m.config) {
                 out["schedule"] = json!(schedule);
                 out["recurrent_state_bytes"] = json!(m.config.recurrent_state_bytes());
@@ -196,6 +234,14 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                 .unwrap_or_default();
             println!("tokenizer      {}{vocab}", s.tokenizer);
             println!("backend        {backend}");
+            if let Some(p) = &placement {
+                let line = super::placement::describe(&m, p);
+                println!(
+                    "{:<15}{}",
+                    "placement",
+                    line.trim_start_matches("placement: ")
+                );
+            }
             println!(
                 "chat template  {}",
                 if s.chat_template {

@@ -604,7 +604,7 @@ pub fn context_size(requested: Option<usize>, trained: usize) -> usize {
 }
 
 /// `context_size` without the warning.
-fn context_length(requested: Option<usize>, trained: usize) -> usize {
+pub(crate) fn context_length(requested: Option<usize>, trained: usize) -> usize {
     match requested {
         None => trained.clamp(1, 4096),
         Some(0) => trained.max(1),

@@ -10,10 +10,11 @@ use anyhow::Result;
 
 use super::{BackendArgs, BackendKind};
 use crate::backend::cpu::CpuBackend;
-use crate::backend::split::{Footprint, Placement, SplitBackend};
+use crate::backend::split::{Placement, SplitBackend};
 use crate::backend::wgpu::WgpuBackend;
 use crate::model::arch::KvCacheTypes;
 use crate::model::loader::ModelFile;
+use crate::model::placement::{Footprint, bytes_by_side, placement};
 
 /// `-ngl`: how many layers go to the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -79,7 +80,8 @@ impl PlacementArgs {
         }
     }
 
-    fn asks_for_gpu(&self) -> bool {
+    /// Whether any flag asks for part of the model on a GPU.
+    pub fn asks_for_gpu(&self) -> bool {
         matches!(self.n_gpu_layers, GpuLayers::All | GpuLayers::Count(1..))
             || self.cpu_moe
             || self.n_cpu_moe.is_some()
@@ -133,39 +135,52 @@ pub fn place_on(
     let Some(gpu) = gpu else {
         return Ok((Placed::Cpu(Box::new(cpu)), None));
     };
-    let c = &file.config;
-    let n = c.n_layers;
-    let cpu_moe = flags.cpu_moe_layers(n);
-    let (placement, fitted) = match flags.n_gpu_layers {
-        GpuLayers::All => (Placement::new(c, n + 1, cpu_moe), false),
-        GpuLayers::Count(k) => (Placement::new(c, k, cpu_moe), false),
-        GpuLayers::Auto => match gpu.memory_cap() {
-            Some(budget) => {
-                let per_position =
-                    (kv.types.k.row_bytes(c.kv_dim()) + kv.types.v.row_bytes(c.kv_dim())) as u64;
-                let footprint = Footprint::of(file, kv.ctx, per_position, CHUNK_ROWS);
-                (footprint.fit(c, budget, cpu_moe), true)
-            }
-            None => (Placement::new(c, n + 1, cpu_moe), false),
-        },
-    };
-    let (gpu_bytes, cpu_bytes) = placement.bytes(file);
-    let line = format!(
-        "placement: {} ({} of weights on the GPU, {} on the CPU)",
-        placement.describe(),
-        size(gpu_bytes),
-        size(cpu_bytes)
-    );
-    if placement.all_gpu() {
+    let (chosen, fitted) = plan(file, flags, kv, gpu.memory_cap());
+    let line = describe(file, &chosen);
+    if chosen.all_gpu() {
         return Ok((Placed::Gpu(Box::new(gpu)), None));
     }
-    if placement.all_cpu() {
+    if chosen.all_cpu() {
         return Ok((Placed::Cpu(Box::new(cpu)), fitted.then_some(line)));
     }
     Ok((
-        Placed::Split(Box::new(SplitBackend::new(gpu, cpu, placement))),
+        Placed::Split(Box::new(SplitBackend::new(gpu, cpu, chosen))),
         Some(line),
     ))
+}
+
+/// The placement the flags ask for on a GPU whose memory is capped at `cap` bytes (when it is),
+/// and whether `-ngl auto` fitted it to the cap.
+pub fn plan(
+    file: &ModelFile,
+    flags: &PlacementArgs,
+    kv: KvNeeds,
+    cap: Option<u64>,
+) -> (Placement, bool) {
+    let c = &file.config;
+    let n = c.n_layers;
+    let cpu_moe = flags.cpu_moe_layers(n);
+    match (flags.n_gpu_layers, cap) {
+        (GpuLayers::Count(k), _) => (placement(c, k, cpu_moe), false),
+        (GpuLayers::Auto, Some(budget)) => {
+            let per_position =
+                (kv.types.k.row_bytes(c.kv_dim()) + kv.types.v.row_bytes(c.kv_dim())) as u64;
+            let footprint = Footprint::of(file, kv.ctx, per_position, CHUNK_ROWS);
+            (footprint.fit(budget, cpu_moe), true)
+        }
+        (GpuLayers::All | GpuLayers::Auto, _) => (placement(c, n + 1, cpu_moe), false),
+    }
+}
+
+/// What went where, with the bytes of weights on each side, in one line.
+pub fn describe(file: &ModelFile, p: &Placement) -> String {
+    let (gpu_bytes, cpu_bytes) = bytes_by_side(file, p);
+    format!(
+        "placement: {} ({} of weights on the GPU, {} on the CPU)",
+        p.describe(),
+        size(gpu_bytes),
+        size(cpu_bytes)
+    )
 }
 
 /// Bytes in MiB, or GiB from 1 GiB up.

@@ -8,6 +8,7 @@ pub mod config;
 pub mod conversation;
 pub mod generate;
 pub mod loader;
+pub mod placement;
 pub mod recurrent;
 pub mod rope;
 pub mod session;

@@ -162,3 +162,58 @@ fn sharded_safetensors_read_like_the_single_file() {
         .to_string();
     assert!(err.contains("model-00002-of-00002.safetensors"), "{err}");
 }
+
+/// `-ngl` and `--n-cpu-moe` on `kiln info` say what a GPU run would place where (no GPU needed),
+/// and `-ngl auto` under KILN_WGPU_MAX_MEMORY what fits; the bytes on the two sides are the
+/// file's tensors.
+#[test]
+fn info_shows_a_placement_and_the_bytes_on_each_side() {
+    let moe = common::fixture("models/qwen3moe-tiny.gguf");
+    let run = |args: &[&str], env: Option<&str>| {
+        let mut cmd = common::kiln();
+        if let Some(cap) = env {
+            cmd.env("KILN_WGPU_MAX_MEMORY", cap);
+        }
+        let out = cmd
+            .args(["info", "-m"])
+            .arg(&moe)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = run(&["-ngl", "3", "--n-cpu-moe", "2"], None);
+    assert!(
+        text.contains("GPU: layers 1–3; CPU: layer 0, the output, the routed experts of layer 1 ("),
+        "{text}"
+    );
+    assert!(!run(&[], None).contains("placement"));
+    let v: Value = serde_json::from_str(&run(&["--format", "json", "--cpu-moe"], None)).unwrap();
+    let p = &v["placement"];
+    assert_eq!(
+        (p["n_gpu_layers"].as_u64(), p["n_cpu_moe"].as_u64()),
+        (Some(5), Some(4))
+    );
+    let (gpu, cpu) = (
+        p["gpu_weight_bytes"].as_u64().unwrap(),
+        p["cpu_weight_bytes"].as_u64().unwrap(),
+    );
+    assert!(gpu > 0 && cpu > 0, "{p}");
+    let total: u64 = v["tensor_types"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|t| t["bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(gpu + cpu, total);
+    let fitted = run(&["-c", "256"], Some("8000000"));
+    assert!(
+        fitted.contains("CPU: the output, the routed experts of layers 0–3"),
+        "{fitted}"
+    );
+}

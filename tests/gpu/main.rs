@@ -6,6 +6,7 @@
 mod common;
 
 mod cli_gpu;
+mod cli_split;
 mod gpu_models;
 mod gpu_ops;
 mod gpu_profile;

@@ -10,16 +10,17 @@ use crate::gpu_models::check_properties;
 use common::golden_run::{EXACT_F32, QUANTIZED, Tolerance, argmax, check_model_with};
 use common::gpu::gpu;
 use kiln::backend::cpu::CpuBackend;
-use kiln::backend::split::{Placement, SplitBackend};
+use kiln::backend::split::SplitBackend;
 use kiln::backend::{Backend, CacheType};
 use kiln::model::arch::KvCacheTypes;
+use kiln::model::placement::placement;
 use kiln::model::session::DEFAULT_BATCH;
 use kiln::model::{Model, ModelFile, Session};
 
 /// `mf` on the GPU and the CPU: its last `gpu_layers` layers on the GPU (+1: the output too), the
 /// routed experts of its first `cpu_moe` layers on the CPU.
 fn split(mf: &ModelFile, gpu_layers: usize, cpu_moe: usize) -> Option<Model<SplitBackend>> {
-    let placement = Placement::new(&mf.config, gpu_layers, cpu_moe);
+    let placement = placement(&mf.config, gpu_layers, cpu_moe);
     let backend = SplitBackend::new(gpu()?, CpuBackend::new(2).unwrap(), placement);
     Some(Model::load(mf, backend).unwrap())
 }

@@ -10,14 +10,17 @@
 //! copies them.
 
 mod placement;
+mod sides;
 
-pub use placement::{Footprint, Placement, Side};
+pub use placement::{Placement, Side};
+
+use sides::{On, OnCpu, on_side};
 
 use super::cpu::{CpuBackend, CpuCache, CpuWeight};
 use super::wgpu::{GpuBuffer, GpuCache, GpuWeight, WgpuBackend};
 use super::{
-    AttentionParams, Backend, CacheType, CoreOps, DeltaNetParams, ExpertMatmulParams,
-    GateActivation, KvAppend, MoeOps, Profile, RecurrentOps, RopeLayout,
+    AttentionParams, CacheType, CoreOps, DeltaNetParams, ExpertMatmulParams, GateActivation,
+    KvAppend, MoeOps, Profile, RecurrentOps, RopeLayout,
 };
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -35,6 +38,9 @@ pub struct SplitBackend {
     to_gpu: AtomicU64,
     to_cpu: AtomicU64,
     copies: AtomicU64,
+    /// Bytes of the weights loaded onto each side, as the file holds them.
+    gpu_weights: AtomicU64,
+    cpu_weights: AtomicU64,
 }
 
 /// An activation buffer on both sides.
@@ -94,104 +100,6 @@ impl SplitWeight {
     }
 }
 
-/// One side of the split, so that an op's body is written once for both (`on_side!`).
-trait On {
-    type B: Backend;
-    const SIDE: Side;
-    fn backend(s: &SplitBackend) -> &Self::B;
-    fn cell(b: &SplitBuffer) -> &RefCell<<Self::B as CoreOps>::Buffer>;
-    fn cell_mut(b: &mut SplitBuffer) -> &mut <Self::B as CoreOps>::Buffer;
-    fn weight(w: &SplitWeight) -> &<Self::B as CoreOps>::Weight;
-    fn cache(c: &SplitCache) -> &<Self::B as CoreOps>::Cache;
-    fn cache_mut(c: &mut SplitCache) -> &mut <Self::B as CoreOps>::Cache;
-}
-
-// The op runs on the side of its weight or cache, so finding it elsewhere is a bug in this file.
-const MISPLACED: &str = "a split op's weight or cache is on the side the op runs on";
-
-struct OnGpu;
-struct OnCpu;
-
-impl On for OnGpu {
-    type B = WgpuBackend;
-    const SIDE: Side = Side::Gpu;
-    fn backend(s: &SplitBackend) -> &WgpuBackend {
-        &s.gpu
-    }
-    fn cell(b: &SplitBuffer) -> &RefCell<GpuBuffer> {
-        &b.gpu
-    }
-    fn cell_mut(b: &mut SplitBuffer) -> &mut GpuBuffer {
-        b.gpu.get_mut()
-    }
-    fn weight(w: &SplitWeight) -> &GpuWeight {
-        match &w.on {
-            Either::Gpu(w) => w,
-            Either::Cpu(_) => unreachable!("{MISPLACED}"),
-        }
-    }
-    fn cache(c: &SplitCache) -> &GpuCache {
-        match &c.0 {
-            Either::Gpu(c) => c,
-            Either::Cpu(_) => unreachable!("{MISPLACED}"),
-        }
-    }
-    fn cache_mut(c: &mut SplitCache) -> &mut GpuCache {
-        match &mut c.0 {
-            Either::Gpu(c) => c,
-            Either::Cpu(_) => unreachable!("{MISPLACED}"),
-        }
-    }
-}
-
-impl On for OnCpu {
-    type B = CpuBackend;
-    const SIDE: Side = Side::Cpu;
-    fn backend(s: &SplitBackend) -> &CpuBackend {
-        &s.cpu
-    }
-    fn cell(b: &SplitBuffer) -> &RefCell<Vec<f32>> {
-        &b.cpu
-    }
-    fn cell_mut(b: &mut SplitBuffer) -> &mut Vec<f32> {
-        b.cpu.get_mut()
-    }
-    fn weight(w: &SplitWeight) -> &CpuWeight {
-        match &w.on {
-            Either::Cpu(w) => w,
-            Either::Gpu(_) => unreachable!("{MISPLACED}"),
-        }
-    }
-    fn cache(c: &SplitCache) -> &CpuCache {
-        match &c.0 {
-            Either::Cpu(c) => c,
-            Either::Gpu(_) => unreachable!("{MISPLACED}"),
-        }
-    }
-    fn cache_mut(c: &mut SplitCache) -> &mut CpuCache {
-        match &mut c.0 {
-            Either::Cpu(c) => c,
-            Either::Gpu(_) => unreachable!("{MISPLACED}"),
-        }
-    }
-}
-
-/// `on_side!(side, S => body)`: `body` with `S` the `On` of `side`.
-macro_rules! on_side {
-    ($side:expr, $S:ident => $body:expr) => {
-        match $side {
-            Side::Gpu => {
-                type $S = OnGpu;
-                $body
-            }
-            Side::Cpu => {
-                type $S = OnCpu;
-                $body
-            }
-        }
-    };
-}
-
 impl SplitBackend {
     pub fn new(gpu: WgpuBackend, cpu: CpuBackend, placement: Placement) -> SplitBackend {
         SplitBackend {
@@ -202,6 +110,8 @@ impl SplitBackend {
             to_gpu: AtomicU64::new(0),
             to_cpu: AtomicU64::new(0),
             copies: AtomicU64::new(0),
+            gpu_weights: AtomicU64::new(0),
+            cpu_weights: AtomicU64::new(0),
         }
     }
 
@@ -307,11 +217,14 @@ impl CoreOps for SplitBackend {
     type Weight = SplitWeight;
 
     fn describe(&self) -> String {
+        let mib = |c: &AtomicU64| c.load(Ordering::Relaxed) as f64 / (1u64 << 20) as f64;
         format!(
-            "{} + {} ({})",
+            "{} + {} ({}; {:.1} MiB of weights on the GPU, {:.1} MiB on the CPU)",
             self.gpu.describe(),
             self.cpu.describe(),
-            self.placement.describe()
+            self.placement.describe(),
+            mib(&self.gpu_weights),
+            mib(&self.cpu_weights),
         )
     }
 
@@ -360,7 +273,7 @@ impl CoreOps for SplitBackend {
             Side::Gpu => Either::Gpu(self.gpu.weight(t)?),
             Side::Cpu => Either::Cpu(self.cpu.weight(t)?),
         };
-        Ok(shaped(on, t))
+        Ok(self.shaped(on, t))
     }
 
     fn embedding_table(&self, t: &Tensor) -> Result<SplitWeight> {
@@ -368,7 +281,7 @@ impl CoreOps for SplitBackend {
             Side::Gpu => Either::Gpu(self.gpu.embedding_table(t)?),
             Side::Cpu => Either::Cpu(self.cpu.embedding_table(t)?),
         };
-        Ok(shaped(on, t))
+        Ok(self.shaped(on, t))
     }
 
     fn buffer(&self, len: usize) -> Result<SplitBuffer> {
@@ -669,6 +582,20 @@ impl CoreOps for SplitBackend {
 }
 
 impl SplitBackend {
+    /// A weight made on one side, with `t`'s shape, counted on that side.
+    fn shaped(&self, on: Either<GpuWeight, CpuWeight>, t: &Tensor) -> SplitWeight {
+        let bytes = match on.side() {
+            Side::Gpu => &self.gpu_weights,
+            Side::Cpu => &self.cpu_weights,
+        };
+        bytes.fetch_add(t.bytes().len() as u64, Ordering::Relaxed);
+        SplitWeight {
+            on,
+            cols: t.dims.first().copied().unwrap_or(1),
+            rows: t.dims.iter().skip(1).product(),
+        }
+    }
+
     fn cache_on(
         &self,
         side: Side,
@@ -680,14 +607,6 @@ impl SplitBackend {
             Side::Gpu => Either::Gpu(self.gpu.cache(len, ty, rotation)?),
             Side::Cpu => Either::Cpu(self.cpu.cache(len, ty, rotation)?),
         }))
-    }
-}
-
-fn shaped(on: Either<GpuWeight, CpuWeight>, t: &Tensor) -> SplitWeight {
-    SplitWeight {
-        on,
-        cols: t.dims.first().copied().unwrap_or(1),
-        rows: t.dims.iter().skip(1).product(),
     }
 }
 

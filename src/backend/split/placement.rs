@@ -4,12 +4,7 @@
 //! `--n-cpu-moe N` keeps the routed experts of the first N layers in system memory while the rest
 //! of those layers stays on the GPU. The token embeddings are only looked up, and stay on the CPU
 //! unless they double as the output projection.
-//!
-//! `fit` is `-ngl auto`: the most a GPU memory budget holds, counted from the file's tensors and
-//! the KV cache.
-
-use crate::model::config::ModelConfig;
-use crate::model::loader::ModelFile;
+//! (model/placement.rs makes one for a model, and fits one to a GPU's memory.)
 
 /// The two places a part of a split model can be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,21 +26,6 @@ pub struct Placement {
 }
 
 impl Placement {
-    pub fn new(config: &ModelConfig, gpu_layers: usize, cpu_moe_layers: usize) -> Placement {
-        let n = config.n_layers;
-        let has_experts = config.moe.is_some();
-        Placement {
-            n_layers: n,
-            gpu_layers: gpu_layers.min(n + 1),
-            cpu_moe_layers: if has_experts {
-                cpu_moe_layers.min(n)
-            } else {
-                0
-            },
-            tied_embeddings: config.tie_embeddings,
-        }
-    }
-
     fn first_gpu_layer(&self) -> usize {
         self.n_layers.saturating_sub(self.gpu_layers)
     }
@@ -107,19 +87,6 @@ impl Placement {
         self.output()
     }
 
-    /// Bytes of the file's tensors on the GPU and on the CPU.
-    pub fn bytes(&self, file: &ModelFile) -> (u64, u64) {
-        let (mut gpu, mut cpu) = (0u64, 0u64);
-        for t in file.tensors() {
-            let n = t.bytes().len() as u64;
-            match self.tensor(&t.name, false) {
-                Side::Gpu => gpu += n,
-                Side::Cpu => cpu += n,
-            }
-        }
-        (gpu, cpu)
-    }
-
     /// One line for stderr and `kiln info`: what runs where.
     pub fn describe(&self) -> String {
         let n = self.n_layers;
@@ -155,108 +122,6 @@ impl Placement {
             }
         };
         format!("GPU: {}; CPU: {}", list(gpu), list(cpu))
-    }
-}
-
-/// What a placement must fit: the bytes each part of the model takes on the GPU.
-#[derive(Debug, Clone, Default)]
-pub struct Footprint {
-    /// Per layer: its weights other than routed experts, plus its KV cache or recurrent state.
-    pub layers: Vec<u64>,
-    /// Per layer: its routed experts (0 for a dense layer).
-    pub experts: Vec<u64>,
-    /// The output norm and projection (with the embeddings when tied).
-    pub output: u64,
-    /// Activation buffers, which the GPU needs whatever it holds.
-    pub scratch: u64,
-}
-
-impl Footprint {
-    /// The footprint of `file` with a KV cache of `ctx` positions of `kv_bytes_per_value`
-    /// (keys and values together) and activations for chunks of `rows` tokens.
-    pub fn of(file: &ModelFile, ctx: usize, kv_bytes_per_position: u64, rows: usize) -> Footprint {
-        let c = &file.config;
-        let n = c.n_layers;
-        let mut f = Footprint {
-            layers: vec![0; n],
-            experts: vec![0; n],
-            ..Footprint::default()
-        };
-        let probe = Placement {
-            n_layers: n,
-            gpu_layers: n + 1,
-            cpu_moe_layers: 0,
-            tied_embeddings: c.tie_embeddings,
-        };
-        for t in file.tensors() {
-            let bytes = t.bytes().len() as u64;
-            let layer = t
-                .name
-                .strip_prefix("blk.")
-                .and_then(|r| r.split_once('.'))
-                .and_then(|(il, part)| il.parse::<usize>().ok().map(|il| (il, part)));
-            match layer {
-                Some((il, part)) if il < n => {
-                    if part.contains("_exps") {
-                        f.experts[il] += bytes;
-                    } else {
-                        f.layers[il] += bytes;
-                    }
-                }
-                _ if probe.tensor(&t.name, false) == Side::Gpu => f.output += bytes,
-                _ => {}
-            }
-        }
-        for (il, l) in f.layers.iter_mut().enumerate() {
-            *l += match &c.delta_net {
-                Some(d) if c.layer_is_recurrent(il) => {
-                    4 * (d.conv_state_len() + d.ssm_state_len()) as u64
-                }
-                _ => ctx as u64 * kv_bytes_per_position,
-            };
-        }
-        let h = c.hidden_size as u64;
-        let widths = 4 * h + 2 * c.q_dim() as u64 + 2 * c.kv_dim() as u64;
-        let experts = c.moe.as_ref().map_or(0, |m| m.expert_ff * m.n_used);
-        let ffn = 2 * c.intermediate_size.max(experts) as u64;
-        f.scratch = 4 * (rows as u64 * (widths + ffn) + c.vocab_size as u64);
-        f
-    }
-
-    /// The placement that puts the most on a GPU of `budget` bytes, as llama.cpp's `--fit`:
-    /// everything if it fits; else, for a mixture-of-experts model, the routed experts move to
-    /// the CPU first, layer by layer from the input end (attention and the shared parts are
-    /// small and used by every token); then whole layers, from the input end (the output
-    /// projection first, as `-ngl` counts).
-    /// At least `cpu_moe_layers` keep their experts on the CPU (`--n-cpu-moe` with `-ngl auto`).
-    pub fn fit(&self, config: &ModelConfig, budget: u64, cpu_moe_layers: usize) -> Placement {
-        let n = self.layers.len();
-        let gpu_bytes = |p: &Placement| -> u64 {
-            let mut total = self.scratch;
-            if p.output() == Side::Gpu {
-                total += self.output;
-            }
-            for il in 0..n {
-                if p.layer(il) == Side::Gpu {
-                    total += self.layers[il];
-                }
-                if p.experts(il) == Side::Gpu {
-                    total += self.experts[il];
-                }
-            }
-            total
-        };
-        let mut p = Placement::new(config, n + 1, cpu_moe_layers);
-        let has_experts = self.experts.iter().any(|&e| e > 0);
-        if has_experts {
-            while gpu_bytes(&p) > budget && p.cpu_moe_layers < n {
-                p.cpu_moe_layers += 1;
-            }
-        }
-        while gpu_bytes(&p) > budget && p.gpu_layers > 0 {
-            p.gpu_layers -= 1;
-        }
-        p
     }
 }
 
