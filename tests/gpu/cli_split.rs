@@ -202,3 +202,46 @@ fn check_and_bench_take_a_placement() {
         ]
     );
 }
+
+/// `kiln` with `args`: its stdout, which must be a success.
+fn stdout_of(args: &[&str], stdin: &str) -> String {
+    let out = common::kiln()
+        .args(args)
+        .write_stdin(stdin)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{args:?}: {stderr}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A chat keeps its KV cache across turns on both sides of the boundary, and a context shift
+/// moves and re-rotates the keys of the layers on each side: both print what the CPU prints.
+#[test]
+fn chat_turns_and_context_shifts_cross_the_boundary() {
+    if !have_gpu() {
+        return;
+    }
+    let tiny = common::fixture("models/tiny-llama.gguf");
+    let tiny = tiny.to_str().unwrap();
+    let chat = |flags: &[&str]| {
+        let args = [&["chat", "-m", tiny, "--temp", "0", "-n", "8"], flags].concat();
+        stdout_of(&args, "What is 2+2?\nAnd 3+3?\n")
+    };
+    let cpu = chat(&["--backend", "cpu"]);
+    assert_eq!(chat(&["--backend", "gpu", "-ngl", "1"]), cpu);
+    let shift = |flags: &[&str]| {
+        let args = [
+            &[
+                "run", "-m", tiny, "--raw", "--temp", "0", "-c", "24", "-n", "40",
+            ][..],
+            &["--context-shift"],
+            flags,
+            &["The capital of France is"],
+        ]
+        .concat();
+        stdout_of(&args, "")
+    };
+    let cpu = shift(&["--backend", "cpu"]);
+    assert_eq!(shift(&["--backend", "gpu", "-ngl", "2"]), cpu);
+}

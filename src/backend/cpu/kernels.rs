@@ -127,6 +127,47 @@ pub struct GroupCall<'a, A> {
     pub m: usize,
 }
 
+/// Bytes of one 256-value block of 16 rows decoded for the GEMM (`Tiled`): 64 lines of signed
+/// bytes (line q holds values 4q..4q + 4 of each row, row after row), then the i32 scale of each
+/// 16 values of each row (16 planes of 16), then each row's f32 block scale.
+pub const DECODED_BLOCK: usize = 4096 + 1024 + 64;
+
+/// Decode 16 weight rows (a grid i-quant or ternary type, whole blocks) into `DECODED_BLOCK`s,
+/// one per block of the rows.
+pub type TileDecode = unsafe fn(rows: &[&[u8]; 16], out: &mut [u8]);
+
+/// What one decoded GEMM call computes: the 16 rows decoded in `decoded` (`blocks` blocks) against
+/// `tokens`, as `GroupCall`, each result times `factor` (the type's fixed fraction of its scales).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub struct TiledCall<'a, A> {
+    pub decoded: &'a [u8],
+    pub blocks: usize,
+    pub factor: f32,
+    pub x: &'a [A],
+    pub stride: usize,
+    pub tokens: Range<usize>,
+    pub out: *mut f32,
+    pub m: usize,
+}
+
+/// A type the GEMM takes decoded, 16 rows at a time, for a prefill: the rows turned into signed
+/// bytes once for all its tokens (`decode`), then multiplied as the repacked types are (`gemm`),
+/// with the bits of the row kernels (x86 `gemm/decoded.rs`), as llama.cpp's tiled path does for
+/// the types it cannot repack.
+pub struct Tiled<A> {
+    pub decode: TileDecode,
+    pub factor: f32,
+    pub gemm: unsafe fn(&TiledCall<A>),
+}
+
+impl<A> Clone for Tiled<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Tiled<A> {}
+
 /// The kernels of a quantized type against activations in blocks `A`.
 pub struct QuantKernels<A> {
     pub dot: Dot<A>,
@@ -134,6 +175,8 @@ pub struct QuantKernels<A> {
     pub dot8: Option<Dot8<A>>,
     /// Where the type is repacked at load: the GEMM kernel over its packed layout.
     pub packed: Option<PackedKernel<A>>,
+    /// Where the GEMM takes the type decoded on the fly.
+    pub tiled: Option<Tiled<A>>,
 }
 
 impl<A> Clone for QuantKernels<A> {
@@ -156,6 +199,7 @@ macro_rules! row_kernels {
             dot4: Some(|w, x| unsafe { $kernel::<$t, 4>(w, x) }),
             dot8: None,
             packed: None,
+            tiled: None,
         }
     };
     // A kernel written for one type only, `$kernel::<R>`.
@@ -166,6 +210,7 @@ macro_rules! row_kernels {
             dot4: Some(|w, x| unsafe { $kernel::<4>(w, x) }),
             dot8: None,
             packed: None,
+            tiled: None,
         }
     };
     // With the eight-row form too.
@@ -176,6 +221,7 @@ macro_rules! row_kernels {
             dot4: Some(|w, x| unsafe { $kernel::<$t, 4>(w, x) }),
             dot8: Some(|w, x| unsafe { $kernel::<$t, 8>(w, x) }),
             packed: None,
+            tiled: None,
         }
     };
 }

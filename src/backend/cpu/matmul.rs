@@ -8,7 +8,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::kernels::{
-    ActBlock, ActFormat, BlockQ8, BlockQ8K, Dot, Dot4, Dot8, GroupCall, PackedKernel,
+    ActBlock, ActFormat, BlockQ8, BlockQ8K, DECODED_BLOCK, Dot, Dot4, Dot8, GroupCall,
+    PackedKernel, Tiled, TiledCall,
 };
 use super::{CpuBackend, CpuWeight, SharedOut, repack};
 
@@ -17,7 +18,13 @@ thread_local! {
     static Q8K_SCRATCH: RefCell<Vec<BlockQ8K>> = const { RefCell::new(Vec::new()) };
     /// Σ of each Q8 block's values (the GEMM kernels' offset correction).
     static XSUM_SCRATCH: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+    /// 16 weight rows decoded for the GEMM (`Tiled`).
+    static DECODED_SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
+
+/// Tokens from which a type with a decoded GEMM takes it instead of its row kernels: below, the
+/// decoding of 16 rows costs more than the GEMM saves.
+const TILED_MIN_TOKENS: usize = 8;
 
 /// The per-thread buffer a pass quantizes its input into, kept between passes.
 trait Scratch: ActBlock {
@@ -92,6 +99,7 @@ struct Job<'a, A> {
     dot: Dot<A>,
     dot4: Option<Dot4<A>>,
     dot8: Option<Dot8<A>>,
+    tiled: Option<Tiled<A>>,
 }
 
 impl CpuBackend {
@@ -136,6 +144,7 @@ impl CpuBackend {
                         dot: self.kernels.dot_f32(w.tensor.dtype),
                         dot4: None,
                         dot8: None,
+                        tiled: None,
                     })
                     .collect();
                 self.run_jobs(&jobs, rows, x, k);
@@ -189,6 +198,7 @@ impl CpuBackend {
                         dot: kernels.dot,
                         dot4: kernels.dot4,
                         dot8: kernels.dot8,
+                        tiled: kernels.tiled,
                     }
                 })
                 .collect();
@@ -224,6 +234,16 @@ impl CpuBackend {
             });
             return;
         }
+        if rows >= TILED_MIN_TOKENS && jobs.iter().any(|j| tiles(j).is_some()) {
+            let (tiled, plain): (Vec<&Job<A>>, Vec<&Job<A>>) =
+                jobs.iter().partition(|j| tiles(j).is_some());
+            self.run_tiled(&tiled, rows, acts, act_stride);
+            let plain: Vec<Job<A>> = plain
+                .into_iter()
+                .map(|j| Job { tiled: None, ..*j })
+                .collect();
+            return self.run_jobs(&plain, rows, acts, act_stride);
+        }
         let chunk = self.row_chunk(total);
         let tasks: Vec<(usize, usize, usize)> = jobs
             .iter()
@@ -242,6 +262,7 @@ impl CpuBackend {
                 dot,
                 dot4,
                 dot8,
+                ..
             } = &jobs[ji];
             let m = w.rows;
             // SAFETY: each (i, r) of a job's output is written by exactly one task (r is in this
@@ -275,6 +296,58 @@ impl CpuBackend {
                     }
                 }
             }
+        });
+    }
+
+    /// The decoded-GEMM jobs of a pass (`Tiled`): tasks of a few groups of 16 rows, each group
+    /// decoded once into the thread's scratch and multiplied by every token, in blocks whose
+    /// activations stay in L2.
+    fn run_tiled<A: Sync>(&self, jobs: &[&Job<A>], rows: usize, acts: &[A], stride: usize) {
+        let token_block = packed_token_block::<A>(stride);
+        let groups: usize = jobs.iter().map(|j| j.w.rows / repack::ROWS).sum();
+        let chunk = groups.div_ceil(self.threads * 4).max(1);
+        let mut tasks = Vec::new();
+        for (ji, j) in jobs.iter().enumerate() {
+            let n = j.w.rows / repack::ROWS;
+            tasks.extend(
+                (0..n)
+                    .step_by(chunk)
+                    .map(|g0| (ji, g0, (g0 + chunk).min(n))),
+            );
+        }
+        self.pool.run(tasks.len(), &|i| {
+            let (ji, g0, g1) = tasks[i];
+            let job = jobs[ji];
+            let Some(tiled) = tiles(job) else { return };
+            let w = job.w;
+            let blocks = w.cols / 256;
+            DECODED_SCRATCH.with(|buf| {
+                let mut buf = buf.borrow_mut();
+                buf.resize(blocks * DECODED_BLOCK, 0);
+                for g in g0..g1 {
+                    let rows16: [&[u8]; 16] = std::array::from_fn(|r| w.row(g * repack::ROWS + r));
+                    // SAFETY: the rows are whole blocks of the type the decoder is for, and
+                    // `buf` holds a decoded block for each.
+                    unsafe { (tiled.decode)(&rows16, &mut buf) };
+                    for t0 in (0..rows).step_by(token_block) {
+                        let call = TiledCall {
+                            decoded: &buf,
+                            blocks,
+                            factor: tiled.factor,
+                            x: acts,
+                            stride,
+                            tokens: t0..(t0 + token_block).min(rows),
+                            // In bounds: the output holds `rows × w.rows` values.
+                            out: unsafe { job.out.get().add(g * repack::ROWS) },
+                            m: w.rows,
+                        };
+                        // SAFETY: the call covers this task's group and tokens within `rows`,
+                        // whose outputs no other call writes; the activations hold `rows ×
+                        // stride` blocks.
+                        unsafe { (tiled.gemm)(&call) }
+                    }
+                }
+            });
         });
     }
 
@@ -359,4 +432,10 @@ impl CpuBackend {
             }
         });
     }
+}
+
+/// The decoded GEMM of a job, where its type has one and its rows come in whole groups of 16.
+fn tiles<A>(j: &Job<A>) -> Option<Tiled<A>> {
+    j.tiled
+        .filter(|_| j.w.rows.is_multiple_of(repack::ROWS) && j.w.cols.is_multiple_of(256))
 }

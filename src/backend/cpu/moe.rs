@@ -81,6 +81,7 @@ impl MoeOps for CpuBackend {
                     dot4: None,
                     dot8: None,
                     packed: None,
+                    tiled: None,
                 };
                 self.run_expert_job(&job, x, k, &input_row, &rows)
             }

@@ -44,6 +44,7 @@ pub fn type_kernels(t: GgmlType) -> TypeKernels {
             dot4: None,
             dot8: None,
             packed: None,
+            tiled: None,
         })
     };
     let q8k = |dot: Dot<BlockQ8K>| {
@@ -52,6 +53,7 @@ pub fn type_kernels(t: GgmlType) -> TypeKernels {
             dot4: None,
             dot8: None,
             packed: None,
+            tiled: None,
         })
     };
     match t {

@@ -646,5 +646,9 @@ pub fn q8_kernel(level: Level, t: GgmlType) -> Option<PackedKernel<BlockQ8>> {
     })
 }
 
+mod decoded;
+
+pub use decoded::decoded_kernel;
+
 #[cfg(test)]
 mod tests;

@@ -11,7 +11,7 @@ mod isa;
 mod rows;
 mod rows_iq;
 
-use super::kernels::{Kernels, Level, TypeKernels};
+use super::kernels::{Kernels, Level, Tiled, TypeKernels};
 use super::portable;
 use crate::gguf::GgmlType;
 
@@ -75,6 +75,13 @@ pub unsafe fn kernels(level: Level) -> Kernels {
             }
             (_, Some(mut q8k)) => {
                 q8k.packed = gemm::q8k_kernel(level, t);
+                q8k.tiled = rows_iq::tile_decoder(t)
+                    .zip(gemm::decoded_kernel(level))
+                    .map(|((decode, factor), gemm)| Tiled {
+                        decode,
+                        factor,
+                        gemm,
+                    });
                 TypeKernels::Q8K(q8k)
             }
             _ => match t {

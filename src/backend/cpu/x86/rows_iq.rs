@@ -14,7 +14,9 @@ use std::arch::x86_64::*;
 
 use super::isa::{Avx2, Isa};
 use super::rows::{bytes_from_bits, f16, hsum_f32, load};
-use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, QuantKernels, row_kernels};
+use crate::backend::cpu::kernels::{
+    BlockQ8, BlockQ8K, DECODED_BLOCK, QuantKernels, TileDecode, row_kernels,
+};
 use crate::gguf::GgmlType;
 use crate::gguf::iq::{
     IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_BYTES,
@@ -34,6 +36,17 @@ unsafe fn f16_ptr(p: *const u8) -> f32 {
 #[inline(always)]
 unsafe fn u32_at(p: *const u8) -> u32 {
     unsafe { (p as *const u32).read_unaligned() }
+}
+
+/// The sum of the eight i32 lanes of `v` (exact: the caller keeps it within i32).
+#[inline(always)]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s)
+    }
 }
 
 /// Four 8-byte grid entries as one register, entry 0 in the low bytes.
@@ -378,7 +391,7 @@ unsafe fn grid_rows<V: Isa<I = __m256i>, T: GridQuant, const R: usize>(
             "activations shorter than the weights"
         );
         let ones = _mm256_set1_epi16(1);
-        let mut total = [_mm256_setzero_ps(); R];
+        let mut total = [0f32; R];
         for b in 0..n {
             let p = w.as_ptr().add(b * T::BYTES);
             // SAFETY: b < n (asserted above).
@@ -407,14 +420,13 @@ unsafe fn grid_rows<V: Isa<I = __m256i>, T: GridQuant, const R: usize>(
                     let offset = _mm256_mullo_epi16(bsums, _mm256_set1_epi16(T::OFFSET as i16));
                     acc[k] = _mm256_madd_epi16(_mm256_sub_epi16(acc[k], offset), ones);
                 }
-                total[k] = _mm256_fmadd_ps(
-                    _mm256_set1_ps(d * xb[k].d),
-                    _mm256_cvtepi32_ps(acc[k]),
-                    total[k],
-                );
+                // The block's exact integer sum, then one float step per block: the decoded GEMM
+                // of a prefill (gemm/decoded.rs) takes the same steps, so prefill and generation
+                // give a row the same bits.
+                total[k] = (d * xb[k].d).mul_add(hsum_i32(acc[k]) as f32, total[k]);
             }
         }
-        total.map(|t| T::FACTOR * hsum_f32(t))
+        total.map(|t| T::FACTOR * t)
     }
 }
 
@@ -476,6 +488,74 @@ unsafe fn q1_0_avx2<const R: usize>(w: &[u8], x: [&[BlockQ8]; R]) -> [f32; R] {
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 unsafe fn q1_0_vnni<const R: usize>(w: &[u8], x: [&[BlockQ8]; R]) -> [f32; R] {
     unsafe { q1_0_rows::<Avx2<true>, R>(w, x) }
+}
+
+/// `rows` (whole blocks of `T`) as `DECODED_BLOCK`s (kernels.rs): each block's values as signed
+/// bytes (the grid entries with their signs; the ternary types' codes less their offset), the
+/// scale of each 16 values and the block's float scale, per row; the lines the GEMM reads are the
+/// rows' values four at a time, row after row.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn decode_tile<T: GridQuant>(rows: &[&[u8]; 16], out: &mut [u8]) {
+    unsafe {
+        let n = rows[0].len() / T::BYTES;
+        assert!(
+            rows.iter().all(|r| r.len() == n * T::BYTES) && out.len() >= n * DECODED_BLOCK,
+            "decoded rows of unequal length or too little room"
+        );
+        let mut values = [[0u32; 64]; 16];
+        for b in 0..n {
+            let o = out.as_mut_ptr().add(b * DECODED_BLOCK);
+            let scales = o.add(4096) as *mut i32;
+            let ds = o.add(4096 + 1024) as *mut f32;
+            for (r, row) in rows.iter().enumerate() {
+                let p = row.as_ptr().add(b * T::BYTES);
+                let shared = T::block(p);
+                for j in 0..8 {
+                    let (magnitudes, signs, scale) = T::group(p, shared, j);
+                    let w = if T::OFFSET == 0 {
+                        _mm256_sign_epi8(magnitudes, signs)
+                    } else {
+                        _mm256_sub_epi8(magnitudes, _mm256_set1_epi8(T::OFFSET as i8))
+                    };
+                    _mm256_storeu_si256(values[r].as_mut_ptr().add(8 * j) as *mut __m256i, w);
+                    let (lo, hi) = if T::OFFSET == 0 {
+                        let lanes: [i16; 16] = std::mem::transmute(scale);
+                        (lanes[0] as i32, lanes[8] as i32)
+                    } else {
+                        (1, 1)
+                    };
+                    *scales.add(2 * j * 16 + r) = lo;
+                    *scales.add((2 * j + 1) * 16 + r) = hi;
+                }
+                *ds.add(r) = T::d(p);
+            }
+            let lines = o as *mut u32;
+            for q in 0..64 {
+                for (r, row) in values.iter().enumerate() {
+                    *lines.add(16 * q + r) = row[q];
+                }
+            }
+        }
+    }
+}
+
+/// The decoder of a grid i-quant or ternary type for the decoded GEMM, with its fixed factor.
+pub fn tile_decoder(t: GgmlType) -> Option<(TileDecode, f32)> {
+    fn of<T: GridQuant>() -> (TileDecode, f32) {
+        (decode_tile::<T>, T::FACTOR)
+    }
+    Some(match t {
+        GgmlType::IQ2_XXS => of::<IQ2XXS>(),
+        GgmlType::IQ2_XS => of::<IQ2XS>(),
+        GgmlType::IQ2_S => of::<IQ2S>(),
+        GgmlType::IQ3_XXS => of::<IQ3XXS>(),
+        GgmlType::IQ3_S => of::<IQ3S>(),
+        GgmlType::IQ1_S => of::<IQ1S>(),
+        GgmlType::IQ1_M => of::<IQ1M>(),
+        GgmlType::TQ1_0 => of::<TQ1>(),
+        GgmlType::TQ2_0 => of::<TQ2>(),
+        _ => return None,
+    })
 }
 
 fn grid<T: GridQuant>(vnni: bool) -> QuantKernels<BlockQ8K> {
