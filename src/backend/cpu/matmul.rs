@@ -24,7 +24,7 @@ thread_local! {
 
 /// Tokens from which a type with a decoded GEMM takes it instead of its row kernels: below, the
 /// decoding of 16 rows costs more than the GEMM saves.
-const TILED_MIN_TOKENS: usize = 8;
+pub(super) const TILED_MIN_TOKENS: usize = 8;
 
 /// The per-thread buffer a pass quantizes its input into, kept between passes.
 trait Scratch: ActBlock {
@@ -321,17 +321,15 @@ impl CpuBackend {
             let Some(tiled) = tiles(job) else { return };
             let w = job.w;
             let blocks = w.cols / 256;
-            DECODED_SCRATCH.with(|buf| {
-                let mut buf = buf.borrow_mut();
-                buf.resize(blocks * DECODED_BLOCK, 0);
+            with_decoded_scratch(blocks * DECODED_BLOCK, |buf| {
                 for g in g0..g1 {
                     let rows16: [&[u8]; 16] = std::array::from_fn(|r| w.row(g * repack::ROWS + r));
                     // SAFETY: the rows are whole blocks of the type the decoder is for, and
                     // `buf` holds a decoded block for each.
-                    unsafe { (tiled.decode)(&rows16, &mut buf) };
+                    unsafe { (tiled.decode)(&rows16, buf) };
                     for t0 in (0..rows).step_by(token_block) {
                         let call = TiledCall {
-                            decoded: &buf,
+                            decoded: buf,
                             blocks,
                             factor: tiled.factor,
                             x: acts,
@@ -432,6 +430,15 @@ impl CpuBackend {
             }
         });
     }
+}
+
+/// `f` with the thread's buffer for 16 decoded rows, `len` bytes.
+pub(super) fn with_decoded_scratch<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    DECODED_SCRATCH.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        buf.resize(len, 0);
+        f(&mut buf[..len])
+    })
 }
 
 /// The decoded GEMM of a job, where its type has one and its rows come in whole groups of 16.

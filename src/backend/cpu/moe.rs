@@ -6,9 +6,10 @@
 //! otherwise.
 
 use super::kernels::{
-    ActBlock, ActFormat, BlockQ8, BlockQ8K, GroupCall, PackedKernel, QuantKernels,
+    ActBlock, ActFormat, BlockQ8, BlockQ8K, DECODED_BLOCK, GroupCall, PackedKernel, QuantKernels,
+    Tiled, TiledCall,
 };
-use super::matmul::packed_token_block;
+use super::matmul::{TILED_MIN_TOKENS, packed_token_block, with_decoded_scratch};
 use super::{CpuBackend, CpuWeight, SharedOut, repack};
 use crate::backend::{ExpertMatmulParams, MoeOps};
 
@@ -141,7 +142,38 @@ impl CpuBackend {
             } else {
                 Vec::new()
             };
-            return self.run_packed_experts(job, kernel, &q, nb, &xsum, input_row);
+            let gemm = ExpertGemm::Packed(kernel);
+            return self.run_packed_experts(job, gemm, &q, nb, &xsum, input_row);
+        }
+        if let Some(tiled) = kernels
+            .tiled
+            .filter(|_| groups_aligned(job) && k.is_multiple_of(256))
+        {
+            // Experts with enough tokens take the decoded GEMM, the others the row kernels.
+            let (many, few): (Vec<_>, Vec<_>) = job
+                .by_expert
+                .iter()
+                .map(|slots| {
+                    if slots.len() >= TILED_MIN_TOKENS {
+                        (slots.clone(), Vec::new())
+                    } else {
+                        (Vec::new(), slots.clone())
+                    }
+                })
+                .unzip();
+            if many.iter().any(|s| !s.is_empty()) {
+                let gemm = ExpertGemm::Tiled(tiled);
+                let on = ExpertJob {
+                    by_expert: &many,
+                    ..*job
+                };
+                self.run_packed_experts(&on, gemm, &q, nb, &[], input_row);
+                let rest = ExpertJob {
+                    by_expert: &few,
+                    ..*job
+                };
+                return self.run_expert_job(&rest, &q, nb, input_row, &kernels);
+            }
         }
         self.run_expert_job(job, &q, nb, input_row, &kernels)
     }
@@ -222,21 +254,17 @@ impl CpuBackend {
     /// Whether an expert matmul can run on the GEMM kernels: its stack was repacked and each
     /// expert's rows in use start and end on row-group boundaries.
     fn experts_packed(&self, job: &ExpertJob) -> bool {
-        let p = job.p;
-        job.w.packed.is_some()
-            && [p.expert_rows, p.expert_stride, p.row_offset]
-                .iter()
-                .all(|v| v.is_multiple_of(repack::ROWS))
+        job.w.packed.is_some() && groups_aligned(job)
     }
 
-    /// An expert matmul on the packed kernels: the activations of each expert's slots gathered
+    /// An expert matmul on the GEMM kernels (packed, or decoded on the fly): the activations of each expert's slots gathered
     /// side by side, so each expert's row groups run as a small GEMM over its tokens (prefill)
     /// or one token (generation), each weight line read once; results are scattered back to
     /// the slots. `xsum` holds each Q8 block's sum (empty for Q8_K activations).
     fn run_packed_experts<A: Sync + Copy>(
         &self,
         job: &ExpertJob,
-        kernel: PackedKernel<A>,
+        gemm: ExpertGemm<A>,
         acts: &[A],
         stride: usize,
         xsum: &[i32],
@@ -244,9 +272,6 @@ impl CpuBackend {
     ) {
         let p = job.p;
         let m = p.expert_rows;
-        let Some(packed) = job.w.packed.as_ref() else {
-            unreachable!("experts_packed checked the weight is packed")
-        };
         // Slots in expert order: expert `e`'s are `order[first[i]..first[i + 1]]`.
         let used: Vec<usize> = (0..job.by_expert.len())
             .filter(|&e| !job.by_expert[e].is_empty())
@@ -298,27 +323,59 @@ impl CpuBackend {
             let (ui, tokens, local_groups) = tasks[i].clone();
             let slots = first[ui]..first[ui + 1];
             let group0 = (used[ui] * p.expert_stride + p.row_offset) / repack::ROWS;
+            let x = &x[slots.start * stride..slots.end * stride];
             for g in local_groups {
-                let call = GroupCall {
-                    p: packed,
-                    group: group0 + g,
-                    x: &x[slots.start * stride..slots.end * stride],
-                    stride,
-                    xsum: if xsum.is_empty() {
-                        &[]
-                    } else {
-                        &xsum[slots.start * stride..slots.end * stride]
-                    },
-                    tokens: tokens.clone(),
-                    // In bounds: `y` holds `m` values for each slot of `order`.
-                    out: unsafe { y_out.get().add(slots.start * m + g * repack::ROWS) },
-                    m,
-                };
-                // SAFETY: the kernel's level was detected; the group lies in the
-                // packed stack (the expert's rows are within its block and group-aligned), the
-                // tokens within the expert's slots, and each (group, token) is written by this
-                // task alone.
-                unsafe { kernel(&call) }
+                // In bounds: `y` holds `m` values for each slot of `order`.
+                let out = unsafe { y_out.get().add(slots.start * m + g * repack::ROWS) };
+                match gemm {
+                    ExpertGemm::Packed(kernel) => {
+                        let Some(packed) = job.w.packed.as_ref() else {
+                            unreachable!("experts_packed checked the weight is packed")
+                        };
+                        let call = GroupCall {
+                            p: packed,
+                            group: group0 + g,
+                            x,
+                            stride,
+                            xsum: if xsum.is_empty() {
+                                &[]
+                            } else {
+                                &xsum[slots.start * stride..slots.end * stride]
+                            },
+                            tokens: tokens.clone(),
+                            out,
+                            m,
+                        };
+                        // SAFETY: the kernel's level was detected; the group lies in the
+                        // packed stack (the expert's rows are within its block and
+                        // group-aligned), the tokens within the expert's slots, and each
+                        // (group, token) is written by this task alone.
+                        unsafe { kernel(&call) }
+                    }
+                    ExpertGemm::Tiled(tiled) => {
+                        let first_row = (group0 + g) * repack::ROWS;
+                        let rows: [&[u8]; 16] = std::array::from_fn(|r| job.w.row(first_row + r));
+                        let blocks = job.w.cols / 256;
+                        with_decoded_scratch(blocks * DECODED_BLOCK, |buf| {
+                            // SAFETY: the rows are whole blocks of the decoder's type and the
+                            // buffer holds one decoded block each.
+                            unsafe { (tiled.decode)(&rows, buf) };
+                            let call = TiledCall {
+                                decoded: buf,
+                                blocks,
+                                factor: tiled.factor,
+                                x,
+                                stride,
+                                tokens: tokens.clone(),
+                                out,
+                                m,
+                            };
+                            // SAFETY: the call covers this task's group and tokens, as for
+                            // the packed kernels.
+                            unsafe { (tiled.gemm)(&call) }
+                        });
+                    }
+                }
             }
         });
         let out = job.out.get();
@@ -330,7 +387,23 @@ impl CpuBackend {
     }
 }
 
+/// The GEMM an expert matmul runs on: over the repacked stack, or over rows decoded per group.
+#[derive(Clone, Copy)]
+enum ExpertGemm<A> {
+    Packed(PackedKernel<A>),
+    Tiled(Tiled<A>),
+}
+
+/// Whether each expert's rows in use start and end on row-group boundaries.
+fn groups_aligned(job: &ExpertJob) -> bool {
+    let p = job.p;
+    [p.expert_rows, p.expert_stride, p.row_offset]
+        .iter()
+        .all(|v| v.is_multiple_of(repack::ROWS))
+}
+
 /// One expert matmul: the weight, which slots each expert serves, and where results go.
+#[derive(Clone, Copy)]
 struct ExpertJob<'a> {
     w: &'a CpuWeight,
     by_expert: &'a [Vec<usize>],
@@ -351,7 +424,8 @@ mod tests {
     /// rows (cut out of the stacked weight), for unquantized, 32-block and 256-block types, with
     /// shared and per-slot inputs, and a fused gate/up layout (stride and offset); on the row
     /// kernels (24 rows per expert) and, where the CPU has them, on the packed kernels (32 rows,
-    /// with AVX-512 and AVX2), over more tokens per expert than one token block holds.
+    /// with AVX-512 and AVX2), over more tokens per expert than one token block holds; the grid
+    /// and ternary types on the decoded GEMM where an expert has enough tokens.
     #[test]
     fn expert_matmul_equals_a_matmul_per_expert() {
         for kernels in every_level() {
@@ -372,6 +446,8 @@ mod tests {
                 GgmlType::Q4_0,
                 GgmlType::Q4_K,
                 GgmlType::Q6_K,
+                GgmlType::IQ2_XXS,
+                GgmlType::TQ2_0,
             ] {
                 check_expert_matmul(be, t, k_in, stride, n_exp, tokens, n_used, label);
             }
