@@ -41,6 +41,12 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode> {
         if !a.driver.is_empty() {
             println!("   driver: {}", a.driver);
         }
+        if let Some(m) = a.device_memory {
+            println!(
+                "   memory: {} (device-local heap)",
+                super::placement::size(m)
+            );
+        }
         println!(
             "   limits: storage binding {}, buffer {}, workgroup memory {} KiB, {} invocations, offset alignment {} B",
             mib(a.max_storage_binding),

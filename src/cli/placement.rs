@@ -135,7 +135,7 @@ pub fn place_on(
     let Some(gpu) = gpu else {
         return Ok((Placed::Cpu(Box::new(cpu)), None));
     };
-    let (chosen, fitted) = plan(file, flags, kv, gpu.memory_cap());
+    let (chosen, fitted) = plan(file, flags, kv, gpu.memory_budget());
     let line = describe(file, &chosen);
     if chosen.all_gpu() {
         return Ok((Placed::Gpu(Box::new(gpu)), None));

@@ -37,6 +37,8 @@ pub struct AdapterSummary {
     pub timestamps: bool,
     /// Whether `--backend auto` takes this adapter.
     pub auto: bool,
+    /// Its largest device-local memory heap, where the API reports it (Vulkan).
+    pub device_memory: Option<u64>,
 }
 
 /// `KILN_WGPU_NOOP=1`: wgpu's no-op backend instead of the real ones, an adapter that records and
@@ -133,6 +135,7 @@ fn summary(index: usize, a: &wgpu::Adapter, auto: bool) -> AdapterSummary {
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
         timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
         auto,
+        device_memory: device_local_heap(a),
     }
 }
 
@@ -174,6 +177,9 @@ pub struct Gpu {
     /// A cap on the device memory kiln allocates (`KILN_WGPU_MAX_MEMORY`), for tests and users
     /// sharing a GPU.
     pub max_memory: Option<u64>,
+    /// The size of the adapter's largest device-local memory heap, where the API tells it
+    /// (Vulkan): its VRAM, or an integrated GPU's share of system memory.
+    pub device_memory: Option<u64>,
     /// Trusted kernels keep their bounds checks too (`GpuOptions::checked_shaders`).
     pub checked_shaders: bool,
     /// Matmuls take unrounded activations (`GpuOptions::f32_activations`).
@@ -264,6 +270,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
     let Some(index) = index else { return Ok(None) };
     let adapter = &list[index];
     let info = adapter.get_info();
+    let device_memory = device_local_heap(adapter);
     let limits = adapter.limits();
     let available = adapter.features();
     // The kernels compute in f32 (f16 only as storage, through pack2x16float), so SHADER_F16 is
@@ -315,10 +322,35 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         max_binding,
         weight_binding,
         max_memory: options.max_memory,
+        device_memory,
         checked_shaders: options.checked_shaders,
         f32_activations: options.f32_activations,
         error,
     }))
+}
+
+/// The size of `adapter`'s largest device-local memory heap, read from Vulkan (wgpu reports no
+/// memory sizes); None for other APIs.
+#[cfg(not(target_arch = "wasm32"))]
+fn device_local_heap(adapter: &wgpu::Adapter) -> Option<u64> {
+    // SAFETY: the raw handles serve one read-only query while the adapter (and its instance)
+    // lives, and are not kept.
+    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    let instance = hal.shared_instance().raw_instance();
+    // SAFETY: a valid physical device of this instance.
+    let props =
+        unsafe { instance.get_physical_device_memory_properties(hal.raw_physical_device()) };
+    props
+        .memory_heaps_as_slice()
+        .iter()
+        .filter(|h| h.flags.contains(ash::vk::MemoryHeapFlags::DEVICE_LOCAL))
+        .map(|h| h.size)
+        .max()
+}
+
+#[cfg(target_arch = "wasm32")]
+fn device_local_heap(_adapter: &wgpu::Adapter) -> Option<u64> {
+    None
 }
 
 impl Gpu {

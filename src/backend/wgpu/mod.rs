@@ -120,6 +120,20 @@ impl WgpuBackend {
         self.gpu.max_memory
     }
 
+    /// Bytes of device memory a model may take: the cap, else nine tenths of the adapter's
+    /// device-local heap where the API reports it (the rest for the driver, the display and
+    /// other programs); None when neither is known.
+    pub fn memory_budget(&self) -> Option<u64> {
+        self.gpu
+            .max_memory
+            .or(self.gpu.device_memory.map(|m| m / 10 * 9))
+    }
+
+    /// The size of the adapter's largest device-local memory heap, where the API reports it.
+    pub fn device_memory(&self) -> Option<u64> {
+        self.gpu.device_memory
+    }
+
     /// Bytes of device memory kiln holds now.
     pub fn allocated_bytes(&self) -> u64 {
         self.memory
