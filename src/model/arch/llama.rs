@@ -1,9 +1,10 @@
-//! Llama family: Llama 2/3.x, SmolLM2, Mistral — and the same pre-norm layer serves the Qwen
-//! family with its attention options (qwen.rs). Pre-norm attention and SwiGLU feed-forward, each
-//! added to the residual stream. (Llama 3's frequency scaling is a key every family shares; GGUF
-//! files' interleaved RoPE and Mistral's sliding window are read below.)
+//! Llama family: Llama 2/3.x, SmolLM2, Mistral, Mixtral — and the same pre-norm layer serves the
+//! Qwen family with its attention options (qwen.rs). Pre-norm attention and SwiGLU feed-forward,
+//! each added to the residual stream. (Llama 3's frequency scaling is a key every family shares;
+//! GGUF files' interleaved RoPE, Mixtral's experts and Mistral's sliding window are read below.)
 
 use super::family::{Family, LayerKind};
+use super::moe::{SharedExpert, gguf_experts};
 use super::{AttentionOpts, Step};
 use crate::backend::{Backend, RopeLayout};
 use crate::error::Result;
@@ -31,8 +32,19 @@ pub(crate) const LLAMA: Family = Family {
 };
 
 /// llama.cpp's converter permutes Llama's Q and K rows for interleaved (GPT-J style) RoPE.
-fn gguf_keys(_: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
+/// Mixtral is a llama file with `expert_count`: every block's feed-forward is a mixture of experts
+/// routed as Qwen3 MoE's (softmax, top-k, renormalized; moe.rs), each expert as wide as
+/// `feed_forward_length` (llama.cpp sizes a llama file's experts by it, where the Qwen MoE
+/// families split it among the experts used).
+fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
     c.rope_layout = RopeLayout::Interleaved;
+    if let Some(mut m) = gguf_experts(keys, SharedExpert::No)? {
+        if let Ok(None) = keys.usize("expert_feed_forward_length") {
+            m.expert_ff = keys.need("feed_forward_length")?;
+        }
+        c.intermediate_size = m.expert_ff;
+        c.moe = Some(m);
+    }
     Ok(())
 }
 
