@@ -218,37 +218,41 @@ fn session_properties_hold_on_the_gpu() {
     check_properties(&Model::load(&mf, g).unwrap(), &mf, 3);
 }
 
-/// Qwen3 MoE's tiny model against llama.cpp on the GPU, by golden_qwen3moe's criteria: an f32
-/// KV cache, every top-5 logit within 0.01, the argmax equal wherever the margin is at least
-/// 0.05; every golden prompt, the 961-token one (two 512-token prefill chunks) included; on a
-/// software adapter also with the kernels hardware GPUs get.
+/// Qwen3 MoE's and Mixtral's tiny models against llama.cpp on the GPU, by golden_qwen3moe's and
+/// golden_mixtral's criteria: an f32 KV cache, every top-5 logit within 0.01, the argmax equal
+/// wherever the margin is at least 0.05; every golden prompt, the 961-token one (two 512-token
+/// prefill chunks) included; on a software adapter also with the kernels hardware GPUs get.
 #[test]
-fn qwen3moe_matches_llama_cpp_on_the_gpu() {
-    let file = "qwen3moe-tiny.gguf";
-    let golden = common::golden("llama-cpp-qwen3moe.json");
-    let entry = &golden["models"][file];
-    let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
-    let f32_cache = KvCacheTypes {
-        k: CacheType::F32,
-        v: CacheType::F32,
-    };
-    let steps: usize = entry["greedy"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["steps"].as_array().unwrap().len())
-        .sum();
-    for g in gpu_kernel_variants() {
-        let what = format!("{file} on {}", g.describe());
-        let model = Model::load(&mf, g).unwrap();
-        let report = check_model_with(&model, entry, &EXACT_F32, f32_cache);
-        eprintln!(
-            "{}; worst |Δ| {:.1e}",
-            report.summary(&what),
-            report.worst_ratio * EXACT_F32.abs
-        );
-        report.assert_all(&what);
-        assert_eq!(report.steps, steps, "{what}: every golden step checked");
+fn qwen3moe_and_mixtral_match_llama_cpp_on_the_gpu() {
+    for (file, golden) in [
+        ("qwen3moe-tiny.gguf", "llama-cpp-qwen3moe.json"),
+        ("mixtral-tiny.gguf", "llama-cpp-mixtral.json"),
+    ] {
+        let golden = common::golden(golden);
+        let entry = &golden["models"][file];
+        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+        let f32_cache = KvCacheTypes {
+            k: CacheType::F32,
+            v: CacheType::F32,
+        };
+        let steps: usize = entry["greedy"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["steps"].as_array().unwrap().len())
+            .sum();
+        for g in gpu_kernel_variants() {
+            let what = format!("{file} on {}", g.describe());
+            let model = Model::load(&mf, g).unwrap();
+            let report = check_model_with(&model, entry, &EXACT_F32, f32_cache);
+            eprintln!(
+                "{}; worst |Δ| {:.1e}",
+                report.summary(&what),
+                report.worst_ratio * EXACT_F32.abs
+            );
+            report.assert_all(&what);
+            assert_eq!(report.steps, steps, "{what}: every golden step checked");
+        }
     }
 }
 
