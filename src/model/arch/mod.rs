@@ -472,6 +472,7 @@ impl<B: Backend> Step<'_, B> {
             head_dim: c.head_dim,
             scale: c.attention_scale,
             window: c.layer_window(il),
+            softcap: None,
         };
         b.attention(&s.q, kc, vc, &mut s.attn, &params);
     }
