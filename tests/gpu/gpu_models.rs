@@ -7,7 +7,9 @@
 
 use crate::common;
 
-use common::golden_run::{EXACT_F32, QUANTIZED, RANDOM_QUANTIZED, argmax, check_model_with};
+use common::golden_run::{
+    EXACT_F32, GELU_TABLE_F32, QUANTIZED, RANDOM_QUANTIZED, argmax, check_model_with,
+};
 use common::gpu::{gpu, gpu_kernel_variants, gpu_with};
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
 use kiln::backend::{Backend, CacheType, CoreOps};
@@ -249,6 +251,45 @@ fn qwen3moe_matches_llama_cpp_on_the_gpu() {
         );
         report.assert_all(&what);
         assert_eq!(report.steps, steps, "{what}: every golden step checked");
+    }
+}
+
+/// SmolLM3's and Gemma 2's tiny models against llama.cpp on the GPU, by golden_families.rs's
+/// criteria (an f32 KV cache; SmolLM3 by the tight rule, Gemma 2 by the GELU models'): NoPE
+/// layers, soft-capped attention scores in the tiled prefill, the GQA-folded kernel and split
+/// decode, the final soft cap, a sliding window of 16; every golden prompt, the 961-token one
+/// included; on a software adapter also with the kernels hardware GPUs get.
+#[test]
+fn smollm3_and_gemma2_match_llama_cpp_on_the_gpu() {
+    let f32_cache = KvCacheTypes {
+        k: CacheType::F32,
+        v: CacheType::F32,
+    };
+    for (file, golden, rule) in [
+        ("smollm3-tiny.gguf", "llama-cpp-smollm3.json", &EXACT_F32),
+        ("gemma2-tiny.gguf", "llama-cpp-gemma2.json", &GELU_TABLE_F32),
+    ] {
+        let golden = common::golden(golden);
+        let entry = &golden["models"][file];
+        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+        let steps: usize = entry["greedy"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["steps"].as_array().unwrap().len())
+            .sum();
+        for g in gpu_kernel_variants() {
+            let what = format!("{file} on {}", g.describe());
+            let model = Model::load(&mf, g).unwrap();
+            let report = check_model_with(&model, entry, rule, f32_cache);
+            eprintln!(
+                "{}; worst |Δ| {:.1e}",
+                report.summary(&what),
+                report.worst_ratio * rule.abs
+            );
+            report.assert_all(&what);
+            assert_eq!(report.steps, steps, "{what}: every golden step checked");
+        }
     }
 }
 
