@@ -141,9 +141,9 @@ fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
 
-fn assert_close(a: &[f32], b: &[f32], what: &str) {
+fn assert_close(a: &[f32], b: &[f32], tol: f32, what: &str) {
     let d = max_rel_diff(a, b);
-    assert!(d <= 1e-4, "{what}: logits differ by {d:e} (relative)");
+    assert!(d <= tol, "{what}: logits differ by {d:e} (relative)");
 }
 
 /// A session with an f32 KV cache. On the GPU, prefill (tiled matmul) and decode (mat-vec) sum in
@@ -161,6 +161,11 @@ fn session<B: Backend>(model: &Model<B>, ctx: usize) -> Session<'_, B> {
 /// The seeds' properties on the GPU (or a model split between the GPU and the CPU): cached decode equals recompute; prefill(N) equals
 /// prefill(N−1) then decode; truncate then decode equals a fresh prefill.
 pub fn check_properties<B: Backend>(model: &Model<B>, mf: &ModelFile, steps: usize) {
+    check_properties_within(model, mf, steps, 1e-4);
+}
+
+/// As `check_properties`, with logits equal within `tol` relative to the largest.
+fn check_properties_within<B: Backend>(model: &Model<B>, mf: &ModelFile, steps: usize, tol: f32) {
     let tok = Tokenizer::from_model(mf).unwrap();
     let prompt = tok.encode("The capital of France is", true).unwrap();
     let ctx = prompt.len() + steps + 8;
@@ -181,6 +186,7 @@ pub fn check_properties<B: Backend>(model: &Model<B>, mf: &ModelFile, steps: usi
         assert_close(
             &seen[i],
             &full,
+            tol,
             &format!("{what}: step {i}, cached vs recomputed"),
         );
     }
@@ -190,6 +196,7 @@ pub fn check_properties<B: Backend>(model: &Model<B>, mf: &ModelFile, steps: usi
     assert_close(
         &seen[0],
         &split,
+        tol,
         &format!("{what}: prefill(N) vs prefill(N-1)+decode"),
     );
     s.truncate(prompt.len() - 1).unwrap();
@@ -197,6 +204,7 @@ pub fn check_properties<B: Backend>(model: &Model<B>, mf: &ModelFile, steps: usi
     assert_close(
         &seen[0],
         &after,
+        tol,
         &format!("{what}: truncate+decode vs fresh prefill"),
     );
 }
@@ -207,6 +215,24 @@ fn session_properties_hold_on_the_gpu() {
         let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
         let Some(model) = load(&mf) else { return };
         check_properties(&model, &mf, 6);
+    }
+    // The SmolLM3 and Gemma 2 files tie an F16 embedding as their LM head, whose activations are
+    // rounded to f16 as llama.cpp rounds them: a last-bit difference between prefill and decode
+    // becomes a whole f16 step (SmolLM3: 1.8e-4 relative in the logits). Checked unrounded. Gemma
+    // 2's GELU takes its input rounded to f16 as llama.cpp's table does, which no option turns off:
+    // 1e-3 for it (a stale or misplaced cache row moves these logits by far more). 12 steps on
+    // gemma2-tiny take 5 prompt tokens past its window of 16.
+    for (m, steps, tol) in [
+        ("smollm3-tiny.gguf", 6, 1e-4),
+        ("gemma2-tiny.gguf", 12, 1e-3),
+    ] {
+        let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
+        let options = GpuOptions {
+            f32_activations: true,
+            ..GpuOptions::default()
+        };
+        let Some(g) = gpu_with(options) else { return };
+        check_properties_within(&Model::load(&mf, g).unwrap(), &mf, steps, tol);
     }
     // A quantized model's matmuls round their activations to 8 bits as the CPU's do, which turns
     // the last-bit differences of prefill's and decode's kernels into whole steps (SmolLM2: 2e-2
