@@ -3,8 +3,8 @@
 //! and its layer: `llama.rs` (Llama, SmolLM2, Mistral; its layer also serves Qwen), `qwen.rs`
 //! (Qwen2, Qwen3), `qwen3moe.rs` (Qwen3 MoE: Qwen3's layer over the mixture of experts in
 //! `moe.rs`), `smollm3.rs` (Llama's layer, NoPE every fourth), `gemma3.rs` (its layer also serves
-//! `gemma2.rs`, which soft-caps attention scores and logits), `qwen35.rs` (Qwen3.5, over the Gated DeltaNet block in `delta_net.rs`
-//! and the experts in `moe.rs`). `FAMILIES` below lists them.
+//! `gemma2.rs`, which soft-caps attention scores and logits), `qwen35.rs` (Qwen3.5, over the Gated
+//! DeltaNet block in `delta_net.rs` and the experts in `moe.rs`). `FAMILIES` below lists them.
 //!
 //! `Model` holds the weights on a backend; `Step` is one batched forward call over a chunk of
 //! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each
