@@ -27,7 +27,7 @@ fn kiln_json(file: &str, args: &[&str]) -> Value {
 
 /// Greedy `kiln run` from each short golden prompt gives llama.cpp's tokens up to its first close
 /// call (margin below `margin`: golden_families.rs's rule for the file), with an f32 KV cache as
-/// the goldens were made (an f16 one flips a step of margin 0.2 on the SmolLM3 file).
+/// the goldens were made (with an f16 one llama.cpp itself moves the Gemma 2 file's logits by 2).
 fn run_reproduces_llama_cpp(file: &str, golden: &str, margin: f64) {
     let golden = common::golden(golden);
     for case in golden["models"][file]["greedy"]

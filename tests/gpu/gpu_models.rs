@@ -218,10 +218,10 @@ fn session_properties_hold_on_the_gpu() {
     }
     // The SmolLM3 and Gemma 2 files tie an F16 embedding as their LM head, whose activations are
     // rounded to f16 as llama.cpp rounds them: a last-bit difference between prefill and decode
-    // becomes a whole f16 step (SmolLM3: 1.8e-4 relative in the logits). Checked unrounded. Gemma
-    // 2's GELU takes its input rounded to f16 as llama.cpp's table does, which no option turns off:
-    // 1e-3 for it (a stale or misplaced cache row moves these logits by far more). 12 steps on
-    // gemma2-tiny take 5 prompt tokens past its window of 16.
+    // becomes a whole f16 step (1.8e-4 relative in the logits of an earlier SmolLM3 file). Checked
+    // unrounded. Gemma 2's GELU takes its input rounded to f16 as llama.cpp's table does, which no
+    // option turns off: 1e-3 for it (a stale or misplaced cache row moves these logits by far
+    // more). 12 steps on gemma2-tiny take 5 prompt tokens past its window of 16.
     for (m, steps, tol) in [
         ("smollm3-tiny.gguf", 6, 1e-4),
         ("gemma2-tiny.gguf", 12, 1e-3),
