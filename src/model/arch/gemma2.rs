@@ -11,7 +11,7 @@
 use super::AttentionOpts;
 use super::family::{Family, LayerKind};
 use super::gemma3::{CHAT_TEMPLATE, hf_layer_pattern};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::Arch;
 use crate::model::config::{Activation, GgufKeys, HfKeys, ModelConfig};
 
@@ -47,7 +47,7 @@ fn fixed_facts(c: &mut ModelConfig) {
     c.activation = Activation::GeluTanh;
 }
 
-/// A soft cap: positive, or none.
+/// A soft cap: positive, or none (ModelConfig::validate refuses an infinite one).
 fn cap(v: f64) -> Option<f32> {
     (v > 0.0).then_some(v as f32)
 }
@@ -70,6 +70,7 @@ fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
         .unwrap_or(FINAL_SOFTCAP));
     // llama.cpp's converter adds the 1 of `x·(1+w)` to the norm weights.
     c.norm_weights_include_one = true;
+    // llama.cpp tells the 27B by its 46 layers; its query_pre_attn_scalar is hidden/heads (144).
     let scalar = if c.n_layers == 46 {
         c.hidden_size / c.n_heads.max(1)
     } else {
@@ -99,6 +100,11 @@ fn hf_keys(keys: &HfKeys, c: &mut ModelConfig) -> Result<()> {
     let scalar = keys
         .float("query_pre_attn_scalar")?
         .unwrap_or(c.head_dim as f64);
+    if !(scalar > 0.0 && scalar.is_finite()) {
+        return Err(Error::Format(format!(
+            "config.json: query_pre_attn_scalar {scalar} should be positive"
+        )));
+    }
     c.attention_scale = 1.0 / (scalar as f32).sqrt();
     Ok(())
 }

@@ -288,6 +288,15 @@ impl ModelConfig {
         {
             return bad("norm epsilon and RoPE base must be finite".into());
         }
+        // An infinite cap would turn cap·tanh(x/cap) into NaN.
+        for cap in [self.final_logit_softcap, self.attn_logit_softcap]
+            .into_iter()
+            .flatten()
+        {
+            if !(cap.is_finite() && cap > 0.0) {
+                return bad(format!("a soft cap of {cap} must be positive and finite"));
+            }
+        }
         Ok(())
     }
 }
