@@ -433,3 +433,19 @@ pub fn human_count(n: u64) -> String {
         _ => format!("{:.2} B", n as f64 / 1e9),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ordinal;
+
+    #[test]
+    fn ordinals_read_as_english() {
+        let got: Vec<String> = [1, 2, 3, 4, 6, 11, 12, 13, 21, 22, 112].map(ordinal).into();
+        assert_eq!(
+            got,
+            [
+                "1st", "2nd", "3rd", "4th", "6th", "11th", "12th", "13th", "21st", "22nd", "112th"
+            ]
+        );
+    }
+}
