@@ -1,6 +1,6 @@
-// attention.wgsl — causal multi-head attention with GQA and an optional sliding window, against an
-// f32, f16 or q8_0 KV cache (`K_F16`, `V_F16`, `K_Q8`, `V_Q8`). `PREFILL`: the tiled prefill
-// kernel, a workgroup per (head, 16 query rows). Otherwise `main`, a workgroup per (KV head, query
+// attention.wgsl — causal multi-head attention with GQA, an optional sliding window and an optional
+// soft cap of the scores (Gemma 2), against an f32, f16 or q8_0 KV cache (`K_F16`, `V_F16`, `K_Q8`,
+// `V_Q8`). `PREFILL`: the tiled prefill kernel, a workgroup per (head, 16 query rows). Otherwise `main`, a workgroup per (KV head, query
 // row, split) for the query heads of that KV head (GQA-folded), keys in tiles of 64 with an online
 // softmax in f32; decode splits the key range over several workgroups, each writing (max, sum,
 // unnormalized output) for `reduce` to combine; with one split the result is written directly.
@@ -32,6 +32,7 @@ struct Params {
     rots: u32,        // q8_0: the key cache's rotation | the value cache's << 16 (1: none)
     k_rot_scale: f32, // their 1/√rotation
     v_rot_scale: f32,
+    softcap: f32,     // scores become softcap · tanh(score / softcap); 0: no cap (Gemma 2: 50)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -50,6 +51,17 @@ struct Params {
 @group(0) @binding(5) var<storage, read_write> part: array<f32>;
 
 const NEG: f32 = -1.0e30;
+
+// A score as the softmax takes it: q·k times the scale, soft-capped where the model caps. tanh as
+// (1 − e^(−2|x|)) / (1 + e^(−2|x|)), which cannot overflow; its error is a few ulps of the cap.
+fn score(d: f32) -> f32 {
+    let s = d * p.scale;
+    if (p.softcap <= 0.0) {
+        return s;
+    }
+    let t = exp(-2.0 * abs(s / p.softcap));
+    return p.softcap * sign(s) * (1.0 - t) / (1.0 + t);
+}
 
 #if K_Q8
 // The scale of block b of the key cache.
@@ -245,7 +257,7 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
                 }
                 var v = NEG;
                 if (ok) {
-                    v = sv[rr] * p.scale;
+                    v = score(sv[rr]);
                 }
                 ts[r * BKEYS + c + 16u * u] = v;
             }
@@ -488,7 +500,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             for (var qh = 0u; qh < nh; qh++) {
                 let d = lanes_sum(pd[qh]);
                 if (qh == l8) {
-                    ss[qh * TILE + jt] = select(NEG, d * p.scale, j < kend);
+                    ss[qh * TILE + jt] = select(NEG, score(d), j < kend);
                 }
             }
 #else
@@ -502,7 +514,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 d += lanes[(ks * 8u + l8) * 8u + x];
             }
             if (l8 < nh) {
-                ss[l8 * TILE + jt] = select(NEG, d * p.scale, j < kend);
+                ss[l8 * TILE + jt] = select(NEG, score(d), j < kend);
             }
             workgroupBarrier();
 #endif

@@ -141,6 +141,20 @@ pub struct AttentionParams {
     pub scale: f32,
     /// Sliding window: a query at position p sees keys in (p − window, p]. None: all of [0, p].
     pub window: Option<usize>,
+    /// Soft cap of the scaled scores: `cap · tanh(s / cap)` before the softmax (Gemma 2).
+    pub softcap: Option<f32>,
+}
+
+impl AttentionParams {
+    /// A score as the softmax takes it: q·k times the scale, soft-capped where the model caps.
+    #[inline]
+    pub fn score(&self, dot: f32) -> f32 {
+        let s = dot * self.scale;
+        match self.softcap {
+            Some(cap) => cap * (s / cap).tanh(),
+            None => s,
+        }
+    }
 }
 
 /// The shapes of one `CoreOps::rope_store_kv` call: this step's queries and keys rotated (RoPE over

@@ -269,10 +269,34 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
             }
             match (c.sliding_window, c.sliding_window_pattern) {
                 (Some(w), Some(p)) => {
-                    println!("  sliding_window      {w} (every {p}th layer global)")
+                    println!(
+                        "  sliding_window      {w} (every {} layer global)",
+                        ordinal(p)
+                    )
                 }
                 (Some(w), None) => println!("  sliding_window      {w} (all layers)"),
                 _ => {}
+            }
+            let nope: Vec<String> = (0..c.n_layers)
+                .filter(|&l| !c.layer_has_rope(l))
+                .map(|l| l.to_string())
+                .collect();
+            if !nope.is_empty() {
+                println!("  no RoPE in layers   {}", nope.join(", "));
+            }
+            if (c.attention_scale - 1.0 / (c.head_dim as f32).sqrt()).abs() > 1e-7 {
+                println!("  attention_scale     {}", c.attention_scale);
+            }
+            match (c.attn_logit_softcap, c.final_logit_softcap) {
+                (None, None) => {}
+                (a, f) => {
+                    let cap = |x: Option<f32>| x.map_or("none".to_string(), |v| v.to_string());
+                    println!(
+                        "  softcaps            attention {}, logits {}",
+                        cap(a),
+                        cap(f)
+                    );
+                }
             }
             println!("  attention_bias      {}", c.attention_bias);
             println!("  qk_norm             {}", c.qk_norm);
@@ -296,6 +320,18 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// "2nd", "3rd", "6th".
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 /// The block schedule of a hybrid model: "R" for a recurrent (Gated DeltaNet) block, "A" for
@@ -395,5 +431,21 @@ pub fn human_count(n: u64) -> String {
         1_000..1_000_000 => format!("{:.1} K", n as f64 / 1e3),
         1_000_000..1_000_000_000 => format!("{:.1} M", n as f64 / 1e6),
         _ => format!("{:.2} B", n as f64 / 1e9),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ordinal;
+
+    #[test]
+    fn ordinals_read_as_english() {
+        let got: Vec<String> = [1, 2, 3, 4, 6, 11, 12, 13, 21, 22, 112].map(ordinal).into();
+        assert_eq!(
+            got,
+            [
+                "1st", "2nd", "3rd", "4th", "6th", "11th", "12th", "13th", "21st", "22nd", "112th"
+            ]
+        );
     }
 }

@@ -104,8 +104,8 @@ impl<B: Backend> Weights<B> {
         let f = Finder { file, backend };
         let (h, q, kv, hd) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.head_dim);
         let layer_kind = c.arch.family().layer;
-        // Gemma 3's layer norms each block's output too.
-        let post_norms = matches!(layer_kind, LayerKind::Gemma3);
+        // Gemma's layer norms each block's output too.
+        let post_norms = matches!(layer_kind, LayerKind::Gemma(_));
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             if matches!(layer_kind, LayerKind::Qwen35) {

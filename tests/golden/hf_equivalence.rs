@@ -1,7 +1,8 @@
 //! The same tiny random model written as a GGUF (llama.cpp's conventions) and as a Hugging Face
 //! directory (config.json + safetensors) runs to the same logits — for the architectures whose
 //! Hugging Face layout the fixtures do not cover: gemma3 (norms stored as w for x·(1+w), four norms
-//! per layer, local/global layers) and qwen2 (Q/K/V biases).
+//! per layer, local/global layers), gemma2 (the same without QK-norm, with soft caps), qwen2 (Q/K/V
+//! biases) and smollm3 (Llama's Q/K rows, which llama.cpp's converter permutes; NoPE layers).
 
 use crate::common;
 
@@ -188,6 +189,13 @@ fn gguf_model(arch: &str, ts: &[Tensor]) -> ModelFile {
         w.kv(&k("attention.sliding_window"), V::U32(4))
             .kv(&k("attention.sliding_window_pattern"), V::U32(2));
     }
+    if arch == "gemma2" {
+        // Gemma 2's pattern (every second layer global) is llama.cpp's default; caps small
+        // enough to bite on these small weights.
+        w.kv(&k("attention.sliding_window"), V::U32(4))
+            .kv(&k("attn_logit_softcapping"), V::F32(0.5))
+            .kv(&k("final_logit_softcapping"), V::F32(2.0));
+    }
     for t in ts {
         // llama.cpp's converter stores Gemma's norms as 1 + w (in f32).
         let v: Vec<f32> = if t.gemma_norm {
@@ -195,12 +203,34 @@ fn gguf_model(arch: &str, ts: &[Tensor]) -> ModelFile {
         } else {
             t.values.clone()
         };
+        // llama.cpp's converter permutes Llama's (and SmolLM3's) Q/K rows for interleaved RoPE.
+        let permuted = arch == "smollm3"
+            && (t.gguf.ends_with("attn_q.weight") || t.gguf.ends_with("attn_k.weight"));
+        let v = if permuted {
+            interleave_rows(&v, t.dims[0])
+        } else {
+            v
+        };
         let dims: Vec<u64> = t.dims.iter().map(|&d| d as u64).collect();
         w.f32_tensor(&t.gguf, &dims, &v);
     }
     let g =
         GgufFile::from_bytes(std::path::Path::new(&format!("{arch}.gguf")), &w.to_bytes()).unwrap();
     ModelFile::from_gguf(g).unwrap()
+}
+
+/// Rows of `row` values in llama.cpp's permuted order: per head of HEAD_DIM rows, the first and
+/// second halves interleaved (row 2i from row i, row 2i + 1 from row i + HEAD_DIM / 2).
+fn interleave_rows(v: &[f32], row: usize) -> Vec<f32> {
+    let half = HEAD_DIM / 2;
+    let rows = v.len() / row;
+    let mut out = Vec::with_capacity(v.len());
+    for r in 0..rows {
+        let (head, j) = (r / HEAD_DIM, r % HEAD_DIM);
+        let src = head * HEAD_DIM + j / 2 + (j % 2) * half;
+        out.extend_from_slice(&v[src * row..(src + 1) * row]);
+    }
+    out
 }
 
 fn hf_model(dir: &std::path::Path, config: serde_json::Value, ts: &[Tensor]) -> ModelFile {
@@ -267,6 +297,64 @@ fn gemma3_hf_directory_runs_like_its_gguf() {
     assert_eq!(hf.config.sliding_window_pattern, Some(2));
     assert!(!hf.config.norm_weights_include_one && gguf.config.norm_weights_include_one);
     assert_same(&logits(&gguf, &IDS), &logits(&hf, &IDS), "gemma3");
+}
+
+#[test]
+fn gemma2_hf_directory_runs_like_its_gguf() {
+    let mut ts = tensors(true, false);
+    ts.retain(|t| !t.gguf.contains("attn_q_norm") && !t.gguf.contains("attn_k_norm"));
+    let gguf = gguf_model("gemma2", &ts);
+    let dir = tempfile::tempdir().unwrap();
+    // No layer_types: Gemma 2's alternation is the default.
+    let config = serde_json::json!({
+        "model_type": "gemma2", "vocab_size": VOCAB, "hidden_size": HIDDEN,
+        "intermediate_size": FF, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM, "rms_norm_eps": 1e-6,
+        "rope_theta": 1e6, "sliding_window": 4, "query_pre_attn_scalar": HEAD_DIM,
+        "attn_logit_softcapping": 0.5, "final_logit_softcapping": 2.0,
+        "max_position_embeddings": 256, "tie_word_embeddings": true
+    });
+    let hf = hf_model(dir.path(), config, &ts);
+    for c in [&hf.config, &gguf.config] {
+        assert_eq!(c.sliding_window_pattern, Some(2));
+        assert_eq!(
+            (c.attn_logit_softcap, c.final_logit_softcap),
+            (Some(0.5), Some(2.0))
+        );
+        assert!(!c.qk_norm);
+    }
+    assert_same(&logits(&gguf, &IDS), &logits(&hf, &IDS), "gemma2");
+}
+
+#[test]
+fn smollm3_hf_directory_runs_like_its_gguf() {
+    let ts = tensors(false, false);
+    let gguf = gguf_model("smollm3", &ts);
+    let config = |nope: serde_json::Value| {
+        serde_json::json!({
+            "model_type": "smollm3", "vocab_size": VOCAB, "hidden_size": HIDDEN,
+            "intermediate_size": FF, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+            "num_key_value_heads": KV_HEADS, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+            "max_position_embeddings": 256, "tie_word_embeddings": true,
+            "no_rope_layers": nope
+        })
+    };
+    // Two layers: llama.cpp's NoPE step of 4 leaves both rotating, as [1, 1] says.
+    let dir = tempfile::tempdir().unwrap();
+    let hf = hf_model(dir.path(), config(serde_json::json!([1, 1])), &ts);
+    assert_eq!(gguf.config.nope_layers, [false, false]);
+    assert_same(&logits(&gguf, &IDS), &logits(&hf, &IDS), "smollm3");
+    // config.json's list decides: the second layer without RoPE moves the logits.
+    let dir = tempfile::tempdir().unwrap();
+    let nope = hf_model(dir.path(), config(serde_json::json!([1, 0])), &ts);
+    assert_eq!(nope.config.nope_layers, [false, true]);
+    let (a, b) = (logits(&hf, &IDS), logits(&nope, &IDS));
+    let moved = a
+        .iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(moved > 1e-3, "a NoPE layer changed nothing ({moved})");
 }
 
 #[test]

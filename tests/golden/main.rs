@@ -6,6 +6,7 @@ mod common;
 
 mod chat_template;
 mod dequant;
+mod golden_families;
 mod golden_mixtral;
 mod golden_quants;
 mod golden_qwen35;

@@ -403,6 +403,8 @@ struct AttnCase {
     window: Option<usize>,
     /// Query heads and KV heads.
     heads: (usize, usize),
+    /// Soft cap of the scores (Gemma 2).
+    softcap: Option<f32>,
 }
 
 /// Key and value caches of `len` values, stored in the rotations models use for heads of
@@ -441,6 +443,7 @@ fn attention<B: Backend>(b: &B, c: &AttnCase, rng: &mut Rng) -> Vec<f32> {
         head_dim: c.head_dim,
         scale: 1.0 / (c.head_dim as f32).sqrt(),
         window: c.window,
+        softcap: c.softcap,
     };
     b.attention(&q, &kc, &vc, &mut out, &p);
     download(b, &out, q_len)
@@ -455,8 +458,15 @@ fn compare_attention_within(g: &WgpuBackend, cases: &[AttnCase], limit: f64) {
     for (i, case) in cases.iter().enumerate() {
         let seed = 1000 + i as u64;
         let what = format!(
-            "attention k {} v {} pos {} rows {} head_dim {} window {:?} heads {:?}",
-            case.k, case.v, case.start_pos, case.rows, case.head_dim, case.window, case.heads
+            "attention k {} v {} pos {} rows {} head_dim {} window {:?} heads {:?} softcap {:?}",
+            case.k,
+            case.v,
+            case.start_pos,
+            case.rows,
+            case.head_dim,
+            case.window,
+            case.heads,
+            case.softcap
         );
         check(
             &what,
@@ -477,6 +487,7 @@ fn attention_cases() -> Vec<AttnCase> {
         head_dim,
         window,
         heads: (4, 2),
+        softcap: None,
     };
     vec![
         // Prefill (tiled over keys), every cache-type pair.
@@ -510,6 +521,7 @@ fn q8_0_attention_cases() -> Vec<AttnCase> {
         head_dim,
         window,
         heads: (4, 2),
+        softcap: None,
     };
     vec![
         case(Q8_0, Q8_0, 300, 1, 64, None),
@@ -541,6 +553,7 @@ fn gqa_attention_cases() -> Vec<AttnCase> {
         head_dim,
         window,
         heads,
+        softcap: None,
     };
     vec![
         case((F32, F32), (1, 1), 50, 1, 64, None),
@@ -553,6 +566,31 @@ fn gqa_attention_cases() -> Vec<AttnCase> {
         case((F16, Q8_0), (24, 2), 400, 1, 96, None),
         case((F32, F32), (16, 2), 3, 5, 48, None),
         case((F16, F32), (6, 2), 9, 7, 24, Some(4)),
+    ]
+}
+
+/// Soft-capped scores (Gemma 2: `cap · tanh(s / cap)` before the softmax), with a cap small
+/// enough to bite on these scores (std ~1): the tiled prefill (with a window), the GQA-folded
+/// kernel's prefill rows, decode split and reduced, and a q8_0 cache.
+fn softcap_attention_cases() -> Vec<AttnCase> {
+    use CacheType::{F16, F32, Q8_0};
+    let case = |(k, v), heads, start_pos, rows, head_dim, window| AttnCase {
+        k,
+        v,
+        start_pos,
+        rows,
+        head_dim,
+        window,
+        heads,
+        softcap: Some(0.75),
+    };
+    vec![
+        case((F32, F32), (4, 2), 40, 70, 64, Some(16)),
+        case((F16, F16), (4, 2), 0, 9, 32, None),
+        case((F32, F32), (4, 2), 3, 5, 48, Some(4)),
+        case((F32, F32), (4, 2), 300, 1, 64, None),
+        case((F16, F32), (8, 2), 700, 1, 64, Some(500)),
+        case((Q8_0, Q8_0), (4, 2), 200, 1, 128, None),
     ]
 }
 
@@ -613,6 +651,7 @@ fn shifted_attention<B: Backend>(
         head_dim,
         scale: 1.0 / (head_dim as f32).sqrt(),
         window: None,
+        softcap: None,
     };
     b.attention(&q, &kc, &vc, &mut out, &p);
     download(b, &out, q_len)
@@ -640,6 +679,12 @@ fn rope_store_attention<B: Backend>(
             })
         })
         .collect();
+    // A NoPE layer (rot_dims 0) still binds a table, which it does not read.
+    let table = if table.is_empty() {
+        vec![1.0, 0.0]
+    } else {
+        table
+    };
     let q_len = rows * n_heads * head_dim;
     // Large queries make the softmax sharp, so a wrongly rotated key moves the output far.
     let mut q = upload(b, &rng.vec(q_len, 8.0));
@@ -664,6 +709,7 @@ fn rope_store_attention<B: Backend>(
         head_dim,
         scale: 1.0 / (head_dim as f32).sqrt(),
         window: None,
+        softcap: None,
     };
     b.attention(&q, &kc, &vc, &mut out, &params);
     (download(b, &q, q_len), download(b, &out, q_len))
@@ -685,7 +731,8 @@ fn rope_and_kv_append_match_the_cpu() {
     ];
     for (k_ty, v_ty) in types {
         for layout in [RopeLayout::Neox, RopeLayout::Interleaved] {
-            for (head_dim, rot_dims) in [(64, 64), (32, 8)] {
+            // Full, partial (Qwen3.5) and no rotation (SmolLM3's NoPE layers).
+            for (head_dim, rot_dims) in [(64, 64), (32, 8), (64, 0)] {
                 let what = format!(
                     "RoPE + KV append, {k_ty}/{v_ty} caches, {layout:?}, {rot_dims} of {head_dim} rotated"
                 );
@@ -859,6 +906,12 @@ fn attention_matches_the_cpu() {
 fn gqa_attention_matches_the_cpu() {
     let Some(g) = gpu() else { return };
     compare_attention(&g, &gqa_attention_cases());
+}
+
+#[test]
+fn softcapped_attention_matches_the_cpu() {
+    let Some(g) = gpu() else { return };
+    compare_attention(&g, &softcap_attention_cases());
 }
 
 #[test]

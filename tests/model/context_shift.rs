@@ -31,10 +31,14 @@ fn angle(c: &ModelConfig, il: usize, i: usize, pos: f64) -> f64 {
     pos * freq
 }
 
-/// Rotate one head from position `from` to position `to`: undo RoPE at `from`, apply it at `to`.
+/// Rotate one head from position `from` to position `to`: undo RoPE at `from`, apply it at `to`
+/// (a NoPE layer's keys hold no position, and stay as they are).
 fn rerotate(c: &ModelConfig, il: usize, head: &[f32], from: usize, to: usize) -> Vec<f64> {
     let half = c.head_dim / 2;
     let mut out: Vec<f64> = head.iter().map(|&v| v as f64).collect();
+    if !c.layer_has_rope(il) {
+        return out;
+    }
     for i in 0..half {
         let (a, b) = match c.rope_layout {
             RopeLayout::Interleaved => (2 * i, 2 * i + 1),
@@ -166,6 +170,11 @@ fn re_rotated_keys_equal_keys_rotated_afresh() {
         (
             "qwen3moe-tiny".into(),
             ModelFile::open(&common::fixture("models/qwen3moe-tiny.gguf")).unwrap(),
+        ),
+        // NoPE layers (SmolLM3: every fourth), whose keys a shift moves but does not rotate.
+        (
+            "smollm3-tiny".into(),
+            ModelFile::open(&common::fixture("models/smollm3-tiny.gguf")).unwrap(),
         ),
         // Llama 3 per-frequency divisors, heads of 64.
         (

@@ -1,10 +1,12 @@
 //! The library's properties: sessions (cached equals recomputed, prefill and decode agree), Qwen3.5's recurrent state
-//! and checkpoints, context shift, the Qwen3.5 and Qwen3 MoE file variants converters write, and malformed files.
+//! and checkpoints, context shift, the Qwen3.5, Qwen3 MoE, SmolLM3 and Gemma 2 file variants converters write, and
+//! malformed files.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod context_shift;
+mod family_files;
 mod malformed;
 mod qwen35_files;
 mod qwen3moe_files;

@@ -138,6 +138,9 @@ fn properties_hold_on_the_tiny_models() {
         "qwen35-tiny.gguf",
         "qwen35moe-tiny.gguf",
         "qwen3moe-tiny.gguf",
+        "smollm3-tiny.gguf",
+        // 5 prompt tokens and 12 steps: past the sliding window of 16.
+        "gemma2-tiny.gguf",
     ] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
         check_properties(&mf, "The capital of France is", 12);

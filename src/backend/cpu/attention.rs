@@ -213,7 +213,10 @@ impl Call<'_> {
                 continue;
             }
             let valid = &mut s[a..b];
-            valid.iter_mut().for_each(|x| *x *= self.p.scale);
+            match self.p.softcap {
+                None => valid.iter_mut().for_each(|x| *x *= self.p.scale),
+                Some(_) => valid.iter_mut().for_each(|x| *x = self.p.score(*x)),
+            }
             let m = valid.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
             sc.sum[qi] = (self.kernels.exp_sub)(valid, m);
             if self.v.is_f16() {
@@ -494,7 +497,7 @@ impl CpuBackend {
                 &q[i * q_width + h * hd..i * q_width + (h + 1) * hd],
             );
             let mut scores: Vec<f32> = (lo..=pos)
-                .map(|j| k_cache.dot(kernels, &qh, j * kv_width + kvh * hd) * p.scale)
+                .map(|j| p.score(k_cache.dot(kernels, &qh, j * kv_width + kvh * hd)))
                 .collect();
             let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
             let total = (kernels.exp_sub)(&mut scores, max);
@@ -592,14 +595,15 @@ mod tests {
     }
 
     fn check_chunked_attention(b: &CpuBackend, isa: &str) {
-        // (head_dim, heads, kv heads, window)
+        // (head_dim, heads, kv heads, window, soft cap of the scores)
         let shapes = [
-            (64, 8, 2, None),
-            (128, 6, 2, Some(70)),
-            (256, 4, 1, None),
-            (48, 3, 3, Some(200)),
+            (64, 8, 2, None, None),
+            (128, 6, 2, Some(70), None),
+            (256, 4, 1, None, None),
+            (48, 3, 3, Some(200), None),
+            (64, 4, 2, Some(50), Some(0.5)),
         ];
-        for (hd, nh, nkv, window) in shapes {
+        for (hd, nh, nkv, window, softcap) in shapes {
             // (q8_0 takes the per-row path itself, and only for heads of whole blocks)
             for ty in CacheType::ALL
                 .into_iter()
@@ -619,6 +623,7 @@ mod tests {
                     head_dim: hd,
                     scale: 1.0 / (hd as f32).sqrt(),
                     window,
+                    softcap,
                 };
                 let mut want = vec![0f32; rows * nh * hd];
                 let mut got = vec![0f32; rows * nh * hd];

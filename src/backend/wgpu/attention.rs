@@ -40,7 +40,7 @@ impl WgpuBackend {
         v: &GpuCache,
         splits: usize,
         chunk: usize,
-    ) -> [u32; 16] {
+    ) -> [u32; 17] {
         [
             p.start_pos as u32,
             p.rows as u32,
@@ -58,6 +58,7 @@ impl WgpuBackend {
             (k.rotation | (v.rotation << 16)) as u32,
             k.rot_scale().to_bits(),
             v.rot_scale().to_bits(),
+            p.softcap.unwrap_or(0.0).to_bits(),
         ]
     }
 

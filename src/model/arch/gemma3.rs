@@ -27,7 +27,10 @@ pub(crate) const GEMMA3: Family = Family {
     // norm is pre_feedforward_layernorm.
     hf_tensor_names: &[("post_attention_layernorm", "post_attention_norm")],
     norm_one_plus_weight: true,
-    layer: LayerKind::Gemma3,
+    layer: LayerKind::Gemma(AttentionOpts {
+        qkv_bias: false,
+        qk_norm: true,
+    }),
     chat_template: &CHAT_TEMPLATE,
 };
 
@@ -61,7 +64,7 @@ fn hf_keys(keys: &HfKeys, c: &mut ModelConfig) -> Result<()> {
     fixed_facts(c);
     c.sliding_window = Some(keys.uint("sliding_window")?.unwrap_or(4096)).filter(|&w| w > 0);
     if c.sliding_window.is_some() {
-        c.sliding_window_pattern = Some(hf_layer_pattern(keys, c.n_layers)?);
+        c.sliding_window_pattern = Some(hf_layer_pattern(keys, c.n_layers, 6)?);
     }
     c.rope_theta = keys.float("rope_theta")?.unwrap_or(1e6) as f32;
     c.rope_theta_local = Some(keys.float("rope_local_base_freq")?.unwrap_or(10000.0) as f32);
@@ -73,14 +76,14 @@ fn hf_keys(keys: &HfKeys, c: &mut ModelConfig) -> Result<()> {
     Ok(())
 }
 
-/// Gemma 3's local/global layout: `sliding_window_pattern: 6`, or a `layer_types` list whose
-/// "full_attention" entries must fall on every n-th layer.
-fn hf_layer_pattern(keys: &HfKeys, n_layers: usize) -> Result<usize> {
+/// Gemma's local/global layout: `sliding_window_pattern` (Gemma 3: 6), or a `layer_types` list
+/// whose "full_attention" entries must fall on every n-th layer; `default` without either.
+pub(crate) fn hf_layer_pattern(keys: &HfKeys, n_layers: usize, default: usize) -> Result<usize> {
     if let Some(p) = keys.get("sliding_window_pattern").and_then(Value::as_u64) {
         return Ok(p as usize);
     }
     let Some(types) = keys.get("layer_types").and_then(Value::as_array) else {
-        return Ok(6);
+        return Ok(default);
     };
     let global: Vec<usize> = types
         .iter()
@@ -103,18 +106,16 @@ fn hf_layer_pattern(keys: &HfKeys, n_layers: usize) -> Result<usize> {
     Ok(pattern)
 }
 
-/// Gemma's turn format; a system message is folded into the first user turn, as Gemma's own
-/// template does.
-const CHAT_TEMPLATE: BuiltinTemplate = BuiltinTemplate {
+/// Gemma's turn format (Gemma 2's too); a system message is folded into the first user turn, as
+/// Gemma's own template does.
+pub(crate) const CHAT_TEMPLATE: BuiltinTemplate = BuiltinTemplate {
     origin: TemplateOrigin::BuiltinGemma,
     source: "{%- if messages[0]['role'] == 'system' -%}{%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for message in loop_messages -%}{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}{{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else '') }}{{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor -%}{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}",
 };
 
-pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
-    let opts = AttentionOpts {
-        qkv_bias: false,
-        qk_norm: true,
-    };
+/// Gemma's layer (Gemma 2 runs it without QK-norm): each block's output is normed again before
+/// the residual add.
+pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>, opts: AttentionOpts) {
     f.norm_input(&l.attn_norm);
     f.attention(l, opts);
     f.norm_output(l.post_attn_norm.as_ref());

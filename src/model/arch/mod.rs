@@ -2,8 +2,9 @@
 //! (a `Family`, family.rs: the names files give it, its own GGUF and config.json keys, its quirks)
 //! and its layer: `llama.rs` (Llama, SmolLM2, Mistral; its layer also serves Qwen), `qwen.rs`
 //! (Qwen2, Qwen3), `qwen3moe.rs` (Qwen3 MoE: Qwen3's layer over the mixture of experts in
-//! `moe.rs`), `gemma3.rs`, `qwen35.rs` (Qwen3.5, over the Gated DeltaNet block in `delta_net.rs`
-//! and the experts in `moe.rs`). `FAMILIES` below lists them.
+//! `moe.rs`), `smollm3.rs` (Llama's layer, NoPE every fourth), `gemma3.rs` (its layer also serves
+//! `gemma2.rs`, which soft-caps attention scores and logits), `qwen35.rs` (Qwen3.5, over the Gated
+//! DeltaNet block in `delta_net.rs` and the experts in `moe.rs`). `FAMILIES` below lists them.
 //!
 //! `Model` holds the weights on a backend; `Step` is one batched forward call over a chunk of
 //! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each
@@ -11,12 +12,14 @@
 
 mod delta_net;
 pub(crate) mod family;
+mod gemma2;
 mod gemma3;
 mod llama;
 mod moe;
 mod qwen;
 mod qwen35;
 mod qwen3moe;
+mod smollm3;
 
 use super::config::{Activation, ModelConfig};
 use super::loader::ModelFile;
@@ -30,11 +33,13 @@ use family::{Family, LayerKind};
 /// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
 /// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
 /// file, one line here, and its `Arch` variant (config/mod.rs).
-pub(crate) const FAMILIES: [&Family; 7] = [
+pub(crate) const FAMILIES: [&Family; 9] = [
     &llama::LLAMA,
+    &smollm3::SMOLLM3,
     &qwen::QWEN2,
     &qwen::QWEN3,
     &qwen3moe::QWEN3_MOE,
+    &gemma2::GEMMA2,
     &gemma3::GEMMA3,
     &qwen35::QWEN35,
     &qwen35::QWEN35_MOE,
@@ -171,7 +176,7 @@ impl<B: Backend> Model<B> {
     /// holds every past token, with no way to take the oldest out.)
     pub fn can_shift_context(&self) -> bool {
         match self.family.layer {
-            LayerKind::Llama(_) | LayerKind::Gemma3 => true,
+            LayerKind::Llama(_) | LayerKind::Gemma(_) => true,
             LayerKind::Qwen35 => false,
         }
     }
@@ -212,6 +217,10 @@ impl<B: Backend> Model<B> {
         for (il, (kc, vc)) in cache.layers.iter_mut().enumerate() {
             b.move_cache_rows(kc, keep + discard, keep, moved, c.kv_dim());
             b.move_cache_rows(vc, keep + discard, keep, moved, c.kv_dim());
+            if !c.layer_has_rope(il) {
+                // Keys without RoPE hold no position to shift.
+                continue;
+            }
             let table = &tables[self.layer_rope[il]];
             b.rope_cache(
                 kc,
@@ -347,7 +356,9 @@ impl<B: Backend> Model<B> {
                 (LayerKind::Llama(opts), Block::Standard(layer)) => {
                     llama::layer(&mut step, layer, opts)
                 }
-                (LayerKind::Gemma3, Block::Standard(layer)) => gemma3::layer(&mut step, layer),
+                (LayerKind::Gemma(opts), Block::Standard(layer)) => {
+                    gemma3::layer(&mut step, layer, opts)
+                }
                 (LayerKind::Qwen35, Block::Standard(_)) => {
                     unreachable!("Qwen3.5 weights load as Qwen3.5 blocks")
                 }
@@ -451,6 +462,8 @@ impl<B: Backend> Step<'_, B> {
     fn rope_store_attend(&mut self, rot_dims: usize) {
         let (m, rows, il) = (self.model, self.rows, self.il);
         let (b, c) = (&m.backend, &m.config);
+        // A NoPE layer (SmolLM3) stores and attends with its queries and keys as projected.
+        let rot_dims = if c.layer_has_rope(il) { rot_dims } else { 0 };
         let s = &mut *self.s;
         let (kc, vc) = &mut self.cache.layers[il];
         let table = &s.rope_tables[m.layer_rope[il]];
@@ -472,6 +485,7 @@ impl<B: Backend> Step<'_, B> {
             head_dim: c.head_dim,
             scale: c.attention_scale,
             window: c.layer_window(il),
+            softcap: c.attn_logit_softcap,
         };
         b.attention(&s.q, kc, vc, &mut s.attn, &params);
     }

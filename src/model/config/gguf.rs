@@ -88,6 +88,8 @@ impl ModelConfig {
                 .f64("final_logit_softcapping")?
                 .filter(|&c| c > 0.0)
                 .map(|c| c as f32),
+            attn_logit_softcap: None,
+            nope_layers: Vec::new(),
             rope_dims: head_dim,
             rope_sections: None,
             delta_net: None,

@@ -65,6 +65,8 @@ impl ModelConfig {
                 .float("final_logit_softcapping")?
                 .filter(|&x| x > 0.0)
                 .map(|x| x as f32),
+            attn_logit_softcap: None,
+            nope_layers: Vec::new(),
             rope_dims: head_dim,
             rope_sections: None,
             delta_net: None,

@@ -30,6 +30,10 @@ pub enum Arch {
     /// Qwen3 mixture of experts (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B): Qwen3's attention, routed
     /// experts in every block and no shared expert.
     Qwen3Moe,
+    /// Gemma 2: Gemma 3's layer without QK-norm, with soft-capped attention scores and logits.
+    Gemma2,
+    /// SmolLM3: Llama's layer with no RoPE in every fourth layer.
+    SmolLM3,
 }
 
 impl Arch {
@@ -142,7 +146,14 @@ pub struct ModelConfig {
     /// Multiplier of q·k (1/sqrt(head_dim), or Gemma's query_pre_attn_scalar).
     pub attention_scale: f32,
     pub activation: Activation,
+    /// Logits become `cap · tanh(logit / cap)` (Gemma 2).
     pub final_logit_softcap: Option<f32>,
+    /// Attention scores (after the scale, before the softmax) become `cap · tanh(s / cap)`
+    /// (Gemma 2).
+    pub attn_logit_softcap: Option<f32>,
+    /// Per layer, true where the layer applies no RoPE (SmolLM3's NoPE layers); empty: every
+    /// layer rotates.
+    pub nope_layers: Vec<bool>,
     /// Leading dimensions of each head that RoPE rotates; the rest pass through (partial
     /// rotary). Equal to head_dim except in Qwen3.5 (`rope.dimension_count`).
     pub rope_dims: usize,
@@ -180,6 +191,11 @@ impl ModelConfig {
             Some(local) if self.layer_is_local(layer) => local,
             _ => self.rope_theta,
         }
+    }
+
+    /// Whether layer `layer` rotates its queries and keys (false for NoPE layers).
+    pub fn layer_has_rope(&self, layer: usize) -> bool {
+        !self.nope_layers.get(layer).copied().unwrap_or(false)
     }
 
     /// RoPE scaling applies to global layers only when local layers have their own base (Gemma 3).
@@ -271,6 +287,15 @@ impl ModelConfig {
         if !(self.rms_norm_eps.is_finite() && self.rope_theta.is_finite() && self.rope_theta > 0.0)
         {
             return bad("norm epsilon and RoPE base must be finite".into());
+        }
+        // An infinite cap would turn cap·tanh(x/cap) into NaN.
+        for cap in [self.final_logit_softcap, self.attn_logit_softcap]
+            .into_iter()
+            .flatten()
+        {
+            if !(cap.is_finite() && cap > 0.0) {
+                return bad(format!("a soft cap of {cap} must be positive and finite"));
+            }
         }
         Ok(())
     }

@@ -1,0 +1,126 @@
+//! The commands on the SmolLM3 and Gemma 2 fixtures as real processes: `kiln run` reproduces
+//! llama.cpp's greedy tokens, and `kiln info` names the architecture and shows what sets it apart
+//! (SmolLM3's NoPE layers; Gemma 2's soft caps and alternating sliding window).
+
+use crate::common;
+
+use serde_json::Value;
+
+fn kiln(file: &str, args: &[&str]) -> std::process::Output {
+    common::kiln()
+        .args(args)
+        .arg("-m")
+        .arg(common::fixture(&format!("models/{file}")))
+        .output()
+        .unwrap()
+}
+
+fn kiln_json(file: &str, args: &[&str]) -> Value {
+    let out = kiln(file, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Greedy `kiln run` from each short golden prompt gives llama.cpp's tokens up to its first close
+/// call (margin below `margin`: golden_families.rs's rule for the file), with an f32 KV cache as
+/// the goldens were made (with an f16 one llama.cpp itself moves the Gemma 2 file's logits by 2).
+fn run_reproduces_llama_cpp(file: &str, golden: &str, margin: f64) {
+    let golden = common::golden(golden);
+    for case in golden["models"][file]["greedy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(3)
+    {
+        let sure: Vec<u64> = case["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .take_while(|s| s["margin"].as_f64().unwrap() >= margin)
+            .map(|s| s["token"].as_u64().unwrap())
+            .collect();
+        let n = sure.len().to_string();
+        let prompt = case["prompt"].as_str().unwrap();
+        let v = kiln_json(
+            file,
+            &[
+                "run", "--raw", "--temp", "0", "-ctk", "f32", "-ctv", "f32", "-n", &n, "--format",
+                "json", prompt,
+            ],
+        );
+        let got: Vec<u64> = v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_u64().unwrap())
+            .collect();
+        assert_eq!(got, sure, "{file}: kiln run {prompt:?}");
+    }
+    // A plain run prints text and exits 0.
+    let out = kiln(file, &["run", "-n", "8", "hello"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.stdout.is_empty());
+}
+
+/// `kiln info`'s text holds every line of `want`.
+fn info_shows(file: &str, want: &[&str]) {
+    let out = kiln(file, &["info"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for w in want {
+        assert!(text.contains(w), "{w:?} not in {text}");
+    }
+}
+
+#[test]
+fn run_and_info_on_the_smollm3_file() {
+    let file = "smollm3-tiny.gguf";
+    run_reproduces_llama_cpp(file, "llama-cpp-smollm3.json", 0.05);
+    let v = kiln_json(file, &["info", "--format", "json"]);
+    assert_eq!(v["config"]["arch"], "smollm3");
+    let nope: Vec<bool> = (0..8).map(|l| l == 3 || l == 7).collect();
+    assert_eq!(v["config"]["nope_layers"], serde_json::json!(nope));
+    info_shows(
+        file,
+        &[
+            "architecture   smollm3",
+            "rope_layout         Interleaved",
+            "no RoPE in layers   3, 7",
+        ],
+    );
+}
+
+#[test]
+fn run_and_info_on_the_gemma2_file() {
+    let file = "gemma2-tiny.gguf";
+    run_reproduces_llama_cpp(file, "llama-cpp-gemma2.json", 0.1);
+    let v = kiln_json(file, &["info", "--format", "json"]);
+    assert_eq!(v["config"]["arch"], "gemma2");
+    assert_eq!(v["config"]["attn_logit_softcap"], 50.0);
+    assert_eq!(v["config"]["final_logit_softcap"], 30.0);
+    assert_eq!(v["config"]["qk_norm"], false);
+    info_shows(
+        file,
+        &[
+            "architecture   gemma2",
+            "sliding_window      16 (every 2nd layer global)",
+            "softcaps            attention 50, logits 30",
+            "activation          GeluTanh",
+        ],
+    );
+}
+
+/// A scripted two-turn chat on each: both replies printed, exit 0.
+#[test]
+fn chat_holds_a_conversation_on_the_smollm3_and_gemma2_files() {
+    common::assert_two_turn_chat("smollm3-tiny.gguf");
+    common::assert_two_turn_chat("gemma2-tiny.gguf");
+}
