@@ -1,5 +1,5 @@
 """Goldens for tiny random-weight files of the smaller families (tests/fixtures/make_smollm3_tiny.py,
-make_gemma2_tiny.py): llama.cpp's greedy runs over the prompts of llama-cpp-qwen35.json (the files
+make_gemma2_tiny.py, make_mixtral_tiny.py): llama.cpp's greedy runs over the prompts of llama-cpp-qwen35.json (the files
 carry the same SmolLM2 tokenizer, so the same prompt ids; the last prompt has 961 tokens, two
 512-token ubatches), with an F32 KV cache and flash attention off, as the Qwen3.5 and Qwen3 MoE
 goldens were made. Writes OUT in the goldens' format, one entry per model.
