@@ -15,6 +15,12 @@ enum Storage {
     Owned(Arc<Vec<u8>>),
 }
 
+/// The block index and the rest of a GGUF tensor name `blk.N.rest`; None for other names.
+pub fn block_of(name: &str) -> Option<(usize, &str)> {
+    let (il, rest) = name.strip_prefix("blk.")?.split_once('.')?;
+    Some((il.parse().ok()?, rest))
+}
+
 #[derive(Clone)]
 pub struct Tensor {
     /// Canonical (GGUF-style) name, e.g. `blk.0.attn_q.weight`.

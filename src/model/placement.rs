@@ -69,12 +69,7 @@ impl Footprint {
         let probe = placement(c, n + 1, 0);
         for t in file.tensors() {
             let bytes = t.bytes().len() as u64;
-            let layer = t
-                .name
-                .strip_prefix("blk.")
-                .and_then(|r| r.split_once('.'))
-                .and_then(|(il, part)| il.parse::<usize>().ok().map(|il| (il, part)));
-            match layer {
+            match crate::tensor::block_of(&t.name) {
                 Some((il, part)) if il < n => {
                     if part.contains("_exps") {
                         f.experts[il] += bytes;

@@ -71,10 +71,7 @@ impl Placement {
     /// else the CPU (`lookup_only`: the embedding table is only looked up); the rest with the
     /// output.
     pub fn tensor(&self, name: &str, lookup_only: bool) -> Side {
-        if let Some(rest) = name.strip_prefix("blk.")
-            && let Some((il, part)) = rest.split_once('.')
-            && let Ok(il) = il.parse::<usize>()
-        {
+        if let Some((il, part)) = crate::tensor::block_of(name) {
             return if part.contains("_exps") {
                 self.experts(il)
             } else {

@@ -228,12 +228,7 @@ fn model_type(m: &ModelFile) -> String {
 /// token uses (n_used of n_expert); none of the multi-token-prediction blocks kiln skips.
 fn weight_bytes_per_token(m: &ModelFile) -> u64 {
     let c = &m.config;
-    let skipped = |name: &str| {
-        name.strip_prefix("blk.")
-            .and_then(|r| r.split('.').next())
-            .and_then(|i| i.parse::<usize>().ok())
-            .is_some_and(|i| i >= c.n_layers)
-    };
+    let skipped = |name: &str| crate::tensor::block_of(name).is_some_and(|(i, _)| i >= c.n_layers);
     m.tensors
         .values()
         .map(|t| {

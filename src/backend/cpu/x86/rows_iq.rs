@@ -13,7 +13,7 @@
 use std::arch::x86_64::*;
 
 use super::isa::{Avx2, Isa};
-use super::rows::{bytes_from_bits, f16, hsum_f32, load};
+use super::rows::{bytes_from_bits, f16, hsum_f32, hsum_i32, load};
 use crate::backend::cpu::kernels::{
     BlockQ8, BlockQ8K, DECODED_BLOCK, QuantKernels, TileDecode, row_kernels,
 };
@@ -36,17 +36,6 @@ unsafe fn f16_ptr(p: *const u8) -> f32 {
 #[inline(always)]
 unsafe fn u32_at(p: *const u8) -> u32 {
     unsafe { (p as *const u32).read_unaligned() }
-}
-
-/// The sum of the eight i32 lanes of `v` (exact: the caller keeps it within i32).
-#[inline(always)]
-unsafe fn hsum_i32(v: __m256i) -> i32 {
-    unsafe {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-        _mm_cvtsi128_si32(s)
-    }
 }
 
 /// Four 8-byte grid entries as one register, entry 0 in the low bytes.
