@@ -574,11 +574,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                         acc[qh * 4u + r] *= talpha[qh];
                     }
                 }
-                for (var jj = 0u; jj < cnt; jj++) {
-                    let x = v_at((t0 + jj) * p.kv_stride + ko + d);
-                    for (var qh = 0u; qh < GMAX; qh++) {
-                        if (qh < nh) {
-                            acc[qh * 4u + r] += ss[qh * TILE + jj] * x;
+                // Four values loaded before they are summed, so their loads overlap.
+                for (var j0 = 0u; j0 < cnt; j0 += 4u) {
+                    var xs = vec4<f32>(0.0);
+                    for (var u = 0u; u < 4u; u++) {
+                        if (j0 + u < cnt) {
+                            xs[u] = v_at((t0 + j0 + u) * p.kv_stride + ko + d);
+                        }
+                    }
+                    for (var u = 0u; u < 4u; u++) {
+                        if (j0 + u < cnt) {
+                            for (var qh = 0u; qh < GMAX; qh++) {
+                                if (qh < nh) {
+                                    acc[qh * 4u + r] += ss[qh * TILE + j0 + u] * xs[u];
+                                }
+                            }
                         }
                     }
                 }

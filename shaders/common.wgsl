@@ -38,6 +38,15 @@ fn round_f16(x: f32) -> f32 {
     return unpack2x16float(f16_bits(x)).x;
 }
 
+// Round to nearest even bf16 (NaN kept a NaN).
+fn round_bf16(v: f32) -> f32 {
+    let b = bitcast<u32>(v);
+    if ((b & 0x7fffffffu) > 0x7f800000u) {
+        return v;
+    }
+    return bitcast<f32>((b + 0x7fffu + ((b >> 16u) & 1u)) & 0xffff0000u);
+}
+
 // The gated activations of the feed-forward block, as ggml evaluates them: SiLU x / (1 + e^−x),
 // and GELU-tanh from its f16 table (the input and the result rounded to f16, exact outside ±10).
 fn silu(x: f32) -> f32 {

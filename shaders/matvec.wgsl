@@ -22,6 +22,13 @@
 // workgroup (x, y) computes rows ROWS·x.. of slot y's expert, reading the stacked expert weight
 // in place (`selected` holds each slot's expert; a part of a split weight computes the rows it
 // holds), the input row being the slot's own or its token's.
+// `ROUND_Q8_0`, `ROUND_Q8K`, `ROUND_F16`, `ROUND_BF16` (staged, with subgroups of 8 to 64 lanes):
+// x is rounded as the weight type's CPU dot product takes it (shaders/round_acts.wgsl, bit for
+// bit) as it is read, instead of by a dispatch of its own before the mat-vec. A step's 256
+// values are one Q8_K block or eight Q8_0 blocks: a Q8_0 block's 8 invocations share its largest
+// magnitude by subgroup shuffles; a Q8_K block's is found while the span is staged (subgroup
+// maxima in workgroup memory, read after the staging barrier). Invocations take x's values by
+// their subgroup-based index, so that a Q8_0 block's lanes are one subgroup's.
 // `X4`: x is read as vec4s (k a multiple of 4); otherwise as four scalars, zeros past k (a float
 // weight whose width is not a multiple of 16 is padded with zeros on the device).
 //
@@ -84,6 +91,10 @@ const BLOCK_BYTES: u32 = {{BLOCK_BYTES}}u;
 #else
 var<workgroup> tile: array<u32, {{TILE_WORDS}}>;  // ROWS × TILE_ROW
 var<workgroup> sums: array<vec4<f32>, {{WG}}>;
+#endif
+#if ROUND_Q8K
+// [step of the span][subgroup]: the largest |x| among the subgroup's values of the step.
+var<workgroup> xmax: array<f32, {{XMAX_WORDS}}>;
 #endif
 
 #if TRACE
@@ -229,6 +240,56 @@ fn x4(e: u32, live: bool) -> vec4<f32> {
 #endif
 }
 
+#if ROUND_Q8_0
+// x's values as Q8_0 blocks leave them: d = f16(amax / 127), d · round(x · 127 / amax), amax
+// shared by the block's 8 invocations (consecutive subgroup lanes).
+fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
+    let a = abs(v);
+    var amax = max(max(a.x, a.y), max(a.z, a.w));
+    amax = max(amax, subgroupShuffleXor(amax, 1u));
+    amax = max(amax, subgroupShuffleXor(amax, 2u));
+    amax = max(amax, subgroupShuffleXor(amax, 4u));
+    let d = round_f16(amax / 127.0);
+    var id = 0.0;
+    if (amax != 0.0) {
+        id = 127.0 / amax;
+    }
+    return d * round(v * id);
+}
+#endif
+#if ROUND_Q8K
+// x's values as a Q8_K block leaves them: iscale = −127 / amax, d = 1 / iscale,
+// d · min(round(iscale · x), 127), amax from the subgroups' maxima of step `step`.
+fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
+    var amax = 0.0;
+    for (var i = 0u; i < n_sg; i++) {
+        amax = max(amax, xmax[step * 8u + i]);
+    }
+    if (amax == 0.0) {
+        return vec4<f32>(0.0);
+    }
+    let iscale = -127.0 / amax;
+    let d = 1.0 / iscale;
+    return d * min(round(iscale * v), vec4<f32>(127.0));
+}
+#endif
+#if ROUND_F16
+fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
+    return vec4<f32>(round_f16(v.x), round_f16(v.y), round_f16(v.z), round_f16(v.w));
+}
+#endif
+#if ROUND_BF16
+fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
+    return vec4<f32>(round_bf16(v.x), round_bf16(v.y), round_bf16(v.z), round_bf16(v.w));
+}
+#endif
+#if ROUND_Q8_0 || ROUND_Q8K || ROUND_F16 || ROUND_BF16
+#else
+fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
+    return v;
+}
+#endif
+
 // Workgroup `wid`'s row group, after setting up its slot (EXPERT).
 fn row_group(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 #if EXPERT
@@ -336,6 +397,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #if TRACE
     trace_thread = g * WG + lid;
 #endif
+#if ROUND_Q8_0 || ROUND_Q8K
+    let xl = sg_id * sg_size + sg_lane;
+#else
+    let xl = lid;
+#endif
     var acc = vec4<f32>(0.0);
     for (var v0 = 0u; v0 < p.k; v0 += SPAN) {
         let b0 = value_bytes(v0);
@@ -369,12 +435,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 }
             }
         }
+#if ROUND_Q8K
+        for (var q0 = 0u; q0 < SPAN / 4u; q0 += WG) {
+            let e = v0 + 4u * (q0 + xl);
+            let a = abs(x4(e, e < p.k));
+            let m = subgroupMax(max(max(a.x, a.y), max(a.z, a.w)));
+            if (sg_lane == 0u) {
+                xmax[q0 / WG * 8u + sg_id] = m;
+            }
+        }
+#endif
         workgroupBarrier();
         // 2. Four values a step, for every row.
         for (var q0 = 0u; q0 < SPAN / 4u; q0 += WG) {
-            let e = v0 + 4u * (q0 + lid);
+            let e = v0 + 4u * (q0 + xl);
             let live = e < p.k;
-            let xv = x4(e, live);
+            let xv = round_x(x4(e, live), q0 / WG, n_sg);
             if (live) {
                 for (var s = 0u; s < ROWS; s++) {
                     let sl = slot(g, s);

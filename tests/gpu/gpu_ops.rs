@@ -898,14 +898,18 @@ fn norms_rope_and_elementwise_ops_match_the_cpu() {
 
 #[test]
 fn attention_matches_the_cpu() {
-    let Some(g) = gpu() else { return };
-    compare_attention(&g, &attention_cases());
+    // Software and GPU kernel choices alike (a GPU splits decode keys 16 at a time).
+    for g in gpu_kernel_variants() {
+        compare_attention(&g, &attention_cases());
+    }
 }
 
 #[test]
 fn gqa_attention_matches_the_cpu() {
-    let Some(g) = gpu() else { return };
-    compare_attention(&g, &gqa_attention_cases());
+    // Software and GPU kernel choices alike (a GPU splits decode keys 16 at a time).
+    for g in gpu_kernel_variants() {
+        compare_attention(&g, &gqa_attention_cases());
+    }
 }
 
 #[test]
@@ -916,8 +920,10 @@ fn softcapped_attention_matches_the_cpu() {
 
 #[test]
 fn q8_0_attention_matches_the_cpu() {
-    let Some(g) = gpu() else { return };
-    compare_attention(&g, &q8_0_attention_cases());
+    // Software and GPU kernel choices alike (a GPU splits decode keys 16 at a time).
+    for g in gpu_kernel_variants() {
+        compare_attention(&g, &q8_0_attention_cases());
+    }
 }
 
 /// Far inside the limit above: the GPU's q8_0 attention takes the CPU's arithmetic (the query

@@ -124,7 +124,15 @@ impl WgpuBackend {
             let pos = p.start_pos;
             let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
             let span = pos + 1 - lo;
-            let splits = span.div_ceil(128).clamp(1, 16);
+            // On a GPU a workgroup's keys are a chain of dependent loads: short chunks (16 keys)
+            // over many workgroups (up to 64 splits per KV head) keep its latency short and the
+            // GPU full; a software adapter has few cores to fill and pays per workgroup.
+            let (keys, max_splits) = if self.gpu.caps.software_kernels {
+                (128, 16)
+            } else {
+                (16, 64)
+            };
+            let splits = span.div_ceil(keys).clamp(1, max_splits);
             (splits, span.div_ceil(splits))
         } else {
             (1, 1 << 30)

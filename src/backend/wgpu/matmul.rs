@@ -6,11 +6,9 @@
 
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
-use super::pipelines::{self as kernels, Kernel, MatvecLayout};
+use super::pipelines::{self as kernels, ActRounding, Kernel, MatvecLayout};
 use super::stream::grid;
-use crate::backend::cpu::{ActFormat, activation_format};
 use crate::backend::{CoreOps, GateActivation};
-use crate::gguf::GgmlType;
 
 /// Activation rows up to which a matmul runs as mat-vec (more take the tiled kernel).
 const MATVEC_MAX_ROWS: usize = 1;
@@ -19,39 +17,55 @@ impl WgpuBackend {
     /// The first `values` activations of `x` as a weight of `m`'s type takes them: rounded as the
     /// CPU rounds them (`activation_format`: Q8_0 or Q8_K blocks; f16 or bf16 values) into the
     /// backend's scratch buffer by shaders/round_acts.wgsl, or `x` itself for f32 weights (and
-    /// with `GpuOptions::f32_activations`). A matmul binds the result before its next call
-    /// rounds into the same buffer; the stream runs dispatches in order. The rounding is one
-    /// dispatch per matmul input, as llama.cpp's Vulkan `quantize_q8_1` before its integer-dot
-    /// mat-vecs; an integer-dot path here would take the same blocks instead of their values.
+    /// with `GpuOptions::f32_activations`), and for a mat-vec (`matvec`) that rounds x itself
+    /// (`kernel_rounding`). A matmul binds the result before its next call rounds into the same
+    /// buffer; the stream runs dispatches in order. The rounding is one dispatch per matmul input,
+    /// as llama.cpp's Vulkan `quantize_q8_1` before its integer-dot mat-vecs.
     pub(super) fn weight_input(
         &self,
         x: &GpuBuffer,
         m: &Matrix,
         values: usize,
+        matvec: bool,
     ) -> Option<(wgpu::Buffer, u64)> {
-        if self.gpu.f32_activations {
+        if self.gpu.f32_activations || (matvec && self.kernel_rounding(m).is_some()) {
             return Some((x.dev.buf.clone(), x.dev.id));
         }
-        let (mode, per_invocation) = match (m.dtype, activation_format(m.dtype)) {
-            (GgmlType::F16, _) => (2, 1),
-            (GgmlType::BF16, _) => (3, 1),
-            (_, ActFormat::F32) => return Some((x.dev.buf.clone(), x.dev.id)),
-            (_, ActFormat::Q8) => (0, 32),
-            (_, ActFormat::Q8K) => (1, 256),
+        let Some(rounding) = ActRounding::of(m.dtype) else {
+            return Some((x.dev.buf.clone(), x.dev.id));
         };
         let (buf, id) = self.scratch_buffer(|s| &mut s.rounded, values)?;
         self.run_in(
             &self.fixed.round_acts,
             kernels::round_acts_kernel,
-            &[values as u32, mode],
+            &[values as u32, rounding.mode()],
             &[bind(&x.dev), (&buf, id)],
-            grid((values / per_invocation).div_ceil(64)),
+            grid(values.div_ceil(256)),
         );
         Some((buf, id))
     }
 
+    /// How `m`'s mat-vec kernels round x as they read it: on GPUs (the staged layout) whose
+    /// subgroups are 8 to 64 lanes wide, which the kernels' block maxima need; elsewhere (None)
+    /// `weight_input` rounds x by a dispatch of its own.
+    pub(super) fn kernel_rounding(&self, m: &Matrix) -> Option<ActRounding> {
+        let info = &self.gpu.info;
+        let rounds = self.matvec_layout() == MatvecLayout::Staged
+            && self.gpu.caps.subgroups
+            && info.subgroup_min_size >= 8
+            && info.subgroup_max_size <= 64
+            && !self.gpu.f32_activations;
+        if rounds {
+            ActRounding::of(m.dtype)
+        } else {
+            None
+        }
+    }
+
     pub(super) fn matmul_part(&self, x: &GpuBuffer, m: &Matrix, rows: usize, out: &GpuBuffer) {
-        let Some((input, input_id)) = self.weight_input(x, m, rows * m.cols) else {
+        let Some((input, input_id)) =
+            self.weight_input(x, m, rows * m.cols, rows <= MATVEC_MAX_ROWS)
+        else {
             return;
         };
         for part in &m.parts {
@@ -154,7 +168,9 @@ impl WgpuBackend {
     fn fused_matmuls(&self, x: &GpuBuffer, ms: &[&Matrix], rows: usize, outs: &[&GpuBuffer]) {
         let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows);
         let each = [rows_of(0), rows_of(1), rows_of(2)];
-        let Some((input, input_id)) = self.weight_input(x, ms[0], rows * ms[0].cols) else {
+        let Some((input, input_id)) =
+            self.weight_input(x, ms[0], rows * ms[0].cols, rows <= MATVEC_MAX_ROWS)
+        else {
             return;
         };
         let mut buffers = vec![(&input, input_id)];
@@ -216,7 +232,9 @@ impl WgpuBackend {
         let (Some(g), Some(u)) = (gate.matrix(), up.matrix()) else {
             return;
         };
-        let Some((input, input_id)) = self.weight_input(x, g, rows * g.cols) else {
+        let Some((input, input_id)) =
+            self.weight_input(x, g, rows * g.cols, rows <= MATVEC_MAX_ROWS)
+        else {
             return;
         };
         let buffers = [
@@ -259,8 +277,20 @@ impl WgpuBackend {
     ) -> Kernel {
         let x4 = m.cols.is_multiple_of(4);
         match gated {
-            Some(act) => kernels::matvec_gated_kernel(m.dtype, act, x4, self.matvec_layout()),
-            None => kernels::matvec_kernel(m.dtype, n_weights, x4, self.matvec_layout()),
+            Some(act) => kernels::matvec_gated_kernel(
+                m.dtype,
+                act,
+                x4,
+                self.matvec_layout(),
+                self.kernel_rounding(m),
+            ),
+            None => kernels::matvec_kernel(
+                m.dtype,
+                n_weights,
+                x4,
+                self.matvec_layout(),
+                self.kernel_rounding(m),
+            ),
         }
     }
 

@@ -14,7 +14,12 @@ const MAX_EXPERTS: usize = 1024;
 
 impl WgpuBackend {
     fn expert_kernel_of(&self, m: &Matrix) -> kernels::Kernel {
-        kernels::expert_kernel(m.dtype, m.cols.is_multiple_of(4), self.matvec_layout())
+        kernels::expert_kernel(
+            m.dtype,
+            m.cols.is_multiple_of(4),
+            self.matvec_layout(),
+            self.kernel_rounding(m),
+        )
     }
 
     /// Build ahead the expert mat-vec of a stacked expert weight.
@@ -75,7 +80,7 @@ impl MoeOps for WgpuBackend {
         }
         let per_wg = self.matvec_layout().rows();
         let inputs = if p.per_slot_input { slots } else { p.rows };
-        let Some((input, input_id)) = self.weight_input(x, m, inputs * m.cols) else {
+        let Some((input, input_id)) = self.weight_input(x, m, inputs * m.cols, true) else {
             return;
         };
         for part in &m.parts {

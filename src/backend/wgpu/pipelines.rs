@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use wgpu::util::DeviceExt;
 
 use super::device::Gpu;
+use crate::backend::cpu::{ActFormat, activation_format};
 use crate::backend::{CacheType, GateActivation};
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -131,6 +132,12 @@ impl Kernel {
         self
     }
 
+    /// Invocations per workgroup (`{{WG}}`; 64 unless set).
+    pub fn workgroup(mut self, size: u32) -> Kernel {
+        self.defines.insert("WG", size.to_string());
+        self
+    }
+
     pub fn flag(mut self, name: &'static str) -> Kernel {
         self.defines.insert(name, "1".into());
         self
@@ -247,7 +254,7 @@ impl Pipelines {
 /// adapter has subgroup operations.
 pub(super) fn defines(k: &Kernel, subgroups: bool) -> BTreeMap<&'static str, String> {
     let mut defines = k.defines.clone();
-    defines.insert("WG", "64".into());
+    defines.entry("WG").or_insert_with(|| "64".into());
     if k.grid.is_some() {
         defines.insert("GRID_BINDING", (k.bindings.len() + 1).to_string());
     }
@@ -461,9 +468,53 @@ impl MatvecLayout {
     }
 }
 
+/// How a weight type's dot products round the activations they take (the CPU's
+/// `activation_format`): by shaders/round_acts.wgsl before a kernel, or by the mat-vec itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActRounding {
+    Q8_0 = 0,
+    Q8K = 1,
+    F16 = 2,
+    BF16 = 3,
+}
+
+impl ActRounding {
+    /// None: the activations are taken as they are (f32 weights).
+    pub fn of(t: GgmlType) -> Option<ActRounding> {
+        match (t, activation_format(t)) {
+            (GgmlType::F16, _) => Some(ActRounding::F16),
+            (GgmlType::BF16, _) => Some(ActRounding::BF16),
+            (_, ActFormat::F32) => None,
+            (_, ActFormat::Q8) => Some(ActRounding::Q8_0),
+            (_, ActFormat::Q8K) => Some(ActRounding::Q8K),
+        }
+    }
+
+    /// round_acts.wgsl's `mode`.
+    pub fn mode(self) -> u32 {
+        self as u32
+    }
+
+    fn define(self) -> &'static str {
+        match self {
+            ActRounding::Q8_0 => "ROUND_Q8_0",
+            ActRounding::Q8K => "ROUND_Q8K",
+            ActRounding::F16 => "ROUND_F16",
+            ActRounding::BF16 => "ROUND_BF16",
+        }
+    }
+}
+
 /// The decode mat-vec over `n_weights` weights of type `t` (matvec.wgsl); `x4`: the activation
-/// row is read as vec4s (its length a multiple of 4).
-pub fn matvec_kernel(t: GgmlType, n_weights: usize, x4: bool, layout: MatvecLayout) -> Kernel {
+/// row is read as vec4s (its length a multiple of 4); `rounding`: x rounded by the kernel as it
+/// reads it (staged layout, subgroups of 8 to 64 lanes).
+pub fn matvec_kernel(
+    t: GgmlType,
+    n_weights: usize,
+    x4: bool,
+    layout: MatvecLayout,
+    rounding: Option<ActRounding>,
+) -> Kernel {
     let mut bindings = vec![Read, Read, ReadWrite];
     for _ in 1..n_weights {
         bindings.extend([Read, ReadWrite]);
@@ -486,8 +537,12 @@ pub fn matvec_kernel(t: GgmlType, n_weights: usize, x4: bool, layout: MatvecLayo
         ("TILE_WORDS", layout.rows() * tile_row),
         ("BLOCK_LEN", t.block_len()),
         ("BLOCK_BYTES", t.block_bytes()),
+        ("XMAX_WORDS", span / 256 * 8),
     ] {
         k.defines.insert(name, value.to_string());
+    }
+    if let Some(r) = rounding {
+        k = k.flag(r.define());
     }
     if x4 {
         k = k.flag("X4");
@@ -508,8 +563,9 @@ pub fn matvec_gated_kernel(
     act: GateActivation,
     x4: bool,
     layout: MatvecLayout,
+    rounding: Option<ActRounding>,
 ) -> Kernel {
-    let k = matvec_kernel(t, 2, x4, layout);
+    let k = matvec_kernel(t, 2, x4, layout, rounding);
     match act {
         GateActivation::Silu => k.flag("GLU_SILU"),
         GateActivation::GeluTanh => k.flag("GLU_GELU"),
@@ -667,20 +723,31 @@ pub fn moe_route_kernel() -> Kernel {
 
 /// The expert mat-vec (llama.cpp's mul_mat_id, one activation row per slot) over a stacked
 /// expert weight of type `t`: matvec.wgsl's `EXPERT` variant.
-pub fn expert_kernel(t: GgmlType, x4: bool, layout: MatvecLayout) -> Kernel {
-    let mut k = matvec_kernel(t, 1, x4, layout);
+pub fn expert_kernel(
+    t: GgmlType,
+    x4: bool,
+    layout: MatvecLayout,
+    rounding: Option<ActRounding>,
+) -> Kernel {
+    let mut k = matvec_kernel(t, 1, x4, layout, rounding);
     k.label = "expert_matvec";
     k.bindings.push(Read);
     k.flag("EXPERT")
 }
 
+/// A norm's workgroup: a decode row (2-8 K values) in a few passes, not 32-128 dependent ones.
+const NORM_WG: u32 = 256;
+
 pub fn rms_norm_kernel(into: bool) -> Kernel {
     if into {
         Kernel::new("rms_norm", "norm", &[ReadWrite, Read, Read])
             .flag("INTO")
+            .workgroup(NORM_WG)
             .trusted()
     } else {
-        Kernel::new("rms_norm", "norm", &[ReadWrite, Read]).trusted()
+        Kernel::new("rms_norm", "norm", &[ReadWrite, Read])
+            .workgroup(NORM_WG)
+            .trusted()
     }
 }
 
@@ -688,6 +755,7 @@ pub fn rms_norm_kernel(into: bool) -> Kernel {
 pub fn add_rms_norm_kernel() -> Kernel {
     Kernel::new("add_rms_norm", "norm", &[ReadWrite, Read, ReadWrite, Read])
         .flag("ADD")
+        .workgroup(NORM_WG)
         .trusted()
 }
 
@@ -767,7 +835,7 @@ mod tests {
             d.insert(k, v.to_string());
         }
         // The mat-vec's sizes, without its type flag.
-        let matvec = matvec_kernel(GgmlType::F32, 1, false, MatvecLayout::Staged);
+        let matvec = matvec_kernel(GgmlType::F32, 1, false, MatvecLayout::Staged, None);
         d.extend(matvec.defines.into_iter().filter(|(k, _)| *k != "F32"));
         for (name, _) in SOURCES {
             let text = assemble(name, &d).unwrap();

@@ -4,7 +4,7 @@
 
 use super::buffers::MATRIX_TYPES;
 use super::pipelines::{
-    Kernel, MatvecLayout, assemble, attention_kernel, attention_prefill_kernel,
+    ActRounding, Kernel, MatvecLayout, assemble, attention_kernel, attention_prefill_kernel,
     attention_reduce_kernel, defines, embed_kernel, kv_move_halves_kernel, kv_move_kernel,
     kv_rope_kernel, matmul_kernel, matvec_kernel, rope_kernel, rope_kv_kernel, round_acts_kernel,
     store_kernel,
@@ -19,15 +19,21 @@ fn weight_kernels_validate_for_every_type() {
     for t in MATRIX_TYPES {
         // The kernel, and whether it runs without subgroup operations too (lavapipe's need them).
         let kernels = [
-            (matvec_kernel(t, 1, true, MatvecLayout::Staged), true),
+            (matvec_kernel(t, 1, true, MatvecLayout::Staged, None), true),
             (
-                matvec_kernel(t, 3, false, MatvecLayout::Direct { rows: 2 }),
+                matvec_kernel(t, 3, false, MatvecLayout::Direct { rows: 2 }, None),
                 false,
             ),
             (matmul_kernel(t, 1, None, true, false), true),
             (matmul_kernel(t, 1, None, false, true), false),
             (embed_kernel(t), true),
         ];
+        // The staged mat-vec rounding x itself needs subgroups.
+        let rounding =
+            ActRounding::of(t).map(|r| matvec_kernel(t, 1, true, MatvecLayout::Staged, Some(r)));
+        if let Some(k) = &rounding {
+            validate(k, true, &format!("{t} rounding "));
+        }
         for (k, without) in &kernels {
             for subgroups in [true, false].into_iter().take(1 + *without as usize) {
                 validate(k, subgroups, &format!("{t} "));
