@@ -7,12 +7,16 @@
 //    whole, whatever the block type (18-, 34-, 110- or 210-byte blocks included) and however
 //    rows fall against lines. The block decoders (quants.wgsl) then read the tile, not the
 //    buffer: `word(i)` maps a weight word to its place in the tile.
-// 2. Invocation i takes values 4i, 4i + 4·WG, … of the span: one vec4 of x per step, which
-//    consecutive invocations read as consecutive vec4s, used for all `ROWS` rows.
+// 2. Invocation i takes runs i, i + WG, … of 16 values of the span, each with its four vec4s of
+//    x, for all `ROWS` rows: the decoder's per-run work (a block's scales) is shared by the
+//    run's four calls. (Four values an invocation a step, consecutive invocations reading
+//    consecutive vec4s of x, ran 5–15 % slower on an H200 at decode: x is a few KiB that every
+//    workgroup reads, from L1, so its lines count for less than the decoders' arithmetic.)
 // Each invocation keeps one f32 sum per row (a vec4: ROWS ≤ 4), summed over the workgroup at
-// the end (subgroupAdd and workgroup memory, or a tree). The loads do not depend on the
-// adapter's subgroup width, so a trace (`TRACE`, see src/backend/wgpu/trace.rs) measures them
-// on any adapter.
+// the end (subgroupAdd and workgroup memory, or a tree). One row per workgroup (two for the
+// gated pair) ran fastest on an H200: 266 tokens/s on the 1B shape against 241-251 with two
+// and 205 with four. The loads do not depend on the adapter's subgroup width, so a trace
+// (`TRACE`, see src/backend/wgpu/trace.rs) measures them on any adapter.
 //
 // Up to three weights of one type and width (Q/K/V, gate/up) run as one dispatch over their
 // concatenated rows (`NW2`, `NW3`), each writing its own output. `GLU_SILU` / `GLU_GELU` (with
@@ -22,13 +26,11 @@
 // workgroup (x, y) computes rows ROWS·x.. of slot y's expert, reading the stacked expert weight
 // in place (`selected` holds each slot's expert; a part of a split weight computes the rows it
 // holds), the input row being the slot's own or its token's.
-// `ROUND_Q8_0`, `ROUND_Q8K`, `ROUND_F16`, `ROUND_BF16` (staged, with subgroups of 8 to 64 lanes):
-// x is rounded as the weight type's CPU dot product takes it (shaders/round_acts.wgsl, bit for
-// bit) as it is read, instead of by a dispatch of its own before the mat-vec. A step's 256
-// values are one Q8_K block or eight Q8_0 blocks: a Q8_0 block's 8 invocations share its largest
-// magnitude by subgroup shuffles; a Q8_K block's is found while the span is staged (subgroup
-// maxima in workgroup memory, read after the staging barrier). Invocations take x's values by
-// their subgroup-based index, so that a Q8_0 block's lanes are one subgroup's.
+// `ROUND_Q8_0`, `ROUND_Q8K`, `ROUND_F16`, `ROUND_BF16` (staged): x is rounded as the weight
+// type's CPU dot product takes it (shaders/round_acts.wgsl, bit for bit) as it is read, instead
+// of by a dispatch of its own before the mat-vec. The largest magnitude of each run of x is
+// found while the span is staged (and, for Q8_K, of each 256), in workgroup memory read after
+// the staging barrier: a Q8_0 block is two runs, a Q8_K block sixteen.
 // `X4`: x is read as vec4s (k a multiple of 4); otherwise as four scalars, zeros past k (a float
 // weight whose width is not a multiple of 16 is padded with zeros on the device).
 //
@@ -92,9 +94,10 @@ const BLOCK_BYTES: u32 = {{BLOCK_BYTES}}u;
 var<workgroup> tile: array<u32, {{TILE_WORDS}}>;  // ROWS × TILE_ROW
 var<workgroup> sums: array<vec4<f32>, {{WG}}>;
 #endif
-#if ROUND_Q8K
-// [step of the span][subgroup]: the largest |x| among the subgroup's values of the step.
-var<workgroup> xmax: array<f32, {{XMAX_WORDS}}>;
+#if ROUND_Q8_0 || ROUND_Q8K
+// Per run of 16 values of the span: the largest |x|; then (Q8_K) per 256.
+var<workgroup> run_max: array<f32, {{RUN_WORDS}}>;
+var<workgroup> block_max: array<f32, {{BLOCK_WORDS}}>;
 #endif
 
 #if TRACE
@@ -240,15 +243,9 @@ fn x4(e: u32, live: bool) -> vec4<f32> {
 #endif
 }
 
-#if ROUND_Q8_0
-// x's values as Q8_0 blocks leave them: d = f16(amax / 127), d · round(x · 127 / amax), amax
-// shared by the block's 8 invocations (consecutive subgroup lanes).
-fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
-    let a = abs(v);
-    var amax = max(max(a.x, a.y), max(a.z, a.w));
-    amax = max(amax, subgroupShuffleXor(amax, 1u));
-    amax = max(amax, subgroupShuffleXor(amax, 2u));
-    amax = max(amax, subgroupShuffleXor(amax, 4u));
+// x's values as the weight type's blocks leave them (round_acts.wgsl): the values of run `run`
+// of the span, by the maxima staged with the span.
+fn q8_0_of(v: vec4<f32>, amax: f32) -> vec4<f32> {
     let d = round_f16(amax / 127.0);
     var id = 0.0;
     if (amax != 0.0) {
@@ -256,15 +253,8 @@ fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
     }
     return d * round(v * id);
 }
-#endif
-#if ROUND_Q8K
-// x's values as a Q8_K block leaves them: iscale = −127 / amax, d = 1 / iscale,
-// d · min(round(iscale · x), 127), amax from the subgroups' maxima of step `step`.
-fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
-    var amax = 0.0;
-    for (var i = 0u; i < n_sg; i++) {
-        amax = max(amax, xmax[step * 8u + i]);
-    }
+
+fn q8_k_of(v: vec4<f32>, amax: f32) -> vec4<f32> {
     if (amax == 0.0) {
         return vec4<f32>(0.0);
     }
@@ -272,20 +262,31 @@ fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
     let d = 1.0 / iscale;
     return d * min(round(iscale * v), vec4<f32>(127.0));
 }
+
+#if ROUND_Q8_0
+fn round_x(v: vec4<f32>, run: u32) -> vec4<f32> {
+    let r = min(run, SPAN / 16u - 1u);
+    return q8_0_of(v, max(run_max[r & ~1u], run_max[r | 1u]));
+}
+#endif
+#if ROUND_Q8K
+fn round_x(v: vec4<f32>, run: u32) -> vec4<f32> {
+    return q8_k_of(v, block_max[min(run, SPAN / 16u - 1u) / 16u]);
+}
 #endif
 #if ROUND_F16
-fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
+fn round_x(v: vec4<f32>, run: u32) -> vec4<f32> {
     return vec4<f32>(round_f16(v.x), round_f16(v.y), round_f16(v.z), round_f16(v.w));
 }
 #endif
 #if ROUND_BF16
-fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
+fn round_x(v: vec4<f32>, run: u32) -> vec4<f32> {
     return vec4<f32>(round_bf16(v.x), round_bf16(v.y), round_bf16(v.z), round_bf16(v.w));
 }
 #endif
 #if ROUND_Q8_0 || ROUND_Q8K || ROUND_F16 || ROUND_BF16
 #else
-fn round_x(v: vec4<f32>, step: u32, n_sg: u32) -> vec4<f32> {
+fn round_x(v: vec4<f32>, run: u32) -> vec4<f32> {
     return v;
 }
 #endif
@@ -397,11 +398,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #if TRACE
     trace_thread = g * WG + lid;
 #endif
-#if ROUND_Q8_0 || ROUND_Q8K
-    let xl = sg_id * sg_size + sg_lane;
-#else
-    let xl = lid;
-#endif
     var acc = vec4<f32>(0.0);
     for (var v0 = 0u; v0 < p.k; v0 += SPAN) {
         let b0 = value_bytes(v0);
@@ -435,28 +431,50 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 }
             }
         }
-#if ROUND_Q8K
-        for (var q0 = 0u; q0 < SPAN / 4u; q0 += WG) {
-            let e = v0 + 4u * (q0 + xl);
-            let a = abs(x4(e, e < p.k));
-            let m = subgroupMax(max(max(a.x, a.y), max(a.z, a.w)));
-            if (sg_lane == 0u) {
-                xmax[q0 / WG * 8u + sg_id] = m;
+#if ROUND_Q8_0 || ROUND_Q8K
+        for (var r0 = 0u; r0 < SPAN / 16u; r0 += WG) {
+            let run = r0 + lid;
+            if (run < SPAN / 16u) {
+                let e = v0 + 16u * run;
+                var m = 0.0;
+                for (var c = 0u; c < 4u; c++) {
+                    let a = abs(x4(e + 4u * c, e < p.k));
+                    m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+                }
+                run_max[run] = m;
             }
         }
 #endif
+#if ROUND_Q8K
         workgroupBarrier();
-        // 2. Four values a step, for every row.
-        for (var q0 = 0u; q0 < SPAN / 4u; q0 += WG) {
-            let e = v0 + 4u * (q0 + xl);
-            let live = e < p.k;
-            let xv = round_x(x4(e, live), q0 / WG, n_sg);
+        for (var b = lid; b < SPAN / 256u; b += WG) {
+            var m = 0.0;
+            for (var i = 0u; i < 16u; i++) {
+                m = max(m, run_max[16u * b + i]);
+            }
+            block_max[b] = m;
+        }
+#endif
+        workgroupBarrier();
+        // 2. A run of 16 values a step, for every row: the decoders' per-run work (a block's
+        // scales) is the same for the run's four calls.
+        for (var r0 = 0u; r0 < SPAN / 16u; r0 += WG) {
+            let run = r0 + lid;
+            let e = v0 + 16u * run;
+            let live = run < SPAN / 16u && e < p.k;
+            let x0 = round_x(x4(e, live), run);
+            let x1 = round_x(x4(e + 4u, live), run);
+            let x2 = round_x(x4(e + 8u, live), run);
+            let x3 = round_x(x4(e + 12u, live), run);
             if (live) {
                 for (var s = 0u; s < ROWS; s++) {
                     let sl = slot(g, s);
                     tile_at = select(s * TILE_ROW, 0u, merged);
                     tile_first = select(first_word(sl.row, b0), first_word(head.row, b0), merged);
-                    acc[s] += dot(dq4(sl.row * p.row_bytes, e / 16u, (e / 4u) % 4u), xv);
+                    let rb = sl.row * p.row_bytes;
+                    let r = e / 16u;
+                    acc[s] += dot(dq4(rb, r, 0u), x0) + dot(dq4(rb, r, 1u), x1)
+                        + dot(dq4(rb, r, 2u), x2) + dot(dq4(rb, r, 3u), x3);
                 }
             }
         }

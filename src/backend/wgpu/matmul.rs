@@ -45,17 +45,10 @@ impl WgpuBackend {
         Some((buf, id))
     }
 
-    /// How `m`'s mat-vec kernels round x as they read it: on GPUs (the staged layout) whose
-    /// subgroups are 8 to 64 lanes wide, which the kernels' block maxima need; elsewhere (None)
-    /// `weight_input` rounds x by a dispatch of its own.
+    /// How `m`'s mat-vec kernels round x as they read it: the staged layout (GPUs) does; the
+    /// direct one (software adapters) leaves it to `weight_input`'s dispatch (None).
     pub(super) fn kernel_rounding(&self, m: &Matrix) -> Option<ActRounding> {
-        let info = &self.gpu.info;
-        let rounds = self.matvec_layout() == MatvecLayout::Staged
-            && self.gpu.caps.subgroups
-            && info.subgroup_min_size >= 8
-            && info.subgroup_max_size <= 64
-            && !self.gpu.f32_activations;
-        if rounds {
+        if self.matvec_layout() == MatvecLayout::Staged && !self.gpu.f32_activations {
             ActRounding::of(m.dtype)
         } else {
             None

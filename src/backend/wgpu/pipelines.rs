@@ -452,7 +452,8 @@ fn splice<'a>(
 /// How the decode mat-vec reads its weights (matvec.wgsl).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MatvecLayout {
-    /// Each span of two rows staged in workgroup memory as whole lines (GPUs).
+    /// Each span of a row (of the gate and up rows, gated) staged in workgroup memory as whole
+    /// lines, a run of 16 values an invocation a step (GPUs).
     Staged,
     /// In place, one row per subgroup, `rows` rows per workgroup (software adapters).
     Direct { rows: usize },
@@ -462,7 +463,7 @@ impl MatvecLayout {
     /// Weight rows per workgroup.
     pub fn rows(self) -> usize {
         match self {
-            MatvecLayout::Staged => 2,
+            MatvecLayout::Staged => 1,
             MatvecLayout::Direct { rows } => rows,
         }
     }
@@ -537,7 +538,8 @@ pub fn matvec_kernel(
         ("TILE_WORDS", layout.rows() * tile_row),
         ("BLOCK_LEN", t.block_len()),
         ("BLOCK_BYTES", t.block_bytes()),
-        ("XMAX_WORDS", span / 256 * 8),
+        ("RUN_WORDS", span / 16),
+        ("BLOCK_WORDS", span / 256),
     ] {
         k.defines.insert(name, value.to_string());
     }
@@ -565,7 +567,13 @@ pub fn matvec_gated_kernel(
     layout: MatvecLayout,
     rounding: Option<ActRounding>,
 ) -> Kernel {
-    let k = matvec_kernel(t, 2, x4, layout, rounding);
+    let mut k = matvec_kernel(t, 2, x4, layout, rounding);
+    // Staged, a workgroup computes one output from its gate row and its up row.
+    if layout == MatvecLayout::Staged {
+        let tile_row: usize = k.defines["TILE_ROW"].parse().unwrap_or(0);
+        k.defines.insert("ROWS", "2".into());
+        k.defines.insert("TILE_WORDS", (2 * tile_row).to_string());
+    }
     match act {
         GateActivation::Silu => k.flag("GLU_SILU"),
         GateActivation::GeluTanh => k.flag("GLU_GELU"),

@@ -28,11 +28,14 @@ fn weight_kernels_validate_for_every_type() {
             (matmul_kernel(t, 1, None, false, true), false),
             (embed_kernel(t), true),
         ];
-        // The staged mat-vec rounding x itself needs subgroups.
-        let rounding =
-            ActRounding::of(t).map(|r| matvec_kernel(t, 1, true, MatvecLayout::Staged, Some(r)));
-        if let Some(k) = &rounding {
-            validate(k, true, &format!("{t} rounding "));
+        // The staged mat-vecs rounding x themselves, one weight and two.
+        if let Some(r) = ActRounding::of(t) {
+            for n in [1, 2] {
+                let k = matvec_kernel(t, n, true, MatvecLayout::Staged, Some(r));
+                for subgroups in [true, false] {
+                    validate(&k, subgroups, &format!("{t} rounding "));
+                }
+            }
         }
         for (k, without) in &kernels {
             for subgroups in [true, false].into_iter().take(1 + *without as usize) {

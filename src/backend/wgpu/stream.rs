@@ -77,6 +77,9 @@ pub struct Stream {
     op_times: Vec<OpTime>,
     /// When the last submit went out (host-side timing without timestamp queries).
     submitted_at: Option<Instant>,
+    /// Host time spent building, recording and submitting dispatches, and waiting for reads.
+    host: Duration,
+    read_wait: Duration,
 }
 
 /// Storage bindings a kernel may have, at most.
@@ -145,6 +148,8 @@ impl Stream {
             timing: None,
             op_times: Vec::new(),
             submitted_at: None,
+            host: Duration::ZERO,
+            read_wait: Duration::ZERO,
         }
     }
 
@@ -161,6 +166,7 @@ impl Stream {
         if groups.contains(&0) {
             return;
         }
+        let (started, waited) = (Instant::now(), self.read_wait);
         if buffers.len() > MAX_BINDINGS {
             gpu.fail(format!(
                 "{} binds more than {MAX_BINDINGS} buffers",
@@ -205,6 +211,7 @@ impl Stream {
             self.flush(gpu);
             self.chunk = (2 * self.chunk).min(CHUNK);
         }
+        self.host += started.elapsed().saturating_sub(self.read_wait - waited);
         if host_timed {
             self.wait_and_time(gpu, pipeline.label);
         }
@@ -400,14 +407,22 @@ impl Stream {
     fn collect_times(&mut self, gpu: &Gpu, labels: &[&'static str]) {
         let Some(t) = &self.timing else { return };
         let period_ns = t.period_ns;
-        let Some(bytes) = map_read(gpu, &t.read, labels.len() as u64 * 16) else {
+        let started = Instant::now();
+        let bytes = map_read(gpu, &t.read, labels.len() as u64 * 16);
+        self.read_wait += started.elapsed();
+        let Some(bytes) = bytes else {
             return;
         };
+        // Each timed dispatch on stderr, in order (`KILN_PROFILE_DISPATCHES=1`).
+        let dump = std::env::var_os("KILN_PROFILE_DISPATCHES").is_some();
         for (i, label) in labels.iter().enumerate() {
             let at =
                 |k: usize| u64::from_le_bytes(bytes[k * 8..k * 8 + 8].try_into().unwrap_or([0; 8]));
             let ticks = at(2 * i + 1).saturating_sub(at(2 * i));
             let time = Duration::from_nanos((ticks as f64 * period_ns) as u64);
+            if dump {
+                eprintln!("dispatch {label} {:.1} µs", time.as_secs_f64() * 1e6);
+            }
             self.add_time(label, time);
         }
     }
@@ -430,11 +445,16 @@ impl Stream {
             }));
         }
         let rb = self.readback.clone()?;
+        let (started, waited) = (Instant::now(), self.read_wait);
         self.copy(src, offset, &rb, 0, size4);
         self.flush(gpu);
         self.chunk = FIRST_CHUNK;
         self.readbacks += 1;
-        let mut bytes = map_read(gpu, &rb, size4)?;
+        let submitted = Instant::now();
+        self.host += (submitted - started).saturating_sub(self.read_wait - waited);
+        let bytes = map_read(gpu, &rb, size4);
+        self.read_wait += submitted.elapsed();
+        let mut bytes = bytes?;
         bytes.truncate(size as usize);
         Some(bytes)
     }
@@ -444,6 +464,8 @@ impl Stream {
         self.dispatches = 0;
         self.submits = 0;
         self.readbacks = 0;
+        self.host = Duration::ZERO;
+        self.read_wait = Duration::ZERO;
         self.op_times.clear();
         if on && gpu.caps.timestamps && self.timing.is_none() {
             let n = 2 * CHUNK as u64;
@@ -480,6 +502,14 @@ impl Stream {
                 ("dispatches", self.dispatches),
                 ("submits", self.submits),
                 ("readbacks", self.readbacks),
+                (
+                    "host µs (recording, submitting)",
+                    self.host.as_micros() as u64,
+                ),
+                (
+                    "host µs waiting for reads",
+                    self.read_wait.as_micros() as u64,
+                ),
             ],
         })
     }

@@ -207,10 +207,17 @@ fn trace_matmul(b: &WgpuBackend, w: &Tensor, n: usize) -> (Vec<u32>, usize) {
     run_traced(b, kernel, params, &buffers, groups, 128)
 }
 
-/// Every block type's mat-vec reads whole lines: per subgroup-wide load at least 0.75 of the
-/// lines it touches are needed for its bytes, and all loads together touch at most 10 lines per
-/// KiB of weights (8 is every line once). 64 rows of 2048 values (the 1B shape's width); the
-/// figures print with `--nocapture`.
+/// Every block type's mat-vec reads whole lines of weights: per subgroup-wide load at least 0.75
+/// of the lines it touches are needed for its bytes, and all loads together touch at most 12
+/// lines per KiB of weights (8 is every line once; a workgroup stages one row, so the line two
+/// rows share is loaded by both). 64 rows of 2048 values (the 1B shape's width); the figures
+/// print with `--nocapture`.
+///
+/// x is reported, not held to the bound: an invocation reads its run's four vec4s of x, 64 bytes
+/// apart across a subgroup (0.25), from a vector of a few KiB that every workgroup reads and L1
+/// holds. On an H200 that layout decoded the 1B shape at 241 tokens/s against 230 for four
+/// values an invocation with consecutive vec4s of x (x at 1.00), the decoders' per-run work
+/// counting for more than x's lines.
 #[test]
 fn matvec_loads_touch_few_lines() {
     let Some(b) = backend() else { return };
@@ -227,10 +234,10 @@ fn matvec_loads_touch_few_lines() {
             l.weight_efficiency(),
             l.x_efficiency(),
         );
-        worst = (worst.0.min(l.efficiency()), worst.1.max(per_kib));
+        worst = (worst.0.min(l.weight_efficiency()), worst.1.max(per_kib));
     }
     eprintln!("{report}");
-    assert!(worst.0 >= 0.75 && worst.1 <= 10.0, "{report}");
+    assert!(worst.0 >= 0.75 && worst.1 <= 12.0, "{report}");
 }
 
 /// The prefill kernel's workgroup memory: every store and read of its tiles is a single pass
