@@ -268,6 +268,16 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                 println!("  rope_scaling        {}", describe_scaling(s));
             }
             match (c.sliding_window, c.sliding_window_pattern) {
+                (Some(w), _) if c.swa_layers.is_some() => {
+                    let global: Vec<String> = (0..c.n_layers)
+                        .filter(|&l| !c.layer_is_local(l))
+                        .map(|l| l.to_string())
+                        .collect();
+                    println!(
+                        "  sliding_window      {w} (global layers: {})",
+                        global.join(", ")
+                    )
+                }
                 (Some(w), Some(p)) => {
                     println!(
                         "  sliding_window      {w} (every {} layer global)",

@@ -4,11 +4,12 @@
 
 use crate::common;
 
-use common::gguf_writer::GgufWriter;
+use common::gguf_writer::{GgufWriter, array};
 use common::synth::{copy_of, open};
 use gguf_rs_lib::format::metadata::MetadataValue as V;
+use gguf_rs_lib::format::types::GGUFValueType;
 use kiln::gguf::GgufFile;
-use kiln::model::ModelFile;
+use kiln::model::{Model, ModelFile, Session};
 
 fn writer(file: &str) -> GgufWriter {
     let g = GgufFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
@@ -74,4 +75,42 @@ fn inconsistent_files_are_errors_naming_the_key() {
     w.kv("smollm3.rope.dimension_count", V::U32(8));
     let e = load_error(&w);
     assert!(e.contains("smollm3.rope.dimension_count"), "{e}");
+}
+
+/// The last logits after a 40-token prompt: longer than the fixture's window of 16.
+fn logits(mf: &ModelFile) -> Vec<f32> {
+    let model: Model<_> = common::golden_run::load(mf, 1);
+    let mut s = Session::new(&model, 64).unwrap();
+    let prompt: Vec<u32> = (0..40).map(|i| 2 + (i * 37) % 200).collect();
+    s.prefill(&prompt).unwrap().to_vec()
+}
+
+/// llama.cpp also reads `attention.sliding_window_pattern` as one flag per layer (true: the
+/// layer attends through the window): the flags of Gemma 2's period give the period's logits,
+/// other flags other logits, and a list that is not one flag per layer is an error naming it.
+#[test]
+fn gemma2_per_layer_window_flags_read_as_llama_cpp() {
+    let n = open("as-written.gguf", &writer("gemma2-tiny.gguf"))
+        .config
+        .n_layers;
+    let want = logits(&open("as-written.gguf", &writer("gemma2-tiny.gguf")));
+    let with_flags = |local: &dyn Fn(usize) -> bool, len: usize| {
+        let mut w = writer("gemma2-tiny.gguf");
+        let flags = (0..len).map(|l| V::Bool(local(l))).collect();
+        w.kv(
+            "gemma2.attention.sliding_window_pattern",
+            array(GGUFValueType::Bool, flags),
+        );
+        w
+    };
+    let period = open("flags.gguf", &with_flags(&|l| l % 2 == 0, n));
+    assert!((0..n).all(|l| period.config.layer_is_local(l) == (l % 2 == 0)));
+    assert_eq!(logits(&period), want, "the period's flags");
+
+    let odd = open("odd-flags.gguf", &with_flags(&|l| l % 2 == 1, n));
+    assert!((0..n).all(|l| odd.config.layer_is_local(l) == (l % 2 == 1)));
+    assert_ne!(logits(&odd), want, "other flags, other logits");
+
+    let e = load_error(&with_flags(&|_| true, n + 1));
+    assert!(e.contains("gemma2.attention.sliding_window_pattern"), "{e}");
 }

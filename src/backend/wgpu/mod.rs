@@ -4,7 +4,8 @@
 //!    `cache.rs` the KV cache's;
 //!    `recurrent.rs` and `moe.rs` the ops of Qwen3.5's DeltaNet blocks and of mixture-of-experts
 //!    layers): it picks the kernel variant (`pipelines.rs`: the
-//!    shader in `shaders/`, assembled for the weight type, cache type and adapter features), packs
+//!    shader in `shaders/`, assembled by `wgsl.rs` for the weight type, cache type and adapter
+//!    features), packs
 //!    the op's sizes into a parameter block and records a dispatch.
 //! 2. `stream.rs` collects the dispatches of a forward pass into one encoder and compute pass,
 //!    submitting every few dozen, and reads back only what the host asks for (the logits, or the
@@ -15,7 +16,7 @@
 //!    error the session reports (`Backend::take_error`).
 //!
 //! Adding an op: a kernel in the shader file of its family (or a new file, listed in
-//! `pipelines::SOURCES`), a function in `pipelines.rs` naming its `Kernel` (file, entry point,
+//! `wgsl::SOURCES`), a function in `pipelines.rs` naming its `Kernel` (file, entry point,
 //! defines, bindings), and a few lines in `ops.rs` (or its family's file) recording it.
 
 mod attention;
@@ -32,6 +33,7 @@ mod shader_checks;
 mod stream;
 #[cfg(test)]
 mod trace;
+mod wgsl;
 
 use std::sync::{Arc, Mutex};
 

@@ -1,10 +1,8 @@
-//! Shader assembly and the pipeline cache. The WGSL kernels live in `shaders/` (one file per op
-//! family), compiled into the binary; a small preprocessor splices them when a pipeline is built:
-//! `#include "name"` pastes a shared snippet (once per shader), `#if A || B` / `#else` / `#endif`
-//! keep lines by the defines, `{{NAME}}` substitutes a define's value. A pipeline is keyed by its
-//! file, entry point and defines, built once (at load for the weight and cache types the model
-//! uses) and reused; its bind-group layout follows the binding list of its `Kernel`. The functions
-//! at the end name every kernel the ops dispatch: file, entry point, defines and bindings.
+//! The pipeline cache. A pipeline is its kernel's WGSL (`wgsl.rs` assembles it from `shaders/`)
+//! built for the adapter, keyed by its file, entry point and defines, built once (at load for the
+//! weight and cache types the model uses) and reused; its bind-group layout follows the binding
+//! list of its `Kernel`. The functions at the end name every kernel the ops dispatch: file, entry
+//! point, defines and bindings.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -12,43 +10,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use wgpu::util::DeviceExt;
 
 use super::device::Gpu;
+pub use super::wgsl::assemble;
 use crate::backend::cpu::{ActFormat, activation_format};
 use crate::backend::{CacheType, GateActivation};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::gguf::GgmlType;
 use crate::gguf::iq::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
 use Access::{Read, ReadWrite};
-
-/// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 20] = [
-    ("common", include_str!("../../../shaders/common.wgsl")),
-    ("reduce", include_str!("../../../shaders/reduce.wgsl")),
-    ("q8", include_str!("../../../shaders/q8.wgsl")),
-    ("quants", include_str!("../../../shaders/quants.wgsl")),
-    ("quants_iq", include_str!("../../../shaders/quants_iq.wgsl")),
-    ("matvec", include_str!("../../../shaders/matvec.wgsl")),
-    ("matmul", include_str!("../../../shaders/matmul.wgsl")),
-    ("norm", include_str!("../../../shaders/norm.wgsl")),
-    (
-        "elementwise",
-        include_str!("../../../shaders/elementwise.wgsl"),
-    ),
-    ("rope", include_str!("../../../shaders/rope.wgsl")),
-    ("embed", include_str!("../../../shaders/embed.wgsl")),
-    ("kv", include_str!("../../../shaders/kv.wgsl")),
-    ("kv_shift", include_str!("../../../shaders/kv_shift.wgsl")),
-    ("attention", include_str!("../../../shaders/attention.wgsl")),
-    ("bench", include_str!("../../../shaders/bench.wgsl")),
-    ("argmax", include_str!("../../../shaders/argmax.wgsl")),
-    ("conv", include_str!("../../../shaders/conv.wgsl")),
-    ("delta_net", include_str!("../../../shaders/delta_net.wgsl")),
-    ("moe", include_str!("../../../shaders/moe.wgsl")),
-    (
-        "round_acts",
-        include_str!("../../../shaders/round_acts.wgsl"),
-    ),
-];
 
 /// How a kernel uses one storage binding (binding 0 is always the parameter block).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -360,88 +329,6 @@ fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
             grid,
         }
     })
-}
-
-fn source(name: &str) -> Result<&'static str> {
-    SOURCES
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, s)| *s)
-        .ok_or_else(|| Error::Unsupported(format!("no shader named '{name}'")))
-}
-
-/// The WGSL of shader `name` with its includes spliced, conditionals resolved and defines
-/// substituted.
-pub fn assemble(name: &str, defines: &BTreeMap<&str, String>) -> Result<String> {
-    let mut out = String::new();
-    let mut included = Vec::new();
-    splice(name, defines, &mut included, &mut out)?;
-    Ok(out)
-}
-
-fn splice<'a>(
-    name: &'a str,
-    defines: &BTreeMap<&str, String>,
-    included: &mut Vec<&'a str>,
-    out: &mut String,
-) -> Result<()> {
-    if included.contains(&name) {
-        return Ok(());
-    }
-    included.push(name);
-    let bad = |line: usize, what: &str| {
-        Error::Unsupported(format!("shaders/{name}.wgsl:{}: {what}", line + 1))
-    };
-    // For each open #if: whether its current branch is kept.
-    let mut stack: Vec<bool> = Vec::new();
-    let active = |stack: &[bool]| stack.iter().all(|&keep| keep);
-    for (ln, line) in source(name)?.lines().enumerate() {
-        let t = line.trim();
-        if let Some(cond) = t.strip_prefix("#if ") {
-            let value = cond.split("||").any(|c| defines.contains_key(c.trim()));
-            stack.push(value);
-        } else if t == "#else" {
-            let top = stack
-                .last_mut()
-                .ok_or_else(|| bad(ln, "#else without #if"))?;
-            *top = !*top;
-        } else if t == "#endif" {
-            stack.pop().ok_or_else(|| bad(ln, "#endif without #if"))?;
-        } else if !active(&stack) {
-            continue;
-        } else if let Some(inc) = t.strip_prefix("#include ") {
-            let inc = inc.trim().trim_matches('"');
-            let inc = SOURCES
-                .iter()
-                .find(|(n, _)| *n == inc)
-                .map(|(n, _)| *n)
-                .ok_or_else(|| bad(ln, &format!("no snippet '{inc}'")))?;
-            splice(inc, defines, included, out)?;
-        } else if t.starts_with("//") {
-            // Comments are not spliced (they may name the syntax) and not needed by the compiler.
-            continue;
-        } else {
-            let mut rest = line;
-            while let Some(start) = rest.find("{{") {
-                let end = rest[start..]
-                    .find("}}")
-                    .ok_or_else(|| bad(ln, "unclosed {{"))?;
-                let key = &rest[start + 2..start + end];
-                let value = defines
-                    .get(key)
-                    .ok_or_else(|| bad(ln, &format!("{{{{{key}}}}} is not defined")))?;
-                out.push_str(&rest[..start]);
-                out.push_str(value);
-                rest = &rest[start + end + 2..];
-            }
-            out.push_str(rest);
-            out.push('\n');
-        }
-    }
-    if !stack.is_empty() {
-        return Err(bad(0, "#if without #endif"));
-    }
-    Ok(())
 }
 
 // ---- The kernels, by op ----
@@ -824,37 +711,4 @@ pub fn delta_net_kernel(d: usize) -> Kernel {
     );
     k.defines.insert("D", d.to_string());
     k
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_shader_assembles_for_every_variant() {
-        let mut d = BTreeMap::new();
-        // D: the head width the DeltaNet kernel is built for.
-        for (k, v) in [
-            ("WG", "64"),
-            ("SG_ARGS", ""),
-            ("SG_LOCALS", ""),
-            ("D", "16"),
-        ] {
-            d.insert(k, v.to_string());
-        }
-        // The mat-vec's sizes, without its type flag.
-        let matvec = matvec_kernel(GgmlType::F32, 1, false, MatvecLayout::Staged, None);
-        d.extend(matvec.defines.into_iter().filter(|(k, _)| *k != "F32"));
-        for (name, _) in SOURCES {
-            let text = assemble(name, &d).unwrap();
-            assert!(!text.contains("#if") && !text.contains("{{"), "{name}");
-        }
-        d.insert("Q4_K", "1".into());
-        let q = assemble("matvec", &d).unwrap();
-        assert!(q.contains("fn scale_min_k4") && q.contains("fn dq4"));
-        assert_eq!(q.matches("fn flat_wg").count(), 1, "common is spliced once");
-        d.remove("Q4_K");
-        d.insert("Q8_0", "1".into());
-        assert!(!assemble("matvec", &d).unwrap().contains("fn scale_min_k4"));
-    }
 }

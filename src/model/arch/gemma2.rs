@@ -10,7 +10,7 @@
 
 use super::AttentionOpts;
 use super::family::{Family, LayerKind};
-use super::gemma3::{CHAT_TEMPLATE, hf_layer_pattern};
+use super::gemma3::{CHAT_TEMPLATE, gguf_layer_pattern, hf_layer_pattern};
 use crate::error::{Error, Result};
 use crate::model::Arch;
 use crate::model::config::{Activation, GgufKeys, HfKeys, ModelConfig};
@@ -56,10 +56,7 @@ fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
     fixed_facts(c);
     c.sliding_window =
         Some(keys.usize("attention.sliding_window")?.unwrap_or(WINDOW)).filter(|&w| w > 0);
-    c.sliding_window_pattern = Some(
-        keys.usize("attention.sliding_window_pattern")?
-            .unwrap_or(PATTERN),
-    );
+    gguf_layer_pattern(keys, c, PATTERN)?;
     c.rope_theta_local = keys
         .f64("rope.freq_base_swa")?
         .map(|b| b as f32)

@@ -45,8 +45,7 @@ fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
     fixed_facts(c);
     if c.sliding_window.is_some() {
         c.rope_theta_local = Some(keys.f64("rope.freq_base_swa")?.unwrap_or(10000.0) as f32);
-        c.sliding_window_pattern =
-            Some(keys.usize("attention.sliding_window_pattern")?.unwrap_or(6));
+        gguf_layer_pattern(keys, c, 6)?;
     }
     // llama.cpp's converter adds the 1 of `x·(1+w)` to the norm weights.
     c.norm_weights_include_one = true;
@@ -73,6 +72,32 @@ fn hf_keys(keys: &HfKeys, c: &mut ModelConfig) -> Result<()> {
         .float("query_pre_attn_scalar")?
         .unwrap_or(c.head_dim as f64);
     c.attention_scale = 1.0 / (scalar as f32).sqrt();
+    Ok(())
+}
+
+/// Gemma's local/global layout from GGUF as llama.cpp reads `attention.sliding_window_pattern`:
+/// one flag per layer (true: sliding window), else a period (every p-th layer global; `default`
+/// without the key).
+pub(crate) fn gguf_layer_pattern(
+    keys: &GgufKeys,
+    c: &mut ModelConfig,
+    default: usize,
+) -> Result<()> {
+    let k = "attention.sliding_window_pattern";
+    if let Ok(period) = keys.usize(k) {
+        c.sliding_window_pattern = Some(period.unwrap_or(default));
+        return Ok(());
+    }
+    let flags = keys.bool_array(k)?.unwrap_or_default();
+    if flags.len() != c.n_layers {
+        return Err(Error::Format(format!(
+            "{}: {} per-layer flags for {} layers",
+            keys.key(k),
+            flags.len(),
+            c.n_layers
+        )));
+    }
+    c.swa_layers = Some(flags);
     Ok(())
 }
 

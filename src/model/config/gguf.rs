@@ -76,6 +76,7 @@ impl ModelConfig {
             rope_layout: RopeLayout::Neox,
             sliding_window,
             sliding_window_pattern: None,
+            swa_layers: None,
             attention_bias: false,
             qk_norm: false,
             tie_embeddings: !output_present,

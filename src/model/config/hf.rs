@@ -53,6 +53,7 @@ impl ModelConfig {
             rope_layout: RopeLayout::Neox,
             sliding_window: None,
             sliding_window_pattern: None,
+            swa_layers: None,
             attention_bias: keys.flag("attention_bias") == Some(true),
             qk_norm: false,
             tie_embeddings: keys.tie_word_embeddings().unwrap_or(false),

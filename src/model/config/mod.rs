@@ -133,8 +133,12 @@ pub struct ModelConfig {
     pub rope_layout: RopeLayout,
     /// Sliding-window length in tokens (a query sees itself and the window − 1 before it).
     pub sliding_window: Option<usize>,
-    /// Which layers use the window; `None` with a window set means every layer.
+    /// Which layers use the window: every p-th layer global (0: none); `None` with a window set
+    /// and no `swa_layers` means every layer.
     pub sliding_window_pattern: Option<usize>,
+    /// Per layer, whether it uses the window (llama.cpp's array form of
+    /// `attention.sliding_window_pattern`); set, it overrides `sliding_window_pattern`.
+    pub swa_layers: Option<Vec<bool>>,
     pub attention_bias: bool,
     pub qk_norm: bool,
     pub tie_embeddings: bool,
@@ -171,10 +175,15 @@ pub struct ModelConfig {
 impl ModelConfig {
     /// True when layer `layer` attends through the sliding window.
     pub fn layer_is_local(&self, layer: usize) -> bool {
-        match (self.sliding_window, self.sliding_window_pattern) {
-            (None, _) => false,
-            (Some(_), None) => true,
-            (Some(_), Some(p)) => p == 0 || layer % p < p - 1,
+        match (
+            self.sliding_window,
+            &self.swa_layers,
+            self.sliding_window_pattern,
+        ) {
+            (None, ..) => false,
+            (Some(_), Some(flags), _) => flags.get(layer).copied().unwrap_or(false),
+            (Some(_), None, None) => true,
+            (Some(_), None, Some(p)) => p == 0 || layer % p < p - 1,
         }
     }
 
