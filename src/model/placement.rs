@@ -26,7 +26,7 @@ pub fn placement(config: &ModelConfig, gpu_layers: usize, cpu_moe_layers: usize)
 /// Bytes of the file's tensors that `p` puts on the GPU and on the CPU.
 pub fn bytes_by_side(file: &ModelFile, p: &Placement) -> (u64, u64) {
     let (mut gpu, mut cpu) = (0u64, 0u64);
-    for t in file.tensors() {
+    for t in file.tensors().filter(|t| loaded(file, &t.name)) {
         let n = t.bytes().len() as u64;
         match p.tensor(&t.name, false) {
             Side::Gpu => gpu += n,
@@ -34,6 +34,12 @@ pub fn bytes_by_side(file: &ModelFile, p: &Placement) -> (u64, u64) {
         }
     }
     (gpu, cpu)
+}
+
+/// Whether tensor `name` is loaded: not the blocks after the used ones (Qwen3.5's
+/// multi-token-prediction blocks, which kiln skips).
+fn loaded(file: &ModelFile, name: &str) -> bool {
+    crate::tensor::block_of(name).is_none_or(|(il, _)| il < file.config.n_layers)
 }
 
 /// What a placement must fit: the bytes each part of the model takes on the GPU.
@@ -67,7 +73,7 @@ impl Footprint {
             ..Footprint::default()
         };
         let probe = placement(c, n + 1, 0);
-        for t in file.tensors() {
+        for t in file.tensors().filter(|t| loaded(file, &t.name)) {
             let bytes = t.bytes().len() as u64;
             match crate::tensor::block_of(&t.name) {
                 Some((il, part)) if il < n => {

@@ -10,6 +10,7 @@ use common::synth::{copy_of, open};
 use gguf_rs_lib::format::metadata::MetadataValue as V;
 use gguf_rs_lib::format::types::GGUFValueType;
 use kiln::gguf::GgufFile;
+use kiln::model::placement::{Footprint, bytes_by_side, placement};
 use kiln::model::{Model, ModelFile, Session};
 
 const PROMPT: [u32; 6] = [504, 3458, 282, 4649, 314, 1345];
@@ -84,6 +85,14 @@ fn converter_variants_run_like_the_fixtures() {
     let mf = open("mtp.gguf", &w);
     assert_eq!((mf.config.n_layers, mf.config.nextn_layers), (8, 1));
     assert_eq!(logits(&mf), want, "the MTP block is skipped");
+    // Never loaded, so neither side of a split counts it, nor `-ngl auto`'s footprint.
+    let plain = ModelFile::from_gguf(fixture("qwen35-tiny.gguf")).unwrap();
+    for ngl in [0, 4, 9] {
+        let side = |f: &ModelFile| bytes_by_side(f, &placement(&f.config, ngl, 0));
+        assert_eq!(side(&mf), side(&plain), "bytes by side at -ngl {ngl}");
+    }
+    let footprint = |f: &ModelFile| format!("{:?}", Footprint::of(f, 64, 1024, 1));
+    assert_eq!(footprint(&mf), footprint(&plain));
 
     let moe = fixture("qwen35moe-tiny.gguf");
     let want = logits(&ModelFile::from_gguf(fixture("qwen35moe-tiny.gguf")).unwrap());
