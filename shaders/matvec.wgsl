@@ -10,8 +10,9 @@
 // 2. Invocation i takes runs i, i + WG, … of 16 values of the span, each with its four vec4s of
 //    x, for all `ROWS` rows: the decoder's per-run work (a block's scales) is shared by the
 //    run's four calls. (Four values an invocation a step, consecutive invocations reading
-//    consecutive vec4s of x, ran 5–15 % slower on an H200 at decode: x is a few KiB that every
-//    workgroup reads, from L1, so its lines count for less than the decoders' arithmetic.)
+//    consecutive vec4s of x, ran about 5 % slower on an H200 at decode, 230 against 241
+//    tokens/s with two rows a workgroup: x is a few KiB that every workgroup reads, from L1, so
+//    its lines count for less than the decoders' arithmetic.)
 // Each invocation keeps one f32 sum per row (a vec4: ROWS ≤ 4), summed over the workgroup at
 // the end (subgroupAdd and workgroup memory, or a tree). One row per workgroup (two for the
 // gated pair) ran fastest on an H200: 266 tokens/s on the 1B shape against 241-251 with two
