@@ -38,6 +38,37 @@ fn round_f16(x: f32) -> f32 {
     return unpack2x16float(f16_bits(x)).x;
 }
 
+// Four values rounded to f16, and to bf16 (`round_bf16` below).
+fn f16_values(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(round_f16(v.x), round_f16(v.y), round_f16(v.z), round_f16(v.w));
+}
+
+fn bf16_values(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(round_bf16(v.x), round_bf16(v.y), round_bf16(v.z), round_bf16(v.w));
+}
+
+// Values as a Q8_0 block of largest magnitude `amax` leaves them (llama.cpp's quantize_row_q8_0):
+// d = f16(amax / 127), d · round_half_even(x · 127 / amax).
+fn q8_0_values(v: vec4<f32>, amax: f32) -> vec4<f32> {
+    let d = round_f16(amax / 127.0);
+    var id = 0.0;
+    if (amax != 0.0) {
+        id = 127.0 / amax;
+    }
+    return d * round(v * id);
+}
+
+// Values as a Q8_K block of largest magnitude `amax` leaves them (quantize_row_q8_K_ref):
+// iscale = −127 / amax, d = 1 / iscale, d · min(round_half_even(iscale · x), 127).
+fn q8_k_values(v: vec4<f32>, amax: f32) -> vec4<f32> {
+    if (amax == 0.0) {
+        return vec4<f32>(0.0);
+    }
+    let iscale = -127.0 / amax;
+    let d = 1.0 / iscale;
+    return d * min(round(iscale * v), vec4<f32>(127.0));
+}
+
 // Round to nearest even bf16 (NaN kept a NaN).
 fn round_bf16(v: f32) -> f32 {
     let b = bitcast<u32>(v);

@@ -246,43 +246,25 @@ fn x4(e: u32, live: bool) -> vec4<f32> {
 
 // x's values as the weight type's blocks leave them (round_acts.wgsl): the values of run `run`
 // of the span, by the maxima staged with the span.
-fn q8_0_of(v: vec4<f32>, amax: f32) -> vec4<f32> {
-    let d = round_f16(amax / 127.0);
-    var id = 0.0;
-    if (amax != 0.0) {
-        id = 127.0 / amax;
-    }
-    return d * round(v * id);
-}
-
-fn q8_k_of(v: vec4<f32>, amax: f32) -> vec4<f32> {
-    if (amax == 0.0) {
-        return vec4<f32>(0.0);
-    }
-    let iscale = -127.0 / amax;
-    let d = 1.0 / iscale;
-    return d * min(round(iscale * v), vec4<f32>(127.0));
-}
-
 #if ROUND_Q8_0
 fn round_x(v: vec4<f32>, run: u32) -> vec4<f32> {
     let r = min(run, SPAN / 16u - 1u);
-    return q8_0_of(v, max(run_max[r & ~1u], run_max[r | 1u]));
+    return q8_0_values(v, max(run_max[r & ~1u], run_max[r | 1u]));
 }
 #endif
 #if ROUND_Q8K
 fn round_x(v: vec4<f32>, run: u32) -> vec4<f32> {
-    return q8_k_of(v, block_max[min(run, SPAN / 16u - 1u) / 16u]);
+    return q8_k_values(v, block_max[min(run, SPAN / 16u - 1u) / 16u]);
 }
 #endif
 #if ROUND_F16
 fn round_x(v: vec4<f32>, run: u32) -> vec4<f32> {
-    return vec4<f32>(round_f16(v.x), round_f16(v.y), round_f16(v.z), round_f16(v.w));
+    return f16_values(v);
 }
 #endif
 #if ROUND_BF16
 fn round_x(v: vec4<f32>, run: u32) -> vec4<f32> {
-    return vec4<f32>(round_bf16(v.x), round_bf16(v.y), round_bf16(v.z), round_bf16(v.w));
+    return bf16_values(v);
 }
 #endif
 #if ROUND_Q8_0 || ROUND_Q8K || ROUND_F16 || ROUND_BF16

@@ -54,25 +54,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 amax = max(amax, block_max[first + i]);
             }
             if (p.mode == 0u) {
-                let d = round_f16(amax / 127.0);
-                var id = 0.0;
-                if (amax != 0.0) {
-                    id = 127.0 / amax;
-                }
-                r = d * round(v * id);
-            } else if (amax == 0.0) {
-                r = vec4<f32>(0.0);
+                r = q8_0_values(v, amax);
             } else {
-                let iscale = -127.0 / amax;
-                let d = 1.0 / iscale;
-                r = d * min(round(iscale * v), vec4<f32>(127.0));
+                r = q8_k_values(v, amax);
             }
         }
         case 2u: {
-            r = vec4<f32>(round_f16(v.x), round_f16(v.y), round_f16(v.z), round_f16(v.w));
+            r = f16_values(v);
         }
         default: {
-            r = vec4<f32>(round_bf16(v.x), round_bf16(v.y), round_bf16(v.z), round_bf16(v.w));
+            r = bf16_values(v);
         }
     }
     for (var c = 0u; c < 4u; c++) {

@@ -269,10 +269,7 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
             }
             match (c.sliding_window, c.sliding_window_pattern) {
                 (Some(w), _) if c.swa_layers.is_some() => {
-                    let global: Vec<String> = (0..c.n_layers)
-                        .filter(|&l| !c.layer_is_local(l))
-                        .map(|l| l.to_string())
-                        .collect();
+                    let global = layers_where(c, |l| !c.layer_is_local(l));
                     println!(
                         "  sliding_window      {w} (global layers: {})",
                         global.join(", ")
@@ -287,10 +284,7 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                 (Some(w), None) => println!("  sliding_window      {w} (all layers)"),
                 _ => {}
             }
-            let nope: Vec<String> = (0..c.n_layers)
-                .filter(|&l| !c.layer_has_rope(l))
-                .map(|l| l.to_string())
-                .collect();
+            let nope = layers_where(c, |l| !c.layer_has_rope(l));
             if !nope.is_empty() {
                 println!("  no RoPE in layers   {}", nope.join(", "));
             }
@@ -344,6 +338,14 @@ fn ordinal(n: usize) -> String {
     format!("{n}{suffix}")
 }
 
+/// The indices of the layers for which `f` holds, as text.
+fn layers_where(c: &ModelConfig, f: impl Fn(usize) -> bool) -> Vec<String> {
+    (0..c.n_layers)
+        .filter(|&l| f(l))
+        .map(|l| l.to_string())
+        .collect()
+}
+
 /// The block schedule of a hybrid model: "R" for a recurrent (Gated DeltaNet) block, "A" for
 /// full attention.
 fn schedule(c: &ModelConfig) -> Option<String> {
@@ -369,10 +371,7 @@ fn print_hybrid(c: &ModelConfig) {
         );
     }
     if let (Some(d), Some(schedule)) = (&c.delta_net, schedule(c)) {
-        let attention: Vec<String> = (0..c.n_layers)
-            .filter(|&l| !c.layer_is_recurrent(l))
-            .map(|l| l.to_string())
-            .collect();
+        let attention = layers_where(c, |l| !c.layer_is_recurrent(l));
         println!(
             "  schedule            {schedule} ({} Gated DeltaNet, {} full attention: blocks {})",
             c.n_layers - attention.len(),

@@ -403,6 +403,18 @@ pub fn matvec_kernel(
     layout: MatvecLayout,
     rounding: Option<ActRounding>,
 ) -> Kernel {
+    matvec_of_rows(t, n_weights, x4, layout, rounding, layout.rows())
+}
+
+/// `matvec_kernel` with `rows` weight rows a workgroup.
+fn matvec_of_rows(
+    t: GgmlType,
+    n_weights: usize,
+    x4: bool,
+    layout: MatvecLayout,
+    rounding: Option<ActRounding>,
+    rows: usize,
+) -> Kernel {
     let mut bindings = vec![Read, Read, ReadWrite];
     for _ in 1..n_weights {
         bindings.extend([Read, ReadWrite]);
@@ -411,7 +423,7 @@ pub fn matvec_kernel(
         .weights(t)
         .trusted();
     // Values staged per row and step: a kilobyte of weights or a little more, in whole
-    // superblocks and whole steps of 64 invocations × 4 values.
+    // superblocks (Q8_K blocks of x).
     let span = (1024 * t.block_len())
         .div_ceil(t.block_bytes())
         .next_multiple_of(256);
@@ -419,10 +431,10 @@ pub fn matvec_kernel(
     // A span starting anywhere in a line touches at most this many 128-byte lines.
     let tile_row = (span_bytes + 127).div_ceil(128) * 32;
     for (name, value) in [
-        ("ROWS", layout.rows()),
+        ("ROWS", rows),
         ("SPAN", span),
         ("TILE_ROW", tile_row),
-        ("TILE_WORDS", layout.rows() * tile_row),
+        ("TILE_WORDS", rows * tile_row),
         ("BLOCK_LEN", t.block_len()),
         ("BLOCK_BYTES", t.block_bytes()),
         ("RUN_WORDS", span / 16),
@@ -454,13 +466,12 @@ pub fn matvec_gated_kernel(
     layout: MatvecLayout,
     rounding: Option<ActRounding>,
 ) -> Kernel {
-    let mut k = matvec_kernel(t, 2, x4, layout, rounding);
     // Staged, a workgroup computes one output from its gate row and its up row.
-    if layout == MatvecLayout::Staged {
-        let tile_row: usize = k.defines["TILE_ROW"].parse().unwrap_or(0);
-        k.defines.insert("ROWS", "2".into());
-        k.defines.insert("TILE_WORDS", (2 * tile_row).to_string());
-    }
+    let rows = match layout {
+        MatvecLayout::Staged => 2,
+        MatvecLayout::Direct { rows } => rows,
+    };
+    let k = matvec_of_rows(t, 2, x4, layout, rounding, rows);
     match act {
         GateActivation::Silu => k.flag("GLU_SILU"),
         GateActivation::GeluTanh => k.flag("GLU_GELU"),
