@@ -33,6 +33,7 @@ struct Params {
     k_rot_scale: f32, // their 1/√rotation
     v_rot_scale: f32,
     softcap: f32,     // scores become softcap · tanh(score / softcap); 0: no cap (Gemma 2: 50)
+    has_sinks: u32,   // 1: `sinks` holds a logit per query head joining its softmax (gpt-oss)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -49,8 +50,18 @@ struct Params {
 #endif
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<storage, read_write> part: array<f32>;
+@group(0) @binding(6) var<storage, read> sinks: array<f32>;
 
 const NEG: f32 = -1.0e30;
+
+// A softmax's denominator for query head h whose scores have maximum m and weight sum l: with a
+// sink, its weight e^(sink − m) joins (a key whose value is zero).
+fn with_sink(l: f32, m: f32, h: u32) -> f32 {
+    if (p.has_sinks == 0u) {
+        return l;
+    }
+    return l + exp(sinks[h] - m);
+}
 
 // A score as the softmax takes it: q·k times the scale, soft-capped where the model caps. tanh as
 // (1 − e^(−2|x|)) / (1 + e^(−2|x|)), which cannot overflow; its error is a few ulps of the cap.
@@ -316,7 +327,7 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     }
 
     if (mq == 0u) {
-        tl[mr] = l_run;
+        tl[mr] = with_sink(l_run, m_run, h);
     }
     workgroupBarrier();
 #if V_Q8
@@ -620,7 +631,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
     if (l8 == 0u && ks < nh) {
         tm[ks] = m_run;
-        tl[ks] = l_run;
+        // One split normalizes here; several leave the sink to the reduce.
+        tl[ks] = select(l_run, with_sink(l_run, m_run, h0 + ks), p.splits == 1u);
     }
     workgroupBarrier();
 
@@ -659,6 +671,7 @@ fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         let po = base + s * (hd + 2u);
         l += part[po + 1u] * exp(part[po] - mx);
     }
+    l = with_sink(l, mx, h);
     let qo = i * p.q_stride + h * hd;
     for (var d = lid; d < hd; d += 64u) {
         var a = 0.0;

@@ -1,5 +1,5 @@
 // elementwise.wgsl — one invocation per value: residual add, bias add, the gated activations of
-// the feed-forward block, row copies (the entry point chosen by name), and with MUL_SIGMOID the
+// the feed-forward block (SiLU, GELU, gpt-oss's clamped SwiGLU), row copies (the entry point chosen by name), and with MUL_SIGMOID the
 // sigmoid gate (Qwen3.5's attention output gate and shared-expert gate).
 
 #include "common"
@@ -77,6 +77,18 @@ fn gelu_mul(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     let i = index(gid, nwg);
     if (i < p.len) {
         a[i] = gelu_f16(a[i]) * b[i];
+    }
+}
+
+// a = gpt-oss's clamped SwiGLU of (a, b), as ggml's swiglu_oai: x = min(a, 7), y = clamp(b, −7, 7),
+// x / (1 + e^(−1.702·x)) · (y + 1)
+@compute @workgroup_size(256)
+fn swiglu_oai_mul(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i < p.len) {
+        let x = min(a[i], 7.0);
+        let y = clamp(b[i], -7.0, 7.0);
+        a[i] = x / (1.0 + exp(-1.702 * x)) * (y + 1.0);
     }
 }
 

@@ -1,6 +1,7 @@
 // moe.wgsl — mixture-of-experts routing and the weighted sum of the experts' outputs (Qwen3.5
 // MoE). The define picks the op: MOE_ROUTE (softmax over the experts, top-k, renormalized: one
-// workgroup per token) or MOE_COMBINE (one invocation per output value). The expert matmuls are
+// workgroup per token), MOE_COMBINE (one invocation per output value) or ADD_EXPERT_BIAS (each
+// slot's expert's bias, gpt-oss; one invocation per value). The expert matmuls are
 // matvec.wgsl's EXPERT variant.
 
 #include "common"
@@ -124,5 +125,27 @@ fn moe_combine(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
         acc += y[(s0 + j) * p.width + c] * weights[s0 + j];
     }
     out[i] = acc;
+}
+#endif
+
+#if ADD_EXPERT_BIAS
+struct Params {
+    len: u32,    // slots × width
+    width: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;      // one row per expert
+@group(0) @binding(3) var<storage, read> selected: array<f32>;  // the slot's expert
+
+@compute @workgroup_size(256)
+fn add_expert_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = gid.x + gid.y * nwg.x * 256u;
+    if (i >= p.len) {
+        return;
+    }
+    let e = u32(selected[i / p.width]);
+    x[i] += bias[e * p.width + i % p.width];
 }
 #endif

@@ -173,12 +173,22 @@ pub struct KvAppend {
 }
 
 /// Elementwise gate activations of the feed-forward block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum GateActivation {
     /// silu(gate) · up
     Silu,
     /// gelu_tanh(gate) · up
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU: with g = min(gate, 7) and u = clamp(up, −7, 7),
+    /// g · sigmoid(1.702·g) · (u + 1) (llama.cpp's `swiglu_oai`).
+    SwigluOai,
+}
+
+impl GateActivation {
+    /// gpt-oss's α and clamp limit (fixed in llama.cpp too).
+    pub const OAI_ALPHA: f32 = 1.702;
+    pub const OAI_LIMIT: f32 = 7.0;
 }
 
 /// Shapes of one Gated DeltaNet call (`Backend::gated_delta_net`).
@@ -454,6 +464,8 @@ pub trait CoreOps: Send + Sync {
     /// with an f16 key cache q is rounded to f16 for q·k, with an f16 value cache the
     /// probabilities are rounded to f16 for the sum over values; with a q8_0 key cache q is
     /// quantized to 8 bits for integer dot products, and q8_0 value rows are expanded one by one.
+    /// `sinks` (gpt-oss), one logit per query head, join each head's softmax denominator as a key
+    /// whose value is zero.
     fn attention(
         &self,
         q: &Self::Buffer,
@@ -461,6 +473,7 @@ pub trait CoreOps: Send + Sync {
         v_cache: &Self::Cache,
         out: &mut Self::Buffer,
         p: &AttentionParams,
+        sinks: Option<&Self::Weight>,
     );
 
     /// `gate = act(gate) · up` over `len` values.
@@ -590,6 +603,17 @@ pub trait MoeOps: CoreOps {
         selected: &Self::Buffer,
         out: &mut Self::Buffer,
         p: &ExpertMatmulParams,
+    );
+
+    /// Each slot's expert's bias (llama.cpp's `add_id`): `x[s] += bias[selected[s]]` for `slots`
+    /// rows of `width` values, `bias` holding one row per expert.
+    fn add_expert_bias(
+        &self,
+        x: &mut Self::Buffer,
+        bias: &Self::Weight,
+        selected: &Self::Buffer,
+        slots: usize,
+        width: usize,
     );
 
     /// The weighted sum of each token's expert outputs: `out[t] = Σ_j weights[t·n_used + j] ·

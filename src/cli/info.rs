@@ -416,6 +416,11 @@ fn describe_scaling(s: &crate::model::config::RopeScaling) -> String {
                 divisors.len()
             )
         }
+        RopeScaling::Yarn {
+            factor,
+            original_context,
+            ..
+        } => format!("YaRN ×{factor} from {original_context} tokens"),
     }
 }
 

@@ -5,11 +5,14 @@
 //! descriptor ranges); on top of that this module checks what kiln relies on: versions 2 and 3 (they
 //! share a layout; gguf-rs-lib reads only 3, so a version-2 header is presented to it as 3), tensor
 //! types kiln can compute with, element counts that do not overflow, whole blocks per row, and every
-//! tensor's bytes inside the file. Each error names the file.
+//! tensor's bytes inside the file. Each error names the file. Keys named after a hyphenated
+//! architecture (`gpt-oss.…`), which gguf-rs-lib refuses, are read under another name and renamed
+//! back (key_names.rs).
 
 pub mod dequant;
 pub mod iq;
 mod iq_tables;
+mod key_names;
 pub mod metadata;
 pub mod types;
 
@@ -130,9 +133,17 @@ impl GgufFile {
             max_metadata_size: file_size,
             ..GGUFReaderConfig::default()
         };
-        let reader = GGUFFileReader::with_config(AsVersion3::new(bytes), config)
-            .map_err(|e| bad(describe_gguf_error(e)))?;
-        let metadata = Metadata::new(reader.metadata().clone());
+        let hyphenated = key_names::find(bytes);
+        let reader =
+            GGUFFileReader::with_config(AsVersion3::new(bytes, &hyphenated.offsets), config)
+                .map_err(|e| bad(describe_gguf_error(e)))?;
+        let mut raw = reader.metadata().clone();
+        for (read_as, real) in hyphenated.renames {
+            if let Some(v) = raw.remove(&read_as) {
+                raw.insert(real, v);
+            }
+        }
+        let metadata = Metadata::new(raw);
         let alignment = reader.tensor_alignment();
         // Tensor data starts after the descriptors, at the next multiple of the alignment.
         let data_start = reader.tensor_data_offset();
@@ -221,16 +232,22 @@ fn describe_gguf_error(e: gguf_rs_lib::GGUFError) -> String {
     }
 }
 
-/// A reader over the mapped bytes that reports GGUF version 3 for a version-2 file: the two
-/// versions share one layout (v3 only added big-endian files, which kiln rejects earlier).
+/// A reader over the mapped bytes that reports GGUF version 3 for a version-2 file (the two
+/// versions share one layout; v3 only added big-endian files, which kiln rejects earlier), and
+/// serves the bytes at `hyphens` (in metadata keys) as underscores.
 struct AsVersion3<'a> {
     bytes: &'a [u8],
+    hyphens: &'a [usize],
     pos: u64,
 }
 
 impl<'a> AsVersion3<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        AsVersion3 { bytes, pos: 0 }
+    fn new(bytes: &'a [u8], hyphens: &'a [usize]) -> Self {
+        AsVersion3 {
+            bytes,
+            hyphens,
+            pos: 0,
+        }
     }
 }
 
@@ -246,6 +263,11 @@ impl Read for AsVersion3<'_> {
         // Byte 4 is the low byte of the little-endian version field.
         if start <= 4 && start + n > 4 && self.bytes[4] == 2 {
             buf[4 - start] = 3;
+        }
+        for &h in self.hyphens {
+            if (start..start + n).contains(&h) {
+                buf[h - start] = b'_';
+            }
         }
         self.pos += n as u64;
         Ok(n)

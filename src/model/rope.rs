@@ -18,6 +18,56 @@ pub struct RopeFreqs {
     divisors: Option<Vec<f32>>,
     /// Per pair: false where an IMRoPE section leaves it unrotated for text.
     rotated: Option<Vec<bool>>,
+    /// YaRN's correction range and magnitude, when the model scales RoPE that way.
+    yarn: Option<YarnRamp>,
+}
+
+/// YaRN as llama.cpp computes it (`ggml_rope_yarn_corr_dims`, `rope_yarn`): pairs below `low`
+/// keep their frequency, pairs above `high` take the interpolated one (× `freq_scale`), a linear
+/// ramp between; cos and sin are scaled by `mscale`.
+#[derive(Debug, Clone, PartialEq)]
+struct YarnRamp {
+    low: f32,
+    high: f32,
+    mscale: f32,
+}
+
+impl YarnRamp {
+    fn new(
+        dims: usize,
+        theta: f32,
+        factor: f32,
+        original: usize,
+        beta: (f32, f32),
+        attn: f32,
+    ) -> Self {
+        let corr_dim = |rotations: f32| {
+            dims as f32 * (original as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln()
+                / (2.0 * theta.ln())
+        };
+        let low = corr_dim(beta.0).floor().max(0.0);
+        let high = corr_dim(beta.1).ceil().min(dims as f32 - 1.0);
+        // llama.cpp's context sets attn_factor · get_mscale(factor) / (1 + 0.1·ln factor), and
+        // rope_yarn multiplies by 1 + 0.1·ln(1/freq_scale) again: the same f32 steps here.
+        let factor = 1.0 / (1.0 / factor);
+        let get_mscale = if factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * factor.ln() + 1.0
+        };
+        let context_factor = get_mscale * (1.0 / (1.0 + 0.1 * factor.ln())) * attn;
+        YarnRamp {
+            low,
+            high,
+            mscale: context_factor * (1.0 + 0.1 * factor.ln()),
+        }
+    }
+
+    /// The share of the unscaled frequency in pair `i`'s angle.
+    fn extrapolation(&self, i: usize) -> f32 {
+        let y = (i as f32 - self.low) / (self.high - self.low).max(0.001);
+        1.0 - y.clamp(0.0, 1.0)
+    }
 }
 
 impl RopeFreqs {
@@ -31,8 +81,27 @@ impl RopeFreqs {
     ) -> RopeFreqs {
         let (freq_scale, divisors) = match scaling {
             None => (1.0, None),
-            Some(RopeScaling::Linear { factor }) => (1.0 / factor, None),
+            Some(RopeScaling::Linear { factor } | RopeScaling::Yarn { factor, .. }) => {
+                (1.0 / factor, None)
+            }
             Some(RopeScaling::PerFrequency { divisors }) => (1.0, Some(divisors.clone())),
+        };
+        let yarn = match scaling {
+            Some(&RopeScaling::Yarn {
+                factor,
+                original_context,
+                beta_fast,
+                beta_slow,
+                attn_factor,
+            }) => Some(YarnRamp::new(
+                dims,
+                theta,
+                factor,
+                original_context,
+                (beta_fast, beta_slow),
+                attn_factor,
+            )),
+            _ => None,
         };
         RopeFreqs {
             half: dims / 2,
@@ -40,6 +109,7 @@ impl RopeFreqs {
             freq_scale,
             divisors,
             rotated: sections.map(|s| imrope_text_pairs(s, dims / 2)),
+            yarn,
         }
     }
 
@@ -48,30 +118,36 @@ impl RopeFreqs {
     pub fn table(&self, start_pos: usize, rows: usize, out: &mut Vec<f32>) {
         out.clear();
         out.reserve(rows * self.half * 2);
+        let mscale = self.yarn.as_ref().map_or(1.0, |y| y.mscale);
         for r in 0..rows {
-            self.push_row((start_pos + r) as f32, out);
+            self.push_row((start_pos + r) as f32, mscale, out);
         }
     }
 
     /// One row of (cos, sin) pairs for a position delta (negative to move keys back): the
-    /// rotation that takes a key RoPE'd at p to p + delta.
+    /// rotation that takes a key RoPE'd at p to p + delta. (A pure rotation: YaRN's magnitude
+    /// is in the key already.)
     pub fn shift_table(&self, delta: i64, out: &mut Vec<f32>) {
         out.clear();
-        self.push_row(delta as f32, out);
+        self.push_row(delta as f32, 1.0, out);
     }
 
-    fn push_row(&self, pos: f32, out: &mut Vec<f32>) {
+    fn push_row(&self, pos: f32, mscale: f32, out: &mut Vec<f32>) {
         let mut theta = pos;
         for i in 0..self.half {
             let divisor = self.divisors.as_ref().map_or(1.0, |d| d[i]);
             let on = self.rotated.as_ref().is_none_or(|r| r[i]);
-            let angle = if on {
-                self.freq_scale * (theta / divisor)
-            } else {
-                0.0
-            };
-            out.push(angle.cos());
-            out.push(angle.sin());
+            let extrap = theta / divisor;
+            let mut angle = self.freq_scale * extrap;
+            if let Some(y) = &self.yarn {
+                let mix = y.extrapolation(i);
+                angle = angle * (1.0 - mix) + extrap * mix;
+            }
+            if !on {
+                angle = 0.0;
+            }
+            out.push(angle.cos() * mscale);
+            out.push(angle.sin() * mscale);
             theta *= self.theta_scale;
         }
     }

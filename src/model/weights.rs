@@ -13,7 +13,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub use moe::{ExpertsGateUp, Ffn, MoeWeights, SharedExpertWeights};
+pub use moe::{ExpertBiases, ExpertsGateUp, Ffn, MoeWeights, SharedExpertWeights};
 pub use qwen35::{DeltaNetWeights, GatedAttentionWeights, Mixer, Qwen35Layer};
 
 pub struct LayerWeights<B: Backend> {
@@ -22,6 +22,10 @@ pub struct LayerWeights<B: Backend> {
     pub wk: B::Weight,
     pub wv: B::Weight,
     pub wo: B::Weight,
+    /// gpt-oss: the output projection's bias.
+    pub bo: Option<B::Weight>,
+    /// gpt-oss: one logit per query head joining the attention softmax.
+    pub sinks: Option<B::Weight>,
     pub bq: Option<B::Weight>,
     pub bk: Option<B::Weight>,
     pub bv: Option<B::Weight>,
@@ -76,6 +80,13 @@ impl<B: Backend> Finder<'_, B> {
         self.backend.weight(self.tensor(name, dims)?)
     }
 
+    /// A tensor of shape `dims` as one vector (biases stacked per expert, read row by row).
+    fn flat(&self, name: &str, dims: &[usize]) -> Result<B::Weight> {
+        let mut t = self.tensor(name, dims)?.clone();
+        t.dims = vec![dims.iter().product()];
+        self.backend.weight(&t)
+    }
+
     fn optional(&self, name: &str, dims: &[usize]) -> Result<Option<B::Weight>> {
         match self.file.tensor(name) {
             None => Ok(None),
@@ -103,7 +114,12 @@ impl<B: Backend> Weights<B> {
         let c: &ModelConfig = &file.config;
         let f = Finder { file, backend };
         let (h, q, kv, hd) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.head_dim);
-        let layer_kind = c.arch.family().layer;
+        let family = c.arch.family();
+        let layer_kind = family.layer;
+        let out_bias_and_sinks = match layer_kind {
+            LayerKind::Llama(o) | LayerKind::Gemma(o) => o.out_bias_and_sinks,
+            LayerKind::Qwen35 => false,
+        };
         // Gemma's layer norms each block's output too.
         let post_norms = matches!(layer_kind, LayerKind::Gemma(_));
         let mut layers = Vec::with_capacity(c.n_layers);
@@ -127,6 +143,13 @@ impl<B: Backend> Weights<B> {
                     Ok(None)
                 }
             };
+            let required = |part: &str, dim: usize| -> Result<Option<B::Weight>> {
+                if out_bias_and_sinks {
+                    f.get(&n(part), &[dim]).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
             let post_norm = |part: &str| -> Result<Option<B::Weight>> {
                 if post_norms {
                     f.norm(&n(part), h).map(Some)
@@ -140,13 +163,15 @@ impl<B: Backend> Weights<B> {
                 wk: f.get(&n("attn_k.weight"), &[h, kv])?,
                 wv: f.get(&n("attn_v.weight"), &[h, kv])?,
                 wo: f.get(&n("attn_output.weight"), &[q, h])?,
+                bo: required("attn_output.bias", h)?,
+                sinks: required("attn_sinks.weight", c.n_heads)?,
                 bq: bias("attn_q.bias", q)?,
                 bk: bias("attn_k.bias", kv)?,
                 bv: bias("attn_v.bias", kv)?,
                 q_norm: qk_norm("attn_q_norm.weight")?,
                 k_norm: qk_norm("attn_k_norm.weight")?,
                 post_attn_norm: post_norm("post_attention_norm.weight")?,
-                ffn_norm: f.norm(&n("ffn_norm.weight"), h)?,
+                ffn_norm: f.norm(&n(&format!("{}.weight", family.ffn_norm)), h)?,
                 ffn: moe::ffn(&f, c, i)?,
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,
             }));

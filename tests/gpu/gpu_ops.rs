@@ -218,7 +218,11 @@ fn gated_matmul_matches_the_cpu() {
             random_weight(t, 72, 512, &mut rng),
             random_weight(t, 72, 512, &mut rng),
         );
-        for act in [GateActivation::Silu, GateActivation::GeluTanh] {
+        for act in [
+            GateActivation::Silu,
+            GateActivation::GeluTanh,
+            GateActivation::SwigluOai,
+        ] {
             for n in [1, 3] {
                 let x = rng.vec(n * 512, 1.0);
                 check(
@@ -378,6 +382,11 @@ fn elementwise_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> 
         b.gated_activation(&mut ab, &yb, n, act);
         results.push((format!("{act:?}"), download(b, &ab, n)));
     }
+    // gpt-oss's clamped SwiGLU, with gate and up both well past its clamp of ±7.
+    let wide_up = upload(b, &rng.vec(n, 12.0));
+    let mut ab = upload(b, &a);
+    b.gated_activation(&mut ab, &wide_up, n, GateActivation::SwigluOai);
+    results.push(("SwigluOai".into(), download(b, &ab, n)));
 
     let src = upload(b, &a);
     let mut dst = b.buffer(3 * 40).unwrap();
@@ -405,6 +414,8 @@ struct AttnCase {
     heads: (usize, usize),
     /// Soft cap of the scores (Gemma 2).
     softcap: Option<f32>,
+    /// A sink logit per query head (gpt-oss).
+    sinks: bool,
 }
 
 /// Key and value caches of `len` values, stored in the rotations models use for heads of
@@ -445,7 +456,13 @@ fn attention<B: Backend>(b: &B, c: &AttnCase, rng: &mut Rng) -> Vec<f32> {
         window: c.window,
         softcap: c.softcap,
     };
-    b.attention(&q, &kc, &vc, &mut out, &p);
+    // Sinks of std ~1.7 against scores of std ~1: some heads' sinks outweigh every key.
+    let sinks = c.sinks.then(|| {
+        let values = rng.vec(n_heads, 3.0);
+        b.weight(&Tensor::from_f32("sinks", vec![n_heads], &values))
+            .unwrap()
+    });
+    b.attention(&q, &kc, &vc, &mut out, &p, sinks.as_ref());
     download(b, &out, q_len)
 }
 
@@ -458,7 +475,8 @@ fn compare_attention_within(g: &WgpuBackend, cases: &[AttnCase], limit: f64) {
     for (i, case) in cases.iter().enumerate() {
         let seed = 1000 + i as u64;
         let what = format!(
-            "attention k {} v {} pos {} rows {} head_dim {} window {:?} heads {:?} softcap {:?}",
+            "attention k {} v {} pos {} rows {} head_dim {} window {:?} heads {:?} softcap {:?} \
+             sinks {}",
             case.k,
             case.v,
             case.start_pos,
@@ -466,7 +484,8 @@ fn compare_attention_within(g: &WgpuBackend, cases: &[AttnCase], limit: f64) {
             case.head_dim,
             case.window,
             case.heads,
-            case.softcap
+            case.softcap,
+            case.sinks
         );
         check(
             &what,
@@ -488,6 +507,7 @@ fn attention_cases() -> Vec<AttnCase> {
         window,
         heads: (4, 2),
         softcap: None,
+        sinks: false,
     };
     vec![
         // Prefill (tiled over keys), every cache-type pair.
@@ -522,6 +542,7 @@ fn q8_0_attention_cases() -> Vec<AttnCase> {
         window,
         heads: (4, 2),
         softcap: None,
+        sinks: false,
     };
     vec![
         case(Q8_0, Q8_0, 300, 1, 64, None),
@@ -554,6 +575,7 @@ fn gqa_attention_cases() -> Vec<AttnCase> {
         window,
         heads,
         softcap: None,
+        sinks: false,
     };
     vec![
         case((F32, F32), (1, 1), 50, 1, 64, None),
@@ -583,6 +605,7 @@ fn softcap_attention_cases() -> Vec<AttnCase> {
         window,
         heads,
         softcap: Some(0.75),
+        sinks: false,
     };
     vec![
         case((F32, F32), (4, 2), 40, 70, 64, Some(16)),
@@ -591,6 +614,33 @@ fn softcap_attention_cases() -> Vec<AttnCase> {
         case((F32, F32), (4, 2), 300, 1, 64, None),
         case((F16, F32), (8, 2), 700, 1, 64, Some(500)),
         case((Q8_0, Q8_0), (4, 2), 200, 1, 128, None),
+    ]
+}
+
+/// Sinks (gpt-oss: a logit per query head in the softmax's denominator): the tiled prefill, the
+/// GQA-folded kernel's prefill rows, decode in one split and split and reduced, with windows and a
+/// q8_0 cache.
+fn sink_attention_cases() -> Vec<AttnCase> {
+    use CacheType::{F16, F32, Q8_0};
+    let case = |(k, v), heads, start_pos, rows, head_dim, window| AttnCase {
+        k,
+        v,
+        start_pos,
+        rows,
+        head_dim,
+        window,
+        heads,
+        softcap: None,
+        sinks: true,
+    };
+    vec![
+        case((F32, F32), (8, 2), 40, 70, 64, Some(16)),
+        case((F16, F16), (4, 2), 0, 9, 32, None),
+        case((F32, F32), (8, 2), 3, 5, 48, Some(4)),
+        case((F32, F32), (8, 2), 5, 1, 64, None),
+        case((F32, F32), (4, 2), 300, 1, 64, None),
+        case((F16, F32), (8, 2), 700, 1, 64, Some(128)),
+        case((Q8_0, Q8_0), (8, 2), 200, 1, 64, None),
     ]
 }
 
@@ -653,7 +703,7 @@ fn shifted_attention<B: Backend>(
         window: None,
         softcap: None,
     };
-    b.attention(&q, &kc, &vc, &mut out, &p);
+    b.attention(&q, &kc, &vc, &mut out, &p, None);
     download(b, &out, q_len)
 }
 
@@ -711,7 +761,7 @@ fn rope_store_attention<B: Backend>(
         window: None,
         softcap: None,
     };
-    b.attention(&q, &kc, &vc, &mut out, &params);
+    b.attention(&q, &kc, &vc, &mut out, &params, None);
     (download(b, &q, q_len), download(b, &out, q_len))
 }
 
@@ -919,6 +969,13 @@ fn softcapped_attention_matches_the_cpu() {
 }
 
 #[test]
+fn attention_with_sinks_matches_the_cpu() {
+    for g in gpu_kernel_variants() {
+        compare_attention(&g, &sink_attention_cases());
+    }
+}
+
+#[test]
 fn q8_0_attention_matches_the_cpu() {
     // Software and GPU kernel choices alike (a GPU splits decode keys 16 at a time).
     for g in gpu_kernel_variants() {
@@ -1115,6 +1172,18 @@ fn recurrent_and_moe_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<Outcome> {
     results.push((
         "moe_route weights".into(),
         download(b, &wts, rows * n_used),
+        OTHER_NMSE,
+    ));
+
+    // Each slot's expert's bias (gpt-oss), on the routing's choices: 40 experts' rows of 24.
+    let width = 24;
+    let bias = Tensor::from_f32("bias", vec![n_exp * width], &rng.vec(n_exp * width, 1.0));
+    let bias = b.weight(&bias).unwrap();
+    let mut x = upload(b, &rng.vec(rows * n_used * width, 1.0));
+    b.add_expert_bias(&mut x, &bias, &sel, rows * n_used, width);
+    results.push((
+        "add_expert_bias".into(),
+        download(b, &x, rows * n_used * width),
         OTHER_NMSE,
     ));
 

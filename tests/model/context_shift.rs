@@ -26,6 +26,25 @@ fn angle(c: &ModelConfig, il: usize, i: usize, pos: f64) -> f64 {
     match c.layer_rope_scaling(il) {
         Some(RopeScaling::Linear { factor }) => freq /= *factor as f64,
         Some(RopeScaling::PerFrequency { divisors }) => freq /= divisors[i] as f64,
+        Some(RopeScaling::Yarn {
+            factor,
+            original_context,
+            beta_fast,
+            beta_slow,
+            ..
+        }) => {
+            // YaRN: the unscaled frequency below the correction range, the interpolated one
+            // above it, a linear ramp between.
+            let dims = c.head_dim as f64;
+            let corr = |rot: f64| {
+                dims * (*original_context as f64 / (rot * 2.0 * std::f64::consts::PI)).ln()
+                    / (2.0 * theta.ln())
+            };
+            let low = corr(*beta_fast as f64).floor().max(0.0);
+            let high = corr(*beta_slow as f64).ceil().min(dims - 1.0);
+            let keep = 1.0 - ((i as f64 - low) / (high - low).max(0.001)).clamp(0.0, 1.0);
+            freq = freq / *factor as f64 * (1.0 - keep) + freq * keep;
+        }
         None => {}
     }
     pos * freq

@@ -61,6 +61,8 @@ impl CpuCache {
 /// The shape of one attention call, and its prepared inputs.
 struct Call<'a> {
     p: &'a AttentionParams,
+    /// One logit per query head joining the softmax (gpt-oss).
+    sinks: Option<&'a [f32]>,
     k: &'a CpuCache,
     v: &'a CpuCache,
     kernels: &'a Kernels,
@@ -128,8 +130,12 @@ impl Running<'_> {
         }
     }
 
-    /// The attention output: the weighted values over the weight sum.
-    fn finish(&self, out: &mut [f32]) {
+    /// The attention output: the weighted values over the weight sum, with the head's sink (a
+    /// logit whose value is zero) in the sum where the model has one.
+    fn finish(&mut self, sink: Option<f32>, out: &mut [f32]) {
+        if let Some(s) = sink {
+            self.add_sink(s);
+        }
         let inv = if self.sum > 0.0 {
             (1.0 / self.sum) as f32
         } else {
@@ -138,6 +144,24 @@ impl Running<'_> {
         out.iter_mut()
             .zip(&*self.acc)
             .for_each(|(o, &a)| *o = a * inv);
+    }
+}
+
+impl Running<'_> {
+    /// Fold in a sink: a score `s` of weight exp(s − max) whose value is zero.
+    fn add_sink(&mut self, s: f32) {
+        if s <= self.max {
+            self.sum += ggml_math::expf(s - self.max) as f64;
+        } else {
+            let a = if self.max == f32::NEG_INFINITY {
+                0.0
+            } else {
+                ggml_math::expf(self.max - s)
+            };
+            self.sum = self.sum * a as f64 + 1.0;
+            self.acc.iter_mut().for_each(|x| *x *= a);
+            self.max = s;
+        }
     }
 }
 
@@ -349,13 +373,15 @@ impl CpuBackend {
         v: &CpuCache,
         out: &mut [f32],
         p: &AttentionParams,
+        sinks: Option<&[f32]>,
     ) {
         if !(k.f32_blocks() && v.f32_blocks()) {
-            return self.attention_rows(q, k, v, out, p);
+            return self.attention_rows(q, k, v, out, p, sinks);
         }
         let hd = p.head_dim;
         let call = Call {
             p,
+            sinks,
             k,
             v,
             kernels: &self.kernels,
@@ -409,7 +435,7 @@ impl CpuBackend {
                         sum: st.1,
                         acc: a,
                     }
-                    .finish(o);
+                    .finish(call.sinks.map(|s| s[h]), o);
                 }
             });
         });
@@ -464,7 +490,7 @@ impl CpuBackend {
                     run.combine(maxes[slot], sums[slot], &accs[slot * hd..(slot + 1) * hd]);
                 }
                 let h = kvh * g + qi;
-                run.finish(&mut out[h * hd..(h + 1) * hd]);
+                run.finish(call.sinks.map(|s| s[h]), &mut out[h * hd..(h + 1) * hd]);
             }
         }
     }
@@ -480,6 +506,7 @@ impl CpuBackend {
         v_cache: &CpuCache,
         out: &mut [f32],
         p: &AttentionParams,
+        sinks: Option<&[f32]>,
     ) {
         let hd = p.head_dim;
         let q_width = p.n_heads * hd;
@@ -499,8 +526,15 @@ impl CpuBackend {
             let mut scores: Vec<f32> = (lo..=pos)
                 .map(|j| p.score(k_cache.dot(kernels, &qh, j * kv_width + kvh * hd)))
                 .collect();
-            let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-            let total = (kernels.exp_sub)(&mut scores, max);
+            let sink = sinks.map(|s| s[h]);
+            let max = scores
+                .iter()
+                .chain(&sink)
+                .fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+            let mut total = (kernels.exp_sub)(&mut scores, max);
+            if let Some(s) = sink {
+                total += ggml_math::expf(s - max) as f64;
+            }
             let inv = (1.0 / total) as f32;
             scores.iter_mut().for_each(|s| *s *= inv);
             v_cache.prepare_weights(kernels, &mut scores);
@@ -595,15 +629,19 @@ mod tests {
     }
 
     fn check_chunked_attention(b: &CpuBackend, isa: &str) {
-        // (head_dim, heads, kv heads, window, soft cap of the scores)
+        // (head_dim, heads, kv heads, window, soft cap of the scores, sinks)
         let shapes = [
-            (64, 8, 2, None, None),
-            (128, 6, 2, Some(70), None),
-            (256, 4, 1, None, None),
-            (48, 3, 3, Some(200), None),
-            (64, 4, 2, Some(50), Some(0.5)),
+            (64, 8, 2, None, None, false),
+            (128, 6, 2, Some(70), None, false),
+            (256, 4, 1, None, None, false),
+            (48, 3, 3, Some(200), None, true),
+            (64, 4, 2, Some(50), Some(0.5), false),
+            (64, 8, 2, None, None, true),
         ];
-        for (hd, nh, nkv, window, softcap) in shapes {
+        for (hd, nh, nkv, window, softcap, with_sinks) in shapes {
+            // Sinks around the scores' scale, some above every score.
+            let sink_values: Vec<f32> = activations(nh, 9).iter().map(|s| 4.0 * s).collect();
+            let sinks = with_sinks.then_some(&sink_values[..]);
             // (q8_0 takes the per-row path itself, and only for heads of whole blocks)
             for ty in CacheType::ALL
                 .into_iter()
@@ -627,8 +665,8 @@ mod tests {
                 };
                 let mut want = vec![0f32; rows * nh * hd];
                 let mut got = vec![0f32; rows * nh * hd];
-                b.attention_rows(&q, &k, &v, &mut want, &p);
-                b.attention_impl(&q, &k, &v, &mut got, &p);
+                b.attention_rows(&q, &k, &v, &mut want, &p, sinks);
+                b.attention_impl(&q, &k, &v, &mut got, &p, sinks);
                 let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     // f16 caches: the softmax weights are rounded to f16 relative to each
@@ -647,7 +685,7 @@ mod tests {
                     ..p
                 };
                 let mut alone = vec![0f32; nh * hd];
-                b.attention_impl(&q[last * nh * hd..], &k, &v, &mut alone, &one);
+                b.attention_impl(&q[last * nh * hd..], &k, &v, &mut alone, &one, sinks);
                 let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
                 assert_eq!(
                     bits(&alone),

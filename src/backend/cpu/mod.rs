@@ -415,9 +415,10 @@ impl CoreOps for CpuBackend {
         v_cache: &CpuCache,
         out: &mut Vec<f32>,
         p: &AttentionParams,
+        sinks: Option<&CpuWeight>,
     ) {
         let _span = self.profiler.span("attention");
-        self.attention_impl(q, k_cache, v_cache, out, p);
+        self.attention_impl(q, k_cache, v_cache, out, p, sinks.map(CpuWeight::dense));
     }
 
     fn gated_activation(
@@ -434,6 +435,14 @@ impl CoreOps for CpuBackend {
             GateActivation::GeluTanh => {
                 for (gv, &uv) in g.iter_mut().zip(u) {
                     *gv = ggml_math::gelu(*gv) * uv;
+                }
+            }
+            GateActivation::SwigluOai => {
+                let (alpha, limit) = (GateActivation::OAI_ALPHA, GateActivation::OAI_LIMIT);
+                for (gv, &uv) in g.iter_mut().zip(u) {
+                    let x = gv.min(limit);
+                    let y = uv.clamp(-limit, limit);
+                    *gv = x / (1.0 + ggml_math::expf(alpha * -x)) * (y + 1.0);
                 }
             }
         };

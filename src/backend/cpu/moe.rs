@@ -91,6 +91,22 @@ impl MoeOps for CpuBackend {
         }
     }
 
+    fn add_expert_bias(
+        &self,
+        x: &mut Vec<f32>,
+        bias: &CpuWeight,
+        selected: &Vec<f32>,
+        slots: usize,
+        width: usize,
+    ) {
+        let _span = self.profiler.span("add_expert_bias");
+        let bias = bias.dense();
+        for (row, &e) in x[..slots * width].chunks_mut(width).zip(&selected[..slots]) {
+            let b = &bias[e as usize * width..(e as usize + 1) * width];
+            row.iter_mut().zip(b).for_each(|(v, &bv)| *v += bv);
+        }
+    }
+
     fn moe_combine(
         &self,
         y: &Vec<f32>,

@@ -521,11 +521,13 @@ impl CoreOps for SplitBackend {
         v_cache: &SplitCache,
         out: &mut SplitBuffer,
         p: &AttentionParams,
+        sinks: Option<&SplitWeight>,
     ) {
         on_side!(self.at(k_cache.0.side()), S => {
             let q = self.input::<S>(q);
             let out = self.output::<S>(out, p.rows * p.n_heads * p.head_dim);
-            S::backend(self).attention(&q, S::cache(k_cache), S::cache(v_cache), out, p)
+            let sinks = sinks.map(S::weight);
+            S::backend(self).attention(&q, S::cache(k_cache), S::cache(v_cache), out, p, sinks)
         })
     }
 
@@ -699,6 +701,21 @@ impl MoeOps for SplitBackend {
             let (x, selected) = (self.input::<S>(x), self.input::<S>(selected));
             let out = self.output::<S>(out, p.rows * p.n_used * p.expert_rows);
             S::backend(self).expert_matmul(&x, S::weight(w), &selected, out, p)
+        })
+    }
+
+    fn add_expert_bias(
+        &self,
+        x: &mut SplitBuffer,
+        bias: &SplitWeight,
+        selected: &SplitBuffer,
+        slots: usize,
+        width: usize,
+    ) {
+        on_side!(self.at(bias.side()), S => {
+            let selected = self.input::<S>(selected);
+            let x = self.in_out::<S>(x, slots * width);
+            S::backend(self).add_expert_bias(x, S::weight(bias), &selected, slots, width)
         })
     }
 

@@ -5,7 +5,7 @@
 //! Every pair of cache types (f32, f16, q8_0) has its variant.
 
 use super::WgpuBackend;
-use super::buffers::{GpuBuffer, GpuCache, bind};
+use super::buffers::{GpuBuffer, GpuCache, GpuWeight, bind};
 use super::pipelines as kernels;
 use crate::backend::{AttentionParams, CacheType};
 
@@ -40,7 +40,8 @@ impl WgpuBackend {
         v: &GpuCache,
         splits: usize,
         chunk: usize,
-    ) -> [u32; 17] {
+        sinks: bool,
+    ) -> [u32; 18] {
         [
             p.start_pos as u32,
             p.rows as u32,
@@ -59,6 +60,7 @@ impl WgpuBackend {
             k.rot_scale().to_bits(),
             v.rot_scale().to_bits(),
             p.softcap.unwrap_or(0.0).to_bits(),
+            sinks as u32,
         ]
     }
 
@@ -70,8 +72,24 @@ impl WgpuBackend {
         v_cache: &GpuCache,
         out: &mut GpuBuffer,
         p: &AttentionParams,
+        sinks: Option<&GpuWeight>,
     ) {
         let hd = p.head_dim;
+        // Without sinks the binding is filled by any buffer (the queries), never read.
+        let sinks_dev = match sinks {
+            Some(w) => match self.vector(w, "attention sinks") {
+                Some((dev, len)) if len >= p.n_heads => dev,
+                Some((_, len)) => {
+                    self.gpu.fail(format!(
+                        "attention: {len} sinks for {} query heads",
+                        p.n_heads
+                    ));
+                    return;
+                }
+                None => return,
+            },
+            None => &q.dev,
+        };
         if p.n_kv_heads == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
             self.gpu.fail(format!(
                 "attention: {} query heads do not share {} KV heads evenly",
@@ -96,7 +114,7 @@ impl WgpuBackend {
             }
         }
         if p.rows > 1 && hd.is_multiple_of(32) && self.tiled_prefill_attention() {
-            let params = self.attention_params(p, k_cache, v_cache, 1, 1 << 30);
+            let params = self.attention_params(p, k_cache, v_cache, 1, 1 << 30, sinks.is_some());
             let Some(partials) = self.scratch_buffer(|s| &mut s.partials, 1) else {
                 return;
             };
@@ -110,6 +128,7 @@ impl WgpuBackend {
                     bind(&v_cache.dev),
                     bind(&out.dev),
                     (&partials.0, partials.1),
+                    bind(sinks_dev),
                 ],
                 [
                     p.n_heads as u32,
@@ -145,13 +164,14 @@ impl WgpuBackend {
         let Some(partials) = self.scratch_buffer(|s| &mut s.partials, part_len) else {
             return;
         };
-        let params = self.attention_params(p, k_cache, v_cache, splits, chunk);
+        let params = self.attention_params(p, k_cache, v_cache, splits, chunk, sinks.is_some());
         let buffers = [
             bind(&q.dev),
             bind(&k_cache.dev),
             bind(&v_cache.dev),
             bind(&out.dev),
             (&partials.0, partials.1),
+            bind(sinks_dev),
         ];
         // A workgroup per (KV head, up to GROUP_MAX of its query heads).
         let groups = p.n_kv_heads * (p.n_heads / p.n_kv_heads).div_ceil(GROUP_MAX);

@@ -206,7 +206,9 @@ impl WgpuBackend {
         gate_out: &mut GpuBuffer,
         up_out: &mut GpuBuffer,
     ) {
+        // The fused epilogues know SiLU and GELU; gpt-oss's clamped SwiGLU runs after.
         let fused = match (gate.matrix(), up.matrix()) {
+            _ if act == GateActivation::SwigluOai => false,
             (Some(g), Some(u)) => {
                 (rows <= MATVEC_MAX_ROWS || !self.matmul_sg8())
                     && g.parts.len() == 1

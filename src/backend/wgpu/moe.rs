@@ -111,6 +111,27 @@ impl MoeOps for WgpuBackend {
         }
     }
 
+    fn add_expert_bias(
+        &self,
+        x: &mut GpuBuffer,
+        bias: &GpuWeight,
+        selected: &GpuBuffer,
+        slots: usize,
+        width: usize,
+    ) {
+        let Some((dev, _)) = self.vector(bias, "add_expert_bias") else {
+            return;
+        };
+        let len = slots * width;
+        self.run_in(
+            &self.fixed.add_expert_bias,
+            kernels::add_expert_bias_kernel,
+            &[len as u32, width as u32],
+            &[bind(&x.dev), bind(dev), bind(&selected.dev)],
+            grid(len.div_ceil(256)),
+        );
+    }
+
     fn moe_combine(
         &self,
         y: &GpuBuffer,

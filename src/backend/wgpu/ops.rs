@@ -468,8 +468,9 @@ impl CoreOps for WgpuBackend {
         v_cache: &GpuCache,
         out: &mut GpuBuffer,
         p: &AttentionParams,
+        sinks: Option<&GpuWeight>,
     ) {
-        self.attend(q, k_cache, v_cache, out, p);
+        self.attend(q, k_cache, v_cache, out, p, sinks);
     }
 
     fn gated_activation(
@@ -482,6 +483,7 @@ impl CoreOps for WgpuBackend {
         let entry = match act {
             GateActivation::Silu => (&self.fixed.silu_mul, "silu_mul"),
             GateActivation::GeluTanh => (&self.fixed.gelu_mul, "gelu_mul"),
+            GateActivation::SwigluOai => (&self.fixed.swiglu_oai_mul, "swiglu_oai_mul"),
         };
         self.elementwise(entry, gate, &up.dev, [len as u32, 0, 0, 0]);
     }

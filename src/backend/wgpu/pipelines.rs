@@ -193,6 +193,8 @@ pub struct FixedKernels {
     pub copy: KernelSlot,
     pub silu_mul: KernelSlot,
     pub gelu_mul: KernelSlot,
+    pub swiglu_oai_mul: KernelSlot,
+    pub add_expert_bias: KernelSlot,
     pub moe_route: KernelSlot,
     pub moe_combine: KernelSlot,
     pub attention_reduce: KernelSlot,
@@ -475,6 +477,7 @@ pub fn matvec_gated_kernel(
     match act {
         GateActivation::Silu => k.flag("GLU_SILU"),
         GateActivation::GeluTanh => k.flag("GLU_GELU"),
+        GateActivation::SwigluOai => unreachable!("gated_matmuls runs SwigluOai unfused"),
     }
 }
 
@@ -507,6 +510,7 @@ pub fn matmul_kernel(
     match gated {
         Some(GateActivation::Silu) => k.flag("GLU_SILU"),
         Some(GateActivation::GeluTanh) => k.flag("GLU_GELU"),
+        Some(GateActivation::SwigluOai) => unreachable!("gated_matmuls runs SwigluOai unfused"),
         None => k,
     }
 }
@@ -551,7 +555,7 @@ pub fn attention_kernel(k: CacheType, v: CacheType, lanes: bool) -> Kernel {
     let kernel = Kernel::new(
         "attention",
         "attention",
-        &[Read, Read, Read, ReadWrite, ReadWrite],
+        &[Read, Read, Read, ReadWrite, ReadWrite, Read],
     );
     let kernel = if lanes {
         kernel.flag("SG_LANES")
@@ -567,7 +571,7 @@ pub fn attention_reduce_kernel() -> Kernel {
     Kernel::new(
         "attention_reduce",
         "attention",
-        &[Read, Read, Read, ReadWrite, ReadWrite],
+        &[Read, Read, Read, ReadWrite, ReadWrite, Read],
     )
     .entry("reduce")
 }
@@ -577,7 +581,7 @@ pub fn attention_prefill_kernel(k: CacheType, v: CacheType) -> Kernel {
     let kernel = Kernel::new(
         "attention_prefill",
         "attention",
-        &[Read, Read, Read, ReadWrite, ReadWrite],
+        &[Read, Read, Read, ReadWrite, ReadWrite, Read],
     )
     .entry("prefill")
     .flag("PREFILL");
@@ -619,6 +623,15 @@ pub fn moe_combine_kernel() -> Kernel {
 
 pub fn round_acts_kernel() -> Kernel {
     Kernel::new("round_acts", "round_acts", &[Read, ReadWrite])
+}
+
+pub fn add_expert_bias_kernel() -> Kernel {
+    op_kernel(
+        "moe",
+        "add_expert_bias",
+        "ADD_EXPERT_BIAS",
+        &[ReadWrite, Read, Read],
+    )
 }
 
 pub fn moe_route_kernel() -> Kernel {

@@ -27,9 +27,11 @@ pub(crate) const GEMMA2: Family = Family {
     // As Gemma 3: post_attention_layernorm norms the attention's output.
     hf_tensor_names: &[("post_attention_layernorm", "post_attention_norm")],
     norm_one_plus_weight: true,
+    ffn_norm: "ffn_norm",
     layer: LayerKind::Gemma(AttentionOpts {
         qkv_bias: false,
         qk_norm: false,
+        ..AttentionOpts::PLAIN
     }),
     chat_template: &CHAT_TEMPLATE,
 };

@@ -27,9 +27,11 @@ pub(crate) const GEMMA3: Family = Family {
     // norm is pre_feedforward_layernorm.
     hf_tensor_names: &[("post_attention_layernorm", "post_attention_norm")],
     norm_one_plus_weight: true,
+    ffn_norm: "ffn_norm",
     layer: LayerKind::Gemma(AttentionOpts {
         qkv_bias: false,
         qk_norm: true,
+        ..AttentionOpts::PLAIN
     }),
     chat_template: &CHAT_TEMPLATE,
 };

@@ -23,10 +23,12 @@ pub(crate) const LLAMA: Family = Family {
     hf_keys,
     hf_tensor_names: &[],
     norm_one_plus_weight: false,
+    ffn_norm: "ffn_norm",
     // No biases or QK-norm in the forward pass, even where config.json sets `attention_bias`.
     layer: LayerKind::Llama(AttentionOpts {
         qkv_bias: false,
         qk_norm: false,
+        ..AttentionOpts::PLAIN
     }),
     chat_template: &CHATML,
 };

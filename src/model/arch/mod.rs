@@ -4,7 +4,8 @@
 //! (Qwen2, Qwen3), `qwen3moe.rs` (Qwen3 MoE: Qwen3's layer over the mixture of experts in
 //! `moe.rs`), `smollm3.rs` (Llama's layer, NoPE every fourth), `gemma3.rs` (its layer also serves
 //! `gemma2.rs`, which soft-caps attention scores and logits), `qwen35.rs` (Qwen3.5, over the Gated
-//! DeltaNet block in `delta_net.rs` and the experts in `moe.rs`). `FAMILIES` below lists them.
+//! DeltaNet block in `delta_net.rs` and the experts in `moe.rs`), `gpt_oss.rs` (Llama's layer with
+//! attention sinks and biased experts). `FAMILIES` below lists them.
 //!
 //! `Model` holds the weights on a backend; `Step` is one batched forward call over a chunk of
 //! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each
@@ -14,6 +15,7 @@ mod delta_net;
 pub(crate) mod family;
 mod gemma2;
 mod gemma3;
+mod gpt_oss;
 mod llama;
 mod moe;
 mod qwen;
@@ -33,7 +35,7 @@ use family::{Family, LayerKind};
 /// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
 /// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
 /// file, one line here, and its `Arch` variant (config/mod.rs).
-pub(crate) const FAMILIES: [&Family; 9] = [
+pub(crate) const FAMILIES: [&Family; 10] = [
     &llama::LLAMA,
     &smollm3::SMOLLM3,
     &qwen::QWEN2,
@@ -43,6 +45,7 @@ pub(crate) const FAMILIES: [&Family; 9] = [
     &gemma3::GEMMA3,
     &qwen35::QWEN35,
     &qwen35::QWEN35_MOE,
+    &gpt_oss::GPT_OSS,
 ];
 
 pub struct Model<B: Backend> {
@@ -385,6 +388,18 @@ pub(crate) struct AttentionOpts {
     pub qkv_bias: bool,
     /// RMSNorm of each query and key head before RoPE (Qwen3, Gemma 3).
     pub qk_norm: bool,
+    /// A bias on the output projection and a sink logit per query head (gpt-oss), both
+    /// required in the file.
+    pub out_bias_and_sinks: bool,
+}
+
+impl AttentionOpts {
+    /// No biases, no QK-norm, no sinks (Llama).
+    pub const PLAIN: AttentionOpts = AttentionOpts {
+        qkv_bias: false,
+        qk_norm: false,
+        out_bias_and_sinks: false,
+    };
 }
 
 /// One layer's worth of a forward call: the building blocks the architecture files compose.
@@ -453,13 +468,16 @@ impl<B: Backend> Step<'_, B> {
             b.rms_norm(&mut s.q, qn, rows * c.n_heads, c.rms_norm_eps);
             b.rms_norm(&mut s.k, kn, rows * c.n_kv_heads, c.rms_norm_eps);
         }
-        self.rope_store_attend(c.head_dim);
+        self.rope_store_attend(c.head_dim, l.sinks.as_ref());
         b.matmul(&self.s.attn, &l.wo, rows, &mut self.s.o);
+        if let Some(bo) = &l.bo {
+            b.add_bias(&mut self.s.o, bo, rows);
+        }
     }
 
     /// RoPE over the first `rot_dims` of each query and key head, the keys and values appended to
     /// this layer's cache, and attention of `q` into `attn`.
-    fn rope_store_attend(&mut self, rot_dims: usize) {
+    fn rope_store_attend(&mut self, rot_dims: usize, sinks: Option<&B::Weight>) {
         let (m, rows, il) = (self.model, self.rows, self.il);
         let (b, c) = (&m.backend, &m.config);
         // A NoPE layer (SmolLM3) stores and attends with its queries and keys as projected.
@@ -487,7 +505,7 @@ impl<B: Backend> Step<'_, B> {
             window: c.layer_window(il),
             softcap: c.attn_logit_softcap,
         };
-        b.attention(&s.q, kc, vc, &mut s.attn, &params);
+        b.attention(&s.q, kc, vc, &mut s.attn, &params, sinks);
     }
 
     /// Qwen3.5's gated attention of `h` into `o`: the query, its gate, keys and values; QK-norm;
@@ -509,7 +527,7 @@ impl<B: Backend> Step<'_, B> {
         );
         b.rms_norm(&mut s.q, &l.q_norm, rows * c.n_heads, c.rms_norm_eps);
         b.rms_norm(&mut s.k, &l.k_norm, rows * c.n_kv_heads, c.rms_norm_eps);
-        self.rope_store_attend(c.rope_dims);
+        self.rope_store_attend(c.rope_dims, None);
         let s = &mut *self.s;
         let gate = &s.qwen35.as_ref().expect("Qwen3.5 scratch").q_gate;
         b.mul_sigmoid(&mut s.attn, gate, rows, c.q_dim(), c.q_dim());

@@ -1,7 +1,8 @@
 //! The mixture-of-experts feed-forward block, shared by the families whose blocks route to
-//! experts (Qwen3.5 MoE, qwen35.rs; Qwen3 MoE, qwen3moe.rs): a softmax router picks each token's
-//! top experts (weights renormalized to sum 1), their SwiGLU outputs are summed by weight, and
-//! where the block has one, a shared SwiGLU expert, scaled by sigmoid of its own gate, is added.
+//! experts (Qwen3.5 MoE, qwen35.rs; Qwen3 MoE, qwen3moe.rs; gpt-oss, gpt_oss.rs): a softmax router
+//! picks each token's top experts (weights renormalized to sum 1), their gated outputs (SwiGLU, or
+//! gpt-oss's clamped one, with biases where the family has them) are summed by weight, and where
+//! the block has one, a shared SwiGLU expert, scaled by sigmoid of its own gate, is added.
 //! Also here: the experts' GGUF keys, and the block's activation buffers.
 
 use super::Step;
@@ -82,6 +83,8 @@ pub(crate) fn gguf_experts(keys: &GgufKeys, shared: SharedExpert) -> Result<Opti
         n_used,
         expert_ff,
         shared_ff,
+        activation: GateActivation::Silu,
+        biases: false,
     }))
 }
 
@@ -143,6 +146,11 @@ impl<B: Backend> Step<'_, B> {
             }
             None => b.matmul(&s.h, &l.router, rows, &mut ms.router),
         }
+        if let Some(bias) = &l.biases {
+            b.add_bias(&mut ms.router, &bias.router, rows);
+        }
+        // Softmax over all experts, top k, renormalized: the softmax over the top k logits that
+        // gpt-oss's routing takes, up to rounding.
         b.moe_route(
             &ms.router,
             rows,
@@ -172,7 +180,11 @@ impl<B: Backend> Step<'_, B> {
                 b.expert_matmul(&s.h, w, &ms.selected, &mut ms.up, &up);
             }
         }
-        b.gated_activation(&mut ms.gate, &ms.up, rows * k * eff, GateActivation::Silu);
+        if let Some(bias) = &l.biases {
+            b.add_expert_bias(&mut ms.gate, &bias.gate, &ms.selected, rows * k, eff);
+            b.add_expert_bias(&mut ms.up, &bias.up, &ms.selected, rows * k, eff);
+        }
+        b.gated_activation(&mut ms.gate, &ms.up, rows * k * eff, moe.activation);
         let down = ExpertMatmulParams {
             rows,
             n_used: k,
@@ -182,6 +194,9 @@ impl<B: Backend> Step<'_, B> {
             row_offset: 0,
         };
         b.expert_matmul(&ms.gate, &l.down, &ms.selected, &mut ms.down, &down);
+        if let Some(bias) = &l.biases {
+            b.add_expert_bias(&mut ms.down, &bias.down, &ms.selected, rows * k, h);
+        }
         b.moe_combine(&ms.down, &ms.weights, rows, k, h, &mut s.o);
 
         // The shared expert, gated by sigmoid(shared_gate · x).

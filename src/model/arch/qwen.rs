@@ -22,9 +22,11 @@ pub(crate) const QWEN2: Family = Family {
     hf_keys: qwen2_hf_keys,
     hf_tensor_names: &[],
     norm_one_plus_weight: false,
+    ffn_norm: "ffn_norm",
     layer: LayerKind::Llama(AttentionOpts {
         qkv_bias: true,
         qk_norm: false,
+        ..AttentionOpts::PLAIN
     }),
     chat_template: &CHATML,
 };
@@ -47,9 +49,11 @@ pub(crate) const QWEN3: Family = Family {
     },
     hf_tensor_names: &[],
     norm_one_plus_weight: false,
+    ffn_norm: "ffn_norm",
     layer: LayerKind::Llama(AttentionOpts {
         qkv_bias: false,
         qk_norm: true,
+        ..AttentionOpts::PLAIN
     }),
     chat_template: &CHATML,
 };

@@ -26,6 +26,7 @@ pub(crate) const QWEN35: Family = Family {
     hf_keys: |_, _| Ok(()),
     hf_tensor_names: &[],
     norm_one_plus_weight: false,
+    ffn_norm: "ffn_norm",
     layer: LayerKind::Qwen35,
     chat_template: &CHATML,
 };

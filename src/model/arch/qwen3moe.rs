@@ -26,10 +26,12 @@ pub(crate) const QWEN3_MOE: Family = Family {
     hf_keys: |_, _| Ok(()),
     hf_tensor_names: &[],
     norm_one_plus_weight: false,
+    ffn_norm: "ffn_norm",
     // The feed-forward is the experts because the configuration has them (weights/moe.rs).
     layer: LayerKind::Llama(AttentionOpts {
         qkv_bias: false,
         qk_norm: true,
+        ..AttentionOpts::PLAIN
     }),
     chat_template: &CHATML,
 };

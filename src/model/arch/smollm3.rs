@@ -26,9 +26,11 @@ pub(crate) const SMOLLM3: Family = Family {
     hf_keys,
     hf_tensor_names: &[],
     norm_one_plus_weight: false,
+    ffn_norm: "ffn_norm",
     layer: LayerKind::Llama(AttentionOpts {
         qkv_bias: false,
         qk_norm: false,
+        ..AttentionOpts::PLAIN
     }),
     chat_template: &CHATML,
 };

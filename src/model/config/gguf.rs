@@ -48,6 +48,34 @@ impl ModelConfig {
                     .f64("rope.scaling.factor")?
                     .filter(|&f| f > 0.0 && f != 1.0)
                     .map(|f| RopeScaling::Linear { factor: f as f32 }),
+                Some("yarn") => {
+                    let factor = keys.f64("rope.scaling.factor")?.unwrap_or(1.0) as f32;
+                    let original_context =
+                        match keys.usize("rope.scaling.original_context_length")? {
+                            Some(n) => n,
+                            None => keys.usize("context_length")?.unwrap_or(0),
+                        };
+                    let attn_factor = keys.f64("rope.scaling.attn_factor")?.unwrap_or(1.0) as f32;
+                    if !(factor.is_finite() && factor > 0.0 && attn_factor.is_finite())
+                        || original_context == 0
+                    {
+                        return Err(Error::Format(format!(
+                            "{} = {factor}, {} = {original_context}, {} = {attn_factor}: YaRN \
+                             needs a positive factor and original context",
+                            keys.key("rope.scaling.factor"),
+                            keys.key("rope.scaling.original_context_length"),
+                            keys.key("rope.scaling.attn_factor"),
+                        )));
+                    }
+                    // llama.cpp reads neither beta from the file: 32 and 1 always.
+                    Some(RopeScaling::Yarn {
+                        factor,
+                        original_context,
+                        beta_fast: 32.0,
+                        beta_slow: 1.0,
+                        attn_factor,
+                    })
+                }
                 Some("none") | None => None,
                 Some(other) => {
                     return Err(Error::Unsupported(format!(

@@ -106,6 +106,29 @@ fn hf_rope_scaling(s: &Value, head_dim: usize, theta: f64) -> Result<Option<Rope
                 divisors: llama3_divisors(head_dim, theta, factor, low, high, original),
             }))
         }
+        "yarn" => {
+            let factor = num("factor", 1.0);
+            let original = num("original_max_position_embeddings", 0.0);
+            if !(factor > 0.0 && original >= 1.0 && original.is_finite()) {
+                return Err(Error::Format(format!(
+                    "config.json rope_scaling: YaRN needs a positive factor and \
+                     original_max_position_embeddings (have {factor} and {original})"
+                )));
+            }
+            Ok(Some(RopeScaling::Yarn {
+                factor: factor as f32,
+                original_context: original as usize,
+                beta_fast: num("beta_fast", 32.0) as f32,
+                beta_slow: num("beta_slow", 1.0) as f32,
+                // Hugging Face's `attention_factor` replaces the 1 + 0.1·ln(factor) that kiln's
+                // (llama.cpp's) `attn_factor` multiplies.
+                attn_factor: s
+                    .get("attention_factor")
+                    .and_then(Value::as_f64)
+                    .map_or(1.0, |a| a / (1.0 + 0.1 * factor.ln()))
+                    as f32,
+            }))
+        }
         other => Err(Error::Unsupported(format!(
             "config.json rope_scaling type '{other}' is not supported"
         ))),

@@ -34,6 +34,10 @@ pub enum Arch {
     Gemma2,
     /// SmolLM3: Llama's layer with no RoPE in every fourth layer.
     SmolLM3,
+    /// gpt-oss (OpenAI's open-weight MoE): biased attention with sinks, alternating sliding
+    /// window, biased experts with a clamped SwiGLU.
+    #[serde(rename = "gpt-oss")]
+    GptOss,
 }
 
 impl Arch {
@@ -51,6 +55,17 @@ pub enum RopeScaling {
     Linear { factor: f32 },
     /// One divisor per frequency (Llama 3's scheme; GGUF stores them as `rope_freqs.weight`).
     PerFrequency { divisors: Vec<f32> },
+    /// YaRN (gpt-oss, Mistral 3, Qwen with long contexts): frequencies below the correction range
+    /// interpolated by `factor`, those above kept, a ramp between; cos and sin scaled by
+    /// `1 + 0.1·ln(factor)` times `attn_factor`. The correction range comes from
+    /// `original_context` and the betas (llama.cpp: 32 and 1, whatever a GGUF file says).
+    Yarn {
+        factor: f32,
+        original_context: usize,
+        beta_fast: f32,
+        beta_slow: f32,
+        attn_factor: f32,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -111,6 +126,10 @@ pub struct MoeConfig {
     /// Width of the shared expert (`expert_shared_feed_forward_length`); None for a block
     /// without one (Qwen3 MoE).
     pub shared_ff: Option<usize>,
+    /// The routed experts' gated activation (SiLU; gpt-oss: its clamped SwiGLU).
+    pub activation: crate::backend::GateActivation,
+    /// Biases on the router and on every expert's gate, up and down projections (gpt-oss).
+    pub biases: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -32,6 +32,17 @@ pub struct MoeWeights<B: Backend> {
     pub gate_up: ExpertsGateUp<B>,
     pub down: B::Weight,
     pub shared: Option<SharedExpertWeights<B>>,
+    /// gpt-oss's biases.
+    pub biases: Option<ExpertBiases<B>>,
+}
+
+/// The router's bias (one per expert) and each expert's gate, up and down biases, stacked one
+/// row per expert.
+pub struct ExpertBiases<B: Backend> {
+    pub router: B::Weight,
+    pub gate: B::Weight,
+    pub up: B::Weight,
+    pub down: B::Weight,
 }
 
 /// A SwiGLU expert every token runs, scaled by sigmoid of its own gate logit.
@@ -73,11 +84,21 @@ pub(super) fn ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> R
             down: f.get(&n("ffn_down_shexp.weight"), &[sff, h])?,
         }),
     };
+    let biases = match m.biases {
+        false => None,
+        true => Some(ExpertBiases {
+            router: f.get(&n("ffn_gate_inp.bias"), &[e])?,
+            gate: f.flat(&n("ffn_gate_exps.bias"), &[eff, e])?,
+            up: f.flat(&n("ffn_up_exps.bias"), &[eff, e])?,
+            down: f.flat(&n("ffn_down_exps.bias"), &[h, e])?,
+        }),
+    };
     Ok(Ffn::Moe(MoeWeights {
         router: f.get(&n("ffn_gate_inp.weight"), &[h, e])?,
         gate_up,
         down: f.get(&n("ffn_down_exps.weight"), &[eff, h, e])?,
         shared,
+        biases,
     }))
 }
 
