@@ -305,7 +305,11 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
             println!("  attention_bias      {}", c.attention_bias);
             println!("  qk_norm             {}", c.qk_norm);
             println!("  tied_embeddings     {}", c.tie_embeddings);
-            println!("  activation          {:?}", c.activation);
+            match &c.moe {
+                // The experts' own activation is printed with them.
+                Some(m) if m.activation != crate::backend::GateActivation::Silu => {}
+                _ => println!("  activation          {:?}", c.activation),
+            }
             print_hybrid(c);
             if args.metadata
                 && let Some(g) = m.gguf()
@@ -392,8 +396,13 @@ fn print_hybrid(c: &ModelConfig) {
             Some(w) => format!("shared expert of width {w}"),
             None => "no shared expert".to_string(),
         };
+        let act = match m.activation {
+            crate::backend::GateActivation::SwigluOai => ", clamped SwiGLU",
+            _ => "",
+        };
+        let biases = if m.biases { ", with biases" } else { "" };
         println!(
-            "  experts             {} ({} per token) of width {}; {shared}",
+            "  experts             {} ({} per token) of width {}{act}{biases}; {shared}",
             m.n_expert, m.n_used, m.expert_ff
         );
     }

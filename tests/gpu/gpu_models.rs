@@ -216,6 +216,10 @@ fn session_properties_hold_on_the_gpu() {
         let Some(model) = load(&mf) else { return };
         check_properties(&model, &mf, 6);
     }
+    // gpt-oss past its window of 8: sinks in every attention kernel, biased experts.
+    let mf = ModelFile::open(&common::fixture("models/gptoss-tiny.gguf")).unwrap();
+    let Some(model) = load(&mf) else { return };
+    check_properties(&model, &mf, 12);
     // The SmolLM3 and Gemma 2 files tie an F16 embedding as their LM head, whose activations are
     // rounded to f16 as llama.cpp rounds them: a last-bit difference between prefill and decode
     // becomes a whole f16 step (1.8e-4 relative in the logits of an earlier SmolLM3 file). Checked
@@ -309,6 +313,51 @@ fn smollm3_and_gemma2_match_llama_cpp_on_the_gpu() {
             .map(|c| c["steps"].as_array().unwrap().len())
             .sum();
         for g in gpu_kernel_variants() {
+            let what = format!("{file} on {}", g.describe());
+            let model = Model::load(&mf, g).unwrap();
+            let report = check_model_with(&model, entry, rule, f32_cache);
+            eprintln!(
+                "{}; worst |Δ| {:.1e}",
+                report.summary(&what),
+                report.worst_ratio * rule.abs
+            );
+            report.assert_all(&what);
+            assert_eq!(report.steps, steps, "{what}: every golden step checked");
+        }
+    }
+}
+
+/// gpt-oss's tiny files against llama.cpp on the GPU, by golden_gptoss.rs's criteria (an f32 KV
+/// cache; the F32 file by the tight rule, the MXFP4 one by the random-weight quantized rule): sinks
+/// in the tiled prefill, the GQA-folded kernel and split decode, a window of 8, per-expert biases,
+/// the clamped SwiGLU; every golden prompt, the 961-token one included; the F32 file on a software
+/// adapter also with the kernels hardware GPUs get.
+#[test]
+fn gptoss_matches_llama_cpp_on_the_gpu() {
+    let f32_cache = KvCacheTypes {
+        k: CacheType::F32,
+        v: CacheType::F32,
+    };
+    let golden = common::golden("llama-cpp-gptoss.json");
+    // The MXFP4 file's expert kernels are the same in both kernel choices: one of them is enough
+    // (each pass over the goldens takes about 35 s on lavapipe).
+    for (file, rule, variants) in [
+        ("gptoss-tiny.gguf", &EXACT_F32, gpu_kernel_variants()),
+        (
+            "gptoss-tiny-MXFP4.gguf",
+            &RANDOM_QUANTIZED,
+            gpu().into_iter().collect(),
+        ),
+    ] {
+        let entry = &golden["models"][file];
+        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+        let steps: usize = entry["greedy"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["steps"].as_array().unwrap().len())
+            .sum();
+        for g in variants {
             let what = format!("{file} on {}", g.describe());
             let model = Model::load(&mf, g).unwrap();
             let report = check_model_with(&model, entry, rule, f32_cache);

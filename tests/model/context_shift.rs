@@ -190,6 +190,12 @@ fn re_rotated_keys_equal_keys_rotated_afresh() {
             "qwen3moe-tiny".into(),
             ModelFile::open(&common::fixture("models/qwen3moe-tiny.gguf")).unwrap(),
         ),
+        // YaRN (gpt-oss): ramped frequencies, and keys stored scaled, which a shift must rotate
+        // without scaling again.
+        (
+            "gptoss-tiny".into(),
+            ModelFile::open(&common::fixture("models/gptoss-tiny.gguf")).unwrap(),
+        ),
         // NoPE layers (SmolLM3: every fourth), whose keys a shift moves but does not rotate.
         (
             "smollm3-tiny".into(),
