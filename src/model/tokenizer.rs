@@ -54,6 +54,9 @@ const END_OF_TURN_TEXTS: [&str; 7] = [
 
 /// Byte-level BPE regexes, from the models' own tokenizer.json files (llama.cpp uses equivalents).
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// o200k's (gpt-oss, and Llama 4's): words split where lower case turns to upper, contractions in
+/// either case, digits in threes, punctuation runs keeping trailing newlines and slashes.
+const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -547,6 +550,7 @@ fn gpt2_pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
         }
         "llama-bpe" | "llama3" | "smaug-bpe" | "dbrx" => split(LLAMA3_REGEX),
         "qwen2" | "stablelm2" | "hunyuan" => split(QWEN2_REGEX),
+        "gpt-4o" | "llama4" | "kanana2" | "minimax-m2" => split(GPT4O_REGEX),
         other => {
             eprintln!(
                 "warning: unknown pre-tokenizer '{other}'; using GPT-2's. Tokenization may differ from the model's."
