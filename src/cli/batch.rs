@@ -337,6 +337,7 @@ impl<B: Backend> Batch<'_, '_, B> {
             },
             logprobs: 0,
             cancel: Some(cancel_flag()),
+            on_reasoning: None,
         };
         let result = generate(
             &mut self.session,

@@ -23,7 +23,9 @@ use super::{
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, TemplateOrigin};
 use crate::model::conversation::Conversation;
-use crate::model::generate::{FinishReason, GenerateOptions, Generation, StopRules, generate};
+use crate::model::generate::{
+    FinishReason, GenerateOptions, Generation, ReasoningSink, StopRules, generate,
+};
 use crate::model::session::DEFAULT_BATCH;
 use crate::model::{Session, Tokenizer};
 use crate::sampler::Sampler;
@@ -311,6 +313,16 @@ impl<B: Backend> Chat<'_, B> {
         self.conv.session.set_context_shift(keep)?;
         let shifts_before = self.conv.session.stats.context_shifts;
         cancel_flag().store(false, Ordering::SeqCst);
+        // A reasoning model's reasoning, dim, before its answer, on a terminal; left out of a
+        // chat whose output is read by a program.
+        let reasoned = std::cell::Cell::new(false);
+        let show_reasoning = |piece: &str| -> crate::Result<()> {
+            reasoned.set(true);
+            let mut out = std::io::stdout().lock();
+            write!(out, "\x1b[2m{piece}\x1b[0m")
+                .and_then(|_| out.flush())
+                .map_err(|e| crate::Error::Usage(format!("writing to stdout: {e}")))
+        };
         let opts = GenerateOptions {
             rules: StopRules {
                 max_tokens: self.max_tokens.unwrap_or(usize::MAX),
@@ -318,6 +330,9 @@ impl<B: Backend> Chat<'_, B> {
             },
             logprobs: 0,
             cancel: Some(cancel_flag()),
+            on_reasoning: std::io::stdout()
+                .is_terminal()
+                .then_some(&show_reasoning as &ReasoningSink<'_>),
         };
         let mut out = std::io::stdout().lock();
         let generation = generate(
@@ -327,6 +342,11 @@ impl<B: Backend> Chat<'_, B> {
             &turn.new_tokens,
             &opts,
             |piece| {
+                if reasoned.replace(false) {
+                    // The answer starts apart from the reasoning above it.
+                    out.write_all(b"\n\n")
+                        .map_err(|e| crate::Error::Usage(format!("writing to stdout: {e}")))?;
+                }
                 out.write_all(piece.as_bytes())
                     .and_then(|_| out.flush())
                     .map_err(|e| crate::Error::Usage(format!("writing to stdout: {e}")))

@@ -377,6 +377,12 @@ pub struct RunArgs {
     #[arg(long = "stop", value_name = "STR")]
     pub stop: Vec<String>,
 
+    /// A reasoning model's reasoning (gpt-oss's analysis channel, `<think>…</think>`): left out
+    /// of the output (`hide`), or streamed to standard error as it comes (`show`); the answer
+    /// alone goes to standard output either way, and `--format json` has both
+    #[arg(long, value_enum, default_value_t)]
+    pub reasoning: ReasoningDisplay,
+
     #[command(flatten)]
     pub sampling: SamplingArgs,
 
@@ -412,6 +418,14 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub constraint: constrain::ConstraintArgs,
+}
+
+/// What `kiln run` does with a reply's reasoning.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReasoningDisplay {
+    #[default]
+    Hide,
+    Show,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]

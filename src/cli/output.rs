@@ -76,6 +76,9 @@ pub fn result_json<B: Backend>(
             "decode_tokens_per_s": per_s(result.tokens.len(), result.decode_time),
         },
     });
+    if !result.reasoning.is_empty() {
+        v["reasoning"] = json!(result.reasoning);
+    }
     if with_logprobs {
         v["logprobs"] = serde_json::Value::Array(logprobs);
     }

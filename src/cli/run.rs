@@ -11,10 +11,10 @@ use anyhow::{Context, Result, bail};
 use super::constrain::{compile, compiler_for};
 use super::output::{cancel_flag, install_interrupt_handler, per_s, result_json};
 use super::tokenize::{print_verbose_prompt, text_or_stdin};
-use super::{Loaded, OutputFormat, RunArgs, context_size, load, on_backend};
+use super::{Loaded, OutputFormat, ReasoningDisplay, RunArgs, context_size, load, on_backend};
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message, TemplateOrigin};
-use crate::model::generate::{FinishReason, GenerateOptions, StopRules, generate};
+use crate::model::generate::{FinishReason, GenerateOptions, ReasoningSink, StopRules, generate};
 use crate::model::session::DEFAULT_BATCH;
 use crate::model::{Session, Tokenizer};
 use crate::sampler::{ConstraintSpec, Sampler};
@@ -106,6 +106,12 @@ fn generate_for<B: Backend>(
         sampler.set_constraint(Some(compile(&compiler, spec)?));
     }
     install_interrupt_handler(true);
+    let show_reasoning = |piece: &str| -> crate::Result<()> {
+        let mut err = std::io::stderr().lock();
+        // A closed standard error is no reason to stop the answer.
+        let _ = err.write_all(piece.as_bytes()).and_then(|_| err.flush());
+        Ok(())
+    };
     let opts = GenerateOptions {
         rules: StopRules {
             max_tokens,
@@ -113,6 +119,9 @@ fn generate_for<B: Backend>(
         },
         logprobs: args.logprobs,
         cancel: Some(cancel_flag()),
+        on_reasoning: (args.reasoning == ReasoningDisplay::Show
+            && args.format == OutputFormat::Text)
+            .then_some(&show_reasoning as &ReasoningSink<'_>),
     };
 
     let streaming = args.format == OutputFormat::Text;
@@ -138,6 +147,12 @@ fn generate_for<B: Backend>(
     .context("generating")?;
     if pipe_closed {
         return Ok(ExitCode::SUCCESS);
+    }
+    if opts.on_reasoning.is_some()
+        && !result.reasoning.is_empty()
+        && !result.reasoning.ends_with('\n')
+    {
+        eprintln!();
     }
 
     match args.format {

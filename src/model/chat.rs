@@ -37,6 +37,8 @@ pub enum TemplateOrigin {
     BuiltinChatml,
     /// kiln's built-in Gemma format (`<start_of_turn>user … <end_of_turn>`).
     BuiltinGemma,
+    /// gpt-oss's harmony template (OpenAI's, as llama.cpp keeps it), built in.
+    BuiltinHarmony,
 }
 
 /// A prompt format kiln supplies for models that carry no chat template.
@@ -49,6 +51,13 @@ pub(crate) struct BuiltinTemplate {
 pub(crate) const CHATML: BuiltinTemplate = BuiltinTemplate {
     origin: TemplateOrigin::BuiltinChatml,
     source: "{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{%- endif %}",
+};
+
+/// gpt-oss's own template (`openai/gpt-oss-120b`'s chat_template.jinja, llama.cpp's copy in
+/// models/templates), for a gpt-oss file that carries none.
+pub(crate) const HARMONY: BuiltinTemplate = BuiltinTemplate {
+    origin: TemplateOrigin::BuiltinHarmony,
+    source: include_str!("templates/gpt-oss.jinja"),
 };
 
 pub struct ChatTemplate {
@@ -95,6 +104,7 @@ impl ChatTemplate {
             TemplateOrigin::Model => "the model's chat template",
             TemplateOrigin::BuiltinChatml => "kiln's built-in ChatML template",
             TemplateOrigin::BuiltinGemma => "kiln's built-in Gemma template",
+            TemplateOrigin::BuiltinHarmony => "kiln's built-in harmony template (gpt-oss)",
         }
     }
 

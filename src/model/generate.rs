@@ -6,6 +6,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::reasoning::{ReplySplitter, Route};
 use super::session::Session;
 use super::tokenizer::Tokenizer;
 use crate::backend::Backend;
@@ -58,7 +59,10 @@ pub struct StepLogprobs {
 #[derive(Debug, Clone)]
 pub struct Generation {
     pub tokens: Vec<u32>,
+    /// The answer: the reply without its reasoning and format markup.
     pub text: String,
+    /// The reasoning (gpt-oss's analysis channel, `<think>…</think>`), when the model reasoned.
+    pub reasoning: String,
     pub finish: FinishReason,
     pub prompt_tokens: usize,
     pub prefill_time: Duration,
@@ -72,10 +76,17 @@ pub struct GenerateOptions<'a> {
     pub logprobs: usize,
     /// Set from another thread (a signal handler) to stop cleanly.
     pub cancel: Option<&'a AtomicBool>,
+    /// Where reasoning is streamed as it comes (None: it is only collected).
+    pub on_reasoning: Option<&'a ReasoningSink<'a>>,
 }
 
+/// A callback that takes reasoning text as it is generated.
+pub type ReasoningSink<'a> = dyn Fn(&str) -> Result<()> + 'a;
+
 /// Run `prompt` after what `session` already holds and generate a reply. `prompt` may be empty
-/// when the session's last call left logits to continue from.
+/// when the session's last call left logits to continue from. The answer streams through
+/// `on_text`, stop strings apply to it; reasoning goes to `opts.on_reasoning` and
+/// `Generation::reasoning` (reasoning.rs tells them apart).
 pub fn generate<B: Backend>(
     session: &mut Session<B>,
     tok: &Tokenizer,
@@ -97,9 +108,12 @@ pub fn generate<B: Backend>(
     }
 
     let mut stream = tok.stream(session.tokens(), true);
+    let mut reasoning_stream = tok.stream(&[], true);
+    let mut splitter = ReplySplitter::new(tok, session.tokens());
     let mut out = Generation {
         tokens: Vec::new(),
         text: String::new(),
+        reasoning: String::new(),
         finish: FinishReason::Length,
         prompt_tokens: prompt.len(),
         prefill_time,
@@ -146,7 +160,19 @@ pub fn generate<B: Backend>(
         }
         sampler.accept(token);
         out.tokens.push(token);
-        if let Some(piece) = stream.push(tok, token)? {
+        let route = splitter.route(tok, token);
+        if route == Route::Reasoning
+            && let Some(piece) = reasoning_stream.push(tok, token)?
+        {
+            out.reasoning.push_str(&piece);
+            if let Some(f) = opts.on_reasoning {
+                f(&piece)?;
+            }
+        }
+        // Markup and reasoning are not the answer's text.
+        if route == Route::Answer
+            && let Some(piece) = stream.push(tok, token)?
+        {
             out.text.push_str(&piece);
             if let Some(cut) = find_stop(&out.text, stops, emitted) {
                 out.text.truncate(cut);
@@ -180,6 +206,13 @@ pub fn generate<B: Backend>(
         }
     }
 
+    let rest = reasoning_stream.finish(tok)?;
+    if !rest.is_empty() {
+        out.reasoning.push_str(&rest);
+        if let Some(f) = opts.on_reasoning {
+            f(&rest)?;
+        }
+    }
     if out.finish != FinishReason::StopString {
         out.text.push_str(&stream.finish(tok)?);
         if emitted < out.text.len() {

@@ -1,6 +1,7 @@
 //! Models: their description (`config`), files (`loader`, `tensor`), tokenizers, chat templates,
 //! the architecture families (`arch`: one file per family with its facts and its layer, listed in
-//! `arch::FAMILIES`), their weights, and the session.
+//! `arch::FAMILIES`), their weights, the session, and a reply's reasoning told from its answer
+//! (`reasoning`).
 
 pub mod arch;
 pub mod chat;
@@ -9,6 +10,7 @@ pub mod conversation;
 pub mod generate;
 pub mod loader;
 pub mod placement;
+pub mod reasoning;
 pub mod recurrent;
 pub mod rope;
 pub mod session;

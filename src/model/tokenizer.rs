@@ -42,7 +42,7 @@ const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
 /// Texts of tokens that end a turn in common chat formats; each one present in the vocabulary as
 /// a special token ends generation (llama.cpp's end-of-generation set does the same).
-const END_OF_TURN_TEXTS: [&str; 7] = [
+const END_OF_TURN_TEXTS: [&str; 9] = [
     "<|eot_id|>",
     "<|im_end|>",
     "<end_of_turn>",
@@ -50,7 +50,22 @@ const END_OF_TURN_TEXTS: [&str; 7] = [
     "<|eom_id|>",
     "<|endoftext|>",
     "<EOT>",
+    // gpt-oss's harmony: the end of the final message, and of a tool call.
+    "<|return|>",
+    "<|call|>",
 ];
+
+/// The end-of-generation set, sorted: harmony's `<|end|>` closes one message of a reply (the
+/// analysis before the final answer), not the reply, so a vocabulary with `<|return|>` and
+/// `<|call|>` does not stop on it (as llama.cpp).
+fn end_of_generation(mut eog: Vec<u32>, id: impl Fn(&str) -> Option<u32>) -> Vec<u32> {
+    if let (Some(_), Some(_), Some(end)) = (id("<|return|>"), id("<|call|>"), id("<|end|>")) {
+        eog.retain(|&t| t != end);
+    }
+    eog.sort_unstable();
+    eog.dedup();
+    eog
+}
 
 /// Byte-level BPE regexes, from the models' own tokenizer.json files (llama.cpp uses equivalents).
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -241,15 +256,13 @@ impl Tokenizer {
         .into_iter()
         .flatten()
         .collect();
-        for text in END_OF_TURN_TEXTS {
-            if let Some(id) = inner.token_to_id(text)
-                && types[id as usize] == TOKEN_TYPE_CONTROL
-            {
-                eog.push(id);
-            }
-        }
-        eog.sort_unstable();
-        eog.dedup();
+        let control = |text: &str| {
+            inner
+                .token_to_id(text)
+                .filter(|&id| types[id as usize] == TOKEN_TYPE_CONTROL)
+        };
+        eog.extend(END_OF_TURN_TEXTS.into_iter().filter_map(control));
+        let eog = end_of_generation(eog, control);
 
         Ok(Tokenizer {
             inner,
@@ -325,15 +338,14 @@ impl Tokenizer {
             .filter(|(_, t)| t.special)
             .map(|(&id, t)| (t.content.clone(), id))
             .collect();
-        for text in END_OF_TURN_TEXTS {
-            if let Some(&id) = added.get(text) {
-                eog.push(id);
-            }
-        }
+        eog.extend(
+            END_OF_TURN_TEXTS
+                .iter()
+                .filter_map(|t| added.get(*t).copied()),
+        );
         let n_vocab = inner.get_vocab_size(true);
         eog.retain(|&id| (id as usize) < n_vocab);
-        eog.sort_unstable();
-        eog.dedup();
+        let eog = end_of_generation(eog, |t| added.get(t).copied());
 
         let chat_template = hf_chat_template(dir, &cfg)?;
 
@@ -646,5 +658,24 @@ impl TextStream {
             .strip_prefix(&prefix)
             .map(str::to_string)
             .unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::end_of_generation;
+
+    #[test]
+    fn harmony_vocabularies_do_not_stop_at_the_end_of_a_message() {
+        let harmony = |t: &str| match t {
+            "<|end|>" => Some(7),
+            "<|return|>" => Some(8),
+            "<|call|>" => Some(9),
+            _ => None,
+        };
+        assert_eq!(end_of_generation(vec![9, 7, 8, 2], harmony), [2, 8, 9]);
+        // Phi-3's <|end|> ends its turn: without <|return|> and <|call|> it stays.
+        let phi = |t: &str| (t == "<|end|>").then_some(7);
+        assert_eq!(end_of_generation(vec![7, 2, 7], phi), [2, 7]);
     }
 }

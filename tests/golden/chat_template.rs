@@ -120,3 +120,28 @@ fn python_compatible_helpers() {
         .unwrap();
     assert_eq!(text, "HI|{\"b\": 1, \"a\": [1, \"é\"]}|4");
 }
+
+/// gpt-oss's harmony template (llama.cpp's copy of openai/gpt-oss-120b's, which kiln builds in
+/// for gpt-oss files that carry none) renders as jinja2 renders it
+/// (scripts/reference/render_template.py): its system header with the date, developer
+/// instructions, the final channel of earlier replies.
+#[test]
+fn harmony_template_renders_like_jinja2() {
+    let source = include_str!("../../src/model/templates/gpt-oss.jinja");
+    let tmpl = ChatTemplate::from_source(source, "<|startoftext|>", "<|return|>");
+    let golden = common::golden("template-gpt-oss.json");
+    let mut rendered = 0;
+    for r in golden["renders"].as_array().unwrap() {
+        let today = chrono::Local::now().format("%Y-%m-%d").to_string();
+        let text = tmpl
+            .render(
+                &messages(&r["messages"]),
+                r["add_generation_prompt"].as_bool().unwrap(),
+            )
+            .unwrap();
+        let want = r["text"].as_str().unwrap().replace("DATE", &today);
+        assert_eq!(text, want);
+        rendered += 1;
+    }
+    assert_eq!(rendered, 8);
+}

@@ -248,6 +248,7 @@ fn generation_shifts_a_full_context_and_goes_on() {
         },
         logprobs: 0,
         cancel: None,
+        on_reasoning: None,
     };
     let greedy = || {
         Sampler::new(SamplerConfig {
@@ -311,6 +312,7 @@ fn a_shifted_chat_keeps_its_system_prompt() {
         },
         logprobs: 0,
         cancel: None,
+        on_reasoning: None,
     };
     let mut sampler = Sampler::new(SamplerConfig {
         temperature: 0.0,

@@ -16,7 +16,7 @@ use super::moe::{SharedExpert, gguf_experts};
 use crate::backend::GateActivation;
 use crate::error::{Error, Result};
 use crate::model::Arch;
-use crate::model::chat::CHATML;
+use crate::model::chat::HARMONY;
 use crate::model::config::{GgufKeys, ModelConfig};
 
 pub(crate) const GPT_OSS: Family = Family {
@@ -37,7 +37,7 @@ pub(crate) const GPT_OSS: Family = Family {
         qk_norm: false,
         out_bias_and_sinks: true,
     }),
-    chat_template: &CHATML,
+    chat_template: &HARMONY,
 };
 
 /// llama.cpp's sliding-window period for gpt-oss: even layers windowed, odd ones global.

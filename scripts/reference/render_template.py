@@ -1,0 +1,55 @@
+"""A chat template rendered by Python's jinja2 as Hugging Face's transformers renders it (trim_blocks,
+lstrip_blocks, a sandbox, `raise_exception`; `strftime_now` gives the fixed text DATE, which a test replaces by
+the date of its own rendering) for a few conversations, with `add_generation_prompt` true and false. Writes a
+golden of {"template": file name, "renders": [{"messages", "add_generation_prompt", "text"}]}.
+
+usage: python3 render_template.py TEMPLATE.jinja OUT.json   (jinja2 3.1)
+"""
+import json
+import os
+import sys
+
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+CONVERSATIONS = [
+    [{"role": "user", "content": "What is 2+2?"}],
+    [{"role": "system", "content": "Answer in one word."},
+     {"role": "user", "content": "Capital of France?"}],
+    [{"role": "user", "content": "Hi"},
+     {"role": "assistant", "content": "Hello! How can I help?"},
+     {"role": "user", "content": "Tell me a joke about \"quotes\" and {braces}."}],
+    [{"role": "developer", "content": "Be terse."},
+     {"role": "user", "content": "Name three primes."},
+     {"role": "assistant", "content": "2, 3, 5."},
+     {"role": "user", "content": "Two more?"}],
+]
+
+
+def raise_exception(message):
+    raise TemplateError(message)
+
+
+template_path, out = sys.argv[1:3]
+env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+env.globals["raise_exception"] = raise_exception
+env.globals["strftime_now"] = lambda fmt: "DATE"
+template = env.from_string(open(template_path).read())
+renders = []
+for messages in CONVERSATIONS:
+    for gen in [True, False]:
+        if not gen and messages[-1]["role"] != "assistant":
+            # A conversation that ends with the user is rendered for generation only.
+            continue
+        renders.append({"messages": messages, "add_generation_prompt": gen,
+                        "text": template.render(messages=messages, add_generation_prompt=gen,
+                                                bos_token="<|startoftext|>", eos_token="<|return|>")})
+    if messages[-1]["role"] == "user":
+        # The same conversation closed by an assistant reply, as chat history holds it.
+        closed = messages + [{"role": "assistant", "content": "Done."}]
+        renders.append({"messages": closed, "add_generation_prompt": False,
+                        "text": template.render(messages=closed, add_generation_prompt=False,
+                                                bos_token="<|startoftext|>", eos_token="<|return|>")})
+with open(out, "w") as f:
+    f.write(json.dumps({"template": os.path.basename(template_path), "renders": renders},
+                       ensure_ascii=False, indent=1) + "\n")

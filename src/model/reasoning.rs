@@ -1,0 +1,255 @@
+//! A reply's reasoning told apart from its answer, token by token, in the two formats models use:
+//! gpt-oss's harmony channels (`<|channel|>analysis<|message|>…<|end|><|start|>assistant
+//! <|channel|>final<|message|>…`: the analysis channel is reasoning, every other channel answer,
+//! the headers between them markup) and `<think>…</think>` (Qwen3, Qwen3.5, DeepSeek-R1 and their
+//! descendants). The splitter follows the prompt first, so a prompt that ends inside a header
+//! (harmony's `<|start|>assistant`) or inside `<think>` starts the reply there.
+
+use super::tokenizer::Tokenizer;
+
+/// Where a generated token's text goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// The reply proper: what `kiln run` prints.
+    Answer,
+    /// The model's reasoning: hidden, or shown apart.
+    Reasoning,
+    /// The format's own tokens (channel markers, role names, think tags): neither.
+    Markup,
+}
+
+/// The harmony control tokens of a vocabulary.
+#[derive(Debug, Clone, Copy)]
+struct Harmony {
+    start: u32,
+    end: u32,
+    message: u32,
+    channel: u32,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum HarmonyState {
+    /// After `<|start|>`: the role and any recipient, up to `<|channel|>` or `<|message|>`.
+    Header,
+    /// After `<|channel|>`: the channel's name, up to `<|message|>`.
+    Channel(Vec<u32>),
+    /// A message's content; whether its channel is the analysis one.
+    Content { analysis: bool },
+    /// After `<|end|>`, waiting for the next `<|start|>`.
+    Between,
+}
+
+#[derive(Debug, Clone)]
+enum Format {
+    Plain,
+    Harmony { ids: Harmony, state: HarmonyState },
+    Think { open: u32, close: u32, inside: bool },
+}
+
+/// Routes each token of a reply to the answer, the reasoning, or neither.
+#[derive(Debug, Clone)]
+pub struct ReplySplitter {
+    format: Format,
+}
+
+impl ReplySplitter {
+    /// The splitter for `tok`'s format (harmony, think tags, or none), having followed `prompt`.
+    pub fn new(tok: &Tokenizer, prompt: &[u32]) -> ReplySplitter {
+        let id = |t: &str| tok.token_id(t);
+        let format = match (
+            id("<|start|>"),
+            id("<|end|>"),
+            id("<|message|>"),
+            id("<|channel|>"),
+            id("<think>"),
+            id("</think>"),
+        ) {
+            (Some(start), Some(end), Some(message), Some(channel), _, _) => Format::Harmony {
+                ids: Harmony {
+                    start,
+                    end,
+                    message,
+                    channel,
+                },
+                // A reply without any harmony header is all answer.
+                state: HarmonyState::Content { analysis: false },
+            },
+            (.., Some(open), Some(close)) => Format::Think {
+                open,
+                close,
+                inside: false,
+            },
+            _ => Format::Plain,
+        };
+        ReplySplitter { format }.after(prompt, &|ids| is_analysis(tok, ids))
+    }
+
+    /// The splitter having followed `prompt`.
+    fn after(mut self, prompt: &[u32], is_analysis: &dyn Fn(&[u32]) -> bool) -> ReplySplitter {
+        for &t in prompt {
+            self.route_with(t, is_analysis);
+        }
+        self
+    }
+
+    /// Whether the format has reasoning to tell apart.
+    pub fn splits(&self) -> bool {
+        !matches!(self.format, Format::Plain)
+    }
+
+    /// Where token `t` of `tok`'s vocabulary goes.
+    pub fn route(&mut self, tok: &Tokenizer, t: u32) -> Route {
+        self.route_with(t, &|ids| is_analysis(tok, ids))
+    }
+
+    /// Where token `t` goes, harmony channel names told by `is_analysis` (a name may come in
+    /// any tokenization: constrained sampling, for one, picks its own).
+    fn route_with(&mut self, t: u32, is_analysis: &dyn Fn(&[u32]) -> bool) -> Route {
+        match &mut self.format {
+            Format::Plain => Route::Answer,
+            Format::Think {
+                open,
+                close,
+                inside,
+            } => {
+                if t == *open {
+                    *inside = true;
+                    Route::Markup
+                } else if t == *close {
+                    *inside = false;
+                    Route::Markup
+                } else if *inside {
+                    Route::Reasoning
+                } else {
+                    Route::Answer
+                }
+            }
+            Format::Harmony { ids, state } => {
+                if t == ids.start {
+                    *state = HarmonyState::Header;
+                    return Route::Markup;
+                }
+                if t == ids.end {
+                    *state = HarmonyState::Between;
+                    return Route::Markup;
+                }
+                if t == ids.channel {
+                    *state = HarmonyState::Channel(Vec::new());
+                    return Route::Markup;
+                }
+                if t == ids.message {
+                    let analysis = match state {
+                        HarmonyState::Channel(name) => is_analysis(name),
+                        _ => false,
+                    };
+                    *state = HarmonyState::Content { analysis };
+                    return Route::Markup;
+                }
+                match state {
+                    HarmonyState::Content { analysis: true } => Route::Reasoning,
+                    HarmonyState::Content { analysis: false } => Route::Answer,
+                    HarmonyState::Channel(name) => {
+                        name.push(t);
+                        Route::Markup
+                    }
+                    HarmonyState::Header | HarmonyState::Between => Route::Markup,
+                }
+            }
+        }
+    }
+}
+
+/// Whether the channel name `ids` spells `analysis`.
+fn is_analysis(tok: &Tokenizer, ids: &[u32]) -> bool {
+    tok.decode(ids, false)
+        .is_ok_and(|name| name.trim() == "analysis")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Ids of a made-up vocabulary: the four harmony tokens, think tags, and text.
+    const START: u32 = 1;
+    const END: u32 = 2;
+    const MESSAGE: u32 = 3;
+    const CHANNEL: u32 = 4;
+    const ANALYSIS: u32 = 10;
+    const FINAL: u32 = 11;
+    const ASSISTANT: u32 = 12;
+    const OPEN: u32 = 20;
+    const CLOSE: u32 = 21;
+
+    fn harmony(prompt: &[u32]) -> ReplySplitter {
+        ReplySplitter {
+            format: Format::Harmony {
+                ids: Harmony {
+                    start: START,
+                    end: END,
+                    message: MESSAGE,
+                    channel: CHANNEL,
+                },
+                state: HarmonyState::Content { analysis: false },
+            },
+        }
+        .after(prompt, &is_analysis)
+    }
+
+    fn is_analysis(ids: &[u32]) -> bool {
+        ids == [ANALYSIS]
+    }
+
+    fn think(prompt: &[u32]) -> ReplySplitter {
+        ReplySplitter {
+            format: Format::Think {
+                open: OPEN,
+                close: CLOSE,
+                inside: false,
+            },
+        }
+        .after(prompt, &is_analysis)
+    }
+
+    fn routes(s: &mut ReplySplitter, reply: &[u32]) -> Vec<Route> {
+        reply
+            .iter()
+            .map(|&t| s.route_with(t, &is_analysis))
+            .collect()
+    }
+
+    use Route::{Answer as A, Markup as M, Reasoning as R};
+
+    #[test]
+    fn harmony_analysis_is_reasoning_and_final_is_answer() {
+        // The prompt ends with the generation prompt `<|start|>assistant`.
+        let mut s = harmony(&[START, 30, MESSAGE, 31, END, START, ASSISTANT]);
+        let reply = [
+            CHANNEL, ANALYSIS, MESSAGE, 40, 41, END, START, ASSISTANT, CHANNEL, FINAL, MESSAGE, 50,
+            51,
+        ];
+        assert_eq!(
+            routes(&mut s, &reply),
+            [M, M, M, R, R, M, M, M, M, M, M, A, A]
+        );
+    }
+
+    #[test]
+    fn harmony_prompt_that_opens_the_final_channel_starts_in_the_answer() {
+        let mut s = harmony(&[START, ASSISTANT, CHANNEL, FINAL, MESSAGE]);
+        assert_eq!(routes(&mut s, &[50, 51]), [A, A]);
+        // Without any header the reply is all answer.
+        assert_eq!(routes(&mut harmony(&[30, 31]), &[50]), [A]);
+    }
+
+    #[test]
+    fn think_tags_enclose_reasoning_from_the_prompt_or_the_reply() {
+        assert_eq!(
+            routes(&mut think(&[30]), &[OPEN, 40, 41, CLOSE, 50]),
+            [M, R, R, M, A]
+        );
+        // A template that opens <think> itself (DeepSeek-R1, Qwen3 thinking models).
+        assert_eq!(routes(&mut think(&[30, OPEN]), &[40, CLOSE, 50]), [R, M, A]);
+        // One that closes an empty one (Qwen3 with thinking off).
+        assert_eq!(routes(&mut think(&[OPEN, CLOSE]), &[50]), [A]);
+    }
+}
