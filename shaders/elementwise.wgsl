@@ -1,4 +1,4 @@
-// elementwise.wgsl — one invocation per value: residual add, bias add, the gated activations of
+// elementwise.wgsl — one invocation per value: residual add, bias add, per-row scaling, the gated activations of
 // the feed-forward block (SiLU, GELU, gpt-oss's clamped SwiGLU), row copies (the entry point chosen by name), and with MUL_SIGMOID the
 // sigmoid gate (Qwen3.5's attention output gate and shared-expert gate).
 
@@ -58,6 +58,15 @@ fn add_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgrou
     let i = index(gid, nwg);
     if (i < p.len) {
         a[i] += b[i % p.width];
+    }
+}
+
+// a[r] *= b[r] for each row r (Mistral 3's query temperature)
+@compute @workgroup_size(256)
+fn scale_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = index(gid, nwg);
+    if (i < p.len) {
+        a[i] *= b[i / p.width];
     }
 }
 

@@ -359,6 +359,9 @@ pub trait CoreOps: Send + Sync {
     /// `x[r] += b` for each of `rows` rows.
     fn add_bias(&self, x: &mut Self::Buffer, b: &Self::Weight, rows: usize);
 
+    /// `x[r] *= scales[r]` for each of `rows` rows of `width` values.
+    fn scale_rows(&self, x: &mut Self::Buffer, scales: &Self::Buffer, rows: usize, width: usize);
+
     /// Rotate `rows × n_heads` heads of width `head_dim` in place (RoPE) over their first `rot_dims`
     /// values: all of them (`rot_dims == head_dim`), or a partial rotary embedding whose other
     /// `head_dim − rot_dims` values pass through unchanged. `table` holds, per row, the

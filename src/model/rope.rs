@@ -33,33 +33,15 @@ struct YarnRamp {
 }
 
 impl YarnRamp {
-    fn new(
-        dims: usize,
-        theta: f32,
-        factor: f32,
-        original: usize,
-        beta: (f32, f32),
-        attn: f32,
-    ) -> Self {
+    fn new(dims: usize, theta: f32, original: usize, beta: (f32, f32), mscale: f32) -> Self {
         let corr_dim = |rotations: f32| {
             dims as f32 * (original as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln()
                 / (2.0 * theta.ln())
         };
-        let low = corr_dim(beta.0).floor().max(0.0);
-        let high = corr_dim(beta.1).ceil().min(dims as f32 - 1.0);
-        // llama.cpp's context sets attn_factor · get_mscale(factor) / (1 + 0.1·ln factor), and
-        // rope_yarn multiplies by 1 + 0.1·ln(1/freq_scale) again: the same f32 steps here.
-        let factor = 1.0 / (1.0 / factor);
-        let get_mscale = if factor <= 1.0 {
-            1.0
-        } else {
-            0.1 * factor.ln() + 1.0
-        };
-        let context_factor = get_mscale * (1.0 / (1.0 + 0.1 * factor.ln())) * attn;
         YarnRamp {
-            low,
-            high,
-            mscale: context_factor * (1.0 + 0.1 * factor.ln()),
+            low: corr_dim(beta.0).floor().max(0.0),
+            high: corr_dim(beta.1).ceil().min(dims as f32 - 1.0),
+            mscale,
         }
     }
 
@@ -88,18 +70,17 @@ impl RopeFreqs {
         };
         let yarn = match scaling {
             Some(&RopeScaling::Yarn {
-                factor,
                 original_context,
                 beta_fast,
                 beta_slow,
-                attn_factor,
+                magnitude,
+                ..
             }) => Some(YarnRamp::new(
                 dims,
                 theta,
-                factor,
                 original_context,
                 (beta_fast, beta_slow),
-                attn_factor,
+                magnitude,
             )),
             _ => None,
         };

@@ -72,6 +72,8 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 /// o200k's (gpt-oss, and Llama 4's): words split where lower case turns to upper, contractions in
 /// either case, digits in threes, punctuation runs keeping trailing newlines and slashes.
 const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Mistral's tekken: as o200k's without contractions, digits one at a time.
+const TEKKEN_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,7 +165,12 @@ impl Tokenizer {
                         Ok((m[..split].to_string(), m[split + 1..].to_string()))
                     })
                     .collect::<Result<Vec<_>>>()?;
-                let llama3_family = matches!(pre.as_str(), "llama-bpe" | "llama3" | "smaug-bpe");
+                // llama.cpp takes a whole pre-token that is in the vocabulary as it is (tiktoken's
+                // rule) for these, and adds BOS by default.
+                let llama3_family = matches!(
+                    pre.as_str(),
+                    "llama-bpe" | "llama3" | "smaug-bpe" | "tekken"
+                );
                 let bpe = BPE::builder()
                     .vocab_and_merges(vocab, merges)
                     .ignore_merges(llama3_family)
@@ -563,6 +570,7 @@ fn gpt2_pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
         "llama-bpe" | "llama3" | "smaug-bpe" | "dbrx" => split(LLAMA3_REGEX),
         "qwen2" | "stablelm2" | "hunyuan" => split(QWEN2_REGEX),
         "gpt-4o" | "llama4" | "kanana2" | "minimax-m2" => split(GPT4O_REGEX),
+        "tekken" => split(TEKKEN_REGEX),
         other => {
             eprintln!(
                 "warning: unknown pre-tokenizer '{other}'; using GPT-2's. Tokenization may differ from the model's."

@@ -1,5 +1,5 @@
-//! The tiny random-weight SmolLM3 and Gemma 2 files (tests/fixtures/make_smollm3_tiny.py,
-//! make_gemma2_tiny.py) against llama.cpp, teacher-forced and free running, with an f32 KV cache
+//! The tiny random-weight SmolLM3, Gemma 2 and Mistral 3 files (tests/fixtures/make_smollm3_tiny.py,
+//! make_gemma2_tiny.py, make_mistral3_tiny.py) against llama.cpp, teacher-forced and free running, with an f32 KV cache
 //! as the goldens were made, by the tight rule of the tiny F32 models
 //! (tests/fixtures/golden/README.md; Gemma 2 by the looser `GELU_TABLE_F32`). Each file makes its family's features matter: SmolLM3's NoPE
 //! layers, Gemma 2's two soft caps and its sliding window of 16 (shorter than every prompt); the
@@ -44,6 +44,13 @@ fn check(file: &str, golden: &str, rule: &Tolerance) {
 #[test]
 fn smollm3_matches_llama_cpp() {
     check("smollm3-tiny.gguf", "llama-cpp-smollm3.json", &EXACT_F32);
+}
+
+/// Mistral 3: YaRN with the file's betas and log multiplier, interleaved RoPE, query temperature
+/// from position 64 (the 961-token prompt's rows reach 2.4×).
+#[test]
+fn mistral3_matches_llama_cpp() {
+    check("mistral3-tiny.gguf", "llama-cpp-mistral3.json", &EXACT_F32);
 }
 
 /// By the GELU models' rule: llama.cpp's f16-table GELU makes it disagree with itself by more

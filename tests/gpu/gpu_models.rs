@@ -288,13 +288,14 @@ fn qwen3moe_and_mixtral_match_llama_cpp_on_the_gpu() {
     }
 }
 
-/// SmolLM3's and Gemma 2's tiny models against llama.cpp on the GPU, by golden_families.rs's
-/// criteria (an f32 KV cache; SmolLM3 by the tight rule, Gemma 2 by the GELU models'): NoPE
-/// layers, soft-capped attention scores in the tiled prefill, the GQA-folded kernel and split
-/// decode, the final soft cap, a sliding window of 16; every golden prompt, the 961-token one
+/// SmolLM3's, Gemma 2's and Mistral 3's tiny models against llama.cpp on the GPU, by
+/// golden_families.rs's criteria (an f32 KV cache; SmolLM3 and Mistral 3 by the tight rule, Gemma 2
+/// by the GELU models'): NoPE layers, soft-capped attention scores in the tiled prefill, the
+/// GQA-folded kernel and split decode, the final soft cap, a sliding window of 16, YaRN and query
+/// temperature; every golden prompt, the 961-token one
 /// included; on a software adapter also with the kernels hardware GPUs get.
 #[test]
-fn smollm3_and_gemma2_match_llama_cpp_on_the_gpu() {
+fn smollm3_gemma2_and_mistral3_match_llama_cpp_on_the_gpu() {
     let f32_cache = KvCacheTypes {
         k: CacheType::F32,
         v: CacheType::F32,
@@ -302,6 +303,7 @@ fn smollm3_and_gemma2_match_llama_cpp_on_the_gpu() {
     for (file, golden, rule) in [
         ("smollm3-tiny.gguf", "llama-cpp-smollm3.json", &EXACT_F32),
         ("gemma2-tiny.gguf", "llama-cpp-gemma2.json", &GELU_TABLE_F32),
+        ("mistral3-tiny.gguf", "llama-cpp-mistral3.json", &EXACT_F32),
     ] {
         let golden = common::golden(golden);
         let entry = &golden["models"][file];

@@ -388,6 +388,12 @@ fn elementwise_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> 
     b.gated_activation(&mut ab, &wide_up, n, GateActivation::SwigluOai);
     results.push(("SwigluOai".into(), download(b, &ab, n)));
 
+    // Each of 25 rows of 40 times its own factor (Mistral 3's query temperature).
+    let factors = upload(b, &rng.vec(25, 2.0));
+    let mut ab = upload(b, &a);
+    b.scale_rows(&mut ab, &factors, 25, 40);
+    results.push(("scale_rows".into(), download(b, &ab, n)));
+
     let src = upload(b, &a);
     let mut dst = b.buffer(3 * 40).unwrap();
     b.copy_rows_from(&src, 5, &mut dst, 3, 40);

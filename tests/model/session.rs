@@ -144,6 +144,7 @@ fn properties_hold_on_the_tiny_models() {
         "gemma2-tiny.gguf",
         // Past its window of 8; sinks, YaRN, biased experts.
         "gptoss-tiny.gguf",
+        "mistral3-tiny.gguf",
     ] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
         check_properties(&mf, "The capital of France is", 12);

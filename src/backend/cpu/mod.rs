@@ -327,6 +327,13 @@ impl CoreOps for CpuBackend {
         }
     }
 
+    fn scale_rows(&self, x: &mut Vec<f32>, scales: &Vec<f32>, rows: usize, width: usize) {
+        let _span = self.profiler.span("scale_rows");
+        for (row, &f) in x[..rows * width].chunks_mut(width).zip(scales) {
+            row.iter_mut().for_each(|v| *v *= f);
+        }
+    }
+
     fn rope_partial(
         &self,
         x: &mut Vec<f32>,

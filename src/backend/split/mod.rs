@@ -419,6 +419,14 @@ impl CoreOps for SplitBackend {
         })
     }
 
+    fn scale_rows(&self, x: &mut SplitBuffer, scales: &SplitBuffer, rows: usize, width: usize) {
+        on_side!(self.current(), S => {
+            let scales = self.input::<S>(scales);
+            let x = self.in_out::<S>(x, rows * width);
+            S::backend(self).scale_rows(x, &scales, rows, width)
+        })
+    }
+
     fn rope_partial(
         &self,
         x: &mut SplitBuffer,

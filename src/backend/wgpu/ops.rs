@@ -409,6 +409,15 @@ impl CoreOps for WgpuBackend {
         );
     }
 
+    fn scale_rows(&self, x: &mut GpuBuffer, scales: &GpuBuffer, rows: usize, width: usize) {
+        self.elementwise(
+            (&self.fixed.scale_rows, "scale_rows"),
+            x,
+            &scales.dev,
+            [(rows * width) as u32, width as u32, 0, 0],
+        );
+    }
+
     fn cache(&self, len: usize, ty: CacheType, rotation: usize) -> Result<GpuCache> {
         self.new_cache(len, ty, rotation)
     }

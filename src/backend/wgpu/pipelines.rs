@@ -190,6 +190,7 @@ pub struct FixedKernels {
     pub mul_sigmoid: KernelSlot,
     pub add: KernelSlot,
     pub add_bias: KernelSlot,
+    pub scale_rows: KernelSlot,
     pub copy: KernelSlot,
     pub silu_mul: KernelSlot,
     pub gelu_mul: KernelSlot,

@@ -5,7 +5,8 @@
 //! `moe.rs`), `smollm3.rs` (Llama's layer, NoPE every fourth), `gemma3.rs` (its layer also serves
 //! `gemma2.rs`, which soft-caps attention scores and logits), `qwen35.rs` (Qwen3.5, over the Gated
 //! DeltaNet block in `delta_net.rs` and the experts in `moe.rs`), `gpt_oss.rs` (Llama's layer with
-//! attention sinks and biased experts). `FAMILIES` below lists them.
+//! attention sinks and biased experts), `mistral3.rs` (Llama's layer with YaRN and query
+//! temperature). `FAMILIES` below lists them.
 //!
 //! `Model` holds the weights on a backend; `Step` is one batched forward call over a chunk of
 //! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each
@@ -17,6 +18,7 @@ mod gemma2;
 mod gemma3;
 mod gpt_oss;
 mod llama;
+mod mistral3;
 mod moe;
 mod qwen;
 mod qwen35;
@@ -35,7 +37,7 @@ use family::{Family, LayerKind};
 /// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
 /// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
 /// file, one line here, and its `Arch` variant (config/mod.rs).
-pub(crate) const FAMILIES: [&Family; 10] = [
+pub(crate) const FAMILIES: [&Family; 11] = [
     &llama::LLAMA,
     &smollm3::SMOLLM3,
     &qwen::QWEN2,
@@ -46,6 +48,7 @@ pub(crate) const FAMILIES: [&Family; 10] = [
     &qwen35::QWEN35,
     &qwen35::QWEN35_MOE,
     &gpt_oss::GPT_OSS,
+    &mistral3::MISTRAL3,
 ];
 
 pub struct Model<B: Backend> {
@@ -92,6 +95,8 @@ pub struct Scratch<B: Backend> {
     rope_host: Vec<f32>,
     last: B::Buffer,
     logits: B::Buffer,
+    /// Each row's query temperature (`ModelConfig::attn_temperature`), where the model has one.
+    q_temperature: Option<B::Buffer>,
     /// What Qwen3.5's blocks need besides.
     qwen35: Option<qwen35::Qwen35Scratch<B>>,
     /// What mixture-of-experts blocks need besides.
@@ -266,6 +271,10 @@ impl<B: Backend> Model<B> {
             rope_host: Vec::new(),
             last: b.buffer(c.hidden_size)?,
             logits: b.buffer(c.vocab_size)?,
+            q_temperature: match c.attn_temperature {
+                Some(_) => Some(b.buffer(rows)?),
+                None => None,
+            },
             qwen35: qwen35::Qwen35Scratch::new(c, b, rows)?,
             moe: match &c.moe {
                 Some(m) => Some(moe::MoeScratch::new(m, c.hidden_size, b, rows)?),
@@ -337,6 +346,12 @@ impl<B: Backend> Model<B> {
         for (rope, table) in self.ropes.iter().zip(s.rope_tables.iter_mut()) {
             rope.table(start_pos, rows, &mut s.rope_host);
             b.upload(table, &s.rope_host);
+        }
+        if let (Some(t), Some(buf)) = (c.attn_temperature, &mut s.q_temperature) {
+            s.rope_host.clear();
+            s.rope_host
+                .extend((start_pos..start_pos + rows).map(|p| t.at(p)));
+            b.upload(buf, &s.rope_host);
         }
         if start_pos == 0
             && let Some(r) = &mut cache.recurrent
@@ -495,6 +510,9 @@ impl<B: Backend> Step<'_, B> {
             dst_row: self.start_pos,
         };
         b.rope_store_kv(&mut s.q, &mut s.k, &s.v, table, kc, vc, &append);
+        if let Some(t) = &s.q_temperature {
+            b.scale_rows(&mut s.q, t, rows, c.q_dim());
+        }
         let params = AttentionParams {
             start_pos: self.start_pos,
             rows,

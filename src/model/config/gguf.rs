@@ -3,7 +3,7 @@
 //! the family's own hook (`Family::gguf_keys`, in arch/<family>.rs) reads the rest.
 
 use super::keys::GgufKeys;
-use super::{Activation, ModelConfig, RopeLayout, RopeScaling};
+use super::{Activation, ModelConfig, RopeLayout, RopeScaling, yarn_magnitude};
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
 use crate::model::arch::family;
@@ -67,13 +67,13 @@ impl ModelConfig {
                             keys.key("rope.scaling.attn_factor"),
                         )));
                     }
-                    // llama.cpp reads neither beta from the file: 32 and 1 always.
+                    // llama.cpp reads neither beta from the file (but for Mistral 3): 32 and 1.
                     Some(RopeScaling::Yarn {
                         factor,
                         original_context,
                         beta_fast: 32.0,
                         beta_slow: 1.0,
-                        attn_factor,
+                        magnitude: yarn_magnitude(factor, attn_factor, 0.0),
                     })
                 }
                 Some("none") | None => None,
@@ -118,6 +118,7 @@ impl ModelConfig {
                 .filter(|&c| c > 0.0)
                 .map(|c| c as f32),
             attn_logit_softcap: None,
+            attn_temperature: None,
             nope_layers: Vec::new(),
             rope_dims: head_dim,
             rope_sections: None,

@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 use super::keys::HfKeys;
-use super::{Activation, ModelConfig, RopeLayout, RopeScaling};
+use super::{Activation, ModelConfig, RopeLayout, RopeScaling, yarn_magnitude};
 use crate::error::{Error, Result};
 use crate::model::arch::family;
 
@@ -67,6 +67,7 @@ impl ModelConfig {
                 .filter(|&x| x > 0.0)
                 .map(|x| x as f32),
             attn_logit_softcap: None,
+            attn_temperature: None,
             nope_layers: Vec::new(),
             rope_dims: head_dim,
             rope_sections: None,
@@ -115,18 +116,18 @@ fn hf_rope_scaling(s: &Value, head_dim: usize, theta: f64) -> Result<Option<Rope
                      original_max_position_embeddings (have {factor} and {original})"
                 )));
             }
+            // Hugging Face's `attention_factor` replaces the 1 + 0.1·ln(factor) that llama.cpp's
+            // `attn_factor` multiplies.
+            let attn_factor = s
+                .get("attention_factor")
+                .and_then(Value::as_f64)
+                .map_or(1.0, |a| a / (1.0 + 0.1 * factor.ln()));
             Ok(Some(RopeScaling::Yarn {
                 factor: factor as f32,
                 original_context: original as usize,
                 beta_fast: num("beta_fast", 32.0) as f32,
                 beta_slow: num("beta_slow", 1.0) as f32,
-                // Hugging Face's `attention_factor` replaces the 1 + 0.1·ln(factor) that kiln's
-                // (llama.cpp's) `attn_factor` multiplies.
-                attn_factor: s
-                    .get("attention_factor")
-                    .and_then(Value::as_f64)
-                    .map_or(1.0, |a| a / (1.0 + 0.1 * factor.ln()))
-                    as f32,
+                magnitude: yarn_magnitude(factor as f32, attn_factor as f32, 0.0),
             }))
         }
         other => Err(Error::Unsupported(format!(

@@ -38,6 +38,8 @@ pub enum Arch {
     /// window, biased experts with a clamped SwiGLU.
     #[serde(rename = "gpt-oss")]
     GptOss,
+    /// Mistral 3 (Ministral 3, Devstral Small 2): Llama's layer with YaRN and query temperature.
+    Mistral3,
 }
 
 impl Arch {
@@ -57,15 +59,52 @@ pub enum RopeScaling {
     PerFrequency { divisors: Vec<f32> },
     /// YaRN (gpt-oss, Mistral 3, Qwen with long contexts): frequencies below the correction range
     /// interpolated by `factor`, those above kept, a ramp between; cos and sin scaled by
-    /// `1 + 0.1·ln(factor)` times `attn_factor`. The correction range comes from
-    /// `original_context` and the betas (llama.cpp: 32 and 1, whatever a GGUF file says).
+    /// `magnitude` (`yarn_magnitude`). The correction range comes from `original_context` and the
+    /// betas (llama.cpp: 32 and 1, read from the file for Mistral 3 only).
     Yarn {
         factor: f32,
         original_context: usize,
         beta_fast: f32,
         beta_slow: f32,
-        attn_factor: f32,
+        magnitude: f32,
     },
+}
+
+/// Llama 4's and Mistral 3's query temperature: a query at position p is scaled by
+/// `1 + scale · ln(1 + ⌊p / floor⌋)` (1 below `floor`, growing slowly past it).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct AttnTemperature {
+    pub scale: f32,
+    pub floor: usize,
+}
+
+impl AttnTemperature {
+    /// The factor of position `pos`, in llama.cpp's arithmetic (f32 position, f64 log).
+    pub fn at(&self, pos: usize) -> f32 {
+        let steps = ((pos as f32) / self.floor as f32).floor() as f64;
+        ((steps + 1.0).ln() * self.scale as f64 + 1.0) as f32
+    }
+}
+
+/// YaRN's scale of cos and sin, in llama.cpp's f32 steps: its context sets `attn_factor` ·
+/// m(1)/m(log_mul) (m(1) without a log multiplier), with m(x) = 1 + 0.1·x·ln(factor), divided
+/// by 1 + 0.1·ln(factor), and its rope multiplies by 1 + 0.1·ln(factor) again.
+pub fn yarn_magnitude(factor: f32, attn_factor: f32, log_mul: f32) -> f32 {
+    let factor = 1.0 / (1.0 / factor);
+    let m = |x: f32| {
+        if factor <= 1.0 {
+            1.0
+        } else {
+            0.1 * x * factor.ln() + 1.0
+        }
+    };
+    let context = if log_mul != 0.0 {
+        m(1.0) / m(log_mul)
+    } else {
+        m(1.0)
+    };
+    let context = context * (1.0 / (1.0 + 0.1 * factor.ln())) * attn_factor;
+    context * (1.0 + 0.1 * (1.0 / (1.0 / factor)).ln())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -174,6 +213,8 @@ pub struct ModelConfig {
     /// Attention scores (after the scale, before the softmax) become `cap · tanh(s / cap)`
     /// (Gemma 2).
     pub attn_logit_softcap: Option<f32>,
+    /// Queries scaled by position (Mistral 3, Llama 4's "temperature tuning").
+    pub attn_temperature: Option<AttnTemperature>,
     /// Per layer, true where the layer applies no RoPE (SmolLM3's NoPE layers); empty: every
     /// layer rotates.
     pub nope_layers: Vec<bool>,
