@@ -29,8 +29,8 @@ for name in ["prompts.json", "prompts-long.json"]:
     p = json.load(open(f"{golden_dir}/{name}"))
     texts += p["texts"] + p["prompts"]
 texts += EXTRA
-run = subprocess.run([tool, model], input=json.dumps(texts), capture_output=True, text=True, check=True)
-ids = [json.loads(line) for line in run.stdout.splitlines()]
+run = subprocess.run([tool, model], input=json.dumps(texts).encode(), capture_output=True, check=True)
+ids = [json.loads(line) for line in run.stdout.decode().splitlines()]
 assert len(ids) == len(texts)
 golden = {"model": model.split("/")[-1],
           "generator": f"{which} via scripts/reference/llama_cpp_tokenize.cpp (no BOS, special tokens not parsed)",

@@ -139,6 +139,17 @@ fn gpt4o_pre_tokenizer_splits_like_llama_cpp() {
     assert!(differ >= 3, "{differ} texts tell the pre-tokenizers apart");
 }
 
+/// Mistral's tekken (Mistral NeMo, Ministral 3, Devstral): its real vocabulary from mistral_common,
+/// written as llama.cpp's converter writes it; pre-tokenizer `tekken`, whole pre-tokens taken
+/// from the vocabulary before any merge (llama.cpp's `ignore_merges`).
+#[test]
+fn tekken_vocabulary_tokenizes_like_llama_cpp() {
+    let tok = load(&common::fixture("models/tekken-vocab.gguf"));
+    let g = common::golden("llama-cpp-tekken-vocab.json");
+    assert!(check_ids(&tok, &g["tokenize"], "tekken") >= 24);
+    assert!(tok.add_bos, "llama.cpp adds BOS for tekken");
+}
+
 #[test]
 fn tokenizer_json_matches_the_gguf_vocabulary() {
     let gguf = load(&common::real_model(common::REAL_MODELS[0]));
