@@ -1,10 +1,15 @@
 //! `kiln info`: what a model file holds — architecture, size, tensor types, tokenizer, chat
-//! template and the configuration kiln will run it with.
+//! template and the configuration kiln will run it with; a GGUF file kiln cannot run (an
+//! architecture it does not know, a configuration it refuses) is described from its header alone,
+//! with what stops kiln.
+
+use std::collections::BTreeMap;
 
 use anyhow::Result;
 use serde_json::json;
 
 use super::{ModelArgs, OutputFormat};
+use crate::gguf::GgufFile;
 use crate::model::loader::Source;
 use crate::model::recurrent::MAX_CHECKPOINTS;
 use crate::model::{ModelConfig, ModelFile};
@@ -151,7 +156,17 @@ fn planned(m: &ModelFile, args: &InfoArgs) -> Result<Option<crate::backend::spli
 }
 
 pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
-    let m = args.model.open()?;
+    let path = args.model.local_path()?;
+    let m = match ModelFile::open(&path) {
+        Ok(m) => m,
+        Err(e) => {
+            // A GGUF file whose header reads but which kiln cannot run is described anyway.
+            return match crate::gguf::GgufFile::open(&path) {
+                Ok(g) => describe_unsupported(&g, &e.to_string(), &args),
+                Err(_) => Err(e.into()),
+            };
+        }
+    };
     let s = summarize(&m);
     let mix = m.type_mix();
     let backend = auto_backend();
@@ -323,6 +338,110 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                 println!("tensors");
                 for t in m.tensors.values() {
                     println!("  {:<40} {:<5} {:?}", t.name, t.dtype.name(), t.dims);
+                }
+            }
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Describe `g`, which kiln cannot run because of `why`.
+fn describe_unsupported(
+    g: &GgufFile,
+    why: &str,
+    args: &InfoArgs,
+) -> Result<std::process::ExitCode> {
+    let prefix = format!("{}: ", g.path.display());
+    let why = why.strip_prefix(&prefix).unwrap_or(why);
+    let md = &g.metadata;
+    let text = |k: &str| md.str(k).ok().flatten().map(str::to_string);
+    let arch = text("general.architecture").unwrap_or_else(|| "(none)".into());
+    let name = text("general.name").unwrap_or_else(|| {
+        g.path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    });
+    let context = md.u64(&format!("{arch}.context_length")).ok().flatten();
+    let tokenizer = text("tokenizer.ggml.model");
+    let chat_template = md.contains("tokenizer.chat_template");
+    let parameters: u64 = g.tensors.iter().map(|t| t.n_elements()).sum();
+    let file_size = g.map.len() as u64;
+    let mut mix: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    for t in &g.tensors {
+        let e = mix.entry(t.ggml_type.name()).or_insert((0, 0));
+        e.0 += 1;
+        e.1 += t.nbytes as u64;
+    }
+    match args.format {
+        OutputFormat::Json => {
+            let types: serde_json::Map<String, serde_json::Value> = mix
+                .iter()
+                .map(|(t, (n, b))| (t.to_string(), json!({"tensors": n, "bytes": b})))
+                .collect();
+            let mut out = json!({
+                "path": g.path,
+                "name": name,
+                "format": format!("GGUF v{}", g.version),
+                "architecture": arch,
+                "supported": false,
+                "unsupported": why,
+                "parameters": parameters,
+                "file_size": file_size,
+                "tensor_count": g.tensors.len(),
+                "tensor_types": types,
+                "context_length": context,
+                "tokenizer": tokenizer,
+                "chat_template": chat_template,
+            });
+            if args.metadata {
+                let all: serde_json::Map<String, serde_json::Value> = md
+                    .keys()
+                    .into_iter()
+                    .map(|k| (k.to_string(), md.to_json(k)))
+                    .collect();
+                out["metadata"] = serde_json::Value::Object(all);
+            }
+            if args.tensors {
+                out["tensors"] = g
+                    .tensors
+                    .iter()
+                    .map(|t| json!({"name": t.name, "type": t.ggml_type.name(), "dims": t.dims}))
+                    .collect();
+            }
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        }
+        OutputFormat::Text => {
+            let types: Vec<String> = mix
+                .iter()
+                .map(|(t, (n, b))| format!("{t} ×{n} ({})", human_bytes(*b)))
+                .collect();
+            println!("model          {name}");
+            println!("path           {}", g.path.display());
+            println!("format         GGUF v{}", g.version);
+            println!("architecture   {arch}");
+            println!("runs in kiln   no: {why}");
+            println!("parameters     {}", human_count(parameters));
+            println!("file size      {}", human_bytes(file_size));
+            println!("tensors        {}: {}", g.tensors.len(), types.join(", "));
+            if let Some(n) = context {
+                println!("context        {n} tokens");
+            }
+            println!("tokenizer      {}", tokenizer.as_deref().unwrap_or("none"));
+            println!(
+                "chat template  {}",
+                if chat_template { "yes" } else { "no" }
+            );
+            if args.metadata {
+                println!("metadata");
+                for k in md.keys() {
+                    println!("  {k} = {}", md.display(k));
+                }
+            }
+            if args.tensors {
+                println!("tensors");
+                for t in &g.tensors {
+                    println!("  {:<40} {:<5} {:?}", t.name, t.ggml_type.name(), t.dims);
                 }
             }
         }

@@ -217,3 +217,49 @@ fn info_shows_a_placement_and_the_bytes_on_each_side() {
         "{fitted}"
     );
 }
+
+/// A GGUF file of an architecture kiln does not run (Phi-3's layout here) is described from its
+/// header, with what stops kiln, instead of refused: exit 0, its tensors and metadata listed.
+#[test]
+fn info_describes_a_file_kiln_cannot_run() {
+    use common::gguf_writer::{GgufWriter, string};
+    use gguf_rs_lib::format::metadata::MetadataValue;
+    let mut w = GgufWriter::default();
+    w.kv("general.architecture", string("phi3"))
+        .kv("general.name", string("phi-shaped"))
+        .kv("phi3.context_length", MetadataValue::U32(4096))
+        .kv("phi3.block_count", MetadataValue::U32(1))
+        .f32_tensor("token_embd.weight", &[8, 4], &[0.0; 32])
+        .f32_tensor("blk.0.attn_qkv.weight", &[8, 24], &[0.0; 192]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("phi.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+
+    let v = info_json(&path);
+    assert_eq!(v["architecture"], "phi3");
+    assert_eq!(v["supported"], false);
+    let why = v["unsupported"].as_str().unwrap();
+    assert!(
+        why.contains("architecture 'phi3' is not supported"),
+        "{why}"
+    );
+    assert_eq!(v["parameters"], 32 + 192);
+    assert_eq!(v["tensor_types"]["F32"]["tensors"], 2);
+    assert_eq!(v["context_length"], 4096);
+
+    let out = common::kiln()
+        .args(["info", "--tensors", "--metadata", "-m"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for want in [
+        "architecture   phi3",
+        "runs in kiln   no: architecture 'phi3' is not supported",
+        "blk.0.attn_qkv.weight",
+        "general.name = ",
+    ] {
+        assert!(text.contains(want), "{want:?} not in {text}");
+    }
+}
