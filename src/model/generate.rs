@@ -173,7 +173,13 @@ pub fn generate<B: Backend>(
         if route == Route::Answer
             && let Some(piece) = stream.push(tok, token)?
         {
-            out.text.push_str(&piece);
+            // An answer after reasoning starts at its first word (`</think>` is followed by
+            // blank lines).
+            let piece = match out.text.is_empty() && !out.reasoning.is_empty() {
+                true => piece.trim_start(),
+                false => &piece,
+            };
+            out.text.push_str(piece);
             if let Some(cut) = find_stop(&out.text, stops, emitted) {
                 out.text.truncate(cut);
                 on_text(&out.text[emitted..])?;
