@@ -92,11 +92,6 @@ impl ReplySplitter {
         self
     }
 
-    /// Whether the format has reasoning to tell apart.
-    pub fn splits(&self) -> bool {
-        !matches!(self.format, Format::Plain)
-    }
-
     /// Where token `t` of `tok`'s vocabulary goes.
     pub fn route(&mut self, tok: &Tokenizer, t: u32) -> Route {
         self.route_with(t, &|ids| is_analysis(tok, ids))
