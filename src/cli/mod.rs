@@ -377,9 +377,10 @@ pub struct RunArgs {
     #[arg(long = "stop", value_name = "STR")]
     pub stop: Vec<String>,
 
-    /// A reasoning model's reasoning (gpt-oss's analysis channel, `<think>…</think>`): left out
-    /// of the output (`hide`), or streamed to standard error as it comes (`show`); the answer
-    /// alone goes to standard output either way, and `--format json` has both
+    /// A reasoning model's reasoning (gpt-oss's analysis channel, `<think>…</think>`): streamed
+    /// to standard error as it comes (`show`; `auto`: when standard error is a terminal), or left
+    /// out (`hide`); the answer alone goes to standard output either way, and `--format json`
+    /// has both
     #[arg(long, value_enum, default_value_t)]
     pub reasoning: ReasoningDisplay,
 
@@ -423,7 +424,9 @@ pub struct RunArgs {
 /// What `kiln run` does with a reply's reasoning.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReasoningDisplay {
+    /// Shown on a terminal (dim), so that a long think is seen to progress; else left out.
     #[default]
+    Auto,
     Hide,
     Show,
 }

@@ -106,11 +106,22 @@ fn generate_for<B: Backend>(
         sampler.set_constraint(Some(compile(&compiler, spec)?));
     }
     install_interrupt_handler(true);
+    let terminal = std::io::stderr().is_terminal();
     let show_reasoning = |piece: &str| -> crate::Result<()> {
         let mut err = std::io::stderr().lock();
         // A closed standard error is no reason to stop the answer.
-        let _ = err.write_all(piece.as_bytes()).and_then(|_| err.flush());
+        let _ = if terminal {
+            write!(err, "\x1b[2m{piece}\x1b[0m")
+        } else {
+            err.write_all(piece.as_bytes())
+        }
+        .and_then(|_| err.flush());
         Ok(())
+    };
+    let show = match args.reasoning {
+        ReasoningDisplay::Auto => terminal,
+        ReasoningDisplay::Hide => false,
+        ReasoningDisplay::Show => true,
     };
     let opts = GenerateOptions {
         rules: StopRules {
@@ -119,8 +130,7 @@ fn generate_for<B: Backend>(
         },
         logprobs: args.logprobs,
         cancel: Some(cancel_flag()),
-        on_reasoning: (args.reasoning == ReasoningDisplay::Show
-            && args.format == OutputFormat::Text)
+        on_reasoning: (show && args.format == OutputFormat::Text)
             .then_some(&show_reasoning as &ReasoningSink<'_>),
     };
 
