@@ -1,4 +1,4 @@
-//! The commands on the SmolLM3 and Gemma 2 fixtures as real processes: `kiln run` reproduces
+//! The commands on the SmolLM3, Gemma 2 and Mistral 3 fixtures as real processes: `kiln run` reproduces
 //! llama.cpp's greedy tokens, and `kiln info` names the architecture and shows what sets it apart
 //! (SmolLM3's NoPE layers; Gemma 2's soft caps and alternating sliding window).
 
@@ -6,7 +6,7 @@ use crate::common;
 
 use serde_json::Value;
 
-fn kiln(file: &str, args: &[&str]) -> std::process::Output {
+pub(crate) fn kiln(file: &str, args: &[&str]) -> std::process::Output {
     common::kiln()
         .args(args)
         .arg("-m")
@@ -15,7 +15,7 @@ fn kiln(file: &str, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-fn kiln_json(file: &str, args: &[&str]) -> Value {
+pub(crate) fn kiln_json(file: &str, args: &[&str]) -> Value {
     let out = kiln(file, args);
     assert!(
         out.status.success(),
@@ -28,7 +28,7 @@ fn kiln_json(file: &str, args: &[&str]) -> Value {
 /// Greedy `kiln run` from each short golden prompt gives llama.cpp's tokens up to its first close
 /// call (margin below `margin`: golden_families.rs's rule for the file), with an f32 KV cache as
 /// the goldens were made (with an f16 one llama.cpp itself moves the Gemma 2 file's logits by 2).
-fn run_reproduces_llama_cpp(file: &str, golden: &str, margin: f64) {
+pub(crate) fn greedy_runs_match_llama_cpp(file: &str, golden: &str, margin: f64) {
     let golden = common::golden(golden);
     for case in golden["models"][file]["greedy"]
         .as_array()
@@ -60,7 +60,11 @@ fn run_reproduces_llama_cpp(file: &str, golden: &str, margin: f64) {
             .collect();
         assert_eq!(got, sure, "{file}: kiln run {prompt:?}");
     }
-    // A plain run prints text and exits 0.
+}
+
+/// `greedy_runs_match_llama_cpp`, and a plain run prints text and exits 0.
+fn run_reproduces_llama_cpp(file: &str, golden: &str, margin: f64) {
+    greedy_runs_match_llama_cpp(file, golden, margin);
     let out = kiln(file, &["run", "-n", "8", "hello"]);
     assert!(
         out.status.success(),
@@ -114,6 +118,24 @@ fn run_and_info_on_the_gemma2_file() {
             "sliding_window      16 (every 2nd layer global)",
             "softcaps            attention 50, logits 30",
             "activation          GeluTanh",
+        ],
+    );
+}
+
+#[test]
+fn run_and_info_on_the_mistral3_file() {
+    let file = "mistral3-tiny.gguf";
+    run_reproduces_llama_cpp(file, "llama-cpp-mistral3.json", 0.05);
+    let v = kiln_json(file, &["info", "--format", "json"]);
+    assert_eq!(v["config"]["arch"], "mistral3");
+    assert_eq!(v["config"]["attn_temperature"]["scale"], 0.5);
+    assert_eq!(v["config"]["attn_temperature"]["floor"], 64);
+    info_shows(
+        file,
+        &[
+            "architecture   mistral3",
+            "rope_layout         Interleaved",
+            "rope_scaling        YaRN ×16 from 64 tokens",
         ],
     );
 }

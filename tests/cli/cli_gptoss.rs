@@ -16,22 +16,11 @@ const HARMONY_GRAMMAR: &str = "start: <|channel|> \"analysis\" <|message|> /[a-z
      <|start|> \"assistant\" <|channel|> \"final\" <|message|> /[a-z ]{4,12}/\n";
 
 fn kiln(args: &[&str]) -> std::process::Output {
-    common::kiln()
-        .args(args)
-        .arg("-m")
-        .arg(common::fixture(&format!("models/{FILE}")))
-        .output()
-        .unwrap()
+    crate::cli_families::kiln(FILE, args)
 }
 
 fn kiln_json(args: &[&str]) -> Value {
-    let out = kiln(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    crate::cli_families::kiln_json(FILE, args)
 }
 
 fn letters(s: &str, lens: std::ops::RangeInclusive<usize>) -> bool {
@@ -40,33 +29,7 @@ fn letters(s: &str, lens: std::ops::RangeInclusive<usize>) -> bool {
 
 #[test]
 fn run_reproduces_llama_cpp_on_the_gptoss_file() {
-    let golden = common::golden("llama-cpp-gptoss.json");
-    for case in golden["models"][FILE]["greedy"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .take(3)
-    {
-        let sure: Vec<u64> = case["steps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .take_while(|s| s["margin"].as_f64().unwrap() >= 0.05)
-            .map(|s| s["token"].as_u64().unwrap())
-            .collect();
-        let n = sure.len().to_string();
-        let prompt = case["prompt"].as_str().unwrap();
-        let v = kiln_json(&[
-            "run", "--raw", "--temp", "0", "-n", &n, "--format", "json", prompt,
-        ]);
-        let got: Vec<u64> = v["tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t.as_u64().unwrap())
-            .collect();
-        assert_eq!(got, sure, "kiln run {prompt:?}");
-    }
+    crate::cli_families::greedy_runs_match_llama_cpp(FILE, "llama-cpp-gptoss.json", 0.05);
 
     let v = kiln_json(&["info", "--format", "json"]);
     assert_eq!(v["config"]["arch"], "gpt-oss");

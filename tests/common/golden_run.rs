@@ -58,6 +58,16 @@ pub const GELU_TABLE_F32: Tolerance = Tolerance {
     rms: Some(0.01),
 };
 
+/// Every step of every greedy case of a golden file's model entry.
+pub fn golden_steps(entry: &serde_json::Value) -> usize {
+    entry["greedy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["steps"].as_array().unwrap().len())
+        .sum()
+}
+
 pub fn load(model: &ModelFile, threads: usize) -> Model<CpuBackend> {
     Model::load(model, CpuBackend::new(threads).unwrap()).unwrap()
 }

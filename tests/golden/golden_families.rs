@@ -1,5 +1,6 @@
-//! The tiny random-weight SmolLM3, Gemma 2 and Mistral 3 files (tests/fixtures/make_smollm3_tiny.py,
-//! make_gemma2_tiny.py, make_mistral3_tiny.py) against llama.cpp, teacher-forced and free running, with an f32 KV cache
+//! The tiny random-weight SmolLM3, Gemma 2, Mistral 3 and gpt-oss files
+//! (tests/fixtures/make_smollm3_tiny.py, make_gemma2_tiny.py, make_mistral3_tiny.py,
+//! make_gptoss_tiny.py) against llama.cpp, teacher-forced and free running, with an f32 KV cache
 //! as the goldens were made, by the tight rule of the tiny F32 models
 //! (tests/fixtures/golden/README.md; Gemma 2 by the looser `GELU_TABLE_F32`). Each file makes its family's features matter: SmolLM3's NoPE
 //! layers, Gemma 2's two soft caps and its sliding window of 16 (shorter than every prompt); the
@@ -8,37 +9,43 @@
 
 use crate::common;
 
-use common::golden_run::{EXACT_F32, GELU_TABLE_F32, Tolerance, check_model_with};
+use common::golden_run::{
+    EXACT_F32, GELU_TABLE_F32, RANDOM_QUANTIZED, Tolerance, check_model_with, golden_steps,
+};
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::{CacheType, CoreOps};
 use kiln::model::arch::KvCacheTypes;
 use kiln::model::{Model, ModelFile};
 
-/// Every golden step of `file` (its goldens in `golden`) within `rule` on the CPU.
-fn check(file: &str, golden: &str, rule: &Tolerance) {
+/// Every golden step of `file` (its goldens in `golden`) within `rule` on the CPU, once per
+/// repacking choice in `repacks`.
+fn check_with(file: &str, golden: &str, rule: &Tolerance, repacks: &[bool]) {
     let golden = common::golden(golden);
     let entry = &golden["models"][file];
-    let steps: usize = entry["greedy"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["steps"].as_array().unwrap().len())
-        .sum();
+    let steps = golden_steps(entry);
     let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
     let cache = KvCacheTypes {
         k: CacheType::F32,
         v: CacheType::F32,
     };
-    let model = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
-    let what = format!("{file} ({})", model.backend.describe());
-    let report = check_model_with(&model, entry, rule, cache);
-    eprintln!(
-        "{}; worst |Δ| {:.1e}",
-        report.summary(&what),
-        report.worst_ratio * rule.abs
-    );
-    report.assert_all(&what);
-    assert_eq!(report.steps, steps, "{what}: every step");
+    for &repack in repacks {
+        let backend = CpuBackend::new(2).unwrap().with_repacking(repack);
+        let model = Model::load(&mf, backend).unwrap();
+        let what = format!("{file} ({})", model.backend.describe());
+        let report = check_model_with(&model, entry, rule, cache);
+        eprintln!(
+            "{}; worst |Δ| {:.1e}",
+            report.summary(&what),
+            report.worst_ratio * rule.abs
+        );
+        report.assert_all(&what);
+        assert_eq!(report.steps, steps, "{what}: every step");
+    }
+}
+
+/// As `check_with`, with the default (repacked) weights.
+fn check(file: &str, golden: &str, rule: &Tolerance) {
+    check_with(file, golden, rule, &[true]);
 }
 
 #[test]
@@ -58,4 +65,30 @@ fn mistral3_matches_llama_cpp() {
 #[test]
 fn gemma2_matches_llama_cpp() {
     check("gemma2-tiny.gguf", "llama-cpp-gemma2.json", &GELU_TABLE_F32);
+}
+
+/// gpt-oss (tests/fixtures/make_gptoss_tiny.py): the F32 file (experts holding MXFP4's values,
+/// dequantized) by the tight rule; biases, sinks, the clamped SwiGLU, YaRN and the window of 8
+/// each matter on it (the README records how far each, switched off in kiln, lands). Repacked
+/// and not.
+#[test]
+fn gptoss_matches_llama_cpp() {
+    check_with(
+        "gptoss-tiny.gguf",
+        "llama-cpp-gptoss.json",
+        &EXACT_F32,
+        &[true, false],
+    );
+}
+
+/// The MXFP4 file, whose experts llama.cpp multiplies with Q8_0-rounded activations, by the rule
+/// for random-weight quantized files; repacked and not.
+#[test]
+fn gptoss_mxfp4_matches_llama_cpp() {
+    check_with(
+        "gptoss-tiny-MXFP4.gguf",
+        "llama-cpp-gptoss.json",
+        &RANDOM_QUANTIZED,
+        &[true, false],
+    );
 }

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::golden_run::{EXACT_F32, check_model_with};
+use common::golden_run::{EXACT_F32, check_model_with, golden_steps};
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::{CacheType, CoreOps};
 use kiln::model::arch::KvCacheTypes;
@@ -34,11 +34,6 @@ fn mixtral_matches_llama_cpp() {
         report.worst_ratio * EXACT_F32.abs
     );
     report.assert_all(&what);
-    let steps: usize = entry["greedy"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["steps"].as_array().unwrap().len())
-        .sum();
+    let steps = golden_steps(entry);
     assert_eq!(report.steps, steps, "{what}: every step");
 }

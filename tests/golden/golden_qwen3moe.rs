@@ -5,23 +5,13 @@
 
 use crate::common;
 
-use common::golden_run::{EXACT_F32, QUANTIZED, check_model_with};
+use common::golden_run::{EXACT_F32, QUANTIZED, check_model_with, golden_steps};
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::{CacheType, CoreOps};
 use kiln::model::arch::KvCacheTypes;
 use kiln::model::{Model, ModelFile};
 
 const FILE: &str = "qwen3moe-tiny.gguf";
-
-/// Every step of every case in the golden file.
-fn golden_steps(entry: &serde_json::Value) -> usize {
-    entry["greedy"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["steps"].as_array().unwrap().len())
-        .sum()
-}
 
 #[test]
 fn qwen3moe_matches_llama_cpp() {

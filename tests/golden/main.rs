@@ -7,7 +7,6 @@ mod common;
 mod chat_template;
 mod dequant;
 mod golden_families;
-mod golden_gptoss;
 mod golden_mixtral;
 mod golden_quants;
 mod golden_qwen35;

@@ -8,7 +8,8 @@
 use crate::common;
 
 use common::golden_run::{
-    EXACT_F32, GELU_TABLE_F32, QUANTIZED, RANDOM_QUANTIZED, argmax, check_model_with,
+    EXACT_F32, GELU_TABLE_F32, QUANTIZED, RANDOM_QUANTIZED, Tolerance, argmax, check_model_with,
+    golden_steps,
 };
 use common::gpu::{gpu, gpu_kernel_variants, gpu_with};
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
@@ -250,6 +251,31 @@ fn session_properties_hold_on_the_gpu() {
     check_properties(&Model::load(&mf, g).unwrap(), &mf, 3);
 }
 
+/// Every golden step of fixture `file` (its entry in golden file `golden`) within `rule`, with an
+/// f32 KV cache as the goldens were made, on each of `gpus`.
+fn tiny_file_matches_on(gpus: Vec<WgpuBackend>, file: &str, golden: &str, rule: &Tolerance) {
+    let golden = common::golden(golden);
+    let entry = &golden["models"][file];
+    let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+    let f32_cache = KvCacheTypes {
+        k: CacheType::F32,
+        v: CacheType::F32,
+    };
+    let steps = golden_steps(entry);
+    for g in gpus {
+        let what = format!("{file} on {}", g.describe());
+        let model = Model::load(&mf, g).unwrap();
+        let report = check_model_with(&model, entry, rule, f32_cache);
+        eprintln!(
+            "{}; worst |Δ| {:.1e}",
+            report.summary(&what),
+            report.worst_ratio * rule.abs
+        );
+        report.assert_all(&what);
+        assert_eq!(report.steps, steps, "{what}: every golden step checked");
+    }
+}
+
 /// Qwen3 MoE's and Mixtral's tiny models against llama.cpp on the GPU, by golden_qwen3moe's and
 /// golden_mixtral's criteria: an f32 KV cache, every top-5 logit within 0.01, the argmax equal
 /// wherever the margin is at least 0.05; every golden prompt, the 961-token one (two 512-token
@@ -260,31 +286,7 @@ fn qwen3moe_and_mixtral_match_llama_cpp_on_the_gpu() {
         ("qwen3moe-tiny.gguf", "llama-cpp-qwen3moe.json"),
         ("mixtral-tiny.gguf", "llama-cpp-mixtral.json"),
     ] {
-        let golden = common::golden(golden);
-        let entry = &golden["models"][file];
-        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
-        let f32_cache = KvCacheTypes {
-            k: CacheType::F32,
-            v: CacheType::F32,
-        };
-        let steps: usize = entry["greedy"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["steps"].as_array().unwrap().len())
-            .sum();
-        for g in gpu_kernel_variants() {
-            let what = format!("{file} on {}", g.describe());
-            let model = Model::load(&mf, g).unwrap();
-            let report = check_model_with(&model, entry, &EXACT_F32, f32_cache);
-            eprintln!(
-                "{}; worst |Δ| {:.1e}",
-                report.summary(&what),
-                report.worst_ratio * EXACT_F32.abs
-            );
-            report.assert_all(&what);
-            assert_eq!(report.steps, steps, "{what}: every golden step checked");
-        }
+        tiny_file_matches_on(gpu_kernel_variants(), file, golden, &EXACT_F32);
     }
 }
 
@@ -296,82 +298,33 @@ fn qwen3moe_and_mixtral_match_llama_cpp_on_the_gpu() {
 /// included; on a software adapter also with the kernels hardware GPUs get.
 #[test]
 fn smollm3_gemma2_and_mistral3_match_llama_cpp_on_the_gpu() {
-    let f32_cache = KvCacheTypes {
-        k: CacheType::F32,
-        v: CacheType::F32,
-    };
     for (file, golden, rule) in [
         ("smollm3-tiny.gguf", "llama-cpp-smollm3.json", &EXACT_F32),
         ("gemma2-tiny.gguf", "llama-cpp-gemma2.json", &GELU_TABLE_F32),
         ("mistral3-tiny.gguf", "llama-cpp-mistral3.json", &EXACT_F32),
     ] {
-        let golden = common::golden(golden);
-        let entry = &golden["models"][file];
-        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
-        let steps: usize = entry["greedy"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["steps"].as_array().unwrap().len())
-            .sum();
-        for g in gpu_kernel_variants() {
-            let what = format!("{file} on {}", g.describe());
-            let model = Model::load(&mf, g).unwrap();
-            let report = check_model_with(&model, entry, rule, f32_cache);
-            eprintln!(
-                "{}; worst |Δ| {:.1e}",
-                report.summary(&what),
-                report.worst_ratio * rule.abs
-            );
-            report.assert_all(&what);
-            assert_eq!(report.steps, steps, "{what}: every golden step checked");
-        }
+        tiny_file_matches_on(gpu_kernel_variants(), file, golden, rule);
     }
 }
 
-/// gpt-oss's tiny files against llama.cpp on the GPU, by golden_gptoss.rs's criteria (an f32 KV
+/// gpt-oss's tiny files against llama.cpp on the GPU, by golden_families.rs's criteria (an f32 KV
 /// cache; the F32 file by the tight rule, the MXFP4 one by the random-weight quantized rule): sinks
 /// in the tiled prefill, the GQA-folded kernel and split decode, a window of 8, per-expert biases,
 /// the clamped SwiGLU; every golden prompt, the 961-token one included; the F32 file on a software
 /// adapter also with the kernels hardware GPUs get.
 #[test]
 fn gptoss_matches_llama_cpp_on_the_gpu() {
-    let f32_cache = KvCacheTypes {
-        k: CacheType::F32,
-        v: CacheType::F32,
-    };
-    let golden = common::golden("llama-cpp-gptoss.json");
+    let golden = "llama-cpp-gptoss.json";
+    tiny_file_matches_on(
+        gpu_kernel_variants(),
+        "gptoss-tiny.gguf",
+        golden,
+        &EXACT_F32,
+    );
     // The MXFP4 file's expert kernels are the same in both kernel choices: one of them is enough
     // (each pass over the goldens takes about 35 s on lavapipe).
-    for (file, rule, variants) in [
-        ("gptoss-tiny.gguf", &EXACT_F32, gpu_kernel_variants()),
-        (
-            "gptoss-tiny-MXFP4.gguf",
-            &RANDOM_QUANTIZED,
-            gpu().into_iter().collect(),
-        ),
-    ] {
-        let entry = &golden["models"][file];
-        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
-        let steps: usize = entry["greedy"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["steps"].as_array().unwrap().len())
-            .sum();
-        for g in variants {
-            let what = format!("{file} on {}", g.describe());
-            let model = Model::load(&mf, g).unwrap();
-            let report = check_model_with(&model, entry, rule, f32_cache);
-            eprintln!(
-                "{}; worst |Δ| {:.1e}",
-                report.summary(&what),
-                report.worst_ratio * rule.abs
-            );
-            report.assert_all(&what);
-            assert_eq!(report.steps, steps, "{what}: every golden step checked");
-        }
-    }
+    let one = gpu().into_iter().collect();
+    tiny_file_matches_on(one, "gptoss-tiny-MXFP4.gguf", golden, &RANDOM_QUANTIZED);
 }
 
 /// The Q8_0 sibling on the GPU by the quantized models' rule, on the five short prompts (the long
