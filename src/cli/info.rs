@@ -212,13 +212,7 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
             if args.metadata
                 && let Some(g) = m.gguf()
             {
-                let md: serde_json::Map<String, serde_json::Value> = g
-                    .metadata
-                    .keys()
-                    .into_iter()
-                    .map(|k| (k.to_string(), g.metadata.to_json(k)))
-                    .collect();
-                out["metadata"] = serde_json::Value::Object(md);
+                out["metadata"] = metadata_json(&g.metadata);
             }
             if args.tensors {
                 out["tensors"] = m
@@ -329,10 +323,7 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
             if args.metadata
                 && let Some(g) = m.gguf()
             {
-                println!("metadata");
-                for k in g.metadata.keys() {
-                    println!("  {k} = {}", g.metadata.display(k));
-                }
+                print_metadata(&g.metadata);
             }
             if args.tensors {
                 println!("tensors");
@@ -395,12 +386,7 @@ fn describe_unsupported(
                 "chat_template": chat_template,
             });
             if args.metadata {
-                let all: serde_json::Map<String, serde_json::Value> = md
-                    .keys()
-                    .into_iter()
-                    .map(|k| (k.to_string(), md.to_json(k)))
-                    .collect();
-                out["metadata"] = serde_json::Value::Object(all);
+                out["metadata"] = metadata_json(md);
             }
             if args.tensors {
                 out["tensors"] = g
@@ -433,10 +419,7 @@ fn describe_unsupported(
                 if chat_template { "yes" } else { "no" }
             );
             if args.metadata {
-                println!("metadata");
-                for k in md.keys() {
-                    println!("  {k} = {}", md.display(k));
-                }
+                print_metadata(md);
             }
             if args.tensors {
                 println!("tensors");
@@ -447,6 +430,23 @@ fn describe_unsupported(
         }
     }
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Every metadata key and value, for `--metadata --format json`.
+fn metadata_json(md: &crate::gguf::Metadata) -> serde_json::Value {
+    md.keys()
+        .into_iter()
+        .map(|k| (k.to_string(), md.to_json(k)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// Every metadata key and value, for `--metadata`.
+fn print_metadata(md: &crate::gguf::Metadata) {
+    println!("metadata");
+    for k in md.keys() {
+        println!("  {k} = {}", md.display(k));
+    }
 }
 
 /// "2nd", "3rd", "6th".
