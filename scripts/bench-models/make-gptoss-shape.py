@@ -15,7 +15,9 @@ Usage: make-gptoss-shape.py [--layers N] OUT.gguf
 import sys
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType, TokenType
+from gguf import GGMLQuantizationType, GGUFWriter, RopeScalingType
+
+from stand_in_vocab import add_stand_in_vocab
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2880, 64, 8, 64
 EXPERTS, USED, EXPERT_FF, VOCAB = 32, 4, 2880, 201088
@@ -67,19 +69,7 @@ def main():
     w.add_expert_used_count(USED)
     w.add_expert_feed_forward_length(EXPERT_FF)
     w.add_file_type(38)  # MOSTLY_MXFP4_MOE
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt-4o")
-    # 256 single characters, 1024 of their pairs (with a merge each: llama.cpp needs merges), then
-    # distinct names.
-    pieces = [chr(0x100 + i) for i in range(256)]
-    pairs = [(pieces[k // 32], pieces[k % 32]) for k in range(1024)]
-    pieces += [a + b for a, b in pairs]
-    pieces += [f"t{i}" for i in range(len(pieces), VOCAB)]
-    w.add_token_list(pieces)
-    w.add_token_types([TokenType.NORMAL] * VOCAB)
-    w.add_token_merges([f"{a} {b}" for a, b in pairs])
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(1)
+    add_stand_in_vocab(w, VOCAB, "gpt-4o")
 
     Q8, MX = GGMLQuantizationType.Q8_0, GGMLQuantizationType.MXFP4
     ones = lambda n: np.ones(n, dtype=np.float32)

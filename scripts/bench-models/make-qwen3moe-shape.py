@@ -14,7 +14,9 @@ Usage: make-qwen3moe-shape.py [--layers N] OUT.gguf
 import sys
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter, TokenType
+from gguf import GGMLQuantizationType, GGUFWriter
+
+from stand_in_vocab import add_stand_in_vocab
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 4, 128
 EXPERTS, USED, EXPERT_FF, VOCAB = 128, 8, 768, 151936
@@ -54,17 +56,7 @@ def main():
     w.add_expert_used_count(USED)
     w.add_expert_feed_forward_length(EXPERT_FF)
     w.add_file_type(2)  # MOSTLY_Q4_0
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    pieces = [chr(0x100 + i) for i in range(256)]
-    pairs = [(pieces[k // 32], pieces[k % 32]) for k in range(1024)]
-    pieces += [a + b for a, b in pairs]
-    pieces += [f"t{i}" for i in range(len(pieces), VOCAB)]
-    w.add_token_list(pieces)
-    w.add_token_types([TokenType.NORMAL] * VOCAB)
-    w.add_token_merges([f"{a} {b}" for a, b in pairs])
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(1)
+    add_stand_in_vocab(w, VOCAB, "qwen2")
 
     Q4 = GGMLQuantizationType.Q4_0
     ones = lambda n: np.ones(n, dtype=np.float32)
