@@ -576,20 +576,44 @@ pub trait RecurrentOps: CoreOps {
     );
 }
 
+/// How a mixture-of-experts router turns logits into expert scores (llama.cpp's
+/// `expert_gating_func`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ExpertGating {
+    /// The softmax over all experts (Qwen3 MoE, Qwen3.5 MoE, Mixtral, gpt-oss).
+    Softmax,
+    /// Each logit's sigmoid on its own (GLM-4.5).
+    Sigmoid,
+}
+
+/// The routing of `rows` tokens among `n_expert` experts (`MoeOps::moe_route`).
+#[derive(Debug, Clone, Copy)]
+pub struct MoeRouteParams {
+    pub rows: usize,
+    pub n_expert: usize,
+    pub n_used: usize,
+    pub gating: ExpertGating,
+    /// The chosen experts' scores divided by their sum.
+    pub normalize: bool,
+    /// The weights' factor after that (1: none).
+    pub scale: f32,
+}
+
 /// The ops of mixture-of-experts feed-forward layers: routing, the selected experts' matmuls and
 /// the weighted sum of their outputs.
 pub trait MoeOps: CoreOps {
-    /// Mixture-of-experts routing: for each of `rows` rows of `n_expert` router logits, the
-    /// softmax over all experts, the `n_used` most probable (highest first, ties to the lower
-    /// index), and their probabilities renormalized to sum to 1 (the sum clamped below at
-    /// 6.103515625e-5, as llama.cpp does). `selected` gets the expert indices as f32 integers and
-    /// `weights` their weights, `rows × n_used` each.
+    /// Mixture-of-experts routing, per row of `p.n_expert` router logits (llama.cpp's
+    /// `build_moe_ffn` up to the expert matmuls): each expert's score by `p.gating`; the
+    /// `p.n_used` experts of highest score plus `selection_bias` (one value per expert, DeepSeek
+    /// V3's and GLM-4.5's `exp_probs_b`: it moves the choice, not the weights), highest first,
+    /// ties to the lower index; their scores, divided by their sum where `p.normalize` (the sum
+    /// clamped below at 6.103515625e-5, as llama.cpp does), times `p.scale`. `selected` gets the
+    /// expert indices as f32 integers and `weights` their weights, `rows × n_used` each.
     fn moe_route(
         &self,
         logits: &Self::Buffer,
-        rows: usize,
-        n_expert: usize,
-        n_used: usize,
+        selection_bias: Option<&Self::Weight>,
+        p: &MoeRouteParams,
         selected: &mut Self::Buffer,
         weights: &mut Self::Buffer,
     );

@@ -39,6 +39,8 @@ pub enum TemplateOrigin {
     BuiltinGemma,
     /// gpt-oss's harmony template (OpenAI's, as llama.cpp keeps it), built in.
     BuiltinHarmony,
+    /// GLM-4.6's template (Z.ai's, as llama.cpp keeps it), built in.
+    BuiltinGlm,
 }
 
 /// A prompt format kiln supplies for models that carry no chat template.
@@ -58,6 +60,13 @@ pub(crate) const CHATML: BuiltinTemplate = BuiltinTemplate {
 pub(crate) const HARMONY: BuiltinTemplate = BuiltinTemplate {
     origin: TemplateOrigin::BuiltinHarmony,
     source: include_str!("templates/gpt-oss.jinja"),
+};
+
+/// GLM-4.6's own template (`zai-org/GLM-4.6`'s, llama.cpp's copy in models/templates), for a
+/// GLM-4.5 MoE file that carries none.
+pub(crate) const GLM: BuiltinTemplate = BuiltinTemplate {
+    origin: TemplateOrigin::BuiltinGlm,
+    source: include_str!("templates/glm4.jinja"),
 };
 
 pub struct ChatTemplate {
@@ -105,6 +114,7 @@ impl ChatTemplate {
             TemplateOrigin::BuiltinChatml => "kiln's built-in ChatML template",
             TemplateOrigin::BuiltinGemma => "kiln's built-in Gemma template",
             TemplateOrigin::BuiltinHarmony => "kiln's built-in harmony template (gpt-oss)",
+            TemplateOrigin::BuiltinGlm => "kiln's built-in GLM-4.6 template",
         }
     }
 

@@ -166,14 +166,16 @@ impl Tokenizer {
                     })
                     .collect::<Result<Vec<_>>>()?;
                 // llama.cpp takes a whole pre-token that is in the vocabulary as it is (tiktoken's
-                // rule) for these, and adds BOS by default.
+                // rule) for these, and adds BOS by default except for GLM's (whose template
+                // starts with its own prefix).
                 let llama3_family = matches!(
                     pre.as_str(),
                     "llama-bpe" | "llama3" | "smaug-bpe" | "tekken"
                 );
+                let glm = matches!(pre.as_str(), "glm4" | "glm5");
                 let bpe = BPE::builder()
                     .vocab_and_merges(vocab, merges)
-                    .ignore_merges(llama3_family)
+                    .ignore_merges(llama3_family || glm)
                     .build()
                     .map_err(|e| tok_err(format!("cannot build BPE: {e}")))?;
                 let mut inner = tokenizers::Tokenizer::new(bpe);
@@ -567,7 +569,9 @@ fn gpt2_pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
             ])
             .into())
         }
-        "llama-bpe" | "llama3" | "smaug-bpe" | "dbrx" => split(LLAMA3_REGEX),
+        "llama-bpe" | "llama3" | "smaug-bpe" | "dbrx" | "chatglm-bpe" | "glm4" | "glm5" => {
+            split(LLAMA3_REGEX)
+        }
         "qwen2" | "stablelm2" | "hunyuan" => split(QWEN2_REGEX),
         "gpt-4o" | "llama4" | "kanana2" | "minimax-m2" => split(GPT4O_REGEX),
         "tekken" => split(TEKKEN_REGEX),

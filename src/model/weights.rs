@@ -116,9 +116,9 @@ impl<B: Backend> Weights<B> {
         let (h, q, kv, hd) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.head_dim);
         let family = c.arch.family();
         let layer_kind = family.layer;
-        let out_bias_and_sinks = match layer_kind {
-            LayerKind::Llama(o) | LayerKind::Gemma(o) => o.out_bias_and_sinks,
-            LayerKind::Qwen35 => false,
+        let (out_bias_and_sinks, may_have_qk_norm) = match layer_kind {
+            LayerKind::Llama(o) | LayerKind::Gemma(o) => (o.out_bias_and_sinks, o.qk_norm),
+            LayerKind::Qwen35 => (false, false),
         };
         // Gemma's layer norms each block's output too.
         let post_norms = matches!(layer_kind, LayerKind::Gemma(_));
@@ -136,9 +136,12 @@ impl<B: Backend> Weights<B> {
                     f.optional(&n(part), &[dim])
                 }
             };
+            // Required where the configuration says so; where the family only allows them
+            // (GLM-4.5: its largest model has them), used when the file has them.
             let qk_norm = |part: &str| -> Result<Option<B::Weight>> {
-                if c.qk_norm {
-                    f.norm(&n(part), hd).map(Some)
+                let name = n(part);
+                if c.qk_norm || (may_have_qk_norm && f.file.tensor(&name).is_some()) {
+                    f.norm(&name, hd).map(Some)
                 } else {
                     Ok(None)
                 }

@@ -92,3 +92,17 @@ fn gptoss_mxfp4_matches_llama_cpp() {
         &[true, false],
     );
 }
+
+/// GLM-4.5 MoE (tests/fixtures/make_glm4moe_tiny.py): partial NEOX RoPE, Q/K/V biases, QK-norm
+/// on two of four blocks, a leading dense block, sigmoid routing with a selection bias,
+/// renormalized and scaled weights, an ungated shared expert, and a multi-token-prediction block
+/// that must be skipped. Repacked and not.
+#[test]
+fn glm4moe_matches_llama_cpp() {
+    check_with(
+        "glm4moe-tiny.gguf",
+        "llama-cpp-glm4moe.json",
+        &EXACT_F32,
+        &[true, false],
+    );
+}

@@ -11,8 +11,8 @@ use common::random_weights::{Rng, random_weight};
 use kiln::backend::cpu::{CpuBackend, CpuCache};
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
 use kiln::backend::{
-    AttentionParams, Backend, CacheType, CoreOps, DeltaNetParams, ExpertMatmulParams,
-    GateActivation, KvAppend, RopeLayout,
+    AttentionParams, Backend, CacheType, CoreOps, DeltaNetParams, ExpertGating, ExpertMatmulParams,
+    GateActivation, KvAppend, MoeRouteParams, RopeLayout,
 };
 use kiln::gguf::GgmlType;
 use kiln::tensor::Tensor;
@@ -1163,23 +1163,56 @@ fn recurrent_and_moe_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<Outcome> {
     }
 
     // Routing: 6 rows of 40 experts, 4 used; the last row all equal (ties to the lower index).
+    // Softmax renormalized (Qwen3 MoE), and sigmoid with a selection bias, unnormalized and
+    // scaled, then normalized (GLM-4.5).
     let (rows, n_exp, n_used) = (6, 40, 4);
     let mut logits = rng.vec(rows * n_exp, 3.0);
     logits[(rows - 1) * n_exp..].fill(0.5);
     let lb = upload(b, &logits);
+    let selection_bias = Tensor::from_f32("exp_probs_b", vec![n_exp], &rng.vec(n_exp, 0.5));
+    let selection_bias = b.weight(&selection_bias).unwrap();
     let mut sel = b.buffer(rows * n_used).unwrap();
     let mut wts = b.buffer(rows * n_used).unwrap();
-    b.moe_route(&lb, rows, n_exp, n_used, &mut sel, &mut wts);
-    results.push((
-        "moe_route selected".into(),
-        download(b, &sel, rows * n_used),
-        0.0,
-    ));
-    results.push((
-        "moe_route weights".into(),
-        download(b, &wts, rows * n_used),
-        OTHER_NMSE,
-    ));
+    let softmax = MoeRouteParams {
+        rows,
+        n_expert: n_exp,
+        n_used,
+        gating: ExpertGating::Softmax,
+        normalize: true,
+        scale: 1.0,
+    };
+    let sigmoid = MoeRouteParams {
+        gating: ExpertGating::Sigmoid,
+        normalize: false,
+        scale: 2.5,
+        ..softmax
+    };
+    let sigmoid_normalized = MoeRouteParams {
+        normalize: true,
+        ..sigmoid
+    };
+    for (what, p, bias) in [
+        ("sigmoid, biased", &sigmoid, Some(&selection_bias)),
+        (
+            "sigmoid, biased, normalized",
+            &sigmoid_normalized,
+            Some(&selection_bias),
+        ),
+        // Last: the expert bias below reads these choices.
+        ("softmax", &softmax, None),
+    ] {
+        b.moe_route(&lb, bias, p, &mut sel, &mut wts);
+        results.push((
+            format!("moe_route {what} selected"),
+            download(b, &sel, rows * n_used),
+            0.0,
+        ));
+        results.push((
+            format!("moe_route {what} weights"),
+            download(b, &wts, rows * n_used),
+            OTHER_NMSE,
+        ));
+    }
 
     // Each slot's expert's bias (gpt-oss), on the routing's choices: 40 experts' rows of 24.
     let width = 24;

@@ -11,37 +11,61 @@ use super::kernels::{
 };
 use super::matmul::{TILED_MIN_TOKENS, packed_token_block, with_decoded_scratch};
 use super::{CpuBackend, CpuWeight, SharedOut, repack};
-use crate::backend::{ExpertMatmulParams, MoeOps};
+use crate::backend::{ExpertGating, ExpertMatmulParams, MoeOps, MoeRouteParams};
 
 impl MoeOps for CpuBackend {
     fn moe_route(
         &self,
         logits: &Vec<f32>,
-        rows: usize,
-        n_expert: usize,
-        n_used: usize,
+        selection_bias: Option<&CpuWeight>,
+        p: &MoeRouteParams,
         selected: &mut Vec<f32>,
         weights: &mut Vec<f32>,
     ) {
         let _span = self.profiler.span("moe_route");
-        let mut probs = vec![0.0f32; n_expert];
+        let (n_expert, n_used) = (p.n_expert, p.n_used);
+        let bias = selection_bias.map(|w| w.tensor.to_f32());
+        let mut scores = vec![0.0f32; n_expert];
+        let mut choice = vec![0.0f32; n_expert];
         let mut order: Vec<usize> = Vec::with_capacity(n_expert);
-        for t in 0..rows {
-            probs.copy_from_slice(&logits[t * n_expert..(t + 1) * n_expert]);
-            let max = probs.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            let sum = (self.kernels.exp_sub)(&mut probs, max);
-            let inv = (1.0 / sum) as f32;
-            probs.iter_mut().for_each(|p| *p *= inv);
+        for t in 0..p.rows {
+            scores.copy_from_slice(&logits[t * n_expert..(t + 1) * n_expert]);
+            match p.gating {
+                ExpertGating::Softmax => {
+                    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+                    let sum = (self.kernels.exp_sub)(&mut scores, max);
+                    let inv = (1.0 / sum) as f32;
+                    scores.iter_mut().for_each(|s| *s *= inv);
+                }
+                ExpertGating::Sigmoid => {
+                    scores
+                        .iter_mut()
+                        .for_each(|s| *s = 1.0 / (1.0 + (-*s).exp()));
+                }
+            }
+            choice.copy_from_slice(&scores);
+            if let Some(bias) = &bias {
+                choice.iter_mut().zip(bias).for_each(|(c, b)| *c += b);
+            }
             order.clear();
             order.extend(0..n_expert);
-            // Highest probability first; the stable sort sends ties to the lower index.
-            order.sort_by(|&i, &j| probs[j].total_cmp(&probs[i]));
+            // Highest first; the stable sort sends ties to the lower index.
+            order.sort_by(|&i, &j| choice[j].total_cmp(&choice[i]));
             let chosen = &order[..n_used];
-            let total: f32 = chosen.iter().map(|&e| probs[e]).sum();
-            let total = total.max(6.103_515_6e-5);
+            let divisor = if p.normalize {
+                let total: f32 = chosen.iter().map(|&e| scores[e]).sum();
+                total.max(6.103_515_6e-5)
+            } else {
+                1.0
+            };
             for (j, &e) in chosen.iter().enumerate() {
                 selected[t * n_used + j] = e as f32;
-                weights[t * n_used + j] = probs[e] / total;
+                let w = if p.normalize {
+                    scores[e] / divisor
+                } else {
+                    scores[e]
+                };
+                weights[t * n_used + j] = if p.scale != 1.0 { w * p.scale } else { w };
             }
         }
     }
@@ -538,6 +562,44 @@ mod tests {
         }
     }
 
+    fn softmax_route(rows: usize, n_expert: usize, n_used: usize) -> MoeRouteParams {
+        MoeRouteParams {
+            rows,
+            n_expert,
+            n_used,
+            gating: ExpertGating::Softmax,
+            normalize: true,
+            scale: 1.0,
+        }
+    }
+
+    /// Sigmoid routing (GLM-4.5): the bias moves the choice but not the weights, which are the
+    /// chosen sigmoids, renormalized or not, then scaled.
+    #[test]
+    fn sigmoid_routing_chooses_by_biased_score_and_weighs_by_the_unbiased_one() {
+        let be = CpuBackend::new(1).unwrap();
+        let logits = vec![1.0, 0.0, -1.0, 2.0];
+        let bias = be
+            .weight(&Tensor::from_f32("b", vec![4], &[0.0, 0.0, 5.0, 0.0]))
+            .unwrap();
+        let sig = |x: f32| 1.0 / (1.0 + (-x).exp());
+        for normalize in [false, true] {
+            let p = MoeRouteParams {
+                gating: ExpertGating::Sigmoid,
+                normalize,
+                scale: 2.5,
+                ..softmax_route(1, 4, 2)
+            };
+            let (mut sel, mut w) = (vec![0.0; 2], vec![0.0; 2]);
+            be.moe_route(&logits, Some(&bias), &p, &mut sel, &mut w);
+            assert_eq!(sel, [2.0, 3.0]);
+            let (a, b) = (sig(-1.0), sig(2.0));
+            let total = if normalize { a + b } else { 1.0 };
+            assert!((w[0] - 2.5 * a / total).abs() < 1e-6, "{w:?}");
+            assert!((w[1] - 2.5 * b / total).abs() < 1e-6, "{w:?}");
+        }
+    }
+
     /// Routing: softmax, top-k highest first, ties to the lower index, weights summing to 1.
     #[test]
     fn routing_picks_the_top_experts_and_renormalizes() {
@@ -546,7 +608,7 @@ mod tests {
             0.5, 2.0, -1.0, 2.0, 1.0, /* row 2 */ 3.0, 0.0, 0.0, 0.0, 0.0,
         ];
         let (mut sel, mut w) = (vec![0.0; 6], vec![0.0; 6]);
-        be.moe_route(&logits, 2, 5, 3, &mut sel, &mut w);
+        be.moe_route(&logits, None, &softmax_route(2, 5, 3), &mut sel, &mut w);
         assert_eq!(&sel[..3], &[1.0, 3.0, 4.0]);
         assert_eq!(&sel[3..5], &[0.0, 1.0]);
         let e = |v: f32| v.exp();

@@ -20,7 +20,7 @@ use super::cpu::{CpuBackend, CpuCache, CpuWeight};
 use super::wgpu::{GpuBuffer, GpuCache, GpuWeight, WgpuBackend};
 use super::{
     AttentionParams, CacheType, CoreOps, DeltaNetParams, ExpertMatmulParams, GateActivation,
-    KvAppend, MoeOps, Profile, RecurrentOps, RopeLayout,
+    KvAppend, MoeOps, MoeRouteParams, Profile, RecurrentOps, RopeLayout,
 };
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -683,17 +683,18 @@ impl MoeOps for SplitBackend {
     fn moe_route(
         &self,
         logits: &SplitBuffer,
-        rows: usize,
-        n_expert: usize,
-        n_used: usize,
+        selection_bias: Option<&SplitWeight>,
+        p: &MoeRouteParams,
         selected: &mut SplitBuffer,
         weights: &mut SplitBuffer,
     ) {
-        on_side!(self.current(), S => {
+        let side = selection_bias.map_or(self.current(), |b| self.at(b.side()));
+        on_side!(side, S => {
             let logits = self.input::<S>(logits);
-            let selected = self.output::<S>(selected, rows * n_used);
-            let weights = self.output::<S>(weights, rows * n_used);
-            S::backend(self).moe_route(&logits, rows, n_expert, n_used, selected, weights)
+            let selected = self.output::<S>(selected, p.rows * p.n_used);
+            let weights = self.output::<S>(weights, p.rows * p.n_used);
+            let bias = selection_bias.map(S::weight);
+            S::backend(self).moe_route(&logits, bias, p, selected, weights)
         })
     }
 

@@ -6,7 +6,7 @@ use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
 use super::pipelines as kernels;
 use super::stream::grid;
-use crate::backend::{CoreOps, ExpertMatmulParams, MoeOps};
+use crate::backend::{CoreOps, ExpertGating, ExpertMatmulParams, MoeOps, MoeRouteParams};
 use crate::error::Result;
 
 /// Most experts `moe_route` takes (its probabilities live in workgroup memory).
@@ -39,24 +39,55 @@ impl MoeOps for WgpuBackend {
     fn moe_route(
         &self,
         logits: &GpuBuffer,
-        rows: usize,
-        n_expert: usize,
-        n_used: usize,
+        selection_bias: Option<&GpuWeight>,
+        p: &MoeRouteParams,
         selected: &mut GpuBuffer,
         weights: &mut GpuBuffer,
     ) {
+        let (n_expert, n_used) = (p.n_expert, p.n_used);
         if n_expert > MAX_EXPERTS || n_used == 0 || n_used > n_expert {
             self.gpu.fail(format!(
                 "moe_route: {n_used} of {n_expert} experts (the GPU kernel takes up to {MAX_EXPERTS})"
             ));
             return;
         }
+        // Without a bias the binding is filled by any buffer (the logits), never read.
+        let bias_dev = match selection_bias {
+            Some(w) => match self.vector(w, "moe_route selection bias") {
+                Some((dev, len)) if len >= n_expert => dev,
+                Some((_, len)) => {
+                    self.gpu.fail(format!(
+                        "moe_route: a selection bias of {len} values for {n_expert} experts"
+                    ));
+                    return;
+                }
+                None => return,
+            },
+            None => &logits.dev,
+        };
+        let gating = match p.gating {
+            ExpertGating::Softmax => 0,
+            ExpertGating::Sigmoid => 1,
+        };
         self.run_in(
             &self.fixed.moe_route,
             kernels::moe_route_kernel,
-            &[rows as u32, n_expert as u32, n_used as u32],
-            &[bind(&logits.dev), bind(&selected.dev), bind(&weights.dev)],
-            grid(rows),
+            &[
+                p.rows as u32,
+                n_expert as u32,
+                n_used as u32,
+                gating,
+                selection_bias.is_some() as u32,
+                p.normalize as u32,
+                p.scale.to_bits(),
+            ],
+            &[
+                bind(&logits.dev),
+                bind(bias_dev),
+                bind(&selected.dev),
+                bind(&weights.dev),
+            ],
+            grid(p.rows),
         );
     }
 

@@ -636,7 +636,7 @@ pub fn add_expert_bias_kernel() -> Kernel {
 }
 
 pub fn moe_route_kernel() -> Kernel {
-    Kernel::new("moe_route", "moe", &[Read, ReadWrite, ReadWrite])
+    Kernel::new("moe_route", "moe", &[Read, Read, ReadWrite, ReadWrite])
         .entry("route")
         .flag("MOE_ROUTE")
 }

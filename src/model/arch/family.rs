@@ -1,6 +1,7 @@
 //! What kiln knows about an architecture family besides its layer code: the names files give it,
 //! its own GGUF and config.json keys, its layer, and its quirks. Each family file (llama.rs,
-//! smollm3.rs, qwen.rs, qwen3moe.rs, gemma2.rs, gemma3.rs, qwen35.rs, gpt_oss.rs, mistral3.rs) fills in a `Family`; `FAMILIES` in arch/mod.rs
+//! smollm3.rs, qwen.rs, qwen3moe.rs, gemma2.rs, gemma3.rs, qwen35.rs, gpt_oss.rs, mistral3.rs,
+//! glm4moe.rs) fills in a `Family`; `FAMILIES` in arch/mod.rs
 //! lists them, and the lookups here search that list.
 
 use super::{AttentionOpts, FAMILIES};
@@ -67,6 +68,34 @@ impl Arch {
     }
 }
 
+/// Drop the multi-token-prediction blocks (`nextn_predict_layers`) that end `block_count`
+/// (Qwen3.5, GLM-4.5): kiln neither loads nor runs them.
+pub(crate) fn skip_nextn_blocks(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
+    let block_count = c.n_layers;
+    let nextn_layers = keys.usize("nextn_predict_layers")?.unwrap_or(0);
+    if nextn_layers >= block_count {
+        return Err(Error::Format(format!(
+            "{} = {nextn_layers} leaves none of the {block_count} blocks",
+            keys.key("nextn_predict_layers")
+        )));
+    }
+    c.n_layers = block_count - nextn_layers;
+    c.nextn_layers = nextn_layers;
+    Ok(())
+}
+
+/// How many leading dimensions of each head RoPE rotates (`rope.dimension_count`; all without).
+pub(crate) fn gguf_rope_dims(keys: &GgufKeys, head_dim: usize) -> Result<usize> {
+    let rope_dims = keys.usize("rope.dimension_count")?.unwrap_or(head_dim);
+    if rope_dims == 0 || rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
+        return Err(Error::Format(format!(
+            "{} = {rope_dims} must be even and within the head size {head_dim}",
+            keys.key("rope.dimension_count")
+        )));
+    }
+    Ok(rope_dims)
+}
+
 /// The family of GGUF `general.architecture` = `name`.
 pub(crate) fn from_gguf_name(name: &str) -> Result<&'static Family> {
     FAMILIES
@@ -97,7 +126,7 @@ pub(crate) fn hf_nests_text_config(model_type: &str) -> bool {
 fn unsupported(name: &str) -> Error {
     Error::Unsupported(format!(
         "architecture '{name}' is not supported (kiln runs llama, mistral, smollm3, qwen2, qwen3, \
-         gemma2, gemma3, and qwen3moe, qwen35, qwen35moe, gpt-oss and mistral3 from GGUF)"
+         gemma2, gemma3, and qwen3moe, qwen35, qwen35moe, gpt-oss, mistral3 and glm4moe from GGUF)"
     ))
 }
 

@@ -6,7 +6,8 @@
 //! `gemma2.rs`, which soft-caps attention scores and logits), `qwen35.rs` (Qwen3.5, over the Gated
 //! DeltaNet block in `delta_net.rs` and the experts in `moe.rs`), `gpt_oss.rs` (Llama's layer with
 //! attention sinks and biased experts), `mistral3.rs` (Llama's layer with YaRN and query
-//! temperature). `FAMILIES` below lists them.
+//! temperature), `glm4moe.rs` (Llama's layer, partial RoPE, leading dense blocks, then
+//! sigmoid-routed experts with a shared one). `FAMILIES` below lists them.
 //!
 //! `Model` holds the weights on a backend; `Step` is one batched forward call over a chunk of
 //! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each
@@ -16,6 +17,7 @@ mod delta_net;
 pub(crate) mod family;
 mod gemma2;
 mod gemma3;
+mod glm4moe;
 mod gpt_oss;
 mod llama;
 mod mistral3;
@@ -37,7 +39,7 @@ use family::{Family, LayerKind};
 /// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
 /// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
 /// file, one line here, and its `Arch` variant (config/mod.rs).
-pub(crate) const FAMILIES: [&Family; 11] = [
+pub(crate) const FAMILIES: [&Family; 12] = [
     &llama::LLAMA,
     &smollm3::SMOLLM3,
     &qwen::QWEN2,
@@ -49,6 +51,7 @@ pub(crate) const FAMILIES: [&Family; 11] = [
     &qwen35::QWEN35_MOE,
     &gpt_oss::GPT_OSS,
     &mistral3::MISTRAL3,
+    &glm4moe::GLM4_MOE,
 ];
 
 pub struct Model<B: Backend> {
@@ -252,6 +255,12 @@ impl<B: Backend> Model<B> {
     pub fn new_scratch(&self, rows: usize) -> Result<Scratch<B>> {
         let c = &self.config;
         let b = &self.backend;
+        // The dense feed-forward's width, or the shared expert's where wider.
+        let ff = c
+            .moe
+            .as_ref()
+            .and_then(|m| m.shared_ff)
+            .map_or(c.intermediate_size, |s| s.max(c.intermediate_size));
         Ok(Scratch {
             rows,
             x: b.buffer(rows * c.hidden_size)?,
@@ -261,8 +270,8 @@ impl<B: Backend> Model<B> {
             v: b.buffer(rows * c.kv_dim())?,
             attn: b.buffer(rows * c.q_dim())?,
             o: b.buffer(rows * c.hidden_size)?,
-            gate: b.buffer(rows * c.intermediate_size)?,
-            up: b.buffer(rows * c.intermediate_size)?,
+            gate: b.buffer(rows * ff)?,
+            up: b.buffer(rows * ff)?,
             rope_tables: self
                 .ropes
                 .iter()
@@ -483,7 +492,7 @@ impl<B: Backend> Step<'_, B> {
             b.rms_norm(&mut s.q, qn, rows * c.n_heads, c.rms_norm_eps);
             b.rms_norm(&mut s.k, kn, rows * c.n_kv_heads, c.rms_norm_eps);
         }
-        self.rope_store_attend(c.head_dim, l.sinks.as_ref());
+        self.rope_store_attend(c.rope_dims, l.sinks.as_ref());
         b.matmul(&self.s.attn, &l.wo, rows, &mut self.s.o);
         if let Some(bo) = &l.bo {
             b.add_bias(&mut self.s.o, bo, rows);

@@ -1,12 +1,14 @@
 //! The mixture-of-experts feed-forward block, shared by the families whose blocks route to
-//! experts (Qwen3.5 MoE, qwen35.rs; Qwen3 MoE, qwen3moe.rs; gpt-oss, gpt_oss.rs): a softmax router
-//! picks each token's top experts (weights renormalized to sum 1), their gated outputs (SwiGLU, or
+//! experts (Qwen3.5 MoE, qwen35.rs; Qwen3 MoE, qwen3moe.rs; gpt-oss, gpt_oss.rs; GLM-4.5,
+//! glm4moe.rs): a router picks each token's top experts (`MoeConfig`: softmax or sigmoid scores,
+//! an optional selection bias, weights renormalized and scaled), their gated outputs (SwiGLU, or
 //! gpt-oss's clamped one, with biases where the family has them) are summed by weight, and where
-//! the block has one, a shared SwiGLU expert, scaled by sigmoid of its own gate, is added.
+//! the block has one, a shared SwiGLU expert is added, scaled by sigmoid of its own gate where it
+//! has one.
 //! Also here: the experts' GGUF keys, and the block's activation buffers.
 
 use super::Step;
-use crate::backend::{Backend, ExpertMatmulParams, GateActivation};
+use crate::backend::{Backend, ExpertGating, ExpertMatmulParams, GateActivation, MoeRouteParams};
 use crate::error::{Error, Result};
 use crate::model::config::{GgufKeys, MoeConfig};
 use crate::model::weights::{ExpertsGateUp, MoeWeights};
@@ -85,6 +87,12 @@ pub(crate) fn gguf_experts(keys: &GgufKeys, shared: SharedExpert) -> Result<Opti
         shared_ff,
         activation: GateActivation::Silu,
         biases: false,
+        gating: ExpertGating::Softmax,
+        normalize: true,
+        weights_scale: 1.0,
+        selection_bias: false,
+        shared_gated: true,
+        first_moe_layer: 0,
     }))
 }
 
@@ -137,28 +145,36 @@ impl<B: Backend> Step<'_, B> {
         match &l.shared {
             Some(sh) => {
                 let (shared_gate, _) = ms.shared.as_mut().expect(SHARED_SCRATCH);
-                b.matmul_many(
-                    &s.h,
-                    &[&l.router, &sh.gate_inp, &sh.gate, &sh.up],
-                    rows,
-                    &mut [&mut ms.router, shared_gate, &mut s.gate, &mut s.up],
-                );
+                match &sh.gate_inp {
+                    Some(gate_inp) => b.matmul_many(
+                        &s.h,
+                        &[&l.router, gate_inp, &sh.gate, &sh.up],
+                        rows,
+                        &mut [&mut ms.router, shared_gate, &mut s.gate, &mut s.up],
+                    ),
+                    None => b.matmul_many(
+                        &s.h,
+                        &[&l.router, &sh.gate, &sh.up],
+                        rows,
+                        &mut [&mut ms.router, &mut s.gate, &mut s.up],
+                    ),
+                }
             }
             None => b.matmul(&s.h, &l.router, rows, &mut ms.router),
         }
         if let Some(bias) = &l.biases {
             b.add_bias(&mut ms.router, &bias.router, rows);
         }
-        // Softmax over all experts, top k, renormalized: the softmax over the top k logits that
-        // gpt-oss's routing takes, up to rounding.
-        b.moe_route(
-            &ms.router,
+        let route = MoeRouteParams {
             rows,
-            moe.n_expert,
-            k,
-            &mut ms.selected,
-            &mut ms.weights,
-        );
+            n_expert: moe.n_expert,
+            n_used: k,
+            gating: moe.gating,
+            normalize: moe.normalize,
+            scale: moe.weights_scale,
+        };
+        let bias = l.selection_bias.as_ref();
+        b.moe_route(&ms.router, bias, &route, &mut ms.selected, &mut ms.weights);
         let shared_input = |w_rows: usize, stride: usize, offset: usize| ExpertMatmulParams {
             rows,
             n_used: k,
@@ -199,13 +215,15 @@ impl<B: Backend> Step<'_, B> {
         }
         b.moe_combine(&ms.down, &ms.weights, rows, k, h, &mut s.o);
 
-        // The shared expert, gated by sigmoid(shared_gate · x).
+        // The shared expert, scaled by sigmoid(shared_gate · x) where it has that gate.
         if let Some(sh) = &l.shared {
             let (shared_gate, shared_out) = ms.shared.as_mut().expect(SHARED_SCRATCH);
-            let width = c.intermediate_size;
+            let width = moe.shared_ff.expect(SHARED_SCRATCH);
             b.gated_activation(&mut s.gate, &s.up, rows * width, GateActivation::Silu);
             b.matmul(&s.gate, &sh.down, rows, shared_out);
-            b.mul_sigmoid(shared_out, shared_gate, rows, h, 1);
+            if sh.gate_inp.is_some() {
+                b.mul_sigmoid(shared_out, shared_gate, rows, h, 1);
+            }
             b.add(&mut s.o, shared_out, rows * h);
         }
     }

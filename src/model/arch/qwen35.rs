@@ -5,7 +5,7 @@
 //! kiln reads Qwen3.5 from GGUF only; its keys are read here, its weights in weights/qwen35.rs.
 
 use super::Step;
-use super::family::{Family, LayerKind};
+use super::family::{Family, LayerKind, gguf_rope_dims, skip_nextn_blocks};
 use super::moe::{SharedExpert, gguf_experts};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -44,17 +44,8 @@ pub(crate) const QWEN35_MOE: Family = Family {
 /// key.
 fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
     c.qk_norm = true;
-    // `block_count` includes the multi-token-prediction blocks, which kiln loads but never runs.
     let block_count = c.n_layers;
-    let nextn_layers = keys.usize("nextn_predict_layers")?.unwrap_or(0);
-    if nextn_layers >= block_count {
-        return bad(format!(
-            "{} = {nextn_layers} leaves none of the {block_count} blocks",
-            keys.key("nextn_predict_layers")
-        ));
-    }
-    c.n_layers = block_count - nextn_layers;
-    c.nextn_layers = nextn_layers;
+    skip_nextn_blocks(keys, c)?;
     let recurrent = recurrent_blocks(keys, block_count, c.n_layers)?;
     c.delta_net = Some(delta_net(keys, recurrent)?);
     (c.rope_dims, c.rope_sections) = partial_rope(keys, c.head_dim)?;
@@ -149,13 +140,7 @@ fn delta_net(keys: &GgufKeys, recurrent: Vec<bool>) -> Result<DeltaNetConfig> {
 /// How many leading dimensions of each head RoPE rotates, and their IMRoPE sections (in rotary
 /// pairs).
 fn partial_rope(keys: &GgufKeys, head_dim: usize) -> Result<(usize, Option<[usize; 4]>)> {
-    let rope_dims = keys.usize("rope.dimension_count")?.unwrap_or(head_dim);
-    if rope_dims == 0 || rope_dims > head_dim || !rope_dims.is_multiple_of(2) {
-        return bad(format!(
-            "{} = {rope_dims} must be even and within the head size {head_dim}",
-            keys.key("rope.dimension_count")
-        ));
-    }
+    let rope_dims = gguf_rope_dims(keys, head_dim)?;
     let Some(v) = keys.i64_array("rope.dimension_sections")? else {
         return Ok((rope_dims, None));
     };

@@ -47,6 +47,10 @@ impl<'a> GgufKeys<'a> {
         self.md.str(&self.key(k))
     }
 
+    pub fn bool(&self, k: &str) -> Result<Option<bool>> {
+        self.md.bool(&self.key(k))
+    }
+
     pub fn bool_array(&self, k: &str) -> Result<Option<Vec<bool>>> {
         self.md.bool_array(&self.key(k))
     }

@@ -40,6 +40,9 @@ pub enum Arch {
     GptOss,
     /// Mistral 3 (Ministral 3, Devstral Small 2): Llama's layer with YaRN and query temperature.
     Mistral3,
+    /// GLM-4.5 MoE (GLM-4.5-Air, GLM-4.6): partial RoPE, leading dense blocks, then experts
+    /// routed by sigmoid scores with a selection bias, and a shared expert.
+    Glm4Moe,
 }
 
 impl Arch {
@@ -169,6 +172,20 @@ pub struct MoeConfig {
     pub activation: crate::backend::GateActivation,
     /// Biases on the router and on every expert's gate, up and down projections (gpt-oss).
     pub biases: bool,
+    /// How the router scores the experts (softmax; GLM-4.5: sigmoid).
+    pub gating: crate::backend::ExpertGating,
+    /// The chosen experts' weights divided by their sum (`expert_weights_norm`).
+    pub normalize: bool,
+    /// The factor on the chosen experts' weights after that (`expert_weights_scale`; 1: none).
+    pub weights_scale: f32,
+    /// A per-expert bias on the scores that choose the experts (`exp_probs_b`, GLM-4.5).
+    pub selection_bias: bool,
+    /// The shared expert's output is scaled by sigmoid of its own gate logit (Qwen3.5 MoE; GLM-4.5's
+    /// is not).
+    pub shared_gated: bool,
+    /// Blocks before this one are dense (`leading_dense_block_count`, GLM-4.5); the dense width is
+    /// `ModelConfig::intermediate_size`.
+    pub first_moe_layer: usize,
 }
 
 #[derive(Debug, Clone, Serialize)]

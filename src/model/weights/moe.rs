@@ -1,6 +1,7 @@
 //! The weights of a block's feed-forward part, for every family: a dense SwiGLU, or a mixture of
-//! experts (router, stacked experts, and a gated shared expert where the family has one; Qwen3.5
-//! MoE does, Qwen3 MoE does not). Which one a block loads follows `ModelConfig::moe`.
+//! experts (router, stacked experts, and a shared expert where the family has one: Qwen3.5 MoE's
+//! gated, GLM-4.5's not; Qwen3 MoE has none). Which one a block loads follows `ModelConfig::moe`
+//! (GLM-4.5's first blocks are dense).
 
 use super::Finder;
 use crate::backend::Backend;
@@ -34,6 +35,8 @@ pub struct MoeWeights<B: Backend> {
     pub shared: Option<SharedExpertWeights<B>>,
     /// gpt-oss's biases.
     pub biases: Option<ExpertBiases<B>>,
+    /// GLM-4.5's bias on the scores that choose the experts (`exp_probs_b`, one per expert).
+    pub selection_bias: Option<B::Weight>,
 }
 
 /// The router's bias (one per expert) and each expert's gate, up and down biases, stacked one
@@ -45,10 +48,10 @@ pub struct ExpertBiases<B: Backend> {
     pub down: B::Weight,
 }
 
-/// A SwiGLU expert every token runs, scaled by sigmoid of its own gate logit.
+/// A SwiGLU expert every token runs, scaled by sigmoid of its own gate logit where it has one.
 pub struct SharedExpertWeights<B: Backend> {
-    /// Input → the shared expert's gate logit (`ffn_gate_inp_shexp`, one row).
-    pub gate_inp: B::Weight,
+    /// Input → the shared expert's gate logit (`ffn_gate_inp_shexp`, one row; Qwen3.5 MoE).
+    pub gate_inp: Option<B::Weight>,
     pub gate: B::Weight,
     pub up: B::Weight,
     pub down: B::Weight,
@@ -59,7 +62,12 @@ pub struct SharedExpertWeights<B: Backend> {
 pub(super) fn ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> Result<Ffn<B>> {
     let n = |part: &str| format!("blk.{i}.{part}");
     let h = c.hidden_size;
-    let Some(m) = &c.moe else {
+    let dense = match &c.moe {
+        None => None,
+        Some(m) if i < m.first_moe_layer => None,
+        Some(m) => Some(m),
+    };
+    let Some(m) = dense else {
         let ff = c.intermediate_size;
         return Ok(Ffn::Dense {
             gate: f.get(&n("ffn_gate.weight"), &[h, ff])?,
@@ -78,7 +86,10 @@ pub(super) fn ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> R
     let shared = match m.shared_ff {
         None => None,
         Some(sff) => Some(SharedExpertWeights {
-            gate_inp: shared_expert_gate(f, &n("ffn_gate_inp_shexp.weight"), h)?,
+            gate_inp: match m.shared_gated {
+                true => Some(shared_expert_gate(f, &n("ffn_gate_inp_shexp.weight"), h)?),
+                false => None,
+            },
             gate: f.get(&n("ffn_gate_shexp.weight"), &[h, sff])?,
             up: f.get(&n("ffn_up_shexp.weight"), &[h, sff])?,
             down: f.get(&n("ffn_down_shexp.weight"), &[sff, h])?,
@@ -99,6 +110,10 @@ pub(super) fn ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> R
         down: f.get(&n("ffn_down_exps.weight"), &[eff, h, e])?,
         shared,
         biases,
+        selection_bias: match m.selection_bias {
+            true => Some(f.get(&n("exp_probs_b.bias"), &[e])?),
+            false => None,
+        },
     }))
 }
 
