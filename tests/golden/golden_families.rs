@@ -1,6 +1,6 @@
-//! The tiny random-weight SmolLM3, Gemma 2, Mistral 3 and gpt-oss files
+//! The tiny random-weight SmolLM3, Gemma 2, Mistral 3, gpt-oss and GLM-4.5 MoE files
 //! (tests/fixtures/make_smollm3_tiny.py, make_gemma2_tiny.py, make_mistral3_tiny.py,
-//! make_gptoss_tiny.py) against llama.cpp, teacher-forced and free running, with an f32 KV cache
+//! make_gptoss_tiny.py, make_glm4moe_tiny.py) against llama.cpp, teacher-forced and free running, with an f32 KV cache
 //! as the goldens were made, by the tight rule of the tiny F32 models
 //! (tests/fixtures/golden/README.md; Gemma 2 by the looser `GELU_TABLE_F32`). Each file makes its family's features matter: SmolLM3's NoPE
 //! layers, Gemma 2's two soft caps and its sliding window of 16 (shorter than every prompt); the

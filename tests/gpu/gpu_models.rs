@@ -327,6 +327,20 @@ fn gptoss_matches_llama_cpp_on_the_gpu() {
     tiny_file_matches_on(one, "gptoss-tiny-MXFP4.gguf", golden, &RANDOM_QUANTIZED);
 }
 
+/// GLM-4.5 MoE's tiny file against llama.cpp on the GPU by the tight rule (an f32 KV cache):
+/// partial RoPE, sigmoid routing with a selection bias, scaled weights, an ungated shared expert,
+/// a dense first block; every golden prompt, the 961-token one included; on a software adapter
+/// also with the kernels hardware GPUs get.
+#[test]
+fn glm4moe_matches_llama_cpp_on_the_gpu() {
+    tiny_file_matches_on(
+        gpu_kernel_variants(),
+        "glm4moe-tiny.gguf",
+        "llama-cpp-glm4moe.json",
+        &EXACT_F32,
+    );
+}
+
 /// The Q8_0 sibling on the GPU by the quantized models' rule, on the five short prompts (the long
 /// one is no oracle for it: golden_qwen3moe.rs).
 #[test]

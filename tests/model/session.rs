@@ -145,6 +145,8 @@ fn properties_hold_on_the_tiny_models() {
         // Past its window of 8; sinks, YaRN, biased experts.
         "gptoss-tiny.gguf",
         "mistral3-tiny.gguf",
+        // Partial RoPE, sigmoid routing, a dense first block.
+        "glm4moe-tiny.gguf",
     ] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
         check_properties(&mf, "The capital of France is", 12);
