@@ -579,6 +579,7 @@ pub trait RecurrentOps: CoreOps {
 /// How a mixture-of-experts router turns logits into expert scores (llama.cpp's
 /// `expert_gating_func`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ExpertGating {
     /// The softmax over all experts (Qwen3 MoE, Qwen3.5 MoE, Mixtral, gpt-oss).
     Softmax,

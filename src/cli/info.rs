@@ -524,6 +524,13 @@ fn print_hybrid(c: &ModelConfig) {
             "  experts             {} ({} per token) of width {}{act}{biases}; {shared}",
             m.n_expert, m.n_used, m.expert_ff
         );
+        println!("  routing             {}", describe_routing(m));
+        if m.first_moe_layer > 0 {
+            println!(
+                "  dense blocks        {} (experts from block {})",
+                m.first_moe_layer, m.first_moe_layer
+            );
+        }
     }
     if c.nextn_layers > 0 {
         println!(
@@ -531,6 +538,30 @@ fn print_hybrid(c: &ModelConfig) {
             c.nextn_layers
         );
     }
+}
+
+/// The router's scores, choice and weights, in words: "sigmoid, selection bias, renormalized, ×2.5".
+fn describe_routing(m: &crate::model::config::MoeConfig) -> String {
+    let mut parts = vec![
+        match m.gating {
+            crate::backend::ExpertGating::Softmax => "softmax",
+            crate::backend::ExpertGating::Sigmoid => "sigmoid",
+        }
+        .to_string(),
+    ];
+    if m.selection_bias {
+        parts.push("selection bias".into());
+    }
+    if m.normalize {
+        parts.push("renormalized".into());
+    }
+    if m.weights_scale != 1.0 {
+        parts.push(format!("×{}", m.weights_scale));
+    }
+    if m.shared_ff.is_some() && !m.shared_gated {
+        parts.push("shared expert ungated".into());
+    }
+    parts.join(", ")
 }
 
 fn describe_scaling(s: &crate::model::config::RopeScaling) -> String {

@@ -128,8 +128,27 @@ fn python_compatible_helpers() {
 #[test]
 fn harmony_template_renders_like_jinja2() {
     let source = include_str!("../../src/model/templates/gpt-oss.jinja");
-    let tmpl = ChatTemplate::from_source(source, "<|startoftext|>", "<|return|>");
-    let golden = common::golden("template-gpt-oss.json");
+    renders_like_jinja2(
+        source,
+        "<|startoftext|>",
+        "<|return|>",
+        "template-gpt-oss.json",
+    );
+}
+
+/// GLM-4.6's template (kiln's built-in for glm4moe files without one) as jinja2 renders it: the
+/// `[gMASK]<sop>` prefix, earlier replies behind an empty `<think></think>`.
+#[test]
+fn glm_template_renders_like_jinja2() {
+    let source = include_str!("../../src/model/templates/glm4.jinja");
+    renders_like_jinja2(source, "[gMASK]", "<|endoftext|>", "template-glm4.json");
+}
+
+/// Every render in `golden` (scripts/reference/render_template.py: four conversations, with and
+/// without the generation prompt) equals kiln's.
+fn renders_like_jinja2(source: &str, bos: &str, eos: &str, golden: &str) {
+    let tmpl = ChatTemplate::from_source(source, bos, eos);
+    let golden = common::golden(golden);
     let mut rendered = 0;
     for r in golden["renders"].as_array().unwrap() {
         let today = chrono::Local::now().format("%Y-%m-%d").to_string();
