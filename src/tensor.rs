@@ -147,6 +147,22 @@ impl Tensor {
         dequantize(self.dtype, &self.bytes()[row * rb..(row + 1) * rb], out);
     }
 
+    /// Rows `start..start + count` of this matrix as a tensor of their own, sharing its bytes
+    /// (rows are whole blocks of any type). Used to split a fused projection (Phi-3's
+    /// `attn_qkv`, `ffn_up`); the caller has checked that the rows exist.
+    pub fn row_range(&self, name: impl Into<String>, start: usize, count: usize) -> Tensor {
+        let rb = self.row_bytes();
+        debug_assert!((start + count) * rb <= self.len);
+        Tensor {
+            name: name.into(),
+            dtype: self.dtype,
+            dims: vec![self.row_len(), count],
+            storage: self.storage.clone(),
+            start: self.start + start * rb,
+            len: count * rb,
+        }
+    }
+
     /// A tensor of the given rows of this one, in that order, its bytes copied (rows are whole
     /// blocks of any type). Used to separate the row groups of a fused projection.
     pub fn gather_rows(&self, name: impl Into<String>, rows: &[usize]) -> Tensor {

@@ -13,11 +13,11 @@
 #include <vector>
 static std::vector<int> parse(const std::string &s) { std::vector<int> v; std::stringstream ss(s); std::string t; while (std::getline(ss, t, ',')) if (!t.empty()) v.push_back(std::stoi(t)); return v; }
 int main(int argc, char **argv) {
-    if (argc < 4) { fprintf(stderr, "usage: greedy MODEL PROMPT_IDS STEPS [kv] [fa]\n"); return 2; }
+    if (argc < 4) { fprintf(stderr, "usage: greedy MODEL PROMPT_IDS STEPS [kv] [fa] [n_ctx]\n"); return 2; }
     llama_backend_init();
     llama_model *model = llama_model_load_from_file(argv[1], llama_model_default_params());
     auto cp = llama_context_default_params();
-    cp.n_ctx = 2048; cp.n_batch = 2048; cp.n_ubatch = 512; cp.n_threads = 2; cp.n_threads_batch = 2;
+    cp.n_ctx = argc > 6 ? atoi(argv[6]) : 2048; cp.n_batch = 2048; cp.n_ubatch = 512; cp.n_threads = 2; cp.n_threads_batch = 2;
     cp.flash_attn_type = (argc > 5 && atoi(argv[5])) ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     std::string kv = argc > 4 ? argv[4] : "f16";
     ggml_type t = kv == "f32" ? GGML_TYPE_F32 : kv == "q8_0" ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;

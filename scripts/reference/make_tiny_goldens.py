@@ -5,10 +5,15 @@ carry the same SmolLM2 tokenizer, so the same prompt ids; the last prompt has 96
 goldens were made. Writes OUT in the goldens' format, one entry per model.
 
 usage: python3 make_tiny_goldens.py GREEDY_BINARY GOLDEN_DIR OUT "WHICH LLAMA.CPP" "HOW THE FILES WERE MADE" MODEL...
-(GREEDY_BINARY built from llama_cpp_greedy.cpp; WHICH names the build for the record)"""
+(GREEDY_BINARY built from llama_cpp_greedy.cpp; WHICH names the build for the record). With N_CTX set in the
+environment, llama.cpp's context is that many positions instead of 2048, and each case records it as `n_ctx`
+(the tests then run kiln's sessions at that context: LongRoPE chooses its factors by it)."""
 import json
+import os
 import subprocess
 import sys
+
+n_ctx = os.environ.get("N_CTX")
 
 greedy, golden_dir, out_name, which, made = sys.argv[1:6]
 prompts = json.load(open(f"{golden_dir}/llama-cpp-qwen35.json"))["models"]["qwen35moe-tiny.gguf"]
@@ -19,12 +24,15 @@ for model in sys.argv[6:]:
     entry["greedy"] = []
     for case in prompts["greedy"]:
         run = subprocess.run([greedy, model, ",".join(map(str, case["prompt_ids"])),
-                              str(len(case["steps"])), "f32", "0"],
+                              str(len(case["steps"])), "f32", "0"] + ([n_ctx] if n_ctx else []),
                              capture_output=True, text=True, check=True)
         steps = [json.loads(line) for line in run.stdout.splitlines()]
         entry["greedy"].append({"prompt": case["prompt"], "prompt_ids": case["prompt_ids"], "steps": steps})
+        if n_ctx:
+            entry["greedy"][-1]["n_ctx"] = int(n_ctx)
         print(name, repr(case["prompt"][:30]), len(steps), file=sys.stderr)
-out = {"generator": f"{which} via scripts/reference/llama_cpp_greedy.cpp, CPU, 2 threads, n_ubatch 512, "
+context = f"n_ctx {n_ctx}, " if n_ctx else ""
+out = {"generator": f"{which} via scripts/reference/llama_cpp_greedy.cpp, CPU, 2 threads, {context}n_ubatch 512, "
                     f"F32 KV cache, flash attention off; {made}",
        "models": models}
 with open(f"{golden_dir}/{out_name}", "w") as f:

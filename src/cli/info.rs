@@ -580,6 +580,14 @@ fn describe_scaling(s: &crate::model::config::RopeScaling) -> String {
             original_context,
             ..
         } => format!("YaRN ×{factor} from {original_context} tokens"),
+        RopeScaling::LongRope {
+            original_context,
+            magnitude,
+            ..
+        } => format!(
+            "LongRoPE: short factors up to a context of {original_context} tokens, long ones \
+             past it; magnitude {magnitude}"
+        ),
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use serde_json::Value;
 
-use super::config::{Arch, ModelConfig};
+use super::config::{Arch, ModelConfig, RopeFactorTensors};
 use crate::error::{Error, Result};
 use crate::gguf::{GgmlType, GgufFile};
 use crate::tensor::Tensor;
@@ -63,12 +63,17 @@ impl ModelFile {
             );
             tensors.insert(t.name.clone(), tensor);
         }
-        let rope_freqs = tensors.get("rope_freqs.weight").map(Tensor::to_f32);
+        let factors = |name: &str| tensors.get(name).map(Tensor::to_f32);
+        let rope = RopeFactorTensors {
+            freqs: factors("rope_freqs.weight"),
+            short: factors("rope_factors_short.weight"),
+            long: factors("rope_factors_long.weight"),
+        };
         let vocab_from_tensors = tensors.get("token_embd.weight").map(Tensor::n_rows);
         let config = ModelConfig::from_gguf(
             &gguf.metadata,
             vocab_from_tensors,
-            rope_freqs,
+            rope,
             tensors.contains_key("output.weight"),
         )
         .map_err(|e| e.in_file(&path))?;

@@ -14,8 +14,12 @@ pub struct RopeFreqs {
     theta_scale: f32,
     /// Linear position scaling (1/factor).
     freq_scale: f32,
-    /// Per-frequency divisors (Llama 3), if any.
+    /// Per-frequency divisors (Llama 3; LongRoPE's short ones), if any.
     divisors: Option<Vec<f32>>,
+    /// LongRoPE's long divisors, and the context past which a session takes them.
+    long: Option<(usize, Vec<f32>)>,
+    /// The factor on cos and sin (YaRN's magnitude, LongRoPE's attention factor; 1 without).
+    mscale: f32,
     /// Per pair: false where an IMRoPE section leaves it unrotated for text.
     rotated: Option<Vec<bool>>,
     /// YaRN's correction range and magnitude, when the model scales RoPE that way.
@@ -24,16 +28,15 @@ pub struct RopeFreqs {
 
 /// YaRN as llama.cpp computes it (`ggml_rope_yarn_corr_dims`, `rope_yarn`): pairs below `low`
 /// keep their frequency, pairs above `high` take the interpolated one (× `freq_scale`), a linear
-/// ramp between; cos and sin are scaled by `mscale`.
+/// ramp between.
 #[derive(Debug, Clone, PartialEq)]
 struct YarnRamp {
     low: f32,
     high: f32,
-    mscale: f32,
 }
 
 impl YarnRamp {
-    fn new(dims: usize, theta: f32, original: usize, beta: (f32, f32), mscale: f32) -> Self {
+    fn new(dims: usize, theta: f32, original: usize, beta: (f32, f32)) -> Self {
         let corr_dim = |rotations: f32| {
             dims as f32 * (original as f32 / (rotations * 2.0 * std::f32::consts::PI)).ln()
                 / (2.0 * theta.ln())
@@ -41,7 +44,6 @@ impl YarnRamp {
         YarnRamp {
             low: corr_dim(beta.0).floor().max(0.0),
             high: corr_dim(beta.1).ceil().min(dims as f32 - 1.0),
-            mscale,
         }
     }
 
@@ -67,20 +69,29 @@ impl RopeFreqs {
                 (1.0 / factor, None)
             }
             Some(RopeScaling::PerFrequency { divisors }) => (1.0, Some(divisors.clone())),
+            Some(RopeScaling::LongRope { short, .. }) => (1.0, Some(short.clone())),
+        };
+        let (long, mscale) = match scaling {
+            Some(RopeScaling::LongRope {
+                long,
+                original_context,
+                magnitude,
+                ..
+            }) => (Some((*original_context, long.clone())), *magnitude),
+            Some(RopeScaling::Yarn { magnitude, .. }) => (None, *magnitude),
+            _ => (None, 1.0),
         };
         let yarn = match scaling {
             Some(&RopeScaling::Yarn {
                 original_context,
                 beta_fast,
                 beta_slow,
-                magnitude,
                 ..
             }) => Some(YarnRamp::new(
                 dims,
                 theta,
                 original_context,
                 (beta_fast, beta_slow),
-                magnitude,
             )),
             _ => None,
         };
@@ -89,34 +100,44 @@ impl RopeFreqs {
             theta_scale: theta.powf(-2.0 / dims as f32),
             freq_scale,
             divisors,
+            long,
+            mscale,
             rotated: sections.map(|s| imrope_text_pairs(s, dims / 2)),
             yarn,
         }
     }
 
     /// Fill `out` with `rows` rows of `dims` values: (cos, sin) pairs for positions
-    /// `start_pos..start_pos + rows`.
-    pub fn table(&self, start_pos: usize, rows: usize, out: &mut Vec<f32>) {
+    /// `start_pos..start_pos + rows`, in a session of `ctx` positions (LongRoPE's choice).
+    pub fn table(&self, start_pos: usize, rows: usize, ctx: usize, out: &mut Vec<f32>) {
         out.clear();
         out.reserve(rows * self.half * 2);
-        let mscale = self.yarn.as_ref().map_or(1.0, |y| y.mscale);
+        let divisors = self.divisors_for(ctx);
         for r in 0..rows {
-            self.push_row((start_pos + r) as f32, mscale, out);
+            self.push_row((start_pos + r) as f32, divisors, self.mscale, out);
         }
     }
 
     /// One row of (cos, sin) pairs for a position delta (negative to move keys back): the
     /// rotation that takes a key RoPE'd at p to p + delta. (A pure rotation: YaRN's magnitude
     /// is in the key already.)
-    pub fn shift_table(&self, delta: i64, out: &mut Vec<f32>) {
+    pub fn shift_table(&self, delta: i64, ctx: usize, out: &mut Vec<f32>) {
         out.clear();
-        self.push_row(delta as f32, 1.0, out);
+        self.push_row(delta as f32, self.divisors_for(ctx), 1.0, out);
     }
 
-    fn push_row(&self, pos: f32, mscale: f32, out: &mut Vec<f32>) {
+    /// The per-frequency divisors a session of `ctx` positions uses.
+    fn divisors_for(&self, ctx: usize) -> Option<&[f32]> {
+        match &self.long {
+            Some((original, long)) if ctx > *original => Some(long),
+            _ => self.divisors.as_deref(),
+        }
+    }
+
+    fn push_row(&self, pos: f32, divisors: Option<&[f32]>, mscale: f32, out: &mut Vec<f32>) {
         let mut theta = pos;
         for i in 0..self.half {
-            let divisor = self.divisors.as_ref().map_or(1.0, |d| d[i]);
+            let divisor = divisors.map_or(1.0, |d| d[i]);
             let on = self.rotated.as_ref().is_none_or(|r| r[i]);
             let extrap = theta / divisor;
             let mut angle = self.freq_scale * extrap;

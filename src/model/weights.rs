@@ -87,6 +87,29 @@ impl<B: Backend> Finder<'_, B> {
         self.backend.weight(&t)
     }
 
+    /// A fused projection `name` (`[cols, Σ parts]`) as one weight per row group, in order
+    /// (Phi-3's `attn_qkv` into Q, K and V; its `ffn_up` into gate and up).
+    fn split<const N: usize>(
+        &self,
+        name: &str,
+        cols: usize,
+        parts: [usize; N],
+    ) -> Result<[B::Weight; N]> {
+        let t = self.tensor(name, &[cols, parts.iter().sum()])?;
+        let mut start = 0;
+        let mut out = Vec::with_capacity(N);
+        for (i, rows) in parts.into_iter().enumerate() {
+            out.push(
+                self.backend
+                    .weight(&t.row_range(format!("{name}[{i}]"), start, rows))?,
+            );
+            start += rows;
+        }
+        Ok(out
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("one weight per part")))
+    }
+
     fn optional(&self, name: &str, dims: &[usize]) -> Result<Option<B::Weight>> {
         match self.file.tensor(name) {
             None => Ok(None),
@@ -160,11 +183,26 @@ impl<B: Backend> Weights<B> {
                     Ok(None)
                 }
             };
+            // Q, K and V, or one fused projection of all three (Phi-3).
+            let [wq, wk, wv] = match f.file.tensor(&n("attn_qkv.weight")) {
+                Some(_) => f.split(&n("attn_qkv.weight"), h, [q, kv, kv])?,
+                None => [
+                    f.get(&n("attn_q.weight"), &[h, q])?,
+                    f.get(&n("attn_k.weight"), &[h, kv])?,
+                    f.get(&n("attn_v.weight"), &[h, kv])?,
+                ],
+            };
+            if f.file.tensor(&n("attn_qkv.bias")).is_some() {
+                return Err(Error::Unsupported(format!(
+                    "{}: a fused Q/K/V bias (blk.{i}.attn_qkv.bias) is not supported",
+                    file.path.display()
+                )));
+            }
             layers.push(Block::Standard(LayerWeights {
                 attn_norm: f.norm(&n("attn_norm.weight"), h)?,
-                wq: f.get(&n("attn_q.weight"), &[h, q])?,
-                wk: f.get(&n("attn_k.weight"), &[h, kv])?,
-                wv: f.get(&n("attn_v.weight"), &[h, kv])?,
+                wq,
+                wk,
+                wv,
                 wo: f.get(&n("attn_output.weight"), &[q, h])?,
                 bo: required("attn_output.bias", h)?,
                 sinks: required("attn_sinks.weight", c.n_heads)?,

@@ -191,6 +191,19 @@ fn case_name(case: &serde_json::Value) -> String {
     case["prompt"].as_str().unwrap().chars().take(30).collect()
 }
 
+/// The context a case's session runs in: llama.cpp's where the golden records it (`n_ctx`:
+/// LongRoPE chooses its factors by it), else just what the case needs.
+fn ctx_of(case: &serde_json::Value) -> usize {
+    match case["n_ctx"].as_u64() {
+        Some(n) => n as usize,
+        None => {
+            case["prompt_ids"].as_array().unwrap().len()
+                + case["steps"].as_array().unwrap().len()
+                + 1
+        }
+    }
+}
+
 /// Teacher forcing: feed llama.cpp's tokens, compare logits at every step.
 pub fn teacher_forced<B: Backend>(
     model: &Model<B>,
@@ -201,8 +214,7 @@ pub fn teacher_forced<B: Backend>(
 ) {
     let (prompt, name) = (ids(&case["prompt_ids"]), case_name(case));
     let steps = case["steps"].as_array().unwrap();
-    let ctx = prompt.len() + steps.len() + 1;
-    let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, cache).unwrap();
+    let mut session = Session::with_options(model, ctx_of(case), DEFAULT_BATCH, cache).unwrap();
     let mut logits = session.prefill(&prompt).unwrap().to_vec();
     for (i, step) in steps.iter().enumerate() {
         for pair in step["top5"].as_array().unwrap() {
@@ -244,8 +256,7 @@ pub fn free_running<B: Backend>(
 ) {
     let (prompt, name) = (ids(&case["prompt_ids"]), case_name(case));
     let steps = case["steps"].as_array().unwrap();
-    let ctx = prompt.len() + steps.len() + 1;
-    let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, cache).unwrap();
+    let mut session = Session::with_options(model, ctx_of(case), DEFAULT_BATCH, cache).unwrap();
     let mut logits = session.prefill(&prompt).unwrap().to_vec();
     for (i, step) in steps.iter().enumerate() {
         if (step["margin"].as_f64().unwrap() as f32) < tol.margin {

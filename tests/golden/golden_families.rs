@@ -106,3 +106,12 @@ fn glm4moe_matches_llama_cpp() {
         &[true, false],
     );
 }
+
+/// Phi-3 (tests/fixtures/make_phi3_tiny.py): fused Q/K/V and gate/up projections, RoPE over 24 of
+/// 32 dims, LongRoPE's short factors at a context of 1024 and its long ones at 2048 (the
+/// goldens' contexts, llama.cpp's and so kiln's), with its attention factor.
+#[test]
+fn phi3_matches_llama_cpp() {
+    check("phi3-tiny.gguf", "llama-cpp-phi3.json", &EXACT_F32);
+    check("phi3-tiny.gguf", "llama-cpp-phi3-long.json", &EXACT_F32);
+}

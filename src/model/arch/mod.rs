@@ -7,7 +7,8 @@
 //! DeltaNet block in `delta_net.rs` and the experts in `moe.rs`), `gpt_oss.rs` (Llama's layer with
 //! attention sinks and biased experts), `mistral3.rs` (Llama's layer with YaRN and query
 //! temperature), `glm4moe.rs` (Llama's layer, partial RoPE, leading dense blocks, then
-//! sigmoid-routed experts with a shared one). `FAMILIES` below lists them.
+//! sigmoid-routed experts with a shared one), `phi3.rs` (Llama's layer, partial RoPE, LongRoPE,
+//! fused projections split at load). `FAMILIES` below lists them.
 //!
 //! `Model` holds the weights on a backend; `Step` is one batched forward call over a chunk of
 //! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each
@@ -22,6 +23,7 @@ mod gpt_oss;
 mod llama;
 mod mistral3;
 mod moe;
+mod phi3;
 mod qwen;
 mod qwen35;
 mod qwen3moe;
@@ -39,7 +41,7 @@ use family::{Family, LayerKind};
 /// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
 /// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
 /// file, one line here, and its `Arch` variant (config/mod.rs).
-pub(crate) const FAMILIES: [&Family; 12] = [
+pub(crate) const FAMILIES: [&Family; 13] = [
     &llama::LLAMA,
     &smollm3::SMOLLM3,
     &qwen::QWEN2,
@@ -52,6 +54,7 @@ pub(crate) const FAMILIES: [&Family; 12] = [
     &gpt_oss::GPT_OSS,
     &mistral3::MISTRAL3,
     &glm4moe::GLM4_MOE,
+    &phi3::PHI3,
 ];
 
 pub struct Model<B: Backend> {
@@ -220,7 +223,7 @@ impl<B: Backend> Model<B> {
         let mut host = Vec::new();
         let mut tables = Vec::with_capacity(self.ropes.len());
         for rope in &self.ropes {
-            rope.shift_table(-(discard as i64), &mut host);
+            rope.shift_table(-(discard as i64), cache.ctx, &mut host);
             let mut t = b.buffer(host.len())?;
             b.upload(&mut t, &host);
             tables.push(t);
@@ -353,7 +356,7 @@ impl<B: Backend> Model<B> {
             &mut s.x,
         );
         for (rope, table) in self.ropes.iter().zip(s.rope_tables.iter_mut()) {
-            rope.table(start_pos, rows, &mut s.rope_host);
+            rope.table(start_pos, rows, cache.ctx, &mut s.rope_host);
             b.upload(table, &s.rope_host);
         }
         if let (Some(t), Some(buf)) = (c.attn_temperature, &mut s.q_temperature) {

@@ -8,13 +8,23 @@ use crate::error::{Error, Result};
 use crate::gguf::Metadata;
 use crate::model::arch::family;
 
+/// The RoPE frequency divisors a GGUF file may carry as tensors, decoded.
+#[derive(Debug, Default)]
+pub struct RopeFactorTensors {
+    /// `rope_freqs.weight` (Llama 3.1+).
+    pub freqs: Option<Vec<f32>>,
+    /// `rope_factors_short.weight` and `rope_factors_long.weight` (LongRoPE: Phi-3.5, Phi-4-mini).
+    pub short: Option<Vec<f32>>,
+    pub long: Option<Vec<f32>>,
+}
+
 impl ModelConfig {
-    /// Read from GGUF metadata. `rope_freqs` is the `rope_freqs.weight` tensor when the file has one;
+    /// Read from GGUF metadata. `rope` holds the file's RoPE factor tensors;
     /// `output_present` says whether the file has a separate `output.weight`.
     pub fn from_gguf(
         md: &Metadata,
         vocab_from_tensors: Option<usize>,
-        rope_freqs: Option<Vec<f32>>,
+        rope: RopeFactorTensors,
         output_present: bool,
     ) -> Result<ModelConfig> {
         let arch_name = md
@@ -41,9 +51,37 @@ impl ModelConfig {
         };
         let sliding_window = keys.usize("attention.sliding_window")?.filter(|&w| w > 0);
 
-        let rope_scaling = match rope_freqs {
-            Some(divisors) => Some(RopeScaling::PerFrequency { divisors }),
-            None => match keys.str("rope.scaling.type")? {
+        let rope_scaling = match (rope.freqs, rope.short, rope.long) {
+            (Some(divisors), ..) => Some(RopeScaling::PerFrequency { divisors }),
+            (None, Some(short), Some(long)) => {
+                let original_context = match keys.usize("rope.scaling.original_context_length")? {
+                    Some(n) => n,
+                    None => keys.usize("context_length")?.unwrap_or(0),
+                };
+                let magnitude = keys.f64("rope.scaling.attn_factor")?.unwrap_or(1.0) as f32;
+                if !magnitude.is_finite() || original_context == 0 {
+                    return Err(Error::Format(format!(
+                        "{} = {magnitude}, {} = {original_context}: LongRoPE needs a finite \
+                         factor and an original context",
+                        keys.key("rope.scaling.attn_factor"),
+                        keys.key("rope.scaling.original_context_length"),
+                    )));
+                }
+                Some(RopeScaling::LongRope {
+                    short,
+                    long,
+                    original_context,
+                    magnitude,
+                })
+            }
+            (None, Some(_), None) | (None, None, Some(_)) => {
+                return Err(Error::Format(
+                    "the file has one of rope_factors_short and rope_factors_long but not the \
+                     other"
+                        .into(),
+                ));
+            }
+            (None, None, None) => match keys.str("rope.scaling.type")? {
                 Some("linear") => keys
                     .f64("rope.scaling.factor")?
                     .filter(|&f| f > 0.0 && f != 1.0)

@@ -4,6 +4,7 @@
 //! and fact that changes the forward pass, so the architecture code never looks at file formats.
 
 mod gguf;
+pub use gguf::RopeFactorTensors;
 mod hf;
 mod keys;
 
@@ -43,6 +44,8 @@ pub enum Arch {
     /// GLM-4.5 MoE (GLM-4.5-Air, GLM-4.6): partial RoPE, leading dense blocks, then experts
     /// routed by sigmoid scores with a selection bias, and a shared expert.
     Glm4Moe,
+    /// Phi-3, Phi-3.5, Phi-4, Phi-4-mini: Llama's layer with partial RoPE and LongRoPE.
+    Phi3,
 }
 
 impl Arch {
@@ -69,6 +72,16 @@ pub enum RopeScaling {
         original_context: usize,
         beta_fast: f32,
         beta_slow: f32,
+        magnitude: f32,
+    },
+    /// LongRoPE (Phi-3.5, Phi-4-mini): one divisor per frequency, `short` while the session's
+    /// context is at most `original_context`, `long` past it (llama.cpp's choice, by context
+    /// size, not position); cos and sin scaled by `magnitude` (`rope.scaling.attn_factor`).
+    /// GGUF stores them as `rope_factors_short.weight` and `rope_factors_long.weight`.
+    LongRope {
+        short: Vec<f32>,
+        long: Vec<f32>,
+        original_context: usize,
         magnitude: f32,
     },
 }
@@ -362,12 +375,23 @@ impl ModelConfig {
             }
         }
         if let Some(RopeScaling::PerFrequency { divisors }) = &self.rope_scaling
-            && divisors.len() != self.head_dim / 2
+            && divisors.len() != self.rope_dims / 2
         {
             return bad(format!(
-                "rope_freqs has {} values, expected head_dim/2 = {}",
+                "rope_freqs has {} values, expected one per rotary pair, {}",
                 divisors.len(),
-                self.head_dim / 2
+                self.rope_dims / 2
+            ));
+        }
+        if let Some(RopeScaling::LongRope { short, long, .. }) = &self.rope_scaling
+            && (short.len() != self.rope_dims / 2 || long.len() != self.rope_dims / 2)
+        {
+            return bad(format!(
+                "rope_factors_short and _long have {} and {} values, expected one per rotary \
+                 pair, {}",
+                short.len(),
+                long.len(),
+                self.rope_dims / 2
             ));
         }
         if !(self.rms_norm_eps.is_finite() && self.rope_theta.is_finite() && self.rope_theta > 0.0)

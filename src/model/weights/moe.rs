@@ -69,9 +69,21 @@ pub(super) fn ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> R
     };
     let Some(m) = dense else {
         let ff = c.intermediate_size;
+        // Gate and up, or one projection of both, gate rows first (Phi-3's `ffn_up`).
+        let fused = f.file.tensor(&n("ffn_gate.weight")).is_none()
+            && f.file
+                .tensor(&n("ffn_up.weight"))
+                .is_some_and(|t| t.dims == [h, 2 * ff]);
+        let [gate, up] = match fused {
+            true => f.split(&n("ffn_up.weight"), h, [ff, ff])?,
+            false => [
+                f.get(&n("ffn_gate.weight"), &[h, ff])?,
+                f.get(&n("ffn_up.weight"), &[h, ff])?,
+            ],
+        };
         return Ok(Ffn::Dense {
-            gate: f.get(&n("ffn_gate.weight"), &[h, ff])?,
-            up: f.get(&n("ffn_up.weight"), &[h, ff])?,
+            gate,
+            up,
             down: f.get(&n("ffn_down.weight"), &[ff, h])?,
         });
     };
