@@ -1,7 +1,7 @@
 // kv_shift.wgsl — context shift on a KV cache: `move_rows` copies words (f32 values, f16 pairs or
 // q8_0 quants, packed in u32) down or up the cache; `move_halves` (`HALVES`) copies 16-bit halves
 // (a q8_0 cache's f16 scales: a row may hold an odd number of blocks); `rope_rows` rotates cached
-// keys further by one RoPE position delta (table: head_dim / 2 pairs (cos, sin)), one invocation
+// keys further by one RoPE position delta (table: rot_dims / 2 pairs (cos, sin)), one invocation
 // per head, rounding the result to the cache's type (`F16CACHE`); `rope_q8` (`Q8CACHE`) does it
 // on a q8_0 cache, as the CPU does: one workgroup per span of whole heads, expanded, rotated back
 // from the cache's Hadamard rotation, RoPE'd, then rotated and quantized again (q8.wgsl).
@@ -17,6 +17,8 @@ struct Params {
     rot: u32,      // the cache's rotation (1: none)
     rot_scale: f32, // its 1/√rot
     span: u32,     // values per workgroup: a multiple of 64 and of head_dim, at most 512
+    // rope_*:
+    rot_dims: u32, // the leading dims of each head that RoPE rotates (partial RoPE: < head_dim)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -63,7 +65,7 @@ fn move_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
 // The indices of the pair of RoPE pair i in a head from value `base`.
 fn pair_at(base: u32, i: u32) -> vec2<u32> {
     if (p.neox == 1u) {
-        return vec2<u32>(base + i, base + i + p.head_dim / 2u);
+        return vec2<u32>(base + i, base + i + p.rot_dims / 2u);
     }
     return vec2<u32>(base + 2u * i, base + 2u * i + 1u);
 }
@@ -94,8 +96,8 @@ fn rope_q8(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: 
         hx[t] = x;
     }
     hadamard(p.rot, p.rot_scale, n, lid, 256u);
-    let half = p.head_dim / 2u;
-    for (var t = lid; t < n / 2u; t += 256u) {
+    let half = p.rot_dims / 2u;
+    for (var t = lid; t < n / p.head_dim * half; t += 256u) {
         let i = t % half;
         let ab = pair_at((t / half) * p.head_dim, i);
         let c = table[2u * i];
@@ -147,7 +149,7 @@ fn rope_rows(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgro
         return;
     }
     let base = p.src_off + h * p.head_dim;
-    for (var i = 0u; i < p.head_dim / 2u; i++) {
+    for (var i = 0u; i < p.rot_dims / 2u; i++) {
         let ab = pair_at(base, i);
         let c = table[2u * i];
         let s = table[2u * i + 1u];

@@ -445,7 +445,8 @@ pub trait CoreOps: Send + Sync {
     );
 
     /// Rotate the keys in `rows` rows of `cache` from `first_row` (each `n_heads` heads of
-    /// `head_dim`) further by the rotation in `table`: one row of `head_dim / 2` pairs (cos, sin),
+    /// `head_dim`, RoPE'd over their first `rot_dims`) further by the rotation in `table`: one row
+    /// of `rot_dims / 2` pairs (cos, sin),
     /// RoPE at a position delta, so keys cached at position p become keys at p + delta. RoPE is a
     /// rotation, so a context shift re-rotates keys instead of recomputing them. The result is
     /// rounded to the cache's type (a quantized cache's rows are expanded, rotated and quantized
@@ -459,6 +460,7 @@ pub trait CoreOps: Send + Sync {
         rows: usize,
         n_heads: usize,
         head_dim: usize,
+        rot_dims: usize,
         layout: RopeLayout,
     );
 

@@ -657,7 +657,7 @@ fn shifted_attention<B: Backend>(
     b: &B,
     ty: CacheType,
     layout: RopeLayout,
-    head_dim: usize,
+    (head_dim, rot_dims): (usize, usize),
     rng: &mut Rng,
 ) -> Vec<f32> {
     let (n_heads, n_kv) = (4, 2);
@@ -679,9 +679,9 @@ fn shifted_attention<B: Backend>(
         total,
         kv_width,
     );
-    let table: Vec<f32> = (0..head_dim / 2)
+    let table: Vec<f32> = (0..rot_dims / 2)
         .flat_map(|i| {
-            let angle = -(discard as f32) * 10000f32.powf(-2.0 * i as f32 / head_dim as f32);
+            let angle = -(discard as f32) * 10000f32.powf(-2.0 * i as f32 / rot_dims as f32);
             [angle.cos(), angle.sin()]
         })
         .collect();
@@ -694,6 +694,7 @@ fn shifted_attention<B: Backend>(
         moved,
         n_kv,
         head_dim,
+        rot_dims,
         layout,
     );
     let q_len = n_heads * head_dim;
@@ -812,19 +813,21 @@ fn context_shift_ops_match_the_cpu() {
     let c = cpu();
     for ty in [CacheType::F32, CacheType::F16, CacheType::Q8_0] {
         for layout in [RopeLayout::Neox, RopeLayout::Interleaved] {
-            let dims: &[usize] = if ty == CacheType::Q8_0 {
-                &[64, 128, 96]
+            // (head size, rotated dims): whole heads, and partial RoPE (GLM-4.5, Phi-4-mini).
+            let dims: &[(usize, usize)] = if ty == CacheType::Q8_0 {
+                &[(64, 64), (128, 128), (96, 96), (128, 96)]
             } else {
-                &[64, 8]
+                &[(64, 64), (8, 8), (64, 40)]
             };
-            for &head_dim in dims {
-                let what =
-                    format!("shifted attention, {ty} cache, {layout:?}, heads of {head_dim}");
+            for &(head_dim, rot) in dims {
+                let what = format!(
+                    "shifted attention, {ty} cache, {layout:?}, heads of {head_dim} rotated over {rot}"
+                );
                 let seed = 77 + head_dim as u64;
                 check(
                     &what,
-                    &shifted_attention(&c, ty, layout, head_dim, &mut Rng(seed)),
-                    &shifted_attention(&g, ty, layout, head_dim, &mut Rng(seed)),
+                    &shifted_attention(&c, ty, layout, (head_dim, rot), &mut Rng(seed)),
+                    &shifted_attention(&g, ty, layout, (head_dim, rot), &mut Rng(seed)),
                     ATTENTION_NMSE,
                 );
             }

@@ -19,13 +19,23 @@ use kiln::model::{Model, ModelFile, Session, Tokenizer};
 use kiln::sampler::{Sampler, SamplerConfig};
 use serde_json::Value;
 
-/// The angle of RoPE frequency `i` at position `pos` for layer `il`, in f64 from the configuration.
-fn angle(c: &ModelConfig, il: usize, i: usize, pos: f64) -> f64 {
+/// The angle of RoPE frequency `i` at position `pos` for layer `il` in a session of `ctx`
+/// positions (LongRoPE's choice), in f64 from the configuration.
+fn angle(c: &ModelConfig, il: usize, i: usize, pos: f64, ctx: usize) -> f64 {
     let theta = c.layer_rope_theta(il) as f64;
-    let mut freq = theta.powf(-2.0 * i as f64 / c.head_dim as f64);
+    let mut freq = theta.powf(-2.0 * i as f64 / c.rope_dims as f64);
     match c.layer_rope_scaling(il) {
         Some(RopeScaling::Linear { factor }) => freq /= *factor as f64,
         Some(RopeScaling::PerFrequency { divisors }) => freq /= divisors[i] as f64,
+        Some(RopeScaling::LongRope {
+            short,
+            long,
+            original_context,
+            ..
+        }) => {
+            let divisors = if ctx > *original_context { long } else { short };
+            freq /= divisors[i] as f64
+        }
         Some(RopeScaling::Yarn {
             factor,
             original_context,
@@ -35,7 +45,7 @@ fn angle(c: &ModelConfig, il: usize, i: usize, pos: f64) -> f64 {
         }) => {
             // YaRN: the unscaled frequency below the correction range, the interpolated one
             // above it, a linear ramp between.
-            let dims = c.head_dim as f64;
+            let dims = c.rope_dims as f64;
             let corr = |rot: f64| {
                 dims * (*original_context as f64 / (rot * 2.0 * std::f64::consts::PI)).ln()
                     / (2.0 * theta.ln())
@@ -51,9 +61,15 @@ fn angle(c: &ModelConfig, il: usize, i: usize, pos: f64) -> f64 {
 }
 
 /// Rotate one head from position `from` to position `to`: undo RoPE at `from`, apply it at `to`
-/// (a NoPE layer's keys hold no position, and stay as they are).
-fn rerotate(c: &ModelConfig, il: usize, head: &[f32], from: usize, to: usize) -> Vec<f64> {
-    let half = c.head_dim / 2;
+/// over the rotated dims (a NoPE layer's keys hold no position, and stay as they are).
+fn rerotate(
+    c: &ModelConfig,
+    il: usize,
+    head: &[f32],
+    (from, to): (usize, usize),
+    ctx: usize,
+) -> Vec<f64> {
+    let half = c.rope_dims / 2;
     let mut out: Vec<f64> = head.iter().map(|&v| v as f64).collect();
     if !c.layer_has_rope(il) {
         return out;
@@ -64,7 +80,7 @@ fn rerotate(c: &ModelConfig, il: usize, head: &[f32], from: usize, to: usize) ->
             RopeLayout::Neox => (i, i + half),
         };
         for (pos, sign) in [(from as f64, -1.0), (to as f64, 1.0)] {
-            let (s, co) = (sign * angle(c, il, i, pos)).sin_cos();
+            let (s, co) = (sign * angle(c, il, i, pos, ctx)).sin_cos();
             let (x0, x1) = (out[a], out[b]);
             out[a] = x0 * co - x1 * s;
             out[b] = x0 * s + x1 * co;
@@ -95,11 +111,18 @@ fn tolerance(ty: CacheType) -> f64 {
     }
 }
 
-/// Prefill `prompt`, shift (keep the first `keep`, drop half the rest), and check every layer.
-fn check_shift(model: &Model<CpuBackend>, prompt: &[u32], keep: usize, ty: CacheType, what: &str) {
+/// Prefill `prompt` in a session of `ctx` positions, shift (keep the first `keep`, drop half the
+/// rest), and check every layer.
+fn check_shift(
+    model: &Model<CpuBackend>,
+    prompt: &[u32],
+    (keep, ctx): (usize, usize),
+    ty: CacheType,
+    what: &str,
+) {
     let c = &model.config;
     let types = KvCacheTypes { k: ty, v: ty };
-    let mut s = Session::with_options(model, prompt.len() + 8, DEFAULT_BATCH, types).unwrap();
+    let mut s = Session::with_options(model, ctx, DEFAULT_BATCH, types).unwrap();
     s.prefill(prompt).unwrap();
     let n = prompt.len();
     let w = c.kv_dim();
@@ -141,7 +164,7 @@ fn check_shift(model: &Model<CpuBackend>, prompt: &[u32], keep: usize, ty: Cache
                 let head = |rows: &[f32], row: usize| {
                     rows[row * w + h * c.head_dim..row * w + (h + 1) * c.head_dim].to_vec()
                 };
-                let want = rerotate(c, il, &head(k_before, old), old, new);
+                let want = rerotate(c, il, &head(k_before, old), (old, new), ctx);
                 let got = head(&k_after, new);
                 let norm = want.iter().map(|v| v * v).sum::<f64>().sqrt();
                 let err = got
@@ -206,6 +229,17 @@ fn re_rotated_keys_equal_keys_rotated_afresh() {
             "llama32-synth".into(),
             common::synth::llama32_synth(&smollm2),
         ),
+        // Partial NEOX RoPE (GLM-4.5 MoE: 16 of 32 dims).
+        (
+            "glm4moe-tiny".into(),
+            ModelFile::open(&common::fixture("models/glm4moe-tiny.gguf")).unwrap(),
+        ),
+        // Partial RoPE with LongRoPE (Phi-3: 24 of 32 dims), whose short and long divisors a
+        // short and a long context each take.
+        (
+            "phi3-tiny".into(),
+            ModelFile::open(&common::fixture("models/phi3-tiny.gguf")).unwrap(),
+        ),
         // Local layers at base 10000 and global ones at 1e6, heads of 256.
         (
             "gemma3".into(),
@@ -220,14 +254,22 @@ fn re_rotated_keys_equal_keys_rotated_afresh() {
             if !model.config.head_dim.is_multiple_of(ty.block_len()) {
                 continue;
             }
-            for keep in [0, 4] {
-                check_shift(
-                    &model,
-                    &prompt,
-                    keep,
-                    ty,
-                    &format!("{name} cache {ty} keep {keep}"),
-                );
+            let long = match &model.config.rope_scaling {
+                Some(RopeScaling::LongRope {
+                    original_context, ..
+                }) => Some(original_context + 1),
+                _ => None,
+            };
+            for ctx in std::iter::once(prompt.len() + 8).chain(long) {
+                for keep in [0, 4] {
+                    check_shift(
+                        &model,
+                        &prompt,
+                        (keep, ctx),
+                        ty,
+                        &format!("{name} cache {ty} keep {keep} context {ctx}"),
+                    );
+                }
             }
         }
     }

@@ -389,15 +389,16 @@ impl CoreOps for CpuBackend {
         rows: usize,
         n_heads: usize,
         head_dim: usize,
+        rot_dims: usize,
         layout: RopeLayout,
     ) {
         let width = n_heads * head_dim;
-        let cs = &table[..head_dim];
+        let cs = &table[..rot_dims];
         let mut row = vec![0.0f32; width];
         for r in first_row..first_row + rows {
             cache.read(r * width, &mut row);
             for head in row.chunks_mut(head_dim) {
-                rotate_head(head, cs, layout);
+                rotate_head(&mut head[..rot_dims], cs, layout);
             }
             cache.store(&self.kernels, &row, r * width);
         }

@@ -513,12 +513,15 @@ impl CoreOps for SplitBackend {
         rows: usize,
         n_heads: usize,
         head_dim: usize,
+        rot_dims: usize,
         layout: RopeLayout,
     ) {
         on_side!(self.at(cache.0.side()), S => {
             let table = self.input::<S>(table);
             let cache = S::cache_mut(cache);
-            S::backend(self).rope_cache(cache, &table, first_row, rows, n_heads, head_dim, layout)
+            S::backend(self).rope_cache(
+                cache, &table, first_row, rows, n_heads, head_dim, rot_dims, layout,
+            )
         })
     }
 

@@ -300,8 +300,7 @@ impl WgpuBackend {
         table: &GpuBuffer,
         first_row: usize,
         rows: usize,
-        n_heads: usize,
-        head_dim: usize,
+        (n_heads, head_dim, rot_dims): (usize, usize, usize),
         layout: RopeLayout,
     ) {
         let heads = rows * n_heads;
@@ -314,7 +313,18 @@ impl WgpuBackend {
         if cache.ty != CacheType::Q8_0 {
             self.run(
                 &k,
-                &[heads as u32, start as u32, 0, head_dim as u32, neox],
+                &[
+                    heads as u32,
+                    start as u32,
+                    0,
+                    head_dim as u32,
+                    neox,
+                    0,
+                    0,
+                    0,
+                    0,
+                    rot_dims as u32,
+                ],
                 &[bind(&cache.dev), bind(&table.dev)],
                 grid(heads.div_ceil(256)),
             );
@@ -344,6 +354,7 @@ impl WgpuBackend {
                 cache.rotation as u32,
                 cache.rot_scale().to_bits(),
                 span as u32,
+                rot_dims as u32,
             ],
             &[bind(&cache.dev), bind(&table.dev)],
             grid(spans),

@@ -465,9 +465,11 @@ impl CoreOps for WgpuBackend {
         rows: usize,
         n_heads: usize,
         head_dim: usize,
+        rot_dims: usize,
         layout: RopeLayout,
     ) {
-        self.rope_cached_keys(cache, table, first_row, rows, n_heads, head_dim, layout);
+        let heads = (n_heads, head_dim, rot_dims);
+        self.rope_cached_keys(cache, table, first_row, rows, heads, layout);
     }
 
     fn attention(

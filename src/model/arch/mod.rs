@@ -243,6 +243,7 @@ impl<B: Backend> Model<B> {
                 moved,
                 c.n_kv_heads,
                 c.head_dim,
+                c.rope_dims,
                 c.rope_layout,
             );
         }
