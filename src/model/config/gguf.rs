@@ -3,20 +3,10 @@
 //! the family's own hook (`Family::gguf_keys`, in arch/<family>.rs) reads the rest.
 
 use super::keys::GgufKeys;
-use super::{Activation, ModelConfig, RopeLayout, RopeScaling, yarn_magnitude};
+use super::{Activation, ModelConfig, RopeFactorTensors, RopeLayout, RopeScaling, yarn_magnitude};
 use crate::error::{Error, Result};
 use crate::gguf::Metadata;
 use crate::model::arch::family;
-
-/// The RoPE frequency divisors a GGUF file may carry as tensors, decoded.
-#[derive(Debug, Default)]
-pub struct RopeFactorTensors {
-    /// `rope_freqs.weight` (Llama 3.1+).
-    pub freqs: Option<Vec<f32>>,
-    /// `rope_factors_short.weight` and `rope_factors_long.weight` (LongRoPE: Phi-3.5, Phi-4-mini).
-    pub short: Option<Vec<f32>>,
-    pub long: Option<Vec<f32>>,
-}
 
 impl ModelConfig {
     /// Read from GGUF metadata. `rope` holds the file's RoPE factor tensors;

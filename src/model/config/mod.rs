@@ -4,7 +4,6 @@
 //! and fact that changes the forward pass, so the architecture code never looks at file formats.
 
 mod gguf;
-pub use gguf::RopeFactorTensors;
 mod hf;
 mod keys;
 
@@ -53,6 +52,16 @@ impl Arch {
     pub fn name(self) -> &'static str {
         self.family().name
     }
+}
+
+/// The RoPE frequency divisors a GGUF file may carry as tensors, decoded.
+#[derive(Debug, Default)]
+pub struct RopeFactorTensors {
+    /// `rope_freqs.weight` (Llama 3.1+).
+    pub freqs: Option<Vec<f32>>,
+    /// `rope_factors_short.weight` and `rope_factors_long.weight` (LongRoPE: Phi-3.5, Phi-4-mini).
+    pub short: Option<Vec<f32>>,
+    pub long: Option<Vec<f32>>,
 }
 
 /// Position scaling applied to the RoPE frequencies.
