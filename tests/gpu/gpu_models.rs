@@ -341,6 +341,22 @@ fn glm4moe_matches_llama_cpp_on_the_gpu() {
     );
 }
 
+/// Phi-3's tiny file against llama.cpp on the GPU by the tight rule (an f32 KV cache): fused
+/// projections split at load, RoPE over 24 of 32 dims, LongRoPE's short factors at a context of
+/// 1024 and its long ones at 2048; every golden prompt; the long goldens on a software adapter
+/// also with the kernels hardware GPUs get.
+#[test]
+fn phi3_matches_llama_cpp_on_the_gpu() {
+    let one = gpu().into_iter().collect();
+    tiny_file_matches_on(one, "phi3-tiny.gguf", "llama-cpp-phi3.json", &EXACT_F32);
+    tiny_file_matches_on(
+        gpu_kernel_variants(),
+        "phi3-tiny.gguf",
+        "llama-cpp-phi3-long.json",
+        &EXACT_F32,
+    );
+}
+
 /// The Q8_0 sibling on the GPU by the quantized models' rule, on the five short prompts (the long
 /// one is no oracle for it: golden_qwen3moe.rs).
 #[test]

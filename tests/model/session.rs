@@ -6,6 +6,7 @@ use crate::common;
 
 use common::golden_run::{argmax, load};
 use kiln::backend::cpu::CpuBackend;
+use kiln::model::config::RopeScaling;
 use kiln::model::generate::{GenerateOptions, StopRules, generate};
 use kiln::model::{Model, ModelFile, Session, Tokenizer};
 use kiln::sampler::{Sampler, SamplerConfig};
@@ -88,8 +89,15 @@ fn check_properties(mf: &ModelFile, prompt_text: &str, steps: usize) {
     );
 
     // A much larger context (a padded cache) changes nothing; neither do other instances or
-    // another thread count.
-    let (toks_big, seen_big) = greedy(&model, &prompt, steps, ctx + 1000);
+    // another thread count. (Except across LongRoPE's boundary, where a larger context takes the
+    // long factors by design, as in llama.cpp: there the padding stops at it.)
+    let padded = match &model.config.rope_scaling {
+        Some(RopeScaling::LongRope {
+            original_context, ..
+        }) => (*original_context).max(ctx),
+        _ => ctx + 1000,
+    };
+    let (toks_big, seen_big) = greedy(&model, &prompt, steps, padded);
     assert_eq!(toks_big, toks, "{what}: padded cache");
     assert_close(
         &seen_big[steps - 1],
@@ -147,6 +155,8 @@ fn properties_hold_on_the_tiny_models() {
         "mistral3-tiny.gguf",
         // Partial RoPE, sigmoid routing, a dense first block.
         "glm4moe-tiny.gguf",
+        // Fused projections, partial RoPE, LongRoPE's short factors.
+        "phi3-tiny.gguf",
     ] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
         check_properties(&mf, "The capital of France is", 12);
