@@ -41,6 +41,8 @@ pub enum TemplateOrigin {
     BuiltinHarmony,
     /// GLM-4.6's template (Z.ai's, as llama.cpp keeps it), built in.
     BuiltinGlm,
+    /// Phi-3.5-mini's template (Microsoft's, as llama.cpp keeps it), built in.
+    BuiltinPhi3,
 }
 
 /// A prompt format kiln supplies for models that carry no chat template.
@@ -67,6 +69,13 @@ pub(crate) const HARMONY: BuiltinTemplate = BuiltinTemplate {
 pub(crate) const GLM: BuiltinTemplate = BuiltinTemplate {
     origin: TemplateOrigin::BuiltinGlm,
     source: include_str!("templates/glm4.jinja"),
+};
+
+/// Phi-3.5-mini's own template (`microsoft/Phi-3.5-mini-instruct`'s, llama.cpp's copy in
+/// models/templates), for a phi3 file that carries none.
+pub(crate) const PHI3: BuiltinTemplate = BuiltinTemplate {
+    origin: TemplateOrigin::BuiltinPhi3,
+    source: include_str!("templates/phi3.jinja"),
 };
 
 pub struct ChatTemplate {
@@ -115,6 +124,7 @@ impl ChatTemplate {
             TemplateOrigin::BuiltinGemma => "kiln's built-in Gemma template",
             TemplateOrigin::BuiltinHarmony => "kiln's built-in harmony template (gpt-oss)",
             TemplateOrigin::BuiltinGlm => "kiln's built-in GLM-4.6 template",
+            TemplateOrigin::BuiltinPhi3 => "kiln's built-in Phi-3.5 template",
         }
     }
 

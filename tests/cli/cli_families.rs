@@ -1,4 +1,4 @@
-//! The commands on the SmolLM3, Gemma 2 and Mistral 3 fixtures as real processes: `kiln run` reproduces
+//! The commands on the SmolLM3, Gemma 2, Mistral 3 and Phi-3 fixtures as real processes: `kiln run` reproduces
 //! llama.cpp's greedy tokens, and `kiln info` names the architecture and shows what sets it apart
 //! (SmolLM3's NoPE layers; Gemma 2's soft caps and alternating sliding window).
 
@@ -29,6 +29,11 @@ pub(crate) fn kiln_json(file: &str, args: &[&str]) -> Value {
 /// call (margin below `margin`: golden_families.rs's rule for the file), with an f32 KV cache as
 /// the goldens were made (with an f16 one llama.cpp itself moves the Gemma 2 file's logits by 2).
 pub(crate) fn greedy_runs_match_llama_cpp(file: &str, golden: &str, margin: f64) {
+    greedy_runs_match_llama_cpp_with(file, golden, margin, &[]);
+}
+
+/// `greedy_runs_match_llama_cpp` with `extra` arguments to each run.
+fn greedy_runs_match_llama_cpp_with(file: &str, golden: &str, margin: f64, extra: &[&str]) {
     let golden = common::golden(golden);
     for case in golden["models"][file]["greedy"]
         .as_array()
@@ -45,13 +50,13 @@ pub(crate) fn greedy_runs_match_llama_cpp(file: &str, golden: &str, margin: f64)
             .collect();
         let n = sure.len().to_string();
         let prompt = case["prompt"].as_str().unwrap();
-        let v = kiln_json(
-            file,
-            &[
-                "run", "--raw", "--temp", "0", "-ctk", "f32", "-ctv", "f32", "-n", &n, "--format",
-                "json", prompt,
-            ],
-        );
+        let mut args = vec![
+            "run", "--raw", "--temp", "0", "-ctk", "f32", "-ctv", "f32", "-n", &n, "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        args.push(prompt);
+        let v = kiln_json(file, &args);
         let got: Vec<u64> = v["tokens"]
             .as_array()
             .unwrap()
@@ -145,4 +150,27 @@ fn run_and_info_on_the_mistral3_file() {
 fn chat_holds_a_conversation_on_the_smollm3_and_gemma2_files() {
     common::assert_two_turn_chat("smollm3-tiny.gguf");
     common::assert_two_turn_chat("gemma2-tiny.gguf");
+}
+
+/// Phi-3: `kiln run` at the default context of 4096 takes the long LongRoPE factors and
+/// reproduces llama.cpp's goldens at 2048 (also past the original 1024); with `-c 1024`, the
+/// short ones, as the goldens at 1024; `kiln info` shows the partial RoPE and LongRoPE.
+#[test]
+fn run_and_info_on_the_phi3_file() {
+    let file = "phi3-tiny.gguf";
+    run_reproduces_llama_cpp(file, "llama-cpp-phi3-long.json", 0.05);
+    greedy_runs_match_llama_cpp_with(file, "llama-cpp-phi3.json", 0.05, &["-c", "1024"]);
+    let v = kiln_json(file, &["info", "--format", "json"]);
+    assert_eq!(v["config"]["arch"], "phi3");
+    assert_eq!(v["config"]["rope_dims"], 24);
+    assert_eq!(v["config"]["rope_scaling"]["type"], "long_rope");
+    assert_eq!(v["config"]["rope_scaling"]["original_context"], 1024);
+    info_shows(
+        file,
+        &[
+            "architecture   phi3",
+            "rotary dims         24 of 32 per head",
+            "rope_scaling        LongRoPE: short factors up to a context of 1024 tokens",
+        ],
+    );
 }

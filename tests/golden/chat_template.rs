@@ -128,12 +128,7 @@ fn python_compatible_helpers() {
 #[test]
 fn harmony_template_renders_like_jinja2() {
     let source = include_str!("../../src/model/templates/gpt-oss.jinja");
-    renders_like_jinja2(
-        source,
-        "<|startoftext|>",
-        "<|return|>",
-        "template-gpt-oss.json",
-    );
+    renders_like_jinja2(source, "template-gpt-oss.json");
 }
 
 /// GLM-4.6's template (kiln's built-in for glm4moe files without one) as jinja2 renders it: the
@@ -141,14 +136,22 @@ fn harmony_template_renders_like_jinja2() {
 #[test]
 fn glm_template_renders_like_jinja2() {
     let source = include_str!("../../src/model/templates/glm4.jinja");
-    renders_like_jinja2(source, "[gMASK]", "<|endoftext|>", "template-glm4.json");
+    renders_like_jinja2(source, "template-glm4.json");
+}
+
+/// Phi-3.5-mini's template (kiln's built-in for phi3 files without one) as jinja2 renders it.
+#[test]
+fn phi3_template_renders_like_jinja2() {
+    let source = include_str!("../../src/model/templates/phi3.jinja");
+    renders_like_jinja2(source, "template-phi3.json");
 }
 
 /// Every render in `golden` (scripts/reference/render_template.py: four conversations, with and
-/// without the generation prompt) equals kiln's.
-fn renders_like_jinja2(source: &str, bos: &str, eos: &str, golden: &str) {
-    let tmpl = ChatTemplate::from_source(source, bos, eos);
+/// without the generation prompt, with the golden's BOS and EOS texts) equals kiln's.
+fn renders_like_jinja2(source: &str, golden: &str) {
     let golden = common::golden(golden);
+    let text = |k: &str| golden[k].as_str().unwrap().to_string();
+    let tmpl = ChatTemplate::from_source(source, &text("bos_token"), &text("eos_token"));
     let mut rendered = 0;
     for r in golden["renders"].as_array().unwrap() {
         let today = chrono::Local::now().format("%Y-%m-%d").to_string();

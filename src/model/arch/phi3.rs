@@ -13,7 +13,7 @@ use super::AttentionOpts;
 use super::family::{Family, LayerKind, gguf_rope_dims};
 use crate::error::{Error, Result};
 use crate::model::Arch;
-use crate::model::chat::CHATML;
+use crate::model::chat::PHI3 as PHI3_TEMPLATE;
 use crate::model::config::{GgufKeys, ModelConfig};
 
 pub(crate) const PHI3: Family = Family {
@@ -30,7 +30,7 @@ pub(crate) const PHI3: Family = Family {
     norm_one_plus_weight: false,
     ffn_norm: "ffn_norm",
     layer: LayerKind::Llama(AttentionOpts::PLAIN),
-    chat_template: &CHATML,
+    chat_template: &PHI3_TEMPLATE,
 };
 
 fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
