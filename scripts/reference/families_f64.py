@@ -1,12 +1,16 @@
-"""An independent float64 NumPy forward pass of a `smollm3` or `gemma2` GGUF (written from the
+"""An independent float64 NumPy forward pass of a `smollm3`, `gemma2` or `llama` GGUF (written from the
 architectures as the golden README states them, sharing no code with llama.cpp or kiln),
 teacher-forced on a golden file's paths; prints per prompt and overall the largest |Δ| from
 llama.cpp's top-5 logits and how often the argmax agrees.
 
 usage: python3 families_f64.py MODEL GOLDEN NAME [--f16-head] [--gelu-table] [--mutant WHAT]
+                               [--window N --write-golden OUT]
 --f16-head rounds the LM head's input to f16 (llama.cpp's F16 mat-vec does); --gelu-table takes
 GELU from llama.cpp's f16 table (input and output rounded to f16); --mutant switches a feature off
-(nope, attn-cap, final-cap, window) to see the comparison fail."""
+(nope, attn-cap, final-cap, window) to see the comparison fail. --window N gives a `llama` file
+Mistral v0.1's sliding window on every layer (a query sees itself and the N − 1 tokens before it,
+as Hugging Face's Mistral does and llama.cpp does not); --write-golden OUT then writes this pass's
+own greedy runs from the golden's prompts, in the goldens' format, as the reference."""
 import json
 import sys
 
@@ -18,6 +22,8 @@ args = sys.argv[1:]
 model, golden_path, name = args[:3]
 f16_head, gelu_table = "--f16-head" in args, "--gelu-table" in args
 mutant = args[args.index("--mutant") + 1] if "--mutant" in args else None
+llama_window = int(args[args.index("--window") + 1]) if "--window" in args else None
+write_golden = args[args.index("--write-golden") + 1] if "--write-golden" in args else None
 
 r = GGUFReader(model)
 T = {t.name: t for t in r.tensors}
@@ -47,6 +53,7 @@ if gemma:
     names += ["post_attention_norm", "post_ffw_norm"]
 layers = [{k: W(f"blk.{i}.{k}.weight") for k in names} for i in range(L)]
 emb, onorm = W("token_embd.weight"), W("output_norm.weight")
+head = W("output.weight") if "output.weight" in T else emb
 if gemma:
     swa = val("attention.sliding_window", 4096)
     attn_cap = val("attn_logit_softcapping", 50.0)
@@ -81,7 +88,7 @@ def gelu(x):
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
 
 
-def forward(ids):
+def forward(ids, last_only=False):
     n = len(ids)
     x = emb[ids] * (np.sqrt(D) if gemma else 1.0)
     pos = np.arange(n, dtype=np.float64)
@@ -91,7 +98,7 @@ def forward(ids):
         q = (h @ l["attn_q"].T).reshape(n, H, hd)
         k = (h @ l["attn_k"].T).reshape(n, KV, hd)
         v = (h @ l["attn_v"].T).reshape(n, KV, hd)
-        nope = not gemma and (i + 1) % 4 == 0 and mutant != "nope"
+        nope = arch == "smollm3" and (i + 1) % 4 == 0 and mutant != "nope"
         if not nope:
             q, k = rope(q, pos), rope(k, pos)
         k, v = np.repeat(k, H // KV, axis=1), np.repeat(v, H // KV, axis=1)
@@ -102,6 +109,8 @@ def forward(ids):
                 sc = attn_cap * np.tanh(sc / attn_cap)
             if i % 2 == 0 and mutant != "window":
                 mask |= (qi - ki) >= swa
+        if llama_window is not None:
+            mask |= (qi - ki) >= llama_window
         sc = np.where(mask[None], -np.inf, sc)
         p = np.exp(sc - sc.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
@@ -113,15 +122,37 @@ def forward(ids):
         o = (a * u) @ l["ffn_down"].T
         x = x + (rms(o, l["post_ffw_norm"]) if gemma else o)
     h = rms(x, onorm)
+    if last_only:
+        h = h[-1:]
     if f16_head:
         h = h.astype(np.float16).astype(np.float64)
-    logits = h @ emb.T
+    logits = h @ head.T
     if gemma and mutant != "final-cap":
         logits = final_cap * np.tanh(logits / final_cap)
     return logits
 
 
 golden = json.load(open(golden_path))["models"][name]
+if write_golden:
+    # This pass's own greedy runs: per step the argmax, the top five and the top-two margin.
+    entry = {k: golden[k] for k in ["add_bos", "bos", "eos"]}
+    entry["greedy"] = []
+    for case in golden["greedy"]:
+        ids = list(case["prompt_ids"])
+        steps = []
+        for _ in range(len(case["steps"])):
+            lg = forward(ids, last_only=True)[-1]
+            top = np.argsort(-lg, kind="stable")[:5]
+            steps.append({"token": int(top[0]), "top5": [[int(t), float(lg[t])] for t in top],
+                          "margin": float(lg[top[0]] - lg[top[1]])})
+            ids.append(int(top[0]))
+        entry["greedy"].append({"prompt": case["prompt"], "prompt_ids": case["prompt_ids"], "steps": steps})
+        print(f"{case['prompt'][:24]!r:28} {len(steps)} steps", file=sys.stderr)
+    out = {"generator": f"scripts/reference/families_f64.py {' '.join(args)} (float64 NumPy)",
+           "models": {name: entry}}
+    with open(write_golden, "w") as fh:
+        fh.write(json.dumps(out) + "\n")
+    sys.exit(0)
 worst, agree, steps = 0.0, 0, 0
 for case in golden["greedy"]:
     ids = list(case["prompt_ids"]) + [s["token"] for s in case["steps"]]

@@ -115,3 +115,47 @@ fn phi3_matches_llama_cpp() {
     check("phi3-tiny.gguf", "llama-cpp-phi3.json", &EXACT_F32);
     check("phi3-tiny.gguf", "llama-cpp-phi3-long.json", &EXACT_F32);
 }
+
+/// Mistral v0.1's sliding window (config.json `sliding_window`, every layer), which llama.cpp
+/// ignores, against an independent float64 pass instead (scripts/reference/families_f64.py
+/// `--window 8`, golden f64-mistral-window.json): tiny-llama-hf given a window of 8, on the six
+/// Qwen3.5 golden prompts (the same vocabulary), the 961-token one included, by the tight rule.
+/// Without the window the same comparison fails: the window matters on these prompts.
+#[test]
+fn mistral_sliding_window_matches_the_f64_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = common::fixture("models/tiny-llama-hf");
+    for f in ["model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let config = std::fs::read_to_string(src.join("config.json")).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    config["model_type"] = "mistral".into();
+    let golden = common::golden("f64-mistral-window.json");
+    let entry = &golden["models"]["tiny-llama-hf, sliding_window 8"];
+    let cache = KvCacheTypes {
+        k: CacheType::F32,
+        v: CacheType::F32,
+    };
+    for window in [Some(8), None] {
+        config["sliding_window"] = window.into();
+        std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+        let mf = ModelFile::open(dir.path()).unwrap();
+        assert_eq!(mf.config.sliding_window, window);
+        let model = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
+        let report = check_model_with(&model, entry, &EXACT_F32, cache);
+        let what = format!("tiny-llama-hf, sliding_window {window:?}");
+        eprintln!(
+            "{}; worst |Δ| {:.1e}",
+            report.summary(&what),
+            report.worst_ratio * EXACT_F32.abs
+        );
+        match window {
+            Some(_) => report.assert_all(&what),
+            None => assert!(
+                report.worst_ratio > 10.0,
+                "{what}: without the window the f64 reference should not be met"
+            ),
+        }
+    }
+}
