@@ -204,7 +204,11 @@ impl<B: Backend> Weights<B> {
                 wk,
                 wv,
                 wo: f.get(&n("attn_output.weight"), &[q, h])?,
-                bo: required("attn_output.bias", h)?,
+                // Required with sinks (gpt-oss); optional elsewhere, as llama.cpp loads it.
+                bo: match out_bias_and_sinks {
+                    true => required("attn_output.bias", h)?,
+                    false => f.optional(&n("attn_output.bias"), &[h])?,
+                },
                 sinks: required("attn_sinks.weight", c.n_heads)?,
                 bq: bias("attn_q.bias", q)?,
                 bk: bias("attn_k.bias", kv)?,

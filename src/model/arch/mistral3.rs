@@ -4,8 +4,9 @@
 //! queries scaled by `1 + β·ln(1 + ⌊pos / n_ctx_orig⌋)` (`attention.temperature_scale` = β; the
 //! floor is YaRN's original context), which only moves positions past that context. The tekken
 //! tokenizer and the v7-tekken template come with the file. llama.cpp:
-//! `src/models/mistral3.cpp`. kiln reads Mistral 3 from GGUF only, and its dense files (a
-//! `mistral3` file with experts is refused).
+//! `src/models/mistral3.cpp`. Q/K/V and output biases are used where a block has them. kiln
+//! reads Mistral 3 from GGUF only, and its dense files (a `mistral3` file with experts is
+//! refused).
 
 use super::AttentionOpts;
 use super::family::{Family, LayerKind};
@@ -28,7 +29,11 @@ pub(crate) const MISTRAL3: Family = Family {
     hf_tensor_names: &[],
     norm_one_plus_weight: false,
     ffn_norm: "ffn_norm",
-    layer: LayerKind::Llama(AttentionOpts::PLAIN),
+    // Q/K/V and output biases where a block has them (llama.cpp reads them optionally).
+    layer: LayerKind::Llama(AttentionOpts {
+        qkv_bias: true,
+        ..AttentionOpts::PLAIN
+    }),
     chat_template: &CHATML,
 };
 

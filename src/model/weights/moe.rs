@@ -5,7 +5,7 @@
 
 use super::Finder;
 use crate::backend::Backend;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
 
 /// A block's feed-forward part.
@@ -69,6 +69,17 @@ pub(super) fn ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> R
     };
     let Some(m) = dense else {
         let ff = c.intermediate_size;
+        // llama.cpp reads these for a few families (Mistral 3); kiln has no biased dense
+        // feed-forward, and a bias left out would change every output.
+        for part in ["ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"] {
+            if f.file.tensor(&n(part)).is_some() {
+                return Err(Error::Unsupported(format!(
+                    "{}: feed-forward biases ({}) are not supported",
+                    f.file.path.display(),
+                    n(part)
+                )));
+            }
+        }
         // Gate and up, or one projection of both, gate rows first (Phi-3's `ffn_up`).
         let fused = f.file.tensor(&n("ffn_gate.weight")).is_none()
             && f.file
