@@ -84,7 +84,8 @@ pub(crate) fn skip_nextn_blocks(keys: &GgufKeys, c: &mut ModelConfig) -> Result<
     Ok(())
 }
 
-/// How many leading dimensions of each head RoPE rotates (`rope.dimension_count`; all without).
+/// How many leading dimensions of each head RoPE rotates (`rope.dimension_count`; all without),
+/// for every family (config/gguf.rs; GLM-4.5 and Phi-4-mini rotate part of each head).
 pub(crate) fn gguf_rope_dims(keys: &GgufKeys, head_dim: usize) -> Result<usize> {
     let rope_dims = keys.usize("rope.dimension_count")?.unwrap_or(head_dim);
     if rope_dims == 0 || rope_dims > head_dim || !rope_dims.is_multiple_of(2) {

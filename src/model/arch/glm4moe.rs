@@ -9,7 +9,7 @@
 //! kiln reads GLM-4.5 from GGUF only.
 
 use super::AttentionOpts;
-use super::family::{Family, LayerKind, gguf_rope_dims, skip_nextn_blocks};
+use super::family::{Family, LayerKind, skip_nextn_blocks};
 use super::moe::{SharedExpert, gguf_experts};
 use crate::backend::ExpertGating;
 use crate::error::{Error, Result};
@@ -40,7 +40,6 @@ pub(crate) const GLM4_MOE: Family = Family {
 
 fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
     skip_nextn_blocks(keys, c)?;
-    c.rope_dims = gguf_rope_dims(keys, c.head_dim)?;
     if let Some(s) = keys.i64_array("rope.dimension_sections")?
         && s.iter().any(|&x| x != 0)
     {

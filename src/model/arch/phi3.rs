@@ -10,7 +10,7 @@
 //! reads Phi-3 from GGUF only.
 
 use super::AttentionOpts;
-use super::family::{Family, LayerKind, gguf_rope_dims};
+use super::family::{Family, LayerKind};
 use crate::error::{Error, Result};
 use crate::model::Arch;
 use crate::model::chat::PHI3 as PHI3_TEMPLATE;
@@ -34,7 +34,6 @@ pub(crate) const PHI3: Family = Family {
 };
 
 fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
-    c.rope_dims = gguf_rope_dims(keys, c.head_dim)?;
     if c.n_heads * c.head_dim != c.hidden_size {
         return Err(Error::Unsupported(format!(
             "{} heads of {} differ from the hidden size {} (phi3 needs them equal)",

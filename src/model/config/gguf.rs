@@ -148,7 +148,7 @@ impl ModelConfig {
             attn_logit_softcap: None,
             attn_temperature: None,
             nope_layers: Vec::new(),
-            rope_dims: head_dim,
+            rope_dims: family::gguf_rope_dims(&keys, head_dim)?,
             rope_sections: None,
             delta_net: None,
             moe: None,
