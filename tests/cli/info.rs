@@ -225,22 +225,22 @@ fn info_describes_a_file_kiln_cannot_run() {
     use common::gguf_writer::{GgufWriter, string};
     use gguf_rs_lib::format::metadata::MetadataValue;
     let mut w = GgufWriter::default();
-    w.kv("general.architecture", string("phi3"))
-        .kv("general.name", string("phi-shaped"))
-        .kv("phi3.context_length", MetadataValue::U32(4096))
-        .kv("phi3.block_count", MetadataValue::U32(1))
+    w.kv("general.architecture", string("rwkv7"))
+        .kv("general.name", string("rwkv-shaped"))
+        .kv("rwkv7.context_length", MetadataValue::U32(4096))
+        .kv("rwkv7.block_count", MetadataValue::U32(1))
         .f32_tensor("token_embd.weight", &[8, 4], &[0.0; 32])
         .f32_tensor("blk.0.attn_qkv.weight", &[8, 24], &[0.0; 192]);
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("phi.gguf");
+    let path = dir.path().join("rwkv.gguf");
     std::fs::write(&path, w.to_bytes()).unwrap();
 
     let v = info_json(&path);
-    assert_eq!(v["architecture"], "phi3");
+    assert_eq!(v["architecture"], "rwkv7");
     assert_eq!(v["supported"], false);
     let why = v["unsupported"].as_str().unwrap();
     assert!(
-        why.contains("architecture 'phi3' is not supported"),
+        why.contains("architecture 'rwkv7' is not supported"),
         "{why}"
     );
     assert_eq!(v["parameters"], 32 + 192);
@@ -255,8 +255,8 @@ fn info_describes_a_file_kiln_cannot_run() {
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     for want in [
-        "architecture   phi3",
-        "runs in kiln   no: architecture 'phi3' is not supported",
+        "architecture   rwkv7",
+        "runs in kiln   no: architecture 'rwkv7' is not supported",
         "blk.0.attn_qkv.weight",
         "general.name = ",
     ] {
