@@ -1,7 +1,8 @@
 // Token ids from llama.cpp's tokenizer for each text of a JSON array of strings (stdin), printed as
-// JSON lines {"text": ..., "ids": [...]}; no BOS, special tokens not parsed (as kiln's `encode(text,
-// false)`). Build as llama_cpp_teacher_force.cpp (scripts/reference/README.md); run:
-//   ./tokenize MODEL.gguf < texts.json
+// JSON lines {"text": ..., "ids": [...]}; no BOS, special tokens not parsed, or parsed with a second
+// argument `special` (as kiln's `encode(text, false)`, which matches them). Build as
+// llama_cpp_teacher_force.cpp (scripts/reference/README.md); run:
+//   ./tokenize MODEL.gguf [special] < texts.json
 #include "llama.h"
 #include <cstdio>
 #include <iostream>
@@ -50,7 +51,8 @@ static std::vector<std::string> read_texts(const std::string & s) {
 }
 
 int main(int argc, char ** argv) {
-    if (argc != 2) { fprintf(stderr, "usage: %s MODEL < texts.json\n", argv[0]); return 1; }
+    if (argc != 2 && argc != 3) { fprintf(stderr, "usage: %s MODEL [special] < texts.json\n", argv[0]); return 1; }
+    const bool special = argc == 3 && std::string(argv[2]) == "special";
     llama_backend_init();
     auto mp = llama_model_default_params();
     mp.vocab_only = true;
@@ -60,7 +62,7 @@ int main(int argc, char ** argv) {
     std::stringstream in; in << std::cin.rdbuf();
     for (const auto & text : read_texts(in.str())) {
         std::vector<llama_token> ids(text.size() + 16);
-        int n = llama_tokenize(vocab, text.data(), (int) text.size(), ids.data(), (int) ids.size(), false, false);
+        int n = llama_tokenize(vocab, text.data(), (int) text.size(), ids.data(), (int) ids.size(), false, special);
         if (n < 0) return 1;
         printf("[");
         for (int k = 0; k < n; k++) printf("%s%d", k ? "," : "", ids[k]);

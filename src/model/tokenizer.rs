@@ -229,7 +229,15 @@ impl Tokenizer {
             }
         };
 
-        // Control and user-defined tokens are matched whole, before the model sees the text.
+        // Control and user-defined tokens are matched whole, before the model sees the text. In a
+        // model named Phi-3, llama.cpp has each of them but <unk>, <s> and <|endoftext|> swallow
+        // the whitespace after it (as Hugging Face's Phi-3 tokenizer does): a template's
+        // "<|user|>\nHello" has no newline token.
+        let phi3 = md.str("general.name")?.is_some_and(|n| {
+            let n = n.to_lowercase();
+            n.contains("phi-3") || n.contains("phi3")
+        });
+        let rstrip = |t: &str| phi3 && !matches!(t, "<unk>" | "<s>" | "<|endoftext|>");
         let mut special = Vec::new();
         let mut user_defined = Vec::new();
         for (t, &ty) in tokens.iter().zip(&types) {
@@ -237,10 +245,14 @@ impl Tokenizer {
                 continue;
             }
             match ty {
-                TOKEN_TYPE_CONTROL => special.push(AddedToken::from(t.to_string(), true)),
-                TOKEN_TYPE_USER_DEFINED => {
-                    user_defined.push(AddedToken::from(t.to_string(), false).normalized(false))
+                TOKEN_TYPE_CONTROL => {
+                    special.push(AddedToken::from(t.to_string(), true).rstrip(rstrip(t)))
                 }
+                TOKEN_TYPE_USER_DEFINED => user_defined.push(
+                    AddedToken::from(t.to_string(), false)
+                        .normalized(false)
+                        .rstrip(rstrip(t)),
+                ),
                 _ => {}
             }
         }

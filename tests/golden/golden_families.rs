@@ -125,7 +125,11 @@ fn phi3_matches_llama_cpp() {
 fn mistral_sliding_window_matches_the_f64_reference() {
     let dir = tempfile::tempdir().unwrap();
     let src = common::fixture("models/tiny-llama-hf");
-    for f in ["model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+    for f in [
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
         std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
     }
     let config = std::fs::read_to_string(src.join("config.json")).unwrap();

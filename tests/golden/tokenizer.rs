@@ -150,6 +150,22 @@ fn tekken_vocabulary_tokenizes_like_llama_cpp() {
     assert!(tok.add_bos, "llama.cpp adds BOS for tekken");
 }
 
+/// llama.cpp's Phi-3 rule (tests/fixtures/make_phi3_vocab.py): in a model named Phi-3, special
+/// tokens but <unk>, <s> and <|endoftext|> swallow the whitespace after them, so chat templates'
+/// newlines after `<|user|>`, `<|end|>`, `<|assistant|>` give no tokens. Texts with special tokens
+/// (parsed, as chat prompts are), against llama.cpp's ids.
+#[test]
+fn phi3_special_tokens_swallow_the_whitespace_after_them_like_llama_cpp() {
+    let tok = load(&common::fixture("models/phi3-vocab.gguf"));
+    let g = common::golden("llama-cpp-phi3-vocab.json");
+    assert!(check_ids(&tok, &g["tokenize"], "phi3") >= 8);
+    // The rule matters: without it the first text would keep its newline after <|user|>.
+    let user = tok.token_id("<|user|>").unwrap();
+    let mut plain = vec![user];
+    plain.extend(tok.encode("\nWhat is 2+2?", false).unwrap());
+    assert_ne!(tok.encode("<|user|>\nWhat is 2+2?", false).unwrap(), plain);
+}
+
 #[test]
 fn tokenizer_json_matches_the_gguf_vocabulary() {
     let gguf = load(&common::real_model(common::REAL_MODELS[0]));
