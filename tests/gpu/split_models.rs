@@ -167,3 +167,24 @@ fn session_properties_hold_across_the_boundary() {
         check_properties(&model, &mf, 6);
     }
 }
+
+/// GLM-4.5 MoE's tiny model split between the backends (the selection bias on the side of its
+/// layer, the routing, shared expert and dense first block on either), by the tight rule, on
+/// placements that cut it: half the layers on the GPU, and every layer there with every layer's
+/// experts on the CPU.
+#[test]
+fn glm4moe_split_matches_the_cpu_and_llama_cpp() {
+    let golden = common::golden("llama-cpp-glm4moe.json");
+    let file = "glm4moe-tiny.gguf";
+    let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+    let only = [(2, 0), (4, 4), (3, 2)];
+    every_placement(
+        &mf,
+        &golden["models"][file],
+        2,
+        &EXACT_F32,
+        F32_CACHE,
+        16,
+        Some(&only),
+    );
+}
