@@ -163,3 +163,10 @@ fn mistral_sliding_window_matches_the_f64_reference() {
         }
     }
 }
+
+/// GLM-4 dense (tests/fixtures/make_glm4_tiny.py): Gemma's sandwich norms with SiLU, Q/K/V
+/// biases, RoPE over 8 of 16 dims, the gate and up projections stored fused.
+#[test]
+fn glm4_matches_llama_cpp() {
+    check("glm4-tiny.gguf", "llama-cpp-glm4.json", &EXACT_F32);
+}

@@ -1,7 +1,7 @@
 //! What kiln knows about an architecture family besides its layer code: the names files give it,
 //! its own GGUF and config.json keys, its layer, and its quirks. Each family file (llama.rs,
 //! smollm3.rs, qwen.rs, qwen3moe.rs, gemma2.rs, gemma3.rs, qwen35.rs, gpt_oss.rs, mistral3.rs,
-//! glm4moe.rs, phi3.rs) fills in a `Family`; `FAMILIES` in arch/mod.rs
+//! glm4moe.rs, phi3.rs, glm4.rs) fills in a `Family`; `FAMILIES` in arch/mod.rs
 //! lists them, and the lookups here search that list.
 
 use super::{AttentionOpts, FAMILIES};
@@ -48,9 +48,9 @@ pub(crate) enum LayerKind {
     /// llama.rs: pre-norm attention with these options, then a gated feed-forward, or a mixture
     /// of experts where the configuration has experts (Qwen3 MoE).
     Llama(AttentionOpts),
-    /// gemma3.rs: pre-norm attention with these options (Gemma 3: QK-norm; Gemma 2: none), each
-    /// block's output normed again before the residual add (`post_attention_norm`,
-    /// `post_ffw_norm`).
+    /// gemma3.rs: pre-norm attention with these options (Gemma 3: QK-norm; Gemma 2: none; GLM-4:
+    /// Q/K/V biases), each block's output normed again before the residual add
+    /// (`post_attention_norm`, `post_ffw_norm`).
     Gemma(AttentionOpts),
     /// qwen35.rs: a Gated DeltaNet or gated attention, then a dense or expert feed-forward
     /// (weights/qwen35.rs).
@@ -127,7 +127,7 @@ pub(crate) fn hf_nests_text_config(model_type: &str) -> bool {
 fn unsupported(name: &str) -> Error {
     Error::Unsupported(format!(
         "architecture '{name}' is not supported (kiln runs llama, mistral, smollm3, qwen2, qwen3, \
-         gemma2, gemma3, and qwen3moe, qwen35, qwen35moe, gpt-oss, mistral3, glm4moe and phi3 from GGUF)"
+         gemma2, gemma3, and qwen3moe, qwen35, qwen35moe, gpt-oss, mistral3, glm4, glm4moe and phi3 from GGUF)"
     ))
 }
 

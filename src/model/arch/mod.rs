@@ -8,7 +8,8 @@
 //! attention sinks and biased experts), `mistral3.rs` (Llama's layer with YaRN and query
 //! temperature), `glm4moe.rs` (Llama's layer, partial RoPE, leading dense blocks, then
 //! sigmoid-routed experts with a shared one), `phi3.rs` (Llama's layer, partial RoPE, LongRoPE,
-//! fused projections split at load). `FAMILIES` below lists them.
+//! fused projections split at load), `glm4.rs` (Gemma's sandwich layer with SiLU, biases and
+//! partial RoPE). `FAMILIES` below lists them.
 //!
 //! `Model` holds the weights on a backend; `Step` is one batched forward call over a chunk of
 //! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each
@@ -18,6 +19,7 @@ mod delta_net;
 pub(crate) mod family;
 mod gemma2;
 mod gemma3;
+mod glm4;
 mod glm4moe;
 mod gpt_oss;
 mod llama;
@@ -41,7 +43,7 @@ use family::{Family, LayerKind};
 /// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
 /// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
 /// file, one line here, and its `Arch` variant (config/mod.rs).
-pub(crate) const FAMILIES: [&Family; 13] = [
+pub(crate) const FAMILIES: [&Family; 14] = [
     &llama::LLAMA,
     &smollm3::SMOLLM3,
     &qwen::QWEN2,
@@ -55,6 +57,7 @@ pub(crate) const FAMILIES: [&Family; 13] = [
     &mistral3::MISTRAL3,
     &glm4moe::GLM4_MOE,
     &phi3::PHI3,
+    &glm4::GLM4,
 ];
 
 pub struct Model<B: Backend> {

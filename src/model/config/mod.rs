@@ -45,6 +45,8 @@ pub enum Arch {
     Glm4Moe,
     /// Phi-3, Phi-3.5, Phi-4, Phi-4-mini: Llama's layer with partial RoPE and LongRoPE.
     Phi3,
+    /// GLM-4 dense (GLM-4-9B/32B-0414): Gemma's sandwich norms with SiLU, biases, partial RoPE.
+    Glm4,
 }
 
 impl Arch {
