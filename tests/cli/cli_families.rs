@@ -1,4 +1,4 @@
-//! The commands on the SmolLM3, Gemma 2, Mistral 3 and Phi-3 fixtures as real processes: `kiln run` reproduces
+//! The commands on the SmolLM3, Gemma 2, Mistral 3, Phi-3 and GLM-4 fixtures as real processes: `kiln run` reproduces
 //! llama.cpp's greedy tokens, and `kiln info` names the architecture and shows what sets it apart
 //! (SmolLM3's NoPE layers; Gemma 2's soft caps and alternating sliding window).
 
@@ -171,6 +171,24 @@ fn run_and_info_on_the_phi3_file() {
             "architecture   phi3",
             "rotary dims         24 of 32 per head",
             "rope_scaling        LongRoPE: short factors up to a context of 1024 tokens",
+        ],
+    );
+}
+
+/// GLM-4: `kiln run` reproduces llama.cpp; `kiln info` names the family and its partial RoPE.
+#[test]
+fn run_and_info_on_the_glm4_file() {
+    let file = "glm4-tiny.gguf";
+    run_reproduces_llama_cpp(file, "llama-cpp-glm4.json", 0.05);
+    let v = kiln_json(file, &["info", "--format", "json"]);
+    assert_eq!(v["config"]["arch"], "glm4");
+    assert_eq!(v["config"]["rope_dims"], 8);
+    info_shows(
+        file,
+        &[
+            "architecture   glm4",
+            "rope_layout         Interleaved",
+            "rotary dims         8 of 16 per head",
         ],
     );
 }

@@ -341,6 +341,14 @@ fn glm4moe_matches_llama_cpp_on_the_gpu() {
     );
 }
 
+/// GLM-4's tiny file against llama.cpp on the GPU by the tight rule (an f32 KV cache): sandwich
+/// norms, biases, partial RoPE in adjacent pairs, the fused gate/up split; every golden prompt.
+#[test]
+fn glm4_matches_llama_cpp_on_the_gpu() {
+    let one = gpu().into_iter().collect();
+    tiny_file_matches_on(one, "glm4-tiny.gguf", "llama-cpp-glm4.json", &EXACT_F32);
+}
+
 /// Phi-3's tiny file against llama.cpp on the GPU by the tight rule (an f32 KV cache): fused
 /// projections split at load, RoPE over 24 of 32 dims, LongRoPE's short factors at a context of
 /// 1024 and its long ones at 2048; every golden prompt; the long goldens on a software adapter

@@ -234,6 +234,11 @@ fn re_rotated_keys_equal_keys_rotated_afresh() {
             "glm4moe-tiny".into(),
             ModelFile::open(&common::fixture("models/glm4moe-tiny.gguf")).unwrap(),
         ),
+        // Partial RoPE in adjacent pairs (GLM-4: 8 of 16 dims).
+        (
+            "glm4-tiny".into(),
+            ModelFile::open(&common::fixture("models/glm4-tiny.gguf")).unwrap(),
+        ),
         // Partial RoPE with LongRoPE (Phi-3: 24 of 32 dims), whose short and long divisors a
         // short and a long context each take.
         (

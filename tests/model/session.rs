@@ -157,6 +157,8 @@ fn properties_hold_on_the_tiny_models() {
         "glm4moe-tiny.gguf",
         // Fused projections, partial RoPE, LongRoPE's short factors.
         "phi3-tiny.gguf",
+        // Sandwich norms, partial RoPE in adjacent pairs.
+        "glm4-tiny.gguf",
     ] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
         check_properties(&mf, "The capital of France is", 12);
