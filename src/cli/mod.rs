@@ -597,6 +597,7 @@ impl<B: Backend> Loaded<B> {
         });
         let tokenizer = tokenizer.unwrap_or_else(|panic| std::panic::resume_unwind(panic))?;
         let model = model.with_context(|| format!("loading {}", file.path.display()))?;
+        warn_unused(&file, model.unused_tensors());
         Ok(Loaded {
             file,
             tokenizer,
@@ -604,6 +605,26 @@ impl<B: Backend> Loaded<B> {
             load_time: start.elapsed(),
         })
     }
+}
+
+/// A warning naming the file's tensors kiln does not use: what they compute is left out, so the
+/// output may differ from llama.cpp's.
+fn warn_unused(file: &ModelFile, unused: &[String]) {
+    if unused.is_empty() {
+        return;
+    }
+    const SHOWN: usize = 4;
+    let more = match unused.len() > SHOWN {
+        true => format!(" and {} more", unused.len() - SHOWN),
+        false => String::new(),
+    };
+    eprintln!(
+        "warning: {}: kiln does not use {} of its tensors ({}{more}); output may differ from \
+         llama.cpp's",
+        file.path.display(),
+        unused.len(),
+        unused[..unused.len().min(SHOWN)].join(", ")
+    );
 }
 
 /// The context size to use: the flag; `-c 0`, llama.cpp's "the model's context", the length the

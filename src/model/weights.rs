@@ -52,15 +52,20 @@ pub struct Weights<B: Backend> {
     /// None: tied to the embedding table.
     pub output: Option<B::Weight>,
     pub layers: Vec<Block<B>>,
+    /// The file's tensors that no block read (`unused_tensors`).
+    pub unused: Vec<String>,
 }
 
 struct Finder<'a, B: Backend> {
     file: &'a ModelFile,
     backend: &'a B,
+    /// Every tensor name `tensor` has handed out.
+    used: std::cell::RefCell<std::collections::BTreeSet<String>>,
 }
 
 impl<B: Backend> Finder<'_, B> {
     fn tensor(&self, name: &str, dims: &[usize]) -> Result<&Tensor> {
+        self.used.borrow_mut().insert(name.to_string());
         let t = self.file.tensor(name).ok_or_else(|| {
             Error::invalid(&self.file.path, format!("tensor '{name}' is missing"))
         })?;
@@ -135,7 +140,11 @@ impl<B: Backend> Finder<'_, B> {
 impl<B: Backend> Weights<B> {
     pub fn load(file: &ModelFile, backend: &B) -> Result<Weights<B>> {
         let c: &ModelConfig = &file.config;
-        let f = Finder { file, backend };
+        let f = Finder {
+            file,
+            backend,
+            used: Default::default(),
+        };
         let (h, q, kv, hd) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.head_dim);
         let family = c.arch.family();
         let layer_kind = family.layer;
@@ -232,11 +241,35 @@ impl<B: Backend> Weights<B> {
         } else {
             backend.embedding_table(f.tensor("token_embd.weight", &[h, vocab])?)?
         };
+        let output_norm = f.norm("output_norm.weight", h)?;
         Ok(Weights {
             tok_embd,
-            output_norm: f.norm("output_norm.weight", h)?,
+            output_norm,
             output,
             layers,
+            unused: unused_tensors(file, &f.used.borrow()),
         })
     }
+}
+
+/// The tensors of `file` that the loader did not read, leaving out those kiln has no use for by
+/// design: the blocks past `n_layers` (multi-token prediction) and the RoPE factors that the
+/// configuration already holds. What remains is something the file's model computes and kiln
+/// would not (a bias, a norm), so its output could differ from llama.cpp's.
+fn unused_tensors(file: &ModelFile, used: &std::collections::BTreeSet<String>) -> Vec<String> {
+    const IN_CONFIG: [&str; 3] = [
+        "rope_freqs.weight",
+        "rope_factors_short.weight",
+        "rope_factors_long.weight",
+    ];
+    let n_layers = file.config.n_layers;
+    let mut unused: Vec<String> = file
+        .tensors()
+        .map(|t| t.name.as_str())
+        .filter(|name| !used.contains(*name) && !IN_CONFIG.contains(name))
+        .filter(|name| crate::tensor::block_of(name).is_none_or(|(i, _)| i < n_layers))
+        .map(str::to_string)
+        .collect();
+    unused.sort();
+    unused
 }

@@ -192,3 +192,35 @@ fn run_and_info_on_the_glm4_file() {
         ],
     );
 }
+
+/// A tensor the loader reads nowhere (here a norm bias kiln's Llama layer has no use for) is
+/// named in a warning, since whatever it computes is left out; the blocks past the model's
+/// layers (multi-token prediction) are not. A file kiln uses whole gets no warning.
+#[test]
+fn run_warns_of_tensors_kiln_does_not_use() {
+    use common::synth::copy_of;
+    let src = kiln::gguf::GgufFile::open(&common::fixture("models/tiny-llama.gguf")).unwrap();
+    let mut w = copy_of(&src, str::to_string);
+    w.f32_tensor("blk.0.ffn_norm.bias", &[16], &[0.5; 16]);
+    w.f32_tensor("blk.2.attn_norm.weight", &[16], &[1.0; 16]);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("extra.gguf");
+    std::fs::write(&path, w.to_bytes()).unwrap();
+    let run = |path: &std::path::Path| {
+        let out = common::kiln()
+            .args(["run", "-n", "1", "--backend", "cpu", "-m"])
+            .arg(path)
+            .arg("hi")
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let stderr = run(&path);
+    assert!(
+        stderr.contains("kiln does not use 1 of its tensors (blk.0.ffn_norm.bias)"),
+        "{stderr}"
+    );
+    let plain = run(&common::fixture("models/tiny-llama.gguf"));
+    assert!(!plain.contains("does not use"), "{plain}");
+}

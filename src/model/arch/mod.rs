@@ -154,6 +154,12 @@ impl<B: Backend> Model<B> {
         })
     }
 
+    /// The file's tensors that kiln read nowhere (past its multi-token-prediction blocks and the
+    /// RoPE factors its configuration holds): parts of the file's model kiln does not compute.
+    pub fn unused_tensors(&self) -> &[String] {
+        &self.weights.unused
+    }
+
     /// Key and value caches for `ctx` positions.
     pub fn new_cache(&self, ctx: usize, types: KvCacheTypes) -> Result<KvCache<B>> {
         let hd = self.config.head_dim;
