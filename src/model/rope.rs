@@ -2,8 +2,10 @@
 //! head, computed on the host once per forward call for all layers that share them. The arithmetic
 //! is llama.cpp's rope cache (f32 angles by repeated multiplication, libm `cosf`/`sinf`), so
 //! kiln's rotations round as llama.cpp's do. A table covers the rotated dimensions of a head
-//! (all of them, or Qwen3.5's leading `rope.dimension_count`); with IMRoPE sections, pairs outside
-//! the text sections get angle 0 (unrotated), as llama.cpp's mrope cache gives text tokens.
+//! (all of them, or the leading `rope.dimension_count`: Qwen3.5, GLM-4, Phi-4-mini); with IMRoPE
+//! sections, pairs outside the text sections get angle 0 (unrotated), as llama.cpp's mrope cache
+//! gives text tokens. LongRoPE's divisors depend on the session's context, so a table is made
+//! for one.
 
 use super::config::RopeScaling;
 
@@ -22,7 +24,7 @@ pub struct RopeFreqs {
     mscale: f32,
     /// Per pair: false where an IMRoPE section leaves it unrotated for text.
     rotated: Option<Vec<bool>>,
-    /// YaRN's correction range and magnitude, when the model scales RoPE that way.
+    /// YaRN's correction range, when the model scales RoPE that way.
     yarn: Option<YarnRamp>,
 }
 
