@@ -311,8 +311,17 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                     );
                 }
             }
-            println!("  attention_bias      {}", c.attention_bias);
-            println!("  qk_norm             {}", c.qk_norm);
+            // Biases and QK-norm that a family takes in the blocks that have them (GLM,
+            // Mistral 3) count where any block has them.
+            let any_block = |part: &str| m.tensors().any(|t| t.name.ends_with(part));
+            println!(
+                "  attention_bias      {}",
+                c.attention_bias || any_block(".attn_q.bias") || any_block(".attn_qkv.bias")
+            );
+            println!(
+                "  qk_norm             {}",
+                c.qk_norm || any_block(".attn_q_norm.weight")
+            );
             println!("  tied_embeddings     {}", c.tie_embeddings);
             match &c.moe {
                 // The experts' own activation is printed with them.
