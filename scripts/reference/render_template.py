@@ -3,8 +3,9 @@ lstrip_blocks, a sandbox, `raise_exception`; `strftime_now` gives the fixed text
 the date of its own rendering) for a few conversations, with `add_generation_prompt` true and false. Writes a
 golden of {"template": file name, "renders": [{"messages", "add_generation_prompt", "text"}]}.
 
-usage: python3 render_template.py TEMPLATE.jinja OUT.json [BOS EOS]   (jinja2 3.1; BOS and EOS default to
-gpt-oss's <|startoftext|> and <|return|>, and the golden records the two it used)
+usage: python3 render_template.py TEMPLATE.jinja OUT.json [BOS EOS [KWARGS]]   (jinja2 3.1; BOS and EOS default
+to gpt-oss's <|startoftext|> and <|return|>; KWARGS is a JSON object of extra template variables, as
+--chat-template-kwargs passes them; the golden records what it used)
 """
 import json
 import os
@@ -33,6 +34,7 @@ def raise_exception(message):
 
 template_path, out = sys.argv[1:3]
 bos, eos = sys.argv[3:5] if len(sys.argv) > 4 else ("<|startoftext|>", "<|return|>")
+kwargs = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
 env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
 env.globals["raise_exception"] = raise_exception
 env.globals["strftime_now"] = lambda fmt: "DATE"
@@ -45,14 +47,14 @@ for messages in CONVERSATIONS:
             continue
         renders.append({"messages": messages, "add_generation_prompt": gen,
                         "text": template.render(messages=messages, add_generation_prompt=gen,
-                                                bos_token=bos, eos_token=eos)})
+                                                bos_token=bos, eos_token=eos, **kwargs)})
     if messages[-1]["role"] == "user":
         # The same conversation closed by an assistant reply, as chat history holds it.
         closed = messages + [{"role": "assistant", "content": "Done."}]
         renders.append({"messages": closed, "add_generation_prompt": False,
                         "text": template.render(messages=closed, add_generation_prompt=False,
-                                                bos_token=bos, eos_token=eos)})
+                                                bos_token=bos, eos_token=eos, **kwargs)})
 with open(out, "w") as f:
-    f.write(json.dumps({"template": os.path.basename(template_path), "bos_token": bos, "eos_token": eos,
+    f.write(json.dumps({"template": os.path.basename(template_path), "bos_token": bos, "eos_token": eos, "kwargs": kwargs,
                         "renders": renders},
                        ensure_ascii=False, indent=1) + "\n")

@@ -158,7 +158,8 @@ fn run_batch<B: Backend>(
         args,
         loaded: &loaded,
         session,
-        template: ChatTemplate::for_model(tok, model.config.arch),
+        template: ChatTemplate::for_model(tok, model.config.arch)
+            .with_kwargs(args.chat_template_kwargs.clone().unwrap_or_default()),
         chat: args.chat || args.system.is_some() || (!args.raw && tok.chat_template.is_some()),
         default_constraint,
         compiler: None,

@@ -39,6 +39,11 @@ pub struct ChatArgs {
     #[arg(long, value_name = "TEXT")]
     pub system: Option<String>,
 
+    /// Extra variables for the chat template, as a JSON object (as llama.cpp's), e.g.
+    /// '{"enable_thinking": false}' to turn Qwen3's or GLM's thinking off
+    #[arg(long, value_name = "JSON", value_parser = super::template_kwargs)]
+    pub chat_template_kwargs: Option<super::TemplateKwargs>,
+
     /// Most tokens per reply (-1: until the model ends its turn)
     #[arg(short = 'n', long, default_value_t = -1, allow_negative_numbers = true, value_name = "N")]
     pub max_tokens: i64,
@@ -428,7 +433,8 @@ pub fn run(args: ChatArgs) -> Result<ExitCode> {
 fn chat_with<B: Backend>(args: &ChatArgs, loaded: Loaded<B>) -> Result<ExitCode> {
     let tok = &loaded.tokenizer;
     let model = &loaded.model;
-    let template = ChatTemplate::for_model(tok, model.config.arch);
+    let template = ChatTemplate::for_model(tok, model.config.arch)
+        .with_kwargs(args.chat_template_kwargs.clone().unwrap_or_default());
     if template.origin != TemplateOrigin::Model {
         eprintln!(
             "note: the model has no chat template; using {}",

@@ -365,6 +365,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "TEXT", conflicts_with = "raw")]
     pub system: Option<String>,
 
+    /// Extra variables for the chat template, as a JSON object (as llama.cpp's), e.g.
+    /// '{"enable_thinking": false}' to turn Qwen3's or GLM's thinking off
+    #[arg(long, value_name = "JSON", value_parser = template_kwargs, conflicts_with = "raw")]
+    pub chat_template_kwargs: Option<TemplateKwargs>,
+
     /// Most tokens to generate (-1: until the model ends its reply or the context is full)
     #[arg(short = 'n', long, default_value_t = -1, allow_negative_numbers = true, value_name = "N")]
     pub max_tokens: i64,
@@ -604,6 +609,17 @@ impl<B: Backend> Loaded<B> {
             model,
             load_time: start.elapsed(),
         })
+    }
+}
+
+/// `--chat-template-kwargs`: a JSON object of extra template variables.
+pub type TemplateKwargs = serde_json::Map<String, serde_json::Value>;
+
+pub(crate) fn template_kwargs(s: &str) -> std::result::Result<TemplateKwargs, String> {
+    match serde_json::from_str(s) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err("expected a JSON object, like '{\"enable_thinking\": false}'".into()),
+        Err(e) => Err(format!("not JSON: {e}")),
     }
 }
 

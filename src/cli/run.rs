@@ -31,7 +31,8 @@ fn prompt_ids(
     if !chat {
         return Ok(tok.encode(text, true)?);
     }
-    let template = ChatTemplate::for_model(tok, arch);
+    let template = ChatTemplate::for_model(tok, arch)
+        .with_kwargs(args.chat_template_kwargs.clone().unwrap_or_default());
     if template.origin != TemplateOrigin::Model && args.verbose {
         eprintln!(
             "note: the model has no chat template; using {}",

@@ -83,6 +83,9 @@ pub struct ChatTemplate {
     pub origin: TemplateOrigin,
     bos_token: String,
     eos_token: String,
+    /// Extra variables for the template (`--chat-template-kwargs`, as llama.cpp's: Qwen3's and
+    /// GLM's `enable_thinking`, for one).
+    kwargs: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ChatTemplate {
@@ -104,7 +107,15 @@ impl ChatTemplate {
             origin,
             bos_token: text(tok.bos),
             eos_token: text(tok.eos),
+            kwargs: Default::default(),
         }
+    }
+
+    /// This template with extra variables for the renders (`--chat-template-kwargs`); the
+    /// conversation's own (`messages`, `add_generation_prompt`, the BOS and EOS texts) win.
+    pub fn with_kwargs(mut self, kwargs: serde_json::Map<String, serde_json::Value>) -> Self {
+        self.kwargs = kwargs;
+        self
     }
 
     /// A template from source text (tests, `--chat-template`).
@@ -114,6 +125,7 @@ impl ChatTemplate {
             origin: TemplateOrigin::Model,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            kwargs: Default::default(),
         }
     }
 
@@ -173,6 +185,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
+            ..Value::from(minijinja::value::Serde(&self.kwargs)),
         };
         tmpl.render(ctx).map_err(|e| Error::Template(describe(&e)))
     }

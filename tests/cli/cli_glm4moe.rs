@@ -130,3 +130,33 @@ fn chat_holds_a_thinking_conversation_on_the_glm4moe_file() {
         );
     }
 }
+
+/// `--chat-template-kwargs` reaches the template: with `enable_thinking` false the prompt is
+/// jinja2's render of GLM-4.6's template with it (template-glm4-nothink.json); a value that is
+/// not a JSON object is a usage error (exit 2).
+#[test]
+fn chat_template_kwargs_turn_thinking_off() {
+    let golden = common::golden("template-glm4-nothink.json");
+    let want = golden["renders"][0]["text"].as_str().unwrap();
+    assert_eq!(
+        golden["renders"][0]["messages"][0]["content"],
+        "What is 2+2?"
+    );
+    let out = kiln(
+        FILE,
+        &[
+            "run",
+            "-n",
+            "1",
+            "--verbose-prompt",
+            "--chat-template-kwargs",
+            r#"{"enable_thinking": false}"#,
+            "What is 2+2?",
+        ],
+    );
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains(&format!("prompt: {want:?}")), "{stderr}");
+    let bad = kiln(FILE, &["run", "--chat-template-kwargs", "[1]", "hi"]);
+    assert_eq!(bad.status.code(), Some(2));
+}

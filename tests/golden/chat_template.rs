@@ -139,6 +139,14 @@ fn glm_template_renders_like_jinja2() {
     renders_like_jinja2(source, "template-glm4.json");
 }
 
+/// GLM-4.6's template with `enable_thinking` false (`--chat-template-kwargs`): each user turn
+/// ends in `/nothink` and the generation prompt closes an empty `<think></think>`, as in jinja2.
+#[test]
+fn glm_template_with_thinking_off_renders_like_jinja2() {
+    let source = include_str!("../../src/model/templates/glm4.jinja");
+    renders_like_jinja2(source, "template-glm4-nothink.json");
+}
+
 /// Phi-3.5-mini's template (kiln's built-in for phi3 files without one) as jinja2 renders it.
 #[test]
 fn phi3_template_renders_like_jinja2() {
@@ -151,7 +159,9 @@ fn phi3_template_renders_like_jinja2() {
 fn renders_like_jinja2(source: &str, golden: &str) {
     let golden = common::golden(golden);
     let text = |k: &str| golden[k].as_str().unwrap().to_string();
-    let tmpl = ChatTemplate::from_source(source, &text("bos_token"), &text("eos_token"));
+    let kwargs = golden["kwargs"].as_object().cloned().unwrap_or_default();
+    let tmpl = ChatTemplate::from_source(source, &text("bos_token"), &text("eos_token"))
+        .with_kwargs(kwargs);
     let mut rendered = 0;
     for r in golden["renders"].as_array().unwrap() {
         let today = chrono::Local::now().format("%Y-%m-%d").to_string();
