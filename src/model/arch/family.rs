@@ -97,6 +97,42 @@ pub(crate) fn gguf_rope_dims(keys: &GgufKeys, head_dim: usize) -> Result<usize> 
     Ok(rope_dims)
 }
 
+/// Refuse a file whose `keys` (`attention.value_length`, `rope.dimension_count`) give another
+/// size than the head: llama.cpp asserts them equal for `family`.
+pub(crate) fn require_whole_heads(
+    keys: &GgufKeys,
+    c: &ModelConfig,
+    names: &[&str],
+    family: &str,
+) -> Result<()> {
+    for &k in names {
+        if let Some(v) = keys.usize(k)?
+            && v != c.head_dim
+        {
+            return Err(Error::Unsupported(format!(
+                "{} = {v} differs from the head size {} ({family} needs them equal)",
+                keys.key(k),
+                c.head_dim
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Refuse nonzero `rope.dimension_sections`: multimodal RoPE, which the vision siblings named by
+/// `models` use and kiln does not run.
+pub(crate) fn refuse_multimodal_rope(keys: &GgufKeys, models: &str) -> Result<()> {
+    if let Some(s) = keys.i64_array("rope.dimension_sections")?
+        && s.iter().any(|&x| x != 0)
+    {
+        return Err(Error::Unsupported(format!(
+            "{} = {s:?}: multimodal RoPE ({models}) is not supported (the text models are)",
+            keys.key("rope.dimension_sections")
+        )));
+    }
+    Ok(())
+}
+
 /// The family of GGUF `general.architecture` = `name`.
 pub(crate) fn from_gguf_name(name: &str) -> Result<&'static Family> {
     FAMILIES

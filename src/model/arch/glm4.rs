@@ -8,9 +8,11 @@
 //! GGUF only.
 
 use super::AttentionOpts;
-use super::family::{Family, LayerKind, skip_nextn_blocks};
+use super::family::{
+    Family, LayerKind, refuse_multimodal_rope, require_whole_heads, skip_nextn_blocks,
+};
 use crate::backend::RopeLayout;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::Arch;
 use crate::model::chat::GLM;
 use crate::model::config::{GgufKeys, ModelConfig};
@@ -40,22 +42,7 @@ fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
     // llama.cpp's rope type NORM for glm4 (adjacent pairs), unlike glm4moe's NEOX.
     c.rope_layout = RopeLayout::Interleaved;
     skip_nextn_blocks(keys, c)?;
-    if let Some(s) = keys.i64_array("rope.dimension_sections")?
-        && s.iter().any(|&x| x != 0)
-    {
-        return Err(Error::Unsupported(format!(
-            "{} = {s:?}: multimodal RoPE (GLM-4.1V, GLM-OCR) is not supported (the text models are)",
-            keys.key("rope.dimension_sections")
-        )));
-    }
-    if let Some(v) = keys.usize("attention.value_length")?
-        && v != c.head_dim
-    {
-        return Err(Error::Unsupported(format!(
-            "{} = {v} differs from the head size {} (glm4 needs them equal)",
-            keys.key("attention.value_length"),
-            c.head_dim
-        )));
-    }
+    refuse_multimodal_rope(keys, "GLM-4.1V, GLM-OCR")?;
+    require_whole_heads(keys, c, &["attention.value_length"], "glm4")?;
     Ok(())
 }

@@ -9,7 +9,9 @@
 //! kiln reads GLM-4.5 from GGUF only.
 
 use super::AttentionOpts;
-use super::family::{Family, LayerKind, skip_nextn_blocks};
+use super::family::{
+    Family, LayerKind, refuse_multimodal_rope, require_whole_heads, skip_nextn_blocks,
+};
 use super::moe::{SharedExpert, gguf_experts};
 use crate::backend::ExpertGating;
 use crate::error::{Error, Result};
@@ -40,23 +42,8 @@ pub(crate) const GLM4_MOE: Family = Family {
 
 fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
     skip_nextn_blocks(keys, c)?;
-    if let Some(s) = keys.i64_array("rope.dimension_sections")?
-        && s.iter().any(|&x| x != 0)
-    {
-        return Err(Error::Unsupported(format!(
-            "{} = {s:?}: multimodal RoPE (GLM-4.5V) is not supported (the text models are)",
-            keys.key("rope.dimension_sections")
-        )));
-    }
-    if let Some(v) = keys.usize("attention.value_length")?
-        && v != c.head_dim
-    {
-        return Err(Error::Unsupported(format!(
-            "{} = {v} differs from the head size {} (glm4moe needs them equal)",
-            keys.key("attention.value_length"),
-            c.head_dim
-        )));
-    }
+    refuse_multimodal_rope(keys, "GLM-4.5V")?;
+    require_whole_heads(keys, c, &["attention.value_length"], "glm4moe")?;
     let mut m = gguf_experts(keys, SharedExpert::No)?.ok_or_else(|| {
         Error::Format(format!(
             "{} must be positive: glm4moe blocks after the leading dense ones are experts",

@@ -7,7 +7,7 @@
 //! Qwen3 MoE from GGUF only.
 
 use super::AttentionOpts;
-use super::family::{Family, LayerKind};
+use super::family::{Family, LayerKind, require_whole_heads};
 use super::moe::{SharedExpert, gguf_experts};
 use crate::error::{Error, Result};
 use crate::model::Arch;
@@ -41,17 +41,12 @@ pub(crate) const QWEN3_MOE: Family = Family {
 fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
     c.qk_norm = true;
     // llama.cpp asserts that values, keys and RoPE all span the whole head.
-    for k in ["attention.value_length", "rope.dimension_count"] {
-        if let Some(v) = keys.usize(k)?
-            && v != c.head_dim
-        {
-            return Err(Error::Unsupported(format!(
-                "{} = {v} differs from the head size {} (qwen3moe needs them equal)",
-                keys.key(k),
-                c.head_dim
-            )));
-        }
-    }
+    require_whole_heads(
+        keys,
+        c,
+        &["attention.value_length", "rope.dimension_count"],
+        "qwen3moe",
+    )?;
     let m = gguf_experts(keys, SharedExpert::No)?.ok_or_else(|| {
         Error::Format(format!(
             "{} must be positive: every qwen3moe block is a mixture of experts",
