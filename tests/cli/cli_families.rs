@@ -224,3 +224,61 @@ fn run_warns_of_tensors_kiln_does_not_use() {
     let plain = run(&common::fixture("models/tiny-llama.gguf"));
     assert!(!plain.contains("does not use"), "{plain}");
 }
+
+/// Whether `s` is `lens` lowercase letters and spaces (what the reasoning tests' grammars allow).
+pub(crate) fn letters(s: &str, lens: std::ops::RangeInclusive<usize>) -> bool {
+    lens.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_lowercase() || b == b' ')
+}
+
+/// A reply to `prompt` on `file`, its shape forced by the Lark `grammar`, run three ways: as JSON
+/// (returned, for the caller's checks of `text` and `reasoning`); as text, the answer alone on
+/// standard output and the reasoning nowhere; with `--reasoning show`, the reasoning on standard
+/// error.
+pub(crate) fn reasoning_runs(file: &str, grammar: &str, prompt: &str) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reply.lark");
+    std::fs::write(&path, grammar).unwrap();
+    let g = path.to_str().unwrap();
+    let run = ["run", "--temp", "0", "--grammar", g];
+    let v = kiln_json(file, &[&run[..], &["--format", "json", prompt]].concat());
+    let (answer, reasoning) = (
+        v["text"].as_str().unwrap(),
+        v["reasoning"].as_str().unwrap(),
+    );
+    let out = kiln(file, &[&run[..], &[prompt]].concat());
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), answer);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(reasoning.trim()));
+    let out = kiln(file, &[&run[..], &["--reasoning", "show", prompt]].concat());
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), answer);
+    assert!(String::from_utf8_lossy(&out.stderr).contains(reasoning));
+    v
+}
+
+/// The replies `kiln chat` prints on `file` for the turns of `input`, under the Lark `grammar`
+/// (standard output is not a terminal: reasoning is left out); it exits 0.
+pub(crate) fn scripted_chat(file: &str, grammar: &str, input: &str) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reply.lark");
+    std::fs::write(&path, grammar).unwrap();
+    let out = common::kiln()
+        .arg("chat")
+        .arg("-m")
+        .arg(common::fixture(&format!("models/{file}")))
+        .args(["--temp", "0", "--grammar", path.to_str().unwrap()])
+        .write_stdin(input)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .trim_end()
+        .split("\n\n")
+        .map(str::to_string)
+        .collect()
+}

@@ -4,7 +4,7 @@
 //! with `--reasoning show`, and as `reasoning` in JSON; `kiln chat` holds a conversation through
 //! GLM-4.6's template; `kiln info` describes the routing.
 
-use crate::cli_families::{kiln, kiln_json};
+use crate::cli_families::{kiln, kiln_json, letters, reasoning_runs, scripted_chat};
 use crate::common;
 
 const FILE: &str = "glm4moe-tiny.gguf";
@@ -18,10 +18,6 @@ const END_THINK: u32 = 49159;
 /// 4–12 (llguidance's Lark; the tags by token id, as a model that thinks writes them).
 fn think_grammar() -> String {
     format!("start: <[{THINK}]> /[a-z ]{{8,30}}/ <[{END_THINK}]> /[a-z ]{{4,12}}/\n")
-}
-
-fn letters(s: &str, lens: std::ops::RangeInclusive<usize>) -> bool {
-    lens.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_lowercase() || b == b' ')
 }
 
 #[test]
@@ -48,25 +44,7 @@ fn run_and_info_on_the_glm4moe_file() {
 
 #[test]
 fn run_prints_the_answer_and_keeps_the_thinking_apart() {
-    let dir = tempfile::tempdir().unwrap();
-    let grammar = dir.path().join("think.lark");
-    std::fs::write(&grammar, think_grammar()).unwrap();
-    let g = grammar.to_str().unwrap();
-    let prompt = "What is 2+2?";
-
-    let v = kiln_json(
-        FILE,
-        &[
-            "run",
-            "--temp",
-            "0",
-            "--grammar",
-            g,
-            "--format",
-            "json",
-            prompt,
-        ],
-    );
+    let v = reasoning_runs(FILE, &think_grammar(), "What is 2+2?");
     let (answer, reasoning) = (
         v["text"].as_str().unwrap(),
         v["reasoning"].as_str().unwrap(),
@@ -75,26 +53,6 @@ fn run_prints_the_answer_and_keeps_the_thinking_apart() {
     assert!(letters(reasoning, 8..=30), "reasoning {reasoning:?}");
     let tokens = v["tokens"].as_array().unwrap();
     assert_eq!(tokens[0], THINK, "the reply opens with the tag token");
-
-    let out = kiln(FILE, &["run", "--temp", "0", "--grammar", g, prompt]);
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), answer);
-    assert!(!String::from_utf8_lossy(&out.stderr).contains(reasoning.trim()));
-    let out = kiln(
-        FILE,
-        &[
-            "run",
-            "--temp",
-            "0",
-            "--grammar",
-            g,
-            "--reasoning",
-            "show",
-            prompt,
-        ],
-    );
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), answer);
-    assert!(String::from_utf8_lossy(&out.stderr).contains(reasoning));
 }
 
 /// A scripted two-turn chat through GLM-4.6's template, each reply thinking first: the answers
@@ -103,29 +61,11 @@ fn run_prints_the_answer_and_keeps_the_thinking_apart() {
 /// holds the thinking) is rolled back to where they part.
 #[test]
 fn chat_holds_a_thinking_conversation_on_the_glm4moe_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let grammar = dir.path().join("think.lark");
-    std::fs::write(&grammar, think_grammar()).unwrap();
-    let out = common::kiln()
-        .arg("chat")
-        .arg("-m")
-        .arg(common::fixture(&format!("models/{FILE}")))
-        .args(["--temp", "0", "--grammar", grammar.to_str().unwrap()])
-        .write_stdin("What is 2+2?\nAnd 3+3?\n")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let replies: Vec<&str> = stdout.trim_end().split("\n\n").collect();
-    assert_eq!(replies.len(), 2, "{stdout:?}");
+    let replies = scripted_chat(FILE, &think_grammar(), "What is 2+2?\nAnd 3+3?\n");
+    assert_eq!(replies.len(), 2, "{replies:?}");
     for r in replies {
         assert!(
-            letters(r, 4..=12),
+            letters(&r, 4..=12),
             "reply {r:?} is an answer without its thinking"
         );
     }

@@ -4,7 +4,7 @@
 //! standard error with `--reasoning show`, and as `reasoning` in JSON; `kiln chat` holds a
 //! conversation through gpt-oss's own template; `kiln info` names the experts' activation.
 
-use crate::common;
+use crate::cli_families::{letters, reasoning_runs, scripted_chat};
 
 use serde_json::Value;
 
@@ -23,10 +23,6 @@ fn kiln_json(args: &[&str]) -> Value {
     crate::cli_families::kiln_json(FILE, args)
 }
 
-fn letters(s: &str, lens: std::ops::RangeInclusive<usize>) -> bool {
-    lens.contains(&s.len()) && s.bytes().all(|b| b.is_ascii_lowercase() || b == b' ')
-}
-
 #[test]
 fn run_reproduces_llama_cpp_on_the_gptoss_file() {
     crate::cli_families::greedy_runs_match_llama_cpp(FILE, "llama-cpp-gptoss.json", 0.05);
@@ -42,22 +38,7 @@ fn run_reproduces_llama_cpp_on_the_gptoss_file() {
 
 #[test]
 fn run_prints_the_final_channel_and_keeps_the_analysis_apart() {
-    let dir = tempfile::tempdir().unwrap();
-    let grammar = dir.path().join("harmony.lark");
-    std::fs::write(&grammar, HARMONY_GRAMMAR).unwrap();
-    let g = grammar.to_str().unwrap();
-    let prompt = "What is 2+2?";
-
-    let v = kiln_json(&[
-        "run",
-        "--temp",
-        "0",
-        "--grammar",
-        g,
-        "--format",
-        "json",
-        prompt,
-    ]);
+    let v = reasoning_runs(FILE, HARMONY_GRAMMAR, "What is 2+2?");
     let (answer, reasoning) = (
         v["text"].as_str().unwrap(),
         v["reasoning"].as_str().unwrap(),
@@ -65,24 +46,6 @@ fn run_prints_the_final_channel_and_keeps_the_analysis_apart() {
     assert!(letters(answer, 4..=12), "answer {answer:?}");
     assert!(letters(reasoning, 8..=30), "reasoning {reasoning:?}");
     assert_eq!(v["finish_reason"], "stop", "<|return|> ends the reply");
-
-    // Text output: the answer alone on stdout; the analysis on stderr only when asked for.
-    let out = kiln(&["run", "--temp", "0", "--grammar", g, prompt]);
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), answer);
-    assert!(!String::from_utf8_lossy(&out.stderr).contains(reasoning.trim()));
-    let out = kiln(&[
-        "run",
-        "--temp",
-        "0",
-        "--grammar",
-        g,
-        "--reasoning",
-        "show",
-        prompt,
-    ]);
-    assert_eq!(String::from_utf8(out.stdout).unwrap(), answer);
-    assert!(String::from_utf8_lossy(&out.stderr).contains(reasoning));
 }
 
 /// A scripted two-turn chat through gpt-oss's own template, each reply a harmony message pair:
@@ -91,27 +54,9 @@ fn run_prints_the_final_channel_and_keeps_the_analysis_apart() {
 /// the cache (which holds the analysis) is rolled back to where they part.
 #[test]
 fn chat_holds_a_harmony_conversation_on_the_gptoss_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let grammar = dir.path().join("harmony.lark");
-    std::fs::write(&grammar, HARMONY_GRAMMAR).unwrap();
-    let out = common::kiln()
-        .arg("chat")
-        .arg("-m")
-        .arg(common::fixture(&format!("models/{FILE}")))
-        .args(["--temp", "0", "--grammar", grammar.to_str().unwrap()])
-        .write_stdin("What is 2+2?\nAnd 3+3?\n")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let replies: Vec<&str> = stdout.trim_end().split("\n\n").collect();
-    assert_eq!(replies.len(), 2, "{stdout:?}");
+    let replies = scripted_chat(FILE, HARMONY_GRAMMAR, "What is 2+2?\nAnd 3+3?\n");
+    assert_eq!(replies.len(), 2, "{replies:?}");
     for r in replies {
-        assert!(letters(r, 4..=12), "reply {r:?} is a final channel's text");
+        assert!(letters(&r, 4..=12), "reply {r:?} is a final channel's text");
     }
 }
