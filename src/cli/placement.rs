@@ -163,9 +163,9 @@ pub fn plan(
     match (flags.n_gpu_layers, cap) {
         (GpuLayers::Count(k), _) => (placement(c, k, cpu_moe), false),
         (GpuLayers::Auto, Some(budget)) => {
-            let per_position =
-                (kv.types.k.row_bytes(c.kv_dim()) + kv.types.v.row_bytes(c.kv_dim())) as u64;
-            let footprint = Footprint::of(file, kv.ctx, per_position, CHUNK_ROWS);
+            let row_bytes =
+                |width| (kv.types.k.row_bytes(width) + kv.types.v.row_bytes(width)) as u64;
+            let footprint = Footprint::of(file, kv.ctx, row_bytes, CHUNK_ROWS);
             (footprint.fit(budget, cpu_moe), true)
         }
         (GpuLayers::All | GpuLayers::Auto, _) => (placement(c, n + 1, cpu_moe), false),

@@ -43,6 +43,8 @@ pub enum TemplateOrigin {
     BuiltinGlm,
     /// Phi-3.5-mini's template (Microsoft's, as llama.cpp keeps it), built in.
     BuiltinPhi3,
+    /// Gemma 4 31B's template (Google's, as llama.cpp keeps it), built in.
+    BuiltinGemma4,
 }
 
 /// A prompt format kiln supplies for models that carry no chat template.
@@ -73,6 +75,13 @@ pub(crate) const GLM: BuiltinTemplate = BuiltinTemplate {
 
 /// Phi-3.5-mini's own template (`microsoft/Phi-3.5-mini-instruct`'s, llama.cpp's copy in
 /// models/templates), for a phi3 file that carries none.
+/// Gemma 4 31B's own template (`google/gemma-4-31B-it`'s, llama.cpp's copy in models/templates),
+/// for a Gemma 4 file that carries none.
+pub(crate) const GEMMA4: BuiltinTemplate = BuiltinTemplate {
+    origin: TemplateOrigin::BuiltinGemma4,
+    source: include_str!("templates/gemma4.jinja"),
+};
+
 pub(crate) const PHI3: BuiltinTemplate = BuiltinTemplate {
     origin: TemplateOrigin::BuiltinPhi3,
     source: include_str!("templates/phi3.jinja"),
@@ -137,6 +146,7 @@ impl ChatTemplate {
             TemplateOrigin::BuiltinHarmony => "kiln's built-in harmony template (gpt-oss)",
             TemplateOrigin::BuiltinGlm => "kiln's built-in GLM-4.6 template",
             TemplateOrigin::BuiltinPhi3 => "kiln's built-in Phi-3.5 template",
+            TemplateOrigin::BuiltinGemma4 => "kiln's built-in Gemma 4 template",
         }
     }
 

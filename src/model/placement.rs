@@ -61,9 +61,15 @@ pub struct Footprint {
 }
 
 impl Footprint {
-    /// The footprint of `file` with a KV cache of `ctx` positions
-    /// (keys and values together; `kv_bytes_per_position`) and activations for chunks of `rows` tokens.
-    pub fn of(file: &ModelFile, ctx: usize, kv_bytes_per_position: u64, rows: usize) -> Footprint {
+    /// The footprint of `file` with a KV cache of `ctx` positions (`kv_row_bytes`: the bytes of
+    /// one position's keys and values together, for a layer's key width) and activations for
+    /// chunks of `rows` tokens.
+    pub fn of(
+        file: &ModelFile,
+        ctx: usize,
+        kv_row_bytes: impl Fn(usize) -> u64,
+        rows: usize,
+    ) -> Footprint {
         let c = &file.config;
         let n = c.n_layers;
         let mut f = Footprint {
@@ -92,11 +98,12 @@ impl Footprint {
                 Some(d) if c.layer_is_recurrent(il) => {
                     4 * (d.conv_state_len() + d.ssm_state_len()) as u64
                 }
-                _ => ctx as u64 * kv_bytes_per_position,
+                _ if c.layer_has_kv(il) => ctx as u64 * kv_row_bytes(c.layer_kv_dim(il)),
+                _ => 0,
             };
         }
         let h = c.hidden_size as u64;
-        let widths = 4 * h + 2 * c.q_dim() as u64 + 2 * c.kv_dim() as u64;
+        let widths = 4 * h + 2 * c.max_q_dim() as u64 + 2 * c.max_kv_dim() as u64;
         let experts = c.moe.as_ref().map_or(0, |m| m.expert_ff * m.n_used);
         let ffn = 2 * c.intermediate_size.max(experts) as u64;
         f.scratch = 4 * (rows as u64 * (widths + ffn) + c.vocab_size as u64);

@@ -19,8 +19,10 @@ pub use qwen35::{DeltaNetWeights, GatedAttentionWeights, Mixer, Qwen35Layer};
 pub struct LayerWeights<B: Backend> {
     pub attn_norm: B::Weight,
     pub wq: B::Weight,
-    pub wk: B::Weight,
-    pub wv: B::Weight,
+    /// None on a layer that stores no keys and values (Gemma 4's shared-KV layers).
+    pub wk: Option<B::Weight>,
+    /// None: the values are the key projection's output (Gemma 4's global layers).
+    pub wv: Option<B::Weight>,
     pub wo: B::Weight,
     /// gpt-oss: the output projection's bias.
     pub bo: Option<B::Weight>,
@@ -31,6 +33,10 @@ pub struct LayerWeights<B: Backend> {
     pub bv: Option<B::Weight>,
     pub q_norm: Option<B::Weight>,
     pub k_norm: Option<B::Weight>,
+    /// Gemma 4: ones, for the RMSNorm of each value head without a scale.
+    pub v_norm: Option<B::Weight>,
+    /// Gemma 4: the factor on the layer's output (`layer_output_scale`).
+    pub out_scale: Option<f32>,
     /// Gemma: norm of the attention output before the residual add.
     pub post_attn_norm: Option<B::Weight>,
     pub ffn_norm: B::Weight,
@@ -115,6 +121,12 @@ impl<B: Backend> Finder<'_, B> {
             .unwrap_or_else(|_| unreachable!("one weight per part")))
     }
 
+    /// Count `names` as read: tensors the file's model has and does not use either.
+    fn skip(&self, names: &[&str]) {
+        let mut used = self.used.borrow_mut();
+        used.extend(names.iter().map(|n| n.to_string()));
+    }
+
     fn optional(&self, name: &str, dims: &[usize]) -> Result<Option<B::Weight>> {
         match self.file.tensor(name) {
             None => Ok(None),
@@ -145,21 +157,28 @@ impl<B: Backend> Weights<B> {
             backend,
             used: Default::default(),
         };
-        let (h, q, kv, hd) = (c.hidden_size, c.q_dim(), c.kv_dim(), c.head_dim);
+        let h = c.hidden_size;
         let family = c.arch.family();
         let layer_kind = family.layer;
         let (out_bias_and_sinks, may_have_qk_norm) = match layer_kind {
             LayerKind::Llama(o) | LayerKind::Gemma(o) => (o.out_bias_and_sinks, o.qk_norm),
+            LayerKind::Gemma4 => (false, true),
             LayerKind::Qwen35 => (false, false),
         };
+        let gemma4 = matches!(layer_kind, LayerKind::Gemma4);
         // Gemma's layer norms each block's output too.
-        let post_norms = matches!(layer_kind, LayerKind::Gemma(_));
+        let post_norms = matches!(layer_kind, LayerKind::Gemma(_) | LayerKind::Gemma4);
         let mut layers = Vec::with_capacity(c.n_layers);
         for i in 0..c.n_layers {
             if matches!(layer_kind, LayerKind::Qwen35) {
                 layers.push(Block::Qwen35(qwen35::layer(&f, c, i)?));
                 continue;
             }
+            let (q, kv, hd) = (
+                c.layer_q_dim(i),
+                c.layer_kv_dim(i),
+                c.layer_shape(i).head_dim,
+            );
             let n = |part: &str| format!("blk.{i}.{part}");
             let bias = |part: &str, dim: usize| -> Result<Option<B::Weight>> {
                 if c.attention_bias {
@@ -192,14 +211,30 @@ impl<B: Backend> Weights<B> {
                     Ok(None)
                 }
             };
-            // Q, K and V, or one fused projection of all three (Phi-3).
+            // Q, K and V, or one fused projection of all three (Phi-3). A Gemma 4 layer may
+            // take its values from the key projection (no `attn_v`); its shared-KV layers
+            // project queries alone (llama.cpp reads no keys or values there either).
             let [wq, wk, wv] = match f.file.tensor(&n("attn_qkv.weight")) {
-                Some(_) => f.split(&n("attn_qkv.weight"), h, [q, kv, kv])?,
+                Some(_) => f.split(&n("attn_qkv.weight"), h, [q, kv, kv])?.map(Some),
+                None if !c.layer_has_kv(i) => {
+                    f.skip(&[
+                        &n("attn_k.weight"),
+                        &n("attn_v.weight"),
+                        &n("attn_k_norm.weight"),
+                    ]);
+                    [Some(f.get(&n("attn_q.weight"), &[h, q])?), None, None]
+                }
                 None => [
-                    f.get(&n("attn_q.weight"), &[h, q])?,
-                    f.get(&n("attn_k.weight"), &[h, kv])?,
-                    f.get(&n("attn_v.weight"), &[h, kv])?,
+                    Some(f.get(&n("attn_q.weight"), &[h, q])?),
+                    Some(f.get(&n("attn_k.weight"), &[h, kv])?),
+                    match gemma4 {
+                        true => f.optional(&n("attn_v.weight"), &[h, kv])?,
+                        false => Some(f.get(&n("attn_v.weight"), &[h, kv])?),
+                    },
                 ],
+            };
+            let Some(wq) = wq else {
+                unreachable!("Q is loaded or an error")
             };
             if f.file.tensor(&n("attn_qkv.bias")).is_some() {
                 return Err(Error::Unsupported(format!(
@@ -223,7 +258,22 @@ impl<B: Backend> Weights<B> {
                 bk: bias("attn_k.bias", kv)?,
                 bv: bias("attn_v.bias", kv)?,
                 q_norm: qk_norm("attn_q_norm.weight")?,
-                k_norm: qk_norm("attn_k_norm.weight")?,
+                k_norm: match c.layer_has_kv(i) {
+                    true => qk_norm("attn_k_norm.weight")?,
+                    false => None,
+                },
+                v_norm: match gemma4 {
+                    true => Some(backend.weight(&Tensor::from_f32(
+                        "value norm",
+                        vec![hd],
+                        &vec![1.0; hd],
+                    ))?),
+                    false => None,
+                },
+                out_scale: match gemma4 {
+                    true => out_scale(&f, i)?,
+                    false => None,
+                },
                 post_attn_norm: post_norm("post_attention_norm.weight")?,
                 ffn_norm: f.norm(&n(&format!("{}.weight", family.ffn_norm)), h)?,
                 ffn: moe::ffn(&f, c, i)?,
@@ -250,6 +300,22 @@ impl<B: Backend> Weights<B> {
             unused: unused_tensors(file, &f.used.borrow()),
         })
     }
+}
+
+/// Gemma 4's `blk.{i}.layer_output_scale.weight`, one finite value, where the file has it.
+fn out_scale<B: Backend>(f: &Finder<'_, B>, i: usize) -> Result<Option<f32>> {
+    let name = format!("blk.{i}.layer_output_scale.weight");
+    if f.file.tensor(&name).is_none() {
+        return Ok(None);
+    }
+    let value = f.tensor(&name, &[1])?.to_f32()[0];
+    if !value.is_finite() {
+        return Err(Error::invalid(
+            &f.file.path,
+            format!("tensor '{name}' holds {value}, not a finite scale"),
+        ));
+    }
+    Ok(Some(value))
 }
 
 /// The tensors of `file` that the loader did not read, leaving out those kiln has no use for by

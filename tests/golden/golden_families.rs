@@ -170,3 +170,12 @@ fn mistral_sliding_window_matches_the_f64_reference() {
 fn glm4_matches_llama_cpp() {
     check("glm4-tiny.gguf", "llama-cpp-glm4.json", &EXACT_F32);
 }
+
+/// Gemma 4 (tests/fixtures/make_gemma4_tiny.py): local and global layers of their own head sizes
+/// and KV head counts, proportional RoPE on the global ones, value norm, values from the key
+/// projection where `attn_v` is absent, layer output scales, two layers that share earlier
+/// layers' caches, a final soft cap.
+#[test]
+fn gemma4_matches_llama_cpp() {
+    check("gemma4-tiny.gguf", "llama-cpp-gemma4.json", &GELU_TABLE_F32);
+}

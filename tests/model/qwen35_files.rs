@@ -91,7 +91,7 @@ fn converter_variants_run_like_the_fixtures() {
         let side = |f: &ModelFile| bytes_by_side(f, &placement(&f.config, ngl, 0));
         assert_eq!(side(&mf), side(&plain), "bytes by side at -ngl {ngl}");
     }
-    let footprint = |f: &ModelFile| format!("{:?}", Footprint::of(f, 64, 1024, 1));
+    let footprint = |f: &ModelFile| format!("{:?}", Footprint::of(f, 64, |w| 4 * w as u64, 1));
     assert_eq!(footprint(&mf), footprint(&plain));
 
     let moe = fixture("qwen35moe-tiny.gguf");

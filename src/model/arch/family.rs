@@ -52,6 +52,9 @@ pub(crate) enum LayerKind {
     /// Q/K/V biases), each block's output normed again before the residual add
     /// (`post_attention_norm`, `post_ffw_norm`).
     Gemma(AttentionOpts),
+    /// gemma4.rs: Gemma's sandwich layer with value norm, per-layer head shapes, shared KV
+    /// caches and an output scale.
+    Gemma4,
     /// qwen35.rs: a Gated DeltaNet or gated attention, then a dense or expert feed-forward
     /// (weights/qwen35.rs).
     Qwen35,
@@ -163,7 +166,7 @@ pub(crate) fn hf_nests_text_config(model_type: &str) -> bool {
 fn unsupported(name: &str) -> Error {
     Error::Unsupported(format!(
         "architecture '{name}' is not supported (kiln runs llama, mistral, smollm3, qwen2, qwen3, \
-         gemma2, gemma3, and qwen3moe, qwen35, qwen35moe, gpt-oss, mistral3, glm4, glm4moe and phi3 from GGUF)"
+         gemma2, gemma3, gemma4, and qwen3moe, qwen35, qwen35moe, gpt-oss, mistral3, glm4, glm4moe and phi3 from GGUF)"
     ))
 }
 

@@ -19,6 +19,7 @@ mod delta_net;
 pub(crate) mod family;
 mod gemma2;
 mod gemma3;
+mod gemma4;
 mod glm4;
 mod glm4moe;
 mod gpt_oss;
@@ -43,7 +44,7 @@ use family::{Family, LayerKind};
 /// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
 /// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
 /// file, one line here, and its `Arch` variant (config/mod.rs).
-pub(crate) const FAMILIES: [&Family; 14] = [
+pub(crate) const FAMILIES: [&Family; 15] = [
     &llama::LLAMA,
     &smollm3::SMOLLM3,
     &qwen::QWEN2,
@@ -58,6 +59,7 @@ pub(crate) const FAMILIES: [&Family; 14] = [
     &glm4moe::GLM4_MOE,
     &phi3::PHI3,
     &glm4::GLM4,
+    &gemma4::GEMMA4,
 ];
 
 pub struct Model<B: Backend> {
@@ -110,6 +112,8 @@ pub struct Scratch<B: Backend> {
     qwen35: Option<qwen35::Qwen35Scratch<B>>,
     /// What mixture-of-experts blocks need besides.
     moe: Option<moe::MoeScratch<B>>,
+    /// Per layer with an output scale (Gemma 4), `rows` copies of it.
+    layer_scales: Vec<Option<B::Buffer>>,
     /// `x += o` is still to be done: a block's residual add waits for the next block's input
     /// norm, so that a backend may fuse the two (`Step::residual`).
     pending_residual: bool,
@@ -130,7 +134,7 @@ impl<B: Backend> Model<B> {
         let mut layer_rope = Vec::with_capacity(config.n_layers);
         for il in 0..config.n_layers {
             let r = RopeFreqs::new(
-                config.rope_dims,
+                config.layer_shape(il).rope_dims,
                 config.layer_rope_theta(il),
                 config.layer_rope_scaling(il),
                 config.rope_sections,
@@ -162,24 +166,28 @@ impl<B: Backend> Model<B> {
 
     /// Key and value caches for `ctx` positions.
     pub fn new_cache(&self, ctx: usize, types: KvCacheTypes) -> Result<KvCache<B>> {
-        let hd = self.config.head_dim;
-        for ty in [types.k, types.v] {
-            if !hd.is_multiple_of(ty.block_len()) {
-                return Err(Error::Unsupported(format!(
-                    "a {ty} KV cache needs a head dimension that is a multiple of {}; this \
-                     model's is {hd} (use -ctk/-ctv f16 or f32)",
-                    ty.block_len()
-                )));
-            }
-        }
-        let len = ctx
-            .checked_mul(self.config.kv_dim())
-            .ok_or_else(|| Error::Usage(format!("a context of {ctx} tokens is too large")))?;
         let b = &self.backend;
         let c = &self.config;
         let layers = (0..c.n_layers)
             .map(|il| {
-                let len = if c.layer_is_recurrent(il) { 0 } else { len };
+                let hd = c.layer_shape(il).head_dim;
+                for ty in [types.k, types.v] {
+                    if !hd.is_multiple_of(ty.block_len()) {
+                        return Err(Error::Unsupported(format!(
+                            "a {ty} KV cache needs a head dimension that is a multiple of {}; \
+                             this model's is {hd} (use -ctk/-ctv f16 or f32)",
+                            ty.block_len()
+                        )));
+                    }
+                }
+                let width = if c.layer_has_kv(il) {
+                    c.layer_kv_dim(il)
+                } else {
+                    0
+                };
+                let len = ctx.checked_mul(width).ok_or_else(|| {
+                    Error::Usage(format!("a context of {ctx} tokens is too large"))
+                })?;
                 Ok((
                     b.layer_cache(il, len, types.k, types.k.key_rotation(hd))?,
                     b.layer_cache(il, len, types.v, types.v.value_rotation(hd))?,
@@ -199,7 +207,7 @@ impl<B: Backend> Model<B> {
     /// holds every past token, with no way to take the oldest out.)
     pub fn can_shift_context(&self) -> bool {
         match self.family.layer {
-            LayerKind::Llama(_) | LayerKind::Gemma(_) => true,
+            LayerKind::Llama(_) | LayerKind::Gemma(_) | LayerKind::Gemma4 => true,
             LayerKind::Qwen35 => false,
         }
     }
@@ -238,8 +246,12 @@ impl<B: Backend> Model<B> {
             tables.push(t);
         }
         for (il, (kc, vc)) in cache.layers.iter_mut().enumerate() {
-            b.move_cache_rows(kc, keep + discard, keep, moved, c.kv_dim());
-            b.move_cache_rows(vc, keep + discard, keep, moved, c.kv_dim());
+            if !c.layer_has_kv(il) {
+                continue;
+            }
+            let shape = c.layer_shape(il);
+            b.move_cache_rows(kc, keep + discard, keep, moved, c.layer_kv_dim(il));
+            b.move_cache_rows(vc, keep + discard, keep, moved, c.layer_kv_dim(il));
             if !c.layer_has_rope(il) {
                 // Keys without RoPE hold no position to shift.
                 continue;
@@ -250,9 +262,9 @@ impl<B: Backend> Model<B> {
                 table,
                 keep,
                 moved,
-                c.n_kv_heads,
-                c.head_dim,
-                c.rope_dims,
+                shape.n_kv_heads,
+                shape.head_dim,
+                shape.rope_dims,
                 c.rope_layout,
             );
         }
@@ -261,8 +273,14 @@ impl<B: Backend> Model<B> {
 
     /// Bytes of key/value cache per token of context.
     pub fn kv_bytes_per_token(&self, types: KvCacheTypes) -> usize {
-        let kv = self.config.kv_dim();
-        self.config.attention_layers() * (types.k.row_bytes(kv) + types.v.row_bytes(kv))
+        let c = &self.config;
+        (0..c.n_layers)
+            .filter(|&il| c.layer_has_kv(il))
+            .map(|il| {
+                let kv = c.layer_kv_dim(il);
+                types.k.row_bytes(kv) + types.v.row_bytes(kv)
+            })
+            .sum()
     }
 
     pub fn new_scratch(&self, rows: usize) -> Result<Scratch<B>> {
@@ -278,17 +296,17 @@ impl<B: Backend> Model<B> {
             rows,
             x: b.buffer(rows * c.hidden_size)?,
             h: b.buffer(rows * c.hidden_size)?,
-            q: b.buffer(rows * c.q_dim())?,
-            k: b.buffer(rows * c.kv_dim())?,
-            v: b.buffer(rows * c.kv_dim())?,
-            attn: b.buffer(rows * c.q_dim())?,
+            q: b.buffer(rows * c.max_q_dim())?,
+            k: b.buffer(rows * c.max_kv_dim())?,
+            v: b.buffer(rows * c.max_kv_dim())?,
+            attn: b.buffer(rows * c.max_q_dim())?,
             o: b.buffer(rows * c.hidden_size)?,
             gate: b.buffer(rows * ff)?,
             up: b.buffer(rows * ff)?,
             rope_tables: self
                 .ropes
                 .iter()
-                .map(|_| b.buffer(rows * c.head_dim))
+                .map(|_| b.buffer(rows * c.max_head_dim()))
                 .collect::<Result<_>>()?,
             rope_host: Vec::new(),
             last: b.buffer(c.hidden_size)?,
@@ -302,6 +320,22 @@ impl<B: Backend> Model<B> {
                 Some(m) => Some(moe::MoeScratch::new(m, c.hidden_size, b, rows)?),
                 None => None,
             },
+            layer_scales: self
+                .weights
+                .layers
+                .iter()
+                .map(|l| match l {
+                    Block::Standard(LayerWeights {
+                        out_scale: Some(scale),
+                        ..
+                    }) => {
+                        let mut buf = b.buffer(rows)?;
+                        b.upload(&mut buf, &vec![*scale; rows]);
+                        Ok(Some(buf))
+                    }
+                    _ => Ok(None),
+                })
+                .collect::<Result<_>>()?,
             pending_residual: false,
         })
     }
@@ -399,6 +433,7 @@ impl<B: Backend> Model<B> {
                 (LayerKind::Gemma(opts), Block::Standard(layer)) => {
                     gemma3::layer(&mut step, layer, opts)
                 }
+                (LayerKind::Gemma4, Block::Standard(layer)) => gemma4::layer(&mut step, layer),
                 (LayerKind::Qwen35, Block::Standard(_)) => {
                     unreachable!("Qwen3.5 weights load as Qwen3.5 blocks")
                 }
@@ -480,15 +515,32 @@ impl<B: Backend> Step<'_, B> {
         self.s.pending_residual = true;
     }
 
+    /// `x *= scale` over the whole residual stream, for a layer with an output scale (Gemma 4),
+    /// once the block's residual add is done.
+    pub fn scale_layer_output(&mut self) {
+        let (b, c) = (&self.model.backend, &self.model.config);
+        let s = &mut *self.s;
+        let Some(scales) = &s.layer_scales[self.il] else {
+            return;
+        };
+        if std::mem::take(&mut s.pending_residual) {
+            b.add(&mut s.x, &s.o, self.rows * c.hidden_size);
+        }
+        b.scale_rows(&mut s.x, scales, self.rows, c.hidden_size);
+    }
+
     /// Self-attention of `h`: Q/K/V projections, optional biases and QK-norm, RoPE, KV-cache
     /// append, causal attention (windowed on local layers), output projection into `o`.
     pub fn attention(&mut self, l: &LayerWeights<B>, opts: AttentionOpts) {
         let (m, rows) = (self.model, self.rows);
         let (b, c) = (&m.backend, &m.config);
         let s = &mut *self.s;
+        let wk =
+            l.wk.as_ref()
+                .expect("every layer but Gemma 4's shared-KV ones loads keys");
         b.matmul_many(
             &s.h,
-            &[&l.wq, &l.wk, &l.wv],
+            &[&l.wq, wk, l.wv.as_ref().unwrap_or(wk)],
             rows,
             &mut [&mut s.q, &mut s.k, &mut s.v],
         );
@@ -503,48 +555,70 @@ impl<B: Backend> Step<'_, B> {
             && let (Some(qn), Some(kn)) = (&l.q_norm, &l.k_norm)
         {
             b.rms_norm(&mut s.q, qn, rows * c.n_heads, c.rms_norm_eps);
-            b.rms_norm(&mut s.k, kn, rows * c.n_kv_heads, c.rms_norm_eps);
+            let n_kv_heads = c.layer_shape(self.il).n_kv_heads;
+            b.rms_norm(&mut s.k, kn, rows * n_kv_heads, c.rms_norm_eps);
         }
-        self.rope_store_attend(c.rope_dims, l.sinks.as_ref());
+        self.rope_store_attend(l.sinks.as_ref());
         b.matmul(&self.s.attn, &l.wo, rows, &mut self.s.o);
         if let Some(bo) = &l.bo {
             b.add_bias(&mut self.s.o, bo, rows);
         }
     }
 
-    /// RoPE over the first `rot_dims` of each query and key head, the keys and values appended to
-    /// this layer's cache, and attention of `q` into `attn`.
-    fn rope_store_attend(&mut self, rot_dims: usize, sinks: Option<&B::Weight>) {
+    /// RoPE over the leading rotated dimensions of each query and key head, the keys and values
+    /// appended to this layer's cache, and attention of `q` into `attn`. A shared-KV layer
+    /// (Gemma 4) rotates its queries only and attends over its source layer's cache.
+    fn rope_store_attend(&mut self, sinks: Option<&B::Weight>) {
         let (m, rows, il) = (self.model, self.rows, self.il);
         let (b, c) = (&m.backend, &m.config);
+        let shape = c.layer_shape(il);
         // A NoPE layer (SmolLM3) stores and attends with its queries and keys as projected.
-        let rot_dims = if c.layer_has_rope(il) { rot_dims } else { 0 };
-        let s = &mut *self.s;
-        let (kc, vc) = &mut self.cache.layers[il];
-        let table = &s.rope_tables[m.layer_rope[il]];
-        let append = KvAppend {
-            rows,
-            n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
-            rot_dims,
-            layout: c.rope_layout,
-            dst_row: self.start_pos,
+        let rot_dims = if c.layer_has_rope(il) {
+            shape.rope_dims
+        } else {
+            0
         };
-        b.rope_store_kv(&mut s.q, &mut s.k, &s.v, table, kc, vc, &append);
+        let s = &mut *self.s;
+        let table = &s.rope_tables[m.layer_rope[il]];
+        let source = c.layer_kv_source(il);
+        if source == il {
+            let (kc, vc) = &mut self.cache.layers[il];
+            let append = KvAppend {
+                rows,
+                n_heads: c.n_heads,
+                n_kv_heads: shape.n_kv_heads,
+                head_dim: shape.head_dim,
+                rot_dims,
+                layout: c.rope_layout,
+                dst_row: self.start_pos,
+            };
+            b.rope_store_kv(&mut s.q, &mut s.k, &s.v, table, kc, vc, &append);
+        } else if rot_dims > 0 {
+            let hd = shape.head_dim;
+            b.rope_partial(
+                &mut s.q,
+                table,
+                rows,
+                c.n_heads,
+                hd,
+                rot_dims,
+                c.rope_layout,
+            );
+        }
         if let Some(t) = &s.q_temperature {
-            b.scale_rows(&mut s.q, t, rows, c.q_dim());
+            b.scale_rows(&mut s.q, t, rows, c.layer_q_dim(il));
         }
         let params = AttentionParams {
             start_pos: self.start_pos,
             rows,
             n_heads: c.n_heads,
-            n_kv_heads: c.n_kv_heads,
-            head_dim: c.head_dim,
+            n_kv_heads: shape.n_kv_heads,
+            head_dim: shape.head_dim,
             scale: c.attention_scale,
             window: c.layer_window(il),
             softcap: c.attn_logit_softcap,
         };
+        let (kc, vc) = &self.cache.layers[source];
         b.attention(&s.q, kc, vc, &mut s.attn, &params, sinks);
     }
 
@@ -567,7 +641,7 @@ impl<B: Backend> Step<'_, B> {
         );
         b.rms_norm(&mut s.q, &l.q_norm, rows * c.n_heads, c.rms_norm_eps);
         b.rms_norm(&mut s.k, &l.k_norm, rows * c.n_kv_heads, c.rms_norm_eps);
-        self.rope_store_attend(c.rope_dims, None);
+        self.rope_store_attend(None);
         let s = &mut *self.s;
         let gate = &s.qwen35.as_ref().expect("Qwen3.5 scratch").q_gate;
         b.mul_sigmoid(&mut s.attn, gate, rows, c.q_dim(), c.q_dim());

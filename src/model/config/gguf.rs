@@ -25,7 +25,19 @@ impl ModelConfig {
 
         let hidden_size = keys.need("embedding_length")?;
         let n_heads = keys.need("attention.head_count")?;
-        let n_kv_heads = keys.usize("attention.head_count_kv")?.unwrap_or(n_heads);
+        let n_layers = keys.need("block_count")?;
+        if n_layers > 1 << 16 {
+            return Err(Error::Format(format!(
+                "{} = {n_layers} is implausibly large",
+                keys.key("block_count")
+            )));
+        }
+        // Per layer in Gemma 4 (its global layers have fewer); its family reads the shapes.
+        let kv_heads_per_layer = keys.per_layer("attention.head_count_kv", n_layers)?;
+        let n_kv_heads = kv_heads_per_layer
+            .as_ref()
+            .and_then(|v| v.iter().max().copied())
+            .unwrap_or(n_heads);
         let head_dim = match keys.usize("attention.key_length")? {
             Some(d) => d,
             None if n_heads > 0 => hidden_size / n_heads,
@@ -119,7 +131,7 @@ impl ModelConfig {
             hidden_size,
             // Set below or by the family, once its keys say whether the blocks are experts.
             intermediate_size: 0,
-            n_layers: keys.need("block_count")?,
+            n_layers,
             n_heads,
             n_kv_heads,
             head_dim,
@@ -153,8 +165,23 @@ impl ModelConfig {
             delta_net: None,
             moe: None,
             nextn_layers: 0,
+            local_attention: None,
+            first_shared_kv_layer: None,
         };
         (family.gguf_keys)(&keys, &mut cfg)?;
+        if let Some(per_layer) = kv_heads_per_layer
+            && let Some(l) =
+                (0..cfg.n_layers).find(|&l| cfg.layer_shape(l).n_kv_heads != per_layer[l])
+        {
+            return Err(Error::Unsupported(format!(
+                "{}: layer {l} has {} KV heads where the others have {}; {} models have one \
+                 count for every layer",
+                keys.key("attention.head_count_kv"),
+                per_layer[l],
+                cfg.n_kv_heads,
+                family.name
+            )));
+        }
         // A mixture-of-experts family has set the width itself (its shared expert's, or with
         // none its experts'); every other block has `feed_forward_length`.
         if cfg.moe.is_none() {

@@ -74,6 +74,8 @@ impl ModelConfig {
             delta_net: None,
             moe: None,
             nextn_layers: 0,
+            local_attention: None,
+            first_shared_kv_layer: None,
         };
         (family.hf_keys)(&keys, &mut cfg)?;
         cfg.validate()?;

@@ -58,6 +58,25 @@ impl<'a> GgufKeys<'a> {
     pub fn i64_array(&self, k: &str) -> Result<Option<Vec<i64>>> {
         self.md.i64_array(&self.key(k))
     }
+
+    /// A count given once or per layer (llama.cpp's `get_key_or_arr`): one value per layer of
+    /// `n_layers`, a scalar repeated.
+    pub fn per_layer(&self, k: &str, n_layers: usize) -> Result<Option<Vec<usize>>> {
+        if let Ok(v) = self.usize(k) {
+            return Ok(v.map(|v| vec![v; n_layers]));
+        }
+        let Some(values) = self.i64_array(k)? else {
+            return Ok(None);
+        };
+        if values.len() != n_layers || values.iter().any(|&v| v < 0) {
+            return Err(Error::Format(format!(
+                "{} has {} values, expected one count per layer ({n_layers})",
+                self.key(k),
+                values.len()
+            )));
+        }
+        Ok(Some(values.into_iter().map(|v| v as usize).collect()))
+    }
 }
 
 /// A config.json as a family reads it: the language model's settings (`text_config` in a

@@ -47,6 +47,9 @@ pub enum Arch {
     Phi3,
     /// GLM-4 dense (GLM-4-9B/32B-0414): Gemma's sandwich norms with SiLU, biases, partial RoPE.
     Glm4,
+    /// Gemma 4: Gemma's sandwich layer with wider global heads over fewer KV heads, proportional
+    /// RoPE, value norm, layers that reuse an earlier layer's KV cache.
+    Gemma4,
 }
 
 impl Arch {
@@ -212,6 +215,15 @@ pub struct MoeConfig {
     pub first_moe_layer: usize,
 }
 
+/// The attention geometry of a group of layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct AttentionShape {
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Leading dimensions of each head that RoPE rotates.
+    pub rope_dims: usize,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ModelConfig {
     pub arch: Arch,
@@ -271,6 +283,12 @@ pub struct ModelConfig {
     pub moe: Option<MoeConfig>,
     /// Multi-token-prediction blocks the file carries after the `n_layers` used (skipped).
     pub nextn_layers: usize,
+    /// The sliding-window layers' heads where they differ from the global layers' (`n_kv_heads`,
+    /// `head_dim`, `rope_dims` above): Gemma 4.
+    pub local_attention: Option<AttentionShape>,
+    /// The first layer that stores no keys and values of its own but attends over the cache of the
+    /// last earlier layer of its kind (local or global): Gemma 4's `shared_kv_layers`.
+    pub first_shared_kv_layer: Option<usize>,
 }
 
 impl ModelConfig {
@@ -324,13 +342,6 @@ impl ModelConfig {
             .is_some_and(|d| d.recurrent.get(layer).copied().unwrap_or(false))
     }
 
-    /// Blocks with a KV cache (every block except recurrent ones).
-    pub fn attention_layers(&self) -> usize {
-        (0..self.n_layers)
-            .filter(|&l| !self.layer_is_recurrent(l))
-            .count()
-    }
-
     /// Bytes of recurrent state per sequence (conv rows and DeltaNet matrices of every
     /// recurrent block, f32); 0 for models without recurrent blocks.
     pub fn recurrent_state_bytes(&self) -> usize {
@@ -340,6 +351,68 @@ impl ModelConfig {
                 .count();
             blocks * (d.conv_state_len() + d.ssm_state_len()) * 4
         })
+    }
+
+    /// The heads of layer `layer`: the local shape on sliding-window layers that have their own.
+    pub fn layer_shape(&self, layer: usize) -> AttentionShape {
+        match self.local_attention {
+            Some(local) if self.layer_is_local(layer) => local,
+            _ => AttentionShape {
+                n_kv_heads: self.n_kv_heads,
+                head_dim: self.head_dim,
+                rope_dims: self.rope_dims,
+            },
+        }
+    }
+
+    /// Width of layer `layer`'s queries (all heads).
+    pub fn layer_q_dim(&self, layer: usize) -> usize {
+        self.n_heads * self.layer_shape(layer).head_dim
+    }
+
+    /// Width of layer `layer`'s keys and of its values (all KV heads).
+    pub fn layer_kv_dim(&self, layer: usize) -> usize {
+        let s = self.layer_shape(layer);
+        s.n_kv_heads * s.head_dim
+    }
+
+    /// The layer whose KV cache layer `layer` attends over: itself, or for a shared-KV layer the
+    /// last layer of its kind before the first shared one (llama.cpp's rule for Gemma 4).
+    pub fn layer_kv_source(&self, layer: usize) -> usize {
+        match self.first_shared_kv_layer {
+            Some(first) if layer >= first => (0..first)
+                .rev()
+                .find(|&l| self.layer_is_local(l) == self.layer_is_local(layer))
+                .unwrap_or(layer),
+            _ => layer,
+        }
+    }
+
+    /// Whether layer `layer` stores keys and values (false for recurrent and shared-KV layers).
+    pub fn layer_has_kv(&self, layer: usize) -> bool {
+        !self.layer_is_recurrent(layer) && self.layer_kv_source(layer) == layer
+    }
+
+    /// The widest query row over the layers (scratch sizes).
+    pub fn max_q_dim(&self) -> usize {
+        (0..self.n_layers)
+            .map(|l| self.layer_q_dim(l))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The widest key or value row over the layers (scratch sizes).
+    pub fn max_kv_dim(&self) -> usize {
+        (0..self.n_layers)
+            .map(|l| self.layer_kv_dim(l))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The widest head over the layers.
+    pub fn max_head_dim(&self) -> usize {
+        self.local_attention
+            .map_or(self.head_dim, |l| l.head_dim.max(self.head_dim))
     }
 
     pub fn q_dim(&self) -> usize {
@@ -367,6 +440,28 @@ impl ModelConfig {
         }
         if !self.head_dim.is_multiple_of(2) {
             return bad(format!("head_dim {} must be even for RoPE", self.head_dim));
+        }
+        if let Some(l) = self.local_attention {
+            let ok = l.n_kv_heads > 0
+                && self.n_heads.is_multiple_of(l.n_kv_heads)
+                && l.head_dim > 0
+                && l.head_dim <= 1 << 16
+                && l.rope_dims.is_multiple_of(2)
+                && l.rope_dims <= l.head_dim;
+            if !ok {
+                return bad(format!(
+                    "sliding-window layers: {} query heads over {} KV heads of {} with {}                      rotated dimensions",
+                    self.n_heads, l.n_kv_heads, l.head_dim, l.rope_dims
+                ));
+            }
+        }
+        if let Some(first) = self.first_shared_kv_layer
+            && let Some(l) = (first..self.n_layers).find(|&l| self.layer_kv_source(l) == l)
+        {
+            return bad(format!(
+                "layer {l} shares the KV cache of an earlier layer of its kind, and no layer \
+                 before {first} is one"
+            ));
         }
         if self.vocab_size == 0 || self.intermediate_size == 0 {
             return bad("vocabulary and feed-forward sizes must be positive".into());

@@ -1,0 +1,188 @@
+//! Gemma 4 (`gemma4`: Gemma 4 31B, and the dense layers every Gemma 4 shares): Gemma 3's sandwich
+//! layer (gemma3.rs: each block's output RMS-normed again before the residual add, embeddings ×
+//! sqrt(hidden), GELU-tanh gating) with these differences, after llama.cpp's
+//! `src/models/gemma4.cpp`:
+//! - norm weights are plain `x·w` (the converter adds no 1), and the query scale is 1 (QK-norm
+//!   sets the scores' size);
+//! - sliding-window and global layers have their own heads: the global ones wider
+//!   (`attention.key_length`, against `key_length_swa`) over fewer KV heads
+//!   (`attention.head_count_kv` per layer), with their own RoPE base (`rope.freq_base` against
+//!   `rope.freq_base_swa`) and rotated width (`rope.dimension_count[_swa]`);
+//! - the global layers' "proportional" RoPE rotates only the first quarter of each half-head's
+//!   pairs, at the frequencies of the whole head: `rope_freqs.weight` holds 1 for those and 1e30
+//!   (no rotation) for the rest, used on global layers only;
+//! - a global layer without `attn_v` takes its values from the key projection;
+//! - values are RMS-normed per head without a scale; keys and queries by `attn_k_norm`,
+//!   `attn_q_norm`;
+//! - each layer's output (residual stream included) is scaled by `layer_output_scale` where the
+//!   file has one;
+//! - the last `shared_kv_layers` layers store no keys and values but attend over the cache of the
+//!   last earlier layer of their kind (ModelConfig::layer_kv_source);
+//! - logits soft-capped (`final_logit_softcapping`).
+//!
+//! Not yet run: per-layer token embeddings (`embedding_length_per_layer_input`, E2B/E4B), the
+//! mixture of experts (26B-A4B) and per-layer feed-forward widths; kiln refuses those files with
+//! a message that says so. kiln reads Gemma 4 from GGUF only.
+
+use super::Step;
+use super::family::{Family, LayerKind, require_whole_heads};
+use super::gemma3::gguf_layer_pattern;
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::model::Arch;
+use crate::model::chat::GEMMA4 as GEMMA4_TEMPLATE;
+use crate::model::config::{Activation, AttentionShape, GgufKeys, ModelConfig};
+use crate::model::weights::LayerWeights;
+
+pub(crate) const GEMMA4: Family = Family {
+    arch: Arch::Gemma4,
+    name: "gemma4",
+    gguf_names: &["gemma4"],
+    hf_model_types: &[],
+    hf_text_config_of: None,
+    hf_head_dim: None,
+    gguf_keys,
+    // Never called: no config.json model_type reads as Gemma 4.
+    hf_keys: |_, _| Ok(()),
+    hf_tensor_names: &[],
+    norm_one_plus_weight: false,
+    ffn_norm: "ffn_norm",
+    layer: LayerKind::Gemma4,
+    chat_template: &GEMMA4_TEMPLATE,
+};
+
+fn unsupported<T>(keys: &GgufKeys, k: &str, what: &str) -> Result<T> {
+    Err(Error::Unsupported(format!(
+        "{}: {what} is not supported yet (kiln runs Gemma 4 31B-style dense models)",
+        keys.key(k)
+    )))
+}
+
+fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
+    if keys.usize("embedding_length_per_layer_input")?.unwrap_or(0) > 0 {
+        return unsupported(
+            keys,
+            "embedding_length_per_layer_input",
+            "Gemma 4's per-layer token embeddings (E2B, E4B)",
+        );
+    }
+    if keys.usize("expert_count")?.unwrap_or(0) > 0 {
+        return unsupported(
+            keys,
+            "expert_count",
+            "Gemma 4's mixture of experts (26B-A4B)",
+        );
+    }
+    if keys.usize("feed_forward_length").is_err() {
+        return unsupported(
+            keys,
+            "feed_forward_length",
+            "a feed-forward width per layer",
+        );
+    }
+    c.qk_norm = true;
+    c.embedding_scale = Some((c.hidden_size as f32).sqrt());
+    c.activation = Activation::GeluTanh;
+    c.attention_scale = 1.0;
+    c.sliding_window = Some(keys.need("attention.sliding_window")?).filter(|&w| w > 0);
+    gguf_layer_pattern(keys, c, 6)?;
+    // Always set, so that `rope_freqs` (proportional RoPE) applies to the global layers alone.
+    c.rope_theta_local = Some(
+        keys.f64("rope.freq_base_swa")?
+            .map_or(c.rope_theta, |b| b as f32),
+    );
+    require_whole_heads(keys, c, &["attention.value_length"], "gemma4")?;
+
+    let kv_heads = keys.per_layer("attention.head_count_kv", c.n_layers)?;
+    let kv_heads_where = |local: bool| {
+        let first = (0..c.n_layers).find(|&l| c.layer_is_local(l) == local);
+        match (&kv_heads, first) {
+            (Some(v), Some(l)) => v[l],
+            _ => c.n_kv_heads,
+        }
+    };
+    let local_head_dim = keys.need("attention.key_length_swa")?;
+    if let Some(v) = keys.usize("attention.value_length_swa")?
+        && v != local_head_dim
+    {
+        return Err(Error::Unsupported(format!(
+            "{} = {v} differs from {} = {local_head_dim} (gemma4 needs them equal)",
+            keys.key("attention.value_length_swa"),
+            keys.key("attention.key_length_swa"),
+        )));
+    }
+    let local = AttentionShape {
+        n_kv_heads: kv_heads_where(true),
+        head_dim: local_head_dim,
+        rope_dims: keys
+            .usize("rope.dimension_count_swa")?
+            .unwrap_or(local_head_dim),
+    };
+    c.n_kv_heads = kv_heads_where(false);
+    c.local_attention = Some(local);
+
+    let shared = keys.usize("attention.shared_kv_layers")?.unwrap_or(0);
+    if shared > 0 {
+        if shared + 2 > c.n_layers {
+            return Err(Error::Format(format!(
+                "{} = {shared} leaves fewer than two of the {} layers their own KV cache",
+                keys.key("attention.shared_kv_layers"),
+                c.n_layers
+            )));
+        }
+        c.first_shared_kv_layer = Some(c.n_layers - shared);
+    }
+    Ok(())
+}
+
+/// One Gemma 4 layer: sandwich-normed attention and feed-forward, then the layer's output scale.
+pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
+    f.norm_input(&l.attn_norm);
+    attention(f, l);
+    f.norm_output(l.post_attn_norm.as_ref());
+    f.residual();
+
+    f.norm_input(&l.ffn_norm);
+    f.feed_forward(&l.ffn);
+    f.norm_output(l.post_ffn_norm.as_ref());
+    f.residual();
+    f.scale_layer_output();
+}
+
+/// Gemma 4's attention of `h` into `o`: queries (and, on a layer with a cache of its own, keys
+/// and values, the values from the key projection where the layer has none) projected and
+/// RMS-normed per head, RoPE, attention, output projection.
+fn attention<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
+    let (m, rows, il) = (f.model, f.rows, f.il);
+    let (b, c) = (&m.backend, &m.config);
+    let shape = c.layer_shape(il);
+    let kv_dim = shape.n_kv_heads * shape.head_dim;
+    let s = &mut *f.s;
+    match (&l.wk, &l.wv) {
+        (None, _) => b.matmul(&s.h, &l.wq, rows, &mut s.q),
+        (Some(wk), Some(wv)) => b.matmul_many(
+            &s.h,
+            &[&l.wq, wk, wv],
+            rows,
+            &mut [&mut s.q, &mut s.k, &mut s.v],
+        ),
+        (Some(wk), None) => {
+            b.matmul_many(&s.h, &[&l.wq, wk], rows, &mut [&mut s.q, &mut s.k]);
+            b.copy_rows_from(&s.k, 0, &mut s.v, rows, kv_dim);
+        }
+    }
+    let eps = c.rms_norm_eps;
+    if let Some(qn) = &l.q_norm {
+        b.rms_norm(&mut s.q, qn, rows * c.n_heads, eps);
+    }
+    if c.layer_has_kv(il) {
+        if let Some(kn) = &l.k_norm {
+            b.rms_norm(&mut s.k, kn, rows * shape.n_kv_heads, eps);
+        }
+        if let Some(vn) = &l.v_norm {
+            b.rms_norm(&mut s.v, vn, rows * shape.n_kv_heads, eps);
+        }
+    }
+    f.rope_store_attend(None);
+    b.matmul(&f.s.attn, &l.wo, rows, &mut f.s.o);
+}
