@@ -266,6 +266,18 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
             println!("  layers              {}", c.n_layers);
             println!("  heads / kv heads    {} / {}", c.n_heads, c.n_kv_heads);
             println!("  head_dim            {}", c.head_dim);
+            if let Some(l) = c.local_attention {
+                println!(
+                    "  local layers        {} kv heads of {}, RoPE over {}",
+                    l.n_kv_heads, l.head_dim, l.rope_dims
+                );
+            }
+            if let Some(first) = c.first_shared_kv_layer {
+                let sources: Vec<String> = (first..c.n_layers)
+                    .map(|l| format!("{l}←{}", c.layer_kv_source(l)))
+                    .collect();
+                println!("  shared KV caches    {}", sources.join(", "));
+            }
             println!("  rms_norm_eps        {:e}", c.rms_norm_eps);
             let local = c
                 .rope_theta_local
@@ -577,6 +589,14 @@ fn describe_scaling(s: &crate::model::config::RopeScaling) -> String {
     use crate::model::config::RopeScaling;
     match s {
         RopeScaling::Linear { factor } => format!("linear ×{factor}"),
+        // Gemma 4's proportional RoPE: divisors of 1e30 leave pairs unrotated.
+        RopeScaling::PerFrequency { divisors } if divisors.iter().any(|&d| d >= 1e20) => {
+            let rotated = divisors.iter().filter(|&&d| d < 1e20).count();
+            format!(
+                "proportional: {rotated} of {} pairs rotate (global layers)",
+                divisors.len()
+            )
+        }
         RopeScaling::PerFrequency { divisors } => {
             let max = divisors.iter().cloned().fold(1.0f32, f32::max);
             format!(

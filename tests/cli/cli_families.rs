@@ -193,6 +193,28 @@ fn run_and_info_on_the_glm4_file() {
     );
 }
 
+/// Gemma 4: `kiln run` reproduces llama.cpp; `kiln info` shows the local layers' heads, the
+/// shared KV caches and the proportional RoPE; no tensor goes unused (the shared-KV layers have
+/// no keys or values to read).
+#[test]
+fn run_and_info_on_the_gemma4_file() {
+    let file = "gemma4-tiny.gguf";
+    run_reproduces_llama_cpp(file, "llama-cpp-gemma4.json", 0.05);
+    let v = kiln_json(file, &["info", "--format", "json"]);
+    assert_eq!(v["config"]["arch"], "gemma4");
+    assert_eq!(v["config"]["local_attention"]["head_dim"], 16);
+    assert_eq!(v["config"]["first_shared_kv_layer"], 6);
+    info_shows(
+        file,
+        &[
+            "architecture   gemma4",
+            "local layers        2 kv heads of 16, RoPE over 16",
+            "shared KV caches    6←4, 7←5",
+            "rope_scaling        proportional: 4 of 16 pairs rotate (global layers)",
+        ],
+    );
+}
+
 /// A tensor the loader reads nowhere (here a norm bias kiln's Llama layer has no use for) is
 /// named in a warning, since whatever it computes is left out; the blocks past the model's
 /// layers (multi-token prediction) are not. A file kiln uses whole gets no warning.

@@ -349,6 +349,20 @@ fn glm4_matches_llama_cpp_on_the_gpu() {
     tiny_file_matches_on(one, "glm4-tiny.gguf", "llama-cpp-glm4.json", &EXACT_F32);
 }
 
+/// Gemma 4's tiny file against llama.cpp on the GPU by the GELU models' rule (an f32 KV cache):
+/// local and global head shapes, proportional RoPE, value norm, values from the key projection,
+/// layer output scales, shared-KV layers; every golden prompt.
+#[test]
+fn gemma4_matches_llama_cpp_on_the_gpu() {
+    let one = gpu().into_iter().collect();
+    tiny_file_matches_on(
+        one,
+        "gemma4-tiny.gguf",
+        "llama-cpp-gemma4.json",
+        &GELU_TABLE_F32,
+    );
+}
+
 /// Phi-3's tiny file against llama.cpp on the GPU by the tight rule (an f32 KV cache): fused
 /// projections split at load, RoPE over 24 of 32 dims, LongRoPE's short factors at a context of
 /// 1024 and its long ones at 2048; every golden prompt; the long goldens on a software adapter

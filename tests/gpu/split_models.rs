@@ -7,7 +7,9 @@
 use crate::common;
 use crate::gpu_models::check_properties;
 
-use common::golden_run::{EXACT_F32, QUANTIZED, Tolerance, argmax, check_model_with};
+use common::golden_run::{
+    EXACT_F32, GELU_TABLE_F32, QUANTIZED, Tolerance, argmax, check_model_with,
+};
 use common::gpu::gpu;
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::split::SplitBackend;
@@ -183,6 +185,26 @@ fn glm4moe_split_matches_the_cpu_and_llama_cpp() {
         &golden["models"][file],
         2,
         &EXACT_F32,
+        F32_CACHE,
+        16,
+        Some(&only),
+    );
+}
+
+/// Gemma 4's tiny model split between the backends by the GELU models' rule, on placements that
+/// put a shared-KV layer (6 and 7, reading the caches of layers 4 and 5) on the other side of
+/// the cut from its source layer, and on placements that do not.
+#[test]
+fn gemma4_split_matches_the_cpu_and_llama_cpp() {
+    let golden = common::golden("llama-cpp-gemma4.json");
+    let file = "gemma4-tiny.gguf";
+    let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+    let only = [(2, 0), (3, 0), (4, 0), (6, 0)];
+    every_placement(
+        &mf,
+        &golden["models"][file],
+        2,
+        &GELU_TABLE_F32,
         F32_CACHE,
         16,
         Some(&only),

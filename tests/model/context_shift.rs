@@ -23,7 +23,8 @@ use serde_json::Value;
 /// positions (LongRoPE's choice), in f64 from the configuration.
 fn angle(c: &ModelConfig, il: usize, i: usize, pos: f64, ctx: usize) -> f64 {
     let theta = c.layer_rope_theta(il) as f64;
-    let mut freq = theta.powf(-2.0 * i as f64 / c.rope_dims as f64);
+    let rope_dims = c.layer_shape(il).rope_dims;
+    let mut freq = theta.powf(-2.0 * i as f64 / rope_dims as f64);
     match c.layer_rope_scaling(il) {
         Some(RopeScaling::Linear { factor }) => freq /= *factor as f64,
         Some(RopeScaling::PerFrequency { divisors }) => freq /= divisors[i] as f64,
@@ -45,7 +46,7 @@ fn angle(c: &ModelConfig, il: usize, i: usize, pos: f64, ctx: usize) -> f64 {
         }) => {
             // YaRN: the unscaled frequency below the correction range, the interpolated one
             // above it, a linear ramp between.
-            let dims = c.rope_dims as f64;
+            let dims = rope_dims as f64;
             let corr = |rot: f64| {
                 dims * (*original_context as f64 / (rot * 2.0 * std::f64::consts::PI)).ln()
                     / (2.0 * theta.ln())
@@ -69,7 +70,7 @@ fn rerotate(
     (from, to): (usize, usize),
     ctx: usize,
 ) -> Vec<f64> {
-    let half = c.rope_dims / 2;
+    let half = c.layer_shape(il).rope_dims / 2;
     let mut out: Vec<f64> = head.iter().map(|&v| v as f64).collect();
     if !c.layer_has_rope(il) {
         return out;
@@ -125,12 +126,20 @@ fn check_shift(
     let mut s = Session::with_options(model, ctx, DEFAULT_BATCH, types).unwrap();
     s.prefill(prompt).unwrap();
     let n = prompt.len();
-    let w = c.kv_dim();
+    // A shared-KV layer (Gemma 4) has no cache of its own: width 0.
+    let width = |il: usize| {
+        if c.layer_has_kv(il) {
+            c.layer_kv_dim(il)
+        } else {
+            0
+        }
+    };
     let before: Vec<(Vec<f32>, Vec<f32>)> = s
         .cache()
         .layers
         .iter()
-        .map(|(k, v)| (rows_of(k, 0..n, w), rows_of(v, 0..n, w)))
+        .enumerate()
+        .map(|(il, (k, v))| (rows_of(k, 0..n, width(il)), rows_of(v, 0..n, width(il))))
         .collect();
     let dropped = s.shift_context(keep).unwrap();
     assert_eq!(dropped, (n - keep) / 2, "{what}");
@@ -139,6 +148,7 @@ fn check_shift(
     assert_eq!(&s.tokens()[keep..], &prompt[keep + dropped..], "{what}");
     let mut worst = 0.0f64;
     for (il, ((k_before, v_before), (kc, vc))) in before.iter().zip(&s.cache().layers).enumerate() {
+        let (w, shape) = (width(il), c.layer_shape(il));
         let (k_after, v_after) = (
             rows_of(kc, 0..keep + moved, w),
             rows_of(vc, 0..keep + moved, w),
@@ -160,9 +170,10 @@ fn check_shift(
         );
         for r in 0..moved {
             let (old, new) = (keep + dropped + r, keep + r);
-            for h in 0..c.n_kv_heads {
+            for h in 0..shape.n_kv_heads * usize::from(w > 0) {
+                let hd = shape.head_dim;
                 let head = |rows: &[f32], row: usize| {
-                    rows[row * w + h * c.head_dim..row * w + (h + 1) * c.head_dim].to_vec()
+                    rows[row * w + h * hd..row * w + (h + 1) * hd].to_vec()
                 };
                 let want = rerotate(c, il, &head(k_before, old), (old, new), ctx);
                 let got = head(&k_after, new);
@@ -239,6 +250,13 @@ fn re_rotated_keys_equal_keys_rotated_afresh() {
             "glm4-tiny".into(),
             ModelFile::open(&common::fixture("models/glm4-tiny.gguf")).unwrap(),
         ),
+        // Local and global layers of their own head shapes and RoPE (Gemma 4: proportional RoPE
+        // over a quarter of the global pairs), and shared-KV layers, whose caches are their
+        // source layers'.
+        (
+            "gemma4-tiny".into(),
+            ModelFile::open(&common::fixture("models/gemma4-tiny.gguf")).unwrap(),
+        ),
         // Partial RoPE with LongRoPE (Phi-3: 24 of 32 dims), whose short and long divisors a
         // short and a long context each take.
         (
@@ -256,7 +274,11 @@ fn re_rotated_keys_equal_keys_rotated_afresh() {
         let prompt = prompt_for(&Tokenizer::from_model(mf).unwrap());
         assert!(prompt.len() >= 24, "{name}: a prompt long enough to shift");
         for ty in CacheType::ALL {
-            if !model.config.head_dim.is_multiple_of(ty.block_len()) {
+            let c = &model.config;
+            if !c.head_dim.is_multiple_of(ty.block_len())
+                || c.local_attention
+                    .is_some_and(|l| !l.head_dim.is_multiple_of(ty.block_len()))
+            {
                 continue;
             }
             let long = match &model.config.rope_scaling {

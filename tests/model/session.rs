@@ -159,6 +159,8 @@ fn properties_hold_on_the_tiny_models() {
         "phi3-tiny.gguf",
         // Sandwich norms, partial RoPE in adjacent pairs.
         "glm4-tiny.gguf",
+        // Local and global head shapes, proportional RoPE, two shared-KV layers, window 16.
+        "gemma4-tiny.gguf",
     ] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
         check_properties(&mf, "The capital of France is", 12);
