@@ -144,27 +144,58 @@ impl Tokenizer {
         }
 
         let (mut inner, kind, default_add_bos) = match model {
+            "gemma4" => {
+                let merges = gguf_merges(md)?;
+                let bpe = BPE::builder()
+                    .vocab_and_merges(vocab, merges)
+                    .byte_fallback(true)
+                    .build()
+                    .map_err(|e| tok_err(format!("cannot build Gemma 4's BPE: {e}")))?;
+                let mut inner = tokenizers::Tokenizer::new(bpe);
+                // llama.cpp: spaces become ▁, then merges run over whole lines (newline runs
+                // apart), with no byte-level mapping.
+                inner
+                    .with_normalizer(Some(
+                        Replace::new(" ", "▁").map_err(|e| tok_err(e.to_string()))?,
+                    ))
+                    .map_err(|e| tok_err(e.to_string()))?;
+                inner.with_pre_tokenizer(Some(
+                    Split::new(
+                        SplitPattern::Regex("[^\n]+|\n+".into()),
+                        SplitDelimiterBehavior::Isolated,
+                        false,
+                    )
+                    .map_err(|e| tok_err(e.to_string()))?,
+                ));
+                inner.with_decoder(Some(DecoderSequence::new(vec![
+                    Replace::new("▁", " ")
+                        .map_err(|e| tok_err(e.to_string()))?
+                        .into(),
+                    ByteFallback::new().into(),
+                    Fuse::new().into(),
+                ])));
+                // llama.cpp takes a run of newlines that the vocabulary has whole as that token,
+                // before any merge: added tokens do the same here.
+                let runs: Vec<AddedToken> = tokens
+                    .iter()
+                    .zip(&types)
+                    .filter(|&(t, &ty)| {
+                        ty != TOKEN_TYPE_CONTROL && !t.is_empty() && t.chars().all(|c| c == '\n')
+                    })
+                    .map(|(t, _)| AddedToken::from(t.to_string(), false).normalized(false))
+                    .collect();
+                inner
+                    .add_tokens(runs)
+                    .map_err(|e| tok_err(e.to_string()))?;
+                // And it adds BOS whatever the file says (llama.cpp PR 21500).
+                (inner, TokenizerKind::SentencePiece, true)
+            }
             "gpt2" => {
                 let pre = md
                     .str("tokenizer.ggml.pre")?
                     .unwrap_or("default")
                     .to_string();
-                let merges = md
-                    .str_array("tokenizer.ggml.merges")?
-                    .ok_or_else(|| tok_err("byte-level BPE needs tokenizer.ggml.merges"))?;
-                let merges = merges
-                    .iter()
-                    .map(|m| {
-                        // As llama.cpp: split at the first space after the first character.
-                        let split = m
-                            .char_indices()
-                            .skip(1)
-                            .find(|&(_, c)| c == ' ')
-                            .map(|(i, _)| i)
-                            .ok_or_else(|| tok_err(format!("malformed merge {m:?}")))?;
-                        Ok((m[..split].to_string(), m[split + 1..].to_string()))
-                    })
-                    .collect::<Result<Vec<_>>>()?;
+                let merges = gguf_merges(md)?;
                 // llama.cpp takes a whole pre-token that is in the vocabulary as it is (tiktoken's
                 // rule) for these, and adds BOS by default except for GLM's (whose template
                 // starts with its own prefix).
@@ -224,7 +255,7 @@ impl Tokenizer {
             }
             other => {
                 return Err(Error::Unsupported(format!(
-                    "tokenizer model '{other}' is not supported (kiln reads gpt2 and llama)"
+                    "tokenizer model '{other}' is not supported (kiln reads gpt2, llama and gemma4)"
                 )));
             }
         };
@@ -518,6 +549,26 @@ impl Tokenizer {
             })
             .collect()
     }
+}
+
+/// `tokenizer.ggml.merges` as pairs, split as llama.cpp splits them: at the first space after the
+/// first character.
+fn gguf_merges(md: &Metadata) -> Result<Vec<(String, String)>> {
+    let merges = md
+        .str_array("tokenizer.ggml.merges")?
+        .ok_or_else(|| tok_err("BPE needs tokenizer.ggml.merges"))?;
+    merges
+        .iter()
+        .map(|m| {
+            let split = m
+                .char_indices()
+                .skip(1)
+                .find(|&(_, c)| c == ' ')
+                .map(|(i, _)| i)
+                .ok_or_else(|| tok_err(format!("malformed merge {m:?}")))?;
+            Ok((m[..split].to_string(), m[split + 1..].to_string()))
+        })
+        .collect()
 }
 
 fn tok_err(msg: impl Into<String>) -> Error {

@@ -154,6 +154,22 @@ fn phi3_template_renders_like_jinja2() {
     renders_like_jinja2(source, "template-phi3.json");
 }
 
+/// Gemma 4 31B's template (kiln's built-in for gemma4 files without one) as jinja2 renders it:
+/// `<|turn>role … <turn|>`, an empty thought channel opening the model's turn.
+#[test]
+fn gemma4_template_renders_like_jinja2() {
+    let source = include_str!("../../src/model/templates/gemma4.jinja");
+    renders_like_jinja2(source, "template-gemma4.json");
+}
+
+/// Gemma 4's template with `enable_thinking` true (`--chat-template-kwargs`): a system turn
+/// carrying `<|think|>`, and no empty thought channel, as in jinja2.
+#[test]
+fn gemma4_template_with_thinking_renders_like_jinja2() {
+    let source = include_str!("../../src/model/templates/gemma4.jinja");
+    renders_like_jinja2(source, "template-gemma4-thinking.json");
+}
+
 /// Every render in `golden` (scripts/reference/render_template.py: four conversations, with and
 /// without the generation prompt, with the golden's BOS and EOS texts) equals kiln's.
 fn renders_like_jinja2(source: &str, golden: &str) {

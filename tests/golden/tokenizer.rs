@@ -166,6 +166,23 @@ fn phi3_special_tokens_swallow_the_whitespace_after_them_like_llama_cpp() {
     assert_ne!(tok.encode("<|user|>\nWhat is 2+2?", false).unwrap(), plain);
 }
 
+/// Gemma 4's tokenizer type (tests/fixtures/make_gemma4_vocab.py: Gemma 3's pieces written as
+/// llama.cpp's converter writes Gemma 4's, `tokenizer.ggml.model = gemma4`): spaces as ▁, merges
+/// over whole lines, byte fallback, newline runs whole; the turn and channel tokens of Gemma 4's
+/// template parsed. Against llama.cpp's ids, chat renders included.
+#[test]
+fn gemma4_vocabulary_tokenizes_like_llama_cpp() {
+    let tok = load(&common::fixture("models/gemma4-vocab.gguf"));
+    let g = common::golden("llama-cpp-gemma4-vocab.json");
+    assert!(check_ids(&tok, &g["tokenize"], "gemma4") >= 40);
+    assert!(tok.add_bos, "llama.cpp adds BOS for gemma4");
+    assert_eq!(
+        tok.decode(&tok.encode("  two  spaces\n\n\nand 🦀", false).unwrap(), false)
+            .unwrap(),
+        "  two  spaces\n\n\nand 🦀"
+    );
+}
+
 #[test]
 fn tokenizer_json_matches_the_gguf_vocabulary() {
     let gguf = load(&common::real_model(common::REAL_MODELS[0]));
