@@ -65,6 +65,9 @@ fn summarize(m: &ModelFile) -> Summary {
                 (Some("gpt2"), Some(pre)) => format!("gpt2 (byte-level BPE, pre-tokenizer {pre})"),
                 (Some("gpt2"), None) => "gpt2 (byte-level BPE)".to_string(),
                 (Some("llama"), _) => "llama (SentencePiece BPE with byte fallback)".to_string(),
+                (Some("gemma4"), _) => {
+                    "gemma4 (BPE over ▁-spaced lines with byte fallback)".to_string()
+                }
                 (Some(other), _) => format!("{other} (not supported)"),
                 (None, _) => "none".to_string(),
             };

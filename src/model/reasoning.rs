@@ -1,8 +1,9 @@
 //! A reply's reasoning told apart from its answer, token by token, in the two formats models use:
 //! gpt-oss's harmony channels (`<|channel|>analysis<|message|>…<|end|><|start|>assistant
 //! <|channel|>final<|message|>…`: the analysis channel is reasoning, every other channel answer,
-//! the headers between them markup) and `<think>…</think>` (Qwen3, Qwen3.5, DeepSeek-R1 and their
-//! descendants). The splitter follows the prompt first, so a prompt that ends inside a header
+//! the headers between them markup), `<think>…</think>` (Qwen3, Qwen3.5, DeepSeek-R1 and their
+//! descendants), and Gemma 4's thought channel (`<|channel>thought\n…<channel|>`: think tags whose
+//! first line names the channel). The splitter follows the prompt first, so a prompt that ends inside a header
 //! (harmony's `<|start|>assistant`) or inside `<think>` starts the reply there.
 
 use super::tokenizer::Tokenizer;
@@ -42,8 +43,25 @@ enum HarmonyState {
 #[derive(Debug, Clone)]
 enum Format {
     Plain,
-    Harmony { ids: Harmony, state: HarmonyState },
-    Think { open: u32, close: u32, inside: bool },
+    Harmony {
+        ids: Harmony,
+        state: HarmonyState,
+    },
+    Think {
+        open: u32,
+        close: u32,
+        /// The open tag starts a line that names the channel (Gemma 4): markup.
+        named: bool,
+        state: ThinkState,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ThinkState {
+    Outside,
+    /// After a named open tag, up to the end of its line.
+    Name,
+    Inside,
 }
 
 /// Routes each token of a reply to the answer, the reasoning, or neither.
@@ -53,18 +71,25 @@ pub struct ReplySplitter {
 }
 
 impl ReplySplitter {
-    /// The splitter for `tok`'s format (harmony, think tags, or none), having followed `prompt`.
+    /// The splitter for `tok`'s format (harmony, think tags, Gemma 4's channel, or none), having
+    /// followed `prompt`.
     pub fn new(tok: &Tokenizer, prompt: &[u32]) -> ReplySplitter {
         let id = |t: &str| tok.token_id(t);
+        let think = |open, close, named| Format::Think {
+            open,
+            close,
+            named,
+            state: ThinkState::Outside,
+        };
         let format = match (
             id("<|start|>"),
             id("<|end|>"),
             id("<|message|>"),
             id("<|channel|>"),
-            id("<think>"),
-            id("</think>"),
+            (id("<think>"), id("</think>")),
+            (id("<|channel>"), id("<channel|>")),
         ) {
-            (Some(start), Some(end), Some(message), Some(channel), _, _) => Format::Harmony {
+            (Some(start), Some(end), Some(message), Some(channel), ..) => Format::Harmony {
                 ids: Harmony {
                     start,
                     end,
@@ -74,49 +99,57 @@ impl ReplySplitter {
                 // A reply without any harmony header is all answer.
                 state: HarmonyState::Content { analysis: false },
             },
-            (.., Some(open), Some(close)) => Format::Think {
-                open,
-                close,
-                inside: false,
-            },
+            (.., (Some(open), Some(close)), _) => think(open, close, false),
+            (.., (Some(open), Some(close))) => think(open, close, true),
             _ => Format::Plain,
         };
-        ReplySplitter { format }.after(prompt, &|ids| is_analysis(tok, ids))
+        ReplySplitter { format }.after(prompt, &|ids| text(tok, ids))
     }
 
     /// The splitter having followed `prompt`.
-    fn after(mut self, prompt: &[u32], is_analysis: &dyn Fn(&[u32]) -> bool) -> ReplySplitter {
+    fn after(mut self, prompt: &[u32], text: &dyn Fn(&[u32]) -> String) -> ReplySplitter {
         for &t in prompt {
-            self.route_with(t, is_analysis);
+            self.route_with(t, text);
         }
         self
     }
 
     /// Where token `t` of `tok`'s vocabulary goes.
     pub fn route(&mut self, tok: &Tokenizer, t: u32) -> Route {
-        self.route_with(t, &|ids| is_analysis(tok, ids))
+        self.route_with(t, &|ids| text(tok, ids))
     }
 
-    /// Where token `t` goes, harmony channel names told by `is_analysis` (a name may come in
-    /// any tokenization: constrained sampling, for one, picks its own).
-    fn route_with(&mut self, t: u32, is_analysis: &dyn Fn(&[u32]) -> bool) -> Route {
+    /// Where token `t` goes, with `text` giving the text of ids (a harmony channel name may come
+    /// in any tokenization: constrained sampling, for one, picks its own).
+    fn route_with(&mut self, t: u32, text: &dyn Fn(&[u32]) -> String) -> Route {
         match &mut self.format {
             Format::Plain => Route::Answer,
             Format::Think {
                 open,
                 close,
-                inside,
+                named,
+                state,
             } => {
                 if t == *open {
-                    *inside = true;
-                    Route::Markup
-                } else if t == *close {
-                    *inside = false;
-                    Route::Markup
-                } else if *inside {
-                    Route::Reasoning
-                } else {
-                    Route::Answer
+                    *state = match named {
+                        true => ThinkState::Name,
+                        false => ThinkState::Inside,
+                    };
+                    return Route::Markup;
+                }
+                if t == *close {
+                    *state = ThinkState::Outside;
+                    return Route::Markup;
+                }
+                match state {
+                    ThinkState::Outside => Route::Answer,
+                    ThinkState::Inside => Route::Reasoning,
+                    ThinkState::Name => {
+                        if text(&[t]).contains('\n') {
+                            *state = ThinkState::Inside;
+                        }
+                        Route::Markup
+                    }
                 }
             }
             Format::Harmony { ids, state } => {
@@ -134,7 +167,7 @@ impl ReplySplitter {
                 }
                 if t == ids.message {
                     let analysis = match state {
-                        HarmonyState::Channel(name) => is_analysis(name),
+                        HarmonyState::Channel(name) => text(name).trim() == "analysis",
                         _ => false,
                     };
                     *state = HarmonyState::Content { analysis };
@@ -154,10 +187,9 @@ impl ReplySplitter {
     }
 }
 
-/// Whether the channel name `ids` spells `analysis`.
-fn is_analysis(tok: &Tokenizer, ids: &[u32]) -> bool {
-    tok.decode(ids, false)
-        .is_ok_and(|name| name.trim() == "analysis")
+/// The text of `ids` in `tok`'s vocabulary (empty where it has none).
+fn text(tok: &Tokenizer, ids: &[u32]) -> String {
+    tok.decode(ids, false).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -187,29 +219,43 @@ mod tests {
                 state: HarmonyState::Content { analysis: false },
             },
         }
-        .after(prompt, &is_analysis)
+        .after(prompt, &text)
     }
 
-    fn is_analysis(ids: &[u32]) -> bool {
-        ids == [ANALYSIS]
+    const THOUGHT: u32 = 13;
+    const NEWLINE: u32 = 14;
+
+    /// The made-up vocabulary's texts.
+    fn text(ids: &[u32]) -> String {
+        ids.iter()
+            .map(|&t| match t {
+                ANALYSIS => "analysis",
+                FINAL => "final",
+                THOUGHT => "thought",
+                NEWLINE => "\n",
+                _ => "x",
+            })
+            .collect()
     }
 
-    fn think(prompt: &[u32]) -> ReplySplitter {
+    fn think_with(prompt: &[u32], named: bool) -> ReplySplitter {
         ReplySplitter {
             format: Format::Think {
                 open: OPEN,
                 close: CLOSE,
-                inside: false,
+                named,
+                state: ThinkState::Outside,
             },
         }
-        .after(prompt, &is_analysis)
+        .after(prompt, &text)
+    }
+
+    fn think(prompt: &[u32]) -> ReplySplitter {
+        think_with(prompt, false)
     }
 
     fn routes(s: &mut ReplySplitter, reply: &[u32]) -> Vec<Route> {
-        reply
-            .iter()
-            .map(|&t| s.route_with(t, &is_analysis))
-            .collect()
+        reply.iter().map(|&t| s.route_with(t, &text)).collect()
     }
 
     use Route::{Answer as A, Markup as M, Reasoning as R};
@@ -246,5 +292,20 @@ mod tests {
         assert_eq!(routes(&mut think(&[30, OPEN]), &[40, CLOSE, 50]), [R, M, A]);
         // One that closes an empty one (Qwen3 with thinking off).
         assert_eq!(routes(&mut think(&[OPEN, CLOSE]), &[50]), [A]);
+    }
+
+    #[test]
+    fn gemma4_channel_names_its_line_then_reasons() {
+        // `<|channel>thought\n…<channel|>answer`: the name line is markup.
+        assert_eq!(
+            routes(
+                &mut think_with(&[30], true),
+                &[OPEN, THOUGHT, NEWLINE, 40, 41, CLOSE, 50]
+            ),
+            [M, M, M, R, R, M, A]
+        );
+        // Thinking off: the template closes an empty channel in the prompt.
+        let mut s = think_with(&[OPEN, THOUGHT, NEWLINE, CLOSE], true);
+        assert_eq!(routes(&mut s, &[50, 51]), [A, A]);
     }
 }

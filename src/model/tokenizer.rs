@@ -184,9 +184,7 @@ impl Tokenizer {
                     })
                     .map(|(t, _)| AddedToken::from(t.to_string(), false).normalized(false))
                     .collect();
-                inner
-                    .add_tokens(runs)
-                    .map_err(|e| tok_err(e.to_string()))?;
+                inner.add_tokens(runs).map_err(|e| tok_err(e.to_string()))?;
                 // And it adds BOS whatever the file says (llama.cpp PR 21500).
                 (inner, TokenizerKind::SentencePiece, true)
             }

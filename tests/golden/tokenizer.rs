@@ -177,8 +177,11 @@ fn gemma4_vocabulary_tokenizes_like_llama_cpp() {
     assert!(check_ids(&tok, &g["tokenize"], "gemma4") >= 40);
     assert!(tok.add_bos, "llama.cpp adds BOS for gemma4");
     assert_eq!(
-        tok.decode(&tok.encode("  two  spaces\n\n\nand 🦀", false).unwrap(), false)
-            .unwrap(),
+        tok.decode(
+            &tok.encode("  two  spaces\n\n\nand 🦀", false).unwrap(),
+            false
+        )
+        .unwrap(),
         "  two  spaces\n\n\nand 🦀"
     );
 }
