@@ -3,6 +3,7 @@
 //! backend. Qwen3.5's blocks (Gated DeltaNet or gated attention) are in weights/qwen35.rs; every
 //! block's feed-forward part, dense or a mixture of experts, in weights/moe.rs.
 
+mod gemma4;
 mod moe;
 mod qwen35;
 
@@ -13,6 +14,7 @@ use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
+pub use gemma4::{Gemma4Experts, PerLayerEmbeddings, PerLayerInput};
 pub use moe::{ExpertBiases, ExpertsGateUp, Ffn, MoeWeights, SharedExpertWeights};
 pub use qwen35::{DeltaNetWeights, GatedAttentionWeights, Mixer, Qwen35Layer};
 
@@ -44,6 +46,10 @@ pub struct LayerWeights<B: Backend> {
     pub ffn: Ffn<B>,
     /// Gemma: norm of the feed-forward output before the residual add.
     pub post_ffn_norm: Option<B::Weight>,
+    /// Gemma 4 26B-A4B: experts beside the dense MLP (`ffn`).
+    pub experts: Option<Gemma4Experts<B>>,
+    /// Gemma 4 E2B/E4B: the block's per-layer input.
+    pub per_layer: Option<PerLayerInput<B>>,
 }
 
 /// The weights of one block: a standard transformer layer, or a Qwen3.5 block.
@@ -58,6 +64,8 @@ pub struct Weights<B: Backend> {
     /// None: tied to the embedding table.
     pub output: Option<B::Weight>,
     pub layers: Vec<Block<B>>,
+    /// Gemma 4 E2B/E4B: the per-layer token embeddings.
+    pub per_layer_embd: Option<PerLayerEmbeddings<B>>,
     /// The file's tensors that no block read (`unused_tensors`).
     pub unused: Vec<String>,
 }
@@ -276,8 +284,17 @@ impl<B: Backend> Weights<B> {
                 },
                 post_attn_norm: post_norm("post_attention_norm.weight")?,
                 ffn_norm: f.norm(&n(&format!("{}.weight", family.ffn_norm)), h)?,
-                ffn: moe::ffn(&f, c, i)?,
+                // Gemma 4's experts are a second feed-forward beside the dense one.
+                ffn: match gemma4 {
+                    true => moe::dense_ffn(&f, c, i)?,
+                    false => moe::ffn(&f, c, i)?,
+                },
                 post_ffn_norm: post_norm("post_ffw_norm.weight")?,
+                experts: match gemma4 {
+                    true => gemma4::experts(&f, c, i)?,
+                    false => None,
+                },
+                per_layer: gemma4::per_layer_input(&f, c, i)?,
             }));
         }
         let vocab = c.vocab_size;
@@ -292,11 +309,13 @@ impl<B: Backend> Weights<B> {
             backend.embedding_table(f.tensor("token_embd.weight", &[h, vocab])?)?
         };
         let output_norm = f.norm("output_norm.weight", h)?;
+        let per_layer_embd = gemma4::per_layer_embeddings(&f, c)?;
         Ok(Weights {
             tok_embd,
             output_norm,
             output,
             layers,
+            per_layer_embd,
             unused: unused_tensors(file, &f.used.borrow()),
         })
     }

@@ -179,3 +179,24 @@ fn glm4_matches_llama_cpp() {
 fn gemma4_matches_llama_cpp() {
     check("gemma4-tiny.gguf", "llama-cpp-gemma4.json", &GELU_TABLE_F32);
 }
+
+/// Gemma 4's mixture of experts (tests/fixtures/make_gemma4_tiny.py `moe`, 26B-A4B's ratios):
+/// experts routed on their own scaled norm beside every block's dense MLP, each expert's output
+/// scale, fused gate and up. Repacked and not.
+#[test]
+fn gemma4_moe_matches_llama_cpp() {
+    check_with(
+        "gemma4moe-tiny.gguf",
+        "llama-cpp-gemma4moe.json",
+        &GELU_TABLE_F32,
+        &[true, false],
+    );
+}
+
+/// Gemma 4 E2B's shape (tests/fixtures/make_gemma4_tiny.py `e2b`): per-layer token embeddings
+/// (Q8_0) mixed with a projection of the token's embedding into every block, three shared-KV
+/// layers with twice the MLP width.
+#[test]
+fn gemma4_e2b_matches_llama_cpp() {
+    check("gemma4e-tiny.gguf", "llama-cpp-gemma4e.json", &GELU_TABLE_F32);
+}

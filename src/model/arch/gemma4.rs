@@ -26,13 +26,14 @@
 
 use super::Step;
 use super::family::{Family, LayerKind, require_whole_heads};
+use super::moe::{RoutedExperts, SharedExpert, gguf_experts};
 use super::gemma3::gguf_layer_pattern;
-use crate::backend::Backend;
+use crate::backend::{Backend, GateActivation, MoeRouteParams};
 use crate::error::{Error, Result};
 use crate::model::Arch;
 use crate::model::chat::GEMMA4 as GEMMA4_TEMPLATE;
-use crate::model::config::{Activation, AttentionShape, GgufKeys, ModelConfig};
-use crate::model::weights::LayerWeights;
+use crate::model::config::{Activation, AttentionShape, GgufKeys, ModelConfig, MoeConfig};
+use crate::model::weights::{Gemma4Experts, LayerWeights, PerLayerInput};
 
 pub(crate) const GEMMA4: Family = Family {
     arch: Arch::Gemma4,
@@ -51,35 +52,21 @@ pub(crate) const GEMMA4: Family = Family {
     chat_template: &GEMMA4_TEMPLATE,
 };
 
-fn unsupported<T>(keys: &GgufKeys, k: &str, what: &str) -> Result<T> {
-    Err(Error::Unsupported(format!(
-        "{}: {what} is not supported yet (kiln runs Gemma 4 31B-style dense models)",
-        keys.key(k)
-    )))
-}
-
 fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
-    if keys.usize("embedding_length_per_layer_input")?.unwrap_or(0) > 0 {
-        return unsupported(
-            keys,
-            "embedding_length_per_layer_input",
-            "Gemma 4's per-layer token embeddings (E2B, E4B)",
-        );
+    c.per_layer_embedding = keys.usize("embedding_length_per_layer_input")?.unwrap_or(0);
+    // E2B's shared-KV layers are twice as wide: one width per layer.
+    let widths = keys
+        .per_layer("feed_forward_length", c.n_layers)?
+        .ok_or_else(|| keys.missing("feed_forward_length"))?;
+    c.intermediate_size = widths.iter().copied().max().unwrap_or(0);
+    if widths.iter().any(|&w| w != c.intermediate_size) {
+        c.ffn_widths = Some(widths);
     }
-    if keys.usize("expert_count")?.unwrap_or(0) > 0 {
-        return unsupported(
-            keys,
-            "expert_count",
-            "Gemma 4's mixture of experts (26B-A4B)",
-        );
-    }
-    if keys.usize("feed_forward_length").is_err() {
-        return unsupported(
-            keys,
-            "feed_forward_length",
-            "a feed-forward width per layer",
-        );
-    }
+    // 26B-A4B: experts in every block, beside its dense MLP.
+    c.moe = gguf_experts(keys, SharedExpert::No)?.map(|m| MoeConfig {
+        activation: GateActivation::GeluTanh,
+        ..m
+    });
     c.qk_norm = true;
     c.embedding_scale = Some((c.hidden_size as f32).sqrt());
     c.activation = Activation::GeluTanh;
@@ -144,9 +131,133 @@ pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
 
     f.norm_input(&l.ffn_norm);
     f.feed_forward(&l.ffn);
+    if let Some(e) = &l.experts {
+        experts(f, e);
+    }
     f.norm_output(l.post_ffn_norm.as_ref());
     f.residual();
+    if let Some(p) = &l.per_layer {
+        per_layer_input(f, p);
+    }
     f.scale_layer_output();
+}
+
+/// 26B-A4B's experts beside the dense MLP, whose output is in `o`: the experts routed by
+/// softmax over a scaled norm of the block's input `x`, run on their own norm of it, summed by
+/// weight (times each expert's output scale) and normed; `o` becomes the normed MLP output plus
+/// that.
+fn experts<B: Backend>(f: &mut Step<B>, e: &Gemma4Experts<B>) {
+    let (m, rows) = (f.model, f.rows);
+    let (b, c) = (&m.backend, &m.config);
+    let moe = c.moe.as_ref().expect("a Gemma 4 block with experts has their settings");
+    let (h, k, eps) = (c.hidden_size, moe.n_used, c.rms_norm_eps);
+    let s = &mut *f.s;
+    let ms = s.moe.as_mut().expect("MoE models have MoE scratch");
+    b.rms_norm(&mut s.o, &e.dense_out_norm, rows, eps);
+    // The router's input, in the expert outputs' buffer until the experts run.
+    b.rms_norm_into(&s.x, &e.router_norm, rows, h, eps, &mut ms.down);
+    b.matmul(&ms.down, &e.router, rows, &mut ms.router);
+    let route = MoeRouteParams {
+        rows,
+        n_expert: moe.n_expert,
+        n_used: k,
+        gating: moe.gating,
+        normalize: moe.normalize,
+        scale: moe.weights_scale,
+    };
+    b.moe_route(&ms.router, None, &route, &mut ms.selected, &mut ms.weights);
+    if let Some(scale) = &e.down_scale {
+        // Each slot's expert's factor, gathered into the (not yet used) gate buffer.
+        let slots = rows * k;
+        b.upload(&mut ms.gate, &vec![0.0; slots]);
+        b.add_expert_bias(&mut ms.gate, scale, &ms.selected, slots, 1);
+        b.scale_rows(&mut ms.weights, &ms.gate, slots, 1);
+    }
+    b.rms_norm_into(&s.x, &e.input_norm, rows, h, eps, &mut s.h);
+    let routed = RoutedExperts {
+        gate_up: &e.gate_up,
+        down: &e.down,
+        biases: None,
+    };
+    routed.run(b, &s.h, ms, rows, moe, h);
+    b.moe_combine(&ms.down, &ms.weights, rows, k, h, &mut s.h);
+    b.rms_norm(&mut s.h, &e.experts_out_norm, rows, eps);
+    b.add(&mut s.o, &s.h, rows * h);
+}
+
+/// E2B/E4B's per-layer input, after the block's residual add: this layer's slice of the
+/// per-layer embeddings (× sqrt(P)) plus the normed projection of the scaled token embedding
+/// (÷ sqrt(hidden)), over sqrt(2), gates `gelu(gate(x))`; projected back, normed, added to `x`.
+fn per_layer_input<B: Backend>(f: &mut Step<B>, p: &PerLayerInput<B>) {
+    let (m, rows, il) = (f.model, f.rows, f.il);
+    let (b, c) = (&m.backend, &m.config);
+    let (h, width, eps) = (c.hidden_size, c.per_layer_embedding, c.rms_norm_eps);
+    let embd = m
+        .weights
+        .per_layer_embd
+        .as_ref()
+        .expect("a model with per-layer inputs has their embeddings");
+    let s = &mut *f.s;
+    if std::mem::take(&mut s.pending_residual) {
+        b.add(&mut s.x, &s.o, rows * h);
+    }
+    let g = s
+        .gemma4
+        .as_mut()
+        .expect("a model with per-layer inputs has their scratch");
+    b.matmul(&g.x0, &p.model_proj, rows, &mut g.input);
+    b.scale_rows(&mut g.input, &g.inv_sqrt_hidden, rows, width);
+    b.rms_norm(&mut g.input, &embd.proj_norm, rows, eps);
+    let ids: Vec<u32> = g
+        .ids
+        .iter()
+        .map(|&t| t * c.n_layers as u32 + il as u32)
+        .collect();
+    b.embed(&embd.table, &ids, (width as f32).sqrt(), &mut g.embedded);
+    b.add(&mut g.input, &g.embedded, rows * width);
+    b.scale_rows(&mut g.input, &g.inv_sqrt2, rows, width);
+    b.matmul(&s.x, &p.gate, rows, &mut g.gate);
+    b.gated_activation(&mut g.gate, &g.input, rows * width, GateActivation::GeluTanh);
+    b.matmul(&g.gate, &p.proj, rows, &mut s.o);
+    b.rms_norm(&mut s.o, &p.post_norm, rows, eps);
+    f.residual();
+}
+
+/// What per-layer inputs (E2B/E4B) need besides the shared activations.
+pub(crate) struct Gemma4Scratch<B: Backend> {
+    /// The scaled token embeddings of the chunk, and its token ids.
+    pub x0: B::Buffer,
+    pub ids: Vec<u32>,
+    /// A layer's per-layer input, its embedding rows, and its gate (`rows × P` each).
+    input: B::Buffer,
+    embedded: B::Buffer,
+    gate: B::Buffer,
+    /// `rows` copies of 1/sqrt(hidden) and of 1/sqrt(2).
+    inv_sqrt_hidden: B::Buffer,
+    inv_sqrt2: B::Buffer,
+}
+
+impl<B: Backend> Gemma4Scratch<B> {
+    pub fn new(c: &ModelConfig, b: &B, rows: usize) -> Result<Option<Gemma4Scratch<B>>> {
+        let width = c.per_layer_embedding;
+        if width == 0 {
+            return Ok(None);
+        }
+        let constant = |v: f32| -> Result<B::Buffer> {
+            let mut buf = b.buffer(rows)?;
+            b.upload(&mut buf, &vec![v; rows]);
+            Ok(buf)
+        };
+        Ok(Some(Gemma4Scratch {
+            x0: b.buffer(rows * c.hidden_size)?,
+            ids: Vec::with_capacity(rows),
+            input: b.buffer(rows * width)?,
+            embedded: b.buffer(rows * width)?,
+            gate: b.buffer(rows * width)?,
+            inv_sqrt_hidden: constant(1.0 / (c.hidden_size as f32).sqrt())?,
+            inv_sqrt2: constant(1.0 / 2f32.sqrt())?,
+        }))
+    }
 }
 
 /// Gemma 4's attention of `h` into `o`: queries (and, on a layer with a cache of its own, keys

@@ -112,6 +112,8 @@ pub struct Scratch<B: Backend> {
     qwen35: Option<qwen35::Qwen35Scratch<B>>,
     /// What mixture-of-experts blocks need besides.
     moe: Option<moe::MoeScratch<B>>,
+    /// What Gemma 4's per-layer inputs need besides.
+    gemma4: Option<gemma4::Gemma4Scratch<B>>,
     /// Per layer with an output scale (Gemma 4), `rows` copies of it.
     layer_scales: Vec<Option<B::Buffer>>,
     /// `x += o` is still to be done: a block's residual add waits for the next block's input
@@ -291,7 +293,7 @@ impl<B: Backend> Model<B> {
             .moe
             .as_ref()
             .and_then(|m| m.shared_ff)
-            .map_or(c.intermediate_size, |s| s.max(c.intermediate_size));
+            .map_or(c.max_ff(), |s| s.max(c.max_ff()));
         Ok(Scratch {
             rows,
             x: b.buffer(rows * c.hidden_size)?,
@@ -316,6 +318,7 @@ impl<B: Backend> Model<B> {
                 None => None,
             },
             qwen35: qwen35::Qwen35Scratch::new(c, b, rows)?,
+            gemma4: gemma4::Gemma4Scratch::new(c, b, rows)?,
             moe: match &c.moe {
                 Some(m) => Some(moe::MoeScratch::new(m, c.hidden_size, b, rows)?),
                 None => None,
@@ -399,6 +402,11 @@ impl<B: Backend> Model<B> {
             c.embedding_scale.unwrap_or(1.0),
             &mut s.x,
         );
+        if let Some(g) = &mut s.gemma4 {
+            b.copy_rows_from(&s.x, 0, &mut g.x0, rows, c.hidden_size);
+            g.ids.clear();
+            g.ids.extend_from_slice(ids);
+        }
         for (rope, table) in self.ropes.iter().zip(s.rope_tables.iter_mut()) {
             rope.table(start_pos, rows, cache.ctx, &mut s.rope_host);
             b.upload(table, &s.rope_host);
@@ -664,7 +672,7 @@ impl<B: Backend> Step<'_, B> {
             Activation::Silu => GateActivation::Silu,
             Activation::GeluTanh => GateActivation::GeluTanh,
         };
-        let (rows, width) = (self.rows, c.intermediate_size);
+        let (rows, width) = (self.rows, c.layer_ff(self.il));
         b.matmul_gated(&s.h, gate, up, rows, width, act, &mut s.gate, &mut s.up);
         b.matmul(&s.gate, down, self.rows, &mut s.o);
     }

@@ -11,7 +11,7 @@ use super::Step;
 use crate::backend::{Backend, ExpertGating, ExpertMatmulParams, GateActivation, MoeRouteParams};
 use crate::error::{Error, Result};
 use crate::model::config::{GgufKeys, MoeConfig};
-use crate::model::weights::{ExpertsGateUp, MoeWeights};
+use crate::model::weights::{ExpertBiases, ExpertsGateUp, MoeWeights};
 
 /// Whether a family's expert blocks have a shared expert, and so need its width.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -35,7 +35,8 @@ pub(crate) fn gguf_experts(keys: &GgufKeys, shared: SharedExpert) -> Result<Opti
             keys.key("expert_count")
         )));
     }
-    let dense_ff = keys.usize("feed_forward_length")?;
+    // Only a fallback here; a per-layer array (Gemma 4) is its family's to read.
+    let dense_ff = keys.usize("feed_forward_length").ok().flatten();
     let expert_ff = match keys.usize("expert_feed_forward_length") {
         Ok(Some(ff)) => ff,
         // llama.cpp's fallback: the dense width split among the experts a token uses.
@@ -101,13 +102,13 @@ const SHARED_SCRATCH: &str = "a shared expert has its scratch";
 
 /// The activation buffers of a mixture-of-experts block, for up to `rows` tokens.
 pub(crate) struct MoeScratch<B: Backend> {
-    router: B::Buffer,
-    selected: B::Buffer,
-    weights: B::Buffer,
+    pub(super) router: B::Buffer,
+    pub(super) selected: B::Buffer,
+    pub(super) weights: B::Buffer,
     /// Per slot (token × used expert): gate and up, then the down projection.
-    gate: B::Buffer,
-    up: B::Buffer,
-    down: B::Buffer,
+    pub(super) gate: B::Buffer,
+    pub(super) up: B::Buffer,
+    pub(super) down: B::Buffer,
     /// The shared expert's gate logit and output (its gate and up use the dense scratch).
     shared: Option<(B::Buffer, B::Buffer)>,
 }
@@ -130,13 +131,74 @@ impl<B: Backend> MoeScratch<B> {
     }
 }
 
+/// The routed experts' weights, for `run`.
+pub(super) struct RoutedExperts<'a, B: Backend> {
+    pub gate_up: &'a ExpertsGateUp<B>,
+    pub down: &'a B::Weight,
+    pub biases: Option<&'a ExpertBiases<B>>,
+}
+
+impl<B: Backend> RoutedExperts<'_, B> {
+    /// Each slot's expert (`ms.selected`, routed already) on its token's row of `input`: gate and
+    /// up, the activation, down, into `ms.down` (one row of `hidden` per slot).
+    pub(super) fn run(
+        &self,
+        b: &B,
+        input: &B::Buffer,
+        ms: &mut MoeScratch<B>,
+        rows: usize,
+        moe: &MoeConfig,
+        hidden: usize,
+    ) {
+        let (k, eff) = (moe.n_used, moe.expert_ff);
+        let shared_input = |w_rows: usize, stride: usize, offset: usize| ExpertMatmulParams {
+            rows,
+            n_used: k,
+            per_slot_input: false,
+            expert_rows: w_rows,
+            expert_stride: stride,
+            row_offset: offset,
+        };
+        match self.gate_up {
+            ExpertsGateUp::Separate { gate, up } => {
+                let p = shared_input(eff, eff, 0);
+                b.expert_matmul(input, gate, &ms.selected, &mut ms.gate, &p);
+                b.expert_matmul(input, up, &ms.selected, &mut ms.up, &p);
+            }
+            ExpertsGateUp::Fused(w) => {
+                let gate = shared_input(eff, 2 * eff, 0);
+                let up = shared_input(eff, 2 * eff, eff);
+                b.expert_matmul(input, w, &ms.selected, &mut ms.gate, &gate);
+                b.expert_matmul(input, w, &ms.selected, &mut ms.up, &up);
+            }
+        }
+        if let Some(bias) = self.biases {
+            b.add_expert_bias(&mut ms.gate, &bias.gate, &ms.selected, rows * k, eff);
+            b.add_expert_bias(&mut ms.up, &bias.up, &ms.selected, rows * k, eff);
+        }
+        b.gated_activation(&mut ms.gate, &ms.up, rows * k * eff, moe.activation);
+        let down = ExpertMatmulParams {
+            rows,
+            n_used: k,
+            per_slot_input: true,
+            expert_rows: hidden,
+            expert_stride: hidden,
+            row_offset: 0,
+        };
+        b.expert_matmul(&ms.gate, self.down, &ms.selected, &mut ms.down, &down);
+        if let Some(bias) = self.biases {
+            b.add_expert_bias(&mut ms.down, &bias.down, &ms.selected, rows * k, hidden);
+        }
+    }
+}
+
 impl<B: Backend> Step<'_, B> {
     /// Routed experts, plus the gated shared expert where the block has one, of `h` into `o`.
     pub fn moe(&mut self, l: &MoeWeights<B>) {
         let (m, rows) = (self.model, self.rows);
         let (b, c) = (&m.backend, &m.config);
         let moe = c.moe.as_ref().expect("an MoE block has its settings");
-        let (h, k, eff) = (c.hidden_size, moe.n_used, moe.expert_ff);
+        let (h, k) = (c.hidden_size, moe.n_used);
         let s = &mut *self.s;
         let ms = s.moe.as_mut().expect("MoE models have MoE scratch");
 
@@ -175,44 +237,12 @@ impl<B: Backend> Step<'_, B> {
         };
         let bias = l.selection_bias.as_ref();
         b.moe_route(&ms.router, bias, &route, &mut ms.selected, &mut ms.weights);
-        let shared_input = |w_rows: usize, stride: usize, offset: usize| ExpertMatmulParams {
-            rows,
-            n_used: k,
-            per_slot_input: false,
-            expert_rows: w_rows,
-            expert_stride: stride,
-            row_offset: offset,
+        let experts = RoutedExperts {
+            gate_up: &l.gate_up,
+            down: &l.down,
+            biases: l.biases.as_ref(),
         };
-        match &l.gate_up {
-            ExpertsGateUp::Separate { gate, up } => {
-                let p = shared_input(eff, eff, 0);
-                b.expert_matmul(&s.h, gate, &ms.selected, &mut ms.gate, &p);
-                b.expert_matmul(&s.h, up, &ms.selected, &mut ms.up, &p);
-            }
-            ExpertsGateUp::Fused(w) => {
-                let gate = shared_input(eff, 2 * eff, 0);
-                let up = shared_input(eff, 2 * eff, eff);
-                b.expert_matmul(&s.h, w, &ms.selected, &mut ms.gate, &gate);
-                b.expert_matmul(&s.h, w, &ms.selected, &mut ms.up, &up);
-            }
-        }
-        if let Some(bias) = &l.biases {
-            b.add_expert_bias(&mut ms.gate, &bias.gate, &ms.selected, rows * k, eff);
-            b.add_expert_bias(&mut ms.up, &bias.up, &ms.selected, rows * k, eff);
-        }
-        b.gated_activation(&mut ms.gate, &ms.up, rows * k * eff, moe.activation);
-        let down = ExpertMatmulParams {
-            rows,
-            n_used: k,
-            per_slot_input: true,
-            expert_rows: h,
-            expert_stride: h,
-            row_offset: 0,
-        };
-        b.expert_matmul(&ms.gate, &l.down, &ms.selected, &mut ms.down, &down);
-        if let Some(bias) = &l.biases {
-            b.add_expert_bias(&mut ms.down, &bias.down, &ms.selected, rows * k, h);
-        }
+        experts.run(b, &s.h, ms, rows, moe, h);
         b.moe_combine(&ms.down, &ms.weights, rows, k, h, &mut s.o);
 
         // The shared expert, scaled by sigmoid(shared_gate · x) where it has that gate.

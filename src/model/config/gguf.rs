@@ -167,6 +167,8 @@ impl ModelConfig {
             nextn_layers: 0,
             local_attention: None,
             first_shared_kv_layer: None,
+            ffn_widths: None,
+            per_layer_embedding: 0,
         };
         (family.gguf_keys)(&keys, &mut cfg)?;
         if let Some(per_layer) = kv_heads_per_layer
@@ -184,7 +186,7 @@ impl ModelConfig {
         }
         // A mixture-of-experts family has set the width itself (its shared expert's, or with
         // none its experts'); every other block has `feed_forward_length`.
-        if cfg.moe.is_none() {
+        if cfg.moe.is_none() && cfg.intermediate_size == 0 {
             cfg.intermediate_size = keys.need("feed_forward_length")?;
         }
         cfg.validate()?;

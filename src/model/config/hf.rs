@@ -76,6 +76,8 @@ impl ModelConfig {
             nextn_layers: 0,
             local_attention: None,
             first_shared_kv_layer: None,
+            ffn_widths: None,
+            per_layer_embedding: 0,
         };
         (family.hf_keys)(&keys, &mut cfg)?;
         cfg.validate()?;

@@ -289,6 +289,12 @@ pub struct ModelConfig {
     /// The first layer that stores no keys and values of its own but attends over the cache of the
     /// last earlier layer of its kind (local or global): Gemma 4's `shared_kv_layers`.
     pub first_shared_kv_layer: Option<usize>,
+    /// Per layer, the dense feed-forward's width where the layers differ (Gemma 4 E2B's shared-KV
+    /// layers are twice as wide); None: `intermediate_size` everywhere.
+    pub ffn_widths: Option<Vec<usize>>,
+    /// Width of each layer's slice of the per-layer token embeddings (Gemma 4 E2B/E4B:
+    /// `embedding_length_per_layer_input`); 0 without them.
+    pub per_layer_embedding: usize,
 }
 
 impl ModelConfig {
@@ -393,6 +399,23 @@ impl ModelConfig {
         !self.layer_is_recurrent(layer) && self.layer_kv_source(layer) == layer
     }
 
+    /// Width of layer `layer`'s dense feed-forward.
+    pub fn layer_ff(&self, layer: usize) -> usize {
+        self.ffn_widths
+            .as_ref()
+            .and_then(|w| w.get(layer).copied())
+            .unwrap_or(self.intermediate_size)
+    }
+
+    /// The widest dense feed-forward over the layers (scratch sizes).
+    pub fn max_ff(&self) -> usize {
+        self.ffn_widths
+            .as_ref()
+            .and_then(|w| w.iter().max().copied())
+            .unwrap_or(self.intermediate_size)
+            .max(self.intermediate_size)
+    }
+
     /// The widest query row over the layers (scratch sizes).
     pub fn max_q_dim(&self) -> usize {
         (0..self.n_layers)
@@ -454,6 +477,21 @@ impl ModelConfig {
                     self.n_heads, l.n_kv_heads, l.head_dim, l.rope_dims
                 ));
             }
+        }
+        if let Some(w) = &self.ffn_widths
+            && (w.len() != self.n_layers || w.iter().any(|&f| f == 0 || f > 1 << 24))
+        {
+            return bad(format!(
+                "{} feed-forward widths for {} layers, each positive and plausible: {w:?}",
+                w.len(),
+                self.n_layers
+            ));
+        }
+        if self.per_layer_embedding > 1 << 16 {
+            return bad(format!(
+                "per-layer embeddings of {} values are implausibly wide",
+                self.per_layer_embedding
+            ));
         }
         if let Some(first) = self.first_shared_kv_layer
             && let Some(l) = (first..self.n_layers).find(|&l| self.layer_kv_source(l) == l)

@@ -68,35 +68,7 @@ pub(super) fn ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> R
         Some(m) => Some(m),
     };
     let Some(m) = dense else {
-        let ff = c.intermediate_size;
-        // llama.cpp reads these for a few families (Mistral 3); kiln has no biased dense
-        // feed-forward, and a bias left out would change every output.
-        for part in ["ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"] {
-            if f.file.tensor(&n(part)).is_some() {
-                return Err(Error::Unsupported(format!(
-                    "{}: feed-forward biases ({}) are not supported",
-                    f.file.path.display(),
-                    n(part)
-                )));
-            }
-        }
-        // Gate and up, or one projection of both, gate rows first (Phi-3's `ffn_up`).
-        let fused = f.file.tensor(&n("ffn_gate.weight")).is_none()
-            && f.file
-                .tensor(&n("ffn_up.weight"))
-                .is_some_and(|t| t.dims == [h, 2 * ff]);
-        let [gate, up] = match fused {
-            true => f.split(&n("ffn_up.weight"), h, [ff, ff])?,
-            false => [
-                f.get(&n("ffn_gate.weight"), &[h, ff])?,
-                f.get(&n("ffn_up.weight"), &[h, ff])?,
-            ],
-        };
-        return Ok(Ffn::Dense {
-            gate,
-            up,
-            down: f.get(&n("ffn_down.weight"), &[ff, h])?,
-        });
+        return dense_ffn(f, c, i);
     };
     let (e, eff) = (m.n_expert, m.expert_ff);
     let gate_up = match f.file.tensor(&n("ffn_gate_up_exps.weight")) {
@@ -138,6 +110,40 @@ pub(super) fn ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> R
             false => None,
         },
     }))
+}
+
+/// Block `i`'s dense feed-forward: gate and up (or one projection of both), and down.
+pub(super) fn dense_ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> Result<Ffn<B>> {
+    let n = |part: &str| format!("blk.{i}.{part}");
+    let (h, ff) = (c.hidden_size, c.layer_ff(i));
+    // llama.cpp reads these for a few families (Mistral 3); kiln has no biased dense
+    // feed-forward, and a bias left out would change every output.
+    for part in ["ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"] {
+        if f.file.tensor(&n(part)).is_some() {
+            return Err(Error::Unsupported(format!(
+                "{}: feed-forward biases ({}) are not supported",
+                f.file.path.display(),
+                n(part)
+            )));
+        }
+    }
+    // Gate and up, or one projection of both, gate rows first (Phi-3's `ffn_up`).
+    let fused = f.file.tensor(&n("ffn_gate.weight")).is_none()
+        && f.file
+            .tensor(&n("ffn_up.weight"))
+            .is_some_and(|t| t.dims == [h, 2 * ff]);
+    let [gate, up] = match fused {
+        true => f.split(&n("ffn_up.weight"), h, [ff, ff])?,
+        false => [
+            f.get(&n("ffn_gate.weight"), &[h, ff])?,
+            f.get(&n("ffn_up.weight"), &[h, ff])?,
+        ],
+    };
+    Ok(Ffn::Dense {
+        gate,
+        up,
+        down: f.get(&n("ffn_down.weight"), &[ff, h])?,
+    })
 }
 
 /// The shared expert's gate, one row of `hidden` values, stored `[hidden, 1]` by the converter
