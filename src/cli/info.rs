@@ -275,6 +275,16 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                     l.n_kv_heads, l.head_dim, l.rope_dims
                 );
             }
+            if let Some(widths) = &c.ffn_widths {
+                let list: Vec<String> = widths.iter().map(|w| w.to_string()).collect();
+                println!("  ffn width by layer  {}", list.join(", "));
+            }
+            if c.per_layer_embedding > 0 {
+                println!(
+                    "  per-layer embd      {} per layer, into every block",
+                    c.per_layer_embedding
+                );
+            }
             if let Some(first) = c.first_shared_kv_layer {
                 let sources: Vec<String> = (first..c.n_layers)
                     .map(|l| format!("{l}←{}", c.layer_kv_source(l)))
@@ -537,6 +547,10 @@ fn print_hybrid(c: &ModelConfig) {
     if let Some(m) = &c.moe {
         let shared = match m.shared_ff {
             Some(w) => format!("shared expert of width {w}"),
+            // Gemma 4's experts run beside every block's dense MLP.
+            None if c.arch == crate::model::Arch::Gemma4 => {
+                format!("beside a dense MLP of width {}", c.intermediate_size)
+            }
             None => "no shared expert".to_string(),
         };
         let act = match m.activation {

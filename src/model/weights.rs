@@ -1,7 +1,8 @@
 //! The weights of a model, found by canonical name, checked against the configuration (so a bad
 //! file is a clear error here rather than an out-of-bounds access in a kernel), and handed to the
 //! backend. Qwen3.5's blocks (Gated DeltaNet or gated attention) are in weights/qwen35.rs; every
-//! block's feed-forward part, dense or a mixture of experts, in weights/moe.rs.
+//! block's feed-forward part, dense or a mixture of experts, in weights/moe.rs; Gemma 4's experts
+//! and per-layer embeddings in weights/gemma4.rs.
 
 mod gemma4;
 mod moe;
@@ -272,7 +273,7 @@ impl<B: Backend> Weights<B> {
                 },
                 v_norm: match gemma4 {
                     true => Some(backend.weight(&Tensor::from_f32(
-                        "value norm",
+                        n("attn_v_norm (ones)"),
                         vec![hd],
                         &vec![1.0; hd],
                     ))?),

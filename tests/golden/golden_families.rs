@@ -198,5 +198,9 @@ fn gemma4_moe_matches_llama_cpp() {
 /// layers with twice the MLP width.
 #[test]
 fn gemma4_e2b_matches_llama_cpp() {
-    check("gemma4e-tiny.gguf", "llama-cpp-gemma4e.json", &GELU_TABLE_F32);
+    check(
+        "gemma4e-tiny.gguf",
+        "llama-cpp-gemma4e.json",
+        &GELU_TABLE_F32,
+    );
 }

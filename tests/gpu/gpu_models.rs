@@ -363,6 +363,20 @@ fn gemma4_matches_llama_cpp_on_the_gpu() {
     );
 }
 
+/// Gemma 4's other two tiny files on the GPU by the GELU models' rule: 26B-A4B's experts beside
+/// the dense MLP (each slot's expert scale gathered on the GPU), and E2B's per-layer embeddings
+/// (a Q8_0 table read one row per token and layer) with shared-KV layers of twice the MLP width.
+#[test]
+fn gemma4_moe_and_e2b_match_llama_cpp_on_the_gpu() {
+    for (file, golden) in [
+        ("gemma4moe-tiny.gguf", "llama-cpp-gemma4moe.json"),
+        ("gemma4e-tiny.gguf", "llama-cpp-gemma4e.json"),
+    ] {
+        let one = gpu().into_iter().collect();
+        tiny_file_matches_on(one, file, golden, &GELU_TABLE_F32);
+    }
+}
+
 /// Phi-3's tiny file against llama.cpp on the GPU by the tight rule (an f32 KV cache): fused
 /// projections split at load, RoPE over 24 of 32 dims, LongRoPE's short factors at a context of
 /// 1024 and its long ones at 2048; every golden prompt; the long goldens on a software adapter

@@ -209,4 +209,30 @@ fn gemma4_split_matches_the_cpu_and_llama_cpp() {
         16,
         Some(&only),
     );
+    // 26B-A4B's shape with its experts on either side, and E2B's, whose per-layer embeddings
+    // are looked up on the CPU whatever the placement.
+    for (file, golden, only) in [
+        (
+            "gemma4moe-tiny.gguf",
+            "llama-cpp-gemma4moe.json",
+            &[(3, 0), (6, 6), (4, 2)][..],
+        ),
+        (
+            "gemma4e-tiny.gguf",
+            "llama-cpp-gemma4e.json",
+            &[(3, 0), (5, 0)][..],
+        ),
+    ] {
+        let golden = common::golden(golden);
+        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+        every_placement(
+            &mf,
+            &golden["models"][file],
+            2,
+            &GELU_TABLE_F32,
+            F32_CACHE,
+            16,
+            Some(only),
+        );
+    }
 }

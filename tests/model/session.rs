@@ -161,6 +161,9 @@ fn properties_hold_on_the_tiny_models() {
         "glm4-tiny.gguf",
         // Local and global head shapes, proportional RoPE, two shared-KV layers, window 16.
         "gemma4-tiny.gguf",
+        // Experts beside the dense MLP; per-layer embeddings and wider shared-KV layers.
+        "gemma4moe-tiny.gguf",
+        "gemma4e-tiny.gguf",
     ] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
         check_properties(&mf, "The capital of France is", 12);

@@ -81,6 +81,10 @@ impl Placement {
         if name.starts_with("token_embd.") && (lookup_only || !self.tied_embeddings) {
             return Side::Cpu;
         }
+        // Gemma 4's per-layer embeddings are only looked up, as llama.cpp does on the CPU.
+        if name.starts_with("per_layer_token_embd.") {
+            return Side::Cpu;
+        }
         self.output()
     }
 

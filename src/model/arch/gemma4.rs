@@ -1,4 +1,4 @@
-//! Gemma 4 (`gemma4`: Gemma 4 31B, and the dense layers every Gemma 4 shares): Gemma 3's sandwich
+//! Gemma 4 (`gemma4`: 31B, 26B-A4B, E2B, E4B): Gemma 3's sandwich
 //! layer (gemma3.rs: each block's output RMS-normed again before the residual add, embeddings ×
 //! sqrt(hidden), GELU-tanh gating) with these differences, after llama.cpp's
 //! `src/models/gemma4.cpp`:
@@ -18,16 +18,20 @@
 //!   file has one;
 //! - the last `shared_kv_layers` layers store no keys and values but attend over the cache of the
 //!   last earlier layer of their kind (ModelConfig::layer_kv_source);
-//! - logits soft-capped (`final_logit_softcapping`).
+//! - logits soft-capped (`final_logit_softcapping`);
+//! - 26B-A4B: beside every block's dense MLP, experts routed by softmax over a scaled norm of the
+//!   block's input, run on their own norm of it, each output times its expert's scale; both
+//!   outputs normed and summed (`experts`);
+//! - E2B/E4B: per-layer token embeddings mixed with a projection of the token's embedding, fed
+//!   into every block after its residual add (`per_layer_input`); MLP widths per layer (the
+//!   shared-KV layers' twice the others').
 //!
-//! Not yet run: per-layer token embeddings (`embedding_length_per_layer_input`, E2B/E4B), the
-//! mixture of experts (26B-A4B) and per-layer feed-forward widths; kiln refuses those files with
-//! a message that says so. kiln reads Gemma 4 from GGUF only.
+//! kiln reads Gemma 4 from GGUF only; its extra weights are in weights/gemma4.rs.
 
 use super::Step;
 use super::family::{Family, LayerKind, require_whole_heads};
-use super::moe::{RoutedExperts, SharedExpert, gguf_experts};
 use super::gemma3::gguf_layer_pattern;
+use super::moe::{RoutedExperts, SharedExpert, gguf_experts};
 use crate::backend::{Backend, GateActivation, MoeRouteParams};
 use crate::error::{Error, Result};
 use crate::model::Arch;
@@ -149,7 +153,10 @@ pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
 fn experts<B: Backend>(f: &mut Step<B>, e: &Gemma4Experts<B>) {
     let (m, rows) = (f.model, f.rows);
     let (b, c) = (&m.backend, &m.config);
-    let moe = c.moe.as_ref().expect("a Gemma 4 block with experts has their settings");
+    let moe = c
+        .moe
+        .as_ref()
+        .expect("a Gemma 4 block with experts has their settings");
     let (h, k, eps) = (c.hidden_size, moe.n_used, c.rms_norm_eps);
     let s = &mut *f.s;
     let ms = s.moe.as_mut().expect("MoE models have MoE scratch");
@@ -217,7 +224,12 @@ fn per_layer_input<B: Backend>(f: &mut Step<B>, p: &PerLayerInput<B>) {
     b.add(&mut g.input, &g.embedded, rows * width);
     b.scale_rows(&mut g.input, &g.inv_sqrt2, rows, width);
     b.matmul(&s.x, &p.gate, rows, &mut g.gate);
-    b.gated_activation(&mut g.gate, &g.input, rows * width, GateActivation::GeluTanh);
+    b.gated_activation(
+        &mut g.gate,
+        &g.input,
+        rows * width,
+        GateActivation::GeluTanh,
+    );
     b.matmul(&g.gate, &p.proj, rows, &mut s.o);
     b.rms_norm(&mut s.o, &p.post_norm, rows, eps);
     f.residual();

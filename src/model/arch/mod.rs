@@ -9,7 +9,8 @@
 //! temperature), `glm4moe.rs` (Llama's layer, partial RoPE, leading dense blocks, then
 //! sigmoid-routed experts with a shared one), `phi3.rs` (Llama's layer, partial RoPE, LongRoPE,
 //! fused projections split at load), `glm4.rs` (Gemma's sandwich layer with SiLU, biases and
-//! partial RoPE). `FAMILIES` below lists them.
+//! partial RoPE), `gemma4.rs` (Gemma's sandwich layer with per-layer head shapes, shared KV
+//! caches, experts beside the MLP and per-layer embeddings). `FAMILIES` below lists them.
 //!
 //! `Model` holds the weights on a backend; `Step` is one batched forward call over a chunk of
 //! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each

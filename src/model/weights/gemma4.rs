@@ -2,8 +2,8 @@
 //! 26B-A4B runs beside each layer's dense MLP, and the per-layer token embeddings of E2B/E4B. The
 //! forward pass that uses them is in arch/gemma4.rs.
 
-use super::moe::ExpertsGateUp;
 use super::Finder;
+use super::moe::ExpertsGateUp;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::model::config::ModelConfig;
@@ -69,9 +69,11 @@ pub(super) fn experts<B: Backend>(
         },
     };
     Ok(Some(Gemma4Experts {
-        router_norm: f
-            .backend
-            .weight(&Tensor::from_f32("router norm", vec![h], &folded))?,
+        router_norm: f.backend.weight(&Tensor::from_f32(
+            n("ffn_gate_inp.scale"),
+            vec![h],
+            &folded,
+        ))?,
         router: f.get(&n("ffn_gate_inp.weight"), &[h, e])?,
         input_norm: f.norm(&n("pre_ffw_norm_2.weight"), h)?,
         dense_out_norm: f.norm(&n("post_ffw_norm_1.weight"), h)?,
@@ -100,7 +102,7 @@ pub(super) fn per_layer_input<B: Backend>(
         proj: f.get(&n("proj.weight"), &[p, h])?,
         post_norm: f.norm(&n("post_norm.weight"), h)?,
         model_proj: f.backend.weight(&proj.row_range(
-            format!("per_layer_model_proj.weight[{i}]"),
+            n("per_layer_model_proj.weight"),
             i * p,
             p,
         ))?,

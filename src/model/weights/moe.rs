@@ -113,7 +113,11 @@ pub(super) fn ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> R
 }
 
 /// Block `i`'s dense feed-forward: gate and up (or one projection of both), and down.
-pub(super) fn dense_ffn<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> Result<Ffn<B>> {
+pub(super) fn dense_ffn<B: Backend>(
+    f: &Finder<'_, B>,
+    c: &ModelConfig,
+    i: usize,
+) -> Result<Ffn<B>> {
     let n = |part: &str| format!("blk.{i}.{part}");
     let (h, ff) = (c.hidden_size, c.layer_ff(i));
     // llama.cpp reads these for a few families (Mistral 3); kiln has no biased dense
