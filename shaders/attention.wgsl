@@ -372,8 +372,19 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 // q·k for every head summed over the 8 lanes (subgroup shuffles with `SG_LANES`, else workgroup
 // memory); an online softmax per head, 8 invocations per head over the tile; then each invocation
 // accumulates dimensions lid, lid + 64, … of every head over the tile's values (consecutive lanes,
-// consecutive values).
+// consecutive values). Heads of up to 256 values take 8 query heads per workgroup; wider ones (up
+// to 512: Gemma 4's global layers) take 4, so that the queries and sums fit the same memory.
 const GMAX: u32 = 8u;
+
+// Query heads per workgroup, and dimensions per invocation (of 64) per head: their product is
+// at most 32, the invocation's accumulators.
+fn heads_per_group() -> u32 {
+    return select(GMAX, GMAX / 2u, p.head_dim > 256u);
+}
+
+fn dims_per_lane() -> u32 {
+    return (p.head_dim + 63u) / 64u;
+}
 const TILE: u32 = 64u;
 
 // [heads][head_dim]: the queries; then, for q8_0 values, the output being rotated back.
@@ -461,10 +472,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
     let ks = v / 8u;  // scores: the key slot (of 8); softmax: the head
     let l8 = v % 8u;  // the lane within it
-    let chunks = (p.group + GMAX - 1u) / GMAX;
+    let gmax = heads_per_group();
+    let nr = dims_per_lane();
+    let chunks = (p.group + gmax - 1u) / gmax;
     let kvh = wid.x / chunks;
-    let c0 = (wid.x % chunks) * GMAX;
-    let nh = min(GMAX, p.group - c0);
+    let c0 = (wid.x % chunks) * gmax;
+    let nh = min(gmax, p.group - c0);
     let h0 = kvh * p.group + c0;
     let i = wid.y;
     let s = wid.z;
@@ -577,12 +590,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         workgroupBarrier();
 
         let cnt = min(TILE, kend - t0);
-        for (var r = 0u; r < 4u; r++) {
+        for (var r = 0u; r < nr; r++) {
             let d = lid + r * 64u;
             if (d < hd) {
                 for (var qh = 0u; qh < GMAX; qh++) {
                     if (qh < nh) {
-                        acc[qh * 4u + r] *= talpha[qh];
+                        acc[qh * nr + r] *= talpha[qh];
                     }
                 }
                 // Four values loaded before they are summed, so their loads overlap.
@@ -597,7 +610,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                         if (j0 + u < cnt) {
                             for (var qh = 0u; qh < GMAX; qh++) {
                                 if (qh < nh) {
-                                    acc[qh * 4u + r] += ss[qh * TILE + j0 + u] * xs[u];
+                                    acc[qh * nr + r] += ss[qh * TILE + j0 + u] * xs[u];
                                 }
                             }
                         }
@@ -612,19 +625,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // The sums are in the values' rotated basis: rotate them back (a linear map, so a split's
     // part may be rotated before the reduce).
     for (var qh = 0u; qh < nh; qh++) {
-        for (var r = 0u; r < 4u; r++) {
+        for (var r = 0u; r < nr; r++) {
             let d = lid + r * 64u;
             if (d < hd) {
-                hx[qh * hd + d] = acc[qh * 4u + r];
+                hx[qh * hd + d] = acc[qh * nr + r];
             }
         }
     }
     hadamard(p.rots >> 16u, p.v_rot_scale, nh * hd, lid, 64u);
     for (var qh = 0u; qh < nh; qh++) {
-        for (var r = 0u; r < 4u; r++) {
+        for (var r = 0u; r < nr; r++) {
             let d = lid + r * 64u;
             if (d < hd) {
-                acc[qh * 4u + r] = hx[qh * hd + d];
+                acc[qh * nr + r] = hx[qh * hd + d];
             }
         }
     }
@@ -642,13 +655,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             part[po] = tm[qh];
             part[po + 1u] = tl[qh];
         }
-        for (var r = 0u; r < 4u; r++) {
+        for (var r = 0u; r < nr; r++) {
             let d = lid + r * 64u;
             if (d < hd) {
                 if (p.splits == 1u) {
-                    out[qo + qh * hd + d] = acc[qh * 4u + r] / tl[qh];
+                    out[qo + qh * hd + d] = acc[qh * nr + r] / tl[qh];
                 } else {
-                    part[po + 2u + d] = acc[qh * 4u + r];
+                    part[po + 2u + d] = acc[qh * nr + r];
                 }
             }
         }

@@ -9,10 +9,17 @@ use super::buffers::{GpuBuffer, GpuCache, GpuWeight, bind};
 use super::pipelines as kernels;
 use crate::backend::{AttentionParams, CacheType};
 
-/// The widest attention head the kernel takes (4 values per invocation of 64).
-const MAX_HEAD_DIM: usize = 256;
-/// Query heads per workgroup of the GQA-folded attention (attention.wgsl `GMAX`).
-const GROUP_MAX: usize = 8;
+/// The widest attention head the kernels take (8 values per invocation of 64; Gemma 4's global
+/// heads are 512 wide).
+const MAX_HEAD_DIM: usize = 512;
+/// The widest head the tiled prefill kernel takes (wider ones prefill through the GQA-folded one).
+const MAX_TILED_HEAD_DIM: usize = 256;
+
+/// Query heads per workgroup of the GQA-folded attention (attention.wgsl `heads_per_group`): 8,
+/// or 4 for heads wider than 256.
+fn heads_per_group(head_dim: usize) -> usize {
+    if head_dim > 256 { 4 } else { 8 }
+}
 
 /// Query rows per workgroup of the tiled prefill attention.
 const PREFILL_ATTENTION_ROWS: usize = 16;
@@ -113,7 +120,11 @@ impl WgpuBackend {
                 return;
             }
         }
-        if p.rows > 1 && hd.is_multiple_of(32) && self.tiled_prefill_attention() {
+        if p.rows > 1
+            && hd.is_multiple_of(32)
+            && hd <= MAX_TILED_HEAD_DIM
+            && self.tiled_prefill_attention()
+        {
             let params = self.attention_params(p, k_cache, v_cache, 1, 1 << 30, sinks.is_some());
             let Some(partials) = self.scratch_buffer(|s| &mut s.partials, 1) else {
                 return;
@@ -173,8 +184,8 @@ impl WgpuBackend {
             (&partials.0, partials.1),
             bind(sinks_dev),
         ];
-        // A workgroup per (KV head, up to GROUP_MAX of its query heads).
-        let groups = p.n_kv_heads * (p.n_heads / p.n_kv_heads).div_ceil(GROUP_MAX);
+        // A workgroup per (KV head, up to `heads_per_group` of its query heads).
+        let groups = p.n_kv_heads * (p.n_heads / p.n_kv_heads).div_ceil(heads_per_group(hd));
         self.run_in(
             &k_cache.kernels.attention[v_cache.ty as usize],
             || kernels::attention_kernel(k_cache.ty, v_cache.ty, self.attention_lanes()),
