@@ -12,11 +12,13 @@ tokenizer is a stand-in of 151552 distinct pieces with a few merges (benchmarks 
 
 Usage: make-glm4moe-shape.py [--layers N] OUT.gguf
 """
+import functools
 import sys
 
 import numpy as np
 from gguf import ExpertGatingFuncType, GGMLQuantizationType, GGUFWriter
 
+from random_blocks import random_q4_0
 from stand_in_vocab import add_stand_in_vocab
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, ROPE_DIMS = 4096, 96, 8, 128, 64
@@ -25,13 +27,7 @@ DENSE_FF, EXPERTS, USED, EXPERT_FF, VOCAB = 10944, 128, 8, 1408, 151552
 rng = np.random.default_rng(45)
 
 
-def q4_0(*shape):
-    """Random Q4_0 blocks for a matrix (or stack) of NumPy shape `shape`."""
-    *lead, cols = shape
-    nb = cols // 32
-    blocks = rng.integers(0, 256, (*lead, nb, 18), dtype=np.uint8)
-    blocks[..., :2] = np.full((*lead, nb, 1), np.float16(0.004)).view(np.uint8)
-    return blocks.reshape(*lead, nb * 18)
+q4_0 = functools.partial(random_q4_0, rng)
 
 
 def main():

@@ -10,11 +10,13 @@ distinct pieces with a few merges (benchmarks feed token ids).
 
 Usage: make-phi3-shape.py [--layers N] OUT.gguf
 """
+import functools
 import sys
 
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 
+from random_blocks import random_q4_0
 from stand_in_vocab import add_stand_in_vocab
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, ROPE_DIMS, FF, VOCAB = 3072, 24, 8, 128, 96, 8192, 200064
@@ -22,13 +24,7 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM, ROPE_DIMS, FF, VOCAB = 3072, 24, 8, 128, 96, 
 rng = np.random.default_rng(4)
 
 
-def q4_0(*shape):
-    """Random Q4_0 blocks for a matrix of NumPy shape `shape`."""
-    *lead, cols = shape
-    nb = cols // 32
-    blocks = rng.integers(0, 256, (*lead, nb, 18), dtype=np.uint8)
-    blocks[..., :2] = np.full((*lead, nb, 1), np.float16(0.004)).view(np.uint8)
-    return blocks.reshape(*lead, nb * 18)
+q4_0 = functools.partial(random_q4_0, rng)
 
 
 def main():

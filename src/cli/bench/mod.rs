@@ -223,8 +223,8 @@ fn model_type(m: &ModelFile) -> String {
     format!("{} {params} {ftype}", m.config.arch.name())
 }
 
-/// Bytes of weights one generated token reads: every tensor except the embedding table, of which
-/// one row is read, unless the output projection is tied to it; of routed experts, the share a
+/// Bytes of weights one generated token reads: every tensor except the embedding tables (Gemma
+/// 4's per-layer one too), of which one row is read, unless the output projection is tied to it; of routed experts, the share a
 /// token uses (n_used of n_expert); none of the multi-token-prediction blocks kiln skips.
 fn weight_bytes_per_token(m: &ModelFile) -> u64 {
     let c = &m.config;
@@ -234,6 +234,9 @@ fn weight_bytes_per_token(m: &ModelFile) -> u64 {
         .map(|t| {
             let bytes = t.bytes().len() as u64;
             if t.name == "token_embd.weight" && !c.tie_embeddings {
+                t.row_bytes() as u64
+            } else if t.name == "per_layer_token_embd.weight" {
+                // Gemma 4's per-layer embeddings: one row per token too.
                 t.row_bytes() as u64
             } else if skipped(&t.name) {
                 0
