@@ -40,19 +40,35 @@ use crate::sampler::TokenBytes;
 const TOKEN_TYPE_CONTROL: i64 = 3;
 const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
-/// Texts of tokens that end a turn in common chat formats; each one present in the vocabulary as
-/// a special token ends generation (llama.cpp's end-of-generation set does the same).
-const END_OF_TURN_TEXTS: [&str; 9] = [
+/// Texts of tokens that end a turn in common chat formats: llama.cpp's list (`llama-vocab.cpp`).
+/// Each one present in the vocabulary as a control or user-defined token ends generation; llama.cpp
+/// takes a normal-text token of these names too (Qwen2.5's vocabulary has a plain `</s>` piece),
+/// which kiln leaves to mean its text.
+const END_OF_TURN_TEXTS: [&str; 22] = [
     "<|eot_id|>",
     "<|im_end|>",
-    "<end_of_turn>",
     "<|end|>",
-    "<|eom_id|>",
-    "<|endoftext|>",
-    "<EOT>",
     // gpt-oss's harmony: the end of the final message, and of a tool call.
     "<|return|>",
     "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    // Gemma 4: the end of a turn, and a tool call awaiting its response.
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
 ];
 
 /// The end-of-generation set, sorted: harmony's `<|end|>` closes one message of a reply (the
@@ -306,13 +322,16 @@ impl Tokenizer {
         .into_iter()
         .flatten()
         .collect();
-        let control = |text: &str| {
-            inner
-                .token_to_id(text)
-                .filter(|&id| types[id as usize] == TOKEN_TYPE_CONTROL)
+        let special = |text: &str| {
+            inner.token_to_id(text).filter(|&id| {
+                matches!(
+                    types[id as usize],
+                    TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED
+                )
+            })
         };
-        eog.extend(END_OF_TURN_TEXTS.into_iter().filter_map(control));
-        let eog = end_of_generation(eog, control);
+        eog.extend(END_OF_TURN_TEXTS.into_iter().filter_map(special));
+        let eog = end_of_generation(eog, special);
 
         Ok(Tokenizer {
             inner,

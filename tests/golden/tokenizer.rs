@@ -176,6 +176,17 @@ fn gemma4_vocabulary_tokenizes_like_llama_cpp() {
     let g = common::golden("llama-cpp-gemma4-vocab.json");
     assert!(check_ids(&tok, &g["tokenize"], "gemma4") >= 40);
     assert!(tok.add_bos, "llama.cpp adds BOS for gemma4");
+    // llama.cpp's end-of-generation set for this vocabulary: <eos>, <end_of_turn>, Gemma 3's
+    // user-defined </s>, and Gemma 4's <turn|>.
+    let ids = |texts: &[&str]| -> Vec<u32> {
+        let mut v: Vec<u32> = texts.iter().filter_map(|t| tok.token_id(t)).collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(
+        tok.eog_ids(),
+        ids(&["<eos>", "<end_of_turn>", "</s>", "<turn|>"]).as_slice()
+    );
     assert_eq!(
         tok.decode(
             &tok.encode("  two  spaces\n\n\nand 🦀", false).unwrap(),
