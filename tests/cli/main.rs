@@ -7,6 +7,7 @@ mod common;
 mod batch;
 mod cli_chat;
 mod cli_families;
+mod cli_gemma4;
 mod cli_glm4moe;
 mod cli_gptoss;
 mod cli_qwen35;
