@@ -26,7 +26,10 @@ fn think_grammar() -> String {
 
 #[test]
 fn run_prints_the_answer_and_keeps_the_thought_channel_apart() {
-    let prompt = kiln(FILE, &["run", "-n", "1", "--verbose-prompt", "What is 2+2?"]);
+    let prompt = kiln(
+        FILE,
+        &["run", "-n", "1", "--verbose-prompt", "What is 2+2?"],
+    );
     let stderr = String::from_utf8(prompt.stderr).unwrap();
     assert!(
         stderr.contains(r#"<|turn>model\n<|channel>thought\n<channel|>"#),
@@ -42,6 +45,33 @@ fn run_prints_the_answer_and_keeps_the_thought_channel_apart() {
     assert!(letters(reasoning, 8..=30), "reasoning {reasoning:?}");
     assert_eq!(v["tokens"][0], CHANNEL, "the reply opens the channel");
     assert_eq!(v["finish_reason"], "stop", "<turn|> ends the reply: {v}");
+}
+
+/// `<turn|>` ends generation, as in llama.cpp: a grammar that goes on past it is cut there.
+#[test]
+fn a_reply_ends_at_the_end_of_its_turn() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reply.lark");
+    let grammar = format!("start: /[a-z ]{{4,8}}/ <[{END_TURN}]> /[a-z ]{{4,8}}/\n");
+    std::fs::write(&path, grammar).unwrap();
+    let g = path.to_str().unwrap();
+    let v = kiln_json(
+        FILE,
+        &[
+            "run",
+            "--temp",
+            "0",
+            "-n",
+            "40",
+            "--grammar",
+            g,
+            "--format",
+            "json",
+            "Hi",
+        ],
+    );
+    assert!(letters(v["text"].as_str().unwrap(), 4..=8), "{v}");
+    assert_eq!(v["finish_reason"], "stop", "{v}");
 }
 
 #[test]
