@@ -64,13 +64,14 @@ impl CacheType {
     /// The Walsh–Hadamard rotation (its size n, or 1 for none) to store keys of heads of
     /// `head_dim` with, as llama.cpp does for quantized caches: rotating each run of n values
     /// spreads a few large dimensions (Qwen2's keys have some) over the whole block, so its scale
-    /// no longer crushes the small ones. Keys use the largest power of two from 64 up that
-    /// divides the head.
+    /// no longer crushes the small ones. Keys use the largest power of two from 64 up to 256
+    /// that divides the head (llama.cpp rotates a 512-value head, Gemma 4's global ones, whole;
+    /// kiln in two halves, which its GPU kernels take, as orthonormal).
     pub fn key_rotation(self, head_dim: usize) -> usize {
         if self.block_len() == 1 || !head_dim.is_multiple_of(64) {
             return 1;
         }
-        1 << head_dim.trailing_zeros()
+        1 << head_dim.trailing_zeros().min(8)
     }
 
     /// The Walsh–Hadamard rotation for values: 64, as llama.cpp (smaller serves values better).

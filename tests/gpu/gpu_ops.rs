@@ -596,11 +596,13 @@ fn gqa_attention_cases() -> Vec<AttnCase> {
         case((F16, F32), (6, 2), 9, 7, 24, Some(4)),
         // Heads of 512 (Gemma 4's global layers): 4 query heads per workgroup, 8 dimensions per
         // invocation; decode split and reduced, prefill through this kernel (the tiled one
-        // stops at 256), windowed; and heads of 320 against a q8_0 value cache. (A q8_0 key
-        // cache of 512-value heads would rotate in runs of 512, past the GPU's 256: refused.)
+        // stops at 256), windowed, q8_0 caches (keys rotated in two runs of 256); and heads of
+        // 320 against a q8_0 value cache.
         case((F16, F16), (16, 2), 300, 1, 512, None),
         case((F32, F32), (8, 1), 40, 6, 512, None),
         case((F16, F32), (6, 2), 200, 1, 512, Some(150)),
+        case((Q8_0, Q8_0), (8, 2), 150, 1, 512, None),
+        case((Q8_0, Q8_0), (4, 1), 30, 4, 512, Some(20)),
         case((F16, Q8_0), (5, 1), 20, 3, 320, None),
     ]
 }
