@@ -32,29 +32,36 @@ def raise_exception(message):
     raise TemplateError(message)
 
 
-template_path, out = sys.argv[1:3]
-bos, eos = sys.argv[3:5] if len(sys.argv) > 4 else ("<|startoftext|>", "<|return|>")
-kwargs = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
-env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-env.globals["raise_exception"] = raise_exception
-env.globals["strftime_now"] = lambda fmt: "DATE"
-template = env.from_string(open(template_path).read())
-renders = []
-for messages in CONVERSATIONS:
-    for gen in [True, False]:
-        if not gen and messages[-1]["role"] != "assistant":
-            # A conversation that ends with the user is rendered for generation only.
-            continue
-        renders.append({"messages": messages, "add_generation_prompt": gen,
-                        "text": template.render(messages=messages, add_generation_prompt=gen,
-                                                bos_token=bos, eos_token=eos, **kwargs)})
-    if messages[-1]["role"] == "user":
-        # The same conversation closed by an assistant reply, as chat history holds it.
-        closed = messages + [{"role": "assistant", "content": "Done."}]
-        renders.append({"messages": closed, "add_generation_prompt": False,
-                        "text": template.render(messages=closed, add_generation_prompt=False,
-                                                bos_token=bos, eos_token=eos, **kwargs)})
-with open(out, "w") as f:
-    f.write(json.dumps({"template": os.path.basename(template_path), "bos_token": bos, "eos_token": eos, "kwargs": kwargs,
-                        "renders": renders},
-                       ensure_ascii=False, indent=1) + "\n")
+def variants(messages):
+    """The renders of one conversation: for generation, and where it ends with the assistant without;
+    a conversation that ends with the user is also closed by an assistant reply, as chat history holds it."""
+    out = [(messages, True)]
+    if messages[-1]["role"] == "assistant":
+        out.append((messages, False))
+    else:
+        out.append((messages + [{"role": "assistant", "content": "Done."}], False))
+    return out
+
+
+def main():
+    template_path, out = sys.argv[1:3]
+    bos, eos = sys.argv[3:5] if len(sys.argv) > 4 else ("<|startoftext|>", "<|return|>")
+    kwargs = json.loads(sys.argv[5]) if len(sys.argv) > 5 else {}
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: "DATE"
+    template = env.from_string(open(template_path).read())
+    renders = []
+    for conversation in CONVERSATIONS:
+        for messages, gen in variants(conversation):
+            renders.append({"messages": messages, "add_generation_prompt": gen,
+                            "text": template.render(messages=messages, add_generation_prompt=gen,
+                                                    bos_token=bos, eos_token=eos, **kwargs)})
+    with open(out, "w") as f:
+        f.write(json.dumps({"template": os.path.basename(template_path), "bos_token": bos, "eos_token": eos, "kwargs": kwargs,
+                            "renders": renders},
+                           ensure_ascii=False, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

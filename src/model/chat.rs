@@ -45,6 +45,8 @@ pub enum TemplateOrigin {
     BuiltinPhi3,
     /// Gemma 4 31B's template (Google's, as llama.cpp keeps it), built in.
     BuiltinGemma4,
+    /// Mistral's v7-tekken format (llama.cpp's `mistral-v7-tekken`), built in.
+    BuiltinMistralV7Tekken,
 }
 
 /// A prompt format kiln supplies for models that carry no chat template.
@@ -75,6 +77,14 @@ pub(crate) const GLM: BuiltinTemplate = BuiltinTemplate {
 
 /// Phi-3.5-mini's own template (`microsoft/Phi-3.5-mini-instruct`'s, llama.cpp's copy in
 /// models/templates), for a phi3 file that carries none.
+/// Mistral's v7-tekken format (Ministral 3, Devstral Small 2), as llama.cpp's built-in
+/// `mistral-v7-tekken` writes it: `[SYSTEM_PROMPT]…[/SYSTEM_PROMPT]`, `[INST]…[/INST]`, every
+/// other turn followed by `</s>`; nothing opens the reply.
+pub(crate) const MISTRAL_V7_TEKKEN: BuiltinTemplate = BuiltinTemplate {
+    origin: TemplateOrigin::BuiltinMistralV7Tekken,
+    source: include_str!("templates/mistral-v7-tekken.jinja"),
+};
+
 /// Gemma 4 31B's own template (`google/gemma-4-31B-it`'s, llama.cpp's copy in models/templates),
 /// for a Gemma 4 file that carries none.
 pub(crate) const GEMMA4: BuiltinTemplate = BuiltinTemplate {
@@ -147,6 +157,7 @@ impl ChatTemplate {
             TemplateOrigin::BuiltinGlm => "kiln's built-in GLM-4.6 template",
             TemplateOrigin::BuiltinPhi3 => "kiln's built-in Phi-3.5 template",
             TemplateOrigin::BuiltinGemma4 => "kiln's built-in Gemma 4 template",
+            TemplateOrigin::BuiltinMistralV7Tekken => "kiln's built-in Mistral v7-tekken template",
         }
     }
 

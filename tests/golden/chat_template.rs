@@ -170,6 +170,15 @@ fn gemma4_template_with_thinking_renders_like_jinja2() {
     renders_like_jinja2(source, "template-gemma4-thinking.json");
 }
 
+/// Mistral's v7-tekken format (kiln's built-in for mistral3 files without a template) as
+/// llama.cpp's built-in `mistral-v7-tekken` renders the same conversations
+/// (scripts/reference/render_llama_cpp_template.py), a developer turn included.
+#[test]
+fn mistral_v7_tekken_template_renders_like_llama_cpp() {
+    let source = include_str!("../../src/model/templates/mistral-v7-tekken.jinja");
+    renders_like_jinja2(source, "template-mistral-v7-tekken.json");
+}
+
 /// Every render in `golden` (scripts/reference/render_template.py: four conversations, with and
 /// without the generation prompt, with the golden's BOS and EOS texts) equals kiln's.
 fn renders_like_jinja2(source: &str, golden: &str) {

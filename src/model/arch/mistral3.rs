@@ -13,7 +13,7 @@ use super::family::{Family, LayerKind};
 use crate::backend::RopeLayout;
 use crate::error::{Error, Result};
 use crate::model::Arch;
-use crate::model::chat::CHATML;
+use crate::model::chat::MISTRAL_V7_TEKKEN;
 use crate::model::config::{AttnTemperature, GgufKeys, ModelConfig, RopeScaling, yarn_magnitude};
 
 pub(crate) const MISTRAL3: Family = Family {
@@ -34,7 +34,7 @@ pub(crate) const MISTRAL3: Family = Family {
         qkv_bias: true,
         ..AttentionOpts::PLAIN
     }),
-    chat_template: &CHATML,
+    chat_template: &MISTRAL_V7_TEKKEN,
 };
 
 fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
