@@ -223,27 +223,27 @@ impl<B: Backend> Weights<B> {
             // Q, K and V, or one fused projection of all three (Phi-3). A Gemma 4 layer may
             // take its values from the key projection (no `attn_v`); its shared-KV layers
             // project queries alone (llama.cpp reads no keys or values there either).
-            let [wq, wk, wv] = match f.file.tensor(&n("attn_qkv.weight")) {
-                Some(_) => f.split(&n("attn_qkv.weight"), h, [q, kv, kv])?.map(Some),
+            let (wq, wk, wv) = match f.file.tensor(&n("attn_qkv.weight")) {
+                Some(_) => {
+                    let [wq, wk, wv] = f.split(&n("attn_qkv.weight"), h, [q, kv, kv])?;
+                    (wq, Some(wk), Some(wv))
+                }
                 None if !c.layer_has_kv(i) => {
                     f.skip(&[
                         &n("attn_k.weight"),
                         &n("attn_v.weight"),
                         &n("attn_k_norm.weight"),
                     ]);
-                    [Some(f.get(&n("attn_q.weight"), &[h, q])?), None, None]
+                    (f.get(&n("attn_q.weight"), &[h, q])?, None, None)
                 }
-                None => [
-                    Some(f.get(&n("attn_q.weight"), &[h, q])?),
+                None => (
+                    f.get(&n("attn_q.weight"), &[h, q])?,
                     Some(f.get(&n("attn_k.weight"), &[h, kv])?),
                     match gemma4 {
                         true => f.optional(&n("attn_v.weight"), &[h, kv])?,
                         false => Some(f.get(&n("attn_v.weight"), &[h, kv])?),
                     },
-                ],
-            };
-            let Some(wq) = wq else {
-                unreachable!("Q is loaded or an error")
+                ),
             };
             if f.file.tensor(&n("attn_qkv.bias")).is_some() {
                 return Err(Error::Unsupported(format!(
@@ -273,7 +273,7 @@ impl<B: Backend> Weights<B> {
                 },
                 v_norm: match gemma4 {
                     true => Some(backend.weight(&Tensor::from_f32(
-                        n("attn_v_norm (ones)"),
+                        n("attn_v_norm.ones"),
                         vec![hd],
                         &vec![1.0; hd],
                     ))?),
