@@ -31,8 +31,8 @@
 use super::Step;
 use super::family::{Family, LayerKind, require_whole_heads};
 use super::gemma3::gguf_layer_pattern;
-use super::moe::{RoutedExperts, SharedExpert, gguf_experts};
-use crate::backend::{Backend, GateActivation, MoeRouteParams};
+use super::moe::{RoutedExperts, SharedExpert, gguf_experts, route_params};
+use crate::backend::{Backend, GateActivation};
 use crate::error::{Error, Result};
 use crate::model::Arch;
 use crate::model::chat::GEMMA4 as GEMMA4_TEMPLATE;
@@ -164,14 +164,7 @@ fn experts<B: Backend>(f: &mut Step<B>, e: &Gemma4Experts<B>) {
     // The router's input, in the expert outputs' buffer until the experts run.
     b.rms_norm_into(&s.x, &e.router_norm, rows, h, eps, &mut ms.down);
     b.matmul(&ms.down, &e.router, rows, &mut ms.router);
-    let route = MoeRouteParams {
-        rows,
-        n_expert: moe.n_expert,
-        n_used: k,
-        gating: moe.gating,
-        normalize: moe.normalize,
-        scale: moe.weights_scale,
-    };
+    let route = route_params(moe, rows);
     b.moe_route(&ms.router, None, &route, &mut ms.selected, &mut ms.weights);
     if let Some(scale) = &e.down_scale {
         // Each slot's expert's factor, gathered into the (not yet used) gate buffer.

@@ -131,6 +131,18 @@ impl<B: Backend> MoeScratch<B> {
     }
 }
 
+/// How `moe_route` picks and weighs `rows` tokens' experts under `moe`.
+pub(super) fn route_params(moe: &MoeConfig, rows: usize) -> MoeRouteParams {
+    MoeRouteParams {
+        rows,
+        n_expert: moe.n_expert,
+        n_used: moe.n_used,
+        gating: moe.gating,
+        normalize: moe.normalize,
+        scale: moe.weights_scale,
+    }
+}
+
 /// The routed experts' weights, for `run`.
 pub(super) struct RoutedExperts<'a, B: Backend> {
     pub gate_up: &'a ExpertsGateUp<B>,
@@ -227,14 +239,7 @@ impl<B: Backend> Step<'_, B> {
         if let Some(bias) = &l.biases {
             b.add_bias(&mut ms.router, &bias.router, rows);
         }
-        let route = MoeRouteParams {
-            rows,
-            n_expert: moe.n_expert,
-            n_used: k,
-            gating: moe.gating,
-            normalize: moe.normalize,
-            scale: moe.weights_scale,
-        };
+        let route = route_params(moe, rows);
         let bias = l.selection_bias.as_ref();
         b.moe_route(&ms.router, bias, &route, &mut ms.selected, &mut ms.weights);
         let experts = RoutedExperts {
