@@ -568,8 +568,11 @@ pub(crate) mod tests {
                 assert!((fast - slow).abs() <= tol, "{what}: {fast} vs {slow}");
             }
         }
-        // Quantization equals the reference, value for value.
-        let xq = activations(512, 77);
+        // Quantization equals the reference, value for value, also where the largest magnitude
+        // comes with both signs (the first decides the scale's sign) and in a block of zeros.
+        let mut xq = activations(1024, 77);
+        (xq[600], xq[700]) = (-2.5, 2.5);
+        xq[768..].fill(0.0);
         let (a8, b8) = (
             quantized(k.quantize_q8, &xq, 32),
             quantized(reference.quantize_q8, &xq, 32),

@@ -341,7 +341,6 @@ impl CpuBackend {
 
         // Tasks: a run of one expert's row groups over a block of its tokens whose activations
         // fit in the L2 cache, about four tasks per thread.
-        let token_block = packed_token_block::<A>(stride);
         let groups = m / repack::ROWS;
         let chunk = (used.len() * groups)
             .div_ceil(self.threads * 4)
@@ -349,6 +348,7 @@ impl CpuBackend {
         let mut tasks = Vec::new();
         for ui in 0..used.len() {
             let n = first[ui + 1] - first[ui];
+            let token_block = packed_token_block::<A>(stride, n);
             for t0 in (0..n).step_by(token_block) {
                 for g0 in (0..groups).step_by(chunk) {
                     tasks.push((

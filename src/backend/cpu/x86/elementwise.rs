@@ -12,7 +12,7 @@ use half::f16;
 
 use super::rows::{f16 as f16_at, hsum_f32, hsum_i32};
 use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K};
-use crate::backend::cpu::{ggml_math, portable};
+use crate::backend::cpu::ggml_math;
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f32_f16_impl(a: &[f32], b: &[f16]) -> f32 {
@@ -93,28 +93,58 @@ unsafe fn quantize_q8_impl(x: &[f32], out: &mut [BlockQ8]) {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize_q8k_impl(x: &[f32], out: &mut [BlockQ8K]) {
     unsafe {
+        let sign = _mm256_set1_ps(-0.0);
+        // `packs` leaves each 128-bit lane's halves interleaved; this puts them back in order.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for (xb, b) in x.chunks_exact(256).zip(out.iter_mut()) {
-            let (max, amax) = portable::signed_absmax(xb);
+            let p = xb.as_ptr();
+            let mut m = _mm256_setzero_ps();
+            for i in 0..32 {
+                m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(8 * i))));
+            }
+            let amax = hsum_max(m);
             if amax == 0.0 {
                 *b = BlockQ8K::default();
                 continue;
             }
+            // The first value of that magnitude: its sign decides the scale's.
+            let max = xb.iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
             let iscale = -127.0 / max;
             let is = _mm256_set1_ps(iscale);
-            let mut q = [0i32; 256];
-            for i in 0..32 {
+            let quantize = |i: usize| {
                 let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                    _mm256_mul_ps(_mm256_loadu_ps(xb.as_ptr().add(8 * i)), is),
+                    _mm256_mul_ps(_mm256_loadu_ps(p.add(8 * i)), is),
                 );
-                let qi = _mm256_min_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127));
-                _mm256_storeu_si256(q.as_mut_ptr().add(8 * i) as *mut __m256i, qi);
+                _mm256_min_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127))
+            };
+            // Eight values of each of a group of 16's two halves, summed lane by lane.
+            let mut halves = [_mm256_setzero_si256(); 16];
+            for g in 0..8 {
+                // 32 values: groups 2g and 2g + 1.
+                let q: [__m256i; 4] = std::array::from_fn(|k| quantize(4 * g + k));
+                halves[2 * g] = _mm256_add_epi32(q[0], q[1]);
+                halves[2 * g + 1] = _mm256_add_epi32(q[2], q[3]);
+                // Within ±127, so the saturating packs are exact.
+                let bytes = _mm256_packs_epi16(
+                    _mm256_packs_epi32(q[0], q[1]),
+                    _mm256_packs_epi32(q[2], q[3]),
+                );
+                let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+                _mm256_storeu_si256(b.qs.as_mut_ptr().add(32 * g) as *mut __m256i, bytes);
             }
-            for (dst, &v) in b.qs.iter_mut().zip(&q) {
-                *dst = v as i8;
-            }
-            for (j, s) in b.bsums.iter_mut().enumerate() {
-                *s = q[j * 16..j * 16 + 16].iter().sum::<i32>() as i16;
-            }
+            let sums = |v: &[__m256i]| {
+                let a: [__m256i; 4] =
+                    std::array::from_fn(|k| _mm256_hadd_epi32(v[2 * k], v[2 * k + 1]));
+                let (lo, hi) = (_mm256_hadd_epi32(a[0], a[1]), _mm256_hadd_epi32(a[2], a[3]));
+                _mm256_add_epi32(
+                    _mm256_permute2x128_si256::<0x20>(lo, hi),
+                    _mm256_permute2x128_si256::<0x31>(lo, hi),
+                )
+            };
+            let (s0, s1) = (sums(&halves[..8]), sums(&halves[8..]));
+            // Each sum fits: 16 · 127 < 2^15.
+            let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(s0, s1));
+            _mm256_storeu_si256(b.bsums.as_mut_ptr() as *mut __m256i, packed);
             b.d = 1.0 / iscale;
         }
     }

@@ -19,6 +19,8 @@ use std::arch::x86_64::*;
 
 use super::isa::{Avx2, Avx2Pair, Avx512, Isa};
 use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, GroupCall, Level, PackedKernel};
+use std::ops::Range;
+
 use crate::backend::cpu::repack::{self, BlockPlace, ROWS, chunk_blocks, chunk_bytes};
 use crate::gguf::GgmlType;
 use crate::gguf::iq::{KVALUES_IQ4NL, KVALUES_MXFP4};
@@ -517,32 +519,53 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
     }
 }
 
+/// Values of K per span of a GEMM call over several tiles: each span of the group's 16 rows
+/// (a few KB of weights) stays in L1 while every token tile passes over it, instead of the whole
+/// rows (up to 100+ KB for a down projection) coming again from L2 for each tile.
+const SPAN_VALUES: usize = 1024;
+
 #[inline(always)]
 unsafe fn run_group<V: Isa, A, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>) {
     unsafe {
         let base = c.p.group(c.group).as_ptr();
-        let n_sec = repack::sections(c.p.dtype).map_or(0, |s| s.len());
-        let first = BlockPlace::new(c.p.dtype, 0);
+        let dtype = c.p.dtype;
+        let n_sec = repack::sections(dtype).map_or(0, |s| s.len());
+        let first = BlockPlace::new(dtype, 0);
         let mut sec = [base; 6];
         for (s, p) in sec.iter_mut().enumerate().take(n_sec) {
             *p = base.add(first.at(s, 0));
         }
-        for h in 0..ROWS / V::LANES {
-            let mut t0 = c.tokens.start;
-            while t0 < c.tokens.end {
-                let n = (c.tokens.end - t0).min(TILE);
-                if n == 1 {
-                    tile::<V, A, K, 1>(c, &sec, h, t0, 1);
-                } else {
-                    tile::<V, A, K, TILE>(c, &sec, h, t0, n);
+        // One span for a single tile (generation); spans of whole chunks otherwise.
+        let span = if c.tokens.len() <= TILE {
+            c.p.blocks
+        } else {
+            (SPAN_VALUES / dtype.block_len()).next_multiple_of(chunk_blocks(dtype))
+        };
+        let mut b0 = 0;
+        while b0 < c.p.blocks {
+            let blocks = b0..(b0 + span).min(c.p.blocks);
+            let skip = (b0 / chunk_blocks(dtype)) * chunk_bytes(dtype);
+            let sec_b = sec.map(|p| p.add(skip));
+            for h in 0..ROWS / V::LANES {
+                let mut t0 = c.tokens.start;
+                while t0 < c.tokens.end {
+                    let n = (c.tokens.end - t0).min(TILE);
+                    if n == 1 {
+                        tile::<V, A, K, 1>(c, &sec_b, h, t0, 1, blocks.clone());
+                    } else {
+                        tile::<V, A, K, TILE>(c, &sec_b, h, t0, n, blocks.clone());
+                    }
+                    t0 += n;
                 }
-                t0 += n;
             }
+            b0 = blocks.end;
         }
     }
 }
 
-/// `n` tokens from `t0` (padded to `T` by repeating the last one) against half `h` of the group.
+/// `n` tokens from `t0` (padded to `T` by repeating the last one) against half `h` of the group,
+/// over `blocks` (whose weights start at `sec`). A span after the first adds to the outputs the
+/// spans before it left, so each output's float operations run in the same order as in one span.
 #[inline(always)]
 unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
     c: &GroupCall<A>,
@@ -550,20 +573,21 @@ unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
     h: usize,
     t0: usize,
     n: usize,
+    blocks: Range<usize>,
 ) {
     unsafe {
         let mut x = [c.x.as_ptr(); T];
         let mut xsum = [c.xsum.as_ptr(); T];
         for t in 0..T {
             let tok = t0 + t.min(n - 1);
-            x[t] = c.x.as_ptr().add(tok * c.stride);
+            x[t] = c.x.as_ptr().add(tok * c.stride + blocks.start);
             if !c.xsum.is_empty() {
-                xsum[t] = c.xsum.as_ptr().add(tok * c.stride);
+                xsum[t] = c.xsum.as_ptr().add(tok * c.stride + blocks.start);
             }
         }
         let tile = Tile {
             sec: *sec,
-            blocks: c.p.blocks,
+            blocks: blocks.len(),
             chunk_shift: chunk_blocks(c.p.dtype).trailing_zeros(),
             chunk_bytes: chunk_bytes(c.p.dtype),
             line: h * 4 * V::LANES,
@@ -573,6 +597,11 @@ unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
             xsum,
         };
         let mut acc = [V::fzero(); T];
+        if blocks.start > 0 {
+            for t in 0..n {
+                acc[t] = V::loadf(c.out.add((t0 + t) * c.m + h * V::LANES));
+            }
+        }
         K::run::<V, T>(&tile, &mut acc);
         for t in 0..n {
             V::store(c.out.add((t0 + t) * c.m + h * V::LANES), acc[t]);
