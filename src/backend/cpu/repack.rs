@@ -57,6 +57,11 @@ impl Packed {
         &self.data.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
     }
 
+    /// The number of row groups.
+    pub fn groups(&self) -> usize {
+        self.data.len / self.group_bytes.max(1)
+    }
+
     #[cfg(test)]
     pub fn bytes(&self) -> usize {
         self.data.len

@@ -11,8 +11,8 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::rows::{f16 as f16_at, hsum_f32, hsum_i32};
-use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K};
 use crate::backend::cpu::ggml_math;
+use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K};
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f32_f16_impl(a: &[f32], b: &[f16]) -> f32 {

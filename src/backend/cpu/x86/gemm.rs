@@ -541,14 +541,37 @@ unsafe fn run_group<V: Isa, A, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>
         } else {
             (SPAN_VALUES / dtype.block_len()).next_multiple_of(chunk_blocks(dtype))
         };
+        let skip = |b: usize| (b / chunk_blocks(dtype)) * chunk_bytes(dtype);
+        let tiles = c.tokens.len().div_ceil(TILE) * (ROWS / V::LANES);
         let mut b0 = 0;
         while b0 < c.p.blocks {
             let blocks = b0..(b0 + span).min(c.p.blocks);
-            let skip = (b0 / chunk_blocks(dtype)) * chunk_bytes(dtype);
-            let sec_b = sec.map(|p| p.add(skip));
+            let sec_b = sec.map(|p| p.add(skip(b0)));
+            // The weights the next span reads (the next group's first span after the last one),
+            // fetched a share per tile while this span computes, so that the next span's first
+            // tile does not wait for memory. (1B shape, Q6_K, 2 threads, pp128: 466 t/s without,
+            // 533-540 with.)
+            let next = if blocks.end < c.p.blocks {
+                let end = (blocks.end + span).min(c.p.blocks);
+                Some((base.add(skip(blocks.end)), skip(end) - skip(blocks.end)))
+            } else if tiles > 1 && c.group + 1 < c.p.groups() {
+                let bytes = skip(span.min(c.p.blocks));
+                Some((base.add(c.p.group_bytes), bytes.min(c.p.group_bytes)))
+            } else {
+                None
+            };
+            let share = next.map_or(0, |(_, bytes)| bytes.div_ceil(tiles).next_multiple_of(64));
+            let mut fetched = 0;
             for h in 0..ROWS / V::LANES {
                 let mut t0 = c.tokens.start;
                 while t0 < c.tokens.end {
+                    if let Some((at, bytes)) = next {
+                        let end = (fetched + share).min(bytes);
+                        while fetched < end {
+                            _mm_prefetch::<_MM_HINT_T0>(at.add(fetched) as *const i8);
+                            fetched += 64;
+                        }
+                    }
                     let n = (c.tokens.end - t0).min(TILE);
                     if n == 1 {
                         tile::<V, A, K, 1>(c, &sec_b, h, t0, 1, blocks.clone());
