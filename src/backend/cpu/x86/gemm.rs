@@ -535,13 +535,16 @@ unsafe fn run_group<V: Isa, A, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>
         for (s, p) in sec.iter_mut().enumerate().take(n_sec) {
             *p = base.add(first.at(s, 0));
         }
+        // The chunk sizes, looked up once here: per tile they cost a share of a prefill.
+        let (per_chunk, bytes_per_chunk) = (chunk_blocks(dtype), chunk_bytes(dtype));
+        let chunks = (per_chunk.trailing_zeros(), bytes_per_chunk);
         // One span for a single tile (generation); spans of whole chunks otherwise.
         let span = if c.tokens.len() <= TILE {
             c.p.blocks
         } else {
-            (SPAN_VALUES / dtype.block_len()).next_multiple_of(chunk_blocks(dtype))
+            (SPAN_VALUES / dtype.block_len()).next_multiple_of(per_chunk)
         };
-        let skip = |b: usize| (b / chunk_blocks(dtype)) * chunk_bytes(dtype);
+        let skip = |b: usize| (b / per_chunk) * bytes_per_chunk;
         let tiles = c.tokens.len().div_ceil(TILE) * (ROWS / V::LANES);
         let mut b0 = 0;
         while b0 < c.p.blocks {
@@ -574,9 +577,9 @@ unsafe fn run_group<V: Isa, A, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>
                     }
                     let n = (c.tokens.end - t0).min(TILE);
                     if n == 1 {
-                        tile::<V, A, K, 1>(c, &sec_b, h, t0, 1, blocks.clone());
+                        tile::<V, A, K, 1>(c, &sec_b, chunks, h, t0, 1, blocks.clone());
                     } else {
-                        tile::<V, A, K, TILE>(c, &sec_b, h, t0, n, blocks.clone());
+                        tile::<V, A, K, TILE>(c, &sec_b, chunks, h, t0, n, blocks.clone());
                     }
                     t0 += n;
                 }
@@ -593,6 +596,7 @@ unsafe fn run_group<V: Isa, A, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>
 unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
     c: &GroupCall<A>,
     sec: &[*const u8; 6],
+    (chunk_shift, chunk_bytes): (u32, usize),
     h: usize,
     t0: usize,
     n: usize,
@@ -611,8 +615,8 @@ unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
         let tile = Tile {
             sec: *sec,
             blocks: blocks.len(),
-            chunk_shift: chunk_blocks(c.p.dtype).trailing_zeros(),
-            chunk_bytes: chunk_bytes(c.p.dtype),
+            chunk_shift,
+            chunk_bytes,
             line: h * 4 * V::LANES,
             lane: h * V::LANES,
             shift: h * 4 * V::LANES,
