@@ -16,11 +16,10 @@
 #![allow(clippy::needless_range_loop)] // tile kernels index parallel arrays with one index
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use super::isa::{Avx2, Avx2Pair, Avx512, Isa};
 use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, GroupCall, Level, PackedKernel};
-use std::ops::Range;
-
 use crate::backend::cpu::repack::{self, BlockPlace, ROWS, chunk_blocks, chunk_bytes};
 use crate::gguf::GgmlType;
 use crate::gguf::iq::{KVALUES_IQ4NL, KVALUES_MXFP4};
@@ -519,9 +518,10 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
     }
 }
 
-/// Values of K per span of a GEMM call over several tiles: each span of the group's 16 rows
-/// (a few KB of weights) stays in L1 while every token tile passes over it, instead of the whole
-/// rows (up to 100+ KB for a down projection) coming again from L2 for each tile.
+/// Values of K per span of a GEMM call over several tiles: every token tile passes over one span
+/// of the group's 16 rows (a few KB of weights, which stay in L1) before the next, and the next
+/// span's weights are fetched while it does (a down projection's whole rows, 100+ KB, would not
+/// stay in L1 between tiles).
 const SPAN_VALUES: usize = 1024;
 
 #[inline(always)]
