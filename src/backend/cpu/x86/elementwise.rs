@@ -62,6 +62,7 @@ unsafe fn axpy_f16_impl(alpha: f32, x: &[f16], y: &mut [f32]) {
 unsafe fn quantize_q8_impl(x: &[f32], out: &mut [BlockQ8]) {
     unsafe {
         let sign = _mm256_set1_ps(-0.0);
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for (xb, b) in x.chunks_exact(32).zip(out.iter_mut()) {
             let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(xb.as_ptr().add(8 * i)));
             let m = v.iter().fold(_mm256_setzero_ps(), |m, &vi| {
@@ -70,19 +71,19 @@ unsafe fn quantize_q8_impl(x: &[f32], out: &mut [BlockQ8]) {
             let amax = hsum_max(m);
             let d = amax / 127.0;
             let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
-            let mut sum = _mm256_setzero_si256();
-            let mut q = [0i32; 32];
-            for (i, &vi) in v.iter().enumerate() {
-                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                    _mm256_mul_ps(vi, id),
-                );
-                let qi = _mm256_cvtps_epi32(r);
-                sum = _mm256_add_epi32(sum, qi);
-                _mm256_storeu_si256(q.as_mut_ptr().add(8 * i) as *mut __m256i, qi);
-            }
-            for (dst, &v) in b.qs.iter_mut().zip(&q) {
-                *dst = v as i8;
-            }
+            let q: [__m256i; 4] = std::array::from_fn(|i| {
+                _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(_mm256_mul_ps(v[i], id)))
+            });
+            let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            // Within ±127, so the saturating packs are exact; `order` undoes their interleaving.
+            let bytes = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+            _mm256_storeu_si256(b.qs.as_mut_ptr() as *mut __m256i, bytes);
             b.d = f16::from_f32(d).to_f32();
             b.s = f16::from_f32(d * hsum_i32(sum) as f32).to_f32();
         }
