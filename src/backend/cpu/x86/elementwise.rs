@@ -118,7 +118,8 @@ unsafe fn quantize_q8k_impl(x: &[f32], out: &mut [BlockQ8K]) {
                 );
                 _mm256_min_epi32(_mm256_cvtps_epi32(r), _mm256_set1_epi32(127))
             };
-            // Eight values of each of a group of 16's two halves, summed lane by lane.
+            // Per group of 16 values, its two halves of 8 added lane by lane (summed across the
+            // lanes below, eight groups at a time).
             let mut halves = [_mm256_setzero_si256(); 16];
             for g in 0..8 {
                 // 32 values: groups 2g and 2g + 1.
