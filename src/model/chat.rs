@@ -75,8 +75,6 @@ pub(crate) const GLM: BuiltinTemplate = BuiltinTemplate {
     source: include_str!("templates/glm4.jinja"),
 };
 
-/// Phi-3.5-mini's own template (`microsoft/Phi-3.5-mini-instruct`'s, llama.cpp's copy in
-/// models/templates), for a phi3 file that carries none.
 /// Mistral's v7-tekken format (Ministral 3, Devstral Small 2), as llama.cpp's built-in
 /// `mistral-v7-tekken` writes it: `[SYSTEM_PROMPT]…[/SYSTEM_PROMPT]`, `[INST]…[/INST]`, every
 /// other turn followed by `</s>`; nothing opens the reply.
@@ -92,6 +90,8 @@ pub(crate) const GEMMA4: BuiltinTemplate = BuiltinTemplate {
     source: include_str!("templates/gemma4.jinja"),
 };
 
+/// Phi-3.5-mini's own template (`microsoft/Phi-3.5-mini-instruct`'s, llama.cpp's copy in
+/// models/templates), for a phi3 file that carries none.
 pub(crate) const PHI3: BuiltinTemplate = BuiltinTemplate {
     origin: TemplateOrigin::BuiltinPhi3,
     source: include_str!("templates/phi3.jinja"),
