@@ -57,12 +57,25 @@ unsafe fn axpy_f16_impl(alpha: f32, x: &[f16], y: &mut [f32]) {
     }
 }
 
+/// 32 quantized values (four vectors of eight i32, each within ±127) as bytes, in order: the
+/// saturating packs are exact there, and leave each 128-bit lane's halves interleaved, which the
+/// permutation undoes.
+#[inline(always)]
+unsafe fn pack_bytes(q: &[__m256i; 4]) -> __m256i {
+    unsafe {
+        let bytes = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+    }
+}
+
 /// `portable::quantize_q8`, vectorized; the same values (llama.cpp's `quantize_row_q8_0/1`).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn quantize_q8_impl(x: &[f32], out: &mut [BlockQ8]) {
     unsafe {
         let sign = _mm256_set1_ps(-0.0);
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for (xb, b) in x.chunks_exact(32).zip(out.iter_mut()) {
             let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(xb.as_ptr().add(8 * i)));
             let m = v.iter().fold(_mm256_setzero_ps(), |m, &vi| {
@@ -77,13 +90,7 @@ unsafe fn quantize_q8_impl(x: &[f32], out: &mut [BlockQ8]) {
                 >(_mm256_mul_ps(v[i], id)))
             });
             let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-            // Within ±127, so the saturating packs are exact; `order` undoes their interleaving.
-            let bytes = _mm256_packs_epi16(
-                _mm256_packs_epi32(q[0], q[1]),
-                _mm256_packs_epi32(q[2], q[3]),
-            );
-            let bytes = _mm256_permutevar8x32_epi32(bytes, order);
-            _mm256_storeu_si256(b.qs.as_mut_ptr() as *mut __m256i, bytes);
+            _mm256_storeu_si256(b.qs.as_mut_ptr() as *mut __m256i, pack_bytes(&q));
             b.d = f16::from_f32(d).to_f32();
             b.s = f16::from_f32(d * hsum_i32(sum) as f32).to_f32();
         }
@@ -95,8 +102,6 @@ unsafe fn quantize_q8_impl(x: &[f32], out: &mut [BlockQ8]) {
 unsafe fn quantize_q8k_impl(x: &[f32], out: &mut [BlockQ8K]) {
     unsafe {
         let sign = _mm256_set1_ps(-0.0);
-        // `packs` leaves each 128-bit lane's halves interleaved; this puts them back in order.
-        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
         for (xb, b) in x.chunks_exact(256).zip(out.iter_mut()) {
             let p = xb.as_ptr();
             let mut m = _mm256_setzero_ps();
@@ -126,12 +131,7 @@ unsafe fn quantize_q8k_impl(x: &[f32], out: &mut [BlockQ8K]) {
                 let q: [__m256i; 4] = std::array::from_fn(|k| quantize(4 * g + k));
                 halves[2 * g] = _mm256_add_epi32(q[0], q[1]);
                 halves[2 * g + 1] = _mm256_add_epi32(q[2], q[3]);
-                // Within ±127, so the saturating packs are exact.
-                let bytes = _mm256_packs_epi16(
-                    _mm256_packs_epi32(q[0], q[1]),
-                    _mm256_packs_epi32(q[2], q[3]),
-                );
-                let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+                let bytes = pack_bytes(&q);
                 _mm256_storeu_si256(b.qs.as_mut_ptr().add(32 * g) as *mut __m256i, bytes);
             }
             let sums = |v: &[__m256i]| {
