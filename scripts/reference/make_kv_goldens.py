@@ -4,7 +4,9 @@ needs for a quantized V cache). Writes llama-cpp-kv-TYPE.json in the goldens' fo
 
 usage: python3 make_kv_goldens.py GREEDY_BINARY MODELS_DIR GOLDEN_DIR TYPE "WHICH LLAMA.CPP"
 (GREEDY_BINARY built from llama_cpp_greedy.cpp; the last argument names the build for the record)"""
-import json, subprocess, sys
+import json, sys
+
+from llama_cpp_greedy import greedy_case
 
 greedy, models, golden_dir, kv, which = sys.argv[1:6]
 out = {"generator": f"{which} via scripts/reference/llama_cpp_greedy.cpp, CPU, 2 threads, "
@@ -15,11 +17,7 @@ for file in ["llama-cpp.json", "llama-cpp-long.json"]:
     for name, entry in golden["models"].items():
         cases = out["models"].setdefault(name, {"greedy": []})["greedy"]
         for case in entry["greedy"]:
-            run = subprocess.run([greedy, f"{models}/{name}", ",".join(map(str, case["prompt_ids"])),
-                                  str(len(case["steps"])), kv, "1"],
-                                 capture_output=True, text=True, check=True)
-            steps = [json.loads(line) for line in run.stdout.splitlines()]
-            cases.append({"prompt": case["prompt"], "prompt_ids": case["prompt_ids"], "steps": steps})
-            print(name, case["prompt"][:30], len(steps), file=sys.stderr)
+            cases.append(greedy_case(greedy, f"{models}/{name}", case, kv, "1"))
+            print(name, case["prompt"][:30], len(cases[-1]["steps"]), file=sys.stderr)
 with open(f"{golden_dir}/llama-cpp-kv-{kv}.json", "w") as f:
     f.write(json.dumps(out) + "\n")

@@ -8,8 +8,9 @@ whose expert stacks kiln repacks. Writes llama-cpp-qwen3moe.json in the goldens'
 usage: python3 make_qwen3moe_goldens.py GREEDY_BINARY GOLDEN_DIR "WHICH LLAMA.CPP" MODEL...
 (GREEDY_BINARY built from llama_cpp_greedy.cpp; the third argument names the build for the record)"""
 import json
-import subprocess
 import sys
+
+from llama_cpp_greedy import greedy_case
 
 greedy, golden_dir, which = sys.argv[1:4]
 prompts = json.load(open(f"{golden_dir}/llama-cpp-qwen35.json"))["models"]["qwen35moe-tiny.gguf"]
@@ -19,12 +20,8 @@ for model in sys.argv[4:]:
     entry = models[name] = {k: prompts[k] for k in ["add_bos", "bos", "eos"]}
     entry["greedy"] = []
     for case in prompts["greedy"]:
-        run = subprocess.run([greedy, model, ",".join(map(str, case["prompt_ids"])),
-                              str(len(case["steps"])), "f32", "0"],
-                             capture_output=True, text=True, check=True)
-        steps = [json.loads(line) for line in run.stdout.splitlines()]
-        entry["greedy"].append({"prompt": case["prompt"], "prompt_ids": case["prompt_ids"], "steps": steps})
-        print(name, repr(case["prompt"][:30]), len(steps), file=sys.stderr)
+        entry["greedy"].append(greedy_case(greedy, model, case, "f32", "0"))
+        print(name, repr(case["prompt"][:30]), len(entry["greedy"][-1]["steps"]), file=sys.stderr)
 out = {"generator": f"{which} via scripts/reference/llama_cpp_greedy.cpp, CPU, 2 threads, n_ubatch 512, "
                     f"F32 KV cache, flash attention off; qwen3moe-tiny.gguf written by "
                     f"tests/fixtures/make_qwen3moe_tiny.py, qwen3moe-tiny-Q8_0.gguf from it by llama-quantize Q8_0",

@@ -10,8 +10,9 @@ environment, llama.cpp's context is that many positions instead of 2048, and eac
 (the tests then run kiln's sessions at that context: LongRoPE chooses its factors by it)."""
 import json
 import os
-import subprocess
 import sys
+
+from llama_cpp_greedy import greedy_case
 
 n_ctx = os.environ.get("N_CTX")
 
@@ -23,14 +24,10 @@ for model in sys.argv[6:]:
     entry = models[name] = {k: prompts[k] for k in ["add_bos", "bos", "eos"]}
     entry["greedy"] = []
     for case in prompts["greedy"]:
-        run = subprocess.run([greedy, model, ",".join(map(str, case["prompt_ids"])),
-                              str(len(case["steps"])), "f32", "0"] + ([n_ctx] if n_ctx else []),
-                             capture_output=True, text=True, check=True)
-        steps = [json.loads(line) for line in run.stdout.splitlines()]
-        entry["greedy"].append({"prompt": case["prompt"], "prompt_ids": case["prompt_ids"], "steps": steps})
+        entry["greedy"].append(greedy_case(greedy, model, case, "f32", "0", *([n_ctx] if n_ctx else [])))
         if n_ctx:
             entry["greedy"][-1]["n_ctx"] = int(n_ctx)
-        print(name, repr(case["prompt"][:30]), len(steps), file=sys.stderr)
+        print(name, repr(case["prompt"][:30]), len(entry["greedy"][-1]["steps"]), file=sys.stderr)
 context = f"n_ctx {n_ctx}, " if n_ctx else ""
 out = {"generator": f"{which} via scripts/reference/llama_cpp_greedy.cpp, CPU, 2 threads, {context}n_ubatch 512, "
                     f"F32 KV cache, flash attention off; {made}",

@@ -4,11 +4,10 @@ llama.cpp's hand-written formats rather than a Jinja file.
 
 usage: python3 render_llama_cpp_template.py CHAT_BINARY NAME OUT.json BOS EOS
 """
-import json
 import subprocess
 import sys
 
-from render_template import CONVERSATIONS, variants
+from render_template import CONVERSATIONS, variants, write_golden
 
 chat, name, out, bos, eos = sys.argv[1:6]
 renders = []
@@ -17,6 +16,4 @@ for conversation in CONVERSATIONS:
         args = [chat, name, str(int(gen))] + [x for m in messages for x in (m["role"], m["content"])]
         text = subprocess.run(args, capture_output=True, text=True, check=True).stdout
         renders.append({"messages": messages, "add_generation_prompt": gen, "text": text})
-with open(out, "w") as f:
-    f.write(json.dumps({"template": f"llama.cpp built-in {name}", "bos_token": bos, "eos_token": eos,
-                        "kwargs": {}, "renders": renders}, ensure_ascii=False, indent=1) + "\n")
+write_golden(out, f"llama.cpp built-in {name}", bos, eos, {}, renders)

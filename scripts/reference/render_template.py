@@ -43,6 +43,14 @@ def variants(messages):
     return out
 
 
+def write_golden(out, template, bos, eos, kwargs, renders):
+    """The renders of a template, in the template goldens' format."""
+    with open(out, "w") as f:
+        f.write(json.dumps({"template": template, "bos_token": bos, "eos_token": eos, "kwargs": kwargs,
+                            "renders": renders},
+                           ensure_ascii=False, indent=1) + "\n")
+
+
 def main():
     template_path, out = sys.argv[1:3]
     bos, eos = sys.argv[3:5] if len(sys.argv) > 4 else ("<|startoftext|>", "<|return|>")
@@ -57,10 +65,7 @@ def main():
             renders.append({"messages": messages, "add_generation_prompt": gen,
                             "text": template.render(messages=messages, add_generation_prompt=gen,
                                                     bos_token=bos, eos_token=eos, **kwargs)})
-    with open(out, "w") as f:
-        f.write(json.dumps({"template": os.path.basename(template_path), "bos_token": bos, "eos_token": eos, "kwargs": kwargs,
-                            "renders": renders},
-                           ensure_ascii=False, indent=1) + "\n")
+    write_golden(out, os.path.basename(template_path), bos, eos, kwargs, renders)
 
 
 if __name__ == "__main__":

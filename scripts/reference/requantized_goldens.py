@@ -10,6 +10,8 @@ usage: python3 requantized_goldens.py LLAMA_BIN GREEDY GOLDEN NAME MODEL IMATRIX
 Default ftypes: the imatrix list of issue #24."""
 import json, os, subprocess, sys
 
+from llama_cpp_greedy import greedy_case
+
 bin_dir, greedy, golden, name, model, imatrix, out_dir = sys.argv[1:8]
 ftypes = sys.argv[8:] or ("IQ4_NL IQ4_XS IQ3_XXS IQ3_S IQ3_M IQ2_XXS IQ2_XS IQ2_S IQ2_M IQ1_S IQ1_M "
                           "TQ1_0 TQ2_0 Q2_K_S").split()
@@ -23,12 +25,7 @@ for ft in ftypes:
                         model, path, ft, "2"], capture_output=True, check=True)
     gold = os.path.join(out_dir, f"golden-{ft}.json")
     if not os.path.exists(gold):
-        runs = []
-        for case in cases:
-            run = subprocess.run([greedy, path, ",".join(map(str, case["prompt_ids"])), str(len(case["steps"]))],
-                                 capture_output=True, text=True, check=True)
-            runs.append({"prompt": case["prompt"], "prompt_ids": case["prompt_ids"],
-                         "steps": [json.loads(line) for line in run.stdout.splitlines()]})
+        runs = [greedy_case(greedy, path, case) for case in cases]
         with open(gold, "w") as f:
             json.dump({"generator": f"llama.cpp greedy on {ft} of {os.path.basename(model)}, f16 KV",
                        "models": {name: {"greedy": runs}}}, f)
