@@ -68,13 +68,27 @@ pub struct BlockQ8 {
     pub qs: [i8; 32],
 }
 
-/// 256 activations quantized to i8, with the sums of each group of 16 (for K-quant minimums).
+/// 256 activations quantized to i8, with the sums of each group of 16 (for K-quant minimums)
+/// and of each group of 32 (`bsums` added in pairs: the GEMM kernels of the 32-value sub-block
+/// types broadcast two of them at a time from memory, where a sum made in registers would cost
+/// shuffles on the ports the dot products need).
 #[derive(Clone, Copy)]
 #[repr(C, align(8))]
 pub struct BlockQ8K {
     pub d: f32,
     pub qs: [i8; 256],
     pub bsums: [i16; 16],
+    pub sums32: [i16; 8],
+}
+
+impl BlockQ8K {
+    /// `sums32` from `bsums`.
+    #[inline]
+    pub fn sum_pairs(&mut self) {
+        for (j, s) in self.sums32.iter_mut().enumerate() {
+            *s = self.bsums[2 * j] + self.bsums[2 * j + 1];
+        }
+    }
 }
 
 impl Default for BlockQ8 {
@@ -93,6 +107,7 @@ impl Default for BlockQ8K {
             d: 0.0,
             qs: [0; 256],
             bsums: [0; 16],
+            sums32: [0; 8],
         }
     }
 }
@@ -585,7 +600,10 @@ pub(crate) mod tests {
             quantized(reference.quantize_q8k, &xq, 256),
         );
         for (a, b) in ak.iter().zip(&bk) {
-            assert_eq!((a.d, a.qs, a.bsums), (b.d, b.qs, b.bsums));
+            assert_eq!(
+                (a.d, a.qs, a.bsums, a.sums32),
+                (b.d, b.qs, b.bsums, b.sums32)
+            );
         }
 
         // Elementwise functions equal the scalar definitions bit for bit.

@@ -256,6 +256,7 @@ pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
         for (j, s) in b.bsums.iter_mut().enumerate() {
             *s = b.qs[j * 16..j * 16 + 16].iter().map(|&q| q as i16).sum();
         }
+        b.sum_pairs();
         b.d = 1.0 / iscale;
     }
 }

@@ -199,6 +199,7 @@ pub fn quantize_q8k(x: &[f32], out: &mut [BlockQ8K]) {
                 b.bsums[g] = vaddvq_s32(sum) as i16;
             }
         }
+        b.sum_pairs();
         b.d = 1.0 / iscale;
     }
 }
