@@ -5,6 +5,22 @@ use std::sync::OnceLock;
 
 use half::f16;
 
+/// Σ v² with the squares in f32 and the sum in f64, as llama.cpp's norms take it, but in eight
+/// interleaved sums: one chain of dependent f64 adds over a 2048-value row took 1.5 % of a 1B
+/// prompt. f64 carries 29 bits more than the f32 mean made from it: the order can change that
+/// mean only where it falls within 2^-29 of a rounding boundary.
+pub fn sum_of_squares(x: &[f32]) -> f64 {
+    let mut lanes = [0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail: f64 = chunks.remainder().iter().map(|&v| (v * v) as f64).sum();
+    for chunk in chunks {
+        for (s, &v) in lanes.iter_mut().zip(chunk) {
+            *s += (v * v) as f64;
+        }
+    }
+    lanes.iter().sum::<f64>() + tail
+}
+
 const fn f(bits: u32) -> f32 {
     f32::from_bits(bits)
 }

@@ -274,7 +274,7 @@ impl CoreOps for CpuBackend {
         let dim = w.len();
         // llama.cpp's arithmetic: squares in f32 summed in f64, mean and scale in f32.
         let norm = |row: &mut [f32]| {
-            let sum: f64 = row.iter().map(|&v| (v * v) as f64).sum();
+            let sum = ggml_math::sum_of_squares(row);
             let mean = (sum / dim as f64) as f32;
             let scale = 1.0 / (mean + eps).sqrt();
             for (v, &g) in row.iter_mut().zip(w) {

@@ -28,7 +28,7 @@ fn f32_values(w: &CpuWeight) -> Cow<'_, [f32]> {
 /// epsilon eps/n, squares summed in f64, then scaled by 1/sqrt(n).
 fn l2_normalize(x: &[f32], eps: f32, out: &mut [f32]) {
     let n = x.len() as f32;
-    let sum: f64 = x.iter().map(|&v| (v * v) as f64).sum();
+    let sum = super::ggml_math::sum_of_squares(x);
     let mean = (sum / x.len() as f64) as f32;
     let scale = 1.0 / (mean + eps / n).sqrt();
     let post = 1.0 / n.sqrt();

@@ -247,6 +247,68 @@ unsafe fn silu_mul_impl(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `expf8` on sixteen lanes, operation for operation (AVX-512's own `scalef` would round
+/// subnormal results once where `ggml_math::expf` rounds twice).
+#[inline(always)]
+unsafe fn expf16(x: __m512) -> __m512 {
+    unsafe {
+        use ggml_math::EXPF_CONSTANTS as C;
+        let c = |i: usize| _mm512_set1_ps(f32::from_bits(C[i]));
+        let r = c(0);
+        let z = _mm512_fmadd_ps(x, c(1), r);
+        let n = _mm512_sub_ps(z, r);
+        let b = _mm512_fnmadd_ps(n, c(2), _mm512_fnmadd_ps(n, c(3), x));
+        let u = _mm512_mul_ps(b, b);
+        let j = _mm512_fmadd_ps(
+            _mm512_fmadd_ps(
+                _mm512_fmadd_ps(c(4), b, c(5)),
+                u,
+                _mm512_fmadd_ps(c(6), b, c(7)),
+            ),
+            u,
+            _mm512_fmadd_ps(c(8), b, _mm512_set1_ps(1.0)),
+        );
+        let big = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(_mm512_abs_ps(n), _mm512_set1_ps(192.0));
+        let ni = _mm512_cvtps_epi32(_mm512_max_ps(
+            _mm512_min_ps(n, _mm512_set1_ps(192.0)),
+            _mm512_set1_ps(-192.0),
+        ));
+        let h = _mm512_srai_epi32::<1>(ni);
+        let pow2 = |e: __m512i| {
+            _mm512_castsi512_ps(_mm512_slli_epi32::<23>(_mm512_add_epi32(
+                e,
+                _mm512_set1_epi32(127),
+            )))
+        };
+        let res = _mm512_mul_ps(_mm512_mul_ps(j, pow2(h)), pow2(_mm512_sub_epi32(ni, h)));
+        let positive = _mm512_cmp_ps_mask::<_CMP_GT_OQ>(n, _mm512_setzero_ps());
+        let alt = _mm512_maskz_mov_ps(positive, _mm512_set1_ps(f32::INFINITY));
+        _mm512_mask_blend_ps(big, res, alt)
+    }
+}
+
+/// `silu_mul_impl` sixteen lanes at a time. (1B shape, Q5_K_M, 2 threads, pp128: the gated
+/// activation 2.2 % → TODO of the time.)
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn silu_mul_avx512_impl(gate: &mut [f32], up: &[f32]) {
+    unsafe {
+        let n = gate.len().min(up.len());
+        let one = _mm512_set1_ps(1.0);
+        let mut i = 0;
+        while i + 16 <= n {
+            let x = _mm512_loadu_ps(gate.as_ptr().add(i));
+            let e = expf16(_mm512_sub_ps(_mm512_setzero_ps(), x));
+            let s = _mm512_div_ps(x, _mm512_add_ps(one, e));
+            _mm512_storeu_ps(
+                gate.as_mut_ptr().add(i),
+                _mm512_mul_ps(s, _mm512_loadu_ps(up.as_ptr().add(i))),
+            );
+            i += 16;
+        }
+        silu_mul_impl(&mut gate[i..n], &up[i..n]);
+    }
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn exp_sub_impl(x: &mut [f32], max: f32) -> f64 {
     unsafe {
@@ -288,6 +350,11 @@ unsafe fn round_f16_impl(x: &mut [f32]) {
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     // SAFETY: handed out by `Kernels` only after AVX2, FMA and F16C were detected.
     unsafe { silu_mul_impl(gate, up) }
+}
+
+pub fn silu_mul_avx512(gate: &mut [f32], up: &[f32]) {
+    // SAFETY: handed out by `Kernels` only at the AVX-512 VNNI level.
+    unsafe { silu_mul_avx512_impl(gate, up) }
 }
 
 pub fn delta_rule(

@@ -93,7 +93,11 @@ pub unsafe fn kernels(level: Level) -> Kernels {
     }
     k.quantize_q8 = elementwise::quantize_q8;
     k.quantize_q8k = elementwise::quantize_q8k;
-    k.silu_mul = elementwise::silu_mul;
+    k.silu_mul = if level == Level::Avx512Vnni {
+        elementwise::silu_mul_avx512
+    } else {
+        elementwise::silu_mul
+    };
     k.exp_sub = elementwise::exp_sub;
     k.round_f16 = elementwise::round_f16;
     k.dot_f32_f16 = elementwise::dot_f32_f16;
