@@ -162,29 +162,12 @@ impl<const Q5: bool> Kernel<BlockQ8K> for KQ4<Q5> {
                 let d = V::f16s(tile.at(3 + s, 32, b, 2 * tile.lane));
                 let dmin = V::f16s(tile.at(4 + s, 32, b, 2 * tile.lane));
                 for t in 0..T {
-                    acc[t] =
-                        with_minimums::<V>(acc[t], acc_s[t], acc_m[t], d, dmin, tile.x(t, b).d);
+                    let dx = V::fsplat(tile.x(t, b).d);
+                    acc[t] = V::fmadd(V::cvt(acc_s[t]), V::mul(d, dx), acc[t]);
+                    acc[t] = V::fnmadd(V::cvt(acc_m[t]), V::mul(dmin, dx), acc[t]);
                 }
             }
         }
-    }
-}
-
-/// acc + dx · (d · scaled − dmin · minimums): a block's share of a type with minimums, in three
-/// multiplies (the ports that take them are the dot products'; with d·dx and dmin·dx apart it was
-/// four).
-#[inline(always)]
-unsafe fn with_minimums<V: Isa>(
-    acc: V::F,
-    scaled: V::I,
-    minimums: V::I,
-    d: V::F,
-    dmin: V::F,
-    dx: f32,
-) -> V::F {
-    unsafe {
-        let block = V::fnmadd(V::cvt(minimums), dmin, V::mul(d, V::cvt(scaled)));
-        V::fmadd(block, V::fsplat(dx), acc)
     }
 }
 
@@ -342,8 +325,9 @@ impl Kernel<BlockQ8K> for KQ2 {
                 let d = V::f16s(tile.at(2, 32, b, 2 * tile.lane));
                 let dmin = V::f16s(tile.at(3, 32, b, 2 * tile.lane));
                 for t in 0..T {
-                    acc[t] =
-                        with_minimums::<V>(acc[t], acc_s[t], acc_m[t], d, dmin, tile.x(t, b).d);
+                    let dx = V::fsplat(tile.x(t, b).d);
+                    acc[t] = V::fmadd(V::cvt(acc_s[t]), V::mul(d, dx), acc[t]);
+                    acc[t] = V::fnmadd(V::cvt(acc_m[t]), V::mul(dmin, dx), acc[t]);
                 }
             }
         }
