@@ -247,8 +247,9 @@ unsafe fn silu_mul_impl(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-/// `expf8` on sixteen lanes, operation for operation (AVX-512's own `scalef` would round
-/// subnormal results once where `ggml_math::expf` rounds twice).
+/// `expf8` on sixteen lanes, operation for operation, so it equals `ggml_math::expf` bit for bit
+/// also where the result is subnormal (AVX-512's own `scalef` rounds those once; the split
+/// power of two, twice).
 #[inline(always)]
 unsafe fn expf16(x: __m512) -> __m512 {
     unsafe {
@@ -288,7 +289,7 @@ unsafe fn expf16(x: __m512) -> __m512 {
 }
 
 /// `silu_mul_impl` sixteen lanes at a time. (1B shape, Q5_K_M, 2 threads, pp128: the gated
-/// activation 2.2 % → TODO of the time.)
+/// activation 34–41 → 30–33 µs a token; what is left is mostly memory traffic.)
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 unsafe fn silu_mul_avx512_impl(gate: &mut [f32], up: &[f32]) {
     unsafe {
