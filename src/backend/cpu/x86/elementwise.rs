@@ -147,11 +147,7 @@ unsafe fn quantize_q8k_impl(x: &[f32], out: &mut [BlockQ8K]) {
             // Each sum fits: 16 · 127 < 2^15.
             let packed = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(s0, s1));
             _mm256_storeu_si256(b.bsums.as_mut_ptr() as *mut __m256i, packed);
-            let pairs = _mm_hadd_epi16(
-                _mm256_castsi256_si128(packed),
-                _mm256_extracti128_si256::<1>(packed),
-            );
-            _mm_storeu_si128(b.sums32.as_mut_ptr() as *mut __m128i, pairs);
+            b.sum_pairs();
             b.d = 1.0 / iscale;
         }
     }
