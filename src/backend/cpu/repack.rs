@@ -19,7 +19,8 @@
 //! - Q6_K six-bit lines, three per 16-value sub-block: byte i of line k (k = 0..2) holds u[4k + i]
 //!   in bits 0..5 and bits 2k..2k+1 of u[12 + i] in bits 6..7, so quads 0-2 take one mask each and
 //!   quad 3 is gathered from the three lines' top bits;
-//! - bit masks (the fifth bit of Q5 codes, the third of Q3_K's): one u64 per quad, bit 4r + i;
+//! - bit masks (the fifth bit of Q5 codes, the third of Q3_K's, Q1_0's signs): one u64 per quad,
+//!   bit 4r + i;
 //! - Q8_0 lines: the signed bytes as stored, one quad per line.
 //!
 //! Per-row numbers (f16 scales, integer sub-block scales and minimums) are stored as 16-entry
@@ -76,6 +77,8 @@ pub fn sections(t: GgmlType) -> Option<&'static [usize]> {
         GgmlType::Q4_0 | GgmlType::IQ4_NL => &[256, 32],
         // nibble lines, E8M0 exponent bytes
         GgmlType::MXFP4 => &[256, 16],
+        // sign-bit masks (a set bit is +1, a clear one −1), d
+        GgmlType::Q1_0 => &[256, 32],
         // nibble lines, d, m
         GgmlType::Q4_1 => &[256, 32, 32],
         // nibble lines, fifth-bit masks, d
@@ -104,7 +107,7 @@ pub fn sections(t: GgmlType) -> Option<&'static [usize]> {
 /// four for MXFP4, whose exponent bytes are a quarter of one.
 pub fn chunk_blocks(t: GgmlType) -> usize {
     match t {
-        GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q5_0 | GgmlType::Q8_0 => 2,
+        GgmlType::Q4_0 | GgmlType::IQ4_NL | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Q1_0 => 2,
         GgmlType::MXFP4 => 4,
         _ => 1,
     }
@@ -306,6 +309,12 @@ fn encode(t: GgmlType, c: &Codes, b: &mut [u8]) {
             put16(b, 0, c.d);
             b[2..34].copy_from_slice(&c.u[..32]);
         }
+        GgmlType::Q1_0 => {
+            put16(b, 0, c.d);
+            for v in 0..128 {
+                b[2 + v / 8] |= c.u[v] << (v % 8);
+            }
+        }
         GgmlType::IQ4_NL | GgmlType::MXFP4 => {
             let off = if t == GgmlType::MXFP4 {
                 b[0] = c.d as u8;
@@ -418,6 +427,8 @@ enum Lines {
     SixBit,
     /// Raw bytes, one quad per line.
     Bytes,
+    /// One bit per code, as quad masks in section 0 (Q1_0).
+    Masks,
 }
 
 /// How a type's codes are split: the line format of the low bits, and where the high bits go.
@@ -433,6 +444,7 @@ fn code_parts(t: GgmlType) -> (Lines, Option<u32>) {
         GgmlType::Q6_K => (Lines::SixBit, None),
         GgmlType::Q2_K => (Lines::TwoBit, None),
         GgmlType::Q3_K => (Lines::TwoBit, Some(2)),
+        GgmlType::Q1_0 => (Lines::Masks, None),
         _ => (Lines::Bytes, None),
     }
 }
@@ -485,6 +497,7 @@ fn get_block(t: GgmlType, group: &[u8], b: usize, r: usize) -> Codes {
                 }
             }
             Lines::Bytes => get(0, (v / 4) * 64 + 4 * r + v % 4),
+            Lines::Masks => (get(0, 8 * (v / 4) + r / 2) >> (4 * (r % 2) + v % 4)) & 1,
         };
     }
     let mut next = if lines == Lines::SixBit { 2 } else { 1 };
@@ -632,6 +645,13 @@ fn pack_block(t: GgmlType, x: &[u8], r: usize, place: &BlockPlace, out: &mut [u8
         GgmlType::Q8_0 => {
             for q in 0..8 {
                 put4(out, 0, q, le32(x, 2 + 4 * q).to_le_bytes());
+            }
+            put_f16(out, 1, 0);
+        }
+        GgmlType::Q1_0 => {
+            // Quad q's four sign bits are the low or high nibble of byte 2 + q / 2.
+            for q in 0..32 {
+                or_mask(out, 0, q, (x[2 + q / 2] >> (4 * (q % 2))) as u64 & 0xF);
             }
             put_f16(out, 1, 0);
         }

@@ -104,6 +104,12 @@ fn decode(t: GgmlType, b: &[u8], c: &mut Codes) {
             c.d = le16(b, 0);
             c.u[..32].copy_from_slice(&b[2..34]);
         }
+        GgmlType::Q1_0 => {
+            c.d = le16(b, 0);
+            for v in 0..128 {
+                c.u[v] = (b[2 + v / 8] >> (v % 8)) & 1;
+            }
+        }
         GgmlType::Q2_K => {
             c.d = le16(b, 80);
             c.dmin = le16(b, 82);
@@ -235,6 +241,19 @@ fn put_block(t: GgmlType, codes: &[Codes; ROWS], b: usize, out: &mut [u8]) {
                     for i in 0..4 {
                         put(0, q * 64 + 4 * r + i, c.u[4 * q + i]);
                     }
+                }
+            }
+        }
+        Lines::Masks => {
+            for q in 0..n / 4 {
+                let mut m = 0u64;
+                for (r, c) in codes.iter().enumerate() {
+                    for i in 0..4 {
+                        m |= (c.u[4 * q + i] as u64 & 1) << (4 * r + i);
+                    }
+                }
+                for (i, v) in m.to_le_bytes().into_iter().enumerate() {
+                    put(0, 8 * q + i, v);
                 }
             }
         }

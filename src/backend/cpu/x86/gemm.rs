@@ -19,7 +19,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::isa::{Avx2, Avx2Pair, Avx512, Isa};
-use crate::backend::cpu::kernels::{BlockQ8, BlockQ8K, GroupCall, Level, PackedKernel};
+use crate::backend::cpu::kernels::{ActBlock, BlockQ8, BlockQ8K, GroupCall, Level, PackedKernel};
 use crate::backend::cpu::repack::{self, BlockPlace, ROWS, chunk_blocks, chunk_bytes};
 use crate::gguf::GgmlType;
 use crate::gguf::iq::{KVALUES_IQ4NL, KVALUES_MXFP4};
@@ -530,6 +530,47 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
     }
 }
 
+/// Q1_0: 128 values of one bit each (+1 where set, −1 where clear) and an f16 scale, against
+/// four Q8_0 activation blocks. The bits become 0/1 bytes (a masked byte move), so a 32-value
+/// block's integer sum is 2·Σ bit·x − Σ x; each is scaled by its activation's d and the four
+/// sums by the weight's d, in the order of llama.cpp's kernels and kiln's row kernels.
+pub struct KQ1;
+
+impl Kernel<BlockQ8> for KQ1 {
+    #[inline(always)]
+    unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8, T>, acc: &mut [V::F; T]) {
+        unsafe {
+            for b in 0..tile.blocks {
+                let mut sums = [V::fzero(); T];
+                for q in 0..4 {
+                    let xb = 4 * b + q;
+                    // One token (generation) sums even and odd quads apart: two chains of
+                    // four dot products rather than one of eight.
+                    let mut acc_j = [[V::zero(); T]; 2];
+                    for i in 0..8 {
+                        let bits = V::or_where(V::zero(), tile.mask(0, 256, b, 64 * q + 8 * i), 1);
+                        let chain = if T == 1 { i % 2 } else { 0 };
+                        for t in 0..T {
+                            let xq = tile.x(t, xb).qs.as_ptr();
+                            let a = &mut acc_j[chain][t];
+                            *a = V::dot(*a, bits, quad(xq.add(4 * i)));
+                        }
+                    }
+                    for t in 0..T {
+                        let both = V::add(acc_j[0][t], acc_j[1][t]);
+                        let sum = V::sub_splat(V::shl32::<1>(both), *tile.xsum[t].add(xb));
+                        sums[t] = V::fmadd(V::fsplat(tile.x(t, xb).d), V::cvt(sum), sums[t]);
+                    }
+                }
+                let d = V::f16s(tile.at(1, 32, b, 2 * tile.lane));
+                for t in 0..T {
+                    acc[t] = V::fmadd(d, sums[t], acc[t]);
+                }
+            }
+        }
+    }
+}
+
 /// Values of K per span of a GEMM call over several tiles: every token tile passes over one span
 /// of the group's 16 rows (a few KB of weights, which stay in L1) before the next, and the next
 /// span's weights are fetched while it does (a down projection's whole rows, 100+ KB, would not
@@ -537,7 +578,7 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
 const SPAN_VALUES: usize = 1024;
 
 #[inline(always)]
-unsafe fn run_group<V: Isa, A, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>) {
+unsafe fn run_group<V: Isa, A: ActBlock, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>) {
     unsafe {
         let base = c.p.group(c.group).as_ptr();
         let dtype = c.p.dtype;
@@ -605,7 +646,7 @@ unsafe fn run_group<V: Isa, A, K: Kernel<A>, const TILE: usize>(c: &GroupCall<A>
 /// over `blocks` (whose weights start at `sec`). A span after the first adds to the outputs the
 /// spans before it left, so each output's float operations run in the same order as in one span.
 #[inline(always)]
-unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
+unsafe fn tile<V: Isa, A: ActBlock, K: Kernel<A>, const T: usize>(
     c: &GroupCall<A>,
     sec: &[*const u8; 6],
     (chunk_shift, chunk_bytes): (u32, usize),
@@ -617,11 +658,13 @@ unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
     unsafe {
         let mut x = [c.x.as_ptr(); T];
         let mut xsum = [c.xsum.as_ptr(); T];
+        // Activation blocks per weight block (four for Q1_0's 128 values, else one).
+        let first = blocks.start * (c.p.dtype.block_len() / A::LEN);
         for t in 0..T {
             let tok = t0 + t.min(n - 1);
-            x[t] = c.x.as_ptr().add(tok * c.stride + blocks.start);
+            x[t] = c.x.as_ptr().add(tok * c.stride + first);
             if !c.xsum.is_empty() {
-                xsum[t] = c.xsum.as_ptr().add(tok * c.stride + blocks.start);
+                xsum[t] = c.xsum.as_ptr().add(tok * c.stride + first);
             }
         }
         let tile = Tile {
@@ -649,12 +692,12 @@ unsafe fn tile<V: Isa, A, K: Kernel<A>, const T: usize>(
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
-unsafe fn group_avx512<A, K: Kernel<A>>(c: &GroupCall<A>) {
+unsafe fn group_avx512<A: ActBlock, K: Kernel<A>>(c: &GroupCall<A>) {
     unsafe { run_group::<Avx512, A, K, 8>(c) }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn group_avx2<A, K: Kernel<A>>(c: &GroupCall<A>) {
+unsafe fn group_avx2<A: ActBlock, K: Kernel<A>>(c: &GroupCall<A>) {
     unsafe {
         if c.tokens.len() == 1 {
             run_group::<Avx2Pair<false>, A, K, 1>(c)
@@ -665,7 +708,7 @@ unsafe fn group_avx2<A, K: Kernel<A>>(c: &GroupCall<A>) {
 }
 
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn group_avxvnni<A, K: Kernel<A>>(c: &GroupCall<A>) {
+unsafe fn group_avxvnni<A: ActBlock, K: Kernel<A>>(c: &GroupCall<A>) {
     unsafe {
         if c.tokens.len() == 1 {
             run_group::<Avx2Pair<true>, A, K, 1>(c)
@@ -710,6 +753,7 @@ pub fn q8_kernel(level: Level, t: GgmlType) -> Option<PackedKernel<BlockQ8>> {
         GgmlType::Q8_0 => pick!(level, BlockQ8, K32<Q8_0>),
         GgmlType::IQ4_NL => pick!(level, BlockQ8, K32<IQ4_NL>),
         GgmlType::MXFP4 => pick!(level, BlockQ8, K32<MXFP4>),
+        GgmlType::Q1_0 => pick!(level, BlockQ8, KQ1),
         _ => return None,
     })
 }

@@ -4,6 +4,7 @@
 use super::*;
 use crate::backend::cpu::portable::tests::{activations, random_row};
 use crate::backend::cpu::portable::{self, quantize_q8, quantize_q8k};
+use crate::backend::cpu::portable_iq;
 use crate::backend::cpu::repack::{Packed, tests::pack_serial};
 
 /// The levels this CPU runs.
@@ -136,8 +137,12 @@ fn packed_kernels_match_the_portable_dot_products() {
                     .collect();
                 for i in 0..n {
                     for r in 0..m {
-                        reference[i * m + r] =
-                            portable::dot_q8(t, &w[r * rb..(r + 1) * rb], &q[i * nb..]);
+                        let (row, xs) = (&w[r * rb..(r + 1) * rb], &q[i * nb..]);
+                        reference[i * m + r] = if t == GgmlType::Q1_0 {
+                            portable_iq::dot_q1_0(row, xs)
+                        } else {
+                            portable::dot_q8(t, row, xs)
+                        };
                     }
                 }
                 run(kernel, &p, &q, nb, &xsum, n, 0..n, &mut tiled);
