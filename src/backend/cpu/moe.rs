@@ -488,6 +488,7 @@ mod tests {
                 GgmlType::Q6_K,
                 GgmlType::IQ2_XXS,
                 GgmlType::TQ2_0,
+                GgmlType::Q1_0,
             ] {
                 check_expert_matmul(be, t, k_in, stride, n_exp, tokens, n_used, label);
             }
