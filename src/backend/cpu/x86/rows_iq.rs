@@ -518,13 +518,54 @@ unsafe fn decode_tile<T: GridQuant>(rows: &[&[u8]; 16], out: &mut [u8]) {
                 }
                 *ds.add(r) = T::d(p);
             }
+            // Line q holds word q of each row: the 16 × 64 words transposed in 8 × 8 tiles.
             let lines = o as *mut u32;
-            for q in 0..64 {
-                for (r, row) in values.iter().enumerate() {
-                    *lines.add(16 * q + r) = row[q];
+            for half in 0..2 {
+                for c in 0..8 {
+                    let tile = std::array::from_fn(|i| {
+                        load(values[8 * half + i].as_ptr().add(8 * c) as *const u8)
+                    });
+                    for (k, column) in transpose8(tile).into_iter().enumerate() {
+                        let at = lines.add(16 * (8 * c + k) + 8 * half);
+                        _mm256_storeu_si256(at as *mut __m256i, column);
+                    }
                 }
             }
         }
+    }
+}
+
+/// The 8 × 8 matrix of 32-bit words whose rows are `r` transposed: word i of result k is word k
+/// of `r[i]`.
+#[inline(always)]
+unsafe fn transpose8(r: [__m256i; 8]) -> [__m256i; 8] {
+    unsafe {
+        // Within each 128-bit lane: pairs of rows interleaved, then quads.
+        let t: [__m256i; 8] = std::array::from_fn(|i| {
+            let (a, b) = (r[2 * (i / 2)], r[2 * (i / 2) + 1]);
+            if i % 2 == 0 {
+                _mm256_unpacklo_epi32(a, b)
+            } else {
+                _mm256_unpackhi_epi32(a, b)
+            }
+        });
+        // u[4h + k]: words k and k + 4 of rows 4h..4h + 4, in the low and high lane.
+        let u: [__m256i; 8] = std::array::from_fn(|i| {
+            let (h, k) = (i / 4, i % 4);
+            let (a, b) = (t[4 * h + k / 2], t[4 * h + 2 + k / 2]);
+            if k % 2 == 0 {
+                _mm256_unpacklo_epi64(a, b)
+            } else {
+                _mm256_unpackhi_epi64(a, b)
+            }
+        });
+        std::array::from_fn(|k| {
+            if k < 4 {
+                _mm256_permute2x128_si256::<0x20>(u[k], u[4 + k])
+            } else {
+                _mm256_permute2x128_si256::<0x31>(u[k - 4], u[k])
+            }
+        })
     }
 }
 
