@@ -647,32 +647,28 @@ mod tests {
             assert_eq!(bits(&out), bits(&want), "{t} experts");
         }
 
-        let q1: Vec<u8> = (0..m)
-            .flat_map(|r| random_row(GgmlType::Q1_0, k, r as u64 + 9))
-            .collect();
-        let q4: Vec<u8> = (0..32)
-            .flat_map(|r| random_row(GgmlType::Q4_0, k, r as u64 + 9))
-            .collect();
-        let w1 = be
-            .weight(&Tensor::from_bytes("a", GgmlType::Q1_0, vec![k, m], q1))
-            .unwrap();
-        let w4 = be
-            .weight(&Tensor::from_bytes("b", GgmlType::Q4_0, vec![k, 32], q4))
-            .unwrap();
+        // 32 rows each, so both are repacked where the CPU has their GEMM kernels.
         let be = CpuBackend::new(2).unwrap();
+        let weight = |t: GgmlType| {
+            let bytes: Vec<u8> = (0..32)
+                .flat_map(|r| random_row(t, k, r as u64 + 9))
+                .collect();
+            let w = be.weight(&Tensor::from_bytes("w", t, vec![k, 32], bytes));
+            let w = w.unwrap();
+            assert_eq!(w.packed.is_some(), be.packs(t), "{t}");
+            w
+        };
+        let (w1, w4) = (weight(GgmlType::Q1_0), weight(GgmlType::Q4_0));
         let tokens = 5;
         let x = activations(tokens * k, 7);
-        let (mut o1, mut o4) = (vec![0.0; tokens * m], vec![0.0; tokens * 32]);
+        let (mut o1, mut o4) = (vec![0.0; tokens * 32], vec![0.0; tokens * 32]);
         be.matmul_many(&x, &[&w1, &w4], tokens, &mut [&mut o1, &mut o4]);
         for i in 0..tokens {
             let xi = &x[i * k..(i + 1) * k];
-            for (t, w, out, rows) in [
-                (GgmlType::Q1_0, &w1, &o1, m),
-                (GgmlType::Q4_0, &w4, &o4, 32),
-            ] {
-                for r in 0..rows {
+            for (t, w, out) in [(GgmlType::Q1_0, &w1, &o1), (GgmlType::Q4_0, &w4, &o4)] {
+                for r in 0..32 {
                     let want = row_dot(&be.kernels, t, w.row(r), xi);
-                    let got = out[i * rows + r];
+                    let got = out[i * 32 + r];
                     assert!(
                         (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
                         "{t} row {r}"

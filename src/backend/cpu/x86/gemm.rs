@@ -533,7 +533,7 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
 /// Q1_0: 128 values of one bit each (+1 where set, −1 where clear) and an f16 scale, against
 /// four Q8_0 activation blocks. The bits become 0/1 bytes (a masked byte move), so a 32-value
 /// block's integer sum is 2·Σ bit·x − Σ x; each is scaled by its activation's d and the four
-/// sums by the weight's d, in the order of llama.cpp's kernels and kiln's row kernels.
+/// sums by the weight's d, in the order of llama.cpp's generic kernel.
 pub struct KQ1;
 
 impl Kernel<BlockQ8> for KQ1 {
