@@ -427,8 +427,19 @@ enum Lines {
     SixBit,
     /// Raw bytes, one quad per line.
     Bytes,
-    /// One bit per code, as quad masks in section 0 (Q1_0).
-    Masks,
+    /// No lines: each code is one bit, kept as the high-bit masks, which come first (Q1_0).
+    Empty,
+}
+
+impl Lines {
+    /// How many sections the lines take, before the high bits' masks.
+    fn sections(self) -> usize {
+        match self {
+            Lines::Empty => 0,
+            Lines::SixBit => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// How a type's codes are split: the line format of the low bits, and where the high bits go.
@@ -444,7 +455,7 @@ fn code_parts(t: GgmlType) -> (Lines, Option<u32>) {
         GgmlType::Q6_K => (Lines::SixBit, None),
         GgmlType::Q2_K => (Lines::TwoBit, None),
         GgmlType::Q3_K => (Lines::TwoBit, Some(2)),
-        GgmlType::Q1_0 => (Lines::Masks, None),
+        GgmlType::Q1_0 => (Lines::Empty, Some(0)),
         _ => (Lines::Bytes, None),
     }
 }
@@ -497,10 +508,10 @@ fn get_block(t: GgmlType, group: &[u8], b: usize, r: usize) -> Codes {
                 }
             }
             Lines::Bytes => get(0, (v / 4) * 64 + 4 * r + v % 4),
-            Lines::Masks => (get(0, 8 * (v / 4) + r / 2) >> (4 * (r % 2) + v % 4)) & 1,
+            Lines::Empty => 0,
         };
     }
-    let mut next = if lines == Lines::SixBit { 2 } else { 1 };
+    let mut next = lines.sections();
     if let Some(bit) = high_bit {
         for v in 0..n {
             let bit_index = 4 * r + v % 4;

@@ -244,21 +244,9 @@ fn put_block(t: GgmlType, codes: &[Codes; ROWS], b: usize, out: &mut [u8]) {
                 }
             }
         }
-        Lines::Masks => {
-            for q in 0..n / 4 {
-                let mut m = 0u64;
-                for (r, c) in codes.iter().enumerate() {
-                    for i in 0..4 {
-                        m |= (c.u[4 * q + i] as u64 & 1) << (4 * r + i);
-                    }
-                }
-                for (i, v) in m.to_le_bytes().into_iter().enumerate() {
-                    put(0, 8 * q + i, v);
-                }
-            }
-        }
+        Lines::Empty => {}
     }
-    let mut next = if lines == Lines::SixBit { 2 } else { 1 };
+    let mut next = lines.sections();
     // High bits as masks.
     if let Some(bit) = high_bit {
         for q in 0..n / 4 {
