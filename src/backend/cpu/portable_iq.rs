@@ -653,8 +653,9 @@ mod tests {
             let bytes: Vec<u8> = (0..32)
                 .flat_map(|r| random_row(t, k, r as u64 + 9))
                 .collect();
-            let w = be.weight(&Tensor::from_bytes("w", t, vec![k, 32], bytes));
-            let w = w.unwrap();
+            let w = be
+                .weight(&Tensor::from_bytes("w", t, vec![k, 32], bytes))
+                .unwrap();
             assert_eq!(w.packed.is_some(), be.packs(t), "{t}");
             w
         };
