@@ -106,6 +106,30 @@ impl WgpuBackend {
         }
     }
 
+    /// The workgroup size and rows a workgroup of `m`'s per-type mat-vec (matvec_blocks.wgsl),
+    /// where GPUs take it: None for the other types (and software adapters), which are staged.
+    pub(super) fn blocks_matvec(&self, m: &Matrix) -> Option<(u32, usize)> {
+        static SHAPE: std::sync::OnceLock<Option<(u32, usize)>> = std::sync::OnceLock::new();
+        let shape = *SHAPE.get_or_init(|| {
+            let var = |name: &str, default: usize| {
+                std::env::var(name)
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(default)
+            };
+            (std::env::var("KILN_WGPU_MV").as_deref() != Ok("staged")).then(|| {
+                (
+                    var("KILN_WGPU_MV_WG", 128) as u32,
+                    var("KILN_WGPU_MV_ROWS", 2),
+                )
+            })
+        });
+        (self.matvec_layout() == MatvecLayout::Staged
+            && kernels::blocks_matvec_reads(m.dtype, m.cols))
+        .then_some(shape)
+        .flatten()
+    }
+
     /// Whether the prefill matmul takes its variant for subgroups of exactly 8 (lavapipe), which
     /// shares activations between lanes instead of reading them from workgroup memory per lane.
     pub(super) fn matmul_sg8(&self) -> bool {
@@ -270,6 +294,17 @@ impl WgpuBackend {
         n_weights: usize,
         gated: Option<GateActivation>,
     ) -> Kernel {
+        if let Some((wg, rows)) = self.blocks_matvec(m) {
+            let rows = if gated.is_some() { 2 } else { rows };
+            return kernels::matvec_blocks_kernel(
+                m.dtype,
+                n_weights,
+                gated,
+                self.kernel_rounding(m),
+                wg,
+                rows,
+            );
+        }
         let x4 = m.cols.is_multiple_of(4);
         match gated {
             Some(act) => kernels::matvec_gated_kernel(
@@ -299,7 +334,8 @@ impl WgpuBackend {
         gated: Option<GateActivation>,
     ) -> (Vec<u32>, [u32; 3]) {
         let total: usize = rows.iter().sum();
-        let per_wg = self.matvec_layout().rows();
+        let blocks = self.blocks_matvec(m);
+        let per_wg = blocks.map_or(self.matvec_layout().rows(), |(_, rows)| rows);
         let workgroups = match (gated, self.matvec_layout()) {
             // One output (a gate row and an up row) per workgroup.
             (Some(_), MatvecLayout::Staged) => rows[0],

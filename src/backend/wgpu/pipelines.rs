@@ -474,11 +474,58 @@ pub fn matvec_gated_kernel(
         MatvecLayout::Staged => 2,
         MatvecLayout::Direct { rows } => rows,
     };
-    let k = matvec_of_rows(t, 2, x4, layout, rounding, rows);
+    gated(matvec_of_rows(t, 2, x4, layout, rounding, rows), act)
+}
+
+fn gated(k: Kernel, act: GateActivation) -> Kernel {
     match act {
         GateActivation::Silu => k.flag("GLU_SILU"),
         GateActivation::GeluTanh => k.flag("GLU_GELU"),
         GateActivation::SwigluOai => unreachable!("gated_matmuls runs SwigluOai unfused"),
+    }
+}
+
+/// Whether the per-type mat-vec (matvec_blocks.wgsl) reads weights of type `t`, `k` values wide.
+pub fn blocks_matvec_reads(t: GgmlType, k: usize) -> bool {
+    use GgmlType::*;
+    matches!(t, Q4_0 | Q8_0 | Q4_K | Q5_K | Q6_K) && k.is_multiple_of(256)
+}
+
+/// The per-type decode mat-vec (matvec_blocks.wgsl) over `n_weights` weights of type `t`
+/// (`gated`: gate and up, one output a workgroup), `rows` rows a workgroup of `wg` invocations
+/// (a multiple of 16, up to 256).
+pub fn matvec_blocks_kernel(
+    t: GgmlType,
+    n_weights: usize,
+    gate: Option<GateActivation>,
+    rounding: Option<ActRounding>,
+    wg: u32,
+    rows: usize,
+) -> Kernel {
+    let mut bindings = vec![Read, Read, ReadWrite];
+    for _ in 1..n_weights {
+        bindings.extend([Read, ReadWrite]);
+    }
+    let mut k = Kernel::new("matvec", "matvec_blocks", &bindings)
+        .weights(t)
+        .workgroup(wg)
+        .flag("X4")
+        .trusted();
+    k.defines.insert("ROWS", rows.to_string());
+    let run_bytes = 256 / t.block_len() * t.block_bytes();
+    k.defines.insert("RUN_BYTES", run_bytes.to_string());
+    k.defines.insert("PART_WORDS", (2 * wg).to_string());
+    if let Some(r) = rounding {
+        k = k.flag(r.define());
+    }
+    k = match n_weights {
+        2 => k.flag("NW2"),
+        3 => k.flag("NW3"),
+        _ => k,
+    };
+    match gate {
+        Some(act) => gated(k, act),
+        None => k,
     }
 }
 

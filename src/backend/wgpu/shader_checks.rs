@@ -5,11 +5,11 @@
 use super::buffers::MATRIX_TYPES;
 use super::pipelines::{
     ActRounding, Kernel, MatvecLayout, assemble, attention_kernel, attention_prefill_kernel,
-    attention_reduce_kernel, defines, embed_kernel, kv_move_halves_kernel, kv_move_kernel,
-    kv_rope_kernel, matmul_kernel, matvec_kernel, rope_kernel, rope_kv_kernel, round_acts_kernel,
-    store_kernel,
+    attention_reduce_kernel, blocks_matvec_reads, defines, embed_kernel, kv_move_halves_kernel,
+    kv_move_kernel, kv_rope_kernel, matmul_kernel, matvec_blocks_kernel, matvec_kernel,
+    rope_kernel, rope_kv_kernel, round_acts_kernel, store_kernel,
 };
-use crate::backend::CacheType;
+use crate::backend::{CacheType, GateActivation};
 
 /// The mat-vec (staged and direct), prefill (tiled and lavapipe's) and embedding kernels of every
 /// weight type are valid WGSL to naga's parser and validator, as wgpu runs them, with subgroup
@@ -34,6 +34,17 @@ fn weight_kernels_validate_for_every_type() {
                 let k = matvec_kernel(t, n, true, MatvecLayout::Staged, Some(r));
                 for subgroups in [true, false] {
                     validate(&k, subgroups, &format!("{t} rounding "));
+                }
+            }
+        }
+        // The per-type mat-vec: rounding x and not, three weights and the gated pair.
+        if blocks_matvec_reads(t, 256) {
+            for (n, gate) in [(1, None), (3, None), (2, Some(GateActivation::Silu))] {
+                for r in [ActRounding::of(t), None] {
+                    let k = matvec_blocks_kernel(t, n, gate, r, 128, 2);
+                    for subgroups in [true, false] {
+                        validate(&k, subgroups, &format!("{t} per-type "));
+                    }
                 }
             }
         }

@@ -8,13 +8,21 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 20] = [
+const SOURCES: [(&str, &str); 22] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
     ("q8", include_str!("../../../shaders/q8.wgsl")),
     ("quants", include_str!("../../../shaders/quants.wgsl")),
     ("quants_iq", include_str!("../../../shaders/quants_iq.wgsl")),
     ("matvec", include_str!("../../../shaders/matvec.wgsl")),
+    (
+        "matvec_rows",
+        include_str!("../../../shaders/matvec_rows.wgsl"),
+    ),
+    (
+        "matvec_blocks",
+        include_str!("../../../shaders/matvec_blocks.wgsl"),
+    ),
     ("matmul", include_str!("../../../shaders/matmul.wgsl")),
     ("norm", include_str!("../../../shaders/norm.wgsl")),
     (

@@ -1,0 +1,246 @@
+// matvec_blocks.wgsl — the decode mat-vec for the types GPUs run most (Q4_0, Q8_0, Q4_K, Q5_K,
+// Q6_K), shaped as llama.cpp's Vulkan mul_mat_vec_*: each weight word is loaded straight into
+// registers by the invocation that uses it, with no staging through workgroup memory.
+//
+// Sixteen invocations take 256 values of a row (a K-quant superblock, eight legacy blocks), 16
+// values each (Q4_K/Q5_K: 8 bytes of one 32-byte group of nibbles, two sub-blocks; Q6_K: 4
+// positions of each quarter of one half; Q4_0/Q8_0: half a block), so the 16 read the quants as
+// adjacent words and the scales as the same few words. A workgroup of WG invocations takes WG / 16
+// such runs of each of its ROWS rows a step, x's 16 values loaded once a step for all the rows.
+// x is rounded as the CPU's Q8_K or Q8_0 blocks leave it (ROUND_Q8K, ROUND_Q8_0:
+// round_acts.wgsl bit for bit): each invocation's largest |x| goes to workgroup memory, and the
+// `GROUP` invocations of an activation block give its maximum after one barrier a step. The sums
+// are added up over the workgroup at the end (matvec_rows.wgsl), as in matvec.wgsl, whose row
+// slots (fused weights, the gated pair) this kernel shares. Rows are a whole number of 256 values.
+
+#include "common"
+#include "matvec_rows"
+
+const WG: u32 = {{WG}}u;
+const ROWS: u32 = {{ROWS}}u;
+const PER_STEP: u32 = WG / 16u;  // runs of 256 values of a row a step
+const RUN_BYTES: u32 = {{RUN_BYTES}}u;  // a run's bytes in a row
+
+#if ROUND_Q8K || ROUND_Q8_0
+// Each invocation's largest |x| this step, in two halves used by turns (one barrier a step).
+var<workgroup> part_max: array<f32, {{PART_WORDS}}>;
+#endif
+#if ROUND_Q8K
+const GROUP: u32 = 16u;  // invocations that share an activation block
+
+fn round4(v: vec4<f32>, amax: f32) -> vec4<f32> {
+    return q8_k_values(v, amax);
+}
+#endif
+#if ROUND_Q8_0
+const GROUP: u32 = 2u;
+
+fn round4(v: vec4<f32>, amax: f32) -> vec4<f32> {
+    return q8_0_values(v, amax);
+}
+#endif
+
+// Four bytes of weight `sel` at byte `b`, a multiple of 2 (Q6_K's 210-byte blocks leave every
+// other block 2-aligned).
+fn u32_at2(sel: u32, b: u32) -> u32 {
+    let lo = load(sel, b >> 2u);
+    if ((b & 2u) == 0u) {
+        return lo;
+    }
+    return (lo >> 16u) | (load(sel, (b >> 2u) + 1u) << 16u);
+}
+
+fn f16_at2(sel: u32, b: u32) -> f32 {
+    return unpack2x16float((load(sel, b >> 2u) >> ((b & 2u) * 8u)) & 0xffffu).x;
+}
+
+fn nibbles(w: u32, shift: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(0xfu));
+}
+
+#if Q4_0 || Q8_0
+// Half t % 2 of block t / 2: 16 consecutive values.
+fn part_value(t: u32, q: u32) -> u32 {
+    return 16u * t + 4u * q;
+}
+#endif
+
+#if Q4_0
+// Part t's share of the dot product of the run at byte `b` of weight `sel` with x0..x3.
+fn part_dot(sel: u32, b: u32, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    let blk = b + 18u * (t >> 1u);
+    let sh = 4u * (t & 1u);  // the low nibbles are values 0-15, the high ones 16-31
+    let v = dot(nibbles(u32_at2(sel, blk + 2u), sh) - 8.0, x0)
+        + dot(nibbles(u32_at2(sel, blk + 6u), sh) - 8.0, x1)
+        + dot(nibbles(u32_at2(sel, blk + 10u), sh) - 8.0, x2)
+        + dot(nibbles(u32_at2(sel, blk + 14u), sh) - 8.0, x3);
+    return f16_at2(sel, blk) * v;
+}
+#endif
+
+#if Q8_0
+fn ibytes4(w: u32) -> vec4<f32> {
+    return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+}
+
+fn part_dot(sel: u32, b: u32, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    let blk = b + 34u * (t >> 1u);
+    let q = blk + 2u + 16u * (t & 1u);
+    let v = dot(ibytes4(u32_at2(sel, q)), x0) + dot(ibytes4(u32_at2(sel, q + 4u)), x1)
+        + dot(ibytes4(u32_at2(sel, q + 8u)), x2) + dot(ibytes4(u32_at2(sel, q + 12u)), x3);
+    return f16_at2(sel, blk) * v;
+}
+#endif
+
+#if Q4_K || Q5_K
+// Value index (within its superblock) of the first of x's vec4 `q` (< 4) for part `t` (< 16):
+// group t / 4, bytes 8 (t % 4) .. of it, the low nibbles (q < 2) then the high ones.
+fn part_value(t: u32, q: u32) -> u32 {
+    return 64u * (t >> 2u) + 8u * (t & 3u) + 32u * (q >> 1u) + 4u * (q & 1u);
+}
+
+// The (scale, min) pair j of a Q4_K block from its three scale words.
+fn scale_min(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<f32> {
+    let sh = 8u * (j & 3u);
+    if (j < 4u) {
+        return vec2<f32>(f32((s0 >> sh) & 63u), f32((s1 >> sh) & 63u));
+    }
+    let sc = ((s2 >> sh) & 0xfu) | ((((s0 >> sh) >> 6u) & 3u) << 4u);
+    let m = (((s2 >> sh) >> 4u) & 0xfu) | ((((s1 >> sh) >> 6u) & 3u) << 4u);
+    return vec2<f32>(f32(sc), f32(m));
+}
+#endif
+
+#if Q4_K
+// Part t's share of the dot product of the block at byte `b` of weight `sel` with x0..x3.
+fn part_dot(sel: u32, b: u32, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    let w = b >> 2u;  // 144-byte blocks: word-aligned
+    let dm = unpack2x16float(load(sel, w));
+    let c = t >> 2u;
+    let q0 = load(sel, w + 4u + 8u * c + 2u * (t & 3u));
+    let q1 = load(sel, w + 5u + 8u * c + 2u * (t & 3u));
+    let s0 = load(sel, w + 1u);
+    let s1 = load(sel, w + 2u);
+    let s2 = load(sel, w + 3u);
+    let lo = scale_min(s0, s1, s2, 2u * c);
+    let hi = scale_min(s0, s1, s2, 2u * c + 1u);
+    let dot_lo = dot(nibbles(q0, 0u), x0) + dot(nibbles(q1, 0u), x1);
+    let dot_hi = dot(nibbles(q0, 4u), x2) + dot(nibbles(q1, 4u), x3);
+    let one = vec4<f32>(1.0);
+    let sum_lo = dot(x0 + x1, one);
+    let sum_hi = dot(x2 + x3, one);
+    return dm.x * (lo.x * dot_lo + hi.x * dot_hi) - dm.y * (lo.y * sum_lo + hi.y * sum_hi);
+}
+#endif
+
+#if Q5_K
+// As Q4_K's, each nibble with its fifth bit from the 32 bytes of high bits (bit j for sub-block j).
+fn part_dot(sel: u32, b: u32, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    let w = b >> 2u;  // 176-byte blocks: word-aligned
+    let dm = unpack2x16float(load(sel, w));
+    let c = t >> 2u;
+    let q0 = load(sel, w + 12u + 8u * c + 2u * (t & 3u));
+    let q1 = load(sel, w + 13u + 8u * c + 2u * (t & 3u));
+    let h0 = load(sel, w + 4u + 2u * (t & 3u));
+    let h1 = load(sel, w + 5u + 2u * (t & 3u));
+    let s0 = load(sel, w + 1u);
+    let s1 = load(sel, w + 2u);
+    let s2 = load(sel, w + 3u);
+    let lo = scale_min(s0, s1, s2, 2u * c);
+    let hi = scale_min(s0, s1, s2, 2u * c + 1u);
+    let dot_lo = dot(nibbles(q0, 0u) + 16.0 * bits(h0, 2u * c), x0)
+        + dot(nibbles(q1, 0u) + 16.0 * bits(h1, 2u * c), x1);
+    let dot_hi = dot(nibbles(q0, 4u) + 16.0 * bits(h0, 2u * c + 1u), x2)
+        + dot(nibbles(q1, 4u) + 16.0 * bits(h1, 2u * c + 1u), x3);
+    let one = vec4<f32>(1.0);
+    let sum_lo = dot(x0 + x1, one);
+    let sum_hi = dot(x2 + x3, one);
+    return dm.x * (lo.x * dot_lo + hi.x * dot_hi) - dm.y * (lo.y * sum_lo + hi.y * sum_hi);
+}
+
+// Bit j of each byte of w.
+fn bits(w: u32, j: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> vec4<u32>(j, j + 8u, j + 16u, j + 24u)) & vec4<u32>(1u));
+}
+#endif
+
+#if Q6_K
+// Half t / 8 of the superblock, positions 4 (t % 8) .. of its quarter q.
+fn part_value(t: u32, q: u32) -> u32 {
+    return 128u * (t >> 3u) + 32u * q + 4u * (t & 7u);
+}
+
+fn sext8(v: u32) -> f32 {
+    return f32((i32(v << 24u)) >> 24u);
+}
+
+fn part_dot(sel: u32, b: u32, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    let h = t >> 3u;
+    let i0 = 4u * (t & 7u);
+    let ql_a = u32_at2(sel, b + 64u * h + i0);        // quarters 0 (low) and 2 (high)
+    let ql_b = u32_at2(sel, b + 64u * h + 32u + i0);  // quarters 1 and 3
+    let qh = u32_at2(sel, b + 128u + 32u * h + i0);
+    let sa = u32_at2(sel, b + 192u + 8u * h);  // scales 8h .. 8h + 3
+    let sb = u32_at2(sel, b + 196u + 8u * h);  // 8h + 4 .. 8h + 7
+    let is = 8u * (i0 >> 4u);  // this run's scale of a pair, as a shift
+    let high = vec4<u32>(qh) >> vec4<u32>(0u, 8u, 16u, 24u);
+    let v0 = nibbles(ql_a, 0u) + 16.0 * vec4<f32>(high & vec4<u32>(3u)) - 32.0;
+    let v1 = nibbles(ql_b, 0u) + 16.0 * vec4<f32>((high >> vec4<u32>(2u)) & vec4<u32>(3u)) - 32.0;
+    let v2 = nibbles(ql_a, 4u) + 16.0 * vec4<f32>((high >> vec4<u32>(4u)) & vec4<u32>(3u)) - 32.0;
+    let v3 = nibbles(ql_b, 4u) + 16.0 * vec4<f32>((high >> vec4<u32>(6u)) & vec4<u32>(3u)) - 32.0;
+    let d = f16_at2(sel, b + 208u);
+    return d * (sext8((sa >> is) & 0xffu) * dot(v0, x0) + sext8((sa >> (16u + is)) & 0xffu) * dot(v1, x1)
+        + sext8((sb >> is) & 0xffu) * dot(v2, x2) + sext8((sb >> (16u + is)) & 0xffu) * dot(v3, x3));
+}
+#endif
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
+    {{SG_LOCALS}}
+    let g = row_group(wid, nwg);
+    let t = lid & 15u;
+    let blocks = p.k / 256u;
+    var acc = vec4<f32>(0.0);
+    var turn = 0u;
+    for (var b0 = 0u; b0 < blocks; b0 += PER_STEP) {
+        let blk = b0 + lid / 16u;
+        let live = blk < blocks;
+        var x0 = vec4<f32>(0.0);
+        var x1 = vec4<f32>(0.0);
+        var x2 = vec4<f32>(0.0);
+        var x3 = vec4<f32>(0.0);
+        if (live) {
+            let first = 256u * blk;
+            x0 = x[(first + part_value(t, 0u)) / 4u];
+            x1 = x[(first + part_value(t, 1u)) / 4u];
+            x2 = x[(first + part_value(t, 2u)) / 4u];
+            x3 = x[(first + part_value(t, 3u)) / 4u];
+        }
+#if ROUND_Q8K || ROUND_Q8_0
+        let a = max(max(abs(x0), abs(x1)), max(abs(x2), abs(x3)));
+        part_max[turn + lid] = max(max(a.x, a.y), max(a.z, a.w));
+        workgroupBarrier();
+        var amax = 0.0;
+        let first = turn + (lid & ~(GROUP - 1u));
+        for (var i = 0u; i < GROUP; i++) {
+            amax = max(amax, part_max[first + i]);
+        }
+        x0 = round4(x0, amax);
+        x1 = round4(x1, amax);
+        x2 = round4(x2, amax);
+        x3 = round4(x3, amax);
+        turn = WG - turn;
+#endif
+        if (live) {
+            for (var s = 0u; s < ROWS; s++) {
+                let sl = slot(g, s);
+                if (sl.live) {
+                    let b = sl.row * p.row_bytes + blk * RUN_BYTES;
+                    acc[s] += part_dot(sl.sel, b, t, x0, x1, x2, x3);
+                }
+            }
+        }
+    }
+    finish_workgroup(g, acc, lid, sg_lane, sg_id, n_sg);
+}

@@ -1,0 +1,207 @@
+// matvec_rows.wgsl — what the decode mat-vec kernels share (matvec.wgsl, matvec_blocks.wgsl): their
+// parameters and bindings, which weight row and output each of a workgroup's row slots is (up to
+// three weights of one type and width as one dispatch, the gated pair, an expert slot), and the
+// writing of the sums. The including kernel defines `WG` and `ROWS`.
+
+struct Params {
+    k: u32,          // values per weight row: x's length
+    row_bytes: u32,  // bytes per weight row
+    m0: u32, m1: u32, m2: u32,  // rows of each weight
+    rows: u32,       // m0 + m1 + m2
+    off0: u32, off1: u32, off2: u32,  // first output index each weight writes
+    trace_threads: u32,  // TRACE: invocations in the grid
+    // EXPERT only:
+    expert_rows: u32,    // output values per slot
+    expert_stride: u32,  // weight rows from one expert to the next
+    row_offset: u32,     // first row used within an expert
+    n_used: u32,         // slots per token
+    per_slot: u32,       // 1: an input row per slot; 0: one per token
+    first_row: u32,      // first weight row held by this part of the weight
+    part_rows: u32,      // rows held by this part
+}
+
+@group(0) @binding(0) var<uniform> p: Params;
+#if X4
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+#else
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+#endif
+@group(0) @binding(2) var<storage, read> w0: array<u32>;
+@group(0) @binding(3) var<storage, read_write> out0: array<f32>;
+#if NW2 || NW3
+@group(0) @binding(4) var<storage, read> w1: array<u32>;
+@group(0) @binding(5) var<storage, read_write> out1: array<f32>;
+#endif
+#if NW3
+@group(0) @binding(6) var<storage, read> w2: array<u32>;
+@group(0) @binding(7) var<storage, read_write> out2: array<f32>;
+#endif
+#if EXPERT
+@group(0) @binding(4) var<storage, read> selected: array<f32>;
+
+// The slot this workgroup serves, and where its input row starts in x.
+var<private> expert_slot: u32;
+var<private> x_first: u32;
+#endif
+
+// Row slot s of workgroup g: which weight, which row of its buffer, which output value, and
+// whether there is such a row.
+struct Slot {
+    sel: u32,
+    row: u32,
+    out: u32,
+    live: bool,
+}
+
+fn slot(g: u32, s: u32) -> Slot {
+#if GLU_SILU || GLU_GELU
+    return Slot(s, g, p.off0 + g, g < p.m0);
+#else
+#if EXPERT
+    let r = g * ROWS + s;
+    let wr = u32(selected[expert_slot]) * p.expert_stride + p.row_offset + r;
+    let live = r < p.expert_rows && wr >= p.first_row && wr < p.first_row + p.part_rows;
+    return Slot(0u, select(0u, wr - p.first_row, live), expert_slot * p.expert_rows + r, live);
+#else
+    var row = g * ROWS + s;
+    let live = row < p.rows;
+    var sel = 0u;
+    if (row >= p.m0) {
+        row -= p.m0;
+        sel = 1u;
+        if (row >= p.m1) {
+            row -= p.m1;
+            sel = 2u;
+        }
+    }
+    var out = p.off0 + row;
+    if (sel == 1u) {
+        out = p.off1 + row;
+    } else if (sel == 2u) {
+        out = p.off2 + row;
+    }
+    return Slot(sel, row, out, live);
+#endif
+#endif
+}
+
+fn weight_words(sel: u32) -> u32 {
+#if NW2 || NW3
+    if (sel == 1u) {
+        return arrayLength(&w1);
+    }
+#endif
+#if NW3
+    if (sel == 2u) {
+        return arrayLength(&w2);
+    }
+#endif
+    return arrayLength(&w0);
+}
+
+fn load(sel: u32, i: u32) -> u32 {
+#if NW2 || NW3
+    if (sel == 1u) {
+        return w1[i];
+    }
+#endif
+#if NW3
+    if (sel == 2u) {
+        return w2[i];
+    }
+#endif
+    return w0[i];
+}
+
+// Workgroup `wid`'s row group, after setting up its slot (EXPERT).
+fn row_group(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
+#if EXPERT
+    expert_slot = wid.y;
+    var token_row = wid.y;
+    if (p.per_slot == 0u) {
+        token_row = wid.y / p.n_used;
+    }
+    x_first = token_row * p.k;
+    return wid.x;
+#else
+    return flat_wg(wid, nwg);
+#endif
+}
+
+fn store(sl: Slot, t: f32) {
+    if (sl.sel == 0u) {
+        out0[sl.out] = t;
+    }
+#if NW2 || NW3
+    if (sl.sel == 1u) {
+        out1[sl.out] = t;
+    }
+#endif
+#if NW3
+    if (sl.sel == 2u) {
+        out2[sl.out] = t;
+    }
+#endif
+}
+
+#if GLU_SILU
+fn act(g: f32) -> f32 {
+    return silu(g);
+}
+#endif
+#if GLU_GELU
+fn act(g: f32) -> f32 {
+    return gelu_f16(g);
+}
+#endif
+
+// The workgroup's sums, one per row slot, written to their outputs.
+fn finish(g: u32, t: vec4<f32>) {
+#if GLU_SILU || GLU_GELU
+    if (g < p.m0) {
+        out0[p.off0 + g] = act(t.x) * t.y;
+    }
+#else
+    for (var s = 0u; s < ROWS; s++) {
+        let sl = slot(g, s);
+        if (sl.live) {
+            store(sl, t[s]);
+        }
+    }
+#endif
+}
+
+#if DIRECT
+#else
+var<workgroup> sums: array<vec4<f32>, {{WG}}>;
+
+// The sums of the workgroup's invocations (`acc`: one per row slot), added up and written.
+fn finish_workgroup(g: u32, acc: vec4<f32>, lid: u32, sg_lane: u32, sg_id: u32, n_sg: u32) {
+#if SUBGROUP
+    let t = subgroupAdd(acc);
+    if (sg_lane == 0u) {
+        sums[sg_id] = t;
+    }
+    workgroupBarrier();
+    if (lid == 0u) {
+        var total = vec4<f32>(0.0);
+        for (var i = 0u; i < n_sg; i++) {
+            total += sums[i];
+        }
+        finish(g, total);
+    }
+#else
+    sums[lid] = acc;
+    workgroupBarrier();
+    for (var h = WG / 2u; h > 0u; h >>= 1u) {
+        if (lid < h) {
+            sums[lid] += sums[lid + h];
+        }
+        workgroupBarrier();
+    }
+    if (lid == 0u) {
+        finish(g, sums[0]);
+    }
+#endif
+}
+#endif
