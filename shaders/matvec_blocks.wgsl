@@ -50,12 +50,16 @@ fn u32_at2(sel: u32, b: u32) -> u32 {
     return (lo >> 16u) | (load(sel, (b >> 2u) + 1u) << 16u);
 }
 
-fn f16_at2(sel: u32, b: u32) -> f32 {
-    return unpack2x16float((load(sel, b >> 2u) >> ((b & 2u) * 8u)) & 0xffffu).x;
-}
-
 fn nibbles(w: u32, shift: u32) -> vec4<f32> {
     return vec4<f32>((vec4<u32>(w) >> vec4<u32>(shift, shift + 8u, shift + 16u, shift + 24u)) & vec4<u32>(0xfu));
+}
+
+// Each type splits its part of a run in two: `fetch` loads the part's weight words (issued
+// before the step's barrier, so that their latency overlaps x's), `part_dot` multiplies them
+// by x0..x3 (the part's 16 values of x).
+struct Words {
+    a: vec4<u32>,
+    b: vec4<u32>,
 }
 
 #if Q4_0 || Q8_0
@@ -63,18 +67,28 @@ fn nibbles(w: u32, shift: u32) -> vec4<f32> {
 fn part_value(t: u32, q: u32) -> u32 {
     return 16u * t + 4u * q;
 }
+
+// The part's 16 quants (Q4_0: 16 bytes of nibbles, read a half of each) and the block's scale.
+fn fetch(sel: u32, b: u32, t: u32) -> Words {
+#if Q4_0
+    let blk = b + 18u * (t >> 1u);
+    let q = blk + 2u;
+#else
+    let blk = b + 34u * (t >> 1u);
+    let q = blk + 2u + 16u * (t & 1u);
+#endif
+    let d = (load(sel, blk >> 2u) >> ((blk & 2u) * 8u)) & 0xffffu;
+    return Words(vec4<u32>(u32_at2(sel, q), u32_at2(sel, q + 4u), u32_at2(sel, q + 8u), u32_at2(sel, q + 12u)),
+        vec4<u32>(d, 0u, 0u, 0u));
+}
 #endif
 
 #if Q4_0
-// Part t's share of the dot product of the run at byte `b` of weight `sel` with x0..x3.
-fn part_dot(sel: u32, b: u32, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
-    let blk = b + 18u * (t >> 1u);
+fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
     let sh = 4u * (t & 1u);  // the low nibbles are values 0-15, the high ones 16-31
-    let v = dot(nibbles(u32_at2(sel, blk + 2u), sh) - 8.0, x0)
-        + dot(nibbles(u32_at2(sel, blk + 6u), sh) - 8.0, x1)
-        + dot(nibbles(u32_at2(sel, blk + 10u), sh) - 8.0, x2)
-        + dot(nibbles(u32_at2(sel, blk + 14u), sh) - 8.0, x3);
-    return f16_at2(sel, blk) * v;
+    let v = dot(nibbles(w.a.x, sh) - 8.0, x0) + dot(nibbles(w.a.y, sh) - 8.0, x1)
+        + dot(nibbles(w.a.z, sh) - 8.0, x2) + dot(nibbles(w.a.w, sh) - 8.0, x3);
+    return unpack2x16float(w.b.x).x * v;
 }
 #endif
 
@@ -83,12 +97,9 @@ fn ibytes4(w: u32) -> vec4<f32> {
     return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
 }
 
-fn part_dot(sel: u32, b: u32, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
-    let blk = b + 34u * (t >> 1u);
-    let q = blk + 2u + 16u * (t & 1u);
-    let v = dot(ibytes4(u32_at2(sel, q)), x0) + dot(ibytes4(u32_at2(sel, q + 4u)), x1)
-        + dot(ibytes4(u32_at2(sel, q + 8u)), x2) + dot(ibytes4(u32_at2(sel, q + 12u)), x3);
-    return f16_at2(sel, blk) * v;
+fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    let v = dot(ibytes4(w.a.x), x0) + dot(ibytes4(w.a.y), x1) + dot(ibytes4(w.a.z), x2) + dot(ibytes4(w.a.w), x3);
+    return unpack2x16float(w.b.x).x * v;
 }
 #endif
 
@@ -99,68 +110,56 @@ fn part_value(t: u32, q: u32) -> u32 {
     return 64u * (t >> 2u) + 8u * (t & 3u) + 32u * (q >> 1u) + 4u * (q & 1u);
 }
 
-// The (scale, min) pair j of a Q4_K block from its three scale words.
-fn scale_min(s0: u32, s1: u32, s2: u32, j: u32) -> vec2<f32> {
+// The (scale, min) pair j of a block from its three scale words.
+fn scale_min(s: vec4<u32>, j: u32) -> vec2<f32> {
     let sh = 8u * (j & 3u);
     if (j < 4u) {
-        return vec2<f32>(f32((s0 >> sh) & 63u), f32((s1 >> sh) & 63u));
+        return vec2<f32>(f32((s.y >> sh) & 63u), f32((s.z >> sh) & 63u));
     }
-    let sc = ((s2 >> sh) & 0xfu) | ((((s0 >> sh) >> 6u) & 3u) << 4u);
-    let m = (((s2 >> sh) >> 4u) & 0xfu) | ((((s1 >> sh) >> 6u) & 3u) << 4u);
+    let sc = ((s.w >> sh) & 0xfu) | ((((s.y >> sh) >> 6u) & 3u) << 4u);
+    let m = (((s.w >> sh) >> 4u) & 0xfu) | ((((s.z >> sh) >> 6u) & 3u) << 4u);
     return vec2<f32>(f32(sc), f32(m));
 }
-#endif
 
+// a: d and dmin, then the three scale words; b: the part's 8 bytes of nibbles, then (Q5_K) its
+// 8 bytes of fifth bits. 144- and 176-byte blocks are word-aligned.
+fn fetch(sel: u32, b: u32, t: u32) -> Words {
+    let w = b >> 2u;
+    let a = vec4<u32>(load(sel, w), load(sel, w + 1u), load(sel, w + 2u), load(sel, w + 3u));
 #if Q4_K
-// Part t's share of the dot product of the block at byte `b` of weight `sel` with x0..x3.
-fn part_dot(sel: u32, b: u32, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
-    let w = b >> 2u;  // 144-byte blocks: word-aligned
-    let dm = unpack2x16float(load(sel, w));
-    let c = t >> 2u;
-    let q0 = load(sel, w + 4u + 8u * c + 2u * (t & 3u));
-    let q1 = load(sel, w + 5u + 8u * c + 2u * (t & 3u));
-    let s0 = load(sel, w + 1u);
-    let s1 = load(sel, w + 2u);
-    let s2 = load(sel, w + 3u);
-    let lo = scale_min(s0, s1, s2, 2u * c);
-    let hi = scale_min(s0, s1, s2, 2u * c + 1u);
-    let dot_lo = dot(nibbles(q0, 0u), x0) + dot(nibbles(q1, 0u), x1);
-    let dot_hi = dot(nibbles(q0, 4u), x2) + dot(nibbles(q1, 4u), x3);
-    let one = vec4<f32>(1.0);
-    let sum_lo = dot(x0 + x1, one);
-    let sum_hi = dot(x2 + x3, one);
-    return dm.x * (lo.x * dot_lo + hi.x * dot_hi) - dm.y * (lo.y * sum_lo + hi.y * sum_hi);
-}
+    let q = w + 4u + 8u * (t >> 2u) + 2u * (t & 3u);
+    return Words(a, vec4<u32>(load(sel, q), load(sel, q + 1u), 0u, 0u));
+#else
+    let q = w + 12u + 8u * (t >> 2u) + 2u * (t & 3u);
+    let h = w + 4u + 2u * (t & 3u);
+    return Words(a, vec4<u32>(load(sel, q), load(sel, q + 1u), load(sel, h), load(sel, h + 1u)));
 #endif
-
-#if Q5_K
-// As Q4_K's, each nibble with its fifth bit from the 32 bytes of high bits (bit j for sub-block j).
-fn part_dot(sel: u32, b: u32, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
-    let w = b >> 2u;  // 176-byte blocks: word-aligned
-    let dm = unpack2x16float(load(sel, w));
-    let c = t >> 2u;
-    let q0 = load(sel, w + 12u + 8u * c + 2u * (t & 3u));
-    let q1 = load(sel, w + 13u + 8u * c + 2u * (t & 3u));
-    let h0 = load(sel, w + 4u + 2u * (t & 3u));
-    let h1 = load(sel, w + 5u + 2u * (t & 3u));
-    let s0 = load(sel, w + 1u);
-    let s1 = load(sel, w + 2u);
-    let s2 = load(sel, w + 3u);
-    let lo = scale_min(s0, s1, s2, 2u * c);
-    let hi = scale_min(s0, s1, s2, 2u * c + 1u);
-    let dot_lo = dot(nibbles(q0, 0u) + 16.0 * bits(h0, 2u * c), x0)
-        + dot(nibbles(q1, 0u) + 16.0 * bits(h1, 2u * c), x1);
-    let dot_hi = dot(nibbles(q0, 4u) + 16.0 * bits(h0, 2u * c + 1u), x2)
-        + dot(nibbles(q1, 4u) + 16.0 * bits(h1, 2u * c + 1u), x3);
-    let one = vec4<f32>(1.0);
-    let sum_lo = dot(x0 + x1, one);
-    let sum_hi = dot(x2 + x3, one);
-    return dm.x * (lo.x * dot_lo + hi.x * dot_hi) - dm.y * (lo.y * sum_lo + hi.y * sum_hi);
 }
 
 // Bit j of each byte of w.
 fn bits(w: u32, j: u32) -> vec4<f32> {
     return vec4<f32>((vec4<u32>(w) >> vec4<u32>(j, j + 8u, j + 16u, j + 24u)) & vec4<u32>(1u));
+}
+
+fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    let c = t >> 2u;
+    let dm = unpack2x16float(w.a.x);
+    let lo = scale_min(w.a, 2u * c);
+    let hi = scale_min(w.a, 2u * c + 1u);
+#if Q4_K
+    let dot_lo = dot(nibbles(w.b.x, 0u), x0) + dot(nibbles(w.b.y, 0u), x1);
+    let dot_hi = dot(nibbles(w.b.x, 4u), x2) + dot(nibbles(w.b.y, 4u), x3);
+#else
+    // Each nibble with its fifth bit: bit j of the high-bit bytes for sub-block j.
+    let dot_lo = dot(nibbles(w.b.x, 0u) + 16.0 * bits(w.b.z, 2u * c), x0)
+        + dot(nibbles(w.b.y, 0u) + 16.0 * bits(w.b.w, 2u * c), x1);
+    let dot_hi = dot(nibbles(w.b.x, 4u) + 16.0 * bits(w.b.z, 2u * c + 1u), x2)
+        + dot(nibbles(w.b.y, 4u) + 16.0 * bits(w.b.w, 2u * c + 1u), x3);
+#endif
+    let one = vec4<f32>(1.0);
+    let sum_lo = dot(x0 + x1, one);
+    let sum_hi = dot(x2 + x3, one);
+    return dm.x * (lo.x * dot_lo + hi.x * dot_hi) - dm.y * (lo.y * sum_lo + hi.y * sum_hi);
 }
 #endif
 
@@ -174,23 +173,29 @@ fn sext8(v: u32) -> f32 {
     return f32((i32(v << 24u)) >> 24u);
 }
 
-fn part_dot(sel: u32, b: u32, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+// a: the low nibbles of quarters 0 and 2, of 1 and 3, the high bits, the half's first four
+// scales; b: its last four, the block's d.
+fn fetch(sel: u32, b: u32, t: u32) -> Words {
     let h = t >> 3u;
     let i0 = 4u * (t & 7u);
-    let ql_a = u32_at2(sel, b + 64u * h + i0);        // quarters 0 (low) and 2 (high)
-    let ql_b = u32_at2(sel, b + 64u * h + 32u + i0);  // quarters 1 and 3
-    let qh = u32_at2(sel, b + 128u + 32u * h + i0);
-    let sa = u32_at2(sel, b + 192u + 8u * h);  // scales 8h .. 8h + 3
-    let sb = u32_at2(sel, b + 196u + 8u * h);  // 8h + 4 .. 8h + 7
-    let is = 8u * (i0 >> 4u);  // this run's scale of a pair, as a shift
-    let high = vec4<u32>(qh) >> vec4<u32>(0u, 8u, 16u, 24u);
-    let v0 = nibbles(ql_a, 0u) + 16.0 * vec4<f32>(high & vec4<u32>(3u)) - 32.0;
-    let v1 = nibbles(ql_b, 0u) + 16.0 * vec4<f32>((high >> vec4<u32>(2u)) & vec4<u32>(3u)) - 32.0;
-    let v2 = nibbles(ql_a, 4u) + 16.0 * vec4<f32>((high >> vec4<u32>(4u)) & vec4<u32>(3u)) - 32.0;
-    let v3 = nibbles(ql_b, 4u) + 16.0 * vec4<f32>((high >> vec4<u32>(6u)) & vec4<u32>(3u)) - 32.0;
-    let d = f16_at2(sel, b + 208u);
-    return d * (sext8((sa >> is) & 0xffu) * dot(v0, x0) + sext8((sa >> (16u + is)) & 0xffu) * dot(v1, x1)
-        + sext8((sb >> is) & 0xffu) * dot(v2, x2) + sext8((sb >> (16u + is)) & 0xffu) * dot(v3, x3));
+    let a = vec4<u32>(u32_at2(sel, b + 64u * h + i0), u32_at2(sel, b + 64u * h + 32u + i0),
+        u32_at2(sel, b + 128u + 32u * h + i0), u32_at2(sel, b + 192u + 8u * h));
+    let d = (load(sel, (b + 208u) >> 2u) >> (((b + 208u) & 2u) * 8u)) & 0xffffu;
+    return Words(a, vec4<u32>(u32_at2(sel, b + 196u + 8u * h), d, 0u, 0u));
+}
+
+fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    let is = 8u * ((t & 7u) >> 2u);  // this run's scale of a pair, as a shift
+    let high = vec4<u32>(w.a.z) >> vec4<u32>(0u, 8u, 16u, 24u);
+    let v0 = nibbles(w.a.x, 0u) + 16.0 * vec4<f32>(high & vec4<u32>(3u)) - 32.0;
+    let v1 = nibbles(w.a.y, 0u) + 16.0 * vec4<f32>((high >> vec4<u32>(2u)) & vec4<u32>(3u)) - 32.0;
+    let v2 = nibbles(w.a.x, 4u) + 16.0 * vec4<f32>((high >> vec4<u32>(4u)) & vec4<u32>(3u)) - 32.0;
+    let v3 = nibbles(w.a.y, 4u) + 16.0 * vec4<f32>((high >> vec4<u32>(6u)) & vec4<u32>(3u)) - 32.0;
+    let sa = w.a.w;
+    let sb = w.b.x;
+    return unpack2x16float(w.b.y).x * (sext8((sa >> is) & 0xffu) * dot(v0, x0)
+        + sext8((sa >> (16u + is)) & 0xffu) * dot(v1, x1) + sext8((sb >> is) & 0xffu) * dot(v2, x2)
+        + sext8((sb >> (16u + is)) & 0xffu) * dot(v3, x3));
 }
 #endif
 
@@ -203,9 +208,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let blocks = p.k / 256u;
     var acc = vec4<f32>(0.0);
     var turn = 0u;
+    var words: array<Words, ROWS>;
     for (var b0 = 0u; b0 < blocks; b0 += PER_STEP) {
         let blk = b0 + lid / 16u;
         let live = blk < blocks;
+        for (var s = 0u; s < ROWS; s++) {
+            let sl = slot(g, s);
+            if (live && sl.live) {
+                words[s] = fetch(sl.sel, sl.row * p.row_bytes + blk * RUN_BYTES, t);
+            }
+        }
         var x0 = vec4<f32>(0.0);
         var x1 = vec4<f32>(0.0);
         var x2 = vec4<f32>(0.0);
@@ -234,10 +246,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #endif
         if (live) {
             for (var s = 0u; s < ROWS; s++) {
-                let sl = slot(g, s);
-                if (sl.live) {
-                    let b = sl.row * p.row_bytes + blk * RUN_BYTES;
-                    acc[s] += part_dot(sl.sel, b, t, x0, x1, x2, x3);
+                if (slot(g, s).live) {
+                    acc[s] += part_dot(words[s], t, x0, x1, x2, x3);
                 }
             }
         }

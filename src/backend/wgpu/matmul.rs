@@ -109,7 +109,7 @@ impl WgpuBackend {
     /// The workgroup size and rows a workgroup of `m`'s per-type mat-vec (matvec_blocks.wgsl),
     /// where GPUs take it: None for the other types (and software adapters), which are staged.
     pub(super) fn blocks_matvec(&self, m: &Matrix) -> Option<(u32, usize)> {
-        static SHAPE: std::sync::OnceLock<Option<(u32, usize)>> = std::sync::OnceLock::new();
+        static SHAPE: std::sync::OnceLock<Option<(u32, u32, usize)>> = std::sync::OnceLock::new();
         let shape = *SHAPE.get_or_init(|| {
             let var = |name: &str, default: usize| {
                 std::env::var(name)
@@ -120,14 +120,17 @@ impl WgpuBackend {
             (std::env::var("KILN_WGPU_MV").as_deref() != Ok("staged")).then(|| {
                 (
                     var("KILN_WGPU_MV_WG", 128) as u32,
+                    var("KILN_WGPU_MV_WG_BIG", 256) as u32,
                     var("KILN_WGPU_MV_ROWS", 2),
                 )
             })
         });
+        let (small, big, rows) = shape?;
+        // Long rows (a down projection's) take more invocations a row, fewer steps.
+        let wg = if m.cols >= 4096 { big } else { small };
         (self.matvec_layout() == MatvecLayout::Staged
             && kernels::blocks_matvec_reads(m.dtype, m.cols))
-        .then_some(shape)
-        .flatten()
+        .then_some((wg, rows))
     }
 
     /// Whether the prefill matmul takes its variant for subgroups of exactly 8 (lavapipe), which
