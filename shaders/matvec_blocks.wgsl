@@ -122,17 +122,17 @@ fn scale_min(s: vec4<u32>, j: u32) -> vec2<f32> {
 }
 
 // a: d and dmin, then the three scale words; b: the part's 8 bytes of nibbles, then (Q5_K) its
-// 8 bytes of fifth bits. 144- and 176-byte blocks are word-aligned.
+// 8 bytes of fifth bits. 144- and 176-byte blocks are read 8 bytes at a time (W2).
 fn fetch(sel: u32, b: u32, t: u32) -> Words {
-    let w = b >> 2u;
-    let a = vec4<u32>(load(sel, w), load(sel, w + 1u), load(sel, w + 2u), load(sel, w + 3u));
+    let u = b >> 3u;
+    let a = vec4<u32>(load_unit(sel, u), load_unit(sel, u + 1u));
 #if Q4_K
-    let q = w + 4u + 8u * (t >> 2u) + 2u * (t & 3u);
-    return Words(a, vec4<u32>(load(sel, q), load(sel, q + 1u), 0u, 0u));
+    let q = load_unit(sel, u + 2u + 4u * (t >> 2u) + (t & 3u));
+    return Words(a, vec4<u32>(q, 0u, 0u));
 #else
-    let q = w + 12u + 8u * (t >> 2u) + 2u * (t & 3u);
-    let h = w + 4u + 2u * (t & 3u);
-    return Words(a, vec4<u32>(load(sel, q), load(sel, q + 1u), load(sel, h), load(sel, h + 1u)));
+    let q = load_unit(sel, u + 6u + 4u * (t >> 2u) + (t & 3u));
+    let h = load_unit(sel, u + 2u + (t & 3u));
+    return Words(a, vec4<u32>(q, h));
 #endif
 }
 

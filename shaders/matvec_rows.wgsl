@@ -26,14 +26,20 @@ struct Params {
 #else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 #endif
-@group(0) @binding(2) var<storage, read> w0: array<u32>;
+// W2: weights read 8 bytes at a time (rows of whole 8-byte units; matvec_blocks.wgsl's K-quants).
+#if W2
+alias Unit = vec2<u32>;
+#else
+alias Unit = u32;
+#endif
+@group(0) @binding(2) var<storage, read> w0: array<Unit>;
 @group(0) @binding(3) var<storage, read_write> out0: array<f32>;
 #if NW2 || NW3
-@group(0) @binding(4) var<storage, read> w1: array<u32>;
+@group(0) @binding(4) var<storage, read> w1: array<Unit>;
 @group(0) @binding(5) var<storage, read_write> out1: array<f32>;
 #endif
 #if NW3
-@group(0) @binding(6) var<storage, read> w2: array<u32>;
+@group(0) @binding(6) var<storage, read> w2: array<Unit>;
 @group(0) @binding(7) var<storage, read_write> out2: array<f32>;
 #endif
 #if EXPERT
@@ -55,7 +61,9 @@ struct Slot {
 
 fn slot(g: u32, s: u32) -> Slot {
 #if GLU_SILU || GLU_GELU
-    return Slot(s, g, p.off0 + g, g < p.m0);
+    // Slots 2i and 2i + 1: gate row o and up row o of output o = g · ROWS / 2 + i.
+    let o = g * (ROWS / 2u) + s / 2u;
+    return Slot(s & 1u, o, p.off0 + o, o < p.m0);
 #else
 #if EXPERT
     let r = g * ROWS + s;
@@ -99,7 +107,16 @@ fn weight_words(sel: u32) -> u32 {
     return arrayLength(&w0);
 }
 
+#if W2
+// Word i of weight `sel`.
 fn load(sel: u32, i: u32) -> u32 {
+    return load_unit(sel, i / 2u)[i & 1u];
+}
+
+fn load_unit(sel: u32, i: u32) -> vec2<u32> {
+#else
+fn load(sel: u32, i: u32) -> u32 {
+#endif
 #if NW2 || NW3
     if (sel == 1u) {
         return w1[i];
@@ -158,8 +175,11 @@ fn act(g: f32) -> f32 {
 // The workgroup's sums, one per row slot, written to their outputs.
 fn finish(g: u32, t: vec4<f32>) {
 #if GLU_SILU || GLU_GELU
-    if (g < p.m0) {
-        out0[p.off0 + g] = act(t.x) * t.y;
+    for (var i = 0u; i < ROWS / 2u; i++) {
+        let o = g * (ROWS / 2u) + i;
+        if (o < p.m0) {
+            out0[p.off0 + o] = act(t[2u * i]) * t[2u * i + 1u];
+        }
     }
 #else
     for (var s = 0u; s < ROWS; s++) {

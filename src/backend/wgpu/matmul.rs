@@ -107,9 +107,10 @@ impl WgpuBackend {
     }
 
     /// The workgroup size and rows a workgroup of `m`'s per-type mat-vec (matvec_blocks.wgsl),
-    /// where GPUs take it: None for the other types (and software adapters), which are staged.
-    pub(super) fn blocks_matvec(&self, m: &Matrix) -> Option<(u32, usize)> {
-        static SHAPE: std::sync::OnceLock<Option<(u32, u32, usize)>> = std::sync::OnceLock::new();
+    /// where GPUs take it (`gated`: the gate and up rows of the outputs a workgroup computes):
+    /// None for the other types (and software adapters), which are staged.
+    pub(super) fn blocks_matvec(&self, m: &Matrix, gated: bool) -> Option<(u32, usize)> {
+        static SHAPE: std::sync::OnceLock<Option<[usize; 4]>> = std::sync::OnceLock::new();
         let shape = *SHAPE.get_or_init(|| {
             let var = |name: &str, default: usize| {
                 std::env::var(name)
@@ -118,19 +119,21 @@ impl WgpuBackend {
                     .unwrap_or(default)
             };
             (std::env::var("KILN_WGPU_MV").as_deref() != Ok("staged")).then(|| {
-                (
-                    var("KILN_WGPU_MV_WG", 128) as u32,
-                    var("KILN_WGPU_MV_WG_BIG", 256) as u32,
+                [
+                    var("KILN_WGPU_MV_WG", 64),
+                    var("KILN_WGPU_MV_WG_BIG", 256),
                     var("KILN_WGPU_MV_ROWS", 2),
-                )
+                    var("KILN_WGPU_MV_GLU_ROWS", 2),
+                ]
             })
         });
-        let (small, big, rows) = shape?;
+        let [small, big, rows, glu_rows] = shape?;
         // Long rows (a down projection's) take more invocations a row, fewer steps.
         let wg = if m.cols >= 4096 { big } else { small };
+        let rows = if gated { glu_rows } else { rows };
         (self.matvec_layout() == MatvecLayout::Staged
             && kernels::blocks_matvec_reads(m.dtype, m.cols))
-        .then_some((wg, rows))
+        .then_some((wg as u32, rows))
     }
 
     /// Whether the prefill matmul takes its variant for subgroups of exactly 8 (lavapipe), which
@@ -297,8 +300,7 @@ impl WgpuBackend {
         n_weights: usize,
         gated: Option<GateActivation>,
     ) -> Kernel {
-        if let Some((wg, rows)) = self.blocks_matvec(m) {
-            let rows = if gated.is_some() { 2 } else { rows };
+        if let Some((wg, rows)) = self.blocks_matvec(m, gated.is_some()) {
             return kernels::matvec_blocks_kernel(
                 m.dtype,
                 n_weights,
@@ -337,11 +339,11 @@ impl WgpuBackend {
         gated: Option<GateActivation>,
     ) -> (Vec<u32>, [u32; 3]) {
         let total: usize = rows.iter().sum();
-        let blocks = self.blocks_matvec(m);
+        let blocks = self.blocks_matvec(m, gated.is_some());
         let per_wg = blocks.map_or(self.matvec_layout().rows(), |(_, rows)| rows);
         let workgroups = match (gated, self.matvec_layout()) {
-            // One output (a gate row and an up row) per workgroup.
-            (Some(_), MatvecLayout::Staged) => rows[0],
+            // A gate row and an up row per output: staged, one output per workgroup.
+            (Some(_), MatvecLayout::Staged) => rows[0].div_ceil(blocks.map_or(1, |(_, r)| r / 2)),
             (Some(_), MatvecLayout::Direct { .. }) => rows[0].div_ceil(per_wg),
             (None, _) => total.div_ceil(per_wg),
         };

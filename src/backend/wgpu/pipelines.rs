@@ -518,6 +518,9 @@ pub fn matvec_blocks_kernel(
     if let Some(r) = rounding {
         k = k.flag(r.define());
     }
+    if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K) {
+        k = k.flag("W2");
+    }
     k = match n_weights {
         2 => k.flag("NW2"),
         3 => k.flag("NW3"),

@@ -197,6 +197,18 @@ impl Stream {
         for w in params {
             self.params.extend_from_slice(&w.to_le_bytes());
         }
+        // Measurement only (KILN_WGPU_REPEAT=label): the dispatches of one kernel run twice, so
+        // that the time a token gains is that kernel's real cost in the stream.
+        static REPEAT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+        let repeat = REPEAT.get_or_init(|| std::env::var("KILN_WGPU_REPEAT").ok());
+        if repeat.as_deref() == Some(pipeline.label) {
+            self.cmds.push(Cmd::Dispatch {
+                pipeline: pipeline.clone(),
+                bind_group: bind_group.clone(),
+                slot,
+                groups,
+            });
+        }
         self.cmds.push(Cmd::Dispatch {
             pipeline: pipeline.clone(),
             bind_group,
