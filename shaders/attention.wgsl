@@ -513,7 +513,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var acc: array<f32, 32>;
     let ko = kvh * hd;
     for (var t0 = kbeg; t0 < kend; t0 += TILE) {
-        for (var kp = 0u; kp < TILE / 8u; kp++) {
+        // Key slots of 8 the tile fills (a decode split is often 16 keys, not 64): the score
+        // and softmax loops stop there.
+        let cnt = min(TILE, kend - t0);
+        let filled = (cnt + 7u) / 8u * 8u;
+        for (var kp = 0u; kp < filled / 8u; kp++) {
             let jt = kp * 8u + ks;
             let j = t0 + jt;
             var pd: array<f32, 8>;
@@ -548,7 +552,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // Softmax: head ks, keys l8, l8 + 8, … of the tile.
         var mx = NEG;
         if (ks < nh) {
-            for (var x = 0u; x < TILE; x += 8u) {
+            for (var x = 0u; x < filled; x += 8u) {
                 mx = max(mx, ss[ks * TILE + l8 + x]);
             }
         }
@@ -564,7 +568,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let m_new = max(m_run, mx);
         var ps = 0.0;
         if (ks < nh) {
-            for (var x = 0u; x < TILE; x += 8u) {
+            for (var x = 0u; x < filled; x += 8u) {
                 let at = ks * TILE + l8 + x;
                 let pj = exp(ss[at] - m_new);
                 ss[at] = pj;
@@ -589,7 +593,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         workgroupBarrier();
 
-        let cnt = min(TILE, kend - t0);
         for (var r = 0u; r < nr; r++) {
             let d = lid + r * 64u;
             if (d < hd) {

@@ -123,7 +123,7 @@ impl WgpuBackend {
                     var("KILN_WGPU_MV_WG", 64),
                     var("KILN_WGPU_MV_WG_BIG", 256),
                     var("KILN_WGPU_MV_ROWS", 2),
-                    var("KILN_WGPU_MV_GLU_ROWS", 2),
+                    var("KILN_WGPU_MV_GLU_ROWS", 4),
                 ]
             })
         });
