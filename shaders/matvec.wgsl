@@ -60,21 +60,6 @@ var<workgroup> run_max: array<f32, {{RUN_WORDS}}>;
 var<workgroup> block_max: array<f32, {{BLOCK_WORDS}}>;
 #endif
 
-#if TRACE
-@group(0) @binding({{TRACE_BINDING}}) var<storage, read_write> trace: array<u32>;
-var<private> trace_seq: u32;
-var<private> trace_thread: u32;
-
-// The load this invocation makes next (0xffffffff: none), as the trace's next entry.
-fn record(code: u32) {
-    let i = trace_seq * p.trace_threads + trace_thread;
-    if (i < arrayLength(&trace)) {
-        trace[i] = code;
-    }
-    trace_seq += 1u;
-}
-#endif
-
 #if DIRECT
 // The weight the decoders read.
 var<private> cur_sel: u32;

@@ -40,14 +40,35 @@ fn round4(v: vec4<f32>, amax: f32) -> vec4<f32> {
 }
 #endif
 
+// Word i of weight `sel`, and (W2) its 8-byte unit i, as the decoders load them (recorded in
+// the TRACE variant).
+fn wload(sel: u32, i: u32) -> u32 {
+#if TRACE
+    record((sel << 28u) | i);
+#endif
+    return load(sel, i);
+}
+
+#if W2
+fn wload_unit(sel: u32, i: u32) -> vec2<u32> {
+#if TRACE
+    record((7u << 28u) | (2u * i));
+#endif
+    return load_unit(sel, i);
+}
+#endif
+
 // Four bytes of weight `sel` at byte `b`, a multiple of 2 (Q6_K's 210-byte blocks leave every
 // other block 2-aligned).
 fn u32_at2(sel: u32, b: u32) -> u32 {
-    let lo = load(sel, b >> 2u);
+    let lo = wload(sel, b >> 2u);
     if ((b & 2u) == 0u) {
+#if TRACE
+        record(0xffffffffu);  // the load the other alignment makes
+#endif
         return lo;
     }
-    return (lo >> 16u) | (load(sel, (b >> 2u) + 1u) << 16u);
+    return (lo >> 16u) | (wload(sel, (b >> 2u) + 1u) << 16u);
 }
 
 fn nibbles(w: u32, shift: u32) -> vec4<f32> {
@@ -77,7 +98,7 @@ fn fetch(sel: u32, b: u32, t: u32) -> Words {
     let blk = b + 34u * (t >> 1u);
     let q = blk + 2u + 16u * (t & 1u);
 #endif
-    let d = (load(sel, blk >> 2u) >> ((blk & 2u) * 8u)) & 0xffffu;
+    let d = (wload(sel, blk >> 2u) >> ((blk & 2u) * 8u)) & 0xffffu;
     return Words(vec4<u32>(u32_at2(sel, q), u32_at2(sel, q + 4u), u32_at2(sel, q + 8u), u32_at2(sel, q + 12u)),
         vec4<u32>(d, 0u, 0u, 0u));
 }
@@ -125,13 +146,13 @@ fn scale_min(s: vec4<u32>, j: u32) -> vec2<f32> {
 // 8 bytes of fifth bits. 144- and 176-byte blocks are read 8 bytes at a time (W2).
 fn fetch(sel: u32, b: u32, t: u32) -> Words {
     let u = b >> 3u;
-    let a = vec4<u32>(load_unit(sel, u), load_unit(sel, u + 1u));
+    let a = vec4<u32>(wload_unit(sel, u), wload_unit(sel, u + 1u));
 #if Q4_K
-    let q = load_unit(sel, u + 2u + 4u * (t >> 2u) + (t & 3u));
+    let q = wload_unit(sel, u + 2u + 4u * (t >> 2u) + (t & 3u));
     return Words(a, vec4<u32>(q, 0u, 0u));
 #else
-    let q = load_unit(sel, u + 6u + 4u * (t >> 2u) + (t & 3u));
-    let h = load_unit(sel, u + 2u + (t & 3u));
+    let q = wload_unit(sel, u + 6u + 4u * (t >> 2u) + (t & 3u));
+    let h = wload_unit(sel, u + 2u + (t & 3u));
     return Words(a, vec4<u32>(q, h));
 #endif
 }
@@ -180,7 +201,7 @@ fn fetch(sel: u32, b: u32, t: u32) -> Words {
     let i0 = 4u * (t & 7u);
     let a = vec4<u32>(u32_at2(sel, b + 64u * h + i0), u32_at2(sel, b + 64u * h + 32u + i0),
         u32_at2(sel, b + 128u + 32u * h + i0), u32_at2(sel, b + 192u + 8u * h));
-    let d = (load(sel, (b + 208u) >> 2u) >> (((b + 208u) & 2u) * 8u)) & 0xffffu;
+    let d = (wload(sel, (b + 208u) >> 2u) >> (((b + 208u) & 2u) * 8u)) & 0xffffu;
     return Words(a, vec4<u32>(u32_at2(sel, b + 196u + 8u * h), d, 0u, 0u));
 }
 
@@ -199,11 +220,22 @@ fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: v
 }
 #endif
 
+// x[e..e + 4] (e a multiple of 4).
+fn xload(e: u32) -> vec4<f32> {
+#if TRACE
+    record((4u << 28u) | e);
+#endif
+    return x[e / 4u];
+}
+
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
     {{SG_LOCALS}}
     let g = row_group(wid, nwg);
+#if TRACE
+    trace_thread = g * WG + lid;
+#endif
     let t = lid & 15u;
     let blocks = p.k / 256u;
     var acc = vec4<f32>(0.0);
@@ -224,10 +256,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var x3 = vec4<f32>(0.0);
         if (live) {
             let first = 256u * blk;
-            x0 = x[(first + part_value(t, 0u)) / 4u];
-            x1 = x[(first + part_value(t, 1u)) / 4u];
-            x2 = x[(first + part_value(t, 2u)) / 4u];
-            x3 = x[(first + part_value(t, 3u)) / 4u];
+            x0 = xload(first + part_value(t, 0u));
+            x1 = xload(first + part_value(t, 1u));
+            x2 = xload(first + part_value(t, 2u));
+            x3 = xload(first + part_value(t, 3u));
         }
 #if ROUND_Q8K || ROUND_Q8_0
         let a = max(max(abs(x0), abs(x1)), max(abs(x2), abs(x3)));

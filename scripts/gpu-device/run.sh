@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine (see prepare.sh): kiln's GPU backend against llama.cpp's Vulkan build on the 1B
-# Llama shape, in ROUNDS rounds (default 8) alternating which runs first, then kiln's per-op profile and the GPU
-# op tests. QUANT (default Q4_K_M) picks the file's type. Prints one line per round; the ratios are the median
-# of the rounds.
+# Llama shape. In order: the GPU op tests; the host's own time per token (wgpu's no-op backend); what each kernel
+# costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the time a token gains); ROUNDS rounds
+# (default 8) alternating which tool runs first, kiln-base too where prepare.sh built one; the timed dispatches
+# of a few tokens into $OUT/dispatches.txt. QUANT (default Q4_K_M) picks the file's type. The ratios are the
+# medians of the rounds' ratios. On an H200 the whole run takes about two minutes after the machine starts.
 set -u
 cd "$(dirname "$0")/.."
 [ -d .dev ] || cd ..
@@ -18,14 +20,24 @@ for b in kiln kiln-base gpu-tests; do
 done
 export LD_LIBRARY_PATH=$W/bin
 $W/kiln devices | grep -qi nvidia || { VK_LOADER_DEBUG=error,warn $W/kiln devices; exit 1; }
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $D/gguf-*.whl 2>/dev/null
-PYTHONPATH=/tmp/site python3 $D/make-1b.py $W >/dev/null
 M=$W/1b.gguf
-$W/bin/llama-quantize $W/llama32-1b-shape.f16.gguf $M "${QUANT:-Q4_K_M}" 16 >/dev/null 2>&1
-kb() { timeout 60 $W/$1 bench --backend gpu -m $M --no-roofline -p 512 -n 128 -r 1 2>/dev/null |
-    grep -E "pp512|tg128" | awk -F'|' '{printf "%s ", $(NF-1)}'; }
+(python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $D/gguf-*.whl 2>/dev/null
+ PYTHONPATH=/tmp/site python3 $D/make-1b.py $W >/dev/null
+ $W/bin/llama-quantize $W/llama32-1b-shape.f16.gguf $M "${QUANT:-Q4_K_M}" 16 >/dev/null 2>&1) &
+echo "== gpu_ops"
+KILN_REQUIRE_GPU=1 timeout 120 $W/gpu-tests gpu_ops --test-threads 8 2>&1 | grep -E "test result|panicked|NMSE"
+wait
+kb() { local b=$1; shift; timeout 60 env "$@" $W/$b bench --backend gpu -m $M --no-roofline -p 512 -n 128 -r 1 \
+    2>/dev/null | grep -E "pp512|tg128" | awk -F'|' '{printf "%s ", $(NF-1)}'; }
+kt() { timeout 60 env "$@" $W/kiln bench --backend gpu -m $M --no-roofline -p 0 -n 128 -r 2 2>/dev/null |
+    grep -E "tg128" | awk -F'|' '{printf "%s ", $(NF-1)}'; }
 lb() { timeout 60 $W/bin/llama-bench -m $M -ngl 99 -p 512 -n 128 -r 1 2>/dev/null |
     grep -E "pp512|tg128" | awk -F'|' '{printf "%s ", $(NF-1)}'; }
+echo "== host only (no-op backend), tg128: $(kt KILN_WGPU_NOOP=1)"
+echo "== each kernel's cost in the stream: tg128 with its dispatches run twice"
+echo "none: $(kt X=1)"
+for op in matvec attention add_rms_norm rope_kv; do echo "$op: $(kt KILN_WGPU_REPEAT=$op)"; done
+echo "== llama warm-up: $(lb)"
 kilns=kiln
 [ -x $W/kiln-base ] && kilns="kiln-base kiln"
 for r in $(seq 1 "${ROUNDS:-8}"); do
@@ -37,5 +49,6 @@ for r in $(seq 1 "${ROUNDS:-8}"); do
     fi
     echo "$line"
 done
+KILN_PROFILE_DISPATCHES=1 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 0 -n 4 -r 1 --profile \
+    > ${OUT:-$W}/dispatches.txt 2>&1
 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 512 -n 128 -r 1 --profile | sed -n '/^profile/,$p'
-KILN_REQUIRE_GPU=1 timeout 120 $W/gpu-tests gpu_ops --test-threads 4 2>&1 | grep -E "test result|panicked|NMSE"
