@@ -329,7 +329,8 @@ impl WgpuBackend {
         let blocks = self.blocks_matvec(m, gated.is_some());
         let per_wg = blocks.map_or(self.matvec_layout().rows(), |(_, rows)| rows);
         let workgroups = match (gated, self.matvec_layout()) {
-            // A gate row and an up row per output: staged, one output per workgroup.
+            // A gate row and an up row per output: one output a workgroup staged, rows / 2 in
+            // the per-type kernel.
             (Some(_), MatvecLayout::Staged) => rows[0].div_ceil(blocks.map_or(1, |(_, r)| r / 2)),
             (Some(_), MatvecLayout::Direct { .. }) => rows[0].div_ceil(per_wg),
             (None, _) => total.div_ceil(per_wg),

@@ -491,9 +491,9 @@ pub fn blocks_matvec_reads(t: GgmlType, k: usize) -> bool {
     matches!(t, Q4_0 | Q8_0 | Q4_K | Q5_K | Q6_K) && k.is_multiple_of(256)
 }
 
-/// The per-type decode mat-vec (matvec_blocks.wgsl) over `n_weights` weights of type `t`
-/// (`gated`: gate and up, one output a workgroup), `rows` rows a workgroup of `wg` invocations
-/// (a multiple of 16, up to 256).
+/// The per-type decode mat-vec (matvec_blocks.wgsl) over `n_weights` weights of type `t`, `rows`
+/// rows (at most 4) a workgroup of `wg` invocations (a multiple of 16, up to 256); with `gate`,
+/// gate and up writing the gated activation, `rows / 2` outputs a workgroup.
 pub fn matvec_blocks_kernel(
     t: GgmlType,
     n_weights: usize,

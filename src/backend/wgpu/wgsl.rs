@@ -130,7 +130,7 @@ fn splice<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::wgpu::pipelines::{MatvecLayout, matvec_kernel};
+    use crate::backend::wgpu::pipelines::{MatvecLayout, matvec_blocks_kernel, matvec_kernel};
     use crate::gguf::GgmlType;
 
     #[test]
@@ -148,6 +148,13 @@ mod tests {
         // The mat-vec's sizes, without its type flag.
         let matvec = matvec_kernel(GgmlType::F32, 1, false, MatvecLayout::Staged, None);
         d.extend(matvec.defines.into_iter().filter(|(k, _)| *k != "F32"));
+        let blocks = matvec_blocks_kernel(GgmlType::Q4_K, 1, None, None, 64, 2);
+        d.extend(
+            blocks
+                .defines
+                .into_iter()
+                .filter(|(k, _)| ["RUN_BYTES", "PART_WORDS"].contains(k)),
+        );
         for (name, _) in SOURCES {
             let text = assemble(name, &d).unwrap();
             assert!(!text.contains("#if") && !text.contains("{{"), "{name}");
