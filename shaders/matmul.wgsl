@@ -51,19 +51,8 @@ var<private> sel: u32;
 
 #if TRACE
 // Each global load's word (bits 28..: 0-2 the weight, 3 x, 4 x as a vec4) and each
-// workgroup-memory access (5: a word stored, 6: a vec4 read; words of wt, then of xt), in order
-// per invocation (see src/backend/wgpu/trace.rs).
-@group(0) @binding({{TRACE_BINDING}}) var<storage, read_write> trace: array<u32>;
-var<private> trace_seq: u32;
-var<private> trace_thread: u32;
-
-fn record(code: u32) {
-    let i = trace_seq * p.trace_threads + trace_thread;
-    if (i < arrayLength(&trace)) {
-        trace[i] = code;
-    }
-    trace_seq += 1u;
-}
+// workgroup-memory access (5: a word stored, 6: a vec4 read; words of wt, then of xt).
+#include "trace"
 #endif
 
 fn word(i: u32) -> u32 {

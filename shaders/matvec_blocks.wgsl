@@ -41,7 +41,8 @@ fn round4(v: vec4<f32>, amax: f32) -> vec4<f32> {
 #endif
 
 // Word i of weight `sel`, and (W2) its 8-byte unit i, as the decoders load them (recorded in
-// the TRACE variant).
+// the TRACE variant; the trace lines invocations up by the order of their records, so a traced
+// shape has every row and run live).
 fn wload(sel: u32, i: u32) -> u32 {
 #if TRACE
     record((sel << 28u) | i);

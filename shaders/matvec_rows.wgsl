@@ -51,19 +51,7 @@ var<private> x_first: u32;
 #endif
 
 #if TRACE
-@group(0) @binding({{TRACE_BINDING}}) var<storage, read_write> trace: array<u32>;
-var<private> trace_seq: u32;
-var<private> trace_thread: u32;
-
-// The load this invocation makes next (0xffffffff: none), as the trace's next entry
-// (src/backend/wgpu/trace.rs says what the codes mean).
-fn record(code: u32) {
-    let i = trace_seq * p.trace_threads + trace_thread;
-    if (i < arrayLength(&trace)) {
-        trace[i] = code;
-    }
-    trace_seq += 1u;
-}
+#include "trace"
 #endif
 
 // Row slot s of workgroup g: which weight, which row of its buffer, which output value, and

@@ -107,8 +107,9 @@ impl WgpuBackend {
     }
 
     /// The workgroup size and rows a workgroup of `m`'s per-type mat-vec (matvec_blocks.wgsl),
-    /// where GPUs take it (`gated`: the gate and up rows of the outputs a workgroup computes):
-    /// None for the other types (and software adapters), which are staged.
+    /// where it runs (`gated`: the gate and up rows of the outputs a workgroup computes): None
+    /// for the other types, which are staged, and for the direct layout (software adapters with
+    /// subgroups).
     ///
     /// Measured on an H200, the 1B Llama shape in Q4_K_M, tokens/s at tg128 (single runs, so a
     /// ranking within a few percent): 64 invocations and 2 rows 378-388, 128 and 2 rows 383-385,

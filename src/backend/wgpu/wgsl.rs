@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 22] = [
+const SOURCES: [(&str, &str); 23] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
     ("q8", include_str!("../../../shaders/q8.wgsl")),
+    ("trace", include_str!("../../../shaders/trace.wgsl")),
     ("quants", include_str!("../../../shaders/quants.wgsl")),
     ("quants_iq", include_str!("../../../shaders/quants_iq.wgsl")),
     ("matvec", include_str!("../../../shaders/matvec.wgsl")),
@@ -142,6 +143,7 @@ mod tests {
             ("SG_ARGS", ""),
             ("SG_LOCALS", ""),
             ("D", "16"),
+            ("TRACE_BINDING", "9"),
         ] {
             d.insert(k, v.to_string());
         }
