@@ -94,3 +94,15 @@ fn gelu_f16(x: f32) -> f32 {
     let h = round_f16(x);
     return round_f16(0.5 * h * (1.0 + tanh(0.7978846 * h * (1.0 + 0.044715 * h * h))));
 }
+
+// The gated kernels' activation (`GLU_SILU`, `GLU_GELU`: the matmuls' gate/up epilogue).
+#if GLU_SILU
+fn act(g: f32) -> f32 {
+    return silu(g);
+}
+#endif
+#if GLU_GELU
+fn act(g: f32) -> f32 {
+    return gelu_f16(g);
+}
+#endif

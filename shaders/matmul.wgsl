@@ -172,17 +172,6 @@ fn trace_read(tile: u32, slot: u32) {
 }
 #endif
 
-#if GLU_SILU
-fn act(g: f32) -> f32 {
-    return silu(g);
-}
-#endif
-#if GLU_GELU
-fn act(g: f32) -> f32 {
-    return gelu_f16(g);
-}
-#endif
-
 // Outputs of tile rows r..r+3 for activation row n.
 fn store4(tl: Tile, n: u32, r: u32, v: vec4<f32>) {
     if (n >= p.n) {

@@ -165,17 +165,6 @@ fn store(sl: Slot, t: f32) {
 #endif
 }
 
-#if GLU_SILU
-fn act(g: f32) -> f32 {
-    return silu(g);
-}
-#endif
-#if GLU_GELU
-fn act(g: f32) -> f32 {
-    return gelu_f16(g);
-}
-#endif
-
 // The workgroup's sums, one per row slot, written to their outputs.
 fn finish(g: u32, t: vec4<f32>) {
 #if GLU_SILU || GLU_GELU

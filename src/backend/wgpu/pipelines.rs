@@ -418,13 +418,7 @@ fn matvec_of_rows(
     rounding: Option<ActRounding>,
     rows: usize,
 ) -> Kernel {
-    let mut bindings = vec![Read, Read, ReadWrite];
-    for _ in 1..n_weights {
-        bindings.extend([Read, ReadWrite]);
-    }
-    let mut k = Kernel::new("matvec", "matvec", &bindings)
-        .weights(t)
-        .trusted();
+    let mut k = over_weights("matvec", "matvec", t, n_weights);
     // Values staged per row and step: a kilobyte of weights or a little more, in whole
     // superblocks (Q8_K blocks of x).
     let span = (1024 * t.block_len())
@@ -454,6 +448,17 @@ fn matvec_of_rows(
     if layout != MatvecLayout::Staged {
         k = k.flag("DIRECT");
     }
+    k
+}
+
+/// A kernel of `file` over `n_weights` (1-3) weights of type `t` that share its input and run as
+/// one dispatch: bindings x, then a weight and its output per weight; `NW2`/`NW3` say how many.
+fn over_weights(label: &'static str, file: &'static str, t: GgmlType, n_weights: usize) -> Kernel {
+    let mut bindings = vec![Read];
+    for _ in 0..n_weights {
+        bindings.extend([Read, ReadWrite]);
+    }
+    let k = Kernel::new(label, file, &bindings).weights(t).trusted();
     match n_weights {
         2 => k.flag("NW2"),
         3 => k.flag("NW3"),
@@ -474,10 +479,11 @@ pub fn matvec_gated_kernel(
         MatvecLayout::Staged => 2,
         MatvecLayout::Direct { rows } => rows,
     };
-    gated(matvec_of_rows(t, 2, x4, layout, rounding, rows), act)
+    with_activation(matvec_of_rows(t, 2, x4, layout, rounding, rows), act)
 }
 
-fn gated(k: Kernel, act: GateActivation) -> Kernel {
+/// `k` as a gated kernel: its gate/up epilogue applies `act` (common.wgsl).
+fn with_activation(k: Kernel, act: GateActivation) -> Kernel {
     match act {
         GateActivation::Silu => k.flag("GLU_SILU"),
         GateActivation::GeluTanh => k.flag("GLU_GELU"),
@@ -502,15 +508,9 @@ pub fn matvec_blocks_kernel(
     wg: u32,
     rows: usize,
 ) -> Kernel {
-    let mut bindings = vec![Read, Read, ReadWrite];
-    for _ in 1..n_weights {
-        bindings.extend([Read, ReadWrite]);
-    }
-    let mut k = Kernel::new("matvec", "matvec_blocks", &bindings)
-        .weights(t)
+    let mut k = over_weights("matvec", "matvec_blocks", t, n_weights)
         .workgroup(wg)
-        .flag("X4")
-        .trusted();
+        .flag("X4");
     k.defines.insert("ROWS", rows.to_string());
     let run_bytes = 256 / t.block_len() * t.block_bytes();
     k.defines.insert("RUN_BYTES", run_bytes.to_string());
@@ -521,13 +521,8 @@ pub fn matvec_blocks_kernel(
     if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K) {
         k = k.flag("W2");
     }
-    k = match n_weights {
-        2 => k.flag("NW2"),
-        3 => k.flag("NW3"),
-        _ => k,
-    };
     match gate {
-        Some(act) => gated(k, act),
+        Some(act) => with_activation(k, act),
         None => k,
     }
 }
@@ -542,26 +537,13 @@ pub fn matmul_kernel(
     x4: bool,
     sg8: bool,
 ) -> Kernel {
-    let mut bindings = vec![Read, Read, ReadWrite];
-    for _ in 1..n_weights {
-        bindings.extend([Read, ReadWrite]);
-    }
-    let k = Kernel::new("matmul", "matmul", &bindings)
-        .weights(t)
-        .trusted();
+    let k = over_weights("matmul", "matmul", t, n_weights);
     if sg8 {
         return k.flag("SG8").entry("main_sg8");
     }
     let k = if x4 { k.flag("X4") } else { k };
-    let k = match n_weights {
-        2 => k.flag("NW2"),
-        3 => k.flag("NW3"),
-        _ => k,
-    };
     match gated {
-        Some(GateActivation::Silu) => k.flag("GLU_SILU"),
-        Some(GateActivation::GeluTanh) => k.flag("GLU_GELU"),
-        Some(GateActivation::SwigluOai) => unreachable!("gated_matmuls runs SwigluOai unfused"),
+        Some(act) => with_activation(k, act),
         None => k,
     }
 }
