@@ -11,7 +11,9 @@
 //! place, converting f16 as they load it; elsewhere `CpuCache::read_f32` converts a chunk at a
 //! time into scratch. Cache types with their own arithmetic keep the per-row path through
 //! `CpuCache`'s `dot`/`axpy` (`attention_rows`). As llama.cpp multiplies: with an f16 key cache
-//! queries are rounded to f16, with an f16 value cache the softmax weights are.
+//! queries are rounded to f16, and with an f16 value cache the normalized softmax weights are,
+//! which needs the whole row's softmax before any value is weighed: that cache takes two passes
+//! over the chunks (`exact.rs`).
 
 #![allow(clippy::needless_range_loop)] // register tiles are indexed in step with their inputs
 
@@ -91,6 +93,27 @@ struct Scratch {
     acc: Vec<f32>,
     max: Vec<f32>,
     sum: Vec<f64>,
+}
+
+impl Scratch {
+    /// Room for `nc` chunks' weights (the f16 value cache's two passes keep them all) of `nq`
+    /// queries, and one chunk's keys, values and weighted values.
+    fn size(&mut self, nq: usize, nc: usize, chunk: usize, hd: usize) {
+        self.k.resize(chunk * hd, 0.0);
+        self.v.resize(chunk * hd, 0.0);
+        self.s.resize(nc * nq * chunk, 0.0);
+        self.acc.resize(nq * hd, 0.0);
+        self.max.resize(nc * nq, 0.0);
+        self.sum.resize(nc * nq, 0.0);
+    }
+}
+
+/// Where `chunk_weights` writes one chunk's softmax: a row of the chunk's length per query, and
+/// per query the chunk's maximum score and Σ exp(score − maximum).
+struct Weights<'a> {
+    s: &'a mut [f32],
+    max: &'a mut [f32],
+    sum: &'a mut [f64],
 }
 
 thread_local! {
@@ -194,46 +217,43 @@ impl Call<'_> {
         }
     }
 
-    /// Chunk `ci` of KV head `kvh` against the queries of rows `rows` (in `sc.q`).
-    fn chunk<'s>(
+    /// Chunk `ci` of KV head `kvh` against the queries `q` of rows `rows`: each query's
+    /// exp(score − the chunk's maximum) over the keys it sees in `w.s` (a row of the chunk's
+    /// length per query, zero elsewhere), the maxima and sums in `w.max` and `w.sum`. `k` is
+    /// scratch for keys read out of the cache. Returns the columns any query sees.
+    fn chunk_weights(
         &self,
-        sc: &'s mut Scratch,
+        q: &[f32],
+        k: &mut Vec<f32>,
         kvh: usize,
         rows: std::ops::Range<usize>,
         ci: usize,
-    ) -> ChunkResult<'s> {
+        w: Weights,
+    ) -> std::ops::Range<usize> {
         let (hd, g, c) = (self.hd(), self.group, self.chunk);
         let kv_width = self.p.n_kv_heads * hd;
         let last = self.p.start_pos + rows.end; // one past the last key any of the rows sees
         let c0 = ci * c;
         let n = (c0 + c).min(last) - c0;
-        let n16 = n.next_multiple_of(16);
         let nq = rows.len() * g;
-        sc.k.resize(c * hd, 0.0);
-        sc.v.resize(c * hd, 0.0);
-        sc.s.resize(nq * c, 0.0);
-        sc.acc.resize(nq * hd, 0.0);
-        sc.max.resize(nq, 0.0);
-        sc.sum.resize(nq, 0.0);
-        let in_place = self.in_place();
-        if let Some(kernels) = in_place {
-            self.scores_in_place(kernels, sc, kvh, c0, n, nq);
+        k.resize(c * hd, 0.0);
+        if let Some(kernels) = self.in_place() {
+            self.scores_in_place(kernels, q, k, kvh, c0, n, nq, w.s);
         } else {
-            self.k.read_f32(c0, n, kv_width, kvh * hd, hd, &mut sc.k);
-            self.v.read_f32(c0, n, kv_width, kvh * hd, hd, &mut sc.v);
-            sc.k[n * hd..n16 * hd].fill(0.0);
-            scores(self.kernels, &sc.q, nq, hd, &sc.k[..n16 * hd], &mut sc.s, c);
+            let n16 = n.next_multiple_of(16);
+            self.k.read_f32(c0, n, kv_width, kvh * hd, hd, k);
+            k[n * hd..n16 * hd].fill(0.0);
+            scores(self.kernels, q, nq, hd, &k[..n16 * hd], w.s, c);
         }
-        // Per query: the chunk's keys it sees, softmax weights over them, zero elsewhere.
         let (mut lo_all, mut hi_all) = (n, 0);
-        for (qi, s) in sc.s.chunks_exact_mut(c).take(nq).enumerate() {
+        for (qi, s) in w.s.chunks_exact_mut(c).take(nq).enumerate() {
             let (lo, pos) = self.key_range(rows.start + qi / g);
             let a = lo.max(c0).min(c0 + n) - c0;
             let b = (pos + 1).min(c0 + n).saturating_sub(c0);
             if a >= b {
                 s[..n].fill(0.0);
-                sc.max[qi] = f32::NEG_INFINITY;
-                sc.sum[qi] = 0.0;
+                w.max[qi] = f32::NEG_INFINITY;
+                w.sum[qi] = 0.0;
                 continue;
             }
             let valid = &mut s[a..b];
@@ -242,34 +262,74 @@ impl Call<'_> {
                 Some(_) => valid.iter_mut().for_each(|x| *x = self.p.score(*x)),
             }
             let m = valid.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-            sc.sum[qi] = (self.kernels.exp_sub)(valid, m);
-            if self.v.is_f16() {
-                (self.kernels.round_f16)(valid);
-            }
-            sc.max[qi] = m;
+            w.sum[qi] = (self.kernels.exp_sub)(valid, m);
+            w.max[qi] = m;
             s[..a].fill(0.0);
             s[b..n].fill(0.0);
             (lo_all, hi_all) = (lo_all.min(a), hi_all.max(b));
         }
-        if let (true, Some(kernels)) = (lo_all < hi_all, in_place) {
-            self.accumulate_in_place(kernels, sc, kvh, c0, lo_all..hi_all, nq);
-        } else if lo_all < hi_all {
-            accumulate(
-                &sc.s[lo_all..],
-                c,
-                nq,
-                &sc.v[lo_all * hd..hi_all * hd],
-                hi_all - lo_all,
-                hd,
-                &mut sc.acc,
-            );
+        lo_all..hi_all.max(lo_all)
+    }
+
+    /// `acc` (a row of `hd` per query) = Σ over columns `cols` of the weights `p` (a row of the
+    /// chunk's length per query) · the values of KV head `kvh` at positions `c0 + column`.
+    #[allow(clippy::too_many_arguments)]
+    fn chunk_values(
+        &self,
+        v_scratch: &mut Vec<f32>,
+        p: &[f32],
+        kvh: usize,
+        c0: usize,
+        cols: std::ops::Range<usize>,
+        nq: usize,
+        acc: &mut [f32],
+    ) {
+        let hd = self.hd();
+        let n = cols.len();
+        if n == 0 {
+            acc[..nq * hd].fill(0.0);
+        } else if let Some(kernels) = self.in_place() {
+            let (rows, available) = self.rows_at(self.v, kvh, c0 + cols.start);
+            assert!(n <= available, "attention reads past the value cache");
+            let p = &p[cols.start..];
+            // SAFETY: `rows` holds `n` rows (the kernels' level was detected).
+            unsafe { (kernels.accumulate)(hd, p, self.chunk, nq, rows, n, acc) };
         } else {
-            sc.acc.fill(0.0);
+            let kv_width = self.p.n_kv_heads * hd;
+            v_scratch.resize(n * hd, 0.0);
+            self.v
+                .read_f32(c0 + cols.start, n, kv_width, kvh * hd, hd, v_scratch);
+            let p = &p[cols.start..];
+            accumulate(p, self.chunk, nq, v_scratch, n, hd, acc);
         }
+    }
+
+    /// One chunk's softmax and weighted values (`chunk_weights`, then `chunk_values`).
+    fn chunk<'s>(
+        &self,
+        sc: &'s mut Scratch,
+        kvh: usize,
+        rows: std::ops::Range<usize>,
+        ci: usize,
+    ) -> ChunkResult<'s> {
+        let nq = rows.len() * self.group;
+        sc.size(nq, 1, self.chunk, self.hd());
+        let Scratch {
+            q,
+            k,
+            v,
+            s,
+            acc,
+            max,
+            sum,
+        } = sc;
+        let w = Weights { s, max, sum };
+        let cols = self.chunk_weights(q, k, kvh, rows, ci, w);
+        self.chunk_values(v, s, kvh, ci * self.chunk, cols, nq, acc);
         ChunkResult {
             max: &sc.max[..nq],
             sum: &sc.sum[..nq],
-            acc: &sc.acc[..nq * hd],
+            acc: &sc.acc[..nq * self.hd()],
         }
     }
 
@@ -301,59 +361,33 @@ impl Call<'_> {
 
     /// `sc.s` for the `n` keys of chunk `c0` of KV head `kvh`, read in place (the last partial
     /// group of 16 keys through a zero-padded copy).
+    #[allow(clippy::too_many_arguments)]
     fn scores_in_place(
         &self,
         kernels: AttentionKernels,
-        sc: &mut Scratch,
+        q: &[f32],
+        k: &mut [f32],
         kvh: usize,
         c0: usize,
         n: usize,
         nq: usize,
+        s: &mut [f32],
     ) {
         let (hd, c) = (self.hd(), self.chunk);
         let (rows, available) = self.rows_at(self.k, kvh, c0);
         assert!(n <= available, "attention reads past the key cache");
         let full = n / 16 * 16;
         // SAFETY: `rows` holds `n` ≥ `full` rows (the kernels' level was detected).
-        unsafe { (kernels.scores)(hd, &sc.q, nq, rows, full, &mut sc.s, c) };
+        unsafe { (kernels.scores)(hd, q, nq, rows, full, s, c) };
         if full < n {
             let kv_width = self.p.n_kv_heads * hd;
             self.k
-                .read_f32(c0 + full, n - full, kv_width, kvh * hd, hd, &mut sc.k);
-            sc.k[(n - full) * hd..16 * hd].fill(0.0);
-            let tail = CacheRows::F32(sc.k.as_ptr(), hd);
+                .read_f32(c0 + full, n - full, kv_width, kvh * hd, hd, k);
+            k[(n - full) * hd..16 * hd].fill(0.0);
+            let tail = CacheRows::F32(k.as_ptr(), hd);
             // SAFETY: as above; the copy holds 16 rows.
-            unsafe { (kernels.scores)(hd, &sc.q, nq, tail, 16, &mut sc.s[full..], c) };
+            unsafe { (kernels.scores)(hd, q, nq, tail, 16, &mut s[full..], c) };
         }
-    }
-
-    /// `sc.acc` from the weights in columns `cols` of `sc.s` and the values of KV head `kvh` at
-    /// positions `c0 + cols`, read in place.
-    fn accumulate_in_place(
-        &self,
-        kernels: AttentionKernels,
-        sc: &mut Scratch,
-        kvh: usize,
-        c0: usize,
-        cols: std::ops::Range<usize>,
-        nq: usize,
-    ) {
-        let n = cols.len();
-        let (rows, available) = self.rows_at(self.v, kvh, c0 + cols.start);
-        assert!(n <= available, "attention reads past the value cache");
-        let hd = self.hd();
-        // SAFETY: `rows` holds `n` rows (the kernels' level was detected).
-        unsafe {
-            (kernels.accumulate)(
-                hd,
-                &sc.s[cols.start..],
-                self.chunk,
-                nq,
-                rows,
-                n,
-                &mut sc.acc,
-            )
-        };
     }
 
     /// The chunks rows `rows` see, in order.
@@ -393,7 +427,11 @@ impl CpuBackend {
         let out = &mut out[..p.rows * q_width];
         let chunks = call.chunks(&(0..p.rows));
         if p.rows == 1 && chunks.len() > 1 {
-            return self.attention_split(&call, chunks, out);
+            return if v.is_f16() {
+                self.attention_split_exact(&call, chunks, out)
+            } else {
+                self.attention_split(&call, chunks, out)
+            };
         }
         // Blocks of query rows: about 32 queries (rows × heads of a group) each, the longest
         // (last) rows first so the pool ends balanced.
@@ -410,6 +448,21 @@ impl CpuBackend {
                 call.load_queries(kvh, rows.clone(), &mut sc.q);
                 let nq = rows.len() * g;
                 let mut acc = vec![0f32; nq * hd];
+                if call.v.is_f16() {
+                    call.exact_rows(sc, kvh, rows.clone(), &mut acc);
+                    for (qi, a) in acc.chunks_exact(hd).enumerate() {
+                        let (i, h) = (rows.start + qi / g, kvh * g + qi % g);
+                        // SAFETY: each (row, head) of the output belongs to exactly one task.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                a.as_ptr(),
+                                shared.get().add(i * q_width + h * hd),
+                                hd,
+                            )
+                        };
+                    }
+                    return;
+                }
                 let mut state: Vec<(f32, f64)> = vec![(f32::NEG_INFINITY, 0.0); nq];
                 for ci in call.chunks(&rows) {
                     let r = call.chunk(sc, kvh, rows.clone(), ci);
@@ -600,99 +653,6 @@ fn accumulate(
     }
 }
 
+mod exact;
 #[cfg(test)]
-mod tests {
-    use super::super::kernels::tests::every_level;
-    use super::super::portable::tests::activations;
-    use super::*;
-    use crate::backend::{CacheType, CoreOps};
-
-    /// A cache of `ty` holding `n` rows of `width` pseudo-random values.
-    fn filled(b: &CpuBackend, ty: CacheType, n: usize, width: usize, seed: u64) -> CpuCache {
-        let mut c = b.cache(n * width, ty, 1).unwrap();
-        let src = activations(n * width, seed);
-        b.store_rows(&src, &mut c, 0, n, width);
-        c
-    }
-
-    /// The chunked attention agrees with the one-row-at-a-time path on every head size, cache
-    /// type, window and split, at every level this CPU runs, and a row gets the same bits in
-    /// prefill and in generation.
-    #[test]
-    fn chunked_attention_matches_the_per_row_path() {
-        for kernels in every_level() {
-            let mut b = CpuBackend::new(2).unwrap();
-            let level = kernels.name();
-            b.kernels = kernels;
-            check_chunked_attention(&b, level);
-        }
-    }
-
-    fn check_chunked_attention(b: &CpuBackend, isa: &str) {
-        // (head_dim, heads, kv heads, window, soft cap of the scores, sinks)
-        let shapes = [
-            (64, 8, 2, None, None, false),
-            (128, 6, 2, Some(70), None, false),
-            (256, 4, 1, None, None, false),
-            (48, 3, 3, Some(200), None, true),
-            (64, 4, 2, Some(50), Some(0.5), false),
-            (64, 8, 2, None, None, true),
-        ];
-        for (hd, nh, nkv, window, softcap, with_sinks) in shapes {
-            // Sinks around the scores' scale, some above every score.
-            let sink_values: Vec<f32> = activations(nh, 9).iter().map(|s| 4.0 * s).collect();
-            let sinks = with_sinks.then_some(&sink_values[..]);
-            // (q8_0 takes the per-row path itself, and only for heads of whole blocks)
-            for ty in CacheType::ALL
-                .into_iter()
-                .filter(|ty| hd % ty.block_len() == 0)
-            {
-                let (start, rows) = (300, 37);
-                let n = start + rows;
-                let kv_width = nkv * hd;
-                let k = filled(b, ty, n, kv_width, 1 + hd as u64);
-                let v = filled(b, ty, n, kv_width, 2 + hd as u64);
-                let q = activations(rows * nh * hd, 3);
-                let p = AttentionParams {
-                    start_pos: start,
-                    rows,
-                    n_heads: nh,
-                    n_kv_heads: nkv,
-                    head_dim: hd,
-                    scale: 1.0 / (hd as f32).sqrt(),
-                    window,
-                    softcap,
-                };
-                let mut want = vec![0f32; rows * nh * hd];
-                let mut got = vec![0f32; rows * nh * hd];
-                b.attention_rows(&q, &k, &v, &mut want, &p, sinks);
-                b.attention_impl(&q, &k, &v, &mut got, &p, sinks);
-                let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
-                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    // f16 caches: the softmax weights are rounded to f16 relative to each
-                    // chunk's maximum rather than after normalizing.
-                    let tol = if ty == CacheType::F16 { 2e-3 } else { 1e-5 };
-                    assert!(
-                        (g - w).abs() <= tol * scale,
-                        "{isa}: hd {hd} {ty:?} value {i}: {g} vs {w}"
-                    );
-                }
-                // The last row alone (generation: split over chunks) equals its prefill row.
-                let last = rows - 1;
-                let one = AttentionParams {
-                    start_pos: start + last,
-                    rows: 1,
-                    ..p
-                };
-                let mut alone = vec![0f32; nh * hd];
-                b.attention_impl(&q[last * nh * hd..], &k, &v, &mut alone, &one, sinks);
-                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                assert_eq!(
-                    bits(&alone),
-                    bits(&got[last * nh * hd..]),
-                    "{isa}: hd {hd} {ty:?}: generation and prefill differ"
-                );
-            }
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,97 @@
+//! The chunked attention against the per-row path, on every level, cache type and shape.
+use super::super::kernels::tests::every_level;
+use super::super::portable::tests::activations;
+use super::*;
+use crate::backend::{CacheType, CoreOps};
+
+/// A cache of `ty` holding `n` rows of `width` pseudo-random values.
+fn filled(b: &CpuBackend, ty: CacheType, n: usize, width: usize, seed: u64) -> CpuCache {
+    let mut c = b.cache(n * width, ty, 1).unwrap();
+    let src = activations(n * width, seed);
+    b.store_rows(&src, &mut c, 0, n, width);
+    c
+}
+
+/// The chunked attention agrees with the one-row-at-a-time path on every head size, cache
+/// type, window and split, at every level this CPU runs, and a row gets the same bits in
+/// prefill and in generation.
+#[test]
+fn chunked_attention_matches_the_per_row_path() {
+    for kernels in every_level() {
+        let mut b = CpuBackend::new(2).unwrap();
+        let level = kernels.name();
+        b.kernels = kernels;
+        check_chunked_attention(&b, level);
+    }
+}
+
+fn check_chunked_attention(b: &CpuBackend, isa: &str) {
+    // (head_dim, heads, kv heads, window, soft cap of the scores, sinks)
+    let shapes = [
+        (64, 8, 2, None, None, false),
+        (128, 6, 2, Some(70), None, false),
+        (256, 4, 1, None, None, false),
+        (48, 3, 3, Some(200), None, true),
+        (64, 4, 2, Some(50), Some(0.5), false),
+        (64, 8, 2, None, None, true),
+    ];
+    for (hd, nh, nkv, window, softcap, with_sinks) in shapes {
+        // Sinks around the scores' scale, some above every score.
+        let sink_values: Vec<f32> = activations(nh, 9).iter().map(|s| 4.0 * s).collect();
+        let sinks = with_sinks.then_some(&sink_values[..]);
+        // (q8_0 takes the per-row path itself, and only for heads of whole blocks)
+        for ty in CacheType::ALL
+            .into_iter()
+            .filter(|ty| hd % ty.block_len() == 0)
+        {
+            let (start, rows) = (300, 37);
+            let n = start + rows;
+            let kv_width = nkv * hd;
+            let k = filled(b, ty, n, kv_width, 1 + hd as u64);
+            let v = filled(b, ty, n, kv_width, 2 + hd as u64);
+            let q = activations(rows * nh * hd, 3);
+            let p = AttentionParams {
+                start_pos: start,
+                rows,
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                window,
+                softcap,
+            };
+            let mut want = vec![0f32; rows * nh * hd];
+            let mut got = vec![0f32; rows * nh * hd];
+            b.attention_rows(&q, &k, &v, &mut want, &p, sinks);
+            b.attention_impl(&q, &k, &v, &mut got, &p, sinks);
+            let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                // f16 caches: both paths round the normalized softmax weights to f16, and float
+                // order puts a few on the other side of a rounding boundary (up to 4.3e-5 of
+                // the scale here; rounding each chunk's own exponentials, as kiln once did,
+                // gave 2.4e-4 to 2.8e-4 on every shape).
+                let tol = if ty == CacheType::F16 { 1e-4 } else { 1e-5 };
+                assert!(
+                    (g - w).abs() <= tol * scale,
+                    "{isa}: hd {hd} {ty:?} value {i}: {g} vs {w}"
+                );
+            }
+            // The last row alone (generation: split over chunks) equals its prefill row.
+            let last = rows - 1;
+            let one = AttentionParams {
+                start_pos: start + last,
+                rows: 1,
+                ..p
+            };
+            let mut alone = vec![0f32; nh * hd];
+            b.attention_impl(&q[last * nh * hd..], &k, &v, &mut alone, &one, sinks);
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&alone),
+                bits(&got[last * nh * hd..]),
+                "{isa}: hd {hd} {ty:?}: generation and prefill differ"
+            );
+        }
+    }
+}
