@@ -6,7 +6,7 @@
 //! Rounding each chunk's own exponentials in one pass, as kiln did before, left Gemma 3's logits
 //! 0.31 rms from llama.cpp's goldens (f16 cache); rounding the normalized weights, 0.23.
 
-use super::{Call, SCRATCH, Scratch, Shared, Weights};
+use super::{Call, SCRATCH, SPLIT, Scratch, Shared, Weights, at_least};
 use crate::backend::cpu::{CpuBackend, ggml_math};
 
 impl Call<'_> {
@@ -121,64 +121,67 @@ impl CpuBackend {
         // Per (KV head, chunk): its columns; per (KV head, chunk, query of the group): its
         // maximum, sum, weights and weighted values.
         let slots = tasks * g;
-        let mut cols = vec![(0, 0); tasks];
-        let mut maxes = vec![0f32; slots];
-        let mut sums = vec![0f64; slots];
-        let mut blocks = vec![0f32; slots * c];
-        let shared = (
-            Shared(cols.as_mut_ptr()),
-            Shared(maxes.as_mut_ptr()),
-            Shared(sums.as_mut_ptr()),
-            Shared(blocks.as_mut_ptr()),
-        );
-        self.pool.run(tasks, &|t| {
-            let (kvh, ci) = (t / nc, chunks.start + t % nc);
-            SCRATCH.with(|sc| {
-                let mut sc = sc.borrow_mut();
-                let sc = &mut *sc;
-                call.load_queries(kvh, 0..1, &mut sc.q);
-                // SAFETY: task t alone writes column range t and slots t·g..(t + 1)·g.
-                let w = unsafe {
-                    Weights {
-                        s: std::slice::from_raw_parts_mut(shared.3.get().add(t * g * c), g * c),
-                        max: std::slice::from_raw_parts_mut(shared.1.get().add(t * g), g),
-                        sum: std::slice::from_raw_parts_mut(shared.2.get().add(t * g), g),
-                    }
+        SPLIT.with(|b| {
+            let b = &mut *b.borrow_mut();
+            let cols = at_least(&mut b.cols, tasks);
+            let maxes = at_least(&mut b.max, slots);
+            let sums = at_least(&mut b.sum, slots);
+            let blocks = at_least(&mut b.weights, slots * c);
+            let shared = (
+                Shared(cols.as_mut_ptr()),
+                Shared(maxes.as_mut_ptr()),
+                Shared(sums.as_mut_ptr()),
+                Shared(blocks.as_mut_ptr()),
+            );
+            self.pool.run(tasks, &|t| {
+                let (kvh, ci) = (t / nc, chunks.start + t % nc);
+                SCRATCH.with(|sc| {
+                    let mut sc = sc.borrow_mut();
+                    let sc = &mut *sc;
+                    call.load_queries(kvh, 0..1, &mut sc.q);
+                    // SAFETY: task t alone writes column range t and slots t·g..(t + 1)·g.
+                    let w = unsafe {
+                        Weights {
+                            s: std::slice::from_raw_parts_mut(shared.3.get().add(t * g * c), g * c),
+                            max: std::slice::from_raw_parts_mut(shared.1.get().add(t * g), g),
+                            sum: std::slice::from_raw_parts_mut(shared.2.get().add(t * g), g),
+                        }
+                    };
+                    let r = call.chunk_weights(&sc.q, &mut sc.k, kvh, 0..1, ci, w);
+                    // SAFETY: as above.
+                    unsafe { shared.0.get().add(t).write((r.start, r.end)) };
+                });
+            });
+            let factors = at_least(&mut b.factors, slots);
+            for kvh in 0..p.n_kv_heads {
+                let head = kvh * nc * g..(kvh + 1) * nc * g;
+                let (max, sum) = (&maxes[head.clone()], &sums[head.clone()]);
+                call.normalize(kvh, max, sum, g, &mut factors[head]);
+            }
+            let accs = at_least(&mut b.acc, slots * hd);
+            let shared = (Shared(blocks.as_mut_ptr()), Shared(accs.as_mut_ptr()));
+            self.pool.run(tasks, &|t| {
+                let (kvh, ci) = (t / nc, chunks.start + t % nc);
+                // SAFETY: task t alone owns block t and accumulators t·g..(t + 1)·g.
+                let (block, acc) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(shared.0.get().add(t * g * c), g * c),
+                        std::slice::from_raw_parts_mut(shared.1.get().add(t * g * hd), g * hd),
+                    )
                 };
-                let r = call.chunk_weights(&sc.q, &mut sc.k, kvh, 0..1, ci, w);
-                // SAFETY: as above.
-                unsafe { shared.0.get().add(t).write((r.start, r.end)) };
+                let cols = cols[t].0..cols[t].1;
+                call.weigh(block, &factors[t * g..(t + 1) * g], cols.clone());
+                SCRATCH.with(|sc| {
+                    let v = &mut sc.borrow_mut().v;
+                    call.chunk_values(v, block, kvh, ci * c, cols, g, acc);
+                });
             });
+            out[..p.n_heads * hd].fill(0.0);
+            for (t, acc) in accs.chunks_exact(g * hd).enumerate() {
+                let kvh = t / nc;
+                let o = &mut out[kvh * g * hd..(kvh + 1) * g * hd];
+                o.iter_mut().zip(acc).for_each(|(o, &a)| *o += a);
+            }
         });
-        let mut factors = vec![0f32; slots];
-        for kvh in 0..p.n_kv_heads {
-            let head = kvh * nc * g..(kvh + 1) * nc * g;
-            let (max, sum) = (&maxes[head.clone()], &sums[head.clone()]);
-            call.normalize(kvh, max, sum, g, &mut factors[head]);
-        }
-        let mut accs = vec![0f32; slots * hd];
-        let shared = (Shared(blocks.as_mut_ptr()), Shared(accs.as_mut_ptr()));
-        self.pool.run(tasks, &|t| {
-            let (kvh, ci) = (t / nc, chunks.start + t % nc);
-            // SAFETY: task t alone owns block t and accumulators t·g..(t + 1)·g.
-            let (block, acc) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(shared.0.get().add(t * g * c), g * c),
-                    std::slice::from_raw_parts_mut(shared.1.get().add(t * g * hd), g * hd),
-                )
-            };
-            let cols = cols[t].0..cols[t].1;
-            call.weigh(block, &factors[t * g..(t + 1) * g], cols.clone());
-            SCRATCH.with(|sc| {
-                let v = &mut sc.borrow_mut().v;
-                call.chunk_values(v, block, kvh, ci * c, cols, g, acc);
-            });
-        });
-        out[..p.n_heads * hd].fill(0.0);
-        for (t, acc) in accs.chunks_exact(g * hd).enumerate() {
-            let kvh = t / nc;
-            let o = &mut out[kvh * g * hd..(kvh + 1) * g * hd];
-            o.iter_mut().zip(acc).for_each(|(o, &a)| *o += a);
-        }
     }
 }

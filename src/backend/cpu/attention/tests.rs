@@ -34,6 +34,8 @@ fn check_chunked_attention(b: &CpuBackend, isa: &str) {
         (48, 3, 3, Some(200), None, true),
         (64, 4, 2, Some(50), Some(0.5), false),
         (64, 8, 2, None, None, true),
+        // Generation takes a task per KV head rather than per chunk here (4 heads, 2 threads).
+        (128, 8, 4, None, None, false),
     ];
     for (hd, nh, nkv, window, softcap, with_sinks) in shapes {
         // Sinks around the scores' scale, some above every score.
