@@ -52,6 +52,7 @@ pub mod golden_run;
 pub mod gpu;
 pub mod hub_server;
 pub mod random_weights;
+pub mod requantized;
 pub mod synth;
 
 /// The kiln binary as a command, with no model taken from the environment and no colours.

@@ -35,3 +35,14 @@ fn every_quant_type_matches_llama_cpp() {
         assert_eq!(report.steps, 80, "{what}: every golden step checked");
     }
 }
+
+/// Issue #24's ftypes on real weights: a file of each within the golden README's rule for
+/// quantized models (common/requantized.rs). The files are made locally, so this runs on request.
+#[test]
+#[ignore = "needs KILN_REQUANTIZED_DIR, filled by scripts/reference/requantized_goldens.py"]
+fn requantized_real_models_match_llama_cpp() {
+    common::requantized::every_ftype_passes_on(
+        |mf| Model::load(mf, CpuBackend::new(2).unwrap()).unwrap(),
+        "the CPU",
+    );
+}

@@ -137,6 +137,20 @@ fn every_real_model_matches_llama_cpp_on_the_gpu() {
     }
 }
 
+/// Issue #24's ftypes on real weights, as `golden_quants::requantized_real_models_match_llama_cpp`
+/// on the CPU (common/requantized.rs).
+#[test]
+#[ignore = "needs KILN_REQUANTIZED_DIR (scripts/reference/requantized_goldens.py); slow on lavapipe"]
+fn requantized_real_models_match_llama_cpp_on_the_gpu() {
+    if gpu().is_none() {
+        return;
+    }
+    common::requantized::every_ftype_passes_on(
+        |mf| Model::load(mf, gpu().expect("the adapter found above")).unwrap(),
+        "the GPU",
+    );
+}
+
 fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
     let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
