@@ -475,19 +475,19 @@ impl CpuBackend {
                 let sc = &mut *sc;
                 call.load_queries(kvh, rows.clone(), &mut sc.q);
                 let nq = rows.len() * g;
+                // Query qi's output: its (row, head) of `out`.
+                let output = |qi: usize| {
+                    let (i, h) = (rows.start + qi / g, kvh * g + qi % g);
+                    // SAFETY: each (row, head) of the output belongs to exactly one task.
+                    unsafe {
+                        std::slice::from_raw_parts_mut(shared.get().add(i * q_width + h * hd), hd)
+                    }
+                };
                 let mut acc = vec![0f32; nq * hd];
                 if call.v.is_f16() {
                     call.exact_rows(sc, kvh, rows.clone(), &mut acc);
                     for (qi, a) in acc.chunks_exact(hd).enumerate() {
-                        let (i, h) = (rows.start + qi / g, kvh * g + qi % g);
-                        // SAFETY: each (row, head) of the output belongs to exactly one task.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                a.as_ptr(),
-                                shared.get().add(i * q_width + h * hd),
-                                hd,
-                            )
-                        };
+                        output(qi).copy_from_slice(a);
                     }
                     return;
                 }
@@ -506,17 +506,13 @@ impl CpuBackend {
                     }
                 }
                 for (qi, (st, a)) in state.iter().zip(acc.chunks_exact_mut(hd)).enumerate() {
-                    let (i, h) = (rows.start + qi / g, kvh * g + qi % g);
-                    // SAFETY: each (row, head) of the output belongs to exactly one task.
-                    let o = unsafe {
-                        std::slice::from_raw_parts_mut(shared.get().add(i * q_width + h * hd), hd)
-                    };
+                    let h = kvh * g + qi % g;
                     Running {
                         max: st.0,
                         sum: st.1,
                         acc: a,
                     }
-                    .finish(call.sinks.map(|s| s[h]), o);
+                    .finish(call.sinks.map(|s| s[h]), output(qi));
                 }
             });
         });
