@@ -12,7 +12,9 @@
 mod arm;
 mod attention;
 mod cache;
+mod gemm;
 mod ggml_math;
+mod isa;
 mod kernels;
 mod matmul;
 mod moe;

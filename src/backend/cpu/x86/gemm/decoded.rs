@@ -5,8 +5,11 @@
 //! integer sum is exact and takes the one float step the row kernels take, so a row's result has
 //! the bits generation gives it.
 
-use super::{Kernel, ROWS, Tile, quad};
+#![allow(clippy::needless_range_loop)] // tile kernels index parallel arrays with one index
+
+use crate::backend::cpu::gemm::{Kernel, Tile, quad};
 use crate::backend::cpu::kernels::{BlockQ8K, DECODED_BLOCK, TiledCall};
+use crate::backend::cpu::repack::ROWS;
 use crate::backend::cpu::x86::isa::{Avx2, Avx512, Isa};
 
 /// The decoded layout against Q8_K activations: per 16 values four lines, less the offset the
