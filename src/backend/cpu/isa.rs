@@ -51,6 +51,7 @@ pub trait Isa: F32Isa {
     /// Bytes whose bit is set in `mask` (bit 4r + i for row r, byte i) or'ed with `c`.
     unsafe fn or_where(v: Self::I, mask: u64, c: i8) -> Self::I;
     /// acc + Σ u·s over each group of four bytes: u unsigned (< 128 without `WIDE_DOT`), s signed.
+    #[cfg(target_arch = "x86_64")] // the x86 row kernels'
     unsafe fn dot_vec(acc: Self::I, u: Self::I, s: Self::I) -> Self::I;
     /// acc + Σ u·x per row over four bytes: u unsigned (< 128), x the four signed activation
     /// bytes, broadcast.

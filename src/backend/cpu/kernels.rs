@@ -122,7 +122,7 @@ pub type Dot4<A> = fn(&[u8], [&[A]; 4]) -> [f32; 4];
 pub type Dot8<A> = fn(&[u8], [&[A]; 8]) -> [f32; 8];
 /// f32 values → activation blocks (the same values as the portable quantizer).
 pub type Quantize<A> = fn(&[f32], &mut [A]);
-/// A GEMM kernel over repacked weights (x86 `gemm.rs`). Unsafe: the call's ranges must lie within
+/// A GEMM kernel over repacked weights (`gemm/`). Unsafe: the call's ranges must lie within
 /// its buffers (the CPU has its instruction set: the table holds it only where it was detected).
 pub type PackedKernel<A> = unsafe fn(&GroupCall<A>);
 
@@ -130,7 +130,6 @@ pub type PackedKernel<A> = unsafe fn(&GroupCall<A>);
 /// each token's activations `stride` blocks apart in `x` (and their sums, for Q8, in `xsum`), the
 /// group's row `r` for token `t` written to `out[t·m + r]` (so `out` points at the group's first
 /// row).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // only x86 has GEMM kernels so far
 pub struct GroupCall<'a, A> {
     pub p: &'a Packed,
     pub group: usize,

@@ -1,4 +1,4 @@
-//! Weights repacked at load for the x86 matmul kernels (`gemm.rs`). GGML stores each row's blocks
+//! Weights repacked at load for the GEMM kernels (`gemm/`). GGML stores each row's blocks
 //! one after another; here rows go in groups of 16, and within a group the values of the 16 rows
 //! are interleaved four at a time, so one 64-byte load holds four consecutive values (one integer
 //! dot product's worth) of each of 16 output rows, and each weight byte is read once per tile of
@@ -58,8 +58,7 @@ impl Packed {
         &self.data.as_slice()[g * self.group_bytes..(g + 1) * self.group_bytes]
     }
 
-    /// The number of row groups (the x86 GEMM fetches the next group's weights ahead).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    /// The number of row groups (the GEMM fetches the next group's weights ahead).
     pub fn groups(&self) -> usize {
         self.data.len / self.group_bytes.max(1)
     }

@@ -1,9 +1,10 @@
 //! The aarch64 kernels, as llama.cpp's `ggml-cpu/arch/arm`: NEON, which every aarch64 CPU has,
 //! and NEON with the dotprod extension (SDOT, four byte products summed into each 32-bit lane),
 //! which most since the Cortex-A76 and every Apple core have. The row kernels over weights as the
-//! file holds them (`rows.rs`; `rows_iq.rs` for the grid i-quants, the ternary types and Q1_0)
-//! and the elementwise kernels (`elementwise.rs`); here, which level this CPU runs, the kernel
-//! table of each, and the few conversions both use. Each level is tested against the portable
+//! file holds them (`rows.rs`; `rows_iq.rs` for the grid i-quants, the ternary types and Q1_0),
+//! the GEMM kernels over repacked weights with SDOT (`gemm.rs`, `isa.rs`: the kernels of
+//! `cpu/gemm/`) and the elementwise kernels (`elementwise.rs`); here, which level this CPU runs,
+//! the kernel table of each, and the few conversions they share. Each level is tested against the portable
 //! kernels (CI runs those tests under qemu, on a CPU with dotprod and one without).
 //!
 //! Stable Rust has no intrinsics for SDOT or for f16 ↔ f32 vector conversion, so those few
@@ -11,6 +12,8 @@
 //! compiled with, and dispatched after detecting, `dotprod`).
 
 mod elementwise;
+mod gemm;
+mod isa;
 mod rows;
 mod rows_iq;
 
@@ -49,11 +52,15 @@ pub unsafe fn kernels(level: Level) -> Kernels {
     k.level = level;
     for t in GgmlType::ALL {
         let i = t as usize;
-        if let Some(q8) = rows::q8_row_kernels(t, dotprod).or(rows_iq::q8_row_kernels(t, dotprod)) {
+        if let Some(mut q8) =
+            rows::q8_row_kernels(t, dotprod).or(rows_iq::q8_row_kernels(t, dotprod))
+        {
+            q8.packed = gemm::q8_kernel(level, t);
             k.types[i] = TypeKernels::Q8(q8);
-        } else if let Some(q8k) =
+        } else if let Some(mut q8k) =
             rows::q8k_row_kernels(t, dotprod).or(rows_iq::q8k_row_kernels(t, dotprod))
         {
+            q8k.packed = gemm::q8k_kernel(level, t);
             k.types[i] = TypeKernels::Q8K(q8k);
         } else if t == GgmlType::F32 {
             k.types[i] = TypeKernels::F32(elementwise::dot_f32_bytes);
