@@ -463,9 +463,9 @@ mod tests {
     /// Every slot of an expert matmul equals the plain matmul of its input row by its expert's
     /// rows (cut out of the stacked weight), for unquantized, 32-block and 256-block types, with
     /// shared and per-slot inputs, and a fused gate/up layout (stride and offset); on the row
-    /// kernels (24 rows per expert) and, where the CPU has them, on the packed kernels (32 rows,
-    /// with AVX-512 and AVX2), over more tokens per expert than one token block holds; the grid
-    /// and ternary types on the decoded GEMM where an expert has enough tokens.
+    /// kernels (24 rows per expert) and, at every level with a GEMM, on the packed kernels (32
+    /// rows), over more tokens per expert than one token block holds; the grid and ternary types
+    /// on the decoded GEMM where an expert has enough tokens.
     #[test]
     fn expert_matmul_equals_a_matmul_per_expert() {
         for kernels in every_level() {

@@ -212,3 +212,24 @@ impl Isa for NeonDot {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The E8M0 conversion gives ggml's value for each of the 256 bytes (the subnormals of 0 and
+    /// 1 included).
+    #[test]
+    fn e8m0_exponents_convert_as_ggml() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        for chunk in bytes.chunks(4) {
+            let mut got = [0f32; 4];
+            // SAFETY: the conversion and the store are base NEON, which every aarch64 CPU has.
+            unsafe { NeonDot::store(got.as_mut_ptr(), NeonDot::e8m0_halves(chunk.as_ptr())) };
+            for (&e, g) in chunk.iter().zip(got) {
+                let want = crate::gguf::iq::e8m0_half(e);
+                assert_eq!(g.to_bits(), want.to_bits(), "exponent byte {e}");
+            }
+        }
+    }
+}

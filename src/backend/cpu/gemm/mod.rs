@@ -35,9 +35,9 @@ unsafe fn pair<V: Isa>(lo: V::I, hi: V::I) -> V::I {
     unsafe { V::or(V::and32(lo, 0xFFFF), V::shl32::<16>(hi)) }
 }
 
-/// Where one tile's operands are: the group's sections, the rows of this half (AVX2 takes a group
-/// as two halves of 8 rows), and per token its activation blocks and, for Q8 activations, their
-/// integer sums.
+/// Where one tile's operands are: the group's sections, the rows of this part (the group's 16
+/// rows in registers of `LANES`), and per token its activation blocks and, for Q8 activations,
+/// their integer sums.
 pub(crate) struct Tile<A, const T: usize> {
     /// Where each section starts in the group's first chunk.
     pub sec: [*const u8; 6],
@@ -65,7 +65,7 @@ impl<A, const T: usize> Tile<A, T> {
     }
 
     /// The quad mask at byte `i` of block `b`'s part of section `s` (`size` bytes per block),
-    /// for this half.
+    /// for this part's rows.
     #[inline(always)]
     unsafe fn mask(&self, s: usize, size: usize, b: usize, i: usize) -> u64 {
         unsafe { (self.at(s, size, b, i) as *const u64).read_unaligned() >> self.shift }
@@ -95,8 +95,9 @@ impl<const Q5: bool> Kernel<BlockQ8K> for KQ4<Q5> {
             let (region, unit) = if Q5 { (2560, 320) } else { (2048, 256) };
             for b in 0..tile.blocks {
                 let mut acc_s = [V::zero(); T];
-                // Q4_K with 32-bit dot products (VNNI) takes its high nibbles in place, as 16
-                // times their value (one operation less per line), summed apart; without, a
+                // Q4_K with 32-bit unsigned-by-signed dot products (VNNI) takes its high nibbles
+                // in place, as 16 times their value (one operation less per line), summed apart
+                // (SDOT's operands are signed: NEON shifts them down); without VNNI, a
                 // sub-block's products are summed in 16 bits (8 · 2 · 15 · 128 < 2^15) and
                 // scaled in one step.
                 let in_place = V::WIDE_DOT && V::DOT_U8 && !Q5;
