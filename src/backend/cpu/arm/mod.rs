@@ -52,20 +52,22 @@ pub unsafe fn kernels(level: Level) -> Kernels {
     k.level = level;
     for t in GgmlType::ALL {
         let i = t as usize;
-        if let Some(mut q8) =
-            rows::q8_row_kernels(t, dotprod).or(rows_iq::q8_row_kernels(t, dotprod))
-        {
-            q8.packed = gemm::q8_kernel(level, t);
+        if let Some(q8) = rows::q8_row_kernels(t, dotprod).or(rows_iq::q8_row_kernels(t, dotprod)) {
             k.types[i] = TypeKernels::Q8(q8);
-        } else if let Some(mut q8k) =
+        } else if let Some(q8k) =
             rows::q8k_row_kernels(t, dotprod).or(rows_iq::q8k_row_kernels(t, dotprod))
         {
-            q8k.packed = gemm::q8k_kernel(level, t);
             k.types[i] = TypeKernels::Q8K(q8k);
         } else if t == GgmlType::F32 {
             k.types[i] = TypeKernels::F32(elementwise::dot_f32_bytes);
         } else if t == GgmlType::F16 {
             k.types[i] = TypeKernels::F32(elementwise::dot_f16_weights);
+        }
+        // The GEMM, also for types whose rows stay on the portable kernels (Q2_K, Q3_K).
+        match &mut k.types[i] {
+            TypeKernels::Q8(q8) => q8.packed = gemm::q8_kernel(level, t),
+            TypeKernels::Q8K(q8k) => q8k.packed = gemm::q8k_kernel(level, t),
+            _ => {}
         }
     }
     k.quantize_q8 = elementwise::quantize_q8;

@@ -173,3 +173,20 @@ fn packed_kernels_match_the_portable_dot_products() {
         }
     }
 }
+
+/// Every level with a GEMM (any x86 SIMD level; ARM with dotprod) packs the same fourteen types,
+/// and the others none, so the tests above cannot pass by testing nothing.
+#[test]
+fn gemm_levels_pack_every_repackable_type() {
+    for table in every_level() {
+        let packed: Vec<GgmlType> = GgmlType::ALL
+            .into_iter()
+            .filter(|&t| table.of(t).packs())
+            .collect();
+        let has_gemm = !matches!(table.level, Level::Portable);
+        #[cfg(target_arch = "aarch64")]
+        let has_gemm = has_gemm && table.level == Level::NeonDot;
+        let want = if has_gemm { 14 } else { 0 };
+        assert_eq!(packed.len(), want, "{}: {packed:?}", table.name());
+    }
+}
