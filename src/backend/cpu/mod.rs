@@ -6,7 +6,8 @@
 //! filled by `x86/`, `arm/` or `portable.rs`; `matmul.rs` schedules matmul passes over the pool
 //! (`pool.rs`), `attention.rs` attention over the KV cache (`cache.rs`), `recurrent.rs` and
 //! `moe.rs` the ops of DeltaNet and expert layers; `repack.rs` is the interleaved weight layout
-//! of the GEMM kernels. This file holds the backend itself and its core ops.
+//! of the GEMM kernels (`gemm/`), which are written once against the SIMD interface of `isa.rs`.
+//! This file holds the backend itself and its core ops.
 
 #[cfg(target_arch = "aarch64")]
 mod arm;
