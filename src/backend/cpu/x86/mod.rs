@@ -1,9 +1,9 @@
 //! The x86-64 kernels, as llama.cpp's `ggml-cpu/arch/x86`: the instruction sets as one interface
 //! (`isa.rs`), the GEMM kernels over repacked weights (`gemm.rs`, instantiating `cpu/gemm/`), the
 //! row kernels over weights as the file holds them (`rows.rs`; `rows_iq.rs` for the grid i-quants
-//! and ternary types),
-//! attention (`attention.rs`) and the elementwise kernels (`elementwise.rs`), each written once and
-//! instantiated per level; and here, which level this CPU runs and the kernel table of each level.
+//! and ternary types), attention (`attention.rs`) and the elementwise kernels (`elementwise.rs`),
+//! each written once and instantiated per level; and here, which level this CPU runs and the
+//! kernel table of each level.
 
 mod attention;
 mod elementwise;
