@@ -129,6 +129,15 @@ impl Report {
         )
     }
 
+    /// Whether every check `assert_all` makes passes.
+    pub fn within_rule(&self) -> bool {
+        self.steps > 0
+            && self.logit_violations.is_empty()
+            && self.rms_limit.is_none_or(|limit| self.rms() <= limit)
+            && self.argmax_violations.is_empty()
+            && self.free_running_violations.is_empty()
+    }
+
     pub fn assert_all(&self, what: &str) {
         assert!(self.steps > 0, "{what}: nothing checked");
         assert!(

@@ -71,12 +71,7 @@ pub fn every_ftype_passes_on<B: Backend>(load: impl Fn(&ModelFile) -> Model<B>, 
             let report = check_model(&model, entry, &QUANTIZED);
             let what = format!("{} on {backend}", file.display());
             eprintln!("{}", report.summary(&what));
-            let within = report.steps > 0
-                && report.logit_violations.is_empty()
-                && report.argmax_violations.is_empty()
-                && report.free_running_violations.is_empty()
-                && QUANTIZED.rms.is_none_or(|limit| report.rms() <= limit);
-            if within {
+            if report.within_rule() {
                 passed = true;
                 break;
             }
