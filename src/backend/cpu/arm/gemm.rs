@@ -9,13 +9,8 @@ use crate::gguf::GgmlType;
 
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn group_dot<A: ActBlock, K: Kernel<A>>(c: &GroupCall<A>) {
-    unsafe {
-        if c.tokens.len() == 1 {
-            run_group::<NeonDot, A, K, 1>(c)
-        } else {
-            run_group::<NeonDot, A, K, 4>(c)
-        }
-    }
+    // One token takes the one-token tile inside `run_group`; there is no separate shape for it.
+    unsafe { run_group::<NeonDot, A, K, 4>(c) }
 }
 
 struct Arm;
