@@ -21,12 +21,15 @@ regenerated.
 Usage: make-qwen35-shape.py [--moe] [TEMPLATE] [OUT.f16.gguf]
 Then: llama-quantize OUT.f16.gguf OUT.q4_k_m.gguf Q4_K_M
 """
+import functools
 import re
 import sys
 import os
 
 import numpy as np
-from gguf import GGUFReader, GGUFWriter, GGUFValueType
+from gguf import GGUFReader, GGUFValueType
+
+from bench_gguf import BenchFile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "../../tests/fixtures/models")
@@ -151,6 +154,26 @@ def metadata_overrides(arch, p, interval):
     return over
 
 
+def weights(rng, name, suf, ne, dt):
+    """The values of tensor `name` (GGUF shape `ne`, type `dt`)."""
+    shape = tuple(reversed(ne))
+    if suf.endswith("norm.weight"):
+        a = np.ones(shape, dtype=np.float32)
+    elif suf == "ssm_a":
+        # -exp(A_log), A log-spaced over the value heads (as in the template)
+        a = -np.exp(np.linspace(np.log(0.02), np.log(4.0), ne[0])).astype(np.float32)
+    elif suf == "ssm_dt.bias":
+        a = rng.uniform(-3.0, 1.0, size=shape).astype(np.float32)
+    elif len(shape) == 3:
+        a = np.empty(shape, dtype=dt)
+        for e in range(shape[0]):  # per expert, to keep peak memory low
+            a[e] = (rng.standard_normal(shape[1:], dtype=np.float32) * 0.02).astype(dt)
+    else:
+        a = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(dt)
+    print(f"{name:40s} {str(ne):28s} {np.dtype(dt).name}", flush=True)
+    return a
+
+
 def main():
     args = sys.argv[1:]
     variant = VARIANTS["moe" if "--moe" in args else "dense"]
@@ -202,57 +225,27 @@ def main():
 
     # 2) metadata: copy every key, override the shape keys
     over = metadata_overrides(arch, target, interval)
-    w = GGUFWriter(out_path, arch)
-    for name, f in r.fields.items():
+    f = BenchFile(out_path, arch, variant["seed"])
+    for name, field in r.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
             continue
-        vtype = f.types[0]
-        sub = f.types[-1] if vtype == GGUFValueType.ARRAY else None
-        val = over.get(name, f.contents())
-        w.add_key_value(name, val, vtype, sub_type=sub)
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == GGUFValueType.ARRAY else None
+        val = over.get(name, field.contents())
+        f.w.add_key_value(name, val, vtype, sub_type=sub)
     missing = set(over) - set(r.fields)
     assert not missing, missing
 
-    # 3) tensor infos
-    plan = []
+    # 3) tensors, each drawn as it is written
+    total = 0
     for name in names:
         suf = split_name(name)[1]
         ne = shape_of(suf, target)
-        f32 = len(ne) == 1 or suf in F32_2D
-        dt = np.float32 if f32 else np.float16
-        n = int(np.prod(ne))
-        w.add_tensor_info(name, list(reversed(ne)), np.dtype(dt), n * np.dtype(dt).itemsize)
-        plan.append((name, suf, ne, dt))
-
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-
-    # 4) weights, streamed one tensor at a time
-    rng = np.random.default_rng(variant["seed"])
-    total = 0
-    for name, suf, ne, dt in plan:
-        shape = tuple(reversed(ne))
-        if suf.endswith("norm.weight"):
-            a = np.ones(shape, dtype=np.float32)
-        elif suf == "ssm_a":
-            # -exp(A_log), A log-spaced over the value heads (as in the template)
-            a = -np.exp(np.linspace(np.log(0.02), np.log(4.0), ne[0])).astype(np.float32)
-        elif suf == "ssm_dt.bias":
-            a = rng.uniform(-3.0, 1.0, size=shape).astype(np.float32)
-        elif len(shape) == 3:
-            a = np.empty(shape, dtype=dt)
-            for e in range(shape[0]):  # per expert, to keep peak memory low
-                a[e] = (rng.standard_normal(shape[1:], dtype=np.float32) * 0.02).astype(dt)
-        else:
-            a = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(dt)
-        assert a.dtype == dt and a.shape == shape
-        w.write_tensor_data(a)
-        total += a.size
-        print(f"{name:40s} {str(ne):28s} {np.dtype(dt).name}", flush=True)
-        del a
-    w.close()
-    print(f"wrote {out_path}: {len(plan)} tensors, {total} params ({total/1e9:.3f} B)", flush=True)
+        dt = np.float32 if len(ne) == 1 or suf in F32_2D else np.float16
+        f.add(name, tuple(reversed(ne)), dt, functools.partial(weights, f.rng, name, suf, ne, dt))
+        total += int(np.prod(ne))
+    f.write()
+    print(f"wrote {out_path}: {len(names)} tensors, {total} params ({total/1e9:.3f} B)", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,73 +11,44 @@ few merges (benchmarks feed token ids).
 
 Usage: make-qwen3moe-shape.py [--layers N] OUT.gguf
 """
-import functools
 import sys
 
-import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import LlamaFileType
 
-from random_blocks import random_q4_0
-from stand_in_vocab import add_stand_in_vocab
+from bench_gguf import BenchFile, layers_and_out
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 2048, 32, 4, 128
 EXPERTS, USED, EXPERT_FF, VOCAB = 128, 8, 768, 151936
 
-rng = np.random.default_rng(30)
-
-
-q4_0 = functools.partial(random_q4_0, rng)
-
 
 def main():
-    args = sys.argv[1:]
-    layers = 24
-    if args and args[0] == "--layers":
-        layers, args = int(args[1]), args[2:]
-    out = args[0]
-    w = GGUFWriter(out, "qwen3moe")
-    w.add_name("qwen3-30b-a3b-shape")
-    w.add_block_count(layers)
-    w.add_context_length(40960)
-    w.add_embedding_length(HIDDEN)
-    w.add_feed_forward_length(6144)
-    w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
-    w.add_key_length(HEAD_DIM)
-    w.add_value_length(HEAD_DIM)
-    w.add_rope_dimension_count(HEAD_DIM)
-    w.add_rope_freq_base(1e6)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_expert_count(EXPERTS)
-    w.add_expert_used_count(USED)
-    w.add_expert_feed_forward_length(EXPERT_FF)
-    w.add_file_type(2)  # MOSTLY_Q4_0
-    add_stand_in_vocab(w, VOCAB, "qwen2")
+    layers, out = layers_and_out(sys.argv[1:], 24)
+    f = BenchFile(out, "qwen3moe", 30)
+    f.header("qwen3-30b-a3b-shape", LlamaFileType.MOSTLY_Q4_0, VOCAB, "qwen2",
+             block_count=layers, context_length=40960, embedding_length=HIDDEN, feed_forward_length=6144,
+             head_count=HEADS, head_count_kv=KV_HEADS, key_length=HEAD_DIM, value_length=HEAD_DIM,
+             rope_dimension_count=HEAD_DIM, rope_freq_base=1e6, layer_norm_rms_eps=1e-6,
+             expert_count=EXPERTS, expert_used_count=USED, expert_feed_forward_length=EXPERT_FF)
 
-    Q4 = GGMLQuantizationType.Q4_0
-    ones = lambda n: np.ones(n, dtype=np.float32)
     q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-    w.add_tensor("token_embd.weight", q4_0(VOCAB, HIDDEN), raw_dtype=Q4)
+    f.q4_0("token_embd.weight", VOCAB, HIDDEN)
     for i in range(layers):
         b = f"blk.{i}."
-        w.add_tensor(b + "attn_norm.weight", ones(HIDDEN))
-        w.add_tensor(b + "attn_q.weight", q4_0(q, HIDDEN), raw_dtype=Q4)
-        w.add_tensor(b + "attn_k.weight", q4_0(kv, HIDDEN), raw_dtype=Q4)
-        w.add_tensor(b + "attn_v.weight", q4_0(kv, HIDDEN), raw_dtype=Q4)
-        w.add_tensor(b + "attn_q_norm.weight", ones(HEAD_DIM))
-        w.add_tensor(b + "attn_k_norm.weight", ones(HEAD_DIM))
-        w.add_tensor(b + "attn_output.weight", q4_0(HIDDEN, q), raw_dtype=Q4)
-        w.add_tensor(b + "ffn_norm.weight", ones(HIDDEN))
-        w.add_tensor(b + "ffn_gate_inp.weight", (0.02 * rng.standard_normal((EXPERTS, HIDDEN))).astype(np.float32))
-        w.add_tensor(b + "ffn_gate_exps.weight", q4_0(EXPERTS, EXPERT_FF, HIDDEN), raw_dtype=Q4)
-        w.add_tensor(b + "ffn_up_exps.weight", q4_0(EXPERTS, EXPERT_FF, HIDDEN), raw_dtype=Q4)
-        w.add_tensor(b + "ffn_down_exps.weight", q4_0(EXPERTS, HIDDEN, EXPERT_FF), raw_dtype=Q4)
-    w.add_tensor("output_norm.weight", ones(HIDDEN))
-    w.add_tensor("output.weight", q4_0(VOCAB, HIDDEN), raw_dtype=Q4)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        f.ones(b + "attn_norm.weight", HIDDEN)
+        f.q4_0(b + "attn_q.weight", q, HIDDEN)
+        f.q4_0(b + "attn_k.weight", kv, HIDDEN)
+        f.q4_0(b + "attn_v.weight", kv, HIDDEN)
+        f.ones(b + "attn_q_norm.weight", HEAD_DIM)
+        f.ones(b + "attn_k_norm.weight", HEAD_DIM)
+        f.q4_0(b + "attn_output.weight", HIDDEN, q)
+        f.ones(b + "ffn_norm.weight", HIDDEN)
+        f.gaussian(b + "ffn_gate_inp.weight", EXPERTS, HIDDEN)
+        f.q4_0(b + "ffn_gate_exps.weight", EXPERTS, EXPERT_FF, HIDDEN)
+        f.q4_0(b + "ffn_up_exps.weight", EXPERTS, EXPERT_FF, HIDDEN)
+        f.q4_0(b + "ffn_down_exps.weight", EXPERTS, HIDDEN, EXPERT_FF)
+    f.ones("output_norm.weight", HIDDEN)
+    f.q4_0("output.weight", VOCAB, HIDDEN)
+    f.write()
 
 
 if __name__ == "__main__":
