@@ -3,10 +3,31 @@
 
 use std::path::PathBuf;
 
+/// A fixture by its path under tests/fixtures. The models that a tests/fixtures/make_*.py script
+/// writes (those named in manifest.sha256) live in the git-ignored made/, written and checked by
+/// scripts/make-fixtures.sh; the rest are committed where `rel` says.
 pub fn fixture(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(rel)
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    match rel.strip_prefix("models/") {
+        Some(name) if is_made(name) => {
+            let path = dir.join("made").join(name);
+            assert!(
+                path.is_file(),
+                "{} is missing: run scripts/make-fixtures.sh (scripts/test.sh does)",
+                path.display()
+            );
+            path
+        }
+        _ => dir.join(rel),
+    }
+}
+
+/// Whether tests/fixtures/manifest.sha256 lists `name`: a fixture written by a script, not committed.
+fn is_made(name: &str) -> bool {
+    include_str!("../fixtures/manifest.sha256")
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .any(|line| line.split_whitespace().nth(1) == Some(name))
 }
 
 pub fn golden(name: &str) -> serde_json::Value {

@@ -7,6 +7,7 @@ mod common;
 
 mod context_shift;
 mod family_files;
+mod fixture_manifest;
 mod malformed;
 mod qwen35_files;
 mod qwen3moe_files;
