@@ -8,7 +8,7 @@ use crate::common;
 use crate::gpu_models::check_properties;
 
 use common::golden_run::{
-    EXACT_F32, GELU_TABLE_F32, QUANTIZED, Tolerance, argmax, check_model_with,
+    EXACT_F32, GELU_TABLE_F32, QUANTIZED, Tolerance, argmax, check_model_with, first_steps,
 };
 use common::gpu::gpu;
 use kiln::backend::cpu::CpuBackend;
@@ -117,37 +117,85 @@ const F32_CACHE: KvCacheTypes = KvCacheTypes {
     v: CacheType::F32,
 };
 
-/// Qwen3.5's tiny models, dense and MoE (recurrent state and KV caches on both sides, the
-/// experts of either side's layers on the CPU), every placement, by golden_qwen35's rule.
-#[test]
-fn qwen35_every_placement_matches_the_cpu_and_llama_cpp() {
-    let golden = common::golden("llama-cpp-qwen35.json");
-    for file in ["qwen35-tiny.gguf", "qwen35moe-tiny.gguf"] {
-        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
-        let entry = &golden["models"][file];
-        every_placement(&mf, entry, 2, &EXACT_F32, F32_CACHE, 16, None);
+/// How much a split test runs: `Ci`, the placements that differ in kind and one golden prompt
+/// (lavapipe runs these at a CPU's pace); `Full` (`every_split_placement_on_every_model`,
+/// `--ignored`), every placement the test names and two prompts.
+#[derive(Clone, Copy, PartialEq)]
+enum Scope {
+    Ci,
+    Full,
+}
+
+impl Scope {
+    fn prompts(self) -> usize {
+        match self {
+            Scope::Ci => 1,
+            Scope::Full => 2,
+        }
+    }
+
+    /// `ci` in CI, else `full` (`None`: every placement `placements` lists).
+    fn pick<'a>(
+        self,
+        ci: &'a [(usize, usize)],
+        full: Option<&'a [(usize, usize)]>,
+    ) -> Option<&'a [(usize, usize)]> {
+        match self {
+            Scope::Ci => Some(ci),
+            Scope::Full => full,
+        }
     }
 }
 
-/// The real models (lavapipe is slow: the placements that split them, one prompt each).
+/// Qwen3.5's tiny models, dense and MoE (recurrent state and KV caches on both sides, the
+/// experts of either side's layers on the CPU), by golden_qwen35's rule; in CI the cuts between
+/// layers (half on the GPU; all but the output) on the dense file, and on the MoE file the cuts
+/// within a layer (half the layers' experts on the CPU; half the layers on the GPU with every
+/// expert on the CPU).
+fn qwen35_placements(scope: Scope) {
+    let golden = common::golden("llama-cpp-qwen35.json");
+    for file in ["qwen35-tiny.gguf", "qwen35moe-tiny.gguf"] {
+        let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
+        let n = mf.config.n_layers;
+        let ci = if mf.config.moe.is_some() {
+            vec![(n + 1, n / 2), (n / 2, n)]
+        } else {
+            vec![(n / 2, 0), (n, 0)]
+        };
+        let entry = &golden["models"][file];
+        let only = scope.pick(&ci, None);
+        every_placement(&mf, entry, scope.prompts(), &EXACT_F32, F32_CACHE, 16, only);
+    }
+}
+
 #[test]
-fn real_models_split_match_the_cpu_and_llama_cpp() {
+fn qwen35_placements_match_the_cpu_and_llama_cpp() {
+    qwen35_placements(Scope::Ci);
+}
+
+/// The real models split, on the placements that cut them (lavapipe is slow: one prompt; in CI
+/// one placement of each kind, each on another model: every layer through the split backend on
+/// the CPU, half the layers on the GPU, all but the output).
+fn real_models_split(scope: Scope) {
     let golden = common::golden("llama-cpp.json");
-    for name in common::REAL_MODELS {
+    for (i, name) in common::REAL_MODELS.into_iter().enumerate() {
         let mf = ModelFile::open(&common::real_model(name)).unwrap();
         let n = mf.config.n_layers;
-        let entry = &golden["models"][name];
-        let only = [(0, 0), (n / 2, 0), (n, 0)];
-        every_placement(
-            &mf,
-            entry,
-            1,
-            &QUANTIZED,
-            KvCacheTypes::default(),
-            8,
-            Some(&only),
-        );
+        // In CI the golden's first prompt for as many steps as the greedy comparison takes.
+        let entry = match scope {
+            Scope::Ci => first_steps(&golden["models"][name], 8),
+            Scope::Full => golden["models"][name].clone(),
+        };
+        let entry = &entry;
+        let all = [(0, 0), (n / 2, 0), (n, 0)];
+        let only = scope.pick(&all[i..=i], Some(&all));
+        every_placement(&mf, entry, 1, &QUANTIZED, KvCacheTypes::default(), 8, only);
     }
+}
+
+#[test]
+fn real_models_split_match_the_cpu_and_llama_cpp() {
+    real_models_split(Scope::Ci);
 }
 
 /// Cached decode equals recompute, prefill(N) equals prefill(N−1) then decode, truncate then
@@ -172,50 +220,54 @@ fn session_properties_hold_across_the_boundary() {
 
 /// GLM-4.5 MoE's tiny model split between the backends (the selection bias on the side of its
 /// layer, the routing, shared expert and dense first block on either), by the tight rule, on
-/// placements that cut it: half the layers on the GPU, and every layer there with every layer's
-/// experts on the CPU.
-#[test]
-fn glm4moe_split_matches_the_cpu_and_llama_cpp() {
+/// placements that cut it: half the layers on the GPU, every layer there with every layer's
+/// experts on the CPU, and (in CI) three layers there with two layers' experts on the CPU.
+fn glm4moe_split(scope: Scope) {
     let golden = common::golden("llama-cpp-glm4moe.json");
     let file = "glm4moe-tiny.gguf";
     let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
-    let only = [(2, 0), (4, 4), (3, 2)];
+    let all = [(2, 0), (4, 4), (3, 2)];
     every_placement(
         &mf,
         &golden["models"][file],
-        2,
+        scope.prompts(),
         &EXACT_F32,
         F32_CACHE,
         16,
-        Some(&only),
+        scope.pick(&all[2..], Some(&all)),
     );
+}
+
+#[test]
+fn glm4moe_split_matches_the_cpu_and_llama_cpp() {
+    glm4moe_split(Scope::Ci);
 }
 
 /// Gemma 4's tiny model split between the backends by the GELU models' rule, on placements that
 /// put a shared-KV layer (6 and 7, reading the caches of layers 4 and 5) on the other side of
-/// the cut from its source layer, and on placements that do not.
-#[test]
-fn gemma4_split_matches_the_cpu_and_llama_cpp() {
+/// the cut from its source layer (in CI: the last two layers on the GPU), and on placements that
+/// do not.
+fn gemma4_split(scope: Scope) {
     let golden = common::golden("llama-cpp-gemma4.json");
     let file = "gemma4-tiny.gguf";
     let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
-    let only = [(2, 0), (3, 0), (4, 0), (6, 0)];
+    let all = [(2, 0), (3, 0), (4, 0), (6, 0)];
     every_placement(
         &mf,
         &golden["models"][file],
-        2,
+        scope.prompts(),
         &GELU_TABLE_F32,
         F32_CACHE,
         16,
-        Some(&only),
+        scope.pick(&all[..1], Some(&all)),
     );
     // 26B-A4B's shape with its experts on either side, and E2B's, whose per-layer embeddings
     // are looked up on the CPU whatever the placement.
-    for (file, golden, only) in [
+    for (file, golden, all) in [
         (
             "gemma4moe-tiny.gguf",
             "llama-cpp-gemma4moe.json",
-            &[(3, 0), (6, 6), (4, 2)][..],
+            &[(4, 2), (3, 0), (6, 6)][..],
         ),
         (
             "gemma4e-tiny.gguf",
@@ -228,11 +280,26 @@ fn gemma4_split_matches_the_cpu_and_llama_cpp() {
         every_placement(
             &mf,
             &golden["models"][file],
-            2,
+            scope.prompts(),
             &GELU_TABLE_F32,
             F32_CACHE,
             16,
-            Some(only),
+            scope.pick(&all[..1], Some(all)),
         );
     }
+}
+
+#[test]
+fn gemma4_split_matches_the_cpu_and_llama_cpp() {
+    gemma4_split(Scope::Ci);
+}
+
+/// What CI's split tests leave out: every placement they name, on two golden prompts.
+#[test]
+#[ignore = "every placement of every split model: tens of minutes on lavapipe"]
+fn every_split_placement_on_every_model() {
+    qwen35_placements(Scope::Full);
+    real_models_split(Scope::Full);
+    glm4moe_split(Scope::Full);
+    gemma4_split(Scope::Full);
 }
