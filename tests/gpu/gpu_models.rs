@@ -76,7 +76,7 @@ fn real(golden_file: &str, index: usize) {
 }
 
 /// Enough decode steps to read back the KV cache written by prefill and by decode.
-const REAL_STEPS_IN_CI: usize = 8;
+pub const REAL_STEPS_IN_CI: usize = 4;
 
 /// `real` on the backend `g`, with a KV cache of the given types, over the cases `scope` picks.
 fn real_on(

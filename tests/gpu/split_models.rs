@@ -5,7 +5,7 @@
 //! unless KILN_REQUIRE_GPU=1.
 
 use crate::common;
-use crate::gpu_models::check_properties;
+use crate::gpu_models::{REAL_STEPS_IN_CI, check_properties};
 
 use common::golden_run::{
     EXACT_F32, GELU_TABLE_F32, QUANTIZED, Tolerance, argmax, check_model_with, first_steps,
@@ -182,14 +182,25 @@ fn real_models_split(scope: Scope) {
         let mf = ModelFile::open(&common::real_model(name)).unwrap();
         let n = mf.config.n_layers;
         // In CI the golden's first prompt for as many steps as the greedy comparison takes.
-        let entry = match scope {
-            Scope::Ci => first_steps(&golden["models"][name], 8),
-            Scope::Full => golden["models"][name].clone(),
+        let (entry, steps) = match scope {
+            Scope::Ci => (
+                first_steps(&golden["models"][name], REAL_STEPS_IN_CI),
+                REAL_STEPS_IN_CI,
+            ),
+            Scope::Full => (golden["models"][name].clone(), 8),
         };
         let entry = &entry;
         let all = [(0, 0), (n / 2, 0), (n, 0)];
         let only = scope.pick(&all[i..=i], Some(&all));
-        every_placement(&mf, entry, 1, &QUANTIZED, KvCacheTypes::default(), 8, only);
+        every_placement(
+            &mf,
+            entry,
+            1,
+            &QUANTIZED,
+            KvCacheTypes::default(),
+            steps,
+            only,
+        );
     }
 }
 
