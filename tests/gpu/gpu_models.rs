@@ -75,8 +75,10 @@ fn real(golden_file: &str, index: usize) {
     );
 }
 
-/// Enough decode steps to read back the KV cache written by prefill and by decode.
-pub const REAL_STEPS_IN_CI: usize = 4;
+/// Enough decode steps to read back the KV cache written by prefill and by decode, and enough
+/// top-5 checks for the rule's rms bound to mean what it means over the full goldens (at 4 steps,
+/// 20 checks, SmolLM2's shortest prompt gave 0.448 against the bound's 0.4; at 8 it passes).
+pub const REAL_STEPS_IN_CI: usize = 8;
 
 /// `real` on the backend `g`, with a KV cache of the given types, over the cases `scope` picks.
 fn real_on(
