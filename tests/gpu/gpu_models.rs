@@ -1,8 +1,7 @@
 //! Whole models on the GPU backend: llama.cpp's teacher-forced goldens by the golden README's
 //! rules (the tiny F32 models in GGUF and Hugging Face layouts with f16 and f32 KV caches; each
-//! real model on its shortest prompt, and the long prompt that reaches past Gemma 3's sliding
-//! window; a q8_0 cache against llama.cpp's q8_0-cache goldens; every tiny family), and the seeds'
-//! session properties. Skips without a GPU adapter unless KILN_REQUIRE_GPU=1.
+//! real model on its shortest prompt; a q8_0 cache against llama.cpp's q8_0-cache goldens; every
+//! tiny family), and the seeds' session properties. Skips without a GPU adapter unless KILN_REQUIRE_GPU=1.
 //!
 //! lavapipe, CI's adapter, runs these at a CPU's pace, so CI runs a share of each golden: the
 //! prompt that exercises what the test is about, on one kernel set where the other adds nothing.
@@ -592,26 +591,11 @@ fn qwen35_matches_llama_cpp_on_the_gpu() {
 /// the CPU: the GPU rounds each matmul's activations as llama.cpp's CPU does, so only the order of
 /// float sums differs. In CI on one prompt: every prompt passes through every layer.
 fn mixed_quants(scope: fn(Ci) -> Scope) {
-    let file = "llama-mixed-quants.gguf";
-    let golden = common::golden("llama-cpp-mixed-quants.json");
-    let mut entry = golden["models"][file].clone();
-    if scope(ONE_PROMPT).is_some() {
-        entry = with_cases(&entry, &[longest_case(&entry, 64)]);
-    }
-    let mf = ModelFile::open(&common::fixture(&format!("models/{file}"))).unwrap();
-    let Some(model) = load(&mf) else { return };
-    let f32_cache = KvCacheTypes {
-        k: CacheType::F32,
-        v: CacheType::F32,
-    };
-    let what = format!("{file} on the GPU");
-    let report = check_model_with(&model, &entry, &RANDOM_QUANTIZED, f32_cache);
-    eprintln!("{}", report.summary(&what));
-    report.assert_all(&what);
-    assert_eq!(
-        report.steps,
-        golden_steps(&entry),
-        "{what}: every golden step checked"
+    tiny_file_matches(
+        scope(ONE_PROMPT),
+        "llama-mixed-quants.gguf",
+        "llama-cpp-mixed-quants.json",
+        &RANDOM_QUANTIZED,
     );
 }
 
