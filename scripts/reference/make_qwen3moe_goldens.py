@@ -1,4 +1,4 @@
-"""Goldens for the tiny Qwen3 MoE (tests/fixtures/models/qwen3moe-tiny.gguf, made by
+"""Goldens for the tiny Qwen3 MoE (tests/fixtures/made/qwen3moe-tiny.gguf, made by
 tests/fixtures/make_qwen3moe_tiny.py): llama.cpp's greedy runs over the prompts of
 llama-cpp-qwen35.json (the same SmolLM2 tokenizer, so the same prompt ids; the last one is the
 961-token prompt, two 512-token ubatches), with an F32 KV cache and flash attention off, as the Qwen3.5

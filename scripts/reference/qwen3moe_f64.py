@@ -13,7 +13,7 @@ the k-th and (k+1)-th router probability anywhere on the path (the routing's saf
 rounding); then the same comparison for two wrong routings (top-1 only; top-k weights not
 renormalized), which an oracle worth the name must reject.
 
-Run: python3 scripts/reference/qwen3moe_f64.py tests/fixtures/models/qwen3moe-tiny.gguf \
+Run: python3 scripts/reference/qwen3moe_f64.py tests/fixtures/made/qwen3moe-tiny.gguf \
          tests/fixtures/golden/llama-cpp-qwen3moe.json
 """
 import json
