@@ -72,3 +72,32 @@ if ! have $f $sum; then
   verify $f $sum
   rm -rf "$work/wheels"
 fi
+
+# llama.cpp's tokenizer suite (tests/test-tokenizer-0): the vocabulary-only ggml-vocab-*.gguf files of
+# real models with their .inp texts and .out ids, from the llama.cpp tree that llama-cpp-python
+# 0.3.36's source package vendors (commit 0c1e570, the goldens' build). Only the sdist has them, and
+# `pip download` would build it to read its metadata, so it is fetched from PyPI's file host by URL
+# and checked against the sum PyPI's index gives.
+d="$dest/ggml-vocab"
+sdist=llama_cpp_python-0.3.36.tar.gz
+sum=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+if [ "$(cat "$d/SOURCE" 2>/dev/null)" != "$sdist $sum" ]; then
+  python3 - "$work/$sdist" <<'PY'
+import sys, urllib.request
+url = ("https://files.pythonhosted.org/packages/ec/e9/"
+       "e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz")
+with urllib.request.urlopen(url, timeout=180) as r, open(sys.argv[1], "wb") as f:
+    while chunk := r.read(1 << 20):
+        f.write(chunk)
+PY
+  if ! echo "$sum  $work/$sdist" | sha256sum --check --status; then
+    echo "sha256 mismatch for $sdist" >&2
+    exit 1
+  fi
+  rm -rf "$d" && mkdir -p "$d"
+  tar -xzf "$work/$sdist" -C "$d" --strip-components=4 --wildcards \
+    'llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*'
+  echo "$sdist $sum" > "$d/SOURCE"
+  rm -f "$work/$sdist"
+fi
+echo "ok  $d ($(ls "$d" | grep -c '\.gguf$') vocabularies)"

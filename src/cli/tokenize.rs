@@ -7,8 +7,10 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use super::{ModelArgs, OutputFormat};
-use crate::model::Tokenizer;
+use crate::gguf::GgufFile;
+use crate::model::Arch;
 use crate::model::chat::{ChatTemplate, Message};
+use crate::model::{ModelFile, Tokenizer};
 
 #[derive(clap::Args, Debug)]
 pub struct TokenizeArgs {
@@ -25,6 +27,11 @@ pub struct TokenizeArgs {
     /// Leave out the BOS token the model would otherwise get first
     #[arg(long, conflicts_with = "chat")]
     pub no_bos: bool,
+
+    /// Take special-token texts (`<|im_start|>`, `<s>`) in the text as plain text, as
+    /// llama-tokenize's --no-parse-special (user-defined tokens are still matched)
+    #[arg(long)]
+    pub no_parse_special: bool,
 
     /// Tokenize the text as a user message rendered through the model's chat template, up to
     /// where the reply begins: exactly what `kiln run --chat` gives the model
@@ -54,12 +61,36 @@ pub fn text_or_stdin(arg: Option<String>) -> Result<String> {
     }
 }
 
+/// The tokenizer of a model, and its architecture; or, for a GGUF file kiln cannot run (a
+/// vocabulary-only file, an architecture kiln lacks) that carries a vocabulary, that vocabulary.
+fn open_tokenizer(args: &ModelArgs) -> Result<(Tokenizer, Option<Arch>)> {
+    let path = args.local_path()?;
+    match ModelFile::open(&path) {
+        Ok(model) => Ok((Tokenizer::from_model(&model)?, Some(model.config.arch))),
+        Err(cannot_run) => match GgufFile::open(&path) {
+            Ok(g) if g.metadata.str("tokenizer.ggml.model")?.is_some() => {
+                Ok((Tokenizer::from_gguf_file(&g)?, None))
+            }
+            _ => Err(cannot_run.into()),
+        },
+    }
+}
+
 pub fn run(args: TokenizeArgs) -> Result<std::process::ExitCode> {
-    let model = args.model.open()?;
-    let tok = Tokenizer::from_model(&model)?;
+    let (mut tok, arch) = open_tokenizer(&args.model)?;
+    tok.set_parse_special(!args.no_parse_special);
     let text = text_or_stdin(args.text)?;
     let ids = if args.chat {
-        let template = ChatTemplate::for_model(&tok, model.config.arch);
+        let template = match arch {
+            Some(arch) => ChatTemplate::for_model(&tok, arch),
+            None => ChatTemplate::from_file(&tok).with_context(|| {
+                format!(
+                    "{}: --chat needs a chat template: the file has none \
+                     (tokenizer.chat_template), and kiln does not know its architecture",
+                    args.model.model.display()
+                )
+            })?,
+        };
         let mut messages = Vec::new();
         if let Some(system) = &args.system {
             messages.push(Message::new("system", system));

@@ -110,24 +110,37 @@ pub struct ChatTemplate {
 impl ChatTemplate {
     /// The model's template, or the built-in one for its architecture.
     pub fn for_model(tok: &Tokenizer, arch: Arch) -> ChatTemplate {
-        let (source, origin) = match &tok.chat_template {
-            Some(t) => (t.clone(), TemplateOrigin::Model),
-            None => {
-                let builtin = arch.family().chat_template;
-                (builtin.source.to_string(), builtin.origin)
-            }
+        let builtin = arch.family().chat_template;
+        Self::with_fallback(tok, Some((builtin.source, builtin.origin)))
+            .expect("a fallback template is given")
+    }
+
+    /// The file's own template, for a file whose architecture kiln does not run (a vocabulary-only
+    /// GGUF): None when it has none.
+    pub fn from_file(tok: &Tokenizer) -> Option<ChatTemplate> {
+        Self::with_fallback(tok, None)
+    }
+
+    fn with_fallback(
+        tok: &Tokenizer,
+        fallback: Option<(&str, TemplateOrigin)>,
+    ) -> Option<ChatTemplate> {
+        let (source, origin) = match (&tok.chat_template, fallback) {
+            (Some(t), _) => (t.clone(), TemplateOrigin::Model),
+            (None, Some((source, origin))) => (source.to_string(), origin),
+            (None, None) => return None,
         };
         let text = |id: Option<u32>| {
             id.and_then(|i| tok.decode(&[i], false).ok())
                 .unwrap_or_default()
         };
-        ChatTemplate {
+        Some(ChatTemplate {
             source,
             origin,
             bos_token: text(tok.bos),
             eos_token: text(tok.eos),
             kwargs: Default::default(),
-        }
+        })
     }
 
     /// This template with extra variables for the renders (`--chat-template-kwargs`); the

@@ -21,19 +21,24 @@ use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
+use tokenizers::decoders::wordpiece::WordPiece as WordPieceDecoder;
 use tokenizers::models::bpe::BPE;
+use tokenizers::models::wordpiece::WordPiece;
+use tokenizers::normalizers::bert::BertNormalizer;
+use tokenizers::normalizers::prepend::Prepend;
 use tokenizers::normalizers::replace::Replace;
+use tokenizers::normalizers::{NormalizerWrapper, Sequence as NormalizerSequence};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::digits::Digits;
-use tokenizers::pre_tokenizers::metaspace::{Metaspace, PrependScheme};
 use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
 use super::loader::{ModelFile, Source};
+use super::pre_tokenizer::{self, PreTokenizer, Splitter};
 use crate::error::{Error, Result};
-use crate::gguf::Metadata;
+use crate::gguf::{GgufFile, Metadata};
 use crate::sampler::TokenBytes;
 
 /// GGUF `tokenizer.ggml.token_type` values.
@@ -83,21 +88,14 @@ fn end_of_generation(mut eog: Vec<u32>, id: impl Fn(&str) -> Option<u32>) -> Vec
     eog
 }
 
-/// Byte-level BPE regexes, from the models' own tokenizer.json files (llama.cpp uses equivalents).
-const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-/// o200k's (gpt-oss, and Llama 4's): words split where lower case turns to upper, contractions in
-/// either case, digits in threes, punctuation runs keeping trailing newlines and slashes.
-const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-/// Mistral's tekken: as o200k's without contractions, digits one at a time.
-const TEKKEN_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TokenizerKind {
     /// Byte-level BPE from GGUF; the pre-tokenizer name.
     Gpt2 { pre: String },
     /// SentencePiece BPE from GGUF.
     SentencePiece,
+    /// BERT's WordPiece from GGUF.
+    WordPiece,
     /// Hugging Face tokenizer.json.
     HuggingFace,
 }
@@ -109,6 +107,8 @@ pub struct Tokenizer {
     pub eos: Option<u32>,
     /// Whether prompts start with BOS.
     pub add_bos: bool,
+    /// Appended after the text when special tokens are added: BERT's `[SEP]`.
+    sep: Option<u32>,
     /// Token ids that end a reply, sorted.
     eog: Vec<u32>,
     /// The model's chat template (Jinja source), when it has one.
@@ -119,12 +119,18 @@ pub struct Tokenizer {
 impl Tokenizer {
     pub fn from_model(model: &ModelFile) -> Result<Tokenizer> {
         match &model.source {
-            Source::Gguf(g) => Self::from_gguf(&g.metadata).map_err(|e| match e {
-                Error::Tokenizer(msg) => Error::invalid(&g.path, format!("tokenizer: {msg}")),
-                other => other.in_file(&g.path),
-            }),
+            Source::Gguf(g) => Self::from_gguf_file(g),
             Source::HuggingFace { dir, config_json } => Self::from_hf_dir(dir, Some(config_json)),
         }
+    }
+
+    /// The vocabulary of a GGUF file, whatever its architecture (vocabulary-only files too); errors
+    /// name the file.
+    pub fn from_gguf_file(g: &GgufFile) -> Result<Tokenizer> {
+        Self::from_gguf(&g.metadata).map_err(|e| match e {
+            Error::Tokenizer(msg) => Error::invalid(&g.path, format!("tokenizer: {msg}")),
+            other => other.in_file(&g.path),
+        })
     }
 
     pub fn from_gguf(md: &Metadata) -> Result<Tokenizer> {
@@ -160,73 +166,43 @@ impl Tokenizer {
         }
 
         let (mut inner, kind, default_add_bos) = match model {
-            "gemma4" => {
-                let merges = gguf_merges(md)?;
-                let bpe = BPE::builder()
-                    .vocab_and_merges(vocab, merges)
-                    .byte_fallback(true)
-                    .build()
-                    .map_err(|e| tok_err(format!("cannot build Gemma 4's BPE: {e}")))?;
-                let mut inner = tokenizers::Tokenizer::new(bpe);
-                // llama.cpp: spaces become ▁, then merges run over whole lines (newline runs
-                // apart), with no byte-level mapping.
-                inner
-                    .with_normalizer(Some(
-                        Replace::new(" ", "▁").map_err(|e| tok_err(e.to_string()))?,
-                    ))
-                    .map_err(|e| tok_err(e.to_string()))?;
-                inner.with_pre_tokenizer(Some(
-                    Split::new(
-                        SplitPattern::Regex("[^\n]+|\n+".into()),
-                        SplitDelimiterBehavior::Isolated,
-                        false,
-                    )
-                    .map_err(|e| tok_err(e.to_string()))?,
-                ));
-                inner.with_decoder(Some(DecoderSequence::new(vec![
-                    Replace::new("▁", " ")
-                        .map_err(|e| tok_err(e.to_string()))?
-                        .into(),
-                    ByteFallback::new().into(),
-                    Fuse::new().into(),
-                ])));
-                // llama.cpp takes a run of newlines that the vocabulary has whole as that token,
-                // before any merge: added tokens do the same here.
-                let runs: Vec<AddedToken> = tokens
-                    .iter()
-                    .zip(&types)
-                    .filter(|&(t, &ty)| {
-                        ty != TOKEN_TYPE_CONTROL && !t.is_empty() && t.chars().all(|c| c == '\n')
-                    })
-                    .map(|(t, _)| AddedToken::from(t.to_string(), false).normalized(false))
-                    .collect();
-                inner.add_tokens(runs).map_err(|e| tok_err(e.to_string()))?;
-                // And it adds BOS whatever the file says (llama.cpp PR 21500).
-                (inner, TokenizerKind::SentencePiece, true)
-            }
+            // And Gemma 4's adds BOS whatever the file says (llama.cpp PR 21500).
+            "gemma4" => (
+                space_escaped_bpe(vocab, gguf_merges(md)?, &tokens, &types)?,
+                TokenizerKind::SentencePiece,
+                true,
+            ),
             "gpt2" => {
                 let pre = md
                     .str("tokenizer.ggml.pre")?
                     .unwrap_or("default")
                     .to_string();
+                let spec = pre_tokenizer::lookup(&pre).unwrap_or_else(|| {
+                    eprintln!(
+                        "warning: unknown pre-tokenizer '{pre}'; using GPT-2's. Tokenization may differ from the model's."
+                    );
+                    PreTokenizer {
+                        splitter: Splitter::Gpt2,
+                        ignore_merges: false,
+                        add_bos: false,
+                    }
+                });
                 let merges = gguf_merges(md)?;
-                // llama.cpp takes a whole pre-token that is in the vocabulary as it is (tiktoken's
-                // rule) for these, and adds BOS by default except for GLM's (whose template
-                // starts with its own prefix).
-                let llama3_family = matches!(
-                    pre.as_str(),
-                    "llama-bpe" | "llama3" | "smaug-bpe" | "tekken"
-                );
-                let glm = matches!(pre.as_str(), "glm4" | "glm5");
-                let bpe = BPE::builder()
-                    .vocab_and_merges(vocab, merges)
-                    .ignore_merges(llama3_family || glm)
-                    .build()
-                    .map_err(|e| tok_err(format!("cannot build BPE: {e}")))?;
-                let mut inner = tokenizers::Tokenizer::new(bpe);
-                inner.with_pre_tokenizer(Some(gpt2_pre_tokenizer(&pre)?));
-                inner.with_decoder(Some(ByteLevel::default()));
-                (inner, TokenizerKind::Gpt2 { pre }, llama3_family)
+                let inner = match spec.splitter {
+                    Splitter::SpaceEscaped => space_escaped_bpe(vocab, merges, &tokens, &types)?,
+                    splitter => {
+                        let bpe = BPE::builder()
+                            .vocab_and_merges(vocab, merges)
+                            .ignore_merges(spec.ignore_merges)
+                            .build()
+                            .map_err(|e| tok_err(format!("cannot build BPE: {e}")))?;
+                        let mut inner = tokenizers::Tokenizer::new(bpe);
+                        inner.with_pre_tokenizer(Some(byte_level_pre_tokenizer(splitter)?));
+                        inner.with_decoder(Some(ByteLevel::default()));
+                        inner
+                    }
+                };
+                (inner, TokenizerKind::Gpt2 { pre }, spec.add_bos)
             }
             "llama" => {
                 let scores = md
@@ -248,12 +224,22 @@ impl Tokenizer {
                     .build()
                     .map_err(|e| tok_err(format!("cannot build SentencePiece BPE: {e}")))?;
                 let mut inner = tokenizers::Tokenizer::new(bpe);
-                let scheme = if add_space_prefix {
-                    PrependScheme::First
-                } else {
-                    PrependScheme::Never
-                };
-                inner.with_pre_tokenizer(Some(Metaspace::new('▁', scheme, false)));
+                // Spaces are written ▁, and (add_space_prefix) each stretch of text gets one more
+                // in front: llama.cpp adds it at the start and after every special token, whatever
+                // the text begins with (" Hello" is "▁▁Hello"). The normalizer runs on each stretch
+                // between added tokens, which is that rule.
+                let mut normalizers: Vec<NormalizerWrapper> = Vec::new();
+                if add_space_prefix {
+                    normalizers.push(Prepend::new("▁".into()).into());
+                }
+                normalizers.push(
+                    Replace::new(" ", "▁")
+                        .map_err(|e| tok_err(e.to_string()))?
+                        .into(),
+                );
+                inner
+                    .with_normalizer(Some(NormalizerSequence::new(normalizers)))
+                    .map_err(|e| tok_err(e.to_string()))?;
                 let mut decoders: Vec<DecoderWrapper> = vec![
                     Replace::new("▁", " ")
                         .map_err(|e| tok_err(e.to_string()))?
@@ -267,9 +253,14 @@ impl Tokenizer {
                 inner.with_decoder(Some(DecoderSequence::new(decoders)));
                 (inner, TokenizerKind::SentencePiece, true)
             }
+            "bert" => (
+                wordpiece(&tokens, &types, id_of("tokenizer.ggml.unknown_token_id")?)?,
+                TokenizerKind::WordPiece,
+                true,
+            ),
             other => {
                 return Err(Error::Unsupported(format!(
-                    "tokenizer model '{other}' is not supported (kiln reads gpt2, llama and gemma4)"
+                    "tokenizer model '{other}' is not supported (kiln reads gpt2, llama, gemma4 and bert)"
                 )));
             }
         };
@@ -289,8 +280,12 @@ impl Tokenizer {
             if t.is_empty() {
                 continue;
             }
+            // llama.cpp makes a user-defined token with an end-of-turn text a control token
+            // ("control-looking token … its type will be overridden"): Phi-3's `</s>`.
+            let control = ty == TOKEN_TYPE_CONTROL
+                || (ty == TOKEN_TYPE_USER_DEFINED && END_OF_TURN_TEXTS.contains(t));
             match ty {
-                TOKEN_TYPE_CONTROL => {
+                _ if control => {
                     special.push(AddedToken::from(t.to_string(), true).rstrip(rstrip(t)))
                 }
                 TOKEN_TYPE_USER_DEFINED => user_defined.push(
@@ -308,7 +303,16 @@ impl Tokenizer {
             .add_tokens(user_defined)
             .map_err(|e| tok_err(e.to_string()))?;
 
-        let bos = id_of("tokenizer.ggml.bos_token_id")?;
+        let mut bos = id_of("tokenizer.ggml.bos_token_id")?;
+        // BERT's inputs begin with [CLS] and end with [SEP] (llama.cpp's add_sep; the key is
+        // spelled so in GGUF).
+        let sep = match kind {
+            TokenizerKind::WordPiece => {
+                bos = bos.or(id_of("tokenizer.ggml.cls_token_id")?);
+                id_of("tokenizer.ggml.seperator_token_id")?
+            }
+            _ => None,
+        };
         let eos = id_of("tokenizer.ggml.eos_token_id")?;
         let add_bos = md
             .bool("tokenizer.ggml.add_bos_token")?
@@ -339,6 +343,7 @@ impl Tokenizer {
             bos,
             eos,
             add_bos,
+            sep,
             eog,
             chat_template: md.str("tokenizer.chat_template")?.map(str::to_string),
             n_vocab: n,
@@ -424,6 +429,7 @@ impl Tokenizer {
             bos,
             eos,
             add_bos,
+            sep: None,
             eog,
             chat_template,
             n_vocab,
@@ -449,7 +455,17 @@ impl Tokenizer {
             ids.push(bos);
         }
         ids.extend_from_slice(enc.get_ids());
+        if add_special && let Some(sep) = self.sep {
+            ids.push(sep);
+        }
         Ok(ids)
+    }
+
+    /// Whether control tokens written in the text (`<|im_start|>`, `<s>`) become those tokens
+    /// (the default, as llama.cpp with special-token parsing on) or are tokenized as plain text.
+    /// User-defined tokens are matched either way, as llama.cpp does.
+    pub fn set_parse_special(&mut self, parse: bool) {
+        self.inner.set_encode_special_tokens(!parse);
     }
 
     /// Text of `ids`; with `skip_special`, control tokens (BOS, end-of-turn, …) are left out.
@@ -528,7 +544,7 @@ impl Tokenizer {
     pub fn vocabulary_bytes(&self) -> Vec<TokenBytes> {
         let byte_level = match self.kind {
             TokenizerKind::Gpt2 { .. } => true,
-            TokenizerKind::SentencePiece => false,
+            TokenizerKind::SentencePiece | TokenizerKind::WordPiece => false,
             // tokenizer.json: its decoder says which convention the vocabulary follows.
             TokenizerKind::HuggingFace => self.inner.get_decoder().is_some_and(|d| {
                 serde_json::to_string(d).is_ok_and(|s| s.contains("\"ByteLevel\""))
@@ -623,45 +639,135 @@ fn hf_chat_template(dir: &Path, cfg: &Value) -> Result<Option<String>> {
     })
 }
 
-/// The pre-tokenizer for a GGUF `tokenizer.ggml.pre`.
-fn gpt2_pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
-    let split = |regex: &str| -> Result<PreTokenizerWrapper> {
+/// The pre-tokenizer of a byte-level BPE vocabulary: the splitter's regexes one after another
+/// (each splitting what the last left), then the byte-level mapping.
+fn byte_level_pre_tokenizer(splitter: Splitter) -> Result<PreTokenizerWrapper> {
+    let regexes = match splitter {
+        Splitter::Regexes(list) => list,
+        Splitter::Gpt2 | Splitter::SpaceEscaped => {
+            return Ok(ByteLevel::new(false, true, true).into());
+        }
+    };
+    let mut steps: Vec<PreTokenizerWrapper> = Vec::with_capacity(regexes.len() + 1);
+    for re in regexes {
         let split = Split::new(
-            SplitPattern::Regex(regex.to_string()),
+            SplitPattern::Regex(re.to_string()),
             SplitDelimiterBehavior::Isolated,
             false,
         )
-        .map_err(|e| tok_err(format!("bad pre-tokenizer regex: {e}")))?;
-        Ok(PreSequence::new(vec![
-            split.into(),
-            ByteLevel::new(false, false, false).into(),
-        ])
-        .into())
-    };
-    match pre {
-        "default" | "gpt2" | "gpt-2" | "olmo" | "mpt" | "jais" => {
-            Ok(ByteLevel::new(false, true, true).into())
-        }
-        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" => {
-            Ok(PreSequence::new(vec![
-                Digits::new(true).into(),
-                ByteLevel::new(false, true, true).into(),
-            ])
-            .into())
-        }
-        "llama-bpe" | "llama3" | "smaug-bpe" | "dbrx" | "chatglm-bpe" | "glm4" | "glm5" => {
-            split(LLAMA3_REGEX)
-        }
-        "qwen2" | "stablelm2" | "hunyuan" => split(QWEN2_REGEX),
-        "gpt-4o" | "llama4" | "kanana2" | "minimax-m2" => split(GPT4O_REGEX),
-        "tekken" => split(TEKKEN_REGEX),
-        other => {
-            eprintln!(
-                "warning: unknown pre-tokenizer '{other}'; using GPT-2's. Tokenization may differ from the model's."
-            );
-            Ok(ByteLevel::new(false, true, true).into())
-        }
+        .map_err(|e| tok_err(format!("bad pre-tokenizer regex {re:?}: {e}")))?;
+        steps.push(split.into());
     }
+    steps.push(ByteLevel::new(false, false, false).into());
+    Ok(PreSequence::new(steps).into())
+}
+
+/// The pieces a byte-level BPE vocabulary with `tokenizer.ggml.pre = pre` hands to its merges
+/// (byte-level encoded, as llama.cpp's `unicode_regex_split` gives them): for tests and debugging.
+pub fn pre_tokenize(pre: &str, text: &str) -> Result<Vec<String>> {
+    use tokenizers::tokenizer::PreTokenizer as _;
+    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString};
+    let spec = pre_tokenizer::lookup(pre)
+        .ok_or_else(|| tok_err(format!("unknown pre-tokenizer '{pre}'")))?;
+    let mut pieces = PreTokenizedString::from(text);
+    byte_level_pre_tokenizer(spec.splitter)?
+        .pre_tokenize(&mut pieces)
+        .map_err(|e| tok_err(e.to_string()))?;
+    Ok(pieces
+        .get_splits(OffsetReferential::Original, OffsetType::Byte)
+        .into_iter()
+        .map(|(piece, _, _)| piece.to_string())
+        .collect())
+}
+
+/// BPE over raw UTF-8 with byte fallback, spaces written `▁` and lines split apart, as llama.cpp
+/// runs Gemma 4's vocabulary (and the BPE vocabularies whose pre-tokenizer is built like it).
+fn space_escaped_bpe(
+    vocab: AHashMap<String, u32>,
+    merges: Vec<(String, String)>,
+    tokens: &[&str],
+    types: &[i64],
+) -> Result<tokenizers::Tokenizer> {
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .byte_fallback(true)
+        .build()
+        .map_err(|e| tok_err(format!("cannot build the BPE: {e}")))?;
+    let mut inner = tokenizers::Tokenizer::new(bpe);
+    // llama.cpp: spaces become ▁, then merges run over whole lines (newline runs apart), with no
+    // byte-level mapping.
+    inner
+        .with_normalizer(Some(
+            Replace::new(" ", "▁").map_err(|e| tok_err(e.to_string()))?,
+        ))
+        .map_err(|e| tok_err(e.to_string()))?;
+    inner.with_pre_tokenizer(Some(
+        Split::new(
+            SplitPattern::Regex("[^\n]+|\n+".into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| tok_err(e.to_string()))?,
+    ));
+    inner.with_decoder(Some(DecoderSequence::new(vec![
+        Replace::new("▁", " ")
+            .map_err(|e| tok_err(e.to_string()))?
+            .into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ])));
+    // llama.cpp takes a run of newlines that the vocabulary has whole as that token, before any
+    // merge: added tokens do the same here.
+    let runs: Vec<AddedToken> = tokens
+        .iter()
+        .zip(types)
+        .filter(|&(t, &ty)| {
+            ty != TOKEN_TYPE_CONTROL && !t.is_empty() && t.chars().all(|c| c == '\n')
+        })
+        .map(|(t, _)| AddedToken::from(t.to_string(), false).normalized(false))
+        .collect();
+    inner.add_tokens(runs).map_err(|e| tok_err(e.to_string()))?;
+    Ok(inner)
+}
+
+/// BERT's WordPiece as llama.cpp runs it (`llm_tokenizer_wpm`): text lower-cased with accents and
+/// control characters removed, split at whitespace, punctuation and CJK characters, then each word
+/// matched greedily, longest piece first, a word with any unmatched rest becoming `[UNK]` whole.
+/// llama.cpp's GGUF writes a word's first piece `▁piece` and the others bare, where Hugging Face's
+/// WordPiece wants `piece` and `##piece`: the vocabulary is turned back.
+fn wordpiece(tokens: &[&str], types: &[i64], unk: Option<u32>) -> Result<tokenizers::Tokenizer> {
+    let form = |t: &str, ty: i64| -> String {
+        if let Some(word_start) = t.strip_prefix('▁') {
+            word_start.to_string()
+        } else if ty == TOKEN_TYPE_CONTROL || (t.starts_with('[') && t.ends_with(']')) {
+            t.to_string()
+        } else {
+            format!("##{t}")
+        }
+    };
+    let vocab: AHashMap<String, u32> = tokens
+        .iter()
+        .zip(types)
+        .enumerate()
+        .map(|(i, (t, &ty))| (form(t, ty), i as u32))
+        .collect();
+    let unk = match unk {
+        Some(id) => tokens[id as usize].to_string(),
+        None => "[UNK]".to_string(),
+    };
+    let model = WordPiece::builder()
+        .vocab(vocab)
+        .unk_token(unk)
+        .continuing_subword_prefix("##".into())
+        .build()
+        .map_err(|e| tok_err(format!("cannot build WordPiece: {e}")))?;
+    let mut inner = tokenizers::Tokenizer::new(model);
+    inner
+        .with_normalizer(Some(BertNormalizer::new(true, true, None, true)))
+        .map_err(|e| tok_err(e.to_string()))?;
+    inner.with_pre_tokenizer(Some(BertPreTokenizer));
+    inner.with_decoder(Some(WordPieceDecoder::default()));
+    Ok(inner)
 }
 
 /// BPE merges equivalent to SentencePiece's score-ordered merging: every split of every piece into

@@ -16,3 +16,4 @@ mod golden_synth;
 mod golden_tiny;
 mod hf_equivalence;
 mod tokenizer;
+mod tokenizer_suite;
