@@ -81,21 +81,21 @@ texts += [
 ]
 
 # One name per regex list (names that share a pre-type share its list); the space-escaped
-# vocabularies (Gemma 4's) only split lines, so they are left to the suite.
+# vocabularies (Gemma 4's) only split lines, so they are left to the suite. `whitespace` splits raw
+# UTF-8 (no byte-level encoding).
 out_cases = {}
 seen = {}
 for name, pre_type in names.items():
     exprs = regexes[pre_type]
     if exprs == ["[^\\n]+|[\\n]+"] and pre_type in ("LLAMA_VOCAB_PRE_TYPE_GEMMA4", "LLAMA_VOCAB_PRE_TYPE_SARVAM_MOE"):
         continue
-    if pre_type == "LLAMA_VOCAB_PRE_TYPE_WHITESPACE":
-        continue
     key = json.dumps(exprs)
     if key in seen:
         out_cases[seen[key]]["names"].append(name)
         continue
     seen[key] = name
-    run = subprocess.run([binary, *exprs], input="\0".join(texts).encode() + b"\0", capture_output=True, check=True)
+    raw = ["--raw"] if pre_type == "LLAMA_VOCAB_PRE_TYPE_WHITESPACE" else []
+    run = subprocess.run([binary, *raw, *exprs], input="\0".join(texts).encode() + b"\0", capture_output=True, check=True)
     pieces = [
         [p.decode("utf-8") for p in t.split(b"\x01")[:-1]]
         for t in run.stdout.split(b"\0")[:-1]

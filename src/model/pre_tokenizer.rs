@@ -16,6 +16,9 @@ pub enum Splitter {
     Gpt2,
     /// These regexes one after another, then the byte-level mapping.
     Regexes(&'static [&'static str]),
+    /// These regexes one after another over raw UTF-8, no byte-level mapping (jina's Chinese
+    /// embeddings, `whitespace`).
+    Raw(&'static [&'static str]),
     /// No byte-level mapping: spaces become `▁`, lines split apart, merges over raw UTF-8 with byte
     /// fallback (Gemma 4's vocabulary and those built like it).
     SpaceEscaped,
@@ -278,6 +281,14 @@ pub const TABLE: &[(&[&str], PreTokenizer)] = &[
         ]),
     ),
     (
+        &["whitespace"],
+        PreTokenizer {
+            splitter: Splitter::Raw(&[r"\S+"]),
+            ignore_merges: false,
+            add_bos: false,
+        },
+    ),
+    (
         &["gemma4", "granite-embed-multi-311m", "sarvam-moe"],
         PreTokenizer {
             splitter: Splitter::SpaceEscaped,
@@ -310,7 +321,7 @@ mod tests {
             for name in *list {
                 assert!(names.insert(*name), "{name} is listed twice");
             }
-            if let Splitter::Regexes(regexes) = pre.splitter {
+            if let Splitter::Regexes(regexes) | Splitter::Raw(regexes) = pre.splitter {
                 for re in regexes {
                     tokenizers::utils::SysRegex::new(re)
                         .unwrap_or_else(|e| panic!("{list:?}: {re}: {e}"));

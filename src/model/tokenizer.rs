@@ -190,6 +190,16 @@ impl Tokenizer {
                 let merges = gguf_merges(md)?;
                 let inner = match spec.splitter {
                     Splitter::SpaceEscaped => space_escaped_bpe(vocab, merges, &tokens, &types)?,
+                    Splitter::Raw(_) => {
+                        let bpe = BPE::builder()
+                            .vocab_and_merges(vocab, merges)
+                            .build()
+                            .map_err(|e| tok_err(format!("cannot build BPE: {e}")))?;
+                        let mut inner = tokenizers::Tokenizer::new(bpe);
+                        inner.with_pre_tokenizer(Some(byte_level_pre_tokenizer(spec.splitter)?));
+                        inner.with_decoder(Some(Fuse::new()));
+                        inner
+                    }
                     splitter => {
                         let bpe = BPE::builder()
                             .vocab_and_merges(vocab, merges)
@@ -639,11 +649,12 @@ fn hf_chat_template(dir: &Path, cfg: &Value) -> Result<Option<String>> {
     })
 }
 
-/// The pre-tokenizer of a byte-level BPE vocabulary: the splitter's regexes one after another
-/// (each splitting what the last left), then the byte-level mapping.
+/// The pre-tokenizer of a BPE vocabulary: the splitter's regexes one after another (each
+/// splitting what the last left), then (but for raw splitters) the byte-level mapping.
 fn byte_level_pre_tokenizer(splitter: Splitter) -> Result<PreTokenizerWrapper> {
-    let regexes = match splitter {
-        Splitter::Regexes(list) => list,
+    let (regexes, byte_level) = match splitter {
+        Splitter::Regexes(list) => (list, true),
+        Splitter::Raw(list) => (list, false),
         Splitter::Gpt2 | Splitter::SpaceEscaped => {
             return Ok(ByteLevel::new(false, true, true).into());
         }
@@ -658,7 +669,9 @@ fn byte_level_pre_tokenizer(splitter: Splitter) -> Result<PreTokenizerWrapper> {
         .map_err(|e| tok_err(format!("bad pre-tokenizer regex {re:?}: {e}")))?;
         steps.push(split.into());
     }
-    steps.push(ByteLevel::new(false, false, false).into());
+    if byte_level {
+        steps.push(ByteLevel::new(false, false, false).into());
+    }
     Ok(PreSequence::new(steps).into())
 }
 

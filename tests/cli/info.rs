@@ -263,3 +263,73 @@ fn info_describes_a_file_kiln_cannot_run() {
         assert!(text.contains(want), "{want:?} not in {text}");
     }
 }
+
+/// `kiln tokenize` reads any GGUF that carries a vocabulary: llama.cpp's vocabulary-only files of
+/// architectures kiln does not run (GPT-2, BERT) give the ids of llama.cpp's suite (`.out`), with
+/// `--no-parse-special` as the suite runs; `--chat` on a file without a template says what is
+/// missing.
+#[test]
+fn tokenize_reads_any_gguf_with_a_vocabulary() {
+    let dir = common::models_dir().join("ggml-vocab");
+    for vocab in ["gpt-2", "bert-bge", "falcon"] {
+        let file = dir.join(format!("ggml-vocab-{vocab}.gguf"));
+        let inp = std::fs::read_to_string(file.with_extension("gguf.inp")).unwrap();
+        let out = std::fs::read_to_string(file.with_extension("gguf.out")).unwrap();
+        let text = inp.split("\n__ggml_vocab_test__\n").nth(3).unwrap();
+        let want: Vec<u64> = out
+            .lines()
+            .nth(3)
+            .unwrap()
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        let got = common::kiln()
+            .args([
+                "tokenize",
+                "--no-bos",
+                "--no-parse-special",
+                "--format",
+                "json",
+                "-m",
+            ])
+            .arg(&file)
+            .arg(text)
+            .output()
+            .unwrap();
+        assert!(
+            got.status.success(),
+            "{vocab}: {}",
+            String::from_utf8_lossy(&got.stderr)
+        );
+        let v: Value = serde_json::from_slice(&got.stdout).unwrap();
+        assert_eq!(v["ids"], serde_json::json!(want), "{vocab}: {text:?}");
+    }
+    let gpt2 = dir.join("ggml-vocab-gpt-2.gguf");
+    let chat = common::kiln()
+        .args(["tokenize", "--chat", "-m"])
+        .arg(&gpt2)
+        .arg("hi")
+        .output()
+        .unwrap();
+    assert_eq!(chat.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&chat.stderr).contains("--chat needs a chat template"),
+        "{}",
+        String::from_utf8_lossy(&chat.stderr)
+    );
+    // <|endoftext|> is GPT-2's control token: one id when parsed, several as text.
+    let count = |flags: &[&str]| -> u64 {
+        let out = common::kiln()
+            .args(["tokenize", "--no-bos", "--format", "json", "-m"])
+            .arg(&gpt2)
+            .args(flags)
+            .arg("<|endoftext|>")
+            .output()
+            .unwrap();
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()["count"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(count(&[]), 1);
+    assert!(count(&["--no-parse-special"]) > 1);
+}
