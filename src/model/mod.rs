@@ -10,7 +10,6 @@ pub mod conversation;
 pub mod generate;
 pub mod loader;
 pub mod placement;
-pub mod pre_tokenizer;
 pub mod reasoning;
 pub mod recurrent;
 pub mod rope;

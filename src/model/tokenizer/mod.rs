@@ -6,7 +6,11 @@
 //!   pre-tokenizer regex that `tokenizer.ggml.pre` names (as llama.cpp's `llm_tokenizer_bpe` does);
 //! - `tokenizer.ggml.model = llama`: SentencePiece BPE. llama.cpp merges the adjacent pair whose
 //!   merged piece has the best score; the same result comes from BPE merges ranked by that score
-//!   (how Hugging Face converts SentencePiece models), with byte fallback to `<0xNN>` tokens.
+//!   (how Hugging Face converts SentencePiece models), with byte fallback to `<0xNN>` tokens, and
+//!   the dummy space in front of every stretch of text between special tokens;
+//! - `gemma4`: BPE over raw UTF-8 lines with spaces written `▁`; `bert`: WordPiece.
+//!
+//! The builders for each model are in `gguf_vocab`, the pre-tokenizers in `pre_tokenizer`.
 //!
 //! Control tokens (type 3) and user-defined tokens (type 4) are matched whole in the text before
 //! the model sees it, like llama.cpp with special-token parsing on.
@@ -16,34 +20,31 @@ use std::path::Path;
 
 use ahash::AHashMap;
 use serde_json::Value;
+use tokenizers::AddedToken;
 use tokenizers::decoders::DecoderWrapper;
 use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
-use tokenizers::decoders::wordpiece::WordPiece as WordPieceDecoder;
 use tokenizers::models::bpe::BPE;
-use tokenizers::models::wordpiece::WordPiece;
-use tokenizers::normalizers::bert::BertNormalizer;
 use tokenizers::normalizers::prepend::Prepend;
 use tokenizers::normalizers::replace::Replace;
 use tokenizers::normalizers::{NormalizerWrapper, Sequence as NormalizerSequence};
-use tokenizers::pre_tokenizers::PreTokenizerWrapper;
-use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, SplitDelimiterBehavior};
 
-use super::loader::{ModelFile, Source};
-use super::pre_tokenizer::{self, PreTokenizer, Splitter};
+use crate::model::loader::{ModelFile, Source};
+mod gguf_vocab;
+pub mod pre_tokenizer;
+
 use crate::error::{Error, Result};
 use crate::gguf::{GgufFile, Metadata};
 use crate::sampler::TokenBytes;
-
-/// GGUF `tokenizer.ggml.token_type` values.
-const TOKEN_TYPE_CONTROL: i64 = 3;
-const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+pub use gguf_vocab::pre_tokenize;
+use gguf_vocab::{
+    TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED, byte_level_pre_tokenizer, gguf_merges,
+    sentencepiece_merges, space_escaped_bpe, tok_err, wordpiece,
+};
+use pre_tokenizer::{PreTokenizer, Splitter};
 
 /// Texts of tokens that end a turn in common chat formats: llama.cpp's list (`llama-vocab.cpp`).
 /// Each one present in the vocabulary as a control or user-defined token ends generation; llama.cpp
@@ -594,30 +595,6 @@ impl Tokenizer {
     }
 }
 
-/// `tokenizer.ggml.merges` as pairs, split as llama.cpp splits them: at the first space after the
-/// first character.
-fn gguf_merges(md: &Metadata) -> Result<Vec<(String, String)>> {
-    let merges = md
-        .str_array("tokenizer.ggml.merges")?
-        .ok_or_else(|| tok_err("BPE needs tokenizer.ggml.merges"))?;
-    merges
-        .iter()
-        .map(|m| {
-            let split = m
-                .char_indices()
-                .skip(1)
-                .find(|&(_, c)| c == ' ')
-                .map(|(i, _)| i)
-                .ok_or_else(|| tok_err(format!("malformed merge {m:?}")))?;
-            Ok((m[..split].to_string(), m[split + 1..].to_string()))
-        })
-        .collect()
-}
-
-fn tok_err(msg: impl Into<String>) -> Error {
-    Error::Tokenizer(msg.into())
-}
-
 fn read_optional_json(path: &Path) -> Result<Option<Value>> {
     if !path.is_file() {
         return Ok(None);
@@ -647,179 +624,6 @@ fn hf_chat_template(dir: &Path, cfg: &Value) -> Result<Option<String>> {
             .map(str::to_string),
         _ => None,
     })
-}
-
-/// The pre-tokenizer of a BPE vocabulary: the splitter's regexes one after another (each
-/// splitting what the last left), then (but for raw splitters) the byte-level mapping.
-fn byte_level_pre_tokenizer(splitter: Splitter) -> Result<PreTokenizerWrapper> {
-    let (regexes, byte_level) = match splitter {
-        Splitter::Regexes(list) => (list, true),
-        Splitter::Raw(list) => (list, false),
-        Splitter::Gpt2 | Splitter::SpaceEscaped => {
-            return Ok(ByteLevel::new(false, true, true).into());
-        }
-    };
-    let mut steps: Vec<PreTokenizerWrapper> = Vec::with_capacity(regexes.len() + 1);
-    for re in regexes {
-        let split = Split::new(
-            SplitPattern::Regex(re.to_string()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| tok_err(format!("bad pre-tokenizer regex {re:?}: {e}")))?;
-        steps.push(split.into());
-    }
-    if byte_level {
-        steps.push(ByteLevel::new(false, false, false).into());
-    }
-    Ok(PreSequence::new(steps).into())
-}
-
-/// The pieces a byte-level BPE vocabulary with `tokenizer.ggml.pre = pre` hands to its merges
-/// (byte-level encoded, as llama.cpp's `unicode_regex_split` gives them): for tests and debugging.
-pub fn pre_tokenize(pre: &str, text: &str) -> Result<Vec<String>> {
-    use tokenizers::tokenizer::PreTokenizer as _;
-    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString};
-    let spec = pre_tokenizer::lookup(pre)
-        .ok_or_else(|| tok_err(format!("unknown pre-tokenizer '{pre}'")))?;
-    let mut pieces = PreTokenizedString::from(text);
-    byte_level_pre_tokenizer(spec.splitter)?
-        .pre_tokenize(&mut pieces)
-        .map_err(|e| tok_err(e.to_string()))?;
-    Ok(pieces
-        .get_splits(OffsetReferential::Original, OffsetType::Byte)
-        .into_iter()
-        .map(|(piece, _, _)| piece.to_string())
-        .collect())
-}
-
-/// BPE over raw UTF-8 with byte fallback, spaces written `▁` and lines split apart, as llama.cpp
-/// runs Gemma 4's vocabulary (and the BPE vocabularies whose pre-tokenizer is built like it).
-fn space_escaped_bpe(
-    vocab: AHashMap<String, u32>,
-    merges: Vec<(String, String)>,
-    tokens: &[&str],
-    types: &[i64],
-) -> Result<tokenizers::Tokenizer> {
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .byte_fallback(true)
-        .build()
-        .map_err(|e| tok_err(format!("cannot build the BPE: {e}")))?;
-    let mut inner = tokenizers::Tokenizer::new(bpe);
-    // llama.cpp: spaces become ▁, then merges run over whole lines (newline runs apart), with no
-    // byte-level mapping.
-    inner
-        .with_normalizer(Some(
-            Replace::new(" ", "▁").map_err(|e| tok_err(e.to_string()))?,
-        ))
-        .map_err(|e| tok_err(e.to_string()))?;
-    inner.with_pre_tokenizer(Some(
-        Split::new(
-            SplitPattern::Regex("[^\n]+|\n+".into()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| tok_err(e.to_string()))?,
-    ));
-    inner.with_decoder(Some(DecoderSequence::new(vec![
-        Replace::new("▁", " ")
-            .map_err(|e| tok_err(e.to_string()))?
-            .into(),
-        ByteFallback::new().into(),
-        Fuse::new().into(),
-    ])));
-    // llama.cpp takes a run of newlines that the vocabulary has whole as that token, before any
-    // merge: added tokens do the same here.
-    let runs: Vec<AddedToken> = tokens
-        .iter()
-        .zip(types)
-        .filter(|&(t, &ty)| {
-            ty != TOKEN_TYPE_CONTROL && !t.is_empty() && t.chars().all(|c| c == '\n')
-        })
-        .map(|(t, _)| AddedToken::from(t.to_string(), false).normalized(false))
-        .collect();
-    inner.add_tokens(runs).map_err(|e| tok_err(e.to_string()))?;
-    Ok(inner)
-}
-
-/// BERT's WordPiece as llama.cpp runs it (`llm_tokenizer_wpm`): text lower-cased with accents and
-/// control characters removed, split at whitespace, punctuation and CJK characters, then each word
-/// matched greedily, longest piece first, a word with any unmatched rest becoming `[UNK]` whole.
-/// llama.cpp's GGUF writes a word's first piece `▁piece` and the others bare, where Hugging Face's
-/// WordPiece wants `piece` and `##piece`: the vocabulary is turned back.
-fn wordpiece(tokens: &[&str], types: &[i64], unk: Option<u32>) -> Result<tokenizers::Tokenizer> {
-    let form = |t: &str, ty: i64| -> String {
-        if let Some(word_start) = t.strip_prefix('▁') {
-            word_start.to_string()
-        } else if ty == TOKEN_TYPE_CONTROL || (t.starts_with('[') && t.ends_with(']')) {
-            t.to_string()
-        } else {
-            format!("##{t}")
-        }
-    };
-    let vocab: AHashMap<String, u32> = tokens
-        .iter()
-        .zip(types)
-        .enumerate()
-        .map(|(i, (t, &ty))| (form(t, ty), i as u32))
-        .collect();
-    let unk = match unk {
-        Some(id) => tokens[id as usize].to_string(),
-        None => "[UNK]".to_string(),
-    };
-    let model = WordPiece::builder()
-        .vocab(vocab)
-        .unk_token(unk)
-        .continuing_subword_prefix("##".into())
-        .build()
-        .map_err(|e| tok_err(format!("cannot build WordPiece: {e}")))?;
-    let mut inner = tokenizers::Tokenizer::new(model);
-    inner
-        .with_normalizer(Some(BertNormalizer::new(true, true, None, true)))
-        .map_err(|e| tok_err(e.to_string()))?;
-    inner.with_pre_tokenizer(Some(BertPreTokenizer));
-    inner.with_decoder(Some(WordPieceDecoder::default()));
-    Ok(inner)
-}
-
-/// BPE merges equivalent to SentencePiece's score-ordered merging: every split of every piece into
-/// two pieces of the vocabulary, ranked by the merged piece's score (best first), ties broken by
-/// the lengths of the halves as Hugging Face's converter does.
-fn sentencepiece_merges(
-    tokens: &[&str],
-    scores: &[f32],
-    vocab: &AHashMap<String, u32>,
-) -> Vec<(String, String)> {
-    // (score, left id, right id, left length in bytes, right length): the pieces themselves are
-    // looked up by id only once the order is known.
-    let mut merges: Vec<(f32, u32, u32, u32, u32)> = Vec::new();
-    for (id, piece) in tokens.iter().enumerate() {
-        for (split, _) in piece.char_indices().skip(1) {
-            let (l, r) = piece.split_at(split);
-            if let Some(&lid) = vocab.get(l)
-                && let Some(&rid) = vocab.get(r)
-            {
-                merges.push((scores[id], lid, rid, l.len() as u32, r.len() as u32));
-            }
-        }
-    }
-    // (left, right) pairs are unique, so the order is total and an unstable sort gives it.
-    merges.sort_unstable_by(|a, b| {
-        b.0.total_cmp(&a.0)
-            .then_with(|| a.3.cmp(&b.3))
-            .then_with(|| a.4.cmp(&b.4))
-            .then_with(|| (a.1, a.2).cmp(&(b.1, b.2)))
-    });
-    merges
-        .into_iter()
-        .map(|(_, l, r, _, _)| {
-            (
-                tokens[l as usize].to_string(),
-                tokens[r as usize].to_string(),
-            )
-        })
-        .collect()
 }
 
 /// Incremental detokenizer: fed one id at a time, it emits text only once it is complete UTF-8,
