@@ -36,6 +36,8 @@ const LARK_AS_REGEX: &str = r"^(yes|no), [1-9][0-9]? (cats|dogs)$";
 const GBNF: &str = "root ::= answer \", \" count \" \" animal\nanswer ::= \"yes\" | \"no\"\ncount ::= [1-9] [0-9]?\nanimal ::=\n    \"cats\" | \"dogs\"\n";
 const REGEX: &str = r"[A-Z][a-z]{1,8} (is|was) [0-9]{1,2}";
 
+/// Seeds per constraint and model: CI's share, and the whole run (`--ignored`).
+const SEEDS_IN_CI: u64 = 8;
 const SEEDS: u64 = 20;
 
 /// Run `requests` through `kiln run --batch -` with `flags`; the result lines, in order.
@@ -71,7 +73,19 @@ fn batch(model: &std::path::Path, flags: &[&str], requests: &[Value]) -> Vec<Val
 }
 
 #[test]
-fn sampled_outputs_always_satisfy_the_schema_grammar_and_regex_on_every_real_model() {
+fn sampled_outputs_satisfy_the_schema_grammar_and_regex_on_every_real_model() {
+    sampled_outputs_satisfy_the_constraints(SEEDS_IN_CI);
+}
+
+#[test]
+#[ignore = "CI samples 8 seeds a constraint; this is the whole run (docs/contributing.md)"]
+fn every_seed_samples_within_the_schema_grammar_and_regex() {
+    sampled_outputs_satisfy_the_constraints(SEEDS);
+}
+
+/// `seeds` samples at temperature 1 per constraint and real model, each checked against the
+/// constraint by an independent validator.
+fn sampled_outputs_satisfy_the_constraints(seeds: u64) {
     let schema: Value = serde_json::from_str(SCHEMA).unwrap();
     let validator = jsonschema::validator_for(&schema).unwrap();
     let grammar_re = regex::Regex::new(LARK_AS_REGEX).unwrap();
@@ -79,15 +93,15 @@ fn sampled_outputs_always_satisfy_the_schema_grammar_and_regex_on_every_real_mod
     for name in common::REAL_MODELS {
         let model = common::real_model(name);
         let mut requests = Vec::new();
-        for seed in 1..=SEEDS {
+        for seed in 1..=seeds {
             requests.push(json!({"id": format!("schema-{seed}"), "seed": seed,
                 "prompt": "Describe a pet as JSON.", "json_schema": schema, "max_tokens": 300}));
         }
-        for seed in 1..=SEEDS {
+        for seed in 1..=seeds {
             requests.push(json!({"id": format!("grammar-{seed}"), "seed": seed,
                 "prompt": "Do you like cats? How many?", "grammar": LARK, "max_tokens": 30}));
         }
-        for seed in 1..=SEEDS {
+        for seed in 1..=seeds {
             requests.push(json!({"id": format!("regex-{seed}"), "seed": seed,
                 "prompt": "Tell me someone's age.", "regex": REGEX, "max_tokens": 30}));
         }
