@@ -331,6 +331,7 @@ impl<B: Backend> Batch<'_, '_, B> {
         for &t in &ids[..shared] {
             sampler.accept(t);
         }
+        let drafter = self.args.speculation.drafter();
         let opts = GenerateOptions {
             rules: StopRules {
                 max_tokens: usize::try_from(max_tokens).unwrap_or(usize::MAX),
@@ -339,6 +340,7 @@ impl<B: Backend> Batch<'_, '_, B> {
             logprobs: 0,
             cancel: Some(cancel_flag()),
             on_reasoning: None,
+            speculation: self.args.speculation.speculation(&drafter),
         };
         let result = generate(
             &mut self.session,

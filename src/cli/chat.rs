@@ -24,9 +24,10 @@ use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, TemplateOrigin};
 use crate::model::conversation::Conversation;
 use crate::model::generate::{
-    FinishReason, GenerateOptions, Generation, ReasoningSink, StopRules, generate,
+    FinishReason, GenerateOptions, Generation, ReasoningSink, Speculation, StopRules, generate,
 };
 use crate::model::session::DEFAULT_BATCH;
+use crate::model::speculative::NgramDrafter;
 use crate::model::{Session, Tokenizer};
 use crate::sampler::Sampler;
 
@@ -54,6 +55,9 @@ pub struct ChatArgs {
 
     #[command(flatten)]
     pub sampling: SamplingArgs,
+
+    #[command(flatten)]
+    pub speculation: super::SpeculationArgs,
 
     #[command(flatten)]
     pub backend: BackendArgs,
@@ -158,6 +162,9 @@ struct Chat<'m, B: Backend> {
     conv: Conversation<'m, B>,
     sampler: Sampler,
     max_tokens: Option<usize>,
+    /// Speculative decoding's drafter and its most tokens a pass (--spec-type).
+    drafter: Option<NgramDrafter>,
+    draft_max: usize,
     last: Option<Generation>,
     interactive: bool,
     color: bool,
@@ -338,6 +345,10 @@ impl<B: Backend> Chat<'_, B> {
             on_reasoning: std::io::stdout()
                 .is_terminal()
                 .then_some(&show_reasoning as &ReasoningSink<'_>),
+            speculation: self.drafter.as_ref().map(|d| Speculation {
+                drafter: d,
+                max_draft: self.draft_max,
+            }),
         };
         let mut out = std::io::stdout().lock();
         let generation = generate(
@@ -455,6 +466,8 @@ fn chat_with<B: Backend>(args: &ChatArgs, loaded: Loaded<B>) -> Result<ExitCode>
         conv: Conversation::new(session, template, args.system.clone()),
         sampler,
         max_tokens: (args.max_tokens >= 0).then_some(args.max_tokens as usize),
+        drafter: args.speculation.drafter(),
+        draft_max: args.speculation.draft_max,
         last: None,
         interactive,
         color,

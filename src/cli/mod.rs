@@ -340,6 +340,47 @@ impl SamplingArgs {
     }
 }
 
+/// Speculative decoding's flags, llama.cpp's names (`llama-cli --spec-type`).
+#[derive(clap::Args, Debug, Clone)]
+pub struct SpeculationArgs {
+    /// Speculative decoding: `ngram-simple` drafts from the text's own repeats (quotations,
+    /// edits, code), checked several tokens per forward pass; greedy output is unchanged. Applies
+    /// to greedy decoding (--temp 0) without logprobs, on models without recurrent state
+    #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
+    pub spec_type: SpecType,
+
+    /// Most tokens drafted per pass
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub draft_max: usize,
+}
+
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SpecType {
+    #[default]
+    None,
+    NgramSimple,
+}
+
+impl SpeculationArgs {
+    /// The drafter these flags ask for.
+    pub fn drafter(&self) -> Option<crate::model::speculative::NgramDrafter> {
+        (self.spec_type == SpecType::NgramSimple).then(Default::default)
+    }
+
+    /// The generation setting for `drafter` (from `drafter()`).
+    pub fn speculation<'a>(
+        &self,
+        drafter: &'a Option<crate::model::speculative::NgramDrafter>,
+    ) -> Option<crate::model::generate::Speculation<'a>> {
+        drafter
+            .as_ref()
+            .map(|d| crate::model::generate::Speculation {
+                drafter: d,
+                max_draft: self.draft_max,
+            })
+    }
+}
+
 /// `kiln run`'s flags, here because two modes read them: one prompt (`run.rs`) and `--batch`
 /// (`batch.rs`); the dispatch at the end of this file picks the mode.
 #[derive(clap::Args, Debug)]
@@ -391,6 +432,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub sampling: SamplingArgs,
+
+    #[command(flatten)]
+    pub speculation: SpeculationArgs,
 
     #[command(flatten)]
     pub backend: BackendArgs,

@@ -82,6 +82,10 @@ pub fn result_json<B: Backend>(
     if with_logprobs {
         v["logprobs"] = serde_json::Value::Array(logprobs);
     }
+    if result.drafted_tokens > 0 {
+        v["timings"]["draft_tokens"] = json!(result.drafted_tokens);
+        v["timings"]["draft_accepted"] = json!(result.accepted_tokens);
+    }
     if let Some(c) = sampler.constraint() {
         v["timings"]["mask_ms"] = json!(c.stats.mask_time.as_secs_f64() * 1e3);
     }

@@ -124,6 +124,7 @@ fn generate_for<B: Backend>(
         ReasoningDisplay::Hide => false,
         ReasoningDisplay::Show => true,
     };
+    let drafter = args.speculation.drafter();
     let opts = GenerateOptions {
         rules: StopRules {
             max_tokens,
@@ -133,6 +134,7 @@ fn generate_for<B: Backend>(
         cancel: Some(cancel_flag()),
         on_reasoning: (show && args.format == OutputFormat::Text)
             .then_some(&show_reasoning as &ReasoningSink<'_>),
+        speculation: args.speculation.speculation(&drafter),
     };
 
     let streaming = args.format == OutputFormat::Text;
@@ -180,6 +182,14 @@ fn generate_for<B: Backend>(
     out.flush()?;
 
     if args.verbose {
+        if result.drafted_tokens > 0 {
+            eprintln!(
+                "\nspeculative decoding: {} of {} drafted tokens accepted ({:.0} %)",
+                result.accepted_tokens,
+                result.drafted_tokens,
+                100.0 * result.accepted_tokens as f64 / result.drafted_tokens as f64
+            );
+        }
         if session.stats.context_shifts > 0 {
             eprintln!(
                 "\ncontext shifted {} times, {} tokens dropped",

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::reasoning::{ReplySplitter, Route};
 use super::session::Session;
+use super::speculative::{Drafter, accept};
 use super::tokenizer::Tokenizer;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -68,6 +69,9 @@ pub struct Generation {
     pub prefill_time: Duration,
     pub decode_time: Duration,
     pub logprobs: Vec<StepLogprobs>,
+    /// Speculative decoding: tokens drafted, and how many of them the model accepted.
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
 }
 
 pub struct GenerateOptions<'a> {
@@ -78,6 +82,16 @@ pub struct GenerateOptions<'a> {
     pub cancel: Option<&'a AtomicBool>,
     /// Where reasoning is streamed as it comes (None: it is only collected).
     pub on_reasoning: Option<&'a ReasoningSink<'a>>,
+    /// Speculative decoding, where it applies (greedy without logprobs, a model without
+    /// recurrent state); elsewhere generation runs as without it.
+    pub speculation: Option<Speculation<'a>>,
+}
+
+/// A drafter and the most tokens it may propose per verify pass.
+#[derive(Clone, Copy)]
+pub struct Speculation<'a> {
+    pub drafter: &'a dyn Drafter,
+    pub max_draft: usize,
 }
 
 /// A callback that takes reasoning text as it is generated.
@@ -119,12 +133,24 @@ pub fn generate<B: Backend>(
         prefill_time,
         decode_time: Duration::ZERO,
         logprobs: Vec::new(),
+        drafted_tokens: 0,
+        accepted_tokens: 0,
     };
     let mut emitted = 0usize;
     // Greedy without logprobs: the backend may pick each next token where the logits live, so a
     // GPU reads back one index per token instead of the logits.
     let device_argmax = sampler.is_plain_greedy() && opts.logprobs == 0;
     let mut next: Option<u32> = None;
+    // Speculation: drafted tokens the model accepted, already in the session but not yet
+    // emitted, and the model's own pick after them.
+    let speculation = opts.speculation.filter(|s| {
+        s.max_draft > 0 && sampler.is_plain_greedy() && opts.logprobs == 0 && session.can_verify()
+    });
+    let mut accepted: std::collections::VecDeque<u32> = Default::default();
+    let mut after_accepted: Option<u32> = None;
+    // Where the session would stand without speculation: its tokens then, the reply's so far.
+    let start_len = session.tokens().len();
+    let mut decoded = 0usize;
     let t1 = Instant::now();
     let stops = &opts.rules.stop_strings;
 
@@ -137,7 +163,8 @@ pub fn generate<B: Backend>(
             out.finish = FinishReason::Length;
             break;
         }
-        let token = match next.take() {
+        let from_draft = accepted.pop_front();
+        let token = match from_draft.or_else(|| next.take()) {
             Some(t) => t,
             None => sampler.sample(&logits)?,
         };
@@ -197,10 +224,33 @@ pub fn generate<B: Backend>(
             out.finish = FinishReason::Length;
             break;
         }
+        if from_draft.is_some() {
+            // Already in the session: the verify pass ran it.
+            decoded += 1;
+            if accepted.is_empty() {
+                next = after_accepted.take();
+            }
+            continue;
+        }
         // A full context ends generation, unless the session shifts it (--context-shift).
         if !session.make_room()? {
             out.finish = FinishReason::ContextFull;
             break;
+        }
+        decoded += 1;
+        if let Some(spec) = speculation
+            && let Some((drafted, n, after)) = speculate(session, sampler, spec, token)?
+        {
+            out.drafted_tokens += drafted;
+            out.accepted_tokens += n;
+            let t = session.tokens();
+            accepted.extend(&t[t.len() - n..]);
+            if accepted.is_empty() {
+                next = Some(after);
+            } else {
+                after_accepted = Some(after);
+            }
+            continue;
         }
         if device_argmax {
             next = session.decode_argmax(token)?;
@@ -226,9 +276,53 @@ pub fn generate<B: Backend>(
         }
     }
     out.decode_time = t1.elapsed();
+    // Accepted drafts generation stopped before leave the session, which then holds what it
+    // would without speculation.
+    if session.tokens().len() > start_len + decoded {
+        session.truncate(start_len + decoded)?;
+    }
     // A later turn that rolls back into or past this reply restarts a recurrent state here.
     session.checkpoint()?;
     Ok(out)
+}
+
+/// Draft after `token` and verify: `token` and the draft run in one pass, the rows the model
+/// rejects leave the session. Returns how many tokens were drafted, how many of them were accepted
+/// (now the session's last tokens, after `token`) and the model's pick after them; None when the drafter had nothing
+/// or the context has no room for the pass (the caller then decodes `token` alone).
+fn speculate<B: Backend>(
+    session: &mut Session<B>,
+    sampler: &mut Sampler,
+    spec: Speculation,
+    token: u32,
+) -> Result<Option<(usize, usize, u32)>> {
+    let mut context = session.tokens().to_vec();
+    context.push(token);
+    let room = session.remaining().saturating_sub(1);
+    let max = spec
+        .max_draft
+        .min(room)
+        .min(session.max_rows().saturating_sub(1));
+    let draft = spec.drafter.draft(&context, max);
+    if draft.is_empty() {
+        return Ok(None);
+    }
+    let mut rows = Vec::with_capacity(draft.len() + 1);
+    rows.push(token);
+    rows.extend_from_slice(&draft);
+    let base = session.tokens().len();
+    let vocab = session.model().config.vocab_size;
+    let logits = session.verify(&rows)?;
+    let picks: Vec<u32> = logits
+        .chunks_exact(vocab)
+        .map(|row| sampler.sample(row))
+        .collect::<Result<_>>()?;
+    let (n, after) = accept(&draft, &picks);
+    session.truncate(base + 1 + n)?;
+    session.stats.drafted_tokens += draft.len();
+    session.stats.accepted_tokens += n;
+    session.stats.decode_tokens += 1 + n;
+    Ok(Some((draft.len(), n, after)))
 }
 
 fn top_logprobs_of(logits: &[f32], token: u32) -> f32 {

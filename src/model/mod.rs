@@ -14,6 +14,7 @@ pub mod reasoning;
 pub mod recurrent;
 pub mod rope;
 pub mod session;
+pub mod speculative;
 pub mod tokenizer;
 pub mod weights;
 

@@ -4,7 +4,8 @@
 //! with recurrent blocks (Qwen3.5) it restores the nearest state checkpoint and recomputes from
 //! there (recurrent.rs), so prefill and decode take checkpoints as they go. `shift_context` drops
 //! old tokens to make room (llama.cpp's context shift), and with `set_context_shift` generation
-//! does so by itself whenever the context fills (not for models with recurrent state).
+//! does so by itself whenever the context fills (not for models with recurrent state). `verify`
+//! runs several tokens and returns every row's logits, for speculative decoding (speculative.rs).
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +29,10 @@ pub struct SessionStats {
     pub shifted_out_tokens: usize,
     /// Tokens run again by `truncate` to rebuild a recurrent state from a checkpoint.
     pub recomputed_tokens: usize,
+    /// Speculative decoding: verify passes run, tokens drafted, drafted tokens accepted.
+    pub verify_passes: usize,
+    pub drafted_tokens: usize,
+    pub accepted_tokens: usize,
 }
 
 pub struct Session<'m, B: Backend> {
@@ -36,6 +41,8 @@ pub struct Session<'m, B: Backend> {
     scratch: Scratch<B>,
     tokens: Vec<u32>,
     logits: Vec<f32>,
+    /// Every row's logits of the last `verify`.
+    rows_logits: Vec<f32>,
     has_logits: bool,
     /// With context shift on: how many tokens at the start every shift keeps.
     shift_keep: Option<usize>,
@@ -72,6 +79,7 @@ impl<'m, B: Backend> Session<'m, B> {
             scratch: model.new_scratch(batch)?,
             tokens: Vec::new(),
             logits: vec![0.0; model.config.vocab_size],
+            rows_logits: Vec::new(),
             has_logits: false,
             shift_keep: None,
             stats: SessionStats::default(),
@@ -184,6 +192,60 @@ impl<'m, B: Backend> Session<'m, B> {
         self.stats.decode_tokens += 1;
         self.stats.decode_time += start.elapsed();
         Ok(next)
+    }
+
+    /// The most tokens one forward call (and so one `verify`) can take.
+    pub fn max_rows(&self) -> usize {
+        self.scratch.rows()
+    }
+
+    /// Whether `verify` can run here: speculative decoding rolls rejected rows back by truncating
+    /// the KV cache, which a recurrent state (Qwen3.5) cannot do without recomputing.
+    pub fn can_verify(&self) -> bool {
+        self.cache.recurrent.is_none()
+    }
+
+    /// Run `ids` after the context in one forward pass and return the logits after each of them
+    /// (`ids.len()` rows of the vocabulary): the verify pass of speculative decoding. `logits()`
+    /// is then the last row's. At most the batch size of tokens at once.
+    pub fn verify(&mut self, ids: &[u32]) -> Result<&[f32]> {
+        if self.tokens.is_empty() {
+            return Err(Error::DecodeBeforePrefill);
+        }
+        if !self.can_verify() {
+            return Err(Error::Usage(
+                "speculative decoding needs a model without recurrent state".into(),
+            ));
+        }
+        if ids.is_empty() || ids.len() > self.scratch.rows() {
+            return Err(Error::Usage(format!(
+                "a verify pass takes 1 to {} tokens, not {}",
+                self.scratch.rows(),
+                ids.len()
+            )));
+        }
+        self.check(ids)?;
+        let start = Instant::now();
+        let start_pos = self.tokens.len();
+        self.model.forward_all_rows(
+            ids,
+            start_pos,
+            &mut self.cache,
+            &mut self.scratch,
+            &mut self.rows_logits,
+        )?;
+        if let Some(e) = self.model.backend.take_error() {
+            self.has_logits = false;
+            return Err(e);
+        }
+        self.tokens.extend_from_slice(ids);
+        let vocab = self.logits.len();
+        self.logits
+            .copy_from_slice(&self.rows_logits[(ids.len() - 1) * vocab..ids.len() * vocab]);
+        self.has_logits = true;
+        self.stats.verify_passes += 1;
+        self.stats.decode_time += start.elapsed();
+        Ok(&self.rows_logits[..ids.len() * vocab])
     }
 
     /// Keep only the first `n` tokens of the context (the cache beyond them is overwritten later).

@@ -461,3 +461,23 @@ fn llama_cpp_special_values() {
         assert!(err.contains("or -1 for"), "{flag} {value}: {err}");
     }
 }
+
+/// `--spec-type ngram-simple` drafts from the text's own repeats and changes nothing in greedy
+/// output; `--format json` counts the drafted and accepted tokens.
+#[test]
+fn speculative_decoding_gives_the_plain_greedy_output() {
+    let model = common::real_model(common::REAL_MODELS[0]);
+    let prompt = "one two three four five, one two three four five, one two three four five, one";
+    let base = ["--raw", "--temp", "0", "-n", "24", prompt];
+    let plain = json_run(&model, &base);
+    for draft_max in ["1", "16"] {
+        let mut args = base.to_vec();
+        args.extend(["--spec-type", "ngram-simple", "--draft-max", draft_max]);
+        let fast = json_run(&model, &args);
+        assert_eq!(fast["tokens"], plain["tokens"], "--draft-max {draft_max}");
+        assert_eq!(fast["text"], plain["text"]);
+        let accepted = fast["timings"]["draft_accepted"].as_u64().unwrap();
+        assert!(accepted > 0 && accepted <= fast["timings"]["draft_tokens"].as_u64().unwrap());
+    }
+    assert!(plain["timings"].get("draft_tokens").is_none());
+}

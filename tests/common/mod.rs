@@ -74,6 +74,7 @@ pub mod gpu;
 pub mod hub_server;
 pub mod random_weights;
 pub mod requantized;
+pub mod speculation;
 pub mod synth;
 
 /// The kiln binary as a command, with no model taken from the environment and no colours.

@@ -657,3 +657,17 @@ fn qwen35_truncate_restores_checkpoints_on_the_gpu() {
         }
     }
 }
+
+/// Speculative decoding on the GPU (tests/common/speculation.rs): the verify pass's rows are
+/// decode's logits, and greedy with drafters right and wrong by turns is greedy without, on
+/// gpt-oss's tiny file (sinks, experts, a window of 8 that the verify rows cross).
+#[test]
+fn speculative_greedy_is_plain_greedy_on_the_gpu() {
+    let mf = ModelFile::open(&common::fixture("models/gptoss-tiny.gguf")).unwrap();
+    let Some(model) = load(&mf) else { return };
+    let tok = Tokenizer::from_model(&mf).unwrap();
+    let prompt = tok.encode(common::speculation::REPEATING, true).unwrap();
+    let what = "gptoss-tiny.gguf on the GPU";
+    common::speculation::verify_rows_match_decode(&model, &prompt, 1e-4, what);
+    common::speculation::speculation_matches_plain(&model, &tok, &prompt, 16, what);
+}

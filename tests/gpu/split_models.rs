@@ -314,3 +314,18 @@ fn every_split_placement_on_every_model() {
     glm4moe_split(Scope::Full);
     gemma4_split(Scope::Full);
 }
+
+/// Speculative decoding across the boundary (tests/common/speculation.rs): the verify pass's rows
+/// go through layers on both backends (the tiny Llama file, one layer on the GPU).
+#[test]
+fn speculative_greedy_is_plain_greedy_across_the_boundary() {
+    let mf = ModelFile::open(&common::fixture("models/tiny-llama.gguf")).unwrap();
+    let Some(model) = split(&mf, 1, 0) else {
+        return;
+    };
+    let tok = kiln::model::Tokenizer::from_model(&mf).unwrap();
+    let prompt = tok.encode(common::speculation::REPEATING, true).unwrap();
+    let what = "tiny-llama split 1 GPU layer";
+    common::speculation::verify_rows_match_decode(&model, &prompt, 1e-4, what);
+    common::speculation::speculation_matches_plain(&model, &tok, &prompt, 16, what);
+}

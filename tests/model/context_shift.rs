@@ -318,6 +318,7 @@ fn generation_shifts_a_full_context_and_goes_on() {
         logprobs: 0,
         cancel: None,
         on_reasoning: None,
+        speculation: None,
     };
     let greedy = || {
         Sampler::new(SamplerConfig {
@@ -382,6 +383,7 @@ fn a_shifted_chat_keeps_its_system_prompt() {
         logprobs: 0,
         cancel: None,
         on_reasoning: None,
+        speculation: None,
     };
     let mut sampler = Sampler::new(SamplerConfig {
         temperature: 0.0,

@@ -13,3 +13,4 @@ mod qwen35_files;
 mod qwen3moe_files;
 mod recurrent;
 mod session;
+mod speculative;

@@ -129,6 +129,7 @@ fn check_properties(mf: &ModelFile, prompt_text: &str, steps: usize) {
             logprobs: 0,
             cancel: None,
             on_reasoning: None,
+            speculation: None,
         };
         generate(&mut s, &tok, &mut sampler, &prompt, &opts, |_| Ok(()))
             .unwrap()

@@ -115,11 +115,21 @@ pub struct Scratch<B: Backend> {
     moe: Option<moe::MoeScratch<B>>,
     /// What Gemma 4's per-layer inputs need besides.
     gemma4: Option<gemma4::Gemma4Scratch<B>>,
+    /// The verify pass's final norm and LM head over every row (`Model::forward_all_rows`),
+    /// allocated on its first use.
+    verify: Option<VerifyScratch<B>>,
     /// Per layer with an output scale (Gemma 4), `rows` copies of it.
     layer_scales: Vec<Option<B::Buffer>>,
     /// `x += o` is still to be done: a block's residual add waits for the next block's input
     /// norm, so that a backend may fuse the two (`Step::residual`).
     pending_residual: bool,
+}
+
+/// Room for the final norm and LM head of `rows` rows.
+struct VerifyScratch<B: Backend> {
+    rows: usize,
+    x: B::Buffer,
+    logits: B::Buffer,
 }
 
 impl<B: Backend> Scratch<B> {
@@ -340,6 +350,7 @@ impl<B: Backend> Model<B> {
                     _ => Ok(None),
                 })
                 .collect::<Result<_>>()?,
+            verify: None,
             pending_residual: false,
         })
     }
@@ -385,8 +396,70 @@ impl<B: Backend> Model<B> {
         None
     }
 
+    /// Run `ids` as `forward` does and write the logits of every row into `logits` (`ids.len()`
+    /// rows of the vocabulary, soft-capped as `forward`'s): the verify pass of speculative
+    /// decoding, which checks each drafted token against the model's prediction at the row
+    /// before it, reading the weights once for all of them.
+    pub fn forward_all_rows(
+        &self,
+        ids: &[u32],
+        start_pos: usize,
+        cache: &mut KvCache<B>,
+        s: &mut Scratch<B>,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        let c = &self.config;
+        let (b, rows) = (&self.backend, ids.len());
+        let mut v = match s.verify.take() {
+            Some(v) if v.rows >= rows => v,
+            _ => VerifyScratch {
+                rows,
+                x: b.buffer(rows * c.hidden_size)?,
+                logits: b.buffer(rows * c.vocab_size)?,
+            },
+        };
+        self.forward_layers(ids, start_pos, cache, s);
+        b.copy_rows_from(&s.x, 0, &mut v.x, rows, c.hidden_size);
+        b.rms_norm(&mut v.x, &self.weights.output_norm, rows, c.rms_norm_eps);
+        let output = self
+            .weights
+            .output
+            .as_ref()
+            .unwrap_or(&self.weights.tok_embd);
+        b.matmul(&v.x, output, rows, &mut v.logits);
+        logits.resize(rows * c.vocab_size, 0.0);
+        b.download(&v.logits, 0, logits);
+        s.verify = Some(v);
+        if let Some(cap) = c.final_logit_softcap {
+            logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
+        }
+        Ok(())
+    }
+
     /// The forward pass up to the last position's logits in `s.logits`, on the backend.
     fn forward_to_logits(
+        &self,
+        ids: &[u32],
+        start_pos: usize,
+        cache: &mut KvCache<B>,
+        s: &mut Scratch<B>,
+    ) {
+        self.forward_layers(ids, start_pos, cache, s);
+        let c = &self.config;
+        let b = &self.backend;
+        let rows = ids.len();
+        b.copy_row(&s.x, rows - 1, &mut s.last, c.hidden_size);
+        b.rms_norm(&mut s.last, &self.weights.output_norm, 1, c.rms_norm_eps);
+        let output = self
+            .weights
+            .output
+            .as_ref()
+            .unwrap_or(&self.weights.tok_embd);
+        b.matmul(&s.last, output, 1, &mut s.logits);
+    }
+
+    /// Every layer over `ids`, leaving the residual stream of each row in `s.x`.
+    fn forward_layers(
         &self,
         ids: &[u32],
         start_pos: usize,
@@ -451,14 +524,6 @@ impl<B: Backend> Model<B> {
         if std::mem::take(&mut s.pending_residual) {
             b.add(&mut s.x, &s.o, rows * c.hidden_size);
         }
-        b.copy_row(&s.x, rows - 1, &mut s.last, c.hidden_size);
-        b.rms_norm(&mut s.last, &self.weights.output_norm, 1, c.rms_norm_eps);
-        let output = self
-            .weights
-            .output
-            .as_ref()
-            .unwrap_or(&self.weights.tok_embd);
-        b.matmul(&s.last, output, 1, &mut s.logits);
     }
 }
 

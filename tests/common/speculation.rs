@@ -1,0 +1,157 @@
+//! Speculative decoding against decoding one token at a time, on any backend: the verify pass's
+//! rows are sequential decode's logits, truncation rolls rejected rows back, and greedy generation
+//! with a drafter gives the tokens (and leaves the session) greedy generation gives without one.
+
+use kiln::backend::Backend;
+use kiln::model::generate::{GenerateOptions, Generation, Speculation, StopRules, generate};
+use kiln::model::speculative::{Drafter, NgramDrafter};
+use kiln::model::{Model, Session, Tokenizer};
+use kiln::sampler::{Sampler, SamplerConfig};
+
+/// A text whose greedy continuation the n-gram drafter can guess: it repeats.
+pub const REPEATING: &str =
+    "one two three four five, one two three four five, one two three four five, one two";
+
+/// A drafter that knows the plain greedy continuation and proposes it, wrong at every
+/// `wrong_every`-th position: it drives acceptance, rejection at every offset and rollback on any
+/// model, where the text's own n-grams may never repeat (random tiny models). With an odd
+/// `wrong_every`, single-token drafts (which step by two when accepted) still meet a wrong one.
+pub struct Scripted {
+    pub truth: Vec<u32>,
+    pub wrong_every: usize,
+}
+
+impl Drafter for Scripted {
+    fn draft(&self, context: &[u32], max: usize) -> Vec<u32> {
+        if !self.truth.starts_with(context) {
+            return Vec::new();
+        }
+        let from = context.len();
+        let to = (from + max).min(self.truth.len());
+        self.truth[from..to]
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| {
+                if (from + i).is_multiple_of(self.wrong_every) {
+                    t ^ 1
+                } else {
+                    t
+                }
+            })
+            .collect()
+    }
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
+
+/// Greedy generation of `n` tokens after `prompt`; the generation and the session's tokens after.
+pub fn greedy_run<B: Backend>(
+    model: &Model<B>,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    n: usize,
+    speculation: Option<Speculation>,
+) -> (Generation, Vec<u32>) {
+    let mut s = Session::new(model, prompt.len() + n + 32).unwrap();
+    let mut sampler = Sampler::new(SamplerConfig {
+        temperature: 0.0,
+        ..SamplerConfig::default()
+    });
+    let opts = GenerateOptions {
+        rules: StopRules {
+            max_tokens: n,
+            stop_strings: vec![],
+        },
+        logprobs: 0,
+        cancel: None,
+        on_reasoning: None,
+        speculation,
+    };
+    let g = generate(&mut s, tok, &mut sampler, prompt, &opts, |_| Ok(())).unwrap();
+    (g, s.tokens().to_vec())
+}
+
+/// The verify pass over five prompt tokens after the prompt equals decoding them one by one
+/// (within `tol`, relative); truncated back to two of them, the next token sees only those two.
+pub fn verify_rows_match_decode<B: Backend>(
+    model: &Model<B>,
+    prompt: &[u32],
+    tol: f32,
+    what: &str,
+) {
+    let rows: Vec<u32> = prompt[1..6].to_vec();
+    let mut verified = Session::new(model, 256).unwrap();
+    verified.prefill(prompt).unwrap();
+    let all = verified.verify(&rows).unwrap().to_vec();
+    let mut one_by_one = Session::new(model, 256).unwrap();
+    one_by_one.prefill(prompt).unwrap();
+    for (i, (&t, row)) in rows
+        .iter()
+        .zip(all.chunks_exact(model.config.vocab_size))
+        .enumerate()
+    {
+        let d = max_rel_diff(row, one_by_one.decode(t).unwrap());
+        assert!(d <= tol, "{what}: verify row {i} vs decode: {d:e}");
+    }
+    verified.truncate(prompt.len() + 2).unwrap();
+    let after = verified.decode(rows[4]).unwrap().to_vec();
+    let mut fresh = Session::new(model, 256).unwrap();
+    let mut ids = prompt.to_vec();
+    ids.extend_from_slice(&[rows[0], rows[1], rows[4]]);
+    let d = max_rel_diff(&after, fresh.prefill(&ids).unwrap());
+    assert!(d <= tol, "{what}: truncated verify vs fresh prefill: {d:e}");
+}
+
+/// Greedy with the n-gram drafter and with scripted drafters wrong at every 3rd, 5th and 7th
+/// position, each drafting up to 1, 3 and 8 tokens a pass, equals greedy without: the tokens, the
+/// finish and the session after. The scripted drafts must be both accepted and rejected. Returns
+/// the n-gram drafter's run (up to 8 a pass).
+pub fn speculation_matches_plain<B: Backend>(
+    model: &Model<B>,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    n: usize,
+    what: &str,
+) -> Generation {
+    let (plain, plain_ctx) = greedy_run(model, tok, prompt, n, None);
+    assert_eq!(plain.drafted_tokens, 0);
+    let mut truth = prompt.to_vec();
+    truth.extend_from_slice(&plain.tokens);
+    let ngrams = NgramDrafter::default();
+    let scripted: Vec<Scripted> = [3, 5, 7]
+        .into_iter()
+        .map(|wrong_every| Scripted {
+            truth: truth.clone(),
+            wrong_every,
+        })
+        .collect();
+    let mut drafters: Vec<&dyn Drafter> = vec![&ngrams];
+    drafters.extend(scripted.iter().map(|d| d as &dyn Drafter));
+    let mut accepted = 0;
+    for (i, drafter) in drafters.into_iter().enumerate() {
+        for max_draft in [1, 3, 8] {
+            let spec = Speculation { drafter, max_draft };
+            let (fast, fast_ctx) = greedy_run(model, tok, prompt, n, Some(spec));
+            let how = format!("{what}: drafter {i}, up to {max_draft}");
+            assert_eq!(fast.tokens, plain.tokens, "{how}");
+            assert_eq!(fast.finish, plain.finish, "{how}");
+            assert_eq!(fast_ctx, plain_ctx, "{how}: the session after");
+            if i > 0 {
+                accepted += fast.accepted_tokens;
+                assert!(
+                    fast.accepted_tokens < fast.drafted_tokens,
+                    "{how}: no rejection"
+                );
+            }
+        }
+    }
+    assert!(accepted > n, "{what}: {accepted} drafted tokens accepted");
+    let spec = Speculation {
+        drafter: &ngrams,
+        max_draft: 8,
+    };
+    greedy_run(model, tok, prompt, n, Some(spec)).0
+}
