@@ -148,9 +148,9 @@ pub fn generate<B: Backend>(
     });
     let mut accepted: std::collections::VecDeque<u32> = Default::default();
     let mut after_accepted: Option<u32> = None;
-    // Where the session would stand without speculation: its tokens then, the reply's so far.
-    let start_len = session.tokens().len();
-    let mut decoded = 0usize;
+    // Accepted drafts in the session that generation has not yet gone past: where it stops
+    // first, they leave the session, which then holds what it would without speculation.
+    let mut ahead = 0usize;
     let t1 = Instant::now();
     let stops = &opts.rules.stop_strings;
 
@@ -226,7 +226,7 @@ pub fn generate<B: Backend>(
         }
         if from_draft.is_some() {
             // Already in the session: the verify pass ran it.
-            decoded += 1;
+            ahead -= 1;
             if accepted.is_empty() {
                 next = after_accepted.take();
             }
@@ -237,12 +237,12 @@ pub fn generate<B: Backend>(
             out.finish = FinishReason::ContextFull;
             break;
         }
-        decoded += 1;
         if let Some(spec) = speculation
             && let Some((drafted, n, after)) = speculate(session, sampler, spec, token)?
         {
             out.drafted_tokens += drafted;
             out.accepted_tokens += n;
+            ahead += n;
             let t = session.tokens();
             accepted.extend(&t[t.len() - n..]);
             if accepted.is_empty() {
@@ -276,10 +276,8 @@ pub fn generate<B: Backend>(
         }
     }
     out.decode_time = t1.elapsed();
-    // Accepted drafts generation stopped before leave the session, which then holds what it
-    // would without speculation.
-    if session.tokens().len() > start_len + decoded {
-        session.truncate(start_len + decoded)?;
+    if ahead > 0 {
+        session.truncate(session.tokens().len() - ahead)?;
     }
     // A later turn that rolls back into or past this reply restarts a recurrent state here.
     session.checkpoint()?;
@@ -287,9 +285,10 @@ pub fn generate<B: Backend>(
 }
 
 /// Draft after `token` and verify: `token` and the draft run in one pass, the rows the model
-/// rejects leave the session. Returns how many tokens were drafted, how many of them were accepted
-/// (now the session's last tokens, after `token`) and the model's pick after them; None when the drafter had nothing
-/// or the context has no room for the pass (the caller then decodes `token` alone).
+/// rejects leave the session. Returns how many tokens were drafted, how many of them were
+/// accepted (now the session's last tokens, after `token`) and the model's pick after them; None
+/// when the drafter had nothing or the context has no room for the pass (the caller then decodes
+/// `token` alone).
 fn speculate<B: Backend>(
     session: &mut Session<B>,
     sampler: &mut Sampler,
