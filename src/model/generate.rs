@@ -151,6 +151,8 @@ pub fn generate<B: Backend>(
     // Accepted drafts in the session that generation has not yet gone past: where it stops
     // first, they leave the session, which then holds what it would without speculation.
     let mut ahead = 0usize;
+    // Tokens to draft at the next pass (grown and shrunk by how the last one went).
+    let mut draft_len = speculation.map_or(0, |s| s.max_draft.min(4));
     let t1 = Instant::now();
     let stops = &opts.rules.stop_strings;
 
@@ -238,10 +240,17 @@ pub fn generate<B: Backend>(
             break;
         }
         if let Some(spec) = speculation
-            && let Some((drafted, n, after)) = speculate(session, sampler, spec, token)?
+            && let Some((drafted, n, after)) = speculate(session, sampler, spec, draft_len, token)?
         {
             out.drafted_tokens += drafted;
             out.accepted_tokens += n;
+            // Every drafted row costs a row of the pass and of the LM head: the length grows
+            // while drafts are right and falls back to what was accepted when they are not.
+            draft_len = if n == drafted {
+                (draft_len * 2).min(spec.max_draft)
+            } else {
+                (n + 1).min(spec.max_draft)
+            };
             ahead += n;
             let t = session.tokens();
             accepted.extend(&t[t.len() - n..]);
@@ -284,7 +293,7 @@ pub fn generate<B: Backend>(
     Ok(out)
 }
 
-/// Draft after `token` and verify: `token` and the draft run in one pass, the rows the model
+/// Draft up to `draft_len` tokens after `token` and verify: `token` and the draft run in one pass, the rows the model
 /// rejects leave the session. Returns how many tokens were drafted, how many of them were
 /// accepted (now the session's last tokens, after `token`) and the model's pick after them; None
 /// when the drafter had nothing or the context has no room for the pass (the caller then decodes
@@ -293,13 +302,13 @@ fn speculate<B: Backend>(
     session: &mut Session<B>,
     sampler: &mut Sampler,
     spec: Speculation,
+    draft_len: usize,
     token: u32,
 ) -> Result<Option<(usize, usize, u32)>> {
     let mut context = session.tokens().to_vec();
     context.push(token);
     let room = session.remaining().saturating_sub(1);
-    let max = spec
-        .max_draft
+    let max = draft_len
         .min(room)
         .min(session.max_rows().saturating_sub(1));
     let draft = spec.drafter.draft(&context, max);
