@@ -189,31 +189,25 @@ impl Tokenizer {
                     }
                 });
                 let merges = gguf_merges(md)?;
-                let inner = match spec.splitter {
-                    Splitter::SpaceEscaped => space_escaped_bpe(vocab, merges, &tokens, &types)?,
-                    Splitter::Raw(_) => {
-                        let bpe = BPE::builder()
-                            .vocab_and_merges(vocab, merges)
-                            .build()
-                            .map_err(|e| tok_err(format!("cannot build BPE: {e}")))?;
-                        let mut inner = tokenizers::Tokenizer::new(bpe);
-                        inner.with_pre_tokenizer(Some(byte_level_pre_tokenizer(spec.splitter)?));
-                        inner.with_decoder(Some(Fuse::new()));
-                        inner
-                    }
-                    splitter => {
-                        let bpe = BPE::builder()
-                            .vocab_and_merges(vocab, merges)
-                            .ignore_merges(spec.ignore_merges)
-                            .build()
-                            .map_err(|e| tok_err(format!("cannot build BPE: {e}")))?;
-                        let mut inner = tokenizers::Tokenizer::new(bpe);
-                        inner.with_pre_tokenizer(Some(byte_level_pre_tokenizer(splitter)?));
-                        inner.with_decoder(Some(ByteLevel::default()));
-                        inner
-                    }
-                };
-                (inner, TokenizerKind::Gpt2 { pre }, spec.add_bos)
+                if spec.splitter == Splitter::SpaceEscaped {
+                    // Pieces spelled with ▁ and <0xNN>, as SentencePiece's (Gemma 4's).
+                    let inner = space_escaped_bpe(vocab, merges, &tokens, &types)?;
+                    (inner, TokenizerKind::SentencePiece, spec.add_bos)
+                } else {
+                    let bpe = BPE::builder()
+                        .vocab_and_merges(vocab, merges)
+                        .ignore_merges(spec.ignore_merges)
+                        .build()
+                        .map_err(|e| tok_err(format!("cannot build BPE: {e}")))?;
+                    let mut inner = tokenizers::Tokenizer::new(bpe);
+                    inner.with_pre_tokenizer(Some(byte_level_pre_tokenizer(spec.splitter)?));
+                    let decoder: DecoderWrapper = match spec.splitter {
+                        Splitter::Raw(_) => Fuse::new().into(),
+                        _ => ByteLevel::default().into(),
+                    };
+                    inner.with_decoder(Some(decoder));
+                    (inner, TokenizerKind::Gpt2 { pre }, spec.add_bos)
+                }
             }
             "llama" => {
                 let scores = md
