@@ -293,8 +293,8 @@ pub fn generate<B: Backend>(
     Ok(out)
 }
 
-/// Draft up to `draft_len` tokens after `token` and verify: `token` and the draft run in one pass, the rows the model
-/// rejects leave the session. Returns how many tokens were drafted, how many of them were
+/// Draft up to `draft_len` tokens after `token` and verify: `token` and the draft run in one
+/// pass, the rows the model rejects leave the session. Returns how many tokens were drafted, how many of them were
 /// accepted (now the session's last tokens, after `token`) and the model's pick after them; None
 /// when the drafter had nothing or the context has no room for the pass (the caller then decodes
 /// `token` alone).
@@ -327,8 +327,6 @@ fn speculate<B: Backend>(
         .collect::<Result<_>>()?;
     let (n, after) = accept(&draft, &picks);
     session.truncate(base + 1 + n)?;
-    session.stats.drafted_tokens += draft.len();
-    session.stats.accepted_tokens += n;
     session.stats.decode_tokens += 1 + n;
     Ok(Some((draft.len(), n, after)))
 }

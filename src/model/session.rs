@@ -29,10 +29,6 @@ pub struct SessionStats {
     pub shifted_out_tokens: usize,
     /// Tokens run again by `truncate` to rebuild a recurrent state from a checkpoint.
     pub recomputed_tokens: usize,
-    /// Speculative decoding: verify passes run, tokens drafted, drafted tokens accepted.
-    pub verify_passes: usize,
-    pub drafted_tokens: usize,
-    pub accepted_tokens: usize,
 }
 
 pub struct Session<'m, B: Backend> {
@@ -243,7 +239,6 @@ impl<'m, B: Backend> Session<'m, B> {
         self.logits
             .copy_from_slice(&self.rows_logits[(ids.len() - 1) * vocab..ids.len() * vocab]);
         self.has_logits = true;
-        self.stats.verify_passes += 1;
         self.stats.decode_time += start.elapsed();
         Ok(&self.rows_logits[..ids.len() * vocab])
     }

@@ -115,7 +115,8 @@ pub fn load(model: &ModelFile, threads: usize) -> Model<CpuBackend> {
     Model::load(model, CpuBackend::new(threads).unwrap()).unwrap()
 }
 
-fn ids(v: &serde_json::Value) -> Vec<u32> {
+/// A JSON array of token ids.
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array()
         .unwrap()
         .iter()

@@ -367,9 +367,7 @@ impl<B: Backend> Model<B> {
     ) {
         self.forward_to_logits(ids, start_pos, cache, s);
         self.backend.download(&s.logits, 0, logits);
-        if let Some(cap) = self.config.final_logit_softcap {
-            logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
-        }
+        self.soft_cap(logits);
     }
 
     /// As `forward`, but return only the most likely next token, picked by the backend where the
@@ -421,19 +419,27 @@ impl<B: Backend> Model<B> {
         self.forward_layers(ids, start_pos, cache, s);
         b.copy_rows_from(&s.x, 0, &mut v.x, rows, c.hidden_size);
         b.rms_norm(&mut v.x, &self.weights.output_norm, rows, c.rms_norm_eps);
-        let output = self
-            .weights
-            .output
-            .as_ref()
-            .unwrap_or(&self.weights.tok_embd);
-        b.matmul(&v.x, output, rows, &mut v.logits);
+        b.matmul(&v.x, self.lm_head(), rows, &mut v.logits);
         logits.resize(rows * c.vocab_size, 0.0);
         b.download(&v.logits, 0, logits);
         s.verify = Some(v);
-        if let Some(cap) = c.final_logit_softcap {
+        self.soft_cap(logits);
+        Ok(())
+    }
+
+    /// The output projection: its own tensor, or the tied embedding table.
+    fn lm_head(&self) -> &B::Weight {
+        self.weights
+            .output
+            .as_ref()
+            .unwrap_or(&self.weights.tok_embd)
+    }
+
+    /// The final logit soft-cap (Gemma 2), on logits read back to the host.
+    fn soft_cap(&self, logits: &mut [f32]) {
+        if let Some(cap) = self.config.final_logit_softcap {
             logits.iter_mut().for_each(|l| *l = cap * (*l / cap).tanh());
         }
-        Ok(())
     }
 
     /// The forward pass up to the last position's logits in `s.logits`, on the backend.
@@ -450,12 +456,7 @@ impl<B: Backend> Model<B> {
         let rows = ids.len();
         b.copy_row(&s.x, rows - 1, &mut s.last, c.hidden_size);
         b.rms_norm(&mut s.last, &self.weights.output_norm, 1, c.rms_norm_eps);
-        let output = self
-            .weights
-            .output
-            .as_ref()
-            .unwrap_or(&self.weights.tok_embd);
-        b.matmul(&s.last, output, 1, &mut s.logits);
+        b.matmul(&s.last, self.lm_head(), 1, &mut s.logits);
     }
 
     /// Every layer over `ids`, leaving the residual stream of each row in `s.x`.
