@@ -23,11 +23,12 @@ use serde_json::{Value, json};
 
 use super::output::{cancel_flag, install_interrupt_handler, result_json};
 use super::values::{LastN, Seed};
-use super::{Loaded, RunArgs, context_size, error_message, load, on_backend};
+use super::{AnyLoaded, Loaded, RunArgs, context_size, error_message, load, on_backend};
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message};
 use crate::model::generate::{FinishReason, GenerateOptions, StopRules, generate};
 use crate::model::session::DEFAULT_BATCH;
+use crate::model::speculative::Drafter;
 use crate::model::{Session, Tokenizer};
 use crate::sampler::{ConstraintCompiler, ConstraintSpec, Sampler};
 
@@ -129,7 +130,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         args.ctx_size,
         args.cache.types(),
     )?;
-    on_backend!(loaded, loaded => run_batch(&args, input, total_lines, default_constraint.as_ref(), loaded))
+    let draft = args
+        .speculation
+        .load_draft(&args.backend, args.ctx_size, args.cache.types())?;
+    on_backend!(loaded, loaded => run_batch(&args, input, total_lines, default_constraint.as_ref(), loaded, draft.as_ref()))
 }
 
 /// The state shared by the requests: the model, one session (its KV cache reused across
@@ -142,6 +146,9 @@ struct Batch<'a, 'm, B: Backend> {
     chat: bool,
     default_constraint: Option<&'a ConstraintSpec>,
     compiler: Option<ConstraintCompiler>,
+    /// Speculative decoding's drafter, shared by the requests (a draft model's session follows
+    /// each request's context, as the model's does).
+    drafter: Option<Box<dyn Drafter + 'a>>,
 }
 
 fn run_batch<B: Backend>(
@@ -150,10 +157,14 @@ fn run_batch<B: Backend>(
     total_lines: Option<usize>,
     default_constraint: Option<&ConstraintSpec>,
     loaded: Loaded<B>,
+    draft: Option<&AnyLoaded>,
 ) -> Result<ExitCode> {
     let (tok, model) = (&loaded.tokenizer, &loaded.model);
     let ctx = context_size(args.ctx_size, model.config.context_length);
     let session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
+    let drafter = args
+        .speculation
+        .drafter(draft, tok, ctx, args.cache.types())?;
     let mut batch = Batch {
         args,
         loaded: &loaded,
@@ -163,6 +174,7 @@ fn run_batch<B: Backend>(
         chat: args.chat || args.system.is_some() || (!args.raw && tok.chat_template.is_some()),
         default_constraint,
         compiler: None,
+        drafter,
     };
     install_interrupt_handler(true);
 
@@ -331,7 +343,6 @@ impl<B: Backend> Batch<'_, '_, B> {
         for &t in &ids[..shared] {
             sampler.accept(t);
         }
-        let drafter = self.args.speculation.drafter();
         let opts = GenerateOptions {
             rules: StopRules {
                 max_tokens: usize::try_from(max_tokens).unwrap_or(usize::MAX),
@@ -340,7 +351,7 @@ impl<B: Backend> Batch<'_, '_, B> {
             logprobs: 0,
             cancel: Some(cancel_flag()),
             on_reasoning: None,
-            speculation: self.args.speculation.speculation(&drafter),
+            speculation: self.args.speculation.speculation(&self.drafter),
         };
         let result = generate(
             &mut self.session,

@@ -17,17 +17,17 @@ use reedline::{
 
 use super::output::{cancel_flag, install_interrupt_handler, per_s};
 use super::{
-    BackendArgs, CacheArgs, ContextShiftArgs, Loaded, ModelArgs, SamplingArgs, context_size, load,
-    on_backend,
+    AnyLoaded, BackendArgs, CacheArgs, ContextShiftArgs, Loaded, ModelArgs, SamplingArgs,
+    context_size, load, on_backend,
 };
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, TemplateOrigin};
 use crate::model::conversation::Conversation;
 use crate::model::generate::{
-    FinishReason, GenerateOptions, Generation, ReasoningSink, Speculation, StopRules, generate,
+    FinishReason, GenerateOptions, Generation, ReasoningSink, StopRules, generate,
 };
 use crate::model::session::DEFAULT_BATCH;
-use crate::model::speculative::NgramDrafter;
+use crate::model::speculative::Drafter;
 use crate::model::{Session, Tokenizer};
 use crate::sampler::Sampler;
 
@@ -162,9 +162,9 @@ struct Chat<'m, B: Backend> {
     conv: Conversation<'m, B>,
     sampler: Sampler,
     max_tokens: Option<usize>,
-    /// Speculative decoding's drafter and its most tokens a pass (--spec-type).
-    drafter: Option<NgramDrafter>,
-    draft_max: usize,
+    /// Speculative decoding's drafter (--spec-type) and its flags.
+    drafter: Option<Box<dyn Drafter + 'm>>,
+    speculation: super::SpeculationArgs,
     last: Option<Generation>,
     interactive: bool,
     color: bool,
@@ -345,10 +345,7 @@ impl<B: Backend> Chat<'_, B> {
             on_reasoning: std::io::stdout()
                 .is_terminal()
                 .then_some(&show_reasoning as &ReasoningSink<'_>),
-            speculation: self.drafter.as_ref().map(|d| Speculation {
-                drafter: d,
-                max_draft: self.draft_max,
-            }),
+            speculation: self.speculation.speculation(&self.drafter),
         };
         let mut out = std::io::stdout().lock();
         let generation = generate(
@@ -437,11 +434,18 @@ pub fn run(args: ChatArgs) -> Result<ExitCode> {
         args.ctx_size,
         args.cache.types(),
     )?;
-    on_backend!(loaded, loaded => chat_with(&args, loaded))
+    let draft = args
+        .speculation
+        .load_draft(&args.backend, args.ctx_size, args.cache.types())?;
+    on_backend!(loaded, loaded => chat_with(&args, loaded, draft.as_ref()))
 }
 
 /// The conversation, on whichever backend the model was loaded.
-fn chat_with<B: Backend>(args: &ChatArgs, loaded: Loaded<B>) -> Result<ExitCode> {
+fn chat_with<B: Backend>(
+    args: &ChatArgs,
+    loaded: Loaded<B>,
+    draft: Option<&AnyLoaded>,
+) -> Result<ExitCode> {
     let tok = &loaded.tokenizer;
     let model = &loaded.model;
     let template = ChatTemplate::for_model(tok, model.config.arch)
@@ -466,8 +470,10 @@ fn chat_with<B: Backend>(args: &ChatArgs, loaded: Loaded<B>) -> Result<ExitCode>
         conv: Conversation::new(session, template, args.system.clone()),
         sampler,
         max_tokens: (args.max_tokens >= 0).then_some(args.max_tokens as usize),
-        drafter: args.speculation.drafter(),
-        draft_max: args.speculation.draft_max,
+        drafter: args
+            .speculation
+            .drafter(draft, tok, ctx, args.cache.types())?,
+        speculation: args.speculation.clone(),
         last: None,
         interactive,
         color,

@@ -12,6 +12,7 @@ pub mod info;
 pub mod output;
 pub mod placement;
 pub mod run;
+pub mod speculation;
 pub mod tokenize;
 pub mod values;
 
@@ -30,6 +31,7 @@ use crate::backend::{Backend, CacheType};
 use crate::model::arch::KvCacheTypes;
 use crate::model::{Model, ModelFile, Tokenizer};
 use crate::sampler::SamplerConfig;
+pub use speculation::SpeculationArgs;
 use values::{LastN, Seed};
 
 #[derive(Parser, Debug)]
@@ -230,11 +232,13 @@ impl ContextShiftArgs {
 }
 
 /// llama.cpp's single-dash long flags that kiln accepts, and their clap spelling.
-const LLAMA_CPP_FLAGS: [(&str, &str); 4] = [
+const LLAMA_CPP_FLAGS: [(&str, &str); 6] = [
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
     ("-ngl", "--n-gpu-layers"),
     ("-ncmoe", "--n-cpu-moe"),
+    ("-md", "--spec-draft-model"),
+    ("-ngld", "--spec-draft-ngl"),
 ];
 
 /// The command line, with llama.cpp's single-dash long flags (`-ctk f16`) spelled as clap expects.
@@ -337,47 +341,6 @@ impl SamplingArgs {
             penalty_last_n: self.repeat_last_n.tokens(ctx),
             seed: self.seed.unwrap_or(Seed::Random).pick(),
         })
-    }
-}
-
-/// Speculative decoding's flags, llama.cpp's names (`llama-cli --spec-type`).
-#[derive(clap::Args, Debug, Clone)]
-pub struct SpeculationArgs {
-    /// Speculative decoding: `ngram-simple` drafts from the text's own repeats (quotations,
-    /// edits, code), checked several tokens per forward pass; greedy output is unchanged. Applies
-    /// to greedy decoding (--temp 0) without logprobs, on models without recurrent state
-    #[arg(long, value_enum, default_value_t, value_name = "TYPE")]
-    pub spec_type: SpecType,
-
-    /// Most tokens drafted per pass
-    #[arg(long, default_value_t = 16, value_name = "N")]
-    pub draft_max: usize,
-}
-
-#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum SpecType {
-    #[default]
-    None,
-    NgramSimple,
-}
-
-impl SpeculationArgs {
-    /// The drafter these flags ask for.
-    pub fn drafter(&self) -> Option<crate::model::speculative::NgramDrafter> {
-        (self.spec_type == SpecType::NgramSimple).then(Default::default)
-    }
-
-    /// The generation setting for `drafter` (from `drafter()`).
-    pub fn speculation<'a>(
-        &self,
-        drafter: &'a Option<crate::model::speculative::NgramDrafter>,
-    ) -> Option<crate::model::generate::Speculation<'a>> {
-        drafter
-            .as_ref()
-            .map(|d| crate::model::generate::Speculation {
-                drafter: d,
-                max_draft: self.draft_max,
-            })
     }
 }
 

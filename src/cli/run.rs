@@ -11,7 +11,9 @@ use anyhow::{Context, Result, bail};
 use super::constrain::{compile, compiler_for};
 use super::output::{cancel_flag, install_interrupt_handler, per_s, result_json};
 use super::tokenize::{print_verbose_prompt, text_or_stdin};
-use super::{Loaded, OutputFormat, ReasoningDisplay, RunArgs, context_size, load, on_backend};
+use super::{
+    AnyLoaded, Loaded, OutputFormat, ReasoningDisplay, RunArgs, context_size, load, on_backend,
+};
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message, TemplateOrigin};
 use crate::model::generate::{FinishReason, GenerateOptions, ReasoningSink, StopRules, generate};
@@ -64,7 +66,10 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         args.ctx_size,
         args.cache.types(),
     )?;
-    on_backend!(loaded, loaded => generate_for(&args, &text, constraint.as_ref(), loaded))
+    let draft = args
+        .speculation
+        .load_draft(&args.backend, args.ctx_size, args.cache.types())?;
+    on_backend!(loaded, loaded => generate_for(&args, &text, constraint.as_ref(), loaded, draft.as_ref()))
 }
 
 /// Everything after loading, on whichever backend the model was loaded.
@@ -73,6 +78,7 @@ fn generate_for<B: Backend>(
     text: &str,
     constraint: Option<&ConstraintSpec>,
     loaded: Loaded<B>,
+    draft: Option<&AnyLoaded>,
 ) -> Result<ExitCode> {
     let (tok, model) = (&loaded.tokenizer, &loaded.model);
     let ids = prompt_ids(args, text, tok, model.config.arch)?;
@@ -124,7 +130,9 @@ fn generate_for<B: Backend>(
         ReasoningDisplay::Hide => false,
         ReasoningDisplay::Show => true,
     };
-    let drafter = args.speculation.drafter();
+    let drafter = args
+        .speculation
+        .drafter(draft, tok, ctx, args.cache.types())?;
     let opts = GenerateOptions {
         rules: StopRules {
             max_tokens,

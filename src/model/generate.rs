@@ -82,16 +82,19 @@ pub struct GenerateOptions<'a> {
     pub cancel: Option<&'a AtomicBool>,
     /// Where reasoning is streamed as it comes (None: it is only collected).
     pub on_reasoning: Option<&'a ReasoningSink<'a>>,
-    /// Speculative decoding, where it applies (greedy without logprobs, a model without
-    /// recurrent state); elsewhere generation runs as without it.
+    /// Speculative decoding, where it applies (greedy without logprobs); elsewhere generation
+    /// runs as without it.
     pub speculation: Option<Speculation<'a>>,
 }
 
-/// A drafter and the most tokens it may propose per verify pass.
+/// A drafter and how many tokens it may propose per verify pass.
 #[derive(Clone, Copy)]
 pub struct Speculation<'a> {
     pub drafter: &'a dyn Drafter,
     pub max_draft: usize,
+    /// A shorter draft is not verified: the token is decoded alone (llama.cpp's
+    /// `--spec-draft-n-min`).
+    pub min_draft: usize,
 }
 
 /// A callback that takes reasoning text as it is generated.
@@ -143,16 +146,16 @@ pub fn generate<B: Backend>(
     let mut next: Option<u32> = None;
     // Speculation: drafted tokens the model accepted, already in the session but not yet
     // emitted, and the model's own pick after them.
-    let speculation = opts.speculation.filter(|s| {
-        s.max_draft > 0 && sampler.is_plain_greedy() && opts.logprobs == 0 && session.can_verify()
-    });
+    let speculation = opts
+        .speculation
+        .filter(|s| s.max_draft > 0 && sampler.is_plain_greedy() && opts.logprobs == 0);
     let mut accepted: std::collections::VecDeque<u32> = Default::default();
     let mut after_accepted: Option<u32> = None;
     // Accepted drafts in the session that generation has not yet gone past: where it stops
     // first, they leave the session, which then holds what it would without speculation.
     let mut ahead = 0usize;
     // Tokens to draft at the next pass (grown and shrunk by how the last one went).
-    let mut draft_len = speculation.map_or(0, |s| s.max_draft.min(4));
+    let mut draft_len = speculation.map_or(0, |s| s.max_draft.min(4).max(s.min_draft));
     let t1 = Instant::now();
     let stops = &opts.rules.stop_strings;
 
@@ -249,7 +252,7 @@ pub fn generate<B: Backend>(
             draft_len = if n == drafted {
                 (draft_len * 2).min(spec.max_draft)
             } else {
-                (n + 1).min(spec.max_draft)
+                (n + 1).clamp(spec.min_draft.min(spec.max_draft), spec.max_draft)
             };
             ahead += n;
             let t = session.tokens();
@@ -311,15 +314,19 @@ fn speculate<B: Backend>(
     let max = draft_len
         .min(room)
         .min(session.max_rows().saturating_sub(1));
-    let draft = spec.drafter.draft(&context, max);
-    if draft.is_empty() {
+    let mut draft = spec.drafter.draft(&context, max)?;
+    // A draft model's vocabulary may be a little larger than the model's.
+    let vocab = session.model().config.vocab_size;
+    if let Some(cut) = draft.iter().position(|&t| t as usize >= vocab) {
+        draft.truncate(cut);
+    }
+    if draft.is_empty() || draft.len() < spec.min_draft {
         return Ok(None);
     }
     let mut rows = Vec::with_capacity(draft.len() + 1);
     rows.push(token);
     rows.extend_from_slice(&draft);
     let base = session.tokens().len();
-    let vocab = session.model().config.vocab_size;
     let logits = session.verify(&rows)?;
     let picks: Vec<u32> = logits
         .chunks_exact(vocab)

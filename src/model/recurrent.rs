@@ -8,6 +8,11 @@
 //! rolling back to n tokens restores the nearest checkpoint at or before n, from which the
 //! session recomputes the rest. Checkpoint slots are allocated on first use and at most
 //! `MAX_CHECKPOINTS` are kept (the oldest give way), which bounds their memory.
+//!
+//! Speculative decoding's verify pass runs drafted tokens the model may reject. Before it, the
+//! state is copied into a slot of its own (`save_before_verify`), apart from the prompt's and
+//! replies' checkpoints so that a pass never pushes one of those out; rolling back into the pass
+//! restores it and recomputes the accepted rows.
 
 use super::config::ModelConfig;
 use crate::backend::Backend;
@@ -37,6 +42,8 @@ pub struct RecurrentState<B: Backend> {
     pub layers: Vec<Option<LayerState<B>>>,
     /// Slots; `pos` None marks a free one.
     checkpoints: Vec<Checkpoint<B>>,
+    /// The state before the last verify pass (allocated on the first).
+    before_verify: Option<Checkpoint<B>>,
     /// Values in each block's conv and ssm buffers.
     conv_len: usize,
     ssm_len: usize,
@@ -54,6 +61,7 @@ impl<B: Backend> RecurrentState<B> {
         Ok(Some(RecurrentState {
             layers,
             checkpoints: Vec::new(),
+            before_verify: None,
             conv_len: d.conv_state_len(),
             ssm_len: d.ssm_state_len(),
             zeros: vec![0.0; d.conv_state_len().max(d.ssm_state_len())],
@@ -99,8 +107,36 @@ impl<B: Backend> RecurrentState<B> {
                 .min_by_key(|(_, c)| c.pos)
                 .map_or(0, |(i, _)| i),
         };
-        self.copy(b, Direction::Save, slot);
+        let lens = self.lens();
+        copy(
+            &mut self.layers,
+            &mut self.checkpoints[slot],
+            Direction::Save,
+            lens,
+            b,
+        );
         self.checkpoints[slot].pos = Some(pos);
+        Ok(())
+    }
+
+    /// Copy the live state, after `pos` tokens, into the verify pass's own slot.
+    pub fn save_before_verify(&mut self, b: &B, config: &ModelConfig, pos: usize) -> Result<()> {
+        let slot = match self.before_verify.take() {
+            Some(slot) => slot,
+            None => Checkpoint {
+                pos: None,
+                layers: alloc_layers(config, b)?,
+            },
+        };
+        let slot = self.before_verify.insert(slot);
+        copy(
+            &mut self.layers,
+            slot,
+            Direction::Save,
+            (self.conv_len, self.ssm_len),
+            b,
+        );
+        slot.pos = Some(pos);
         Ok(())
     }
 
@@ -108,21 +144,22 @@ impl<B: Backend> RecurrentState<B> {
     /// state at 0 when there is none), forget the checkpoints after `n`, and return the
     /// checkpoint's position: the caller recomputes the tokens from there to `n`.
     pub fn restore(&mut self, b: &B, n: usize) -> usize {
-        for c in &mut self.checkpoints {
+        for c in self.checkpoints.iter_mut().chain(&mut self.before_verify) {
             if c.pos.is_some_and(|p| p > n) {
                 c.pos = None;
             }
         }
+        let lens = self.lens();
         let best = self
             .checkpoints
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| c.pos.map(|p| (p, i)))
-            .max();
+            .iter_mut()
+            .chain(&mut self.before_verify)
+            .filter(|c| c.pos.is_some())
+            .max_by_key(|c| c.pos);
         match best {
-            Some((pos, i)) if pos > 0 => {
-                self.copy(b, Direction::Restore, i);
-                pos
+            Some(c) if c.pos > Some(0) => {
+                copy(&mut self.layers, c, Direction::Restore, lens, b);
+                c.pos.unwrap_or(0)
             }
             _ => {
                 self.zero(b);
@@ -131,25 +168,35 @@ impl<B: Backend> RecurrentState<B> {
         }
     }
 
-    /// Copy every block's state between the live state and checkpoint `slot`.
-    fn copy(&mut self, b: &B, dir: Direction, slot: usize) {
-        let (conv_len, ssm_len) = (self.conv_len, self.ssm_len);
-        let cp = &mut self.checkpoints[slot].layers;
-        for (live, saved) in self.layers.iter_mut().zip(cp.iter_mut()) {
-            if let (Some(live), Some(saved)) = (live, saved) {
-                let (src, dst) = match dir {
-                    Direction::Save => (&*live, saved),
-                    Direction::Restore => (&*saved, live),
-                };
-                b.copy_rows_from(&src.conv, 0, &mut dst.conv, 1, conv_len);
-                b.copy_rows_from(&src.ssm, 0, &mut dst.ssm, 1, ssm_len);
-            }
-        }
+    fn lens(&self) -> (usize, usize) {
+        (self.conv_len, self.ssm_len)
     }
 
     /// Forget every checkpoint.
     pub fn clear_checkpoints(&mut self) {
-        self.checkpoints.iter_mut().for_each(|c| c.pos = None);
+        for c in self.checkpoints.iter_mut().chain(&mut self.before_verify) {
+            c.pos = None;
+        }
+    }
+}
+
+/// Copy every block's state between the live state and a checkpoint.
+fn copy<B: Backend>(
+    live: &mut [Option<LayerState<B>>],
+    checkpoint: &mut Checkpoint<B>,
+    dir: Direction,
+    (conv_len, ssm_len): (usize, usize),
+    b: &B,
+) {
+    for (live, saved) in live.iter_mut().zip(checkpoint.layers.iter_mut()) {
+        if let (Some(live), Some(saved)) = (live, saved) {
+            let (src, dst) = match dir {
+                Direction::Save => (&*live, saved),
+                Direction::Restore => (&*saved, live),
+            };
+            b.copy_rows_from(&src.conv, 0, &mut dst.conv, 1, conv_len);
+            b.copy_rows_from(&src.ssm, 0, &mut dst.ssm, 1, ssm_len);
+        }
     }
 }
 

@@ -195,23 +195,14 @@ impl<'m, B: Backend> Session<'m, B> {
         self.scratch.rows()
     }
 
-    /// Whether `verify` can run here: speculative decoding rolls rejected rows back by truncating
-    /// the KV cache, which a recurrent state (Qwen3.5) cannot do without recomputing.
-    pub fn can_verify(&self) -> bool {
-        self.cache.recurrent.is_none()
-    }
-
     /// Run `ids` after the context in one forward pass and return the logits after each of them
     /// (`ids.len()` rows of the vocabulary): the verify pass of speculative decoding. `logits()`
-    /// is then the last row's. At most the batch size of tokens at once.
+    /// is then the last row's. At most the batch size of tokens at once. Rejected rows leave by
+    /// `truncate`: from the KV cache by forgetting them, from a recurrent state by restoring the
+    /// copy taken before the pass and running the accepted rows again.
     pub fn verify(&mut self, ids: &[u32]) -> Result<&[f32]> {
         if self.tokens.is_empty() {
             return Err(Error::DecodeBeforePrefill);
-        }
-        if !self.can_verify() {
-            return Err(Error::Usage(
-                "speculative decoding needs a model without recurrent state".into(),
-            ));
         }
         if ids.is_empty() || ids.len() > self.scratch.rows() {
             return Err(Error::Usage(format!(
@@ -223,6 +214,11 @@ impl<'m, B: Backend> Session<'m, B> {
         self.check(ids)?;
         let start = Instant::now();
         let start_pos = self.tokens.len();
+        // A recurrent state cannot drop the rows the drafter got wrong: `truncate` restores this
+        // copy and runs the accepted rows again.
+        if let Some(r) = &mut self.cache.recurrent {
+            r.save_before_verify(&self.model.backend, &self.model.config, start_pos)?;
+        }
         self.model.forward_all_rows(
             ids,
             start_pos,

@@ -4,14 +4,22 @@
 //! output is the output without speculation: a drafted token is kept only where it is the argmax
 //! of the row before it, and the first miss is replaced by that argmax.
 //!
-//! Drafters sit behind `Drafter`. The one here drafts from the text itself (llama.cpp's
+//! Drafters sit behind `Drafter`: `NgramDrafter` drafts from the text itself (llama.cpp's
 //! `ngram-simple`, "prompt lookup"): where the last few tokens appeared before in the context, the
 //! tokens that followed them then are the draft — quotations, edits and code repeat.
+//! `ModelDrafter` drafts with a smaller model of the same vocabulary (llama.cpp's `draft-simple`).
+
+use std::cell::RefCell;
+
+use super::session::Session;
+use super::tokenizer::Tokenizer;
+use crate::backend::Backend;
+use crate::error::{Error, Result};
 
 /// Proposes tokens to follow a context.
 pub trait Drafter {
     /// Up to `max` tokens likely to follow `context` (none when it has no guess).
-    fn draft(&self, context: &[u32], max: usize) -> Vec<u32>;
+    fn draft(&self, context: &[u32], max: usize) -> Result<Vec<u32>>;
 }
 
 /// Drafts from the context's own n-grams: the longest suffix of `max_ngram` down to `min_ngram`
@@ -32,7 +40,7 @@ impl Default for NgramDrafter {
 }
 
 impl Drafter for NgramDrafter {
-    fn draft(&self, context: &[u32], max: usize) -> Vec<u32> {
+    fn draft(&self, context: &[u32], max: usize) -> Result<Vec<u32>> {
         let len = context.len();
         for n in (self.min_ngram.max(1)..=self.max_ngram).rev() {
             if len <= n {
@@ -46,10 +54,159 @@ impl Drafter for NgramDrafter {
             if let Some(start) = found {
                 let from = start + n;
                 let to = (from + max).min(len);
-                return context[from..to].to_vec();
+                return Ok(context[from..to].to_vec());
             }
         }
-        Vec::new()
+        Ok(Vec::new())
+    }
+}
+
+/// Drafts with a smaller model of the same vocabulary (llama.cpp's `draft-simple`): its own
+/// session follows the context — what it already holds is kept up to the first token that
+/// differs, so accepted drafts and the prompt are not run again — and it decodes greedily.
+pub struct ModelDrafter<'m, B: Backend> {
+    session: RefCell<Session<'m, B>>,
+    /// Drafting stops where the draft model's probability of its own pick falls below this
+    /// (llama.cpp's `--spec-draft-p-min`; 0: never).
+    p_min: f32,
+}
+
+impl<'m, B: Backend> ModelDrafter<'m, B> {
+    /// A drafter running in `session` (fresh or not: it follows the context it is given).
+    pub fn new(session: Session<'m, B>, p_min: f32) -> Self {
+        ModelDrafter {
+            session: RefCell::new(session),
+            p_min,
+        }
+    }
+}
+
+impl<B: Backend> Drafter for ModelDrafter<'_, B> {
+    fn draft(&self, context: &[u32], max: usize) -> Result<Vec<u32>> {
+        let mut s = self.session.borrow_mut();
+        let vocab = s.model().config.vocab_size;
+        // A context past the draft's room, or holding a token the draft model does not have (its
+        // vocabulary may be a little smaller), gets no draft rather than an error.
+        if max == 0
+            || context.is_empty()
+            || context.len() + max > s.ctx()
+            || context.iter().any(|&t| t as usize >= vocab)
+        {
+            return Ok(Vec::new());
+        }
+        let common = s
+            .tokens()
+            .iter()
+            .zip(context)
+            .take_while(|(a, b)| a == b)
+            .count();
+        // The draft starts from the logits after the whole context: unless the session ends
+        // exactly there with them, at least the context's last token runs.
+        let at_end = common == context.len() && s.tokens().len() == common && s.logits().is_some();
+        let keep = if at_end {
+            common
+        } else {
+            common.min(context.len() - 1)
+        };
+        s.truncate(keep)?;
+        if keep < context.len() {
+            s.prefill(&context[keep..])?;
+        }
+        let mut draft = Vec::with_capacity(max);
+        let mut next = pick(s.logits().ok_or(Error::EmptyPrompt)?, self.p_min);
+        while let Some(token) = next {
+            draft.push(token);
+            if draft.len() == max {
+                break;
+            }
+            next = if self.p_min > 0.0 {
+                pick(s.decode(token)?, self.p_min)
+            } else {
+                match s.decode_argmax(token)? {
+                    Some(t) => Some(t),
+                    None => pick(s.logits().ok_or(Error::EmptyPrompt)?, 0.0),
+                }
+            };
+        }
+        Ok(draft)
+    }
+}
+
+/// The most likely token of `logits`, or None when its probability is below `p_min`.
+fn pick(logits: &[f32], p_min: f32) -> Option<u32> {
+    let (best, &top) = logits
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))?;
+    if p_min > 0.0 {
+        let sum: f64 = logits.iter().map(|&l| ((l - top) as f64).exp()).sum();
+        if ((1.0 / sum) as f32) < p_min {
+            return None;
+        }
+    }
+    Some(best as u32)
+}
+
+/// Token ids from which the vocabularies of a model and its draft must spell every token alike
+/// (llama.cpp's `SPEC_VOCAB_CHECK_START_TOKEN_ID`: the first few are often special tokens that
+/// differ harmlessly).
+const VOCAB_CHECK_START: usize = 5;
+/// The most two vocabularies' sizes may differ (llama.cpp's `SPEC_VOCAB_MAX_SIZE_DIFFERENCE`).
+const VOCAB_MAX_SIZE_DIFFERENCE: usize = 128;
+
+/// Whether a draft model's vocabulary can draft for the target's, as llama.cpp checks it: the same
+/// kind of tokenizer, the same BOS where one is added and the same EOS, sizes within 128 of each
+/// other, and the same spelling of every token both have from id 5 on. The error names what
+/// differs.
+pub fn check_draft_vocabulary(target: &Tokenizer, draft: &Tokenizer) -> Result<()> {
+    let differ = |what: String| {
+        Err(Error::Usage(format!(
+            "the draft model cannot draft for this model: {what}"
+        )))
+    };
+    if std::mem::discriminant(&target.kind) != std::mem::discriminant(&draft.kind) {
+        return differ(format!(
+            "its tokenizer is {:?}, the model's {:?}",
+            draft.kind, target.kind
+        ));
+    }
+    if target.add_bos != draft.add_bos || (target.add_bos && target.bos != draft.bos) {
+        return differ(format!(
+            "the beginning-of-text token differs (model: {}, draft: {})",
+            describe_bos(target),
+            describe_bos(draft)
+        ));
+    }
+    if target.eos != draft.eos {
+        return differ(format!(
+            "the end-of-text token differs (model: {:?}, draft: {:?})",
+            target.eos, draft.eos
+        ));
+    }
+    let (nt, nd) = (target.vocab_size(), draft.vocab_size());
+    if nt.abs_diff(nd) > VOCAB_MAX_SIZE_DIFFERENCE {
+        return differ(format!(
+            "its vocabulary has {nd} tokens, the model's {nt} (at most {VOCAB_MAX_SIZE_DIFFERENCE} apart)"
+        ));
+    }
+    for id in VOCAB_CHECK_START..nt.min(nd) {
+        let (a, b) = (target.piece(id as u32), draft.piece(id as u32));
+        if a != b {
+            return differ(format!(
+                "token {id} is {:?} in the model and {:?} in the draft",
+                a.unwrap_or_default(),
+                b.unwrap_or_default()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn describe_bos(tok: &Tokenizer) -> String {
+    match (tok.add_bos, tok.bos) {
+        (true, Some(id)) => format!("{id}, added"),
+        (true, None) => "added, none set".into(),
+        (false, _) => "not added".into(),
     }
 }
 
@@ -72,15 +229,15 @@ mod tests {
         let d = NgramDrafter::default();
         // "1 2 3 4 5 ... 1 2 3" → 4 5 6 follow the earlier "2 3" (the 3-gram "1 2 3" too).
         let ctx = [1, 2, 3, 4, 5, 6, 9, 1, 2, 3];
-        assert_eq!(d.draft(&ctx, 3), [4, 5, 6]);
-        assert_eq!(d.draft(&ctx, 10), [4, 5, 6, 9, 1, 2, 3]);
+        assert_eq!(d.draft(&ctx, 3).unwrap(), [4, 5, 6]);
+        assert_eq!(d.draft(&ctx, 10).unwrap(), [4, 5, 6, 9, 1, 2, 3]);
         // The latest occurrence wins: "7 8" was followed by 1, then by 2.
-        assert_eq!(d.draft(&[7, 8, 1, 7, 8, 2, 7, 8], 1), [2]);
+        assert_eq!(d.draft(&[7, 8, 1, 7, 8, 2, 7, 8], 1).unwrap(), [2]);
         // The longest matching suffix wins over a later shorter one.
-        assert_eq!(d.draft(&[5, 6, 7, 1, 9, 6, 7, 2, 5, 6, 7], 1), [1]);
+        assert_eq!(d.draft(&[5, 6, 7, 1, 9, 6, 7, 2, 5, 6, 7], 1).unwrap(), [1]);
         // Nothing repeats: no draft.
-        assert!(d.draft(&[1, 2, 3, 4], 4).is_empty());
-        assert!(d.draft(&[1], 4).is_empty());
+        assert!(d.draft(&[1, 2, 3, 4], 4).unwrap().is_empty());
+        assert!(d.draft(&[1], 4).unwrap().is_empty());
     }
 
     #[test]
@@ -89,5 +246,14 @@ mod tests {
         assert_eq!(accept(&[4, 5, 6], &[4, 9, 6, 7]), (1, 9));
         assert_eq!(accept(&[4, 5, 6], &[8, 5, 6, 7]), (0, 8));
         assert_eq!(accept(&[], &[3]), (0, 3));
+    }
+
+    #[test]
+    fn the_draft_stops_where_its_pick_is_unlikely() {
+        assert_eq!(pick(&[0.0, 3.0, 1.0], 0.0), Some(1));
+        // softmax(0, 3, 1)[1] = 0.84
+        assert_eq!(pick(&[0.0, 3.0, 1.0], 0.8), Some(1));
+        assert_eq!(pick(&[0.0, 3.0, 1.0], 0.9), None);
+        assert_eq!(pick(&[], 0.0), None);
     }
 }

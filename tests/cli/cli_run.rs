@@ -481,3 +481,43 @@ fn speculative_decoding_gives_the_plain_greedy_output() {
     }
     assert!(plain["timings"].get("draft_tokens").is_none());
 }
+
+/// `-md` (`--spec-draft-model`): a draft model drafts and greedy output is unchanged — here the
+/// Q8_0 tiny Qwen3 MoE drafted for by its f32 original. A draft of another vocabulary (Qwen2.5's)
+/// is an error that says what differs; `--spec-type draft-simple` without a draft model a flag
+/// error.
+#[test]
+fn a_draft_model_gives_the_plain_greedy_output() {
+    let model = common::fixture("models/qwen3moe-tiny-Q8_0.gguf");
+    let draft = common::fixture("models/qwen3moe-tiny.gguf");
+    let base = ["--raw", "--temp", "0", "-n", "24", "one two three four"];
+    let plain = json_run(&model, &base);
+    let mut args = base.to_vec();
+    args.extend(["-md", draft.to_str().unwrap(), "--spec-draft-n-max", "4"]);
+    let fast = json_run(&model, &args);
+    assert_eq!(fast["tokens"], plain["tokens"]);
+    assert!(fast["timings"]["draft_accepted"].as_u64().unwrap() > 0);
+
+    let other = common::real_model(common::REAL_MODELS[1]);
+    let out = common::kiln()
+        .args(["run", "-m"])
+        .arg(&model)
+        .arg("-md")
+        .arg(&other)
+        .args(["--temp", "0", "-n", "4", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot draft for this model"), "{err}");
+
+    let out = common::kiln()
+        .args(["run", "-m"])
+        .arg(&model)
+        .args(["--spec-type", "draft-simple", "-n", "4", "hi"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs a draft model"), "{err}");
+}

@@ -22,13 +22,13 @@ pub struct Scripted {
 }
 
 impl Drafter for Scripted {
-    fn draft(&self, context: &[u32], max: usize) -> Vec<u32> {
+    fn draft(&self, context: &[u32], max: usize) -> kiln::Result<Vec<u32>> {
         if !self.truth.starts_with(context) {
-            return Vec::new();
+            return Ok(Vec::new());
         }
         let from = context.len();
         let to = (from + max).min(self.truth.len());
-        self.truth[from..to]
+        Ok(self.truth[from..to]
             .iter()
             .enumerate()
             .map(|(i, &t)| {
@@ -38,7 +38,7 @@ impl Drafter for Scripted {
                     t
                 }
             })
-            .collect()
+            .collect())
     }
 }
 
@@ -133,7 +133,11 @@ pub fn speculation_matches_plain<B: Backend>(
     let mut accepted = 0;
     for (i, drafter) in drafters.into_iter().enumerate() {
         for max_draft in [1, 3, 8] {
-            let spec = Speculation { drafter, max_draft };
+            let spec = Speculation {
+                drafter,
+                max_draft,
+                min_draft: 0,
+            };
             let (fast, fast_ctx) = greedy_run(model, tok, prompt, n, Some(spec));
             let how = format!("{what}: drafter {i}, up to {max_draft}");
             assert_eq!(fast.tokens, plain.tokens, "{how}");
@@ -152,6 +156,7 @@ pub fn speculation_matches_plain<B: Backend>(
     let spec = Speculation {
         drafter: &ngrams,
         max_draft: 8,
+        min_draft: 0,
     };
     greedy_run(model, tok, prompt, n, Some(spec)).0
 }

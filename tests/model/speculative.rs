@@ -1,7 +1,7 @@
 //! Speculative decoding (src/model/speculative.rs) on the CPU against decoding one token at a time
 //! (tests/common/speculation.rs): on tiny files of every attention kind (plain, QK-norm, experts,
-//! soft-capped with a sliding window, sinks), on SmolLM2 with the text's own n-grams drafting, and
-//! not at all where a recurrent state cannot roll back.
+//! soft-capped with a sliding window, sinks, Qwen3.5's recurrent state), on SmolLM2 with the text's
+//! own n-grams drafting, and with a draft model.
 
 use crate::common;
 
@@ -10,7 +10,7 @@ use common::speculation::{
     REPEATING, greedy_run, speculation_matches_plain, verify_rows_match_decode,
 };
 use kiln::model::generate::Speculation;
-use kiln::model::speculative::NgramDrafter;
+use kiln::model::speculative::{ModelDrafter, check_draft_vocabulary};
 use kiln::model::{ModelFile, Session, Tokenizer};
 
 fn check(mf: &ModelFile, n: usize) -> kiln::model::generate::Generation {
@@ -49,24 +49,62 @@ fn speculative_greedy_is_plain_greedy_on_smollm2() {
     );
 }
 
-/// A recurrent state cannot be rolled back by truncation: the drafter is not used, and generation
-/// runs as without it; `verify` itself is an error.
+/// Qwen3.5's recurrent state (dense and MoE): rows the drafter got wrong leave it by restoring the
+/// copy taken before the verify pass and running the accepted rows again; the prompt's checkpoint
+/// stays where it was.
 #[test]
-fn recurrent_models_generate_without_speculation() {
-    let mf = ModelFile::open(&common::fixture("models/qwen35-tiny.gguf")).unwrap();
-    let tok = Tokenizer::from_model(&mf).unwrap();
-    let model = load(&mf, 2);
-    let prompt = tok.encode(REPEATING, true).unwrap();
-    let drafter = NgramDrafter::default();
+fn speculative_greedy_is_plain_greedy_with_recurrent_state() {
+    for m in ["qwen35-tiny.gguf", "qwen35moe-tiny.gguf"] {
+        let mf = ModelFile::open(&common::fixture(&format!("models/{m}"))).unwrap();
+        check(&mf, 24);
+        let tok = Tokenizer::from_model(&mf).unwrap();
+        let model = load(&mf, 2);
+        let prompt = tok.encode(REPEATING, true).unwrap();
+        let mut s = Session::new(&model, 64).unwrap();
+        s.prefill(&prompt).unwrap();
+        s.verify(&prompt[1..4]).unwrap();
+        s.truncate(prompt.len() + 1).unwrap();
+        assert_eq!(s.checkpoints(), [prompt.len()], "{m}");
+    }
+}
+
+/// A draft model (`-md`): the Q8_0 file of the tiny Qwen3 MoE drafted for by its f32 original
+/// (the same vocabulary, near-identical picks). Greedy output is the output without it, on two
+/// prompts one after another with the same drafter, whose session follows each new context; most
+/// drafts are accepted. A model of another vocabulary (Qwen2.5's) is refused, saying what differs.
+#[test]
+fn a_draft_model_changes_nothing_but_the_speed() {
+    let target_file = ModelFile::open(&common::fixture("models/qwen3moe-tiny-Q8_0.gguf")).unwrap();
+    let draft_file = ModelFile::open(&common::fixture("models/qwen3moe-tiny.gguf")).unwrap();
+    let tok = Tokenizer::from_model(&target_file).unwrap();
+    let draft_tok = Tokenizer::from_model(&draft_file).unwrap();
+    check_draft_vocabulary(&tok, &draft_tok).unwrap();
+    let (target, draft) = (load(&target_file, 2), load(&draft_file, 2));
+    let drafter = ModelDrafter::new(Session::new(&draft, 512).unwrap(), 0.0);
     let spec = Speculation {
         drafter: &drafter,
         max_draft: 8,
+        min_draft: 0,
     };
-    let (plain, _) = greedy_run(&model, &tok, &prompt, 16, None);
-    let (fast, _) = greedy_run(&model, &tok, &prompt, 16, Some(spec));
-    assert_eq!(fast.tokens, plain.tokens);
-    assert_eq!(fast.drafted_tokens, 0);
-    let mut s = Session::new(&model, 64).unwrap();
-    s.prefill(&prompt).unwrap();
-    assert!(s.verify(&prompt[1..3]).is_err());
+    let (mut drafted, mut accepted) = (0, 0);
+    for text in [REPEATING, "The quick brown fox jumps over the lazy dog."] {
+        let prompt = tok.encode(text, true).unwrap();
+        let (plain, plain_ctx) = greedy_run(&target, &tok, &prompt, 24, None);
+        let (fast, fast_ctx) = greedy_run(&target, &tok, &prompt, 24, Some(spec));
+        assert_eq!(fast.tokens, plain.tokens, "{text}");
+        assert_eq!(fast_ctx, plain_ctx, "{text}: the session after");
+        drafted += fast.drafted_tokens;
+        accepted += fast.accepted_tokens;
+    }
+    assert!(
+        accepted * 2 > drafted && drafted > 0,
+        "{accepted} of {drafted} drafted tokens accepted"
+    );
+
+    // The tiny files all carry SmolLM2's vocabulary; Qwen2.5's is another.
+    let other = ModelFile::open(&common::real_model(common::REAL_MODELS[1])).unwrap();
+    let err = check_draft_vocabulary(&tok, &Tokenizer::from_model(&other).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("cannot draft for this model"), "{err}");
 }

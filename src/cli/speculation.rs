@@ -1,0 +1,175 @@
+//! Speculative decoding's flags, as llama.cpp spells them (`--spec-type`, `-md`,
+//! `--spec-draft-n-max`, …), and the drafter they ask for: the text's own n-grams, or a draft model
+//! loaded beside the model, on the CPU or the GPU as `-ngld` places it.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+
+use super::placement::GpuLayers;
+use super::{AnyLoaded, BackendArgs, ModelArgs, load};
+use crate::model::arch::KvCacheTypes;
+use crate::model::generate::Speculation;
+use crate::model::session::DEFAULT_BATCH;
+use crate::model::speculative::{Drafter, ModelDrafter, NgramDrafter, check_draft_vocabulary};
+use crate::model::{Session, Tokenizer};
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct SpeculationArgs {
+    /// Speculative decoding: a drafter proposes the next tokens and the model checks several per
+    /// forward pass; greedy output is unchanged. `ngram-simple` drafts from the text's own
+    /// repeats (quotations, edits, code), `draft-simple` with the draft model of
+    /// --spec-draft-model (the default when one is given). Applies to greedy decoding (--temp 0)
+    /// without logprobs
+    #[arg(long, value_enum, value_name = "TYPE")]
+    pub spec_type: Option<SpecType>,
+
+    /// A smaller model of the same vocabulary that drafts for this one (llama.cpp's -md), e.g. a
+    /// 0.5B for a 7B of its family; any path or hub name -m takes
+    #[arg(long = "spec-draft-model", alias = "model-draft", value_name = "PATH")]
+    pub draft_model: Option<PathBuf>,
+
+    /// The draft model's layers on the GPU, as -ngl (llama.cpp's -ngld; default: as -ngl)
+    #[arg(
+        long = "spec-draft-ngl",
+        alias = "n-gpu-layers-draft",
+        value_name = "N",
+        requires = "draft_model"
+    )]
+    pub draft_gpu_layers: Option<GpuLayers>,
+
+    /// Most tokens drafted per pass (the length adapts below it: it doubles while drafts are
+    /// accepted whole and falls back to what was accepted when not)
+    #[arg(
+        long = "spec-draft-n-max",
+        alias = "draft-max",
+        default_value_t = 16,
+        value_name = "N"
+    )]
+    pub draft_max: usize,
+
+    /// Fewest drafted tokens worth a verify pass; a shorter draft is dropped
+    #[arg(
+        long = "spec-draft-n-min",
+        alias = "draft-min",
+        default_value_t = 0,
+        value_name = "N"
+    )]
+    pub draft_min: usize,
+
+    /// The draft model stops drafting where its own probability of its pick is below P
+    #[arg(
+        long = "spec-draft-p-min",
+        alias = "draft-p-min",
+        default_value_t = 0.0,
+        value_name = "P"
+    )]
+    pub draft_p_min: f32,
+}
+
+/// llama.cpp's names for the speculative decoding kinds kiln has.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpecType {
+    None,
+    NgramSimple,
+    DraftSimple,
+}
+
+impl SpeculationArgs {
+    /// The kind of speculation asked for: `--spec-type`, else `draft-simple` with a draft model.
+    fn kind(&self) -> Result<SpecType> {
+        let kind = match (self.spec_type, &self.draft_model) {
+            (Some(kind), _) => kind,
+            (None, Some(_)) => SpecType::DraftSimple,
+            (None, None) => SpecType::None,
+        };
+        if kind == SpecType::DraftSimple && self.draft_model.is_none() {
+            bail!(super::FlagError(
+                "--spec-type draft-simple needs a draft model: --spec-draft-model (-md) PATH"
+                    .into()
+            ));
+        }
+        if self.draft_model.is_some() && kind != SpecType::DraftSimple {
+            bail!(super::FlagError(format!(
+                "--spec-draft-model drafts with --spec-type draft-simple, not {kind:?}"
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.draft_p_min) {
+            bail!(super::FlagError(format!(
+                "--spec-draft-p-min is a probability, not {}",
+                self.draft_p_min
+            )));
+        }
+        Ok(kind)
+    }
+
+    /// Load the draft model, when these flags name one, placed as the model's flags place the
+    /// model but with --spec-draft-ngl's layers on the GPU. Its context is the model's.
+    pub fn load_draft(
+        &self,
+        backend: &BackendArgs,
+        ctx: Option<usize>,
+        cache: KvCacheTypes,
+    ) -> Result<Option<AnyLoaded>> {
+        if self.kind()? != SpecType::DraftSimple {
+            return Ok(None);
+        }
+        let Some(path) = &self.draft_model else {
+            return Ok(None);
+        };
+        let mut backend = backend.clone();
+        if let Some(layers) = self.draft_gpu_layers {
+            backend.placement.n_gpu_layers = layers;
+        }
+        let model = ModelArgs {
+            model: path.clone(),
+        };
+        load(&model, &backend, ctx, cache)
+            .with_context(|| format!("loading the draft model {}", path.display()))
+            .map(Some)
+    }
+
+    /// The drafter these flags ask for: `draft` is what `load_draft` loaded, `target` the model's
+    /// tokenizer (the draft's must match it) and `ctx` the model's context size.
+    pub fn drafter<'d>(
+        &self,
+        draft: Option<&'d AnyLoaded>,
+        target: &Tokenizer,
+        ctx: usize,
+        cache: KvCacheTypes,
+    ) -> Result<Option<Box<dyn Drafter + 'd>>> {
+        Ok(match (self.kind()?, draft) {
+            (SpecType::None, _) => None,
+            (SpecType::NgramSimple, _) => Some(Box::new(NgramDrafter::default())),
+            (SpecType::DraftSimple, None) => None,
+            (SpecType::DraftSimple, Some(draft)) => {
+                let p_min = self.draft_p_min;
+                macro_rules! drafter {
+                    ($loaded:expr) => {{
+                        check_draft_vocabulary(target, &$loaded.tokenizer)?;
+                        let session =
+                            Session::with_options(&$loaded.model, ctx, DEFAULT_BATCH, cache)?;
+                        Box::new(ModelDrafter::new(session, p_min)) as Box<dyn Drafter + 'd>
+                    }};
+                }
+                Some(match draft {
+                    AnyLoaded::Cpu(l) => drafter!(l),
+                    AnyLoaded::Gpu(l) => drafter!(l),
+                    AnyLoaded::Split(l) => drafter!(l),
+                })
+            }
+        })
+    }
+
+    /// The generation setting for `drafter` (from `drafter()`).
+    pub fn speculation<'a>(
+        &self,
+        drafter: &'a Option<Box<dyn Drafter + '_>>,
+    ) -> Option<Speculation<'a>> {
+        drafter.as_deref().map(|d| Speculation {
+            drafter: d,
+            max_draft: self.draft_max,
+            min_draft: self.draft_min,
+        })
+    }
+}
