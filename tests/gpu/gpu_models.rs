@@ -112,19 +112,6 @@ fn smollm2_matches_llama_cpp_on_the_gpu() {
     real("llama-cpp.json", 0);
 }
 
-/// SmolLM2 with the kernels hardware GPUs get, where the adapter is a software one (elsewhere
-/// every test runs them).
-#[test]
-fn smollm2_with_hardware_kernels_matches_llama_cpp() {
-    real_on(
-        gpu_kernel_variants().into_iter().nth(1),
-        "llama-cpp.json",
-        0,
-        KvCacheTypes::default(),
-        Some(ONE_PROMPT),
-    );
-}
-
 #[test]
 fn gemma3_matches_llama_cpp_on_the_gpu() {
     real("llama-cpp.json", 2);

@@ -9,6 +9,7 @@ use crate::gpu_models::{REAL_STEPS_IN_CI, check_properties};
 
 use common::golden_run::{
     EXACT_F32, GELU_TABLE_F32, QUANTIZED, Tolerance, argmax, check_model_with, first_steps,
+    shortest_case, with_cases,
 };
 use common::gpu::gpu;
 use kiln::backend::cpu::CpuBackend;
@@ -174,24 +175,27 @@ fn qwen35_placements_match_the_cpu_and_llama_cpp() {
 }
 
 /// The real models split, on the placements that cut them (lavapipe is slow: one prompt; in CI
-/// one placement of each kind, each on another model: every layer through the split backend on
-/// the CPU, half the layers on the GPU, all but the output).
+/// the shortest, and one placement of each kind, each on the model where it costs least: Qwen2.5,
+/// the largest, with every layer through the split backend on the CPU; Gemma 3 with half the
+/// layers on the GPU; SmolLM2, the smallest, with all but the output there).
 fn real_models_split(scope: Scope) {
     let golden = common::golden("llama-cpp.json");
     for (i, name) in common::REAL_MODELS.into_iter().enumerate() {
         let mf = ModelFile::open(&common::real_model(name)).unwrap();
         let n = mf.config.n_layers;
-        // In CI the golden's first prompt for as many steps as the greedy comparison takes.
+        // In CI the golden's shortest prompt for as many steps as the greedy comparison takes.
         let (entry, steps) = match scope {
-            Scope::Ci => (
-                first_steps(&golden["models"][name], REAL_STEPS_IN_CI),
-                REAL_STEPS_IN_CI,
-            ),
+            Scope::Ci => {
+                let entry = &golden["models"][name];
+                let shortest = with_cases(entry, &[shortest_case(entry)]);
+                (first_steps(&shortest, REAL_STEPS_IN_CI), REAL_STEPS_IN_CI)
+            }
             Scope::Full => (golden["models"][name].clone(), 8),
         };
         let entry = &entry;
         let all = [(0, 0), (n / 2, 0), (n, 0)];
-        let only = scope.pick(&all[i..=i], Some(&all));
+        let kind = [2, 0, 1][i];
+        let only = scope.pick(&all[kind..=kind], Some(&all));
         every_placement(
             &mf,
             entry,
