@@ -22,13 +22,16 @@ if [ "${1:-}" = "--install-only" ]; then
   exit 0
 fi
 
+# The CPU side alone: the GPU backend (wgpu, a third of the dependencies' build) and the command
+# line that offers it are not what this step tests.
+features=(--no-default-features)
 # neon.rs compiles only for this target, so it is linted here: clippy-driver compiles kiln's own
 # crates in the test build with warnings denied (the library as `cargo clippy --lib` sees it is
 # the golden test's dependency), one compilation instead of a check and a build.
 clippy_driver="$(command -v clippy-driver)" # (fails here if clippy is missing)
 export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-D warnings"
-cargo test --release --target "$target" --lib --test golden --no-run
+cargo test --release --target "$target" "${features[@]}" --lib --test golden --no-run
 
 for cpu in max cortex-a72; do
   case "$cpu" in
@@ -37,10 +40,10 @@ for cpu in max cortex-a72; do
   esac
   echo "== qemu-aarch64 -cpu $cpu ($kernels)"
   QEMU_CPU="$cpu" KILN_EXPECT_KERNELS="$kernels" \
-    cargo test --release --target "$target" --lib -- backend::cpu
+    cargo test --release --target "$target" "${features[@]}" --lib -- backend::cpu
 done
 # A whole forward pass on the dotprod kernels (the ones a current ARM machine takes); the plain NEON
 # kernels meet the same portable ones in the unit tests above.
 QEMU_CPU=max \
-  cargo test --release --target "$target" --test golden -- --exact golden_real::gemma3_first_prompt_teacher_forced \
+  cargo test --release --target "$target" "${features[@]}" --test golden -- --exact golden_real::gemma3_first_prompt_teacher_forced \
   golden_quants::every_quant_type_matches_llama_cpp

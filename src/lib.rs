@@ -26,6 +26,7 @@
 //! - `cli`: one file per subcommand, the shared flags and the dispatch in `cli/mod.rs`.
 
 pub mod backend;
+#[cfg(feature = "gpu")]
 pub mod cli;
 pub mod error;
 pub mod gguf;

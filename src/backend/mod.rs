@@ -10,7 +10,9 @@
 //! computes `out = x · Wᵀ`. Buffers are allocated for a maximum size and ops use the leading part.
 
 pub mod cpu;
+#[cfg(feature = "gpu")]
 pub mod split;
+#[cfg(feature = "gpu")]
 pub mod wgpu;
 
 use crate::error::Result;

@@ -17,10 +17,10 @@ use crate::model::{Session, Tokenizer};
 #[derive(clap::Args, Debug, Clone)]
 pub struct SpeculationArgs {
     /// Speculative decoding: a drafter proposes the next tokens and the model checks several per
-    /// forward pass; greedy output is unchanged. `ngram-simple` drafts from the text's own
-    /// repeats (quotations, edits, code), `draft-simple` with the draft model of
-    /// --spec-draft-model (the default when one is given). Applies to greedy decoding (--temp 0)
-    /// without logprobs
+    /// forward pass; greedy output is unchanged, sampled output distributed as without it.
+    /// `ngram-simple` drafts from the text's own repeats (quotations, edits, code),
+    /// `draft-simple` with the draft model of --spec-draft-model (the default when one is
+    /// given). Not with --logprobs
     #[arg(long, value_enum, value_name = "TYPE")]
     pub spec_type: Option<SpecType>,
 

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::reasoning::{ReplySplitter, Route};
 use super::session::Session;
-use super::speculative::{Drafter, accept};
+use super::speculative::Drafter;
 use super::tokenizer::Tokenizer;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -82,8 +82,8 @@ pub struct GenerateOptions<'a> {
     pub cancel: Option<&'a AtomicBool>,
     /// Where reasoning is streamed as it comes (None: it is only collected).
     pub on_reasoning: Option<&'a ReasoningSink<'a>>,
-    /// Speculative decoding, where it applies (greedy without logprobs); elsewhere generation
-    /// runs as without it.
+    /// Speculative decoding, where it applies (without logprobs); elsewhere generation runs as
+    /// without it.
     pub speculation: Option<Speculation<'a>>,
 }
 
@@ -148,12 +148,15 @@ pub fn generate<B: Backend>(
     // emitted, and the model's own pick after them.
     let speculation = opts
         .speculation
-        .filter(|s| s.max_draft > 0 && sampler.is_plain_greedy() && opts.logprobs == 0);
+        .filter(|s| s.max_draft > 0 && opts.logprobs == 0);
     let mut accepted: std::collections::VecDeque<u32> = Default::default();
     let mut after_accepted: Option<u32> = None;
     // Accepted drafts in the session that generation has not yet gone past: where it stops
     // first, they leave the session, which then holds what it would without speculation.
     let mut ahead = 0usize;
+    // Accepted drafts the sampler took into its history that generation has not reached: where
+    // it stops first, the sampler forgets them.
+    let mut unheard = 0usize;
     // Tokens to draft at the next pass (grown and shrunk by how the last one went).
     let mut draft_len = speculation.map_or(0, |s| s.max_draft.min(4).max(s.min_draft));
     let t1 = Instant::now();
@@ -190,7 +193,12 @@ pub fn generate<B: Backend>(
             out.finish = FinishReason::EndOfText;
             break;
         }
-        sampler.accept(token);
+        // An accepted draft is in the penalties' history already: its row was judged after it.
+        if from_draft.is_some() {
+            unheard -= 1;
+        } else {
+            sampler.accept(token);
+        }
         out.tokens.push(token);
         let route = splitter.route(tok, token);
         if route == Route::Reasoning
@@ -255,6 +263,7 @@ pub fn generate<B: Backend>(
                 (n + 1).clamp(spec.min_draft.min(spec.max_draft), spec.max_draft)
             };
             ahead += n;
+            unheard += n;
             let t = session.tokens();
             accepted.extend(&t[t.len() - n..]);
             if accepted.is_empty() {
@@ -291,6 +300,7 @@ pub fn generate<B: Backend>(
     if ahead > 0 {
         session.truncate(session.tokens().len() - ahead)?;
     }
+    sampler.forget_recent(unheard);
     // A later turn that rolls back into or past this reply restarts a recurrent state here.
     session.checkpoint()?;
     Ok(out)
@@ -328,11 +338,23 @@ fn speculate<B: Backend>(
     rows.extend_from_slice(&draft);
     let base = session.tokens().len();
     let logits = session.verify(&rows)?;
-    let picks: Vec<u32> = logits
-        .chunks_exact(vocab)
-        .map(|row| sampler.sample(row))
-        .collect::<Result<_>>()?;
-    let (n, after) = accept(&draft, &picks);
+    // Row i's logits judge draft[i] (after the rows before it were kept), the last row, after
+    // the whole draft, gives the token that follows it.
+    let (mut n, mut after) = (0, None);
+    for (i, row) in logits.chunks_exact(vocab).enumerate() {
+        let Some(&d) = draft.get(i) else {
+            after = Some(sampler.sample(row)?);
+            break;
+        };
+        let (token, kept) = sampler.sample_draft(row, d)?;
+        if !kept {
+            after = Some(token);
+            break;
+        }
+        sampler.accept(token);
+        n += 1;
+    }
+    let after = after.ok_or(Error::EmptyPrompt)?;
     session.truncate(base + 1 + n)?;
     session.stats.decode_tokens += 1 + n;
     Ok(Some((draft.len(), n, after)))

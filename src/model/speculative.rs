@@ -1,8 +1,10 @@
 //! Speculative decoding: a cheap drafter proposes the next few tokens, the model checks them all in
 //! one verify pass (`Session::verify`, which reads the weights once for every row), and each
-//! drafted token the model would have picked itself is accepted for the price of a row. Greedy
-//! output is the output without speculation: a drafted token is kept only where it is the argmax
-//! of the row before it, and the first miss is replaced by that argmax.
+//! drafted token the model would have picked itself is accepted for the price of a row. The output
+//! is the output without speculation: greedy keeps a drafted token only where it is the argmax of
+//! the row before it, and replaces the first miss by that argmax; sampling keeps it with the
+//! probability the sampler gives it and otherwise draws from the rest (`Sampler::sample_draft`),
+//! so each token is distributed as without a drafter.
 //!
 //! Drafters sit behind `Drafter`: `NgramDrafter` drafts from the text itself (llama.cpp's
 //! `ngram-simple`, "prompt lookup"): where the last few tokens appeared before in the context, the
@@ -210,16 +212,6 @@ fn describe_bos(tok: &Tokenizer) -> String {
     }
 }
 
-/// How many drafted tokens the model accepts given the argmax after each verify row: `argmax[i]`
-/// is the model's pick after row i, where row 0 is the last accepted token and row i + 1 is
-/// `draft[i]`. Returns the accepted count and the token that follows them (the model's own pick
-/// at the first miss, or after the last drafted token when all are accepted).
-pub fn accept(draft: &[u32], argmax: &[u32]) -> (usize, u32) {
-    debug_assert_eq!(argmax.len(), draft.len() + 1);
-    let accepted = draft.iter().zip(argmax).take_while(|(d, a)| d == a).count();
-    (accepted, argmax[accepted])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,14 +230,6 @@ mod tests {
         // Nothing repeats: no draft.
         assert!(d.draft(&[1, 2, 3, 4], 4).unwrap().is_empty());
         assert!(d.draft(&[1], 4).unwrap().is_empty());
-    }
-
-    #[test]
-    fn acceptance_stops_at_the_first_miss_and_takes_the_models_token() {
-        assert_eq!(accept(&[4, 5, 6], &[4, 5, 6, 7]), (3, 7));
-        assert_eq!(accept(&[4, 5, 6], &[4, 9, 6, 7]), (1, 9));
-        assert_eq!(accept(&[4, 5, 6], &[8, 5, 6, 7]), (0, 8));
-        assert_eq!(accept(&[], &[3]), (0, 3));
     }
 
     #[test]

@@ -158,6 +158,14 @@ impl Sampler {
         }
     }
 
+    /// Forget the last `n` accepted tokens: speculative decoding's drafts that were accepted
+    /// (their rows judged after them) but not generated, because generation stopped first. (A
+    /// token they pushed out of the penalty window stays out.)
+    pub fn forget_recent(&mut self, n: usize) {
+        let keep = self.recent.len().saturating_sub(n);
+        self.recent.truncate(keep);
+    }
+
     pub fn reset(&mut self) {
         self.recent.clear();
     }
@@ -174,8 +182,22 @@ impl Sampler {
     /// candidates, and the token chosen is committed to it (the caller generates that token, or
     /// ends generation if it is an end-of-generation token).
     pub fn sample(&mut self, logits: &[f32]) -> crate::Result<u32> {
+        self.sample_with(logits, None).map(|(token, _)| token)
+    }
+
+    /// As `sample`, where a drafter proposed `draft` for this position (speculative decoding):
+    /// the draft is kept with the probability the sampler's chain gives it, else the token is
+    /// drawn from the chain's distribution without the draft, renormalized. That is the
+    /// speculative-sampling rule for a drafter that proposes one token, and it leaves the token
+    /// distributed exactly as `sample` draws it (greedy: the draft is kept where it is the pick).
+    /// Returns the token and whether it is the draft.
+    pub fn sample_draft(&mut self, logits: &[f32], draft: u32) -> crate::Result<(u32, bool)> {
+        self.sample_with(logits, Some(draft))
+    }
+
+    fn sample_with(&mut self, logits: &[f32], draft: Option<u32>) -> crate::Result<(u32, bool)> {
         let Some(constraint) = self.constraint.as_mut() else {
-            return Ok(self.sample_from(logits));
+            return Ok(self.choose(logits, draft));
         };
         let mask = constraint.mask()?;
         let mut masked = std::mem::take(&mut self.masked);
@@ -186,15 +208,17 @@ impl Sampler {
                 *m = l;
             }
         });
-        let token = self.sample_from(&masked);
+        let (token, kept) = self.choose(&masked, draft);
         self.masked = masked;
         if let Some(constraint) = self.constraint.as_mut() {
             constraint.commit(token)?;
         }
-        Ok(token)
+        Ok((token, kept))
     }
 
-    fn sample_from(&mut self, logits: &[f32]) -> u32 {
+    /// The sampler chain over `logits` and a draw from what it leaves, or the decision on
+    /// `draft` (`sample_draft`).
+    fn choose(&mut self, logits: &[f32], draft: Option<u32>) -> (u32, bool) {
         let c = &self.config;
         let mut penalized: Option<Vec<(u32, f32)>> = None;
         if c.penalties_active() && !self.recent.is_empty() {
@@ -239,7 +263,7 @@ impl Sampler {
                     best = (i as u32, l);
                 }
             }
-            return best.0;
+            return (best.0, draft == Some(best.0));
         }
 
         let cands = &mut self.candidates;
@@ -281,25 +305,37 @@ impl Sampler {
         }
         cands.truncate(keep);
 
-        let weights: Vec<f64> = cands
+        let mut weights: Vec<f64> = cands
             .iter()
             .map(|&(_, l)| (((l - max) / c.temperature) as f64).exp())
             .collect();
-        let total: f64 = weights.iter().sum();
+        let mut total: f64 = weights.iter().sum();
+        if let Some(d) = draft
+            && let Some(i) = cands.iter().position(|&(t, _)| t == d)
+        {
+            if self.rng.next_f64() * total < weights[i] {
+                return (d, true);
+            }
+            // Rejected: the rest of the distribution.
+            total -= weights[i];
+            weights[i] = 0.0;
+        }
         let mut r = self.rng.next_f64() * total;
         for (&(t, _), w) in cands.iter().zip(&weights) {
             r -= w;
             if r < 0.0 {
-                return t;
+                return (t, false);
             }
         }
-        // Rounding left r ≥ 0: the last candidate that had any weight (never a masked one).
-        cands
+        // Rounding left r ≥ 0: the last candidate that had any weight (never a masked one, nor
+        // a rejected draft).
+        let last = cands
             .iter()
             .zip(&weights)
             .rev()
             .find(|(_, w)| **w > 0.0)
-            .map_or(cands[0].0, |(&(t, _), _)| t)
+            .map_or(cands[0].0, |(&(t, _), _)| t);
+        (last, false)
     }
 }
 
@@ -339,6 +375,42 @@ mod tests {
     fn greedy_takes_the_argmax() {
         let mut s = Sampler::new(SamplerConfig::greedy());
         assert_eq!(s.sample(&logits()).unwrap(), 1);
+        assert_eq!(s.sample_draft(&logits(), 1).unwrap(), (1, true));
+        assert_eq!(s.sample_draft(&logits(), 5).unwrap(), (1, false));
+    }
+
+    /// With probabilities 1/4 and 3/4, either draft is kept with its own probability, a
+    /// rejected one gives way to the other token, and the token comes out as `sample` draws it.
+    #[test]
+    fn a_draft_is_kept_with_its_probability_and_the_token_distributed_as_without() {
+        let config = SamplerConfig {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 7,
+            ..SamplerConfig::default()
+        };
+        let two = [0.0, 3f32.ln()];
+        let draws = 20_000;
+        for draft in [0u32, 1] {
+            let mut s = Sampler::new(config.clone());
+            let (mut kept, mut ones) = (0, 0);
+            for _ in 0..draws {
+                let (token, was_kept) = s.sample_draft(&two, draft).unwrap();
+                assert!(was_kept == (token == draft), "a rejected draft came back");
+                kept += usize::from(was_kept);
+                ones += usize::from(token == 1);
+            }
+            let kept = kept as f64 / draws as f64;
+            let want = if draft == 1 { 0.75 } else { 0.25 };
+            assert!((kept - want).abs() < 0.015, "draft {draft} kept {kept}");
+            let ones = ones as f64 / draws as f64;
+            assert!(
+                (ones - 0.75).abs() < 0.015,
+                "draft {draft}: token 1 at {ones}"
+            );
+        }
     }
 
     #[test]

@@ -70,6 +70,7 @@ pub fn hex_bytes(s: &str) -> Vec<u8> {
 
 pub mod gguf_writer;
 pub mod golden_run;
+#[cfg(feature = "gpu")]
 pub mod gpu;
 pub mod hub_server;
 pub mod random_weights;

@@ -117,12 +117,6 @@ fn gemma3_matches_llama_cpp_on_the_gpu() {
     real("llama-cpp.json", 2);
 }
 
-/// Qwen2.5's mix of block types (Q5_0, Q8_0, Q4_K, Q6_K) and its biases.
-#[test]
-fn qwen25_matches_llama_cpp_on_the_gpu() {
-    real("llama-cpp.json", 1);
-}
-
 const Q8_0_CACHE: KvCacheTypes = KvCacheTypes {
     k: CacheType::Q8_0,
     v: CacheType::Q8_0,

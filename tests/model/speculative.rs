@@ -108,3 +108,84 @@ fn a_draft_model_changes_nothing_but_the_speed() {
         .to_string();
     assert!(err.contains("cannot draft for this model"), "{err}");
 }
+
+/// Sampling with speculation is distributed as sampling without it: the tiny Llama's first three
+/// sampled tokens (top-3 at temperature 1.5, a repeat penalty), from 1,500 seeds each way, fall
+/// into their sequences alike by a two-sample χ² test at p = 0.001. The draft model is the model
+/// itself, drafting its own argmax, which the sampler keeps with its probability: accepted and
+/// rejected drafts both occur at every position.
+#[test]
+fn sampling_with_speculation_is_distributed_as_without() {
+    use kiln::model::generate::{GenerateOptions, StopRules, generate};
+    use kiln::sampler::{Sampler, SamplerConfig};
+    use std::collections::HashMap;
+
+    let mf = ModelFile::open(&common::fixture("models/tiny-llama.gguf")).unwrap();
+    let tok = Tokenizer::from_model(&mf).unwrap();
+    let model = load(&mf, 2);
+    let prompt = tok.encode(REPEATING, true).unwrap();
+    let drafter = ModelDrafter::new(Session::new(&model, 128).unwrap(), 0.0);
+    let (steps, seeds) = (3, 1500);
+    let (mut drafted, mut accepted) = (0, 0);
+    let mut counts: [HashMap<Vec<u32>, usize>; 2] = Default::default();
+    let mut session = Session::new(&model, 128).unwrap();
+    for (way, counts) in counts.iter_mut().enumerate() {
+        for seed in 0..seeds {
+            let mut sampler = Sampler::new(SamplerConfig {
+                temperature: 1.5,
+                top_k: 3,
+                top_p: 1.0,
+                min_p: 0.0,
+                repeat_penalty: 1.3,
+                seed,
+                ..SamplerConfig::default()
+            });
+            let opts = GenerateOptions {
+                rules: StopRules {
+                    max_tokens: steps,
+                    stop_strings: vec![],
+                },
+                logprobs: 0,
+                cancel: None,
+                on_reasoning: None,
+                speculation: (way == 1).then_some(Speculation {
+                    drafter: &drafter,
+                    max_draft: 2,
+                    min_draft: 0,
+                }),
+            };
+            session.reset();
+            let g = generate(&mut session, &tok, &mut sampler, &prompt, &opts, |_| Ok(())).unwrap();
+            drafted += g.drafted_tokens;
+            accepted += g.accepted_tokens;
+            *counts.entry(g.tokens).or_default() += 1;
+        }
+    }
+    assert!(
+        accepted > 0 && accepted * 5 < drafted * 4,
+        "{accepted} of {drafted} drafted tokens accepted: both ways must occur"
+    );
+    // Two samples of equal size: χ² = Σ (a − b)² / (a + b), over the sequences either saw.
+    let [plain, fast] = &counts;
+    let mut seen: Vec<&Vec<u32>> = plain.keys().chain(fast.keys()).collect();
+    seen.sort();
+    seen.dedup();
+    let chi2: f64 = seen
+        .iter()
+        .map(|s| {
+            let (a, b) = (
+                *plain.get(*s).unwrap_or(&0) as f64,
+                *fast.get(*s).unwrap_or(&0) as f64,
+            );
+            (a - b).powi(2) / (a + b)
+        })
+        .sum();
+    // The χ² quantile at p = 0.001 by Wilson and Hilferty's approximation (z = 3.09).
+    let df = (seen.len() - 1) as f64;
+    let limit = df * (1.0 - 2.0 / (9.0 * df) + 3.09 * (2.0 / (9.0 * df)).sqrt()).powi(3);
+    assert!(
+        chi2 < limit,
+        "χ² {chi2:.1} over {} sequences (limit {limit:.1})",
+        seen.len()
+    );
+}
