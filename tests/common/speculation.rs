@@ -55,11 +55,25 @@ pub fn greedy_run<B: Backend>(
     n: usize,
     speculation: Option<Speculation>,
 ) -> (Generation, Vec<u32>) {
-    let mut s = Session::new(model, prompt.len() + n + 32).unwrap();
-    let mut sampler = Sampler::new(SamplerConfig {
+    let greedy = SamplerConfig {
         temperature: 0.0,
         ..SamplerConfig::default()
-    });
+    };
+    sampled_run(model, tok, prompt, n, greedy, speculation)
+}
+
+/// Generation of `n` tokens after `prompt` with the sampler `config` sets up; the generation and
+/// the session's tokens after.
+pub fn sampled_run<B: Backend>(
+    model: &Model<B>,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    n: usize,
+    config: SamplerConfig,
+    speculation: Option<Speculation>,
+) -> (Generation, Vec<u32>) {
+    let mut s = Session::new(model, prompt.len() + n + 32).unwrap();
+    let mut sampler = Sampler::new(config);
     let opts = GenerateOptions {
         rules: StopRules {
             max_tokens: n,

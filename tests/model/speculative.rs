@@ -7,7 +7,7 @@ use crate::common;
 
 use common::golden_run::load;
 use common::speculation::{
-    REPEATING, greedy_run, speculation_matches_plain, verify_rows_match_decode,
+    REPEATING, greedy_run, sampled_run, speculation_matches_plain, verify_rows_match_decode,
 };
 use kiln::model::generate::Speculation;
 use kiln::model::speculative::{ModelDrafter, check_draft_vocabulary};
@@ -116,8 +116,7 @@ fn a_draft_model_changes_nothing_but_the_speed() {
 /// rejected drafts both occur at every position.
 #[test]
 fn sampling_with_speculation_is_distributed_as_without() {
-    use kiln::model::generate::{GenerateOptions, StopRules, generate};
-    use kiln::sampler::{Sampler, SamplerConfig};
+    use kiln::sampler::SamplerConfig;
     use std::collections::HashMap;
 
     let mf = ModelFile::open(&common::fixture("models/tiny-llama.gguf")).unwrap();
@@ -128,10 +127,9 @@ fn sampling_with_speculation_is_distributed_as_without() {
     let (steps, seeds) = (3, 1500);
     let (mut drafted, mut accepted) = (0, 0);
     let mut counts: [HashMap<Vec<u32>, usize>; 2] = Default::default();
-    let mut session = Session::new(&model, 128).unwrap();
     for (way, counts) in counts.iter_mut().enumerate() {
         for seed in 0..seeds {
-            let mut sampler = Sampler::new(SamplerConfig {
+            let config = SamplerConfig {
                 temperature: 1.5,
                 top_k: 3,
                 top_p: 1.0,
@@ -139,23 +137,13 @@ fn sampling_with_speculation_is_distributed_as_without() {
                 repeat_penalty: 1.3,
                 seed,
                 ..SamplerConfig::default()
-            });
-            let opts = GenerateOptions {
-                rules: StopRules {
-                    max_tokens: steps,
-                    stop_strings: vec![],
-                },
-                logprobs: 0,
-                cancel: None,
-                on_reasoning: None,
-                speculation: (way == 1).then_some(Speculation {
-                    drafter: &drafter,
-                    max_draft: 2,
-                    min_draft: 0,
-                }),
             };
-            session.reset();
-            let g = generate(&mut session, &tok, &mut sampler, &prompt, &opts, |_| Ok(())).unwrap();
+            let spec = (way == 1).then_some(Speculation {
+                drafter: &drafter,
+                max_draft: 2,
+                min_draft: 0,
+            });
+            let (g, _) = sampled_run(&model, &tok, &prompt, steps, config, spec);
             drafted += g.drafted_tokens;
             accepted += g.accepted_tokens;
             *counts.entry(g.tokens).or_default() += 1;
