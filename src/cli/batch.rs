@@ -110,6 +110,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     let source = args.batch.clone().unwrap_or_default();
     // Flag values are checked before the model loads.
     args.sampling.validate()?;
+    args.speculation.validate()?;
     let default_constraint = args.constraint.spec()?;
     let input: Box<dyn Read> = if source == "-" {
         Box::new(std::io::stdin())

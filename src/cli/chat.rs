@@ -427,6 +427,7 @@ impl<B: Backend> Chat<'_, B> {
 
 pub fn run(args: ChatArgs) -> Result<ExitCode> {
     args.sampling.validate()?;
+    args.speculation.validate()?;
     args.constraint.spec()?;
     let loaded = load(
         &args.model,

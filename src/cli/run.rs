@@ -51,6 +51,7 @@ fn prompt_ids(
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     args.sampling.validate()?;
+    args.speculation.validate()?;
     if args.logprobs > 0 && args.format != OutputFormat::Json {
         bail!("--logprobs needs --format json");
     }

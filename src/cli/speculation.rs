@@ -76,6 +76,11 @@ pub enum SpecType {
 }
 
 impl SpeculationArgs {
+    /// Check the flags' combination (before any model loads).
+    pub fn validate(&self) -> Result<()> {
+        self.kind().map(|_| ())
+    }
+
     /// The kind of speculation asked for: `--spec-type`, else `draft-simple` with a draft model.
     fn kind(&self) -> Result<SpecType> {
         let kind = match (self.spec_type, &self.draft_model) {
