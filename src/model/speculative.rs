@@ -134,12 +134,13 @@ impl<B: Backend> Drafter for ModelDrafter<'_, B> {
     }
 }
 
-/// The most likely token of `logits`, or None when its probability is below `p_min`.
+/// The most likely token of `logits` (the first on ties, as the backends' argmax and greedy
+/// sampling pick), or None when its probability is below `p_min`.
 fn pick(logits: &[f32], p_min: f32) -> Option<u32> {
     let (best, &top) = logits
         .iter()
         .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))?;
+        .reduce(|best, x| if x.1 > best.1 { x } else { best })?;
     if p_min > 0.0 {
         let sum: f64 = logits.iter().map(|&l| ((l - top) as f64).exp()).sum();
         if ((1.0 / sum) as f32) < p_min {
@@ -239,5 +240,6 @@ mod tests {
         assert_eq!(pick(&[0.0, 3.0, 1.0], 0.8), Some(1));
         assert_eq!(pick(&[0.0, 3.0, 1.0], 0.9), None);
         assert_eq!(pick(&[], 0.0), None);
+        assert_eq!(pick(&[1.0, 2.0, 2.0], 0.0), Some(1));
     }
 }
