@@ -163,6 +163,40 @@ impl Tensor {
         }
     }
 
+    /// Columns `start..start + count` of every row of this matrix as a tensor of its own, its
+    /// bytes copied; None unless both ends fall on the type's block boundaries. Used to split a
+    /// projection of concatenated inputs into one weight per input (the MTP block's `eh_proj`).
+    pub fn column_range(
+        &self,
+        name: impl Into<String>,
+        start: usize,
+        count: usize,
+    ) -> Option<Tensor> {
+        let (block, block_bytes) = (self.dtype.block_len(), self.dtype.block_bytes());
+        if !start.is_multiple_of(block)
+            || !count.is_multiple_of(block)
+            || start + count > self.row_len()
+        {
+            return None;
+        }
+        let (rb, from, len) = (
+            self.row_bytes(),
+            start / block * block_bytes,
+            count / block * block_bytes,
+        );
+        let all = self.bytes();
+        let mut bytes = Vec::with_capacity(self.n_rows() * len);
+        for row in all.chunks_exact(rb) {
+            bytes.extend_from_slice(&row[from..from + len]);
+        }
+        Some(Tensor::from_bytes(
+            name,
+            self.dtype,
+            vec![count, self.n_rows()],
+            bytes,
+        ))
+    }
+
     /// A tensor of the given rows of this one, in that order, its bytes copied (rows are whole
     /// blocks of any type). Used to separate the row groups of a fused projection.
     pub fn gather_rows(&self, name: impl Into<String>, rows: &[usize]) -> Tensor {

@@ -303,7 +303,7 @@ pub trait CoreOps: Send + Sync {
         eps: f32,
         out: &mut Self::Buffer,
     ) {
-        self.copy_rows_from(x, 0, out, rows, width);
+        self.copy_rows(x, 0, out, 0, rows, width);
         self.rms_norm(out, w, rows, eps);
     }
 
@@ -498,15 +498,17 @@ pub trait CoreOps: Send + Sync {
 
     /// Copy row `row` (of width `width`) of `src` into row 0 of `dst`.
     fn copy_row(&self, src: &Self::Buffer, row: usize, dst: &mut Self::Buffer, width: usize) {
-        self.copy_rows_from(src, row, dst, 1, width);
+        self.copy_rows(src, row, dst, 0, 1, width);
     }
 
-    /// Copy `rows` rows starting at `src_row` of `src` into the start of `dst`.
-    fn copy_rows_from(
+    /// Copy `rows` rows starting at `src_row` of `src` into `dst` from its row `dst_row` on (the
+    /// rows of `dst` before and after keep their values).
+    fn copy_rows(
         &self,
         src: &Self::Buffer,
         src_row: usize,
         dst: &mut Self::Buffer,
+        dst_row: usize,
         rows: usize,
         width: usize,
     );

@@ -162,7 +162,8 @@ fn run_batch<B: Backend>(
 ) -> Result<ExitCode> {
     let (tok, model) = (&loaded.tokenizer, &loaded.model);
     let ctx = context_size(args.ctx_size, model.config.context_length);
-    let session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
+    let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
+    args.speculation.prepare(&mut session)?;
     let drafter = args
         .speculation
         .drafter(draft, tok, ctx, args.cache.types())?;

@@ -458,7 +458,8 @@ fn chat_with<B: Backend>(
         );
     }
     let ctx = context_size(args.ctx_size, model.config.context_length);
-    let session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
+    let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
+    args.speculation.prepare(&mut session)?;
     let interactive = std::io::stdin().is_terminal();
     let color = use_color();
     let mut sampler = Sampler::new(args.sampling.config(ctx)?);

@@ -99,6 +99,7 @@ fn generate_for<B: Backend>(
         args.max_tokens as usize
     };
     let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
+    args.speculation.prepare(&mut session)?;
     let shift = args.shift.for_model(model);
     session.set_context_shift(shift.keep(&ids, tok.bos, 0))?;
     let mut sampler = Sampler::new(args.sampling.config(ctx)?);

@@ -1,6 +1,7 @@
 //! Speculative decoding's flags, as llama.cpp spells them (`--spec-type`, `-md`,
-//! `--spec-draft-n-max`, …), and the drafter they ask for: the text's own n-grams, or a draft model
-//! loaded beside the model, on the CPU or the GPU as `-ngld` places it.
+//! `--spec-draft-n-max`, …), and the drafter they ask for: the text's own n-grams, a draft model
+//! loaded beside the model (on the CPU or the GPU as `-ngld` places it), or the model's own
+//! multi-token-prediction block.
 
 use std::path::PathBuf;
 
@@ -8,8 +9,9 @@ use anyhow::{Context, Result, bail};
 
 use super::placement::GpuLayers;
 use super::{AnyLoaded, BackendArgs, ModelArgs, load};
+use crate::backend::Backend;
 use crate::model::arch::KvCacheTypes;
-use crate::model::generate::Speculation;
+use crate::model::generate::{DraftSource, Speculation};
 use crate::model::session::DEFAULT_BATCH;
 use crate::model::speculative::{Drafter, ModelDrafter, NgramDrafter, check_draft_vocabulary};
 use crate::model::{Session, Tokenizer};
@@ -20,7 +22,8 @@ pub struct SpeculationArgs {
     /// forward pass; greedy output is unchanged, sampled output distributed as without it.
     /// `ngram-simple` drafts from the text's own repeats (quotations, edits, code),
     /// `draft-simple` with the draft model of --spec-draft-model (the default when one is
-    /// given). Not with --logprobs
+    /// given), `draft-mtp` with the multi-token-prediction block of Qwen3.5 files that carry one.
+    /// Not with --logprobs
     #[arg(long, value_enum, value_name = "TYPE")]
     pub spec_type: Option<SpecType>,
 
@@ -57,7 +60,8 @@ pub struct SpeculationArgs {
     )]
     pub draft_min: usize,
 
-    /// The draft model stops drafting where its own probability of its pick is below P
+    /// The draft model (or MTP block) stops drafting where its own probability of its pick is
+    /// below P
     #[arg(
         long = "spec-draft-p-min",
         alias = "draft-p-min",
@@ -73,6 +77,7 @@ pub enum SpecType {
     None,
     NgramSimple,
     DraftSimple,
+    DraftMtp,
 }
 
 impl SpeculationArgs {
@@ -144,7 +149,7 @@ impl SpeculationArgs {
         cache: KvCacheTypes,
     ) -> Result<Option<Box<dyn Drafter + 'd>>> {
         Ok(match (self.kind()?, draft) {
-            (SpecType::None, _) => None,
+            (SpecType::None | SpecType::DraftMtp, _) => None,
             (SpecType::NgramSimple, _) => Some(Box::new(NgramDrafter::default())),
             (SpecType::DraftSimple, None) => None,
             (SpecType::DraftSimple, Some(draft)) => {
@@ -166,13 +171,37 @@ impl SpeculationArgs {
         })
     }
 
-    /// The generation setting for `drafter` (from `drafter()`).
+    /// Make `session` ready for the drafter: with `draft-mtp`, the model's multi-token-prediction
+    /// block follows it (an error for a model without one). Before the session's first token.
+    pub fn prepare<B: Backend>(&self, session: &mut Session<B>) -> Result<()> {
+        if self.kind()? == SpecType::DraftMtp {
+            if !session.model().has_mtp() {
+                bail!(super::FlagError(format!(
+                    "--spec-type draft-mtp: this {} file has no multi-token-prediction block \
+                     (nextn_predict_layers); Qwen3.5 files converted with their MTP weights have one",
+                    session.model().config.arch.name()
+                )));
+            }
+            session.enable_mtp()?;
+        }
+        Ok(())
+    }
+
+    /// The generation setting for `drafter` (from `drafter()`), or for the model's own
+    /// multi-token-prediction block (`prepare`).
     pub fn speculation<'a>(
         &self,
         drafter: &'a Option<Box<dyn Drafter + '_>>,
     ) -> Option<Speculation<'a>> {
-        drafter.as_deref().map(|d| Speculation {
-            drafter: d,
+        let source = match drafter.as_deref() {
+            Some(d) => DraftSource::Drafter(d),
+            None if self.spec_type == Some(SpecType::DraftMtp) => DraftSource::Mtp {
+                p_min: self.draft_p_min,
+            },
+            None => return None,
+        };
+        Some(Speculation {
+            drafter: source,
             max_draft: self.draft_max,
             min_draft: self.draft_min,
         })

@@ -90,11 +90,21 @@ pub struct GenerateOptions<'a> {
 /// A drafter and how many tokens it may propose per verify pass.
 #[derive(Clone, Copy)]
 pub struct Speculation<'a> {
-    pub drafter: &'a dyn Drafter,
+    pub drafter: DraftSource<'a>,
     pub max_draft: usize,
     /// A shorter draft is not verified: the token is decoded alone (llama.cpp's
     /// `--spec-draft-n-min`).
     pub min_draft: usize,
+}
+
+/// Who drafts.
+#[derive(Clone, Copy)]
+pub enum DraftSource<'a> {
+    /// A drafter apart from the model: the text's n-grams, a draft model.
+    Drafter(&'a dyn Drafter),
+    /// The model's own multi-token-prediction block, in the session (`Session::enable_mtp`),
+    /// stopping where its pick is less likely than `p_min`.
+    Mtp { p_min: f32 },
 }
 
 /// A callback that takes reasoning text as it is generated.
@@ -318,13 +328,18 @@ fn speculate<B: Backend>(
     draft_len: usize,
     token: u32,
 ) -> Result<Option<(usize, usize, u32)>> {
-    let mut context = session.tokens().to_vec();
-    context.push(token);
     let room = session.remaining().saturating_sub(1);
     let max = draft_len
         .min(room)
         .min(session.max_rows().saturating_sub(1));
-    let mut draft = spec.drafter.draft(&context, max)?;
+    let mut draft = match spec.drafter {
+        DraftSource::Drafter(drafter) => {
+            let mut context = session.tokens().to_vec();
+            context.push(token);
+            drafter.draft(&context, max)?
+        }
+        DraftSource::Mtp { p_min } => session.draft_mtp(token, max, p_min)?,
+    };
     // A draft model's vocabulary may be a little larger than the model's.
     let vocab = session.model().config.vocab_size;
     if let Some(cut) = draft.iter().position(|&t| t as usize >= vocab) {

@@ -194,8 +194,8 @@ fn copy<B: Backend>(
                 Direction::Save => (&*live, saved),
                 Direction::Restore => (&*saved, live),
             };
-            b.copy_rows_from(&src.conv, 0, &mut dst.conv, 1, conv_len);
-            b.copy_rows_from(&src.ssm, 0, &mut dst.ssm, 1, ssm_len);
+            b.copy_rows(&src.conv, 0, &mut dst.conv, 0, 1, conv_len);
+            b.copy_rows(&src.ssm, 0, &mut dst.ssm, 0, 1, ssm_len);
         }
     }
 }

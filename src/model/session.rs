@@ -5,11 +5,13 @@
 //! there (recurrent.rs), so prefill and decode take checkpoints as they go. `shift_context` drops
 //! old tokens to make room (llama.cpp's context shift), and with `set_context_shift` generation
 //! does so by itself whenever the context fills (not for models with recurrent state). `verify`
-//! runs several tokens and returns every row's logits, for speculative decoding (speculative.rs).
+//! runs several tokens and returns every row's logits, for speculative decoding (speculative.rs);
+//! with `enable_mtp` the model's multi-token-prediction block follows every forward call and
+//! `draft_mtp` drafts with it (arch/mtp.rs).
 
 use std::time::{Duration, Instant};
 
-use super::arch::{KvCache, KvCacheTypes, Model, Scratch};
+use super::arch::{KvCache, KvCacheTypes, Model, MtpState, Scratch};
 use super::recurrent::CHECKPOINT_INTERVAL;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -42,6 +44,8 @@ pub struct Session<'m, B: Backend> {
     has_logits: bool,
     /// With context shift on: how many tokens at the start every shift keeps.
     shift_keep: Option<usize>,
+    /// The multi-token-prediction drafter's state, when it is on.
+    mtp: Option<MtpState<B>>,
     pub stats: SessionStats,
 }
 
@@ -78,12 +82,66 @@ impl<'m, B: Backend> Session<'m, B> {
             rows_logits: Vec::new(),
             has_logits: false,
             shift_keep: None,
+            mtp: None,
             stats: SessionStats::default(),
         })
     }
 
     pub fn model(&self) -> &'m Model<B> {
         self.model
+    }
+
+    /// Draft with the model's multi-token-prediction block (`draft_mtp`): from now on every forward
+    /// call also runs the block's keys and values. Before the first token only, and an error for a
+    /// model without the block.
+    pub fn enable_mtp(&mut self) -> Result<()> {
+        if !self.tokens.is_empty() {
+            return Err(Error::Usage(
+                "multi-token prediction must be on before the session's first token".into(),
+            ));
+        }
+        let rows = self.scratch.rows();
+        self.mtp = Some(
+            self.model
+                .new_mtp_state(self.cache.ctx, rows, self.cache.types)?,
+        );
+        Ok(())
+    }
+
+    /// Up to `max` tokens the multi-token-prediction block drafts to follow `token`, the token
+    /// sampled after the context (see `Model::mtp_draft`). An error unless `enable_mtp` was called.
+    pub fn draft_mtp(&mut self, token: u32, max: usize, p_min: f32) -> Result<Vec<u32>> {
+        self.check(&[token])?;
+        let m = self.mtp.as_mut().ok_or_else(|| {
+            Error::Usage("multi-token prediction is not on for this session".into())
+        })?;
+        self.model
+            .mtp_draft(token, self.tokens.len(), max, p_min, &mut self.scratch, m)
+    }
+
+    /// The logits of the last drafted row of `draft_mtp`, where they were read back (with a
+    /// `p_min`, or on a backend without a device argmax).
+    pub fn mtp_logits(&self) -> Option<&[f32]> {
+        self.mtp.as_ref().map(|m| m.logits.as_slice())
+    }
+
+    /// The trunk's output-normed hidden state at `pos`, as the multi-token-prediction block takes
+    /// it, where the session holds it (its last forward call's rows; for inspection).
+    pub fn mtp_trunk_state(&self, pos: usize) -> Option<Vec<f32>> {
+        let m = self.mtp.as_ref()?;
+        m.trunk_state(&self.model.backend, pos, self.model.config.hidden_size)
+    }
+
+    /// Let the multi-token-prediction block follow the forward call just made over `ids`.
+    fn follow(&mut self, ids: &[u32], start_pos: usize) -> Result<()> {
+        if let Some(m) = &mut self.mtp {
+            self.model
+                .mtp_follow(ids, start_pos, &mut self.scratch, m)?;
+            if let Some(e) = self.model.backend.take_error() {
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// The tokens whose keys and values are in the cache.
@@ -180,6 +238,7 @@ impl<'m, B: Backend> Session<'m, B> {
             self.has_logits = false;
             return Err(e);
         }
+        self.follow(&[id], start_pos)?;
         self.tokens.push(id);
         self.has_logits = next.is_none();
         if self.tokens.len().is_multiple_of(CHECKPOINT_INTERVAL) {
@@ -230,6 +289,7 @@ impl<'m, B: Backend> Session<'m, B> {
             self.has_logits = false;
             return Err(e);
         }
+        self.follow(ids, start_pos)?;
         self.tokens.extend_from_slice(ids);
         let vocab = self.logits.len();
         self.logits
@@ -250,6 +310,10 @@ impl<'m, B: Backend> Session<'m, B> {
             )));
         }
         if n < self.tokens.len() {
+            // Before any rows run again: those the drafter's cache still holds are not redone.
+            if let Some(m) = &mut self.mtp {
+                m.truncate(n);
+            }
             if let Some(r) = &mut self.cache.recurrent {
                 let from = r.restore(&self.model.backend, n);
                 let redo = self.tokens[from..n].to_vec();
@@ -322,6 +386,9 @@ impl<'m, B: Backend> Session<'m, B> {
     pub fn reset(&mut self) {
         self.tokens.clear();
         self.has_logits = false;
+        if let Some(m) = &mut self.mtp {
+            m.reset();
+        }
         if let Some(r) = &mut self.cache.recurrent {
             r.clear_checkpoints();
         }
@@ -382,6 +449,7 @@ impl<'m, B: Backend> Session<'m, B> {
             self.has_logits = false;
             return Err(e);
         }
+        self.follow(ids, start_pos)?;
         self.tokens.extend_from_slice(ids);
         self.has_logits = true;
         Ok(())

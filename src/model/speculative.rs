@@ -17,6 +17,7 @@ use super::session::Session;
 use super::tokenizer::Tokenizer;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::sampler::most_likely;
 
 /// Proposes tokens to follow a context.
 pub trait Drafter {
@@ -115,39 +116,23 @@ impl<B: Backend> Drafter for ModelDrafter<'_, B> {
             s.prefill(&context[keep..])?;
         }
         let mut draft = Vec::with_capacity(max);
-        let mut next = pick(s.logits().ok_or(Error::EmptyPrompt)?, self.p_min);
+        let mut next = most_likely(s.logits().ok_or(Error::EmptyPrompt)?, self.p_min);
         while let Some(token) = next {
             draft.push(token);
             if draft.len() == max {
                 break;
             }
             next = if self.p_min > 0.0 {
-                pick(s.decode(token)?, self.p_min)
+                most_likely(s.decode(token)?, self.p_min)
             } else {
                 match s.decode_argmax(token)? {
                     Some(t) => Some(t),
-                    None => pick(s.logits().ok_or(Error::EmptyPrompt)?, 0.0),
+                    None => most_likely(s.logits().ok_or(Error::EmptyPrompt)?, 0.0),
                 }
             };
         }
         Ok(draft)
     }
-}
-
-/// The most likely token of `logits` (the first on ties, as the backends' argmax and greedy
-/// sampling pick), or None when its probability is below `p_min`.
-fn pick(logits: &[f32], p_min: f32) -> Option<u32> {
-    let (best, &top) = logits
-        .iter()
-        .enumerate()
-        .reduce(|best, x| if x.1 > best.1 { x } else { best })?;
-    if p_min > 0.0 {
-        let sum: f64 = logits.iter().map(|&l| ((l - top) as f64).exp()).sum();
-        if ((1.0 / sum) as f32) < p_min {
-            return None;
-        }
-    }
-    Some(best as u32)
 }
 
 /// Token ids from which the vocabularies of a model and its draft must spell every token alike
@@ -235,11 +220,11 @@ mod tests {
 
     #[test]
     fn the_draft_stops_where_its_pick_is_unlikely() {
-        assert_eq!(pick(&[0.0, 3.0, 1.0], 0.0), Some(1));
+        assert_eq!(most_likely(&[0.0, 3.0, 1.0], 0.0), Some(1));
         // softmax(0, 3, 1)[1] = 0.84
-        assert_eq!(pick(&[0.0, 3.0, 1.0], 0.8), Some(1));
-        assert_eq!(pick(&[0.0, 3.0, 1.0], 0.9), None);
-        assert_eq!(pick(&[], 0.0), None);
-        assert_eq!(pick(&[1.0, 2.0, 2.0], 0.0), Some(1));
+        assert_eq!(most_likely(&[0.0, 3.0, 1.0], 0.8), Some(1));
+        assert_eq!(most_likely(&[0.0, 3.0, 1.0], 0.9), None);
+        assert_eq!(most_likely(&[], 0.0), None);
+        assert_eq!(most_likely(&[1.0, 2.0, 2.0], 0.0), Some(1));
     }
 }

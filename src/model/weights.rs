@@ -17,7 +17,7 @@ use crate::tensor::Tensor;
 
 pub use gemma4::{Gemma4Experts, PerLayerEmbeddings, PerLayerInput};
 pub use moe::{ExpertBiases, ExpertsGateUp, Ffn, MoeWeights, SharedExpertWeights};
-pub use qwen35::{DeltaNetWeights, GatedAttentionWeights, Mixer, Qwen35Layer};
+pub use qwen35::{DeltaNetWeights, GatedAttentionWeights, Mixer, MtpWeights, Qwen35Layer};
 
 pub struct LayerWeights<B: Backend> {
     pub attn_norm: B::Weight,
@@ -67,6 +67,8 @@ pub struct Weights<B: Backend> {
     pub layers: Vec<Block<B>>,
     /// Gemma 4 E2B/E4B: the per-layer token embeddings.
     pub per_layer_embd: Option<PerLayerEmbeddings<B>>,
+    /// Qwen3.5: the multi-token-prediction block, where the file has one.
+    pub mtp: Option<MtpWeights<B>>,
     /// The file's tensors that no block read (`unused_tensors`).
     pub unused: Vec<String>,
 }
@@ -311,12 +313,17 @@ impl<B: Backend> Weights<B> {
         };
         let output_norm = f.norm("output_norm.weight", h)?;
         let per_layer_embd = gemma4::per_layer_embeddings(&f, c)?;
+        let mtp = match layer_kind {
+            LayerKind::Qwen35 => qwen35::mtp(&f, c)?,
+            _ => None,
+        };
         Ok(Weights {
             tok_embd,
             output_norm,
             output,
             layers,
             per_layer_embd,
+            mtp,
             unused: unused_tensors(file, &f.used.borrow()),
         })
     }

@@ -339,6 +339,22 @@ impl Sampler {
     }
 }
 
+/// The most likely token of `logits` (the first on ties, as the backends' argmax and greedy
+/// sampling pick), or None when its probability is below `p_min`.
+pub fn most_likely(logits: &[f32], p_min: f32) -> Option<u32> {
+    let (best, &top) = logits
+        .iter()
+        .enumerate()
+        .reduce(|best, x| if x.1 > best.1 { x } else { best })?;
+    if p_min > 0.0 {
+        let sum: f64 = logits.iter().map(|&l| ((l - top) as f64).exp()).sum();
+        if ((1.0 / sum) as f32) < p_min {
+            return None;
+        }
+    }
+    Some(best as u32)
+}
+
 /// The `n` most likely tokens of `logits` with their log-probabilities: (id, logit, logprob).
 pub fn top_logprobs(logits: &[f32], n: usize) -> Vec<(u32, f32, f32)> {
     let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l));

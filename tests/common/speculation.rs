@@ -3,7 +3,9 @@
 //! with a drafter gives the tokens (and leaves the session) greedy generation gives without one.
 
 use kiln::backend::Backend;
-use kiln::model::generate::{GenerateOptions, Generation, Speculation, StopRules, generate};
+use kiln::model::generate::{
+    DraftSource, GenerateOptions, Generation, Speculation, StopRules, generate,
+};
 use kiln::model::speculative::{Drafter, NgramDrafter};
 use kiln::model::{Model, Session, Tokenizer};
 use kiln::sampler::{Sampler, SamplerConfig};
@@ -73,6 +75,13 @@ pub fn sampled_run<B: Backend>(
     speculation: Option<Speculation>,
 ) -> (Generation, Vec<u32>) {
     let mut s = Session::new(model, prompt.len() + n + 32).unwrap();
+    if let Some(Speculation {
+        drafter: DraftSource::Mtp { .. },
+        ..
+    }) = speculation
+    {
+        s.enable_mtp().unwrap();
+    }
     let mut sampler = Sampler::new(config);
     let opts = GenerateOptions {
         rules: StopRules {
@@ -148,7 +157,7 @@ pub fn speculation_matches_plain<B: Backend>(
     for (i, drafter) in drafters.into_iter().enumerate() {
         for max_draft in [1, 3, 8] {
             let spec = Speculation {
-                drafter,
+                drafter: DraftSource::Drafter(drafter),
                 max_draft,
                 min_draft: 0,
             };
@@ -168,7 +177,7 @@ pub fn speculation_matches_plain<B: Backend>(
     }
     assert!(accepted > n, "{what}: {accepted} drafted tokens accepted");
     let spec = Speculation {
-        drafter: &ngrams,
+        drafter: DraftSource::Drafter(&ngrams),
         max_draft: 8,
         min_draft: 0,
     };

@@ -395,9 +395,10 @@ fn elementwise_ops<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> 
     results.push(("scale_rows".into(), download(b, &ab, n)));
 
     let src = upload(b, &a);
-    let mut dst = b.buffer(3 * 40).unwrap();
-    b.copy_rows_from(&src, 5, &mut dst, 3, 40);
-    results.push(("copy_rows_from".into(), download(b, &dst, 3 * 40)));
+    let mut dst = upload(b, &rng.vec(6 * 40, 1.0));
+    b.copy_rows(&src, 5, &mut dst, 0, 3, 40);
+    b.copy_rows(&src, 9, &mut dst, 4, 2, 40);
+    results.push(("copy_rows".into(), download(b, &dst, 6 * 40)));
     results
 }
 

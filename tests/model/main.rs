@@ -1,5 +1,5 @@
 //! The library's properties: sessions (cached equals recomputed, prefill and decode agree), Qwen3.5's recurrent state
-//! and checkpoints, context shift, the Qwen3.5, Qwen3 MoE, SmolLM3 and Gemma 2 file variants converters write, and
+//! and checkpoints, context shift, multi-token prediction, the Qwen3.5, Qwen3 MoE, SmolLM3 and Gemma 2 file variants converters write, and
 //! malformed files.
 
 #[path = "../common/mod.rs"]
@@ -9,6 +9,7 @@ mod context_shift;
 mod family_files;
 mod fixture_manifest;
 mod malformed;
+mod mtp;
 mod qwen35_files;
 mod qwen3moe_files;
 mod recurrent;

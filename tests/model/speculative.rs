@@ -9,7 +9,7 @@ use common::golden_run::load;
 use common::speculation::{
     REPEATING, greedy_run, sampled_run, speculation_matches_plain, verify_rows_match_decode,
 };
-use kiln::model::generate::Speculation;
+use kiln::model::generate::{DraftSource, Speculation};
 use kiln::model::speculative::{ModelDrafter, check_draft_vocabulary};
 use kiln::model::{ModelFile, Session, Tokenizer};
 
@@ -82,7 +82,7 @@ fn a_draft_model_changes_nothing_but_the_speed() {
     let (target, draft) = (load(&target_file, 2), load(&draft_file, 2));
     let drafter = ModelDrafter::new(Session::new(&draft, 512).unwrap(), 0.0);
     let spec = Speculation {
-        drafter: &drafter,
+        drafter: DraftSource::Drafter(&drafter),
         max_draft: 8,
         min_draft: 0,
     };
@@ -139,7 +139,7 @@ fn sampling_with_speculation_is_distributed_as_without() {
                 ..SamplerConfig::default()
             };
             let spec = (way == 1).then_some(Speculation {
-                drafter: &drafter,
+                drafter: DraftSource::Drafter(&drafter),
                 max_draft: 2,
                 min_draft: 0,
             });

@@ -407,16 +407,18 @@ impl CoreOps for CpuBackend {
         }
     }
 
-    fn copy_rows_from(
+    fn copy_rows(
         &self,
         src: &Vec<f32>,
         src_row: usize,
         dst: &mut Vec<f32>,
+        dst_row: usize,
         rows: usize,
         width: usize,
     ) {
         let _span = self.profiler.span("copy_rows");
-        dst[..rows * width].copy_from_slice(&src[src_row * width..(src_row + rows) * width]);
+        dst[dst_row * width..(dst_row + rows) * width]
+            .copy_from_slice(&src[src_row * width..(src_row + rows) * width]);
     }
 
     fn attention(

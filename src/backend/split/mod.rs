@@ -562,19 +562,26 @@ impl CoreOps for SplitBackend {
         })
     }
 
-    fn copy_rows_from(
+    fn copy_rows(
         &self,
         src: &SplitBuffer,
         src_row: usize,
         dst: &mut SplitBuffer,
+        dst_row: usize,
         rows: usize,
         width: usize,
     ) {
         // Where the rows are: taking one row of a prefill's activations copies one row across.
+        // Rows written after the start of `dst` keep the ones before them.
         on_side!(self.holder_side(src), S => {
             let src = self.input::<S>(src);
-            let dst = self.output::<S>(dst, rows * width);
-            S::backend(self).copy_rows_from(&src, src_row, dst, rows, width)
+            let end = (dst_row + rows) * width;
+            let dst = if dst_row == 0 {
+                self.output::<S>(dst, end)
+            } else {
+                self.in_out::<S>(dst, end)
+            };
+            S::backend(self).copy_rows(&src, src_row, dst, dst_row, rows, width)
         })
     }
 

@@ -503,11 +503,12 @@ impl CoreOps for WgpuBackend {
         self.elementwise((&self.fixed.add, "add"), x, &y.dev, [len as u32, 0, 0, 0]);
     }
 
-    fn copy_rows_from(
+    fn copy_rows(
         &self,
         src: &GpuBuffer,
         src_row: usize,
         dst: &mut GpuBuffer,
+        dst_row: usize,
         rows: usize,
         width: usize,
     ) {
@@ -515,7 +516,12 @@ impl CoreOps for WgpuBackend {
             (&self.fixed.copy, "copy"),
             dst,
             &src.dev,
-            [(rows * width) as u32, 0, (src_row * width) as u32, 0],
+            [
+                (rows * width) as u32,
+                (dst_row * width) as u32,
+                (src_row * width) as u32,
+                0,
+            ],
         );
     }
 

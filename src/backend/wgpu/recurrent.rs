@@ -2,7 +2,7 @@
 //! blocks, the short causal convolution (shaders/conv.wgsl) and the delta-rule recurrence
 //! (shaders/delta_net.wgsl). The contracts are on the trait (backend/mod.rs), the reference is the
 //! CPU's (backend/cpu/recurrent.rs). The recurrent state is an ordinary activation buffer, so the
-//! session's checkpoints copy it on the device (`copy_rows_from`).
+//! session's checkpoints copy it on the device (`copy_rows`).
 
 use super::WgpuBackend;
 use super::buffers::{self, GpuBuffer, GpuWeight, bind};

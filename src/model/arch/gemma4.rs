@@ -284,7 +284,7 @@ fn attention<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
         ),
         (Some(wk), None) => {
             b.matmul_many(&s.h, &[&l.wq, wk], rows, &mut [&mut s.q, &mut s.k]);
-            b.copy_rows_from(&s.k, 0, &mut s.v, rows, kv_dim);
+            b.copy_rows(&s.k, 0, &mut s.v, 0, rows, kv_dim);
         }
     }
     let eps = c.rms_norm_eps;

@@ -27,6 +27,7 @@ mod gpt_oss;
 mod llama;
 mod mistral3;
 mod moe;
+mod mtp;
 mod phi3;
 mod qwen;
 mod qwen35;
@@ -41,6 +42,7 @@ use super::weights::{Block, Ffn, GatedAttentionWeights, LayerWeights, Weights};
 use crate::backend::{AttentionParams, Backend, CacheType, GateActivation, KvAppend};
 use crate::error::{Error, Result};
 use family::{Family, LayerKind};
+pub use mtp::MtpState;
 
 /// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
 /// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
@@ -144,8 +146,10 @@ impl<B: Backend> Model<B> {
         let config = file.config.clone();
         let weights = Weights::load(file, &backend)?;
         let mut ropes: Vec<RopeFreqs> = Vec::new();
-        let mut layer_rope = Vec::with_capacity(config.n_layers);
-        for il in 0..config.n_layers {
+        // The multi-token-prediction block, when the file has one, is a layer after the rest.
+        let n_layers = config.n_layers + weights.mtp.is_some() as usize;
+        let mut layer_rope = Vec::with_capacity(n_layers);
+        for il in 0..n_layers {
             let r = RopeFreqs::new(
                 config.layer_shape(il).rope_dims,
                 config.layer_rope_theta(il),
@@ -417,7 +421,7 @@ impl<B: Backend> Model<B> {
             },
         };
         self.forward_layers(ids, start_pos, cache, s);
-        b.copy_rows_from(&s.x, 0, &mut v.x, rows, c.hidden_size);
+        b.copy_rows(&s.x, 0, &mut v.x, 0, rows, c.hidden_size);
         b.rms_norm(&mut v.x, &self.weights.output_norm, rows, c.rms_norm_eps);
         b.matmul(&v.x, self.lm_head(), rows, &mut v.logits);
         logits.resize(rows * c.vocab_size, 0.0);
@@ -478,7 +482,7 @@ impl<B: Backend> Model<B> {
             &mut s.x,
         );
         if let Some(g) = &mut s.gemma4 {
-            b.copy_rows_from(&s.x, 0, &mut g.x0, rows, c.hidden_size);
+            b.copy_rows(&s.x, 0, &mut g.x0, 0, rows, c.hidden_size);
             g.ids.clear();
             g.ids.extend_from_slice(ids);
         }

@@ -170,7 +170,11 @@ pub(crate) fn layer<B: Backend>(f: &mut Step<B>, l: &Qwen35Layer<B>) {
         Mixer::Attention(a) => f.gated_attention(a),
     }
     f.residual();
+    feed_forward_part(f, l);
+}
 
+/// The block's second half: norm, feed-forward (dense or experts), residual.
+pub(crate) fn feed_forward_part<B: Backend>(f: &mut Step<B>, l: &Qwen35Layer<B>) {
     f.norm_input(&l.post_attention_norm);
     f.feed_forward(&l.ffn);
     f.residual();

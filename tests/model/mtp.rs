@@ -1,0 +1,339 @@
+//! Drafting with Qwen3.5's multi-token-prediction block (src/model/arch/mtp.rs), on the tiny
+//! Qwen3.5 files with a block added (tests/fixtures/make_qwen35_mtp.py): greedy output equals
+//! greedy output without it, the block's state after speculation equals a fresh session's
+//! (cached == recomputed), and its logits equal a float64 reference of the block written here from
+//! llama.cpp's `graph_mtp`, teacher-forced on the trunk's hidden states.
+
+use crate::common;
+
+use common::golden_run::load;
+use common::speculation::greedy_run;
+use kiln::model::generate::{DraftSource, Speculation};
+use kiln::model::{ModelFile, Session, Tokenizer};
+
+const FILES: [&str; 2] = ["qwen35-mtp-tiny.gguf", "qwen35moe-mtp-tiny.gguf"];
+const PROMPT: &str = "The quick brown fox jumps over the lazy dog. The quick brown";
+
+fn mtp(max_draft: usize) -> Speculation<'static> {
+    Speculation {
+        drafter: DraftSource::Mtp { p_min: 0.0 },
+        max_draft,
+        min_draft: 0,
+    }
+}
+
+/// Greedy with the block drafting 1, 3 or 8 tokens a pass gives greedy's tokens and leaves the
+/// session as greedy does; some drafts are accepted (the fixture's block leans to repeats).
+#[test]
+fn mtp_greedy_is_plain_greedy() {
+    let mut accepted = 0;
+    for name in FILES {
+        let mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
+        let tok = Tokenizer::from_model(&mf).unwrap();
+        let model = load(&mf, 2);
+        assert!(model.has_mtp(), "{name}");
+        let prompt = tok.encode(PROMPT, true).unwrap();
+        let (plain, plain_ctx) = greedy_run(&model, &tok, &prompt, 80, None);
+        for max_draft in [1, 3, 8] {
+            let (fast, fast_ctx) = greedy_run(&model, &tok, &prompt, 80, Some(mtp(max_draft)));
+            let how = format!("{name}, up to {max_draft} a pass");
+            assert_eq!(fast.tokens, plain.tokens, "{how}");
+            assert_eq!(fast_ctx, plain_ctx, "{how}: the session after");
+            assert!(fast.drafted_tokens > 0, "{how}: nothing drafted");
+            accepted += fast.accepted_tokens;
+        }
+    }
+    assert!(accepted > 0, "no MTP draft accepted");
+}
+
+/// After speculative generation (verify passes, rejected rows rolled back, recurrent state
+/// restored and rows run again) the block drafts from the same logits as in a session that
+/// prefilled the same tokens at once.
+#[test]
+fn mtp_state_after_speculation_is_a_fresh_sessions() {
+    for name in FILES {
+        let mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
+        let tok = Tokenizer::from_model(&mf).unwrap();
+        let model = load(&mf, 2);
+        let prompt = tok.encode(PROMPT, true).unwrap();
+        let mut s = Session::new(&model, 256).unwrap();
+        s.enable_mtp().unwrap();
+        s.prefill(&prompt).unwrap();
+        // Verify passes with drafts wrong from the second row, as speculation leaves them.
+        for round in 0..6u32 {
+            let logits = s.logits().unwrap();
+            let next = argmax(logits);
+            let mut rows = vec![next];
+            rows.extend(s.draft_mtp(next, 3, 0.0).unwrap());
+            rows.push(7 + round);
+            let len = s.tokens().len();
+            s.verify(&rows).unwrap();
+            s.truncate(len + 1 + (round as usize % 3)).unwrap();
+            s.decode(rows[0] ^ 1).unwrap();
+        }
+        let context = s.tokens().to_vec();
+        let next = argmax(s.logits().unwrap());
+        s.draft_mtp(next, 2, 1e-30).unwrap();
+        let cached = s.mtp_logits().unwrap().to_vec();
+
+        let mut fresh = Session::new(&model, 256).unwrap();
+        fresh.enable_mtp().unwrap();
+        fresh.prefill(&context).unwrap();
+        assert_eq!(argmax(fresh.logits().unwrap()), next, "{name}");
+        fresh.draft_mtp(next, 2, 1e-30).unwrap();
+        let recomputed = fresh.mtp_logits().unwrap();
+        let d = max_abs_diff(&cached, recomputed);
+        assert!(
+            d < 1e-4,
+            "{name}: cached vs recomputed MTP logits differ by {d:e}"
+        );
+    }
+}
+
+/// A model without the block refuses it, saying so.
+#[test]
+fn a_model_without_an_mtp_block_cannot_draft_with_one() {
+    let mf = ModelFile::open(&common::fixture("models/qwen35-tiny.gguf")).unwrap();
+    let model = load(&mf, 2);
+    assert!(!model.has_mtp());
+    let mut s = Session::new(&model, 64).unwrap();
+    let e = s.enable_mtp().unwrap_err().to_string();
+    assert!(e.contains("no multi-token-prediction block"), "{e}");
+    assert!(s.draft_mtp(1, 2, 0.0).is_err());
+}
+
+/// The block's logits for two chained draft rows equal the float64 reference's, every logit
+/// within 0.01 (the golden rule's tight bound) and the same picks.
+#[test]
+fn mtp_logits_match_a_float64_reference() {
+    let mf = ModelFile::open(&common::fixture("models/qwen35-mtp-tiny.gguf")).unwrap();
+    let tok = Tokenizer::from_model(&mf).unwrap();
+    let model = load(&mf, 2);
+    let prompt = tok.encode(PROMPT, true).unwrap();
+    let n = prompt.len();
+    let mut s = Session::new(&model, 128).unwrap();
+    s.enable_mtp().unwrap();
+    s.prefill(&prompt).unwrap();
+    let hidden: Vec<Vec<f64>> = (0..n)
+        .map(|p| f64s(&s.mtp_trunk_state(p).expect("the prompt ran in one call")))
+        .collect();
+    let next = argmax(s.logits().unwrap());
+    let reference = Reference::new(&mf);
+    let mut rows: Vec<(u32, Vec<f64>)> = (0..n)
+        .map(|p| {
+            let h = match p {
+                0 => vec![0.0; reference.h],
+                _ => hidden[p - 1].clone(),
+            };
+            (prompt[p], h)
+        })
+        .collect();
+    rows.push((next, hidden[n - 1].clone()));
+    let (want1, out1) = reference.last_row(&rows);
+    let draft = s.draft_mtp(next, 1, 1e-30).unwrap();
+    let got1 = s.mtp_logits().unwrap().to_vec();
+    assert_eq!(draft, [argmax(&got1)]);
+    rows.push((draft[0], out1));
+    let (want2, _) = reference.last_row(&rows);
+    let draft2 = s.draft_mtp(next, 2, 1e-30).unwrap();
+    let got2 = s.mtp_logits().unwrap().to_vec();
+    for (step, got, want) in [(1, &got1, &want1), (2, &got2, &want2)] {
+        let want: Vec<f32> = want.iter().map(|&v| v as f32).collect();
+        let d = max_abs_diff(got, &want);
+        assert!(d <= 0.01, "draft row {step}: |Δ| {d:e} against float64");
+        assert_eq!(argmax(got), argmax(&want), "draft row {step}");
+        eprintln!("MTP draft row {step}: max |Δ| {d:.2e} against float64");
+    }
+    assert_eq!(draft2[0], draft[0]);
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).fold(0.0, |m, (x, y)| m.max((x - y).abs()))
+}
+
+fn f64s(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+/// The dense MTP block in float64 from the file's tensors, as llama.cpp's `graph_mtp` computes
+/// it: x = eh_proj·[enorm(embedding) ; hnorm(hidden)]; x += wo·(attention(q, k, v) ⊙
+/// σ(gate)) over RMSNorm(x), with per-head QK-norm and NEOX RoPE on the leading rotary dims;
+/// x += SwiGLU(RMSNorm(x)); logits = head(RMSNorm(x)·shared_head_norm).
+struct Reference {
+    h: usize,
+    heads: usize,
+    kv_heads: usize,
+    hd: usize,
+    rot: usize,
+    theta: f64,
+    eps: f64,
+    t: std::collections::HashMap<String, Vec<f64>>,
+}
+
+impl Reference {
+    fn new(mf: &ModelFile) -> Reference {
+        let c = &mf.config;
+        let il = c.n_layers;
+        let mut t = std::collections::HashMap::new();
+        let names = [
+            "attn_norm.weight",
+            "post_attention_norm.weight",
+            "attn_q.weight",
+            "attn_k.weight",
+            "attn_v.weight",
+            "attn_q_norm.weight",
+            "attn_k_norm.weight",
+            "attn_output.weight",
+            "ffn_gate.weight",
+            "ffn_up.weight",
+            "ffn_down.weight",
+            "nextn.eh_proj.weight",
+            "nextn.enorm.weight",
+            "nextn.hnorm.weight",
+            "nextn.shared_head_norm.weight",
+        ];
+        for name in names {
+            let full = format!("blk.{il}.{name}");
+            let tensor = mf.tensor(&full).unwrap_or_else(|| panic!("{full}"));
+            t.insert(name.to_string(), f64s(&tensor.to_f32()));
+        }
+        t.insert(
+            "embed".into(),
+            f64s(&mf.tensor("token_embd.weight").unwrap().to_f32()),
+        );
+        Reference {
+            h: c.hidden_size,
+            heads: c.n_heads,
+            kv_heads: c.n_kv_heads,
+            hd: c.head_dim,
+            rot: c.rope_dims,
+            theta: c.rope_theta as f64,
+            eps: c.rms_norm_eps as f64,
+            t,
+        }
+    }
+
+    fn w(&self, name: &str) -> &[f64] {
+        &self.t[name]
+    }
+
+    /// `rows` of a `[rows, cols]` matrix times `x`.
+    fn matvec(&self, name: &str, x: &[f64]) -> Vec<f64> {
+        let m = self.w(name);
+        m.chunks_exact(x.len())
+            .map(|row| row.iter().zip(x).map(|(a, b)| a * b).sum())
+            .collect()
+    }
+
+    fn rms_norm(&self, x: &[f64], w: &[f64]) -> Vec<f64> {
+        let ms = x.iter().map(|v| v * v).sum::<f64>() / x.len() as f64;
+        let r = 1.0 / (ms + self.eps).sqrt();
+        x.iter().zip(w).map(|(v, w)| v * r * w).collect()
+    }
+
+    fn rope(&self, x: &mut [f64], pos: usize) {
+        let half = self.rot / 2;
+        for head in x.chunks_exact_mut(self.hd) {
+            for i in 0..half {
+                let angle = pos as f64 * self.theta.powf(-2.0 * i as f64 / self.rot as f64);
+                let (a, b) = (head[i], head[i + half]);
+                head[i] = a * angle.cos() - b * angle.sin();
+                head[i + half] = a * angle.sin() + b * angle.cos();
+            }
+        }
+    }
+
+    /// The block's input x and its attention input for one (token, hidden) row.
+    fn input(&self, token: u32, hidden: &[f64]) -> Vec<f64> {
+        let h = self.h;
+        let e = &self.w("embed")[token as usize * h..(token as usize + 1) * h];
+        let mut cat = self.rms_norm(e, self.w("nextn.enorm.weight"));
+        cat.extend(self.rms_norm(hidden, self.w("nextn.hnorm.weight")));
+        self.matvec("nextn.eh_proj.weight", &cat)
+    }
+
+    /// Queries (with their gates) or keys and values of the row with input `x` at `pos`.
+    fn qkv(&self, x: &[f64], pos: usize) -> (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>) {
+        let xa = self.rms_norm(x, self.w("attn_norm.weight"));
+        let qg = self.matvec("attn_q.weight", &xa);
+        let (mut q, mut gate) = (Vec::new(), Vec::new());
+        for head in qg.chunks_exact(2 * self.hd) {
+            q.extend(self.rms_norm(&head[..self.hd], self.w("attn_q_norm.weight")));
+            gate.extend_from_slice(&head[self.hd..]);
+        }
+        let mut k: Vec<f64> = self
+            .matvec("attn_k.weight", &xa)
+            .chunks_exact(self.hd)
+            .flat_map(|head| self.rms_norm(head, self.w("attn_k_norm.weight")))
+            .collect();
+        let v = self.matvec("attn_v.weight", &xa);
+        self.rope(&mut q, pos);
+        self.rope(&mut k, pos);
+        (q, gate, k, v)
+    }
+
+    /// The logits of the last of `rows` (each a token and the hidden state paired with it, at
+    /// positions 0..), attending over all of them, and the block's normed output there.
+    fn last_row(&self, rows: &[(u32, Vec<f64>)]) -> (Vec<f64>, Vec<f64>) {
+        let kv: Vec<(Vec<f64>, Vec<f64>)> = rows
+            .iter()
+            .enumerate()
+            .map(|(p, (t, hid))| {
+                let (_, _, k, v) = self.qkv(&self.input(*t, hid), p);
+                (k, v)
+            })
+            .collect();
+        let last = rows.len() - 1;
+        let mut x = self.input(rows[last].0, &rows[last].1);
+        let (q, gate, _, _) = self.qkv(&x, last);
+        let (hd, group) = (self.hd, self.heads / self.kv_heads);
+        let mut attn = vec![0.0; self.heads * hd];
+        for head in 0..self.heads {
+            let kvh = head / group;
+            let qh = &q[head * hd..(head + 1) * hd];
+            let scores: Vec<f64> = kv
+                .iter()
+                .map(|(k, _)| {
+                    let kh = &k[kvh * hd..(kvh + 1) * hd];
+                    qh.iter().zip(kh).map(|(a, b)| a * b).sum::<f64>() / (hd as f64).sqrt()
+                })
+                .collect();
+            let top = scores.iter().cloned().fold(f64::MIN, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|s| (s - top).exp()).collect();
+            let sum: f64 = weights.iter().sum();
+            for ((_, v), w) in kv.iter().zip(&weights) {
+                for d in 0..hd {
+                    attn[head * hd + d] += w / sum * v[kvh * hd + d];
+                }
+            }
+        }
+        for (a, g) in attn.iter_mut().zip(&gate) {
+            *a /= 1.0 + (-g).exp();
+        }
+        let o = self.matvec("attn_output.weight", &attn);
+        x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
+        let xf = self.rms_norm(&x, self.w("post_attention_norm.weight"));
+        let gate = self.matvec("ffn_gate.weight", &xf);
+        let up = self.matvec("ffn_up.weight", &xf);
+        let act: Vec<f64> = gate
+            .iter()
+            .zip(&up)
+            .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+            .collect();
+        let down = self.matvec("ffn_down.weight", &act);
+        x.iter_mut().zip(&down).for_each(|(x, d)| *x += d);
+        let out = self.rms_norm(&x, self.w("nextn.shared_head_norm.weight"));
+        (self.matvec("embed", &out), out)
+    }
+}
