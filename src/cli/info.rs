@@ -571,8 +571,14 @@ fn print_hybrid(c: &ModelConfig) {
         }
     }
     if c.nextn_layers > 0 {
+        let use_ = match c.arch {
+            crate::model::Arch::Qwen35 | crate::model::Arch::Qwen35Moe => {
+                "drafts with --spec-type draft-mtp"
+            }
+            _ => "not run by kiln",
+        };
         println!(
-            "  mtp blocks          {} (multi-token prediction; skipped)",
+            "  mtp blocks          {} (multi-token prediction; {use_})",
             c.nextn_layers
         );
     }

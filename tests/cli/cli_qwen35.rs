@@ -1,6 +1,7 @@
 //! The commands on both Qwen3.5 files as real processes: `kiln run` reproduces llama.cpp's greedy
 //! tokens, `kiln chat` holds a two-turn conversation, `kiln bench` reports pp and tg, `kiln
-//! tokenize` gives llama.cpp's ids, and `kiln info` describes the hybrid layout.
+//! tokenize` gives llama.cpp's ids, `kiln info` describes the hybrid layout, and `--spec-type
+//! draft-mtp` drafts with the files' multi-token-prediction block.
 
 use crate::common;
 
@@ -113,4 +114,31 @@ fn chat_holds_a_conversation_on_both_files() {
     for model in MODELS {
         common::assert_two_turn_chat(model);
     }
+}
+
+/// `--spec-type draft-mtp` drafts with the multi-token-prediction block of a file that has one
+/// (the tiny files with a block added) and changes nothing in greedy output; `--format json`
+/// counts the drafts. A file without a block is a flag error that says so.
+#[test]
+fn draft_mtp_gives_the_plain_greedy_output() {
+    let base = ["run", "--format", "json", "--raw", "--temp", "0", "-n", "24"];
+    let prompt = "The quick brown fox jumps over the lazy dog. The quick brown";
+    for model in ["qwen35-mtp-tiny.gguf", "qwen35moe-mtp-tiny.gguf"] {
+        let plain = kiln_json(&[&base[..], &[prompt]].concat(), model);
+        let fast = kiln_json(
+            &[&base[..], &["--spec-type", "draft-mtp", prompt]].concat(),
+            model,
+        );
+        assert_eq!(fast["tokens"], plain["tokens"], "{model}");
+        assert!(fast["timings"]["draft_tokens"].as_u64().unwrap() > 0, "{model}");
+    }
+    let out = common::kiln()
+        .args(["run", "--spec-type", "draft-mtp", "-n", "4", "-m"])
+        .arg(common::fixture("models/qwen35-tiny.gguf"))
+        .arg("hi")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no multi-token-prediction block"), "{err}");
 }

@@ -183,3 +183,72 @@ pub fn speculation_matches_plain<B: Backend>(
     };
     greedy_run(model, tok, prompt, n, Some(spec)).0
 }
+
+/// Drafting with the model's multi-token-prediction block (`DraftSource::Mtp`, up to each of
+/// `max_drafts` tokens a pass): greedy's tokens and session after, with drafts made; and the block's state after
+/// a run of verify passes, rollbacks and decodes drafts the logits of a session that prefilled the
+/// same tokens at once (within `tol`, absolute). Returns the drafts accepted.
+pub fn mtp_matches_plain<B: Backend>(
+    model: &Model<B>,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    n: usize,
+    max_drafts: &[usize],
+    tol: f32,
+    what: &str,
+) -> usize {
+    let (plain, plain_ctx) = greedy_run(model, tok, prompt, n, None);
+    let mut accepted = 0;
+    for &max_draft in max_drafts {
+        let spec = Speculation {
+            drafter: DraftSource::Mtp { p_min: 0.0 },
+            max_draft,
+            min_draft: 0,
+        };
+        let (fast, fast_ctx) = greedy_run(model, tok, prompt, n, Some(spec));
+        let how = format!("{what}: MTP, up to {max_draft} a pass");
+        assert_eq!(fast.tokens, plain.tokens, "{how}");
+        assert_eq!(fast_ctx, plain_ctx, "{how}: the session after");
+        assert!(fast.drafted_tokens > 0, "{how}: nothing drafted");
+        accepted += fast.accepted_tokens;
+    }
+
+    let mut s = Session::new(model, prompt.len() + 64).unwrap();
+    s.enable_mtp().unwrap();
+    s.prefill(prompt).unwrap();
+    // Verify passes whose drafts go wrong after a few rows, cut back as speculation cuts them.
+    for round in 0..6u32 {
+        let next = greedy_pick(s.logits().unwrap());
+        let mut rows = vec![next];
+        rows.extend(s.draft_mtp(next, 3, 0.0).unwrap());
+        rows.push(7 + round);
+        let len = s.tokens().len();
+        s.verify(&rows).unwrap();
+        s.truncate(len + 1 + round as usize % 3).unwrap();
+        s.decode(rows[0] ^ 1).unwrap();
+    }
+    let context = s.tokens().to_vec();
+    let next = greedy_pick(s.logits().unwrap());
+    // A p_min reads the logits back.
+    s.draft_mtp(next, 2, 1e-30).unwrap();
+    let cached = s.mtp_logits().unwrap().to_vec();
+    let mut fresh = Session::new(model, prompt.len() + 64).unwrap();
+    fresh.enable_mtp().unwrap();
+    fresh.prefill(&context).unwrap();
+    assert_eq!(greedy_pick(fresh.logits().unwrap()), next, "{what}");
+    fresh.draft_mtp(next, 2, 1e-30).unwrap();
+    let d = cached
+        .iter()
+        .zip(fresh.mtp_logits().unwrap())
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(
+        d <= tol,
+        "{what}: MTP logits after speculation differ from a fresh session's by {d:e}"
+    );
+    accepted
+}
+
+/// The first most likely token.
+pub fn greedy_pick(logits: &[f32]) -> u32 {
+    kiln::sampler::most_likely(logits, 0.0).expect("logits")
+}

@@ -333,3 +333,17 @@ fn speculative_greedy_is_plain_greedy_across_the_boundary() {
     common::speculation::verify_rows_match_decode(&model, &prompt, 1e-4, what);
     common::speculation::speculation_matches_plain(&model, &tok, &prompt, 16, what);
 }
+
+/// Drafting with Qwen3.5's multi-token-prediction block across the boundary: the trunk's first
+/// half on the CPU, the rest and the block on the GPU (the dense file with a block added).
+#[test]
+fn mtp_greedy_is_plain_greedy_across_the_boundary() {
+    let mf = ModelFile::open(&common::fixture("models/qwen35-mtp-tiny.gguf")).unwrap();
+    let Some(model) = split(&mf, 4, 0) else {
+        return;
+    };
+    let tok = kiln::model::Tokenizer::from_model(&mf).unwrap();
+    let prompt = tok.encode(common::speculation::REPEATING, true).unwrap();
+    let what = "qwen35-mtp-tiny split 4 GPU layers";
+    common::speculation::mtp_matches_plain(&model, &tok, &prompt, 12, &[3], 1e-3, what);
+}

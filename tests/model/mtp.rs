@@ -7,23 +7,15 @@
 use crate::common;
 
 use common::golden_run::load;
-use common::speculation::greedy_run;
-use kiln::model::generate::{DraftSource, Speculation};
+use common::speculation::{greedy_pick as argmax, mtp_matches_plain};
 use kiln::model::{ModelFile, Session, Tokenizer};
 
 const FILES: [&str; 2] = ["qwen35-mtp-tiny.gguf", "qwen35moe-mtp-tiny.gguf"];
 const PROMPT: &str = "The quick brown fox jumps over the lazy dog. The quick brown";
 
-fn mtp(max_draft: usize) -> Speculation<'static> {
-    Speculation {
-        drafter: DraftSource::Mtp { p_min: 0.0 },
-        max_draft,
-        min_draft: 0,
-    }
-}
-
-/// Greedy with the block drafting 1, 3 or 8 tokens a pass gives greedy's tokens and leaves the
-/// session as greedy does; some drafts are accepted (the fixture's block leans to repeats).
+/// Greedy with the block drafting equals greedy without, and the block's state after
+/// speculation is a fresh session's (tests/common/speculation.rs); some drafts are accepted (the
+/// fixture's block leans to repeats).
 #[test]
 fn mtp_greedy_is_plain_greedy() {
     let mut accepted = 0;
@@ -33,61 +25,9 @@ fn mtp_greedy_is_plain_greedy() {
         let model = load(&mf, 2);
         assert!(model.has_mtp(), "{name}");
         let prompt = tok.encode(PROMPT, true).unwrap();
-        let (plain, plain_ctx) = greedy_run(&model, &tok, &prompt, 80, None);
-        for max_draft in [1, 3, 8] {
-            let (fast, fast_ctx) = greedy_run(&model, &tok, &prompt, 80, Some(mtp(max_draft)));
-            let how = format!("{name}, up to {max_draft} a pass");
-            assert_eq!(fast.tokens, plain.tokens, "{how}");
-            assert_eq!(fast_ctx, plain_ctx, "{how}: the session after");
-            assert!(fast.drafted_tokens > 0, "{how}: nothing drafted");
-            accepted += fast.accepted_tokens;
-        }
+        accepted += mtp_matches_plain(&model, &tok, &prompt, 80, &[1, 3, 8], 1e-4, name);
     }
     assert!(accepted > 0, "no MTP draft accepted");
-}
-
-/// After speculative generation (verify passes, rejected rows rolled back, recurrent state
-/// restored and rows run again) the block drafts from the same logits as in a session that
-/// prefilled the same tokens at once.
-#[test]
-fn mtp_state_after_speculation_is_a_fresh_sessions() {
-    for name in FILES {
-        let mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
-        let tok = Tokenizer::from_model(&mf).unwrap();
-        let model = load(&mf, 2);
-        let prompt = tok.encode(PROMPT, true).unwrap();
-        let mut s = Session::new(&model, 256).unwrap();
-        s.enable_mtp().unwrap();
-        s.prefill(&prompt).unwrap();
-        // Verify passes with drafts wrong from the second row, as speculation leaves them.
-        for round in 0..6u32 {
-            let logits = s.logits().unwrap();
-            let next = argmax(logits);
-            let mut rows = vec![next];
-            rows.extend(s.draft_mtp(next, 3, 0.0).unwrap());
-            rows.push(7 + round);
-            let len = s.tokens().len();
-            s.verify(&rows).unwrap();
-            s.truncate(len + 1 + (round as usize % 3)).unwrap();
-            s.decode(rows[0] ^ 1).unwrap();
-        }
-        let context = s.tokens().to_vec();
-        let next = argmax(s.logits().unwrap());
-        s.draft_mtp(next, 2, 1e-30).unwrap();
-        let cached = s.mtp_logits().unwrap().to_vec();
-
-        let mut fresh = Session::new(&model, 256).unwrap();
-        fresh.enable_mtp().unwrap();
-        fresh.prefill(&context).unwrap();
-        assert_eq!(argmax(fresh.logits().unwrap()), next, "{name}");
-        fresh.draft_mtp(next, 2, 1e-30).unwrap();
-        let recomputed = fresh.mtp_logits().unwrap();
-        let d = max_abs_diff(&cached, recomputed);
-        assert!(
-            d < 1e-4,
-            "{name}: cached vs recomputed MTP logits differ by {d:e}"
-        );
-    }
 }
 
 /// A model without the block refuses it, saying so.
@@ -145,16 +85,6 @@ fn mtp_logits_match_a_float64_reference() {
         eprintln!("MTP draft row {step}: max |Δ| {d:.2e} against float64");
     }
     assert_eq!(draft2[0], draft[0]);
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {

@@ -518,9 +518,9 @@ impl CoreOps for WgpuBackend {
             &src.dev,
             [
                 (rows * width) as u32,
-                (dst_row * width) as u32,
-                (src_row * width) as u32,
                 0,
+                (src_row * width) as u32,
+                (dst_row * width) as u32,
             ],
         );
     }
