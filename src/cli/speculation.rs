@@ -69,6 +69,26 @@ pub struct SpeculationArgs {
         value_name = "P"
     )]
     pub draft_p_min: f32,
+
+    /// Benchmarking only, as llama.cpp's: drafts are kept at random, up to position i with
+    /// probability P_i (comma-separated, one per drafted token, never increasing), whatever the
+    /// model predicts: the speed at a chosen acceptance on any model. The text is not the model's
+    #[arg(
+        long = "spec-synth-rates",
+        value_delimiter = ',',
+        value_name = "P0,P1,..."
+    )]
+    pub synth_rates: Vec<f64>,
+}
+
+/// Speculative decoding in `kiln bench`'s generation tests.
+#[derive(Debug, Clone)]
+pub struct BenchSpeculation {
+    /// The model's multi-token-prediction block drafts; else the context's n-grams.
+    pub mtp: bool,
+    pub max_draft: usize,
+    /// `--spec-synth-rates`: drafts kept at random with these rates; empty: as greedy keeps them.
+    pub rates: Vec<f64>,
 }
 
 /// llama.cpp's names for the speculative decoding kinds kiln has.
@@ -83,7 +103,14 @@ pub enum SpecType {
 impl SpeculationArgs {
     /// Check the flags' combination (before any model loads).
     pub fn validate(&self) -> Result<()> {
-        self.kind().map(|_| ())
+        self.kind()?;
+        if !self.synth_rates.is_empty() {
+            eprintln!(
+                "warning: --spec-synth-rates keeps drafts at random, for benchmarking: the text is \
+                 not the model's"
+            );
+        }
+        Ok(())
     }
 
     /// The kind of speculation asked for: `--spec-type`, else `draft-simple` with a draft model.
@@ -103,6 +130,24 @@ impl SpeculationArgs {
             bail!(super::FlagError(format!(
                 "--spec-draft-model drafts with --spec-type draft-simple, not {kind:?}"
             )));
+        }
+        if !self.synth_rates.is_empty() {
+            if kind == SpecType::None {
+                bail!(super::FlagError(
+                    "--spec-synth-rates measures speculative decoding: give a --spec-type".into()
+                ));
+            }
+            if self.synth_rates.len() != self.draft_max {
+                bail!(super::FlagError(format!(
+                    "--spec-synth-rates needs one rate per drafted token: {} for --spec-draft-n-max \
+                     {}, got {}",
+                    self.draft_max,
+                    self.draft_max,
+                    self.synth_rates.len()
+                )));
+            }
+            crate::model::generate::check_synthetic_rates(&self.synth_rates)
+                .map_err(|e| super::FlagError(format!("--spec-synth-rates: {e}")))?;
         }
         if !(0.0..=1.0).contains(&self.draft_p_min) {
             bail!(super::FlagError(format!(
@@ -171,6 +216,26 @@ impl SpeculationArgs {
         })
     }
 
+    /// What `kiln bench` measures of these flags: none, the text's n-grams or the model's
+    /// multi-token-prediction block (a draft model is not measured there).
+    pub fn for_bench(&self) -> Result<Option<BenchSpeculation>> {
+        let mtp = match self.kind()? {
+            SpecType::None => return Ok(None),
+            SpecType::NgramSimple => false,
+            SpecType::DraftMtp => true,
+            SpecType::DraftSimple => bail!(super::FlagError(
+                "kiln bench measures --spec-type draft-mtp and ngram-simple; time a draft model \
+                 with kiln run -v"
+                    .into()
+            )),
+        };
+        Ok(Some(BenchSpeculation {
+            mtp,
+            max_draft: self.draft_max,
+            rates: self.synth_rates.clone(),
+        }))
+    }
+
     /// Make `session` ready for the drafter: with `draft-mtp`, the model's multi-token-prediction
     /// block follows it (an error for a model without one). Before the session's first token.
     pub fn prepare<B: Backend>(&self, session: &mut Session<B>) -> Result<()> {
@@ -190,7 +255,7 @@ impl SpeculationArgs {
     /// The generation setting for `drafter` (from `drafter()`), or for the model's own
     /// multi-token-prediction block (`prepare`).
     pub fn speculation<'a>(
-        &self,
+        &'a self,
         drafter: &'a Option<Box<dyn Drafter + '_>>,
     ) -> Option<Speculation<'a>> {
         let source = match drafter.as_deref() {
@@ -204,6 +269,7 @@ impl SpeculationArgs {
             drafter: source,
             max_draft: self.draft_max,
             min_draft: self.draft_min,
+            synthetic: (!self.synth_rates.is_empty()).then_some(self.synth_rates.as_slice()),
         })
     }
 }

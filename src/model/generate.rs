@@ -95,6 +95,31 @@ pub struct Speculation<'a> {
     /// A shorter draft is not verified: the token is decoded alone (llama.cpp's
     /// `--spec-draft-n-min`).
     pub min_draft: usize,
+    /// Benchmarking only (llama.cpp's `--spec-synth-rates`): the probability that a draft is kept
+    /// up to each position, whatever the model says (token i is kept, given those before it were,
+    /// with rates[i] / rates[i − 1]), so that speed can be measured at a chosen acceptance on any
+    /// model; the text is not the model's. Every pass drafts as many tokens as there are rates.
+    pub synthetic: Option<&'a [f64]>,
+}
+
+/// Check llama.cpp's `--spec-synth-rates`: the unconditional probabilities that a draft is kept
+/// up to each position, within 0..=1 and never increasing.
+pub fn check_synthetic_rates(rates: &[f64]) -> Result<()> {
+    let mut prev = 1.0;
+    for &r in rates {
+        if !r.is_finite() || !(0.0..=1.0).contains(&r) {
+            return Err(Error::Usage(format!(
+                "synthetic acceptance rates must be within 0 and 1, not {r}"
+            )));
+        }
+        if r > prev {
+            return Err(Error::Usage(format!(
+                "synthetic acceptance rates must not increase ({prev} then {r})"
+            )));
+        }
+        prev = r;
+    }
+    Ok(())
 }
 
 /// Who drafts.
@@ -168,7 +193,15 @@ pub fn generate<B: Backend>(
     // it stops first, the sampler forgets them.
     let mut unheard = 0usize;
     // Tokens to draft at the next pass (grown and shrunk by how the last one went).
-    let mut draft_len = speculation.map_or(0, |s| s.max_draft.min(4).max(s.min_draft));
+    let mut draft_len = speculation.map_or(0, |s| match s.synthetic {
+        Some(p) => p.len(),
+        None => s.max_draft.min(4).max(s.min_draft),
+    });
+    let mut synthetic_rng = 0x9e37_79b9_7f4a_7c15u64;
+    // After a pass that kept nothing, the next `pause` tokens decode alone, and each further
+    // fruitless pass doubles the pause (up to MAX_PAUSE): a drafter that is never right costs a
+    // pass in every MAX_PAUSE + 1 tokens, not one per token.
+    let (mut pause, mut next_pause) = (0usize, 1usize);
     let t1 = Instant::now();
     let stops = &opts.rules.stop_strings;
 
@@ -260,18 +293,35 @@ pub fn generate<B: Backend>(
             out.finish = FinishReason::ContextFull;
             break;
         }
+        let paused = pause > 0;
+        pause = pause.saturating_sub(1);
         if let Some(spec) = speculation
-            && let Some((drafted, n, after)) = speculate(session, sampler, spec, draft_len, token)?
+            && !paused
+            && let Some((drafted, n, after)) = speculate(
+                session,
+                tok,
+                sampler,
+                spec,
+                draft_len,
+                token,
+                &mut synthetic_rng,
+            )?
         {
             out.drafted_tokens += drafted;
             out.accepted_tokens += n;
-            // Every drafted row costs a row of the pass and of the LM head: the length grows
-            // while drafts are right and falls back to what was accepted when they are not.
-            draft_len = if n == drafted {
-                (draft_len * 2).min(spec.max_draft)
-            } else {
-                (n + 1).clamp(spec.min_draft.min(spec.max_draft), spec.max_draft)
-            };
+            if spec.synthetic.is_none() {
+                (pause, next_pause) = match n {
+                    0 => (next_pause, (next_pause * 2).min(MAX_PAUSE)),
+                    _ => (0, 1),
+                };
+                // Every drafted row costs a row of the pass and of the LM head: the length
+                // grows while drafts are right and falls back to what was accepted when not.
+                draft_len = if n == drafted {
+                    (draft_len * 2).min(spec.max_draft)
+                } else {
+                    (n + 1).clamp(spec.min_draft.min(spec.max_draft), spec.max_draft)
+                };
+            }
             ahead += n;
             unheard += n;
             let t = session.tokens();
@@ -316,6 +366,18 @@ pub fn generate<B: Backend>(
     Ok(out)
 }
 
+/// A uniform draw in [0, 1) from a SplitMix64 state (synthetic acceptance only).
+fn uniform(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) as f64 / 2f64.powi(64)
+}
+
+/// The most tokens decoded alone after fruitless speculative passes (see `generate`).
+const MAX_PAUSE: usize = 16;
+
 /// Draft up to `draft_len` tokens after `token` and verify: `token` and the draft run in one
 /// pass, the rows the model rejects leave the session. Returns how many tokens were drafted, how many of them were
 /// accepted (now the session's last tokens, after `token`) and the model's pick after them; None
@@ -323,10 +385,12 @@ pub fn generate<B: Backend>(
 /// `token` alone).
 fn speculate<B: Backend>(
     session: &mut Session<B>,
+    tok: &Tokenizer,
     sampler: &mut Sampler,
     spec: Speculation,
     draft_len: usize,
     token: u32,
+    synthetic_rng: &mut u64,
 ) -> Result<Option<(usize, usize, u32)>> {
     let room = session.remaining().saturating_sub(1);
     let max = draft_len
@@ -361,7 +425,17 @@ fn speculate<B: Backend>(
             after = Some(sampler.sample(row)?);
             break;
         };
-        let (token, kept) = sampler.sample_draft(row, d)?;
+        let (token, kept) = match spec.synthetic {
+            // Never an end of text: it would end the run early.
+            Some(rates) => match uniform(synthetic_rng) * if i == 0 { 1.0 } else { rates[i - 1] }
+                < rates[i]
+                && !tok.is_eog(d)
+            {
+                true => (d, true),
+                false => (sampler.sample(row)?, false),
+            },
+            None => sampler.sample_draft(row, d)?,
+        };
         if !kept {
             after = Some(token);
             break;

@@ -118,10 +118,13 @@ fn chat_holds_a_conversation_on_both_files() {
 
 /// `--spec-type draft-mtp` drafts with the multi-token-prediction block of a file that has one
 /// (the tiny files with a block added) and changes nothing in greedy output; `--format json`
-/// counts the drafts. A file without a block is a flag error that says so.
+/// counts the drafts; `kiln bench` measures it at synthetic acceptance rates. A file without a
+/// block is a flag error that says so.
 #[test]
 fn draft_mtp_gives_the_plain_greedy_output() {
-    let base = ["run", "--format", "json", "--raw", "--temp", "0", "-n", "24"];
+    let base = [
+        "run", "--format", "json", "--raw", "--temp", "0", "-n", "24",
+    ];
     let prompt = "The quick brown fox jumps over the lazy dog. The quick brown";
     for model in ["qwen35-mtp-tiny.gguf", "qwen35moe-mtp-tiny.gguf"] {
         let plain = kiln_json(&[&base[..], &[prompt]].concat(), model);
@@ -130,7 +133,41 @@ fn draft_mtp_gives_the_plain_greedy_output() {
             model,
         );
         assert_eq!(fast["tokens"], plain["tokens"], "{model}");
-        assert!(fast["timings"]["draft_tokens"].as_u64().unwrap() > 0, "{model}");
+        assert!(
+            fast["timings"]["draft_tokens"].as_u64().unwrap() > 0,
+            "{model}"
+        );
+    }
+    // kiln bench at synthetic acceptance: every draft kept at rates 1, none at 0.
+    for (rates, all) in [("1,1", true), ("0,0", false)] {
+        let bench = [
+            "bench",
+            "-p",
+            "0",
+            "-n",
+            "16",
+            "-r",
+            "1",
+            "--no-roofline",
+            "-o",
+            "json",
+            "--spec-type",
+            "draft-mtp",
+            "--spec-draft-n-max",
+            "2",
+            "--spec-synth-rates",
+            rates,
+        ];
+        let rows = kiln_json(&bench, "qwen35-mtp-tiny.gguf");
+        let row = &rows[0];
+        let (drafted, kept) = (&row["draft_tokens"], &row["draft_accepted"]);
+        assert!(drafted.as_u64().unwrap() > 0, "{rates}: {row}");
+        assert_eq!(
+            kept.as_u64().unwrap() == drafted.as_u64().unwrap(),
+            all,
+            "{rates}: {row}"
+        );
+        assert_eq!(kept.as_u64().unwrap() > 0, all, "{rates}: {row}");
     }
     let out = common::kiln()
         .args(["run", "--spec-type", "draft-mtp", "-n", "4", "-m"])

@@ -160,6 +160,7 @@ pub fn speculation_matches_plain<B: Backend>(
                 drafter: DraftSource::Drafter(drafter),
                 max_draft,
                 min_draft: 0,
+                synthetic: None,
             };
             let (fast, fast_ctx) = greedy_run(model, tok, prompt, n, Some(spec));
             let how = format!("{what}: drafter {i}, up to {max_draft}");
@@ -180,6 +181,7 @@ pub fn speculation_matches_plain<B: Backend>(
         drafter: DraftSource::Drafter(&ngrams),
         max_draft: 8,
         min_draft: 0,
+        synthetic: None,
     };
     greedy_run(model, tok, prompt, n, Some(spec)).0
 }
@@ -204,6 +206,7 @@ pub fn mtp_matches_plain<B: Backend>(
             drafter: DraftSource::Mtp { p_min: 0.0 },
             max_draft,
             min_draft: 0,
+            synthetic: None,
         };
         let (fast, fast_ctx) = greedy_run(model, tok, prompt, n, Some(spec));
         let how = format!("{what}: MTP, up to {max_draft} a pass");

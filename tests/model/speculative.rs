@@ -85,6 +85,7 @@ fn a_draft_model_changes_nothing_but_the_speed() {
         drafter: DraftSource::Drafter(&drafter),
         max_draft: 8,
         min_draft: 0,
+        synthetic: None,
     };
     let (mut drafted, mut accepted) = (0, 0);
     for text in [REPEATING, "The quick brown fox jumps over the lazy dog."] {
@@ -142,6 +143,7 @@ fn sampling_with_speculation_is_distributed_as_without() {
                 drafter: DraftSource::Drafter(&drafter),
                 max_draft: 2,
                 min_draft: 0,
+                synthetic: None,
             });
             let (g, _) = sampled_run(&model, &tok, &prompt, steps, config, spec);
             drafted += g.drafted_tokens;

@@ -17,14 +17,16 @@ use rayon::prelude::*;
 
 use super::info::human_count;
 use super::placement::{GpuLayers, KvNeeds, Placed, PlacementArgs, place_on};
+use super::speculation::BenchSpeculation;
 use super::{CacheArgs, ModelArgs};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::{Backend, CoreOps, Profile};
 use crate::model::arch::KvCacheTypes;
 use crate::model::loader::Source;
 use crate::model::session::DEFAULT_BATCH;
+use crate::model::speculative::{Drafter, NgramDrafter};
 use crate::model::{Model, ModelFile, Session};
-use crate::sampler::Rng;
+use crate::sampler::{Rng, most_likely};
 use report::Report;
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -112,6 +114,11 @@ pub struct BenchArgs {
     /// time goes (the timing itself costs a little speed)
     #[arg(long)]
     pub profile: bool,
+
+    /// Generation tests with speculative decoding (`--spec-type draft-mtp` or `ngram-simple`;
+    /// with `--spec-synth-rates` the drafts are kept at those rates, as llama.cpp measures it)
+    #[command(flatten)]
+    pub speculation: super::speculation::SpeculationArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,6 +160,25 @@ struct Row {
     weight_gbps: Option<f64>,
     /// Per-op times over the timed repetitions, with `--profile`.
     profile: Option<Profile>,
+    /// Speculative generation: the drafter's name, and tokens drafted and kept over the timed
+    /// repetitions, and the verify passes.
+    speculation: Option<(&'static str, DraftCounts)>,
+}
+
+/// Tokens drafted and kept, and verify passes, in speculative generation.
+#[derive(Debug, Clone, Copy, Default)]
+struct DraftCounts {
+    drafted: usize,
+    accepted: usize,
+    passes: usize,
+}
+
+impl DraftCounts {
+    fn add(&mut self, o: DraftCounts) {
+        self.drafted += o.drafted;
+        self.accepted += o.accepted;
+        self.passes += o.passes;
+    }
 }
 
 impl Row {
@@ -274,18 +300,24 @@ pub fn measure_read_bandwidth(threads: usize) -> Result<f64> {
     Ok(best)
 }
 
-/// Run one test; its time and, when `profile` is set, the backend's profile of the timed part.
+/// Run one test; its time, when `profile` is set the backend's profile of the timed part, and
+/// with `spec` what speculative generation drafted and kept.
 fn run_test<B: Backend>(
     model: &Model<B>,
     test: &Test,
     cache: KvCacheTypes,
     rng: &mut Rng,
     profile: bool,
-) -> Result<(Duration, Option<Profile>)> {
+    spec: Option<&BenchSpeculation>,
+) -> Result<(Duration, Option<Profile>, DraftCounts)> {
     let vocab = model.config.vocab_size as u64;
     let mut random =
         |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
     let mut s = Session::with_options(model, test.depth + test.n + 1, DEFAULT_BATCH, cache)?;
+    let spec = spec.filter(|_| test.kind == TestKind::Generate);
+    if spec.is_some_and(|sp| sp.mtp) {
+        s.enable_mtp()?;
+    }
     if test.depth > 0 {
         s.prefill(&random(test.depth))?;
     }
@@ -294,9 +326,13 @@ fn run_test<B: Backend>(
         model.backend.set_profiling(true);
     }
     let start = Instant::now();
+    let mut counts = DraftCounts::default();
     match test.kind {
         TestKind::Prompt => {
             s.prefill(&tokens)?;
+        }
+        TestKind::Generate if let Some(sp) = spec => {
+            counts = generate_speculatively(&mut s, &tokens, test.depth == 0, sp, rng)?;
         }
         TestKind::Generate => {
             for (i, &t) in tokens.iter().enumerate() {
@@ -313,7 +349,75 @@ fn run_test<B: Backend>(
     if profile.is_some() {
         model.backend.set_profiling(false);
     }
-    Ok((elapsed, profile))
+    Ok((elapsed, profile, counts))
+}
+
+/// A generation test with speculative decoding: `tokens` stand for the sampled tokens; each
+/// pass drafts after the next of them, verifies, and keeps the drafts greedy would keep (or,
+/// with synthetic rates, as many as a draw at those rates keeps), so a pass yields one token
+/// and the kept drafts.
+fn generate_speculatively<B: Backend>(
+    s: &mut Session<B>,
+    tokens: &[u32],
+    first_is_prompt: bool,
+    sp: &BenchSpeculation,
+    rng: &mut Rng,
+) -> Result<DraftCounts> {
+    let mut counts = DraftCounts::default();
+    let vocab = s.model().config.vocab_size;
+    let mut generated = 0;
+    if first_is_prompt {
+        s.prefill(&tokens[..1])?;
+        generated = 1;
+    }
+    while generated < tokens.len() {
+        let token = tokens[generated];
+        let room = tokens.len() - generated - 1;
+        let max = sp.max_draft.min(room);
+        let draft = if sp.mtp {
+            s.draft_mtp(token, max, 0.0)?
+        } else {
+            let mut context = s.tokens().to_vec();
+            context.push(token);
+            NgramDrafter::default().draft(&context, max)?
+        };
+        if draft.is_empty() {
+            s.decode(token)?;
+            generated += 1;
+            continue;
+        }
+        let len = s.tokens().len();
+        let mut rows = vec![token];
+        rows.extend_from_slice(&draft);
+        let logits = s.verify(&rows)?;
+        let kept = if sp.rates.is_empty() {
+            draft
+                .iter()
+                .zip(logits.chunks_exact(vocab))
+                .take_while(|&(&d, row)| most_likely(row, 0.0) == Some(d))
+                .count()
+        } else {
+            let mut prev = 1.0;
+            let mut kept = 0;
+            for &rate in &sp.rates[..draft.len()] {
+                // Kept given the ones before were: rate / prev.
+                if (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * prev >= rate {
+                    break;
+                }
+                prev = rate;
+                kept += 1;
+            }
+            kept
+        };
+        s.truncate(len + 1 + kept)?;
+        counts.add(DraftCounts {
+            drafted: draft.len(),
+            accepted: kept,
+            passes: 1,
+        });
+        generated += 1 + kept;
+    }
+    Ok(counts)
 }
 
 /// The sum of two runs' profiles.
@@ -349,22 +453,32 @@ struct Measure<'a, B: Backend> {
     repetitions: usize,
     bytes_per_token: u64,
     profile: bool,
+    speculation: Option<&'a BenchSpeculation>,
 }
 
 impl<B: Backend> Measure<'_, B> {
     /// One test: a warm-up run, then the timed repetitions.
     fn row(&self, test: &Test, progress: &ProgressBar, rng: &mut Rng) -> Result<Row> {
         progress.set_message(format!("{} t={}", test.name(), self.threads));
-        run_test(self.model, test, self.cache, rng, false)?; // warm-up
+        let spec = self.speculation;
+        run_test(self.model, test, self.cache, rng, false, spec)?; // warm-up
         progress.inc(1);
         let mut samples_ns = Vec::with_capacity(self.repetitions);
         let mut profile = None;
+        let mut counts = DraftCounts::default();
         for _ in 0..self.repetitions {
-            let (time, p) = run_test(self.model, test, self.cache, rng, self.profile)?;
+            let (time, p, c) = run_test(self.model, test, self.cache, rng, self.profile, spec)?;
             samples_ns.push(time.as_nanos() as u64);
             profile = merge_profiles(profile, p);
+            counts.add(c);
             progress.inc(1);
         }
+        let speculation = match (spec, test.kind) {
+            (Some(sp), TestKind::Generate) => {
+                Some((if sp.mtp { "draft-mtp" } else { "ngram-simple" }, counts))
+            }
+            _ => None,
+        };
         let row = Row {
             threads: self.threads,
             placement: self.placement,
@@ -373,6 +487,7 @@ impl<B: Backend> Measure<'_, B> {
             weight_gbps: None,
             samples_ns,
             profile,
+            speculation,
         };
         let weight_gbps = (test.kind == TestKind::Generate)
             .then(|| self.bytes_per_token as f64 * mean_sd(&row.samples_ts()).0 / 1e9);
@@ -384,6 +499,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     if args.repetitions == 0 {
         bail!("-r must be at least 1");
     }
+    let speculation = args.speculation.for_bench()?;
+    args.speculation.validate()?;
     let file = args.model.open()?;
     let threads = if args.threads.is_empty() {
         vec![std::thread::available_parallelism().map_or(1, |n| n.get())]
@@ -438,6 +555,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
                 repetitions: args.repetitions,
                 bytes_per_token,
                 profile: args.profile,
+                speculation: speculation.as_ref(),
             };
             measure(&|test, rng| on.row(test, &progress, rng))?;
             model.backend.describe()

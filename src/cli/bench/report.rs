@@ -63,6 +63,10 @@ impl Report<'_> {
                     "weights_gbps": r.weight_gbps,
                     "read_bandwidth_gbps": self.read_bw,
                     "roofline_fraction": r.weight_gbps.zip(self.read_bw).map(|(w, b)| w / b),
+                    "spec_type": r.speculation.map(|(kind, _)| kind),
+                    "draft_tokens": r.speculation.map(|(_, c)| c.drafted),
+                    "draft_accepted": r.speculation.map(|(_, c)| c.accepted),
+                    "verify_passes": r.speculation.map(|(_, c)| c.passes),
                     "profile": r.profile.as_ref().map(|p| json!({
                         "ops": p.ops.iter().map(|o| json!({
                             "op": o.name,
@@ -214,6 +218,22 @@ impl Report<'_> {
             footer.push_str(&format!("; measured {kind} bandwidth {bw:.1} GB/s"));
         }
         writeln!(out, "{footer}")?;
+        for r in &self.rows {
+            if let Some((kind, c)) = r.speculation {
+                writeln!(
+                    out,
+                    "{} t={}: {kind}, {} of {} drafted tokens kept ({:.0} %) in {} verify passes, \
+                     {:.2} tokens a pass",
+                    r.test.name(),
+                    r.threads,
+                    c.accepted,
+                    c.drafted,
+                    100.0 * c.accepted as f64 / c.drafted.max(1) as f64,
+                    c.passes,
+                    (c.passes + c.accepted) as f64 / c.passes.max(1) as f64,
+                )?;
+            }
+        }
         for r in &self.rows {
             if let Some(p) = &r.profile {
                 profile_table(out, r, p)?;
