@@ -1,8 +1,9 @@
 //! Drafting with Qwen3.5's multi-token-prediction block (src/model/arch/mtp.rs), on the tiny
 //! Qwen3.5 files with a block added (tests/fixtures/make_qwen35_mtp.py): greedy output equals
 //! greedy output without it, the block's state after speculation equals a fresh session's
-//! (cached == recomputed), and its logits equal a float64 reference of the block written here from
-//! llama.cpp's `graph_mtp`, teacher-forced on the trunk's hidden states.
+//! (cached == recomputed), its logits equal a float64 reference of the block written here from
+//! llama.cpp's `graph_mtp`, teacher-forced on the trunk's hidden states, and it drafts and keeps
+//! what llama.cpp's `draft-mtp` does.
 
 use crate::common;
 
@@ -28,6 +29,71 @@ fn mtp_greedy_is_plain_greedy() {
         accepted += mtp_matches_plain(&model, &tok, &prompt, 80, &[1, 3, 8], 1e-4, name);
     }
     assert!(accepted > 0, "no MTP draft accepted");
+}
+
+/// llama.cpp's `llama-speculative-simple --spec-type draft-mtp` loop replayed on kiln's session
+/// (tests/fixtures/golden/llama-cpp-mtp.json, scripts/reference/make_mtp_goldens.py): the prompt's
+/// last token held back and drafted after first, each pass drafting up to N after the last token,
+/// verifying and keeping the greedy prefix. The text and the counts of drafted and accepted tokens
+/// are llama.cpp's.
+#[test]
+fn mtp_drafts_as_llama_cpp_does() {
+    let golden = common::golden("llama-cpp-mtp.json");
+    let n_predict = golden["n_predict"].as_u64().unwrap() as usize;
+    for (name, runs) in golden["models"].as_object().unwrap() {
+        let mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
+        let tok = Tokenizer::from_model(&mf).unwrap();
+        let model = load(&mf, 2);
+        let vocab = model.config.vocab_size;
+        let prompt = tok
+            .encode(golden["prompt"].as_str().unwrap(), true)
+            .unwrap();
+        for run in runs.as_array().unwrap() {
+            let n_max = run["n_max"].as_u64().unwrap() as usize;
+            let ctx = 256;
+            let mut s = Session::new(&model, ctx).unwrap();
+            s.enable_mtp().unwrap();
+            s.prefill(&prompt[..prompt.len() - 1]).unwrap();
+            let mut id_last = prompt[prompt.len() - 1];
+            let (mut drafted, mut accepted, mut predicted) = (0, 0, 0);
+            let mut out = Vec::new();
+            while predicted <= n_predict {
+                let n_past = s.tokens().len();
+                let budget = (ctx - n_past - 2).min(n_predict.saturating_sub(predicted + 1));
+                // A budget of 0 leaves the draft uncut in llama.cpp (`dp.n_max > 0`).
+                let limit = if budget > 0 { n_max.min(budget) } else { n_max };
+                let draft = s.draft_mtp(id_last, limit, 0.0).unwrap();
+                let mut rows = vec![id_last];
+                rows.extend_from_slice(&draft);
+                let logits = s.verify(&rows).unwrap().to_vec();
+                let mut ids = Vec::new();
+                for (i, row) in logits.chunks_exact(vocab).enumerate() {
+                    let pick = argmax(row);
+                    ids.push(pick);
+                    if draft.get(i) != Some(&pick) {
+                        break;
+                    }
+                }
+                let kept = ids.len() - 1;
+                s.truncate(n_past + 1 + kept).unwrap();
+                drafted += draft.len();
+                accepted += kept;
+                predicted += ids.len();
+                out.extend_from_slice(&ids);
+                id_last = *ids.last().unwrap();
+            }
+            let how = format!("{name}, up to {n_max} a pass");
+            let text = tok.decode(&out, false).unwrap();
+            assert_eq!(text, run["text"].as_str().unwrap(), "{how}");
+            assert_eq!(
+                predicted as u64,
+                run["n_predict"].as_u64().unwrap(),
+                "{how}"
+            );
+            assert_eq!(drafted as u64, run["n_drafted"].as_u64().unwrap(), "{how}");
+            assert_eq!(accepted as u64, run["n_accept"].as_u64().unwrap(), "{how}");
+        }
+    }
 }
 
 /// A model without the block refuses it, saying so.
