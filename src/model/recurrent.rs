@@ -10,9 +10,10 @@
 //! `MAX_CHECKPOINTS` are kept (the oldest give way), which bounds their memory.
 //!
 //! Speculative decoding's verify pass runs drafted tokens the model may reject. Before it, the
-//! state is copied into a slot of its own (`save_before_verify`), apart from the prompt's and
-//! replies' checkpoints so that a pass never pushes one of those out; rolling back into the pass
-//! restores it and recomputes the accepted rows.
+//! state is copied into a slot of its own (`save_before_verify`), and during it the state after
+//! each of its rows (`keep_rows`: the DeltaNet blocks then run the pass row by row), all apart
+//! from the prompt's and replies' checkpoints so that a pass never pushes one of those out; rolling
+//! back into the pass restores the state after the last accepted row, with nothing to recompute.
 
 use super::config::ModelConfig;
 use crate::backend::Backend;
@@ -44,6 +45,10 @@ pub struct RecurrentState<B: Backend> {
     checkpoints: Vec<Checkpoint<B>>,
     /// The state before the last verify pass (allocated on the first).
     before_verify: Option<Checkpoint<B>>,
+    /// The state after each row of the last verify pass (slots allocated as passes need them).
+    verify_rows: Vec<Checkpoint<B>>,
+    /// Rows of the pass now running whose states the blocks keep (`row_state`); 0 outside one.
+    keep_rows: usize,
     /// Values in each block's conv and ssm buffers.
     conv_len: usize,
     ssm_len: usize,
@@ -62,6 +67,8 @@ impl<B: Backend> RecurrentState<B> {
             layers,
             checkpoints: Vec::new(),
             before_verify: None,
+            verify_rows: Vec::new(),
+            keep_rows: 0,
             conv_len: d.conv_state_len(),
             ssm_len: d.ssm_state_len(),
             zeros: vec![0.0; d.conv_state_len().max(d.ssm_state_len())],
@@ -140,11 +147,62 @@ impl<B: Backend> RecurrentState<B> {
         Ok(())
     }
 
+    /// Before a verify pass of `rows` tokens after `pos`: slots for the state after each row,
+    /// which the DeltaNet blocks fill (`keeps_rows`, `row_state`) and `end_verify` dates.
+    pub fn begin_verify(&mut self, b: &B, config: &ModelConfig, rows: usize) -> Result<()> {
+        while self.verify_rows.len() < rows {
+            self.verify_rows.push(Checkpoint {
+                pos: None,
+                layers: alloc_layers(config, b)?,
+            });
+        }
+        for slot in &mut self.verify_rows {
+            slot.pos = None;
+        }
+        self.keep_rows = rows;
+        Ok(())
+    }
+
+    /// After the verify pass begun at `pos`: when it `ran`, its rows' states are the checkpoints
+    /// of `pos + 1 ..= pos + rows`.
+    pub fn end_verify(&mut self, pos: usize, ran: bool) {
+        for (r, slot) in self.verify_rows[..self.keep_rows].iter_mut().enumerate() {
+            slot.pos = ran.then_some(pos + r + 1);
+        }
+        self.keep_rows = 0;
+    }
+
+    /// Whether the forward call now running keeps the state after each of its rows.
+    pub fn keeps_rows(&self) -> bool {
+        self.keep_rows > 0
+    }
+
+    /// Block `il`'s live state, and where the state after row `row` of the verify pass goes.
+    pub fn row_state(
+        &mut self,
+        il: usize,
+        row: usize,
+    ) -> Option<(&mut LayerState<B>, &mut LayerState<B>)> {
+        let live = self.layers.get_mut(il)?.as_mut()?;
+        let kept = self
+            .verify_rows
+            .get_mut(row)?
+            .layers
+            .get_mut(il)?
+            .as_mut()?;
+        Some((live, kept))
+    }
+
+    /// Values in a block's conv and ssm state.
+    pub fn state_lens(&self) -> (usize, usize) {
+        (self.conv_len, self.ssm_len)
+    }
+
     /// Roll the live state back to the latest checkpoint at or before `n` tokens (the zero
     /// state at 0 when there is none), forget the checkpoints after `n`, and return the
     /// checkpoint's position: the caller recomputes the tokens from there to `n`.
     pub fn restore(&mut self, b: &B, n: usize) -> usize {
-        for c in self.checkpoints.iter_mut().chain(&mut self.before_verify) {
+        for c in self.slots() {
             if c.pos.is_some_and(|p| p > n) {
                 c.pos = None;
             }
@@ -154,6 +212,7 @@ impl<B: Backend> RecurrentState<B> {
             .checkpoints
             .iter_mut()
             .chain(&mut self.before_verify)
+            .chain(&mut self.verify_rows)
             .filter(|c| c.pos.is_some())
             .max_by_key(|c| c.pos);
         match best {
@@ -174,9 +233,17 @@ impl<B: Backend> RecurrentState<B> {
 
     /// Forget every checkpoint.
     pub fn clear_checkpoints(&mut self) {
-        for c in self.checkpoints.iter_mut().chain(&mut self.before_verify) {
+        for c in self.slots() {
             c.pos = None;
         }
+    }
+
+    /// Every slot a state can be restored from.
+    fn slots(&mut self) -> impl Iterator<Item = &mut Checkpoint<B>> {
+        self.checkpoints
+            .iter_mut()
+            .chain(&mut self.before_verify)
+            .chain(&mut self.verify_rows)
     }
 }
 

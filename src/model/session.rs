@@ -258,7 +258,7 @@ impl<'m, B: Backend> Session<'m, B> {
     /// (`ids.len()` rows of the vocabulary): the verify pass of speculative decoding. `logits()`
     /// is then the last row's. At most the batch size of tokens at once. Rejected rows leave by
     /// `truncate`: from the KV cache by forgetting them, from a recurrent state by restoring the
-    /// copy taken before the pass and running the accepted rows again.
+    /// copy of it kept after the last accepted row.
     pub fn verify(&mut self, ids: &[u32]) -> Result<&[f32]> {
         if self.tokens.is_empty() {
             return Err(Error::DecodeBeforePrefill);
@@ -273,18 +273,24 @@ impl<'m, B: Backend> Session<'m, B> {
         self.check(ids)?;
         let start = Instant::now();
         let start_pos = self.tokens.len();
-        // A recurrent state cannot drop the rows the drafter got wrong: `truncate` restores this
-        // copy and runs the accepted rows again.
+        // A recurrent state cannot drop the rows the drafter got wrong: the state before the pass
+        // and after each of its rows are kept, and `truncate` restores the one it needs.
         if let Some(r) = &mut self.cache.recurrent {
-            r.save_before_verify(&self.model.backend, &self.model.config, start_pos)?;
+            let (b, c) = (&self.model.backend, &self.model.config);
+            r.save_before_verify(b, c, start_pos)?;
+            r.begin_verify(b, c, ids.len())?;
         }
-        self.model.forward_all_rows(
+        let done = self.model.forward_all_rows(
             ids,
             start_pos,
             &mut self.cache,
             &mut self.scratch,
             &mut self.rows_logits,
-        )?;
+        );
+        if let Some(r) = &mut self.cache.recurrent {
+            r.end_verify(start_pos, done.is_ok());
+        }
+        done?;
         if let Some(e) = self.model.backend.take_error() {
             self.has_logits = false;
             return Err(e);

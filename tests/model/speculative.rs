@@ -50,8 +50,8 @@ fn speculative_greedy_is_plain_greedy_on_smollm2() {
 }
 
 /// Qwen3.5's recurrent state (dense and MoE): rows the drafter got wrong leave it by restoring the
-/// copy taken before the verify pass and running the accepted rows again; the prompt's checkpoint
-/// stays where it was.
+/// copy kept after the last accepted row, with nothing run again; the prompt's checkpoint stays
+/// where it was.
 #[test]
 fn speculative_greedy_is_plain_greedy_with_recurrent_state() {
     for m in ["qwen35-tiny.gguf", "qwen35moe-tiny.gguf"] {
@@ -65,6 +65,8 @@ fn speculative_greedy_is_plain_greedy_with_recurrent_state() {
         s.verify(&prompt[1..4]).unwrap();
         s.truncate(prompt.len() + 1).unwrap();
         assert_eq!(s.checkpoints(), [prompt.len()], "{m}");
+        // The state after each verify row was kept: rolling back into the pass runs nothing.
+        assert_eq!(s.stats.recomputed_tokens, 0, "{m}");
     }
 }
 

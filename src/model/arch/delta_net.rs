@@ -22,25 +22,16 @@ impl<B: Backend> Step<'_, B> {
             .qwen35
             .as_mut()
             .expect("Qwen3.5 models have Qwen3.5 scratch");
-        let state = self
+        let recurrent = self
             .cache
             .recurrent
             .as_mut()
-            .and_then(|r| r.layers[il].as_mut())
             .expect("recurrent blocks have a state");
         b.matmul_many(
             &s.h,
             &[&l.qkv, &l.z, &l.alpha, &l.beta],
             rows,
             &mut [&mut hs.qkv, &mut hs.z, &mut hs.alpha, &mut hs.beta],
-        );
-        b.conv_step(
-            &hs.qkv,
-            &l.conv,
-            &mut state.conv,
-            &mut hs.conv,
-            rows,
-            d.conv_channels(),
         );
         let params = DeltaNetParams {
             rows,
@@ -49,16 +40,58 @@ impl<B: Backend> Step<'_, B> {
             head_dim: d.head_dim,
             eps: c.rms_norm_eps,
         };
-        b.gated_delta_net(
-            &hs.conv,
-            &hs.alpha,
-            &hs.beta,
-            &l.a,
-            &l.dt_bias,
-            &mut state.ssm,
-            &mut hs.delta,
-            &params,
-        );
+        let channels = d.conv_channels();
+        if recurrent.keeps_rows() {
+            // A verify pass: one row at a time, the state after each kept, so that rejected
+            // rows leave by restoring one (recurrent.rs) rather than by running the rest again.
+            let (conv_len, ssm_len) = recurrent.state_lens();
+            let one = DeltaNetParams { rows: 1, ..params };
+            let [qkv, conv, alpha, beta, delta] = &mut hs.one;
+            for r in 0..rows {
+                let (live, kept) = recurrent
+                    .row_state(il, r)
+                    .expect("a verify pass has a slot per row");
+                b.copy_rows(&hs.qkv, r, qkv, 0, 1, channels);
+                b.copy_rows(&hs.alpha, r, alpha, 0, 1, d.n_v_heads);
+                b.copy_rows(&hs.beta, r, beta, 0, 1, d.n_v_heads);
+                b.conv_step(qkv, &l.conv, &mut live.conv, conv, 1, channels);
+                b.gated_delta_net(
+                    conv,
+                    alpha,
+                    beta,
+                    &l.a,
+                    &l.dt_bias,
+                    &mut live.ssm,
+                    delta,
+                    &one,
+                );
+                b.copy_rows(delta, 0, &mut hs.delta, r, 1, d.value_dim());
+                b.copy_rows(&live.conv, 0, &mut kept.conv, 0, 1, conv_len);
+                b.copy_rows(&live.ssm, 0, &mut kept.ssm, 0, 1, ssm_len);
+            }
+        } else {
+            let state = recurrent.layers[il]
+                .as_mut()
+                .expect("recurrent blocks have a state");
+            b.conv_step(
+                &hs.qkv,
+                &l.conv,
+                &mut state.conv,
+                &mut hs.conv,
+                rows,
+                channels,
+            );
+            b.gated_delta_net(
+                &hs.conv,
+                &hs.alpha,
+                &hs.beta,
+                &l.a,
+                &l.dt_bias,
+                &mut state.ssm,
+                &mut hs.delta,
+                &params,
+            );
+        }
         // Gated RMSNorm: rms_norm(head) · w · silu(z), per value head.
         b.rms_norm(&mut hs.delta, &l.norm, rows * d.n_v_heads, c.rms_norm_eps);
         b.gated_activation(

@@ -191,6 +191,9 @@ pub(crate) struct Qwen35Scratch<B: Backend> {
     pub alpha: B::Buffer,
     pub beta: B::Buffer,
     pub delta: B::Buffer,
+    /// One row of `qkv`, `conv`, `alpha`, `beta` and `delta`, for a verify pass that runs its
+    /// DeltaNet rows one at a time to keep the state after each.
+    pub one: [B::Buffer; 5],
 }
 
 impl<B: Backend> Qwen35Scratch<B> {
@@ -206,6 +209,13 @@ impl<B: Backend> Qwen35Scratch<B> {
             alpha: b.buffer(rows * d.n_v_heads)?,
             beta: b.buffer(rows * d.n_v_heads)?,
             delta: b.buffer(rows * d.value_dim())?,
+            one: [
+                b.buffer(d.conv_channels())?,
+                b.buffer(d.conv_channels())?,
+                b.buffer(d.n_v_heads)?,
+                b.buffer(d.n_v_heads)?,
+                b.buffer(d.value_dim())?,
+            ],
         }))
     }
 }
