@@ -18,7 +18,12 @@ attention, as given by full_attention_interval) -- checked to be identical for e
 block of that kind -- and replayed for each target block; attention.recurrent_layers is
 regenerated.
 
-Usage: make-qwen35-shape.py [--moe] [TEMPLATE] [OUT.f16.gguf]
+--mtp (dense only): one multi-token-prediction block after the trunk (`nextn_predict_layers` = 1): a gated
+full-attention block with the trunk's FFN, `nextn.eh_proj` [2·hidden → hidden], `nextn.enorm`,
+`nextn.hnorm` and `nextn.shared_head_norm`, as Qwen3.5 files converted with their MTP weights carry, for
+`--spec-type draft-mtp` measurements (with `--spec-synth-rates`: random weights draft noise).
+
+Usage: make-qwen35-shape.py [--moe] [--mtp] [TEMPLATE] [OUT.f16.gguf]
 Then: llama-quantize OUT.f16.gguf OUT.q4_k_m.gguf Q4_K_M
 """
 import functools
@@ -85,6 +90,11 @@ def shape_of(suffix, p):
         "attn_q_norm.weight": [p["head_dim"]],
         "attn_k_norm.weight": [p["head_dim"]],
         "attn_output.weight": [p["n_head"] * p["head_dim"], E],
+        # the multi-token-prediction block's own tensors (--mtp)
+        "nextn.eh_proj.weight": [2 * E, E],
+        "nextn.enorm.weight": [E],
+        "nextn.hnorm.weight": [E],
+        "nextn.shared_head_norm.weight": [E],
     }
     if "n_ff" in p:  # dense SwiGLU FFN
         table.update({
@@ -177,7 +187,9 @@ def weights(rng, name, suf, ne, dt):
 def main():
     args = sys.argv[1:]
     variant = VARIANTS["moe" if "--moe" in args else "dense"]
-    args = [x for x in args if x != "--moe"]
+    mtp = "--mtp" in args
+    assert not (mtp and "--moe" in args), "--mtp is for the dense shape"
+    args = [x for x in args if x not in ("--moe", "--mtp")]
     template = args[0] if len(args) > 0 else os.path.join(FIXTURES, variant["template"])
     out_path = args[1] if len(args) > 1 else variant["out"]
     arch, tmpl, target = variant["arch"], variant["tmpl"], variant["target"]
@@ -221,10 +233,18 @@ def main():
     rec = recurrent_layers(target["n_layer"], interval)
     for il in range(target["n_layer"]):
         names += [f"blk.{il}.{s}" for s in kinds[rec[il]]]
+    if mtp:
+        il = target["n_layer"]
+        nextn = ["nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight", "nextn.shared_head_norm.weight"]
+        names += [f"blk.{il}.{s}" for s in kinds[False] + nextn]
     names += tail
 
     # 2) metadata: copy every key, override the shape keys
     over = metadata_overrides(arch, target, interval)
+    if mtp:
+        over[f"{arch}.block_count"] = target["n_layer"] + 1
+        over[f"{arch}.attention.recurrent_layers"] = recurrent_layers(target["n_layer"], interval) + [False]
+        over[f"{arch}.nextn_predict_layers"] = 1
     f = BenchFile(out_path, arch, variant["seed"])
     for name, field in r.fields.items():
         if name.startswith("GGUF.") or name == "general.architecture":
@@ -234,6 +254,9 @@ def main():
         val = over.get(name, field.contents())
         f.w.add_key_value(name, val, vtype, sub_type=sub)
     missing = set(over) - set(r.fields)
+    if mtp:
+        missing.discard(f"{arch}.nextn_predict_layers")
+        f.w.add_uint32(f"{arch}.nextn_predict_layers", 1)
     assert not missing, missing
 
     # 3) tensors, each drawn as it is written

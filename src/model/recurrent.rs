@@ -9,11 +9,12 @@
 //! session recomputes the rest. Checkpoint slots are allocated on first use and at most
 //! `MAX_CHECKPOINTS` are kept (the oldest give way), which bounds their memory.
 //!
-//! Speculative decoding's verify pass runs drafted tokens the model may reject. Before it, the
-//! state is copied into a slot of its own (`save_before_verify`), and during it the state after
-//! each of its rows (`keep_rows`: the DeltaNet blocks then run the pass row by row), all apart
-//! from the prompt's and replies' checkpoints so that a pass never pushes one of those out; rolling
-//! back into the pass restores the state after the last accepted row, with nothing to recompute.
+//! Speculative decoding's verify pass runs drafted tokens the model may reject. During it the
+//! state after each of its rows is copied into slots of their own (`begin_verify`: the DeltaNet
+//! blocks then run the pass row by row), apart from the prompt's and replies' checkpoints so that
+//! a pass never pushes one of those out; rolling back into the pass restores the state after the
+//! last accepted row, with nothing to recompute. (Speculation always keeps a pass's first row, the
+//! token it sampled; a rollback to before the pass goes to an older checkpoint.)
 
 use super::config::ModelConfig;
 use crate::backend::Backend;
@@ -43,8 +44,6 @@ pub struct RecurrentState<B: Backend> {
     pub layers: Vec<Option<LayerState<B>>>,
     /// Slots; `pos` None marks a free one.
     checkpoints: Vec<Checkpoint<B>>,
-    /// The state before the last verify pass (allocated on the first).
-    before_verify: Option<Checkpoint<B>>,
     /// The state after each row of the last verify pass (slots allocated as passes need them).
     verify_rows: Vec<Checkpoint<B>>,
     /// Rows of the pass now running whose states the blocks keep (`row_state`); 0 outside one.
@@ -66,7 +65,6 @@ impl<B: Backend> RecurrentState<B> {
         Ok(Some(RecurrentState {
             layers,
             checkpoints: Vec::new(),
-            before_verify: None,
             verify_rows: Vec::new(),
             keep_rows: 0,
             conv_len: d.conv_state_len(),
@@ -126,31 +124,11 @@ impl<B: Backend> RecurrentState<B> {
         Ok(())
     }
 
-    /// Copy the live state, after `pos` tokens, into the verify pass's own slot.
-    pub fn save_before_verify(&mut self, b: &B, config: &ModelConfig, pos: usize) -> Result<()> {
-        let slot = match self.before_verify.take() {
-            Some(slot) => slot,
-            None => Checkpoint {
-                pos: None,
-                layers: alloc_layers(config, b)?,
-            },
-        };
-        let slot = self.before_verify.insert(slot);
-        copy(
-            &mut self.layers,
-            slot,
-            Direction::Save,
-            (self.conv_len, self.ssm_len),
-            b,
-        );
-        slot.pos = Some(pos);
-        Ok(())
-    }
-
-    /// Before a verify pass of `rows` tokens after `pos`: slots for the state after each row,
-    /// which the DeltaNet blocks fill (`keeps_rows`, `row_state`) and `end_verify` dates.
+    /// Before a verify pass of `rows` tokens: slots for the state after each row but the last
+    /// (the live state is that one), which the DeltaNet blocks fill (`keeps_rows`, `row_state`)
+    /// and `end_verify` dates.
     pub fn begin_verify(&mut self, b: &B, config: &ModelConfig, rows: usize) -> Result<()> {
-        while self.verify_rows.len() < rows {
+        while self.verify_rows.len() < rows.saturating_sub(1) {
             self.verify_rows.push(Checkpoint {
                 pos: None,
                 layers: alloc_layers(config, b)?,
@@ -163,10 +141,11 @@ impl<B: Backend> RecurrentState<B> {
         Ok(())
     }
 
-    /// After the verify pass begun at `pos`: when it `ran`, its rows' states are the checkpoints
-    /// of `pos + 1 ..= pos + rows`.
+    /// After the verify pass begun at `pos`: when it `ran`, the states kept are the checkpoints
+    /// of `pos + 1 ..= pos + rows − 1` (the live state is the one after the last row).
     pub fn end_verify(&mut self, pos: usize, ran: bool) {
-        for (r, slot) in self.verify_rows[..self.keep_rows].iter_mut().enumerate() {
+        let kept = self.keep_rows.saturating_sub(1);
+        for (r, slot) in self.verify_rows[..kept].iter_mut().enumerate() {
             slot.pos = ran.then_some(pos + r + 1);
         }
         self.keep_rows = 0;
@@ -177,19 +156,24 @@ impl<B: Backend> RecurrentState<B> {
         self.keep_rows > 0
     }
 
-    /// Block `il`'s live state, and where the state after row `row` of the verify pass goes.
+    /// Block `il`'s live state, and where the state after row `row` of the verify pass goes
+    /// (None for the last row, whose state stays live only).
     pub fn row_state(
         &mut self,
         il: usize,
         row: usize,
-    ) -> Option<(&mut LayerState<B>, &mut LayerState<B>)> {
+    ) -> Option<(&mut LayerState<B>, Option<&mut LayerState<B>>)> {
         let live = self.layers.get_mut(il)?.as_mut()?;
-        let kept = self
-            .verify_rows
-            .get_mut(row)?
-            .layers
-            .get_mut(il)?
-            .as_mut()?;
+        let kept = match row + 1 < self.keep_rows {
+            true => Some(
+                self.verify_rows
+                    .get_mut(row)?
+                    .layers
+                    .get_mut(il)?
+                    .as_mut()?,
+            ),
+            false => None,
+        };
         Some((live, kept))
     }
 
@@ -211,7 +195,6 @@ impl<B: Backend> RecurrentState<B> {
         let best = self
             .checkpoints
             .iter_mut()
-            .chain(&mut self.before_verify)
             .chain(&mut self.verify_rows)
             .filter(|c| c.pos.is_some())
             .max_by_key(|c| c.pos);
@@ -240,10 +223,7 @@ impl<B: Backend> RecurrentState<B> {
 
     /// Every slot a state can be restored from.
     fn slots(&mut self) -> impl Iterator<Item = &mut Checkpoint<B>> {
-        self.checkpoints
-            .iter_mut()
-            .chain(&mut self.before_verify)
-            .chain(&mut self.verify_rows)
+        self.checkpoints.iter_mut().chain(&mut self.verify_rows)
     }
 }
 

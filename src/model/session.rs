@@ -273,12 +273,10 @@ impl<'m, B: Backend> Session<'m, B> {
         self.check(ids)?;
         let start = Instant::now();
         let start_pos = self.tokens.len();
-        // A recurrent state cannot drop the rows the drafter got wrong: the state before the pass
-        // and after each of its rows are kept, and `truncate` restores the one it needs.
+        // A recurrent state cannot drop the rows the drafter got wrong: the state after each row
+        // is kept, and `truncate` restores the one it needs.
         if let Some(r) = &mut self.cache.recurrent {
-            let (b, c) = (&self.model.backend, &self.model.config);
-            r.save_before_verify(b, c, start_pos)?;
-            r.begin_verify(b, c, ids.len())?;
+            r.begin_verify(&self.model.backend, &self.model.config, ids.len())?;
         }
         let done = self.model.forward_all_rows(
             ids,

@@ -66,8 +66,10 @@ impl<B: Backend> Step<'_, B> {
                     &one,
                 );
                 b.copy_rows(delta, 0, &mut hs.delta, r, 1, d.value_dim());
-                b.copy_rows(&live.conv, 0, &mut kept.conv, 0, 1, conv_len);
-                b.copy_rows(&live.ssm, 0, &mut kept.ssm, 0, 1, ssm_len);
+                if let Some(kept) = kept {
+                    b.copy_rows(&live.conv, 0, &mut kept.conv, 0, 1, conv_len);
+                    b.copy_rows(&live.ssm, 0, &mut kept.ssm, 0, 1, ssm_len);
+                }
             }
         } else {
             let state = recurrent.layers[il]
