@@ -4,6 +4,7 @@
 //! multi-token-prediction block.
 
 use std::path::PathBuf;
+use std::rc::Rc;
 
 use anyhow::{Context, Result, bail};
 
@@ -13,14 +14,17 @@ use crate::backend::Backend;
 use crate::model::arch::KvCacheTypes;
 use crate::model::generate::{DraftSource, Speculation};
 use crate::model::session::DEFAULT_BATCH;
-use crate::model::speculative::{Drafter, ModelDrafter, NgramDrafter, check_draft_vocabulary};
+use crate::model::speculative::{
+    Drafter, ModelDrafter, NgramDrafter, NgramMapDrafter, check_draft_vocabulary,
+};
 use crate::model::{Session, Tokenizer};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct SpeculationArgs {
     /// Speculative decoding: a drafter proposes the next tokens and the model checks several per
     /// forward pass; greedy output is unchanged, sampled output distributed as without it.
-    /// `ngram-simple` drafts from the text's own repeats (quotations, edits, code),
+    /// `ngram-simple` drafts from the text's own repeats (quotations, edits, code), `ngram-map-k`
+    /// too, keyed on longer n-grams and remembering how much of each key's draft was kept,
     /// `draft-simple` with the draft model of --spec-draft-model (the default when one is
     /// given), `draft-mtp` with the multi-token-prediction block of Qwen3.5 files that carry one.
     /// Not with --logprobs
@@ -79,13 +83,32 @@ pub struct SpeculationArgs {
         value_name = "P0,P1,..."
     )]
     pub synth_rates: Vec<f64>,
+
+    /// ngram-map-k: tokens in the key n-gram (llama.cpp's default)
+    #[arg(
+        long = "spec-ngram-map-k-size-n",
+        default_value_t = 12,
+        value_name = "N"
+    )]
+    pub ngram_map_n: usize,
+
+    /// ngram-map-k: most tokens drafted after a key (llama.cpp's default; --spec-draft-n-max
+    /// caps it too)
+    #[arg(
+        long = "spec-ngram-map-k-size-m",
+        default_value_t = 48,
+        value_name = "N"
+    )]
+    pub ngram_map_m: usize,
 }
 
 /// Speculative decoding in `kiln bench`'s generation tests.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BenchSpeculation {
-    /// The model's multi-token-prediction block drafts; else the context's n-grams.
-    pub mtp: bool,
+    /// llama.cpp's name for the drafter.
+    pub name: &'static str,
+    /// The drafter; None: the model's multi-token-prediction block.
+    pub drafter: Option<Rc<dyn Drafter>>,
     pub max_draft: usize,
     /// `--spec-synth-rates`: drafts kept at random with these rates; empty: as greedy keeps them.
     pub rates: Vec<f64>,
@@ -96,6 +119,7 @@ pub struct BenchSpeculation {
 pub enum SpecType {
     None,
     NgramSimple,
+    NgramMapK,
     DraftSimple,
     DraftMtp,
 }
@@ -196,6 +220,10 @@ impl SpeculationArgs {
         Ok(match (self.kind()?, draft) {
             (SpecType::None | SpecType::DraftMtp, _) => None,
             (SpecType::NgramSimple, _) => Some(Box::new(NgramDrafter::default())),
+            (SpecType::NgramMapK, _) => Some(Box::new(NgramMapDrafter::new(
+                self.ngram_map_n,
+                self.ngram_map_m,
+            ))),
             (SpecType::DraftSimple, None) => None,
             (SpecType::DraftSimple, Some(draft)) => {
                 let p_min = self.draft_p_min;
@@ -219,10 +247,10 @@ impl SpeculationArgs {
     /// What `kiln bench` measures of these flags: none, the text's n-grams or the model's
     /// multi-token-prediction block (a draft model is not measured there).
     pub fn for_bench(&self) -> Result<Option<BenchSpeculation>> {
-        let mtp = match self.kind()? {
+        let kind = self.kind()?;
+        match kind {
             SpecType::None => return Ok(None),
-            SpecType::NgramSimple => false,
-            SpecType::DraftMtp => true,
+            SpecType::NgramSimple | SpecType::NgramMapK | SpecType::DraftMtp => {}
             SpecType::DraftSimple => bail!(super::FlagError(
                 "kiln bench measures --spec-type draft-mtp and ngram-simple; time a draft model \
                  with kiln run -v"
@@ -230,7 +258,19 @@ impl SpeculationArgs {
             )),
         };
         Ok(Some(BenchSpeculation {
-            mtp,
+            name: match kind {
+                SpecType::NgramMapK => "ngram-map-k",
+                SpecType::DraftMtp => "draft-mtp",
+                _ => "ngram-simple",
+            },
+            drafter: match kind {
+                SpecType::NgramMapK => Some(Rc::new(NgramMapDrafter::new(
+                    self.ngram_map_n,
+                    self.ngram_map_m,
+                ))),
+                SpecType::NgramSimple => Some(Rc::new(NgramDrafter::default())),
+                _ => None,
+            },
             max_draft: self.draft_max,
             rates: self.synth_rates.clone(),
         }))

@@ -444,6 +444,9 @@ fn speculate<B: Backend>(
         n += 1;
     }
     let after = after.ok_or(Error::EmptyPrompt)?;
+    if let DraftSource::Drafter(d) = spec.drafter {
+        d.accepted(n);
+    }
     session.truncate(base + 1 + n)?;
     session.stats.decode_tokens += 1 + n;
     Ok(Some((draft.len(), n, after)))

@@ -9,6 +9,8 @@
 //! Drafters sit behind `Drafter`: `NgramDrafter` drafts from the text itself (llama.cpp's
 //! `ngram-simple`, "prompt lookup"): where the last few tokens appeared before in the context, the
 //! tokens that followed them then are the draft — quotations, edits and code repeat.
+//! `NgramMapDrafter` (llama.cpp's `ngram-map-k`) keys on a longer fixed n-gram and remembers, per
+//! key, how much of its last draft was kept.
 //! `ModelDrafter` drafts with a smaller model of the same vocabulary (llama.cpp's `draft-simple`).
 
 use std::cell::RefCell;
@@ -23,6 +25,9 @@ use crate::sampler::most_likely;
 pub trait Drafter {
     /// Up to `max` tokens likely to follow `context` (none when it has no guess).
     fn draft(&self, context: &[u32], max: usize) -> Result<Vec<u32>>;
+
+    /// How many tokens of the last draft the model kept (a drafter may learn from it).
+    fn accepted(&self, _n: usize) {}
 }
 
 /// Drafts from the context's own n-grams: the longest suffix of `max_ngram` down to `min_ngram`
@@ -61,6 +66,59 @@ impl Drafter for NgramDrafter {
             }
         }
         Ok(Vec::new())
+    }
+}
+
+/// llama.cpp's `ngram-map-k`: the key is the context's last `size_n` tokens; where the key occurred
+/// before with `size_m` tokens after it, its latest occurrence's following tokens are the draft,
+/// as many as were kept the last time this key drafted (all `size_m` the first time).
+pub struct NgramMapDrafter {
+    pub size_n: usize,
+    pub size_m: usize,
+    /// Per key drafted from: the tokens kept of its last draft.
+    kept: RefCell<std::collections::HashMap<Vec<u32>, usize>>,
+    /// The key of the last draft, until `accepted` says how it went.
+    last: RefCell<Option<Vec<u32>>>,
+}
+
+impl NgramMapDrafter {
+    /// llama.cpp's defaults: keys of 12 tokens, drafts of up to 48.
+    pub fn new(size_n: usize, size_m: usize) -> Self {
+        NgramMapDrafter {
+            size_n: size_n.max(1),
+            size_m,
+            kept: Default::default(),
+            last: RefCell::new(None),
+        }
+    }
+}
+
+impl Drafter for NgramMapDrafter {
+    fn draft(&self, context: &[u32], max: usize) -> Result<Vec<u32>> {
+        *self.last.borrow_mut() = None;
+        let (len, n, m) = (context.len(), self.size_n, self.size_m);
+        // As llama.cpp: a key's occurrence counts where a whole m-gram and one more token follow
+        // it before the key's last token, and not at position 0 (its "no match").
+        if len < 2 * n + m {
+            return Ok(Vec::new());
+        }
+        let key = &context[len - n..];
+        let Some(at) = (1..len - n - m - 1)
+            .rev()
+            .find(|&j| &context[j..j + n] == key)
+        else {
+            return Ok(Vec::new());
+        };
+        let kept = self.kept.borrow().get(key).copied().unwrap_or(m);
+        let take = kept.min(m).min(max);
+        *self.last.borrow_mut() = Some(key.to_vec());
+        Ok(context[at + n..at + n + take].to_vec())
+    }
+
+    fn accepted(&self, n: usize) {
+        if let Some(key) = self.last.borrow_mut().take() {
+            self.kept.borrow_mut().insert(key, n);
+        }
     }
 }
 
@@ -216,6 +274,27 @@ mod tests {
         // Nothing repeats: no draft.
         assert!(d.draft(&[1, 2, 3, 4], 4).unwrap().is_empty());
         assert!(d.draft(&[1], 4).unwrap().is_empty());
+    }
+
+    #[test]
+    fn ngram_map_drafts_after_the_key_as_much_as_was_kept() {
+        let d = NgramMapDrafter::new(2, 3);
+        // The key "1 2" occurred at 1 with 3 tokens after it: 7 8 9.
+        let ctx = [0, 1, 2, 7, 8, 9, 5, 5, 1, 2];
+        assert_eq!(d.draft(&ctx, 10).unwrap(), [7, 8, 9]);
+        assert_eq!(d.draft(&ctx, 2).unwrap(), [7, 8]);
+        // One of that key's draft kept: the next draft for it is one long.
+        d.accepted(1);
+        assert_eq!(d.draft(&ctx, 10).unwrap(), [7]);
+        // An occurrence too late for a whole m-gram after it does not count.
+        assert!(
+            d.draft(&[5, 5, 5, 5, 1, 2, 7, 8, 1, 2], 3)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(d.draft(&[1, 2, 7, 8, 9, 5, 5, 1, 2], 3).unwrap().is_empty());
+        // Too short a context.
+        assert!(d.draft(&[1, 2, 1, 2], 3).unwrap().is_empty());
     }
 
     #[test]

@@ -462,19 +462,35 @@ fn llama_cpp_special_values() {
     }
 }
 
-/// `--spec-type ngram-simple` drafts from the text's own repeats and changes nothing in greedy
-/// output; `--format json` counts the drafted and accepted tokens.
+/// `--spec-type ngram-simple` and `ngram-map-k` draft from the text's own repeats and change
+/// nothing in greedy output; `--format json` counts the drafted and accepted tokens.
 #[test]
 fn speculative_decoding_gives_the_plain_greedy_output() {
     let model = common::real_model(common::REAL_MODELS[0]);
     let prompt = "one two three four five, one two three four five, one two three four five, one";
     let base = ["--raw", "--temp", "0", "-n", "24", prompt];
     let plain = json_run(&model, &base);
-    for draft_max in ["1", "16"] {
+    for (kind, draft_max) in [
+        ("ngram-simple", "1"),
+        ("ngram-simple", "16"),
+        ("ngram-map-k", "16"),
+    ] {
         let mut args = base.to_vec();
-        args.extend(["--spec-type", "ngram-simple", "--draft-max", draft_max]);
+        args.extend(["--spec-type", kind, "--draft-max", draft_max]);
+        if kind == "ngram-map-k" {
+            // Keys of 4 and drafts of 8: the defaults (12, 48) want a longer text.
+            args.extend([
+                "--spec-ngram-map-k-size-n",
+                "4",
+                "--spec-ngram-map-k-size-m",
+                "8",
+            ]);
+        }
         let fast = json_run(&model, &args);
-        assert_eq!(fast["tokens"], plain["tokens"], "--draft-max {draft_max}");
+        assert_eq!(
+            fast["tokens"], plain["tokens"],
+            "{kind} --draft-max {draft_max}"
+        );
         assert_eq!(fast["text"], plain["text"]);
         let accepted = fast["timings"]["draft_accepted"].as_u64().unwrap();
         assert!(accepted > 0 && accepted <= fast["timings"]["draft_tokens"].as_u64().unwrap());

@@ -6,7 +6,7 @@ use kiln::backend::Backend;
 use kiln::model::generate::{
     DraftSource, GenerateOptions, Generation, Speculation, StopRules, generate,
 };
-use kiln::model::speculative::{Drafter, NgramDrafter};
+use kiln::model::speculative::{Drafter, NgramDrafter, NgramMapDrafter};
 use kiln::model::{Model, Session, Tokenizer};
 use kiln::sampler::{Sampler, SamplerConfig};
 
@@ -129,8 +129,8 @@ pub fn verify_rows_match_decode<B: Backend>(
 }
 
 /// Greedy with the n-gram drafter and with scripted drafters wrong at every 3rd, 5th and 7th
-/// position, each drafting up to 1, 3 and 8 tokens a pass, equals greedy without: the tokens, the
-/// finish and the session after. The scripted drafts must be both accepted and rejected. Returns
+/// position, each drafting up to 1, 3 and 8 tokens a pass, and with ngram-map-k, equals greedy
+/// without: the tokens, the finish and the session after. The scripted drafts must be both accepted and rejected. Returns
 /// the n-gram drafter's run (up to 8 a pass).
 pub fn speculation_matches_plain<B: Backend>(
     model: &Model<B>,
@@ -177,6 +177,20 @@ pub fn speculation_matches_plain<B: Backend>(
         }
     }
     assert!(accepted > n, "{what}: {accepted} drafted tokens accepted");
+    // llama.cpp's ngram-map-k, on keys of 4 (the default 12 is longer than these prompts' repeats).
+    let map = NgramMapDrafter::new(4, 8);
+    let spec = Speculation {
+        drafter: DraftSource::Drafter(&map),
+        max_draft: 8,
+        min_draft: 0,
+        synthetic: None,
+    };
+    let (fast, fast_ctx) = greedy_run(model, tok, prompt, n, Some(spec));
+    assert_eq!(fast.tokens, plain.tokens, "{what}: ngram-map-k");
+    assert_eq!(
+        fast_ctx, plain_ctx,
+        "{what}: ngram-map-k, the session after"
+    );
     let spec = Speculation {
         drafter: DraftSource::Drafter(&ngrams),
         max_draft: 8,

@@ -24,7 +24,6 @@ use crate::backend::{Backend, CoreOps, Profile};
 use crate::model::arch::KvCacheTypes;
 use crate::model::loader::Source;
 use crate::model::session::DEFAULT_BATCH;
-use crate::model::speculative::{Drafter, NgramDrafter};
 use crate::model::{Model, ModelFile, Session};
 use crate::sampler::{Rng, most_likely};
 use report::Report;
@@ -115,7 +114,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub profile: bool,
 
-    /// Generation tests with speculative decoding (`--spec-type draft-mtp` or `ngram-simple`;
+    /// Generation tests with speculative decoding (`--spec-type draft-mtp`, `ngram-simple` or
+    /// `ngram-map-k`;
     /// with `--spec-synth-rates` the drafts are kept at those rates, as llama.cpp measures it)
     #[command(flatten)]
     pub speculation: super::speculation::SpeculationArgs,
@@ -315,7 +315,7 @@ fn run_test<B: Backend>(
         |n: usize| -> Vec<u32> { (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect() };
     let mut s = Session::with_options(model, test.depth + test.n + 1, DEFAULT_BATCH, cache)?;
     let spec = spec.filter(|_| test.kind == TestKind::Generate);
-    if spec.is_some_and(|sp| sp.mtp) {
+    if spec.is_some_and(|sp| sp.drafter.is_none()) {
         s.enable_mtp()?;
     }
     if test.depth > 0 {
@@ -374,12 +374,13 @@ fn generate_speculatively<B: Backend>(
         let token = tokens[generated];
         let room = tokens.len() - generated - 1;
         let max = sp.max_draft.min(room);
-        let draft = if sp.mtp {
-            s.draft_mtp(token, max, 0.0)?
-        } else {
-            let mut context = s.tokens().to_vec();
-            context.push(token);
-            NgramDrafter::default().draft(&context, max)?
+        let draft = match &sp.drafter {
+            None => s.draft_mtp(token, max, 0.0)?,
+            Some(d) => {
+                let mut context = s.tokens().to_vec();
+                context.push(token);
+                d.draft(&context, max)?
+            }
         };
         if draft.is_empty() {
             s.decode(token)?;
@@ -409,6 +410,9 @@ fn generate_speculatively<B: Backend>(
             }
             kept
         };
+        if let Some(d) = &sp.drafter {
+            d.accepted(kept);
+        }
         s.truncate(len + 1 + kept)?;
         counts.add(DraftCounts {
             drafted: draft.len(),
@@ -474,9 +478,7 @@ impl<B: Backend> Measure<'_, B> {
             progress.inc(1);
         }
         let speculation = match (spec, test.kind) {
-            (Some(sp), TestKind::Generate) => {
-                Some((if sp.mtp { "draft-mtp" } else { "ngram-simple" }, counts))
-            }
+            (Some(sp), TestKind::Generate) => Some((sp.name, counts)),
             _ => None,
         };
         let row = Row {
