@@ -130,6 +130,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         &args.backend,
         args.ctx_size,
         args.cache.types(),
+        args.speculation.wants_mtp(),
     )?;
     let draft = args
         .speculation

@@ -434,6 +434,7 @@ pub fn run(args: ChatArgs) -> Result<ExitCode> {
         &args.backend,
         args.ctx_size,
         args.cache.types(),
+        args.speculation.wants_mtp(),
     )?;
     let draft = args
         .speculation

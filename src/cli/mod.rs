@@ -540,12 +540,14 @@ pub fn load(
     backend: &BackendArgs,
     ctx: Option<usize>,
     cache: KvCacheTypes,
+    load_mtp: bool,
 ) -> Result<AnyLoaded> {
     let path = model.local_path()?;
     let start = Instant::now();
     let progress = LoadProgress::start(&path);
     progress.stage("reading the model file");
-    let file = ModelFile::open(&path)?;
+    let mut file = ModelFile::open(&path)?;
+    file.load_mtp = load_mtp;
     progress.stage("preparing the weights");
     let trained = file.config.context_length;
     let kv = placement::KvNeeds {

@@ -203,7 +203,7 @@ impl SpeculationArgs {
         let model = ModelArgs {
             model: path.clone(),
         };
-        load(&model, &backend, ctx, cache)
+        load(&model, &backend, ctx, cache, false)
             .with_context(|| format!("loading the draft model {}", path.display()))
             .map(Some)
     }
@@ -276,11 +276,16 @@ impl SpeculationArgs {
         }))
     }
 
+    /// Whether the model's multi-token-prediction block must be loaded (`--spec-type draft-mtp`).
+    pub fn wants_mtp(&self) -> bool {
+        self.spec_type == Some(SpecType::DraftMtp)
+    }
+
     /// Make `session` ready for the drafter: with `draft-mtp`, the model's multi-token-prediction
     /// block follows it (an error for a model without one). Before the session's first token.
     pub fn prepare<B: Backend>(&self, session: &mut Session<B>) -> Result<()> {
         if self.kind()? == SpecType::DraftMtp {
-            if !session.model().has_mtp() {
+            if session.model().config.nextn_layers == 0 {
                 bail!(super::FlagError(format!(
                     "--spec-type draft-mtp: this {} file has no multi-token-prediction block \
                      (nextn_predict_layers); Qwen3.5 files converted with their MTP weights have one",

@@ -34,6 +34,9 @@ pub struct ModelFile {
     pub source: Source,
     /// Bytes on disk (all shards).
     pub file_size: u64,
+    /// Load the file's multi-token-prediction block too (for `--spec-type draft-mtp`); like
+    /// llama.cpp, kiln leaves it unread otherwise.
+    pub load_mtp: bool,
 }
 
 impl ModelFile {
@@ -84,6 +87,7 @@ impl ModelFile {
             tensors,
             source: Source::Gguf(gguf),
             file_size,
+            load_mtp: false,
         })
     }
 
@@ -265,6 +269,7 @@ fn open_hf(dir: &Path) -> Result<ModelFile> {
             config_json,
         },
         file_size,
+        load_mtp: false,
     })
 }
 

@@ -314,7 +314,7 @@ impl<B: Backend> Weights<B> {
         let output_norm = f.norm("output_norm.weight", h)?;
         let per_layer_embd = gemma4::per_layer_embeddings(&f, c)?;
         let mtp = match layer_kind {
-            LayerKind::Qwen35 => qwen35::mtp(&f, c)?,
+            LayerKind::Qwen35 if file.load_mtp => qwen35::mtp(&f, c)?,
             _ => None,
         };
         Ok(Weights {

@@ -658,7 +658,8 @@ fn speculative_greedy_is_plain_greedy_on_the_gpu() {
 /// session's logits.
 #[test]
 fn mtp_greedy_is_plain_greedy_on_the_gpu() {
-    let mf = ModelFile::open(&common::fixture("models/qwen35moe-mtp-tiny.gguf")).unwrap();
+    let mut mf = ModelFile::open(&common::fixture("models/qwen35moe-mtp-tiny.gguf")).unwrap();
+    mf.load_mtp = true;
     let Some(model) = load(&mf) else { return };
     let tok = Tokenizer::from_model(&mf).unwrap();
     let prompt = tok.encode(common::speculation::REPEATING, true).unwrap();

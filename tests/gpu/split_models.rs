@@ -338,7 +338,8 @@ fn speculative_greedy_is_plain_greedy_across_the_boundary() {
 /// half on the CPU, the rest and the block on the GPU (the dense file with a block added).
 #[test]
 fn mtp_greedy_is_plain_greedy_across_the_boundary() {
-    let mf = ModelFile::open(&common::fixture("models/qwen35-mtp-tiny.gguf")).unwrap();
+    let mut mf = ModelFile::open(&common::fixture("models/qwen35-mtp-tiny.gguf")).unwrap();
+    mf.load_mtp = true;
     let Some(model) = split(&mf, 4, 0) else {
         return;
     };

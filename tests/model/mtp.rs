@@ -21,7 +21,8 @@ const PROMPT: &str = "The quick brown fox jumps over the lazy dog. The quick bro
 fn mtp_greedy_is_plain_greedy() {
     let mut accepted = 0;
     for name in FILES {
-        let mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
+        let mut mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
+        mf.load_mtp = true;
         let tok = Tokenizer::from_model(&mf).unwrap();
         let model = load(&mf, 2);
         assert!(model.has_mtp(), "{name}");
@@ -41,7 +42,8 @@ fn mtp_drafts_as_llama_cpp_does() {
     let golden = common::golden("llama-cpp-mtp.json");
     let n_predict = golden["n_predict"].as_u64().unwrap() as usize;
     for (name, runs) in golden["models"].as_object().unwrap() {
-        let mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
+        let mut mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
+        mf.load_mtp = true;
         let tok = Tokenizer::from_model(&mf).unwrap();
         let model = load(&mf, 2);
         let vocab = model.config.vocab_size;
@@ -96,7 +98,7 @@ fn mtp_drafts_as_llama_cpp_does() {
     }
 }
 
-/// A model without the block refuses it, saying so.
+/// A model without the block refuses it, saying so; a file with one loads it only when asked.
 #[test]
 fn a_model_without_an_mtp_block_cannot_draft_with_one() {
     let mf = ModelFile::open(&common::fixture("models/qwen35-tiny.gguf")).unwrap();
@@ -106,13 +108,20 @@ fn a_model_without_an_mtp_block_cannot_draft_with_one() {
     let e = s.enable_mtp().unwrap_err().to_string();
     assert!(e.contains("no multi-token-prediction block"), "{e}");
     assert!(s.draft_mtp(1, 2, 0.0).is_err());
+    // A file with the block leaves it unread unless asked (as llama.cpp does without draft-mtp).
+    let mf = ModelFile::open(&common::fixture("models/qwen35-mtp-tiny.gguf")).unwrap();
+    let model = load(&mf, 2);
+    assert!(!model.has_mtp());
+    let e = Session::new(&model, 64).unwrap().enable_mtp().unwrap_err();
+    assert!(e.to_string().contains("not loaded"), "{e}");
 }
 
 /// The block's logits for two chained draft rows equal the float64 reference's, every logit
 /// within 0.01 (the golden rule's tight bound) and the same picks.
 #[test]
 fn mtp_logits_match_a_float64_reference() {
-    let mf = ModelFile::open(&common::fixture("models/qwen35-mtp-tiny.gguf")).unwrap();
+    let mut mf = ModelFile::open(&common::fixture("models/qwen35-mtp-tiny.gguf")).unwrap();
+    mf.load_mtp = true;
     let tok = Tokenizer::from_model(&mf).unwrap();
     let model = load(&mf, 2);
     let prompt = tok.encode(PROMPT, true).unwrap();

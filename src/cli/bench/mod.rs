@@ -503,7 +503,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     }
     let speculation = args.speculation.for_bench()?;
     args.speculation.validate()?;
-    let file = args.model.open()?;
+    let mut file = args.model.open()?;
+    file.load_mtp = args.speculation.wants_mtp();
     let threads = if args.threads.is_empty() {
         vec![std::thread::available_parallelism().map_or(1, |n| n.get())]
     } else {

@@ -77,17 +77,21 @@ impl<B: Backend> MtpState<B> {
 }
 
 impl<B: Backend> Model<B> {
-    /// Whether the file carries a multi-token-prediction block.
+    /// Whether the model's multi-token-prediction block is loaded (`ModelFile::load_mtp`).
     pub fn has_mtp(&self) -> bool {
         self.weights.mtp.is_some()
     }
 
     fn mtp_weights(&self) -> Result<&MtpWeights<B>> {
         self.weights.mtp.as_ref().ok_or_else(|| {
-            Error::Usage(format!(
-                "this {} file has no multi-token-prediction block (nextn_predict_layers) to draft with",
-                self.config.arch.name()
-            ))
+            Error::Usage(match self.config.nextn_layers {
+                0 => format!(
+                    "this {} file has no multi-token-prediction block (nextn_predict_layers) to \
+                     draft with",
+                    self.config.arch.name()
+                ),
+                _ => "the multi-token-prediction block was not loaded (ModelFile::load_mtp)".into(),
+            })
         })
     }
 
