@@ -118,8 +118,8 @@ fn chat_holds_a_conversation_on_both_files() {
 
 /// `--spec-type draft-mtp` drafts with the multi-token-prediction block of a file that has one
 /// (the tiny files with a block added) and changes nothing in greedy output; `--format json`
-/// counts the drafts; `kiln bench` measures it at synthetic acceptance rates. A file without a
-/// block is a flag error that says so.
+/// counts the drafts; a two-turn chat says what it says without it; `kiln bench` measures it at
+/// synthetic acceptance rates. A file without a block is a flag error that says so.
 #[test]
 fn draft_mtp_gives_the_plain_greedy_output() {
     let base = [
@@ -138,6 +138,29 @@ fn draft_mtp_gives_the_plain_greedy_output() {
             "{model}"
         );
     }
+    // A chat keeps the KV cache (and the block's) between turns: two turns with draft-mtp say
+    // what they say without it.
+    let chat = |extra: &[&str]| {
+        let out = common::kiln()
+            .args(["chat", "--temp", "0", "-n", "16", "-m"])
+            .arg(common::fixture("models/qwen35-mtp-tiny.gguf"))
+            .args(extra)
+            .write_stdin("What is 2+2?\nAnd 3+3?\n")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let plain = chat(&[]);
+    assert_eq!(plain.trim_end().split("\n\n").count(), 2, "{plain:?}");
+    assert_eq!(
+        chat(&["--spec-type", "draft-mtp", "--spec-draft-n-max", "3"]),
+        plain
+    );
     // kiln bench at synthetic acceptance: every draft kept at rates 1, none at 0.
     for (rates, all) in [("1,1", true), ("0,0", false)] {
         let bench = [
