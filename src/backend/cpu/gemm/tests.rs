@@ -91,8 +91,9 @@ fn largest_k_quant_sums_stay_exact() {
 
 /// Every packed kernel, on every instruction set this CPU has, agrees with the portable dot
 /// products on the original blocks (integer parts exactly, so only float summation order
-/// differs), and gives each token the same bits whether it ran alone or in a tile (rows long
-/// enough for a tile to run in spans, the last one short).
+/// differs), and gives each token the same bits whether it ran alone, in a pair (a verify pass of
+/// two rows has a tile of its own) or in a tile (rows long enough for a tile to run in spans, the
+/// last one short).
 #[test]
 fn packed_kernels_match_the_portable_dot_products() {
     let (m, k, n) = (48, 2304, 11);
@@ -113,6 +114,7 @@ fn packed_kernels_match_the_portable_dot_products() {
             let mut reference = vec![0f32; n * m];
             let mut tiled = vec![0f32; n * m];
             let mut alone = vec![0f32; n * m];
+            let mut pairs = vec![0f32; n * m];
             if let Some(kernel) = k8 {
                 let nb = k / 32;
                 let mut q = vec![BlockQ8::default(); n * nb];
@@ -136,6 +138,9 @@ fn packed_kernels_match_the_portable_dot_products() {
                 run(kernel, &p, &q, nb, &xsum, n, 0..n, &mut tiled);
                 for i in 0..n {
                     run(kernel, &p, &q, nb, &xsum, n, i..i + 1, &mut alone);
+                    if i % 2 == 0 {
+                        run(kernel, &p, &q, nb, &xsum, n, i..(i + 2).min(n), &mut pairs);
+                    }
                 }
             } else if let Some(kernel) = k8k {
                 let nb = k / 256;
@@ -152,6 +157,9 @@ fn packed_kernels_match_the_portable_dot_products() {
                 run(kernel, &p, &q, nb, &[], n, 0..n, &mut tiled);
                 for i in 0..n {
                     run(kernel, &p, &q, nb, &[], n, i..i + 1, &mut alone);
+                    if i % 2 == 0 {
+                        run(kernel, &p, &q, nb, &[], n, i..(i + 2).min(n), &mut pairs);
+                    }
                 }
             }
             let scale = reference.iter().fold(0f32, |a, v| a.max(v.abs()));
@@ -168,6 +176,12 @@ fn packed_kernels_match_the_portable_dot_products() {
                 tiled.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 "{t} {}: tiled and one-token results differ",
+                table.name()
+            );
+            assert_eq!(
+                pairs.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{t} {}: two-token and one-token results differ",
                 table.name()
             );
         }
