@@ -1,6 +1,6 @@
 """Writes tests/fixtures/golden/llama-cpp-mtp.json: llama.cpp's `llama-speculative-simple --spec-type
-draft-mtp` on the tiny Qwen3.5 files with a multi-token-prediction block (tests/fixtures/make_qwen35_mtp.py),
-greedy, F32 KV cache, 2 threads, drafting up to 1 and up to 3 tokens a pass: the text it generates and its
+draft-mtp` on the tiny Qwen3.5 files with a multi-token-prediction block (tests/fixtures/make_qwen35_mtp.py)
+and the tiny GLM-4.5 file with its block made to lean (make_glm4moe_mtp.py), greedy, F32 KV cache, 2 threads, drafting up to 1 and up to 3 tokens a pass: the text it generates and its
 counts of drafted and accepted tokens.
 
 llama-speculative-simple keeps the prompt's last token out of the prompt pass and drafts after it first;
@@ -44,7 +44,7 @@ def main(bin_dir, made, out):
         "n_predict": N_PREDICT,
         "models": {},
     }
-    for name in ["qwen35-mtp-tiny.gguf", "qwen35moe-mtp-tiny.gguf"]:
+    for name in ["qwen35-mtp-tiny.gguf", "qwen35moe-mtp-tiny.gguf", "glm4moe-mtp-tiny.gguf"]:
         golden["models"][name] = [run(bin_dir, os.path.join(made, name), n) for n in (1, 3)]
     with open(out, "w") as f:
         json.dump(golden, f, indent=1, ensure_ascii=False)

@@ -572,9 +572,9 @@ fn print_hybrid(c: &ModelConfig) {
     }
     if c.nextn_layers > 0 {
         let use_ = match c.arch {
-            crate::model::Arch::Qwen35 | crate::model::Arch::Qwen35Moe => {
-                "drafts with --spec-type draft-mtp"
-            }
+            crate::model::Arch::Qwen35
+            | crate::model::Arch::Qwen35Moe
+            | crate::model::Arch::Glm4Moe => "drafts with --spec-type draft-mtp",
             _ => "not run by kiln",
         };
         println!(

@@ -6,8 +6,10 @@
 
 mod gemma4;
 mod moe;
+mod mtp;
 mod qwen35;
 
+use super::Arch;
 use super::arch::family::LayerKind;
 use super::config::ModelConfig;
 use super::loader::ModelFile;
@@ -17,7 +19,8 @@ use crate::tensor::Tensor;
 
 pub use gemma4::{Gemma4Experts, PerLayerEmbeddings, PerLayerInput};
 pub use moe::{ExpertBiases, ExpertsGateUp, Ffn, MoeWeights, SharedExpertWeights};
-pub use qwen35::{DeltaNetWeights, GatedAttentionWeights, Mixer, MtpWeights, Qwen35Layer};
+pub use mtp::MtpWeights;
+pub use qwen35::{DeltaNetWeights, GatedAttentionWeights, Mixer, Qwen35Layer};
 
 pub struct LayerWeights<B: Backend> {
     pub attn_norm: B::Weight,
@@ -169,137 +172,10 @@ impl<B: Backend> Weights<B> {
             used: Default::default(),
         };
         let h = c.hidden_size;
-        let family = c.arch.family();
-        let layer_kind = family.layer;
-        let (out_bias_and_sinks, may_have_qk_norm) = match layer_kind {
-            LayerKind::Llama(o) | LayerKind::Gemma(o) => (o.out_bias_and_sinks, o.qk_norm),
-            LayerKind::Gemma4 => (false, true),
-            LayerKind::Qwen35 => (false, false),
-        };
-        let gemma4 = matches!(layer_kind, LayerKind::Gemma4);
-        // Gemma's layer norms each block's output too.
-        let post_norms = matches!(layer_kind, LayerKind::Gemma(_) | LayerKind::Gemma4);
-        let mut layers = Vec::with_capacity(c.n_layers);
-        for i in 0..c.n_layers {
-            if matches!(layer_kind, LayerKind::Qwen35) {
-                layers.push(Block::Qwen35(qwen35::layer(&f, c, i)?));
-                continue;
-            }
-            let (q, kv, hd) = (
-                c.layer_q_dim(i),
-                c.layer_kv_dim(i),
-                c.layer_shape(i).head_dim,
-            );
-            let n = |part: &str| format!("blk.{i}.{part}");
-            let bias = |part: &str, dim: usize| -> Result<Option<B::Weight>> {
-                if c.attention_bias {
-                    f.get(&n(part), &[dim]).map(Some)
-                } else {
-                    f.optional(&n(part), &[dim])
-                }
-            };
-            // Required where the configuration says so; where the family only allows them
-            // (GLM-4.5: its largest model has them), used when the file has them.
-            let qk_norm = |part: &str| -> Result<Option<B::Weight>> {
-                let name = n(part);
-                if c.qk_norm || (may_have_qk_norm && f.file.tensor(&name).is_some()) {
-                    f.norm(&name, hd).map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            let required = |part: &str, dim: usize| -> Result<Option<B::Weight>> {
-                if out_bias_and_sinks {
-                    f.get(&n(part), &[dim]).map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            let post_norm = |part: &str| -> Result<Option<B::Weight>> {
-                if post_norms {
-                    f.norm(&n(part), h).map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            // Q, K and V, or one fused projection of all three (Phi-3). A Gemma 4 layer may
-            // take its values from the key projection (no `attn_v`); its shared-KV layers
-            // project queries alone (llama.cpp reads no keys or values there either).
-            let (wq, wk, wv) = match f.file.tensor(&n("attn_qkv.weight")) {
-                Some(_) => {
-                    let [wq, wk, wv] = f.split(&n("attn_qkv.weight"), h, [q, kv, kv])?;
-                    (wq, Some(wk), Some(wv))
-                }
-                None if !c.layer_has_kv(i) => {
-                    f.skip(&[
-                        &n("attn_k.weight"),
-                        &n("attn_v.weight"),
-                        &n("attn_k_norm.weight"),
-                    ]);
-                    (f.get(&n("attn_q.weight"), &[h, q])?, None, None)
-                }
-                None => (
-                    f.get(&n("attn_q.weight"), &[h, q])?,
-                    Some(f.get(&n("attn_k.weight"), &[h, kv])?),
-                    match gemma4 {
-                        true => f.optional(&n("attn_v.weight"), &[h, kv])?,
-                        false => Some(f.get(&n("attn_v.weight"), &[h, kv])?),
-                    },
-                ),
-            };
-            if f.file.tensor(&n("attn_qkv.bias")).is_some() {
-                return Err(Error::Unsupported(format!(
-                    "{}: a fused Q/K/V bias (blk.{i}.attn_qkv.bias) is not supported",
-                    file.path.display()
-                )));
-            }
-            layers.push(Block::Standard(LayerWeights {
-                attn_norm: f.norm(&n("attn_norm.weight"), h)?,
-                wq,
-                wk,
-                wv,
-                wo: f.get(&n("attn_output.weight"), &[q, h])?,
-                // Required with sinks (gpt-oss); optional elsewhere, as llama.cpp loads it.
-                bo: match out_bias_and_sinks {
-                    true => required("attn_output.bias", h)?,
-                    false => f.optional(&n("attn_output.bias"), &[h])?,
-                },
-                sinks: required("attn_sinks.weight", c.n_heads)?,
-                bq: bias("attn_q.bias", q)?,
-                bk: bias("attn_k.bias", kv)?,
-                bv: bias("attn_v.bias", kv)?,
-                q_norm: qk_norm("attn_q_norm.weight")?,
-                k_norm: match c.layer_has_kv(i) {
-                    true => qk_norm("attn_k_norm.weight")?,
-                    false => None,
-                },
-                v_norm: match gemma4 {
-                    true => Some(backend.weight(&Tensor::from_f32(
-                        n("attn_v_norm.ones"),
-                        vec![hd],
-                        &vec![1.0; hd],
-                    ))?),
-                    false => None,
-                },
-                out_scale: match gemma4 {
-                    true => out_scale(&f, i)?,
-                    false => None,
-                },
-                post_attn_norm: post_norm("post_attention_norm.weight")?,
-                ffn_norm: f.norm(&n(&format!("{}.weight", family.ffn_norm)), h)?,
-                // Gemma 4's experts are a second feed-forward beside the dense one.
-                ffn: match gemma4 {
-                    true => moe::dense_ffn(&f, c, i)?,
-                    false => moe::ffn(&f, c, i)?,
-                },
-                post_ffn_norm: post_norm("post_ffw_norm.weight")?,
-                experts: match gemma4 {
-                    true => gemma4::experts(&f, c, i)?,
-                    false => None,
-                },
-                per_layer: gemma4::per_layer_input(&f, c, i)?,
-            }));
-        }
+        let layer_kind = c.arch.family().layer;
+        let layers = (0..c.n_layers)
+            .map(|i| block(&f, c, i))
+            .collect::<Result<Vec<_>>>()?;
         let vocab = c.vocab_size;
         let output = if c.tie_embeddings {
             None
@@ -313,8 +189,9 @@ impl<B: Backend> Weights<B> {
         };
         let output_norm = f.norm("output_norm.weight", h)?;
         let per_layer_embd = gemma4::per_layer_embeddings(&f, c)?;
-        let mtp = match layer_kind {
-            LayerKind::Qwen35 if file.load_mtp => qwen35::mtp(&f, c)?,
+        // The families whose drafting block kiln runs (arch/mtp.rs).
+        let mtp = match (layer_kind, c.arch) {
+            (LayerKind::Qwen35, _) | (_, Arch::Glm4Moe) if file.load_mtp => mtp::mtp(&f, c)?,
             _ => None,
         };
         Ok(Weights {
@@ -327,6 +204,137 @@ impl<B: Backend> Weights<B> {
             unused: unused_tensors(file, &f.used.borrow()),
         })
     }
+}
+
+/// Block `i` of the file (or its multi-token-prediction block, at `i` = `n_layers`): a Qwen3.5
+/// block, or the standard layer of the other families.
+fn block<B: Backend>(f: &Finder<'_, B>, c: &ModelConfig, i: usize) -> Result<Block<B>> {
+    let (file, backend) = (f.file, f.backend);
+    let h = c.hidden_size;
+    let family = c.arch.family();
+    let layer_kind = family.layer;
+    let (out_bias_and_sinks, may_have_qk_norm) = match layer_kind {
+        LayerKind::Llama(o) | LayerKind::Gemma(o) => (o.out_bias_and_sinks, o.qk_norm),
+        LayerKind::Gemma4 => (false, true),
+        LayerKind::Qwen35 => return Ok(Block::Qwen35(qwen35::layer(f, c, i)?)),
+    };
+    let gemma4 = matches!(layer_kind, LayerKind::Gemma4);
+    // Gemma's layer norms each block's output too.
+    let post_norms = matches!(layer_kind, LayerKind::Gemma(_) | LayerKind::Gemma4);
+    let (q, kv, hd) = (
+        c.layer_q_dim(i),
+        c.layer_kv_dim(i),
+        c.layer_shape(i).head_dim,
+    );
+    let n = |part: &str| format!("blk.{i}.{part}");
+    let bias = |part: &str, dim: usize| -> Result<Option<B::Weight>> {
+        if c.attention_bias {
+            f.get(&n(part), &[dim]).map(Some)
+        } else {
+            f.optional(&n(part), &[dim])
+        }
+    };
+    // Required where the configuration says so; where the family only allows them
+    // (GLM-4.5: its largest model has them), used when the file has them.
+    let qk_norm = |part: &str| -> Result<Option<B::Weight>> {
+        let name = n(part);
+        if c.qk_norm || (may_have_qk_norm && f.file.tensor(&name).is_some()) {
+            f.norm(&name, hd).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let required = |part: &str, dim: usize| -> Result<Option<B::Weight>> {
+        if out_bias_and_sinks {
+            f.get(&n(part), &[dim]).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    let post_norm = |part: &str| -> Result<Option<B::Weight>> {
+        if post_norms {
+            f.norm(&n(part), h).map(Some)
+        } else {
+            Ok(None)
+        }
+    };
+    // Q, K and V, or one fused projection of all three (Phi-3). A Gemma 4 layer may
+    // take its values from the key projection (no `attn_v`); its shared-KV layers
+    // project queries alone (llama.cpp reads no keys or values there either).
+    let (wq, wk, wv) = match f.file.tensor(&n("attn_qkv.weight")) {
+        Some(_) => {
+            let [wq, wk, wv] = f.split(&n("attn_qkv.weight"), h, [q, kv, kv])?;
+            (wq, Some(wk), Some(wv))
+        }
+        None if !c.layer_has_kv(i) => {
+            f.skip(&[
+                &n("attn_k.weight"),
+                &n("attn_v.weight"),
+                &n("attn_k_norm.weight"),
+            ]);
+            (f.get(&n("attn_q.weight"), &[h, q])?, None, None)
+        }
+        None => (
+            f.get(&n("attn_q.weight"), &[h, q])?,
+            Some(f.get(&n("attn_k.weight"), &[h, kv])?),
+            match gemma4 {
+                true => f.optional(&n("attn_v.weight"), &[h, kv])?,
+                false => Some(f.get(&n("attn_v.weight"), &[h, kv])?),
+            },
+        ),
+    };
+    if f.file.tensor(&n("attn_qkv.bias")).is_some() {
+        return Err(Error::Unsupported(format!(
+            "{}: a fused Q/K/V bias (blk.{i}.attn_qkv.bias) is not supported",
+            file.path.display()
+        )));
+    }
+    Ok(Block::Standard(LayerWeights {
+        attn_norm: f.norm(&n("attn_norm.weight"), h)?,
+        wq,
+        wk,
+        wv,
+        wo: f.get(&n("attn_output.weight"), &[q, h])?,
+        // Required with sinks (gpt-oss); optional elsewhere, as llama.cpp loads it.
+        bo: match out_bias_and_sinks {
+            true => required("attn_output.bias", h)?,
+            false => f.optional(&n("attn_output.bias"), &[h])?,
+        },
+        sinks: required("attn_sinks.weight", c.n_heads)?,
+        bq: bias("attn_q.bias", q)?,
+        bk: bias("attn_k.bias", kv)?,
+        bv: bias("attn_v.bias", kv)?,
+        q_norm: qk_norm("attn_q_norm.weight")?,
+        k_norm: match c.layer_has_kv(i) {
+            true => qk_norm("attn_k_norm.weight")?,
+            false => None,
+        },
+        v_norm: match gemma4 {
+            true => Some(backend.weight(&Tensor::from_f32(
+                n("attn_v_norm.ones"),
+                vec![hd],
+                &vec![1.0; hd],
+            ))?),
+            false => None,
+        },
+        out_scale: match gemma4 {
+            true => out_scale(f, i)?,
+            false => None,
+        },
+        post_attn_norm: post_norm("post_attention_norm.weight")?,
+        ffn_norm: f.norm(&n(&format!("{}.weight", family.ffn_norm)), h)?,
+        // Gemma 4's experts are a second feed-forward beside the dense one.
+        ffn: match gemma4 {
+            true => moe::dense_ffn(f, c, i)?,
+            false => moe::ffn(f, c, i)?,
+        },
+        post_ffn_norm: post_norm("post_ffw_norm.weight")?,
+        experts: match gemma4 {
+            true => gemma4::experts(f, c, i)?,
+            false => None,
+        },
+        per_layer: gemma4::per_layer_input(f, c, i)?,
+    }))
 }
 
 /// Gemma 4's `blk.{i}.layer_output_scale.weight`, one finite value, where the file has it.

@@ -653,16 +653,18 @@ fn speculative_greedy_is_plain_greedy_on_the_gpu() {
     common::speculation::speculation_matches_plain(&model, &tok, &prompt, 16, what);
 }
 
-/// Drafting with Qwen3.5's multi-token-prediction block on the GPU (the MoE file with a block
-/// added): greedy is greedy without it, and the block's state after speculation drafts a fresh
-/// session's logits.
+/// Drafting with the multi-token-prediction block on the GPU (the Qwen3.5 MoE file with a block
+/// added, and GLM-4.5's): greedy is greedy without it, and the block's state after speculation
+/// drafts a fresh session's logits.
 #[test]
 fn mtp_greedy_is_plain_greedy_on_the_gpu() {
-    let mut mf = ModelFile::open(&common::fixture("models/qwen35moe-mtp-tiny.gguf")).unwrap();
-    mf.load_mtp = true;
-    let Some(model) = load(&mf) else { return };
-    let tok = Tokenizer::from_model(&mf).unwrap();
-    let prompt = tok.encode(common::speculation::REPEATING, true).unwrap();
-    let what = "qwen35moe-mtp-tiny.gguf on the GPU";
-    common::speculation::mtp_matches_plain(&model, &tok, &prompt, 12, &[3], 1e-3, what);
+    for name in ["qwen35moe-mtp-tiny.gguf", "glm4moe-mtp-tiny.gguf"] {
+        let mut mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
+        mf.load_mtp = true;
+        let Some(model) = load(&mf) else { return };
+        let tok = Tokenizer::from_model(&mf).unwrap();
+        let prompt = tok.encode(common::speculation::REPEATING, true).unwrap();
+        let what = format!("{name} on the GPU");
+        common::speculation::mtp_matches_plain(&model, &tok, &prompt, 12, &[3], 1e-3, &what);
+    }
 }

@@ -334,17 +334,20 @@ fn speculative_greedy_is_plain_greedy_across_the_boundary() {
     common::speculation::speculation_matches_plain(&model, &tok, &prompt, 16, what);
 }
 
-/// Drafting with Qwen3.5's multi-token-prediction block across the boundary: the trunk's first
-/// half on the CPU, the rest and the block on the GPU (the dense file with a block added).
+/// Drafting with the multi-token-prediction block across the boundary: the trunk's first half on
+/// the CPU, the rest and the block on the GPU (the dense Qwen3.5 file with a block added, and
+/// GLM-4.5's).
 #[test]
 fn mtp_greedy_is_plain_greedy_across_the_boundary() {
-    let mut mf = ModelFile::open(&common::fixture("models/qwen35-mtp-tiny.gguf")).unwrap();
-    mf.load_mtp = true;
-    let Some(model) = split(&mf, 4, 0) else {
-        return;
-    };
-    let tok = kiln::model::Tokenizer::from_model(&mf).unwrap();
-    let prompt = tok.encode(common::speculation::REPEATING, true).unwrap();
-    let what = "qwen35-mtp-tiny split 4 GPU layers";
-    common::speculation::mtp_matches_plain(&model, &tok, &prompt, 12, &[3], 1e-3, what);
+    for (name, gpu_layers) in [("qwen35-mtp-tiny.gguf", 4), ("glm4moe-mtp-tiny.gguf", 2)] {
+        let mut mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
+        mf.load_mtp = true;
+        let Some(model) = split(&mf, gpu_layers, 0) else {
+            return;
+        };
+        let tok = kiln::model::Tokenizer::from_model(&mf).unwrap();
+        let prompt = tok.encode(common::speculation::REPEATING, true).unwrap();
+        let what = format!("{name} split {gpu_layers} GPU layers");
+        common::speculation::mtp_matches_plain(&model, &tok, &prompt, 12, &[3], 1e-3, &what);
+    }
 }

@@ -1,5 +1,6 @@
-//! Drafting with Qwen3.5's multi-token-prediction block (src/model/arch/mtp.rs), on the tiny
-//! Qwen3.5 files with a block added (tests/fixtures/make_qwen35_mtp.py): greedy output equals
+//! Drafting with the multi-token-prediction block (src/model/arch/mtp.rs), on the tiny Qwen3.5
+//! files with a block added (tests/fixtures/make_qwen35_mtp.py) and the tiny GLM-4.5 file with its
+//! block made to lean (make_glm4moe_mtp.py): greedy output equals
 //! greedy output without it, the block's state after speculation equals a fresh session's
 //! (cached == recomputed), its logits equal a float64 reference of the block written here from
 //! llama.cpp's `graph_mtp`, teacher-forced on the trunk's hidden states, and it drafts and keeps
@@ -11,15 +12,18 @@ use common::golden_run::load;
 use common::speculation::{greedy_pick as argmax, mtp_matches_plain};
 use kiln::model::{ModelFile, Session, Tokenizer};
 
-const FILES: [&str; 2] = ["qwen35-mtp-tiny.gguf", "qwen35moe-mtp-tiny.gguf"];
+const FILES: [&str; 3] = [
+    "qwen35-mtp-tiny.gguf",
+    "qwen35moe-mtp-tiny.gguf",
+    "glm4moe-mtp-tiny.gguf",
+];
 const PROMPT: &str = "The quick brown fox jumps over the lazy dog. The quick brown";
 
 /// Greedy with the block drafting equals greedy without, and the block's state after
 /// speculation is a fresh session's (tests/common/speculation.rs); some drafts are accepted (the
-/// fixture's block leans to repeats).
+/// fixtures' blocks lean to repeats).
 #[test]
 fn mtp_greedy_is_plain_greedy() {
-    let mut accepted = 0;
     for name in FILES {
         let mut mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
         mf.load_mtp = true;
@@ -27,9 +31,15 @@ fn mtp_greedy_is_plain_greedy() {
         let model = load(&mf, 2);
         assert!(model.has_mtp(), "{name}");
         let prompt = tok.encode(PROMPT, true).unwrap();
-        accepted += mtp_matches_plain(&model, &tok, &prompt, 80, &[1, 3, 8], 1e-4, name);
+        let accepted = mtp_matches_plain(&model, &tok, &prompt, 80, &[1, 3, 8], 1e-4, name);
+        eprintln!("{name}: {accepted} drafts accepted");
+        // The Qwen3.5 MoE file's block is never right on this prompt (the llama.cpp replay below
+        // has it accept one draft elsewhere); the others' must be, or acceptance went untested.
+        assert!(
+            accepted > 0 || name == "qwen35moe-mtp-tiny.gguf",
+            "{name}: no MTP draft accepted"
+        );
     }
-    assert!(accepted > 0, "no MTP draft accepted");
 }
 
 /// llama.cpp's `llama-speculative-simple --spec-type draft-mtp` loop replayed on kiln's session

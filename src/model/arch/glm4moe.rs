@@ -4,8 +4,9 @@
 //! blocks and a mixture of experts after: sigmoid router scores, a per-expert selection bias
 //! (`exp_probs_b`) that moves the choice but not the weights, the chosen scores renormalized
 //! (`expert_weights_norm`) and scaled (`expert_weights_scale`), plus an ungated shared expert.
-//! The norm before the feed-forward is `post_attention_norm`. The multi-token-prediction blocks
-//! at the end (`nextn_predict_layers`) are skipped. llama.cpp: `src/models/glm4-moe.cpp`.
+//! The norm before the feed-forward is `post_attention_norm`. The multi-token-prediction block at
+//! the end (`nextn_predict_layers`) is one more such layer, which drafts with `--spec-type
+//! draft-mtp` (arch/mtp.rs) and is skipped otherwise. llama.cpp: `src/models/glm4-moe.cpp`.
 //! kiln reads GLM-4.5 from GGUF only.
 
 use super::AttentionOpts;

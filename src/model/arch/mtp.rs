@@ -1,8 +1,10 @@
-//! Qwen3.5's multi-token-prediction ("nextn") block as a drafter, as llama.cpp's `graph_mtp` and
-//! `common/speculative.cpp` (`draft-mtp`) define it. The block predicts the token after next: its
-//! row at position p takes the token at p and the trunk's output-normed hidden state at p − 1
-//! (`eh_proj` over [enorm(embedding) ; hnorm(hidden)]), runs one gated full-attention block over
-//! its own KV cache, and ends in its head norm and the LM head.
+//! The multi-token-prediction ("nextn") block of Qwen3.5 and GLM-4.5 files as a drafter, as
+//! llama.cpp's `graph_mtp` (`src/models/qwen35.cpp`, `glm4-moe.cpp`) and `common/speculative.cpp`
+//! (`draft-mtp`) define it. The block predicts the token after next: its row at position p takes
+//! the token at p and the trunk's output-normed hidden state at p − 1 (`eh_proj` over
+//! [enorm(embedding) ; hnorm(hidden)]), runs one layer of the trunk's kind (Qwen3.5's gated
+//! full-attention block, or GLM-4.5's layer with its experts) over its own KV cache, and ends in
+//! its head norm and the LM head.
 //!
 //! `MtpState` follows a session: after every trunk forward call (prefill chunk, decode, verify)
 //! `Model::mtp_follow` stores the trunk's normed rows and appends the block's keys and values for
@@ -11,10 +13,11 @@
 //! then each drafted token with the block's own normed output. Draft rows write the cache past the
 //! session's length, where the next verify pass's rows overwrite them.
 
+use super::family::LayerKind;
 use super::{KvCache, Model, Scratch, Step, qwen35};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::model::weights::{Mixer, MtpWeights};
+use crate::model::weights::{Block, Mixer, MtpWeights};
 
 /// The drafting block's cache and inputs beside one session.
 pub struct MtpState<B: Backend> {
@@ -270,10 +273,6 @@ impl<B: Backend> Model<B> {
         rope.table(start_pos, rows, m.cache.ctx, &mut s.rope_host);
         b.upload(&mut s.rope_tables[self.layer_rope[il]], &s.rope_host);
         s.pending_residual = false;
-        let block = &mtp.block;
-        let Mixer::Attention(attention) = &block.mixer else {
-            unreachable!("the MTP block loads as attention")
-        };
         let mut step = Step {
             model: self,
             s: &mut *s,
@@ -282,15 +281,37 @@ impl<B: Backend> Model<B> {
             start_pos,
             il,
         };
-        step.norm_input(&block.attn_norm);
-        step.gated_attention(attention);
+        // Following the trunk needs the keys and values only: the rows stop after attention.
+        match (&mtp.block, self.family.layer) {
+            (Block::Qwen35(block), _) => {
+                let Mixer::Attention(attention) = &block.mixer else {
+                    unreachable!("the MTP block loads as attention")
+                };
+                step.norm_input(&block.attn_norm);
+                step.gated_attention(attention);
+                if output {
+                    step.residual();
+                    qwen35::feed_forward_part(&mut step, block);
+                }
+            }
+            (Block::Standard(layer), LayerKind::Llama(opts)) => {
+                step.norm_input(&layer.attn_norm);
+                step.attention(layer, opts);
+                if output {
+                    step.residual();
+                    step.norm_input(&layer.ffn_norm);
+                    step.feed_forward(&layer.ffn);
+                    step.residual();
+                }
+            }
+            (Block::Standard(_), _) => {
+                unreachable!("drafting blocks load for Qwen3.5 and GLM-4.5 only")
+            }
+        }
         if !output {
-            // Following the trunk needs the keys and values only.
             s.pending_residual = false;
             return;
         }
-        step.residual();
-        qwen35::feed_forward_part(&mut step, block);
         if std::mem::take(&mut s.pending_residual) {
             b.add(&mut s.x, &s.o, rows * h);
         }
