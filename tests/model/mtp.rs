@@ -2,9 +2,9 @@
 //! files with a block added (tests/fixtures/make_qwen35_mtp.py) and the tiny GLM-4.5 file with its
 //! block made to lean (make_glm4moe_mtp.py): greedy output equals
 //! greedy output without it, the block's state after speculation equals a fresh session's
-//! (cached == recomputed), its logits equal a float64 reference of the block written here from
-//! llama.cpp's `graph_mtp`, teacher-forced on the trunk's hidden states, and it drafts and keeps
-//! what llama.cpp's `draft-mtp` does.
+//! (cached == recomputed), its logits equal llama.cpp's MTP context's, teacher-forced, and a
+//! float64 reference of the block written here from llama.cpp's `graph_mtp`, and it drafts and
+//! keeps what llama.cpp's `draft-mtp` does.
 
 use crate::common;
 
@@ -124,6 +124,72 @@ fn a_model_without_an_mtp_block_cannot_draft_with_one() {
     assert!(!model.has_mtp());
     let e = Session::new(&model, 64).unwrap().enable_mtp().unwrap_err();
     assert!(e.to_string().contains("not loaded"), "{e}");
+}
+
+/// The block's logits equal llama.cpp's, teacher-forced (scripts/reference/llama_cpp_mtp_logits.cpp,
+/// golden `teacher_forced`): for each prompt position k ≥ 1, a session of the prompt's first k
+/// tokens drafts one token after token k, so the block's row at k takes token k and the trunk's
+/// state at k − 1, its cache holding rows 0..k as llama.cpp's MTP context does. Each of
+/// llama.cpp's top-5 logits within 0.01 (the golden rule for tiny F32 models, F32 KV cache) and
+/// the same pick wherever llama.cpp's margin is 0.05 or more. (Row 0, whose hidden input is zeros,
+/// is never drafted from by either program.)
+#[test]
+fn mtp_logits_match_llama_cpp() {
+    let golden = common::golden("llama-cpp-mtp.json");
+    for (name, tf) in golden["teacher_forced"].as_object().unwrap() {
+        let mut mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
+        mf.load_mtp = true;
+        let model = load(&mf, 2);
+        let ids: Vec<u32> = tf["prompt_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let rows = tf["top5"].as_array().unwrap();
+        assert_eq!(rows.len(), ids.len(), "{name}");
+        let mut worst = 0f32;
+        for k in 1..ids.len() {
+            let mut s = Session::with_options(
+                &model,
+                64,
+                kiln::model::session::DEFAULT_BATCH,
+                kiln::model::arch::KvCacheTypes {
+                    k: kiln::backend::CacheType::F32,
+                    v: kiln::backend::CacheType::F32,
+                },
+            )
+            .unwrap();
+            s.enable_mtp().unwrap();
+            s.prefill(&ids[..k]).unwrap();
+            s.draft_mtp(ids[k], 1, 1e-30).unwrap();
+            let got = s.mtp_logits().unwrap();
+            let top: Vec<(usize, f32)> = rows[k]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| {
+                    (
+                        p[0].as_u64().unwrap() as usize,
+                        p[1].as_f64().unwrap() as f32,
+                    )
+                })
+                .collect();
+            for &(id, want) in &top {
+                let d = (got[id] - want).abs();
+                worst = worst.max(d);
+                assert!(
+                    d <= 0.01,
+                    "{name} row {k}: logit of {id} {} vs llama.cpp {want}",
+                    got[id]
+                );
+            }
+            if top[0].1 - top[1].1 >= 0.05 {
+                assert_eq!(argmax(got), top[0].0 as u32, "{name} row {k}");
+            }
+        }
+        eprintln!("{name}: MTP logits max |Δ| {worst:.2e} against llama.cpp, teacher-forced");
+    }
 }
 
 /// The block's logits for two chained draft rows equal the float64 reference's, every logit
