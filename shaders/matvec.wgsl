@@ -95,11 +95,7 @@ fn first_word(row: u32, b: u32) -> u32 {
 
 // x[e..e + 4]; zeros where `live` is false or past k.
 fn x4(e: u32, live: bool) -> vec4<f32> {
-#if EXPERT
     let at = x_first + e;
-#else
-    let at = e;
-#endif
 #if X4
 #if TRACE
     record(select(0xffffffffu, (4u << 28u) | at, live));
@@ -180,7 +176,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             let a = subgroupAdd(row_dot(0u, o, sg_lane, sg_size));
             let u = subgroupAdd(row_dot(1u, o, sg_lane, sg_size));
             if (sg_lane == 0u) {
-                out0[p.off0 + o] = act(a) * u;
+                out0[p.off0 + o + row_in * p.os0] = act(a) * u;
             }
         }
 #else

@@ -226,7 +226,7 @@ fn xload(e: u32) -> vec4<f32> {
 #if TRACE
     record((4u << 28u) | e);
 #endif
-    return x[e / 4u];
+    return x[(x_first + e) / 4u];
 }
 
 @compute @workgroup_size({{WG}})

@@ -1,7 +1,9 @@
 // matvec_rows.wgsl — what the decode mat-vec kernels share (matvec.wgsl, matvec_blocks.wgsl): their
 // parameters and bindings, which weight row and output each of a workgroup's row slots is (up to
 // three weights of one type and width as one dispatch, the gated pair, an expert slot), and the
-// writing of the sums. The including kernel defines `WG` and `ROWS`.
+// writing of the sums. The including kernel defines `WG` and `ROWS`. A grid `z` deep runs `z`
+// input rows (each `k` values after the last) against the same weight rows, their outputs `os*`
+// values apart: a verify pass of a few rows, where the tiled GEMM would compute a whole tile.
 
 struct Params {
     k: u32,          // values per weight row: x's length
@@ -18,6 +20,7 @@ struct Params {
     per_slot: u32,       // 1: an input row per slot; 0: one per token
     first_row: u32,      // first weight row held by this part of the weight
     part_rows: u32,      // rows held by this part
+    os0: u32, os1: u32, os2: u32,  // output values per input row of each weight (grids of z > 1)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -45,10 +48,12 @@ alias Unit = u32;
 #if EXPERT
 @group(0) @binding(4) var<storage, read> selected: array<f32>;
 
-// The slot this workgroup serves, and where its input row starts in x.
+// The slot this workgroup serves.
 var<private> expert_slot: u32;
-var<private> x_first: u32;
 #endif
+// Where the workgroup's input row starts in x, and which input row of the grid it is.
+var<private> x_first: u32;
+var<private> row_in: u32;
 
 #if TRACE
 #include "trace"
@@ -145,22 +150,24 @@ fn row_group(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     x_first = token_row * p.k;
     return wid.x;
 #else
+    row_in = wid.z;
+    x_first = wid.z * p.k;
     return flat_wg(wid, nwg);
 #endif
 }
 
 fn store(sl: Slot, t: f32) {
     if (sl.sel == 0u) {
-        out0[sl.out] = t;
+        out0[sl.out + row_in * p.os0] = t;
     }
 #if NW2 || NW3
     if (sl.sel == 1u) {
-        out1[sl.out] = t;
+        out1[sl.out + row_in * p.os1] = t;
     }
 #endif
 #if NW3
     if (sl.sel == 2u) {
-        out2[sl.out] = t;
+        out2[sl.out + row_in * p.os2] = t;
     }
 #endif
 }
@@ -171,7 +178,7 @@ fn finish(g: u32, t: vec4<f32>) {
     for (var i = 0u; i < ROWS / 2u; i++) {
         let o = g * (ROWS / 2u) + i;
         if (o < p.m0) {
-            out0[p.off0 + o] = act(t[2u * i]) * t[2u * i + 1u];
+            out0[p.off0 + o + row_in * p.os0] = act(t[2u * i]) * t[2u * i + 1u];
         }
     }
 #else

@@ -1,5 +1,6 @@
 //! Matmuls on the GPU: one activation row as a mat-vec (shaders/matvec.wgsl), more rows as the
-//! tiled GEMM (shaders/matmul.wgsl). Either way the weights of one input (Q/K/V, gate/up) run as
+//! tiled GEMM (shaders/matmul.wgsl), except a few rows on a software adapter, which run the
+//! mat-vec once per row in one dispatch (a verify pass's rows would cost a whole tile there). Either way the weights of one input (Q/K/V, gate/up) run as
 //! one dispatch where they share a type and width, and the gate/up pair writes only its gated
 //! activation (on a software adapter the GEMM takes its lavapipe variant, one weight at a time).
 //! A weight split into parts runs a dispatch per part.
@@ -10,8 +11,10 @@ use super::pipelines::{self as kernels, ActRounding, Kernel, MatvecLayout};
 use super::stream::grid;
 use crate::backend::{CoreOps, GateActivation};
 
-/// Activation rows up to which a matmul runs as mat-vec (more take the tiled kernel).
-const MATVEC_MAX_ROWS: usize = 1;
+/// Activation rows up to which a matmul runs as mat-vec on a software adapter (more take the
+/// tiled kernel, whose tiles of 128 rows a CPU computes whole). On lavapipe, Gemma 3 270M in
+/// Q4_K_M, a verify pass of 2 rows cost 11.6 decode steps with the tiled kernel.
+const SOFTWARE_MATVEC_MAX_ROWS: usize = 8;
 
 impl WgpuBackend {
     /// The first `values` activations of `x` as a weight of `m`'s type takes them: rounded as the
@@ -55,17 +58,28 @@ impl WgpuBackend {
         }
     }
 
+    /// Whether a matmul of `rows` activation rows runs as mat-vecs.
+    fn runs_matvec(&self, rows: usize) -> bool {
+        rows == 1 || (self.gpu.caps.software_kernels && rows <= SOFTWARE_MATVEC_MAX_ROWS)
+    }
+
     pub(super) fn matmul_part(&self, x: &GpuBuffer, m: &Matrix, rows: usize, out: &GpuBuffer) {
         let Some((input, input_id)) =
-            self.weight_input(x, m, rows * m.cols, rows <= MATVEC_MAX_ROWS)
+            self.weight_input(x, m, rows * m.cols, self.runs_matvec(rows))
         else {
             return;
         };
         for part in &m.parts {
             let buffers = [(&input, input_id), bind(&part.dev), bind(&out.dev)];
-            if rows <= MATVEC_MAX_ROWS {
-                let (params, groups) =
-                    self.matvec_call(m, [part.rows, 0, 0], [part.first_row, 0, 0], None);
+            if self.runs_matvec(rows) {
+                let (params, groups) = self.matvec_call_rows(
+                    m,
+                    [part.rows, 0, 0],
+                    [part.first_row, 0, 0],
+                    None,
+                    rows,
+                    [m.rows, 0, 0],
+                );
                 self.run_in(
                     &m.kernels.matvec[0],
                     || self.matvec_kernel_of(m, 1, None),
@@ -145,7 +159,7 @@ impl WgpuBackend {
     ) {
         // Weights that share a type and width (and are not split) run as one dispatch: Q/K/V
         // of a Q4_K_M file whose V is Q6_K as two, Q and K together.
-        let can_fuse = rows <= MATVEC_MAX_ROWS || !self.matmul_sg8();
+        let can_fuse = self.runs_matvec(rows) || !self.matmul_sg8();
         let key = |w: &GpuWeight| {
             w.matrix()
                 .filter(|m| can_fuse && m.parts.len() == 1)
@@ -180,7 +194,7 @@ impl WgpuBackend {
         let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows);
         let each = [rows_of(0), rows_of(1), rows_of(2)];
         let Some((input, input_id)) =
-            self.weight_input(x, ms[0], rows * ms[0].cols, rows <= MATVEC_MAX_ROWS)
+            self.weight_input(x, ms[0], rows * ms[0].cols, self.runs_matvec(rows))
         else {
             return;
         };
@@ -190,8 +204,8 @@ impl WgpuBackend {
             buffers.push(bind(&out.dev));
         }
         let n = ms.len();
-        if rows <= MATVEC_MAX_ROWS {
-            let (params, groups) = self.matvec_call(ms[0], each, [0; 3], None);
+        if self.runs_matvec(rows) {
+            let (params, groups) = self.matvec_call_rows(ms[0], each, [0; 3], None, rows, each);
             self.run_in(
                 &ms[0].kernels.matvec[n - 1],
                 || self.matvec_kernel_of(ms[0], n, None),
@@ -228,7 +242,7 @@ impl WgpuBackend {
         let fused = match (gate.matrix(), up.matrix()) {
             _ if act == GateActivation::SwigluOai => false,
             (Some(g), Some(u)) => {
-                (rows <= MATVEC_MAX_ROWS || !self.matmul_sg8())
+                (self.runs_matvec(rows) || !self.matmul_sg8())
                     && g.parts.len() == 1
                     && u.parts.len() == 1
                     && (g.dtype, g.cols, g.row_bytes, g.rows)
@@ -246,7 +260,7 @@ impl WgpuBackend {
             return;
         };
         let Some((input, input_id)) =
-            self.weight_input(x, g, rows * g.cols, rows <= MATVEC_MAX_ROWS)
+            self.weight_input(x, g, rows * g.cols, self.runs_matvec(rows))
         else {
             return;
         };
@@ -258,8 +272,9 @@ impl WgpuBackend {
             bind(&up_out.dev),
         ];
         let each = [g.rows, g.rows, 0];
-        if rows <= MATVEC_MAX_ROWS {
-            let (params, groups) = self.matvec_call(g, each, [0; 3], Some(act));
+        if self.runs_matvec(rows) {
+            let (params, groups) =
+                self.matvec_call_rows(g, each, [0; 3], Some(act), rows, [width, 0, 0]);
             self.run_in(
                 &g.kernels.gated[act as usize],
                 || self.matvec_kernel_of(g, 2, Some(act)),
@@ -318,13 +333,17 @@ impl WgpuBackend {
     }
 
     /// The parameters and grid of a mat-vec over weights of `m`'s type and width with `rows`
-    /// rows each, whose outputs start at `offsets` (`gated`: as for `matvec_kernel_of`).
-    pub(super) fn matvec_call(
+    /// rows each, whose outputs start at `offsets` (`gated`: as for `matvec_kernel_of`), for
+    /// `inputs` activation rows, each weight's outputs for a row `strides` values after the last
+    /// row's.
+    pub(super) fn matvec_call_rows(
         &self,
         m: &Matrix,
         rows: [usize; 3],
         offsets: [usize; 3],
         gated: Option<GateActivation>,
+        inputs: usize,
+        strides: [usize; 3],
     ) -> (Vec<u32>, [u32; 3]) {
         let total: usize = rows.iter().sum();
         let blocks = self.blocks_matvec(m, gated.is_some());
@@ -340,9 +359,16 @@ impl WgpuBackend {
         params.extend(rows.iter().map(|&r| r as u32));
         params.push(total as u32);
         params.extend(offsets.iter().map(|&o| o as u32));
-        // The trace's invocation count (TRACE variants only).
+        // The trace's invocation count (TRACE variants only; the last word, where trace.rs sets it).
         params.push(0);
-        (params, grid(workgroups))
+        if inputs > 1 {
+            // The expert fields (EXPERT variants only), then the output strides.
+            params.extend([0; 7]);
+            params.extend(strides.map(|s| s as u32));
+        }
+        let mut groups = grid(workgroups);
+        groups[2] = inputs as u32;
+        (params, groups)
     }
 
     /// The tiled kernel over `m` and `n_weights - 1` more weights of its type and width (`gated`:
