@@ -631,10 +631,14 @@ pub(crate) unsafe fn run_group<V: Isa, A: ActBlock, K: Kernel<A>, const TILE: us
                         }
                     }
                     let n = (c.tokens.end - t0).min(TILE);
-                    if n == 1 {
-                        tile::<V, A, K, 1>(c, &sec_b, chunks, h, t0, 1, blocks.clone());
-                    } else {
-                        tile::<V, A, K, TILE>(c, &sec_b, chunks, h, t0, n, blocks.clone());
+                    // A short tile computes only its tokens: a verify pass of 2 or 3 rows (or a
+                    // tile of 4 and 2) would otherwise pay for a whole tile.
+                    let b = blocks.clone();
+                    match n {
+                        1 => tile::<V, A, K, 1>(c, &sec_b, chunks, h, t0, 1, b),
+                        2 if TILE > 2 => tile::<V, A, K, 2>(c, &sec_b, chunks, h, t0, 2, b),
+                        3 if TILE > 3 => tile::<V, A, K, 3>(c, &sec_b, chunks, h, t0, 3, b),
+                        _ => tile::<V, A, K, TILE>(c, &sec_b, chunks, h, t0, n, b),
                     }
                     t0 += n;
                 }

@@ -91,9 +91,9 @@ fn largest_k_quant_sums_stay_exact() {
 
 /// Every packed kernel, on every instruction set this CPU has, agrees with the portable dot
 /// products on the original blocks (integer parts exactly, so only float summation order
-/// differs), and gives each token the same bits whether it ran alone, in a pair (a verify pass of
-/// two rows has a tile of its own) or in a tile (rows long enough for a tile to run in spans, the
-/// last one short).
+/// differs), and gives each token the same bits whether it ran alone, in calls of two or three
+/// tokens (short tiles of their own: verify passes) or in a tile (rows long enough for a tile to
+/// run in spans, the last one short).
 #[test]
 fn packed_kernels_match_the_portable_dot_products() {
     let (m, k, n) = (48, 2304, 11);
@@ -115,6 +115,7 @@ fn packed_kernels_match_the_portable_dot_products() {
             let mut tiled = vec![0f32; n * m];
             let mut alone = vec![0f32; n * m];
             let mut pairs = vec![0f32; n * m];
+            let mut triples = vec![0f32; n * m];
             if let Some(kernel) = k8 {
                 let nb = k / 32;
                 let mut q = vec![BlockQ8::default(); n * nb];
@@ -141,6 +142,18 @@ fn packed_kernels_match_the_portable_dot_products() {
                     if i % 2 == 0 {
                         run(kernel, &p, &q, nb, &xsum, n, i..(i + 2).min(n), &mut pairs);
                     }
+                    if i % 3 == 0 {
+                        run(
+                            kernel,
+                            &p,
+                            &q,
+                            nb,
+                            &xsum,
+                            n,
+                            i..(i + 3).min(n),
+                            &mut triples,
+                        );
+                    }
                 }
             } else if let Some(kernel) = k8k {
                 let nb = k / 256;
@@ -159,6 +172,9 @@ fn packed_kernels_match_the_portable_dot_products() {
                     run(kernel, &p, &q, nb, &[], n, i..i + 1, &mut alone);
                     if i % 2 == 0 {
                         run(kernel, &p, &q, nb, &[], n, i..(i + 2).min(n), &mut pairs);
+                    }
+                    if i % 3 == 0 {
+                        run(kernel, &p, &q, nb, &[], n, i..(i + 3).min(n), &mut triples);
                     }
                 }
             }
@@ -182,6 +198,12 @@ fn packed_kernels_match_the_portable_dot_products() {
                 pairs.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                 "{t} {}: two-token and one-token results differ",
+                table.name()
+            );
+            assert_eq!(
+                triples.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{t} {}: three-token and one-token results differ",
                 table.name()
             );
         }

@@ -16,10 +16,10 @@ unsafe fn group_avx512<A: ActBlock, K: Kernel<A>>(c: &GroupCall<A>) {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn group_avx2<A: ActBlock, K: Kernel<A>>(c: &GroupCall<A>) {
     unsafe {
-        match c.tokens.len() {
-            1 => run_group::<Avx2Pair<false>, A, K, 1>(c),
-            2 => run_group::<Avx2<false>, A, K, 2>(c),
-            _ => run_group::<Avx2<false>, A, K, 4>(c),
+        if c.tokens.len() == 1 {
+            run_group::<Avx2Pair<false>, A, K, 1>(c)
+        } else {
+            run_group::<Avx2<false>, A, K, 4>(c)
         }
     }
 }
@@ -27,10 +27,10 @@ unsafe fn group_avx2<A: ActBlock, K: Kernel<A>>(c: &GroupCall<A>) {
 #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 unsafe fn group_avxvnni<A: ActBlock, K: Kernel<A>>(c: &GroupCall<A>) {
     unsafe {
-        match c.tokens.len() {
-            1 => run_group::<Avx2Pair<true>, A, K, 1>(c),
-            2 => run_group::<Avx2<true>, A, K, 2>(c),
-            _ => run_group::<Avx2<true>, A, K, 4>(c),
+        if c.tokens.len() == 1 {
+            run_group::<Avx2Pair<true>, A, K, 1>(c)
+        } else {
+            run_group::<Avx2<true>, A, K, 4>(c)
         }
     }
 }
