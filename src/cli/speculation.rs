@@ -26,8 +26,8 @@ pub struct SpeculationArgs {
     /// `ngram-simple` drafts from the text's own repeats (quotations, edits, code), `ngram-map-k`
     /// too, keyed on longer n-grams and remembering how much of each key's draft was kept,
     /// `draft-simple` with the draft model of --spec-draft-model (the default when one is
-    /// given), `draft-mtp` with the multi-token-prediction block of Qwen3.5 and GLM-4.5 files that carry
-    /// one.
+    /// given), `draft-mtp` with the multi-token-prediction block of Qwen3.5 and GLM-4.5 files
+    /// that carry one.
     /// Not with --logprobs
     #[arg(long, value_enum, value_name = "TYPE")]
     pub spec_type: Option<SpecType>,

@@ -1,8 +1,9 @@
 //! Matmuls on the GPU: one activation row as a mat-vec (shaders/matvec.wgsl), more rows as the
 //! tiled GEMM (shaders/matmul.wgsl), except a few rows on a software adapter, which run the
-//! mat-vec once per row in one dispatch (a verify pass's rows would cost a whole tile there). Either way the weights of one input (Q/K/V, gate/up) run as
-//! one dispatch where they share a type and width, and the gate/up pair writes only its gated
-//! activation (on a software adapter the GEMM takes its lavapipe variant, one weight at a time).
+//! mat-vec once per row in one dispatch (a verify pass's rows would cost a whole tile there).
+//! Either way the weights of one input (Q/K/V, gate/up) run as one dispatch where they share a
+//! type and width, and the gate/up pair writes only its gated activation (on a software adapter
+//! the GEMM takes its lavapipe variant, one weight at a time).
 //! A weight split into parts runs a dispatch per part.
 
 use super::WgpuBackend;

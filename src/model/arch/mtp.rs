@@ -14,7 +14,7 @@
 //! session's length, where the next verify pass's rows overwrite them.
 
 use super::family::LayerKind;
-use super::{KvCache, Model, Scratch, Step, qwen35};
+use super::{KvCache, Model, Scratch, Step, llama, qwen35};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::model::weights::{Block, Mixer, MtpWeights};
@@ -281,28 +281,23 @@ impl<B: Backend> Model<B> {
             start_pos,
             il,
         };
-        // Following the trunk needs the keys and values only: the rows stop after attention.
+        // A draft row is the trunk's layer whole; following the trunk needs only the keys and
+        // values, so those rows stop after attention.
         match (&mtp.block, self.family.layer) {
+            (Block::Qwen35(block), _) if output => qwen35::layer(&mut step, block),
             (Block::Qwen35(block), _) => {
                 let Mixer::Attention(attention) = &block.mixer else {
                     unreachable!("the MTP block loads as attention")
                 };
                 step.norm_input(&block.attn_norm);
                 step.gated_attention(attention);
-                if output {
-                    step.residual();
-                    qwen35::feed_forward_part(&mut step, block);
-                }
+            }
+            (Block::Standard(layer), LayerKind::Llama(opts)) if output => {
+                llama::layer(&mut step, layer, opts)
             }
             (Block::Standard(layer), LayerKind::Llama(opts)) => {
                 step.norm_input(&layer.attn_norm);
                 step.attention(layer, opts);
-                if output {
-                    step.residual();
-                    step.norm_input(&layer.ffn_norm);
-                    step.feed_forward(&layer.ffn);
-                    step.residual();
-                }
             }
             (Block::Standard(_), _) => {
                 unreachable!("drafting blocks load for Qwen3.5 and GLM-4.5 only")
