@@ -4,7 +4,7 @@ import of a higher layer. Run by CI (.ci/run); exits 1 naming the offending file
 (file:line) when any fails.
 
 The layers, bottom up (a module may import from its own layer and the ones left of it):
-    error, gguf, tensor, backend, sampler, model, hub, cli
+    error, gguf, tensor, backend, sampler, vision, model, hub, cli
 (lib.rs and main.rs only declare and re-export.)
 
 What counts as an import of file A by file B: a `use` of an item or module defined in A, or a
@@ -23,7 +23,7 @@ import re
 import sys
 
 MAX_LINES = 800
-LAYERS = ["error", "gguf", "tensor", "backend", "sampler", "model", "hub", "cli"]
+LAYERS = ["error", "gguf", "tensor", "backend", "sampler", "vision", "model", "hub", "cli"]
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 

@@ -18,6 +18,8 @@
 //!   descriptor, the command stream, the ops over `shaders/`).
 //! - `sampler`: the sampling chain, its RNG, and constrained output (llguidance over the token
 //!   byte table).
+//! - `vision`: images in: multimodal projector (mmproj) files, image decoding and preprocessing,
+//!   and the vision towers that turn an image into embeddings for the text model.
 //! - `model`: configuration (`model::config`, with the readers of GGUF keys and config.json), the
 //!   families (`model::arch`: one file per family with its hyperparameters, tensors and layer,
 //!   listed once in `arch::FAMILIES`), loading, weights, tokenizer, chat templates, sessions,
@@ -34,5 +36,6 @@ pub mod hub;
 pub mod model;
 pub mod sampler;
 pub mod tensor;
+pub mod vision;
 
 pub use error::{Error, Result};

@@ -15,3 +15,4 @@ mod qwen3moe_files;
 mod recurrent;
 mod session;
 mod speculative;
+mod vision;

@@ -14,7 +14,7 @@ mod arm;
 mod attention;
 mod cache;
 mod gemm;
-mod ggml_math;
+pub mod ggml_math;
 mod isa;
 mod kernels;
 mod matmul;

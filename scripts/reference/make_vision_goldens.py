@@ -1,0 +1,104 @@
+"""Writes tests/fixtures/golden/llama-cpp-vision.json: llama.cpp's mtmd (libmtmd, commit 0c1e570) on the
+tiny Qwen3-VL-style vision tower tests/fixtures/make_qwen35_vision.py writes (`qwen35-mmproj-tiny.gguf`,
+projector `qwen3vl_merger`) in front of the text model models/qwen35-tiny.gguf, through
+llama_cpp_vision.cpp (CPU, 2 threads, flash attention off, no warmup pass):
+
+- "images": for each of the script's four PNGs, the driver's `embd` output: the projector's embeddings
+  (`embd`, n_tokens rows of n_embd = 64, row-major, as printed with %.9g), `n_tokens`, the merged grid
+  `nx_tokens` × `ny_tokens` (the preprocessed image is 8·nx_tokens × 8·ny_tokens pixels: patch 4, merge 2)
+  and `n_pos`, the positions the image takes in the text model (M-RoPE: max(nx_tokens, ny_tokens)).
+  32×32 and 48×32 are used as they are (16 and 24 tokens; 48×32's 12×8 patch grid interpolates the
+  learned 8×8 position grid); 45×29 and 20×70 are resized by mtmd's Qwen preprocessing (to 48×32 and
+  24×72: 24 and 27 tokens).
+- "logits": the driver's `logits` output for vision-32x32.png and PROMPT, 8 greedy steps (F32 KV cache,
+  n_ctx 512, mtmd_helper_eval_chunks with n_batch 512): the prompt's chunks (text token ids; the image's
+  token count and positions), `n_prompt_tokens`, `prompt_tokens` (positions used: n_past after the
+  prompt) and per step the argmax `token` and top-5 [id, logit] (step 0: right after the prompt).
+
+PROMPT is Qwen's chat format with mtmd's media marker where the image goes, and no <|vision_start|> or
+<|vision_end|>: mtmd adds those itself for this projector (img_beg/img_end in mtmd.cpp), each tokenized
+on its own, not across the neighbouring text, with parse_special. qwen35-tiny's vocabulary (SmolLM2's)
+has neither as a token, so both come out as plain BPE pieces; it has <|im_start|> (1, also the BOS id,
+which the vocabulary does not add) and <|im_end|> (2). The chunks are thus: text "<|im_start|>user\\n"
++ "<|vision_start|>", the image, text "<|vision_end|>" + "What do you see?<|im_end|>\\n<|im_start|>assistant\\n".
+"What do you see?" rather than "Describe it.": the latter's greedy path had steps with a top-1/top-2
+margin of 0.033 and 0.007; this one's smallest is 0.175 (margins 0.77, 1.89, 0.175, 3.31, 1.48, 1.58, 1.83, 0.24).
+
+llama.cpp's CPU arithmetic is f32 but for two f16 roundings: the patch convolution goes through an F16
+im2col (normalized pixels and both kernels rounded to f16) and GELU through ggml's f16 table (input and
+output rounded to f16). An exact float64 pass (scripts/reference/qwen3vl_f64.py, golden/f64-qwen3vl.json)
+is 1.6e-3 to 3.1e-3 from these embeddings; one that makes those two roundings came within 5.3e-4 of
+them on 32×32 and 48×32.
+
+Run: python3 scripts/reference/make_vision_goldens.py DRIVER MADE OUT
+(DRIVER: llama_cpp_vision.cpp built as its header says, e.g. /tmp/lc/vision; MADE: the directory
+make_qwen35_vision.py wrote, tests/fixtures/made; OUT: tests/fixtures/golden/llama-cpp-vision.json;
+run from the repository root, which holds tests/fixtures/models/qwen35-tiny.gguf)
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+MODEL = "tests/fixtures/models/qwen35-tiny.gguf"
+MMPROJ = "qwen35-mmproj-tiny.gguf"
+IMAGES = {"vision-32x32.png": 16, "vision-48x32.png": 24, "vision-45x29.png": 24, "vision-20x70.png": 27}
+MARKER = "<__media__>"  # mtmd_default_marker()
+PROMPT = "<|im_start|>user\n" + MARKER + "What do you see?<|im_end|>\n<|im_start|>assistant\n"
+LOGITS_IMAGE = "vision-32x32.png"
+N_STEPS = 8
+
+
+def driver(*args):
+    out = subprocess.run(list(args), capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout)
+
+
+def main(drv, made, out):
+    mmproj = os.path.join(made, MMPROJ)
+    golden = {
+        "source": "scripts/reference/make_vision_goldens.py: llama.cpp 0c1e570 libmtmd through "
+                  "scripts/reference/llama_cpp_vision.cpp (CPU, 2 threads, flash attention off, no warmup; "
+                  "logits: F32 KV cache, n_ctx 512, greedy)",
+        "mmproj": MMPROJ,
+        "model": os.path.basename(MODEL),
+        "images": {},
+        "logits": {"image": LOGITS_IMAGE, "prompt": PROMPT},
+    }
+    for name, n_tokens in IMAGES.items():
+        g = driver(drv, "embd", MODEL, mmproj, os.path.join(made, name))
+        assert g["n_tokens"] == n_tokens == g["nx_tokens"] * g["ny_tokens"], (name, g["n_tokens"])
+        assert len(g["embd"]) == g["n_tokens"] * g["n_embd"] and g["n_embd"] == 64, name
+        assert all(math.isfinite(v) for v in g["embd"]), name
+        golden["images"][name] = g
+    g = driver(drv, "logits", MODEL, mmproj, os.path.join(made, LOGITS_IMAGE), PROMPT, str(N_STEPS))
+    assert len(g["steps"]) == N_STEPS
+    assert all(math.isfinite(v) for s in g["steps"] for _, v in s["top5"])
+    golden["logits"].update(g)
+    g_steps0 = g["steps"][0]["token"]
+
+    # One line per embedding row, per chunk and per step; the rest as json.dump(indent=1) writes it.
+    blocks = {}
+    for name, g in golden["images"].items():
+        n = g["n_embd"]
+        blocks[name] = "[\n" + ",\n".join(
+            "   " + json.dumps(g["embd"][i:i + n])[1:-1] for i in range(0, len(g["embd"]), n)) + "\n  ]"
+        g["embd"] = f"@@{name}@@"
+    for key in ("chunks", "steps"):
+        blocks[key] = "[\n" + ",\n".join("   " + json.dumps(v) for v in golden["logits"][key]) + "\n  ]"
+        golden["logits"][key] = f"@@{key}@@"
+    text = json.dumps(golden, indent=1, ensure_ascii=False)
+    for key, body in blocks.items():
+        text = text.replace(f'"@@{key}@@"', body)
+    assert json.loads(text)["logits"]["steps"][0]["token"] == g_steps0
+    with open(out, "w") as f:
+        f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit(__doc__)
+    main(*sys.argv[1:])

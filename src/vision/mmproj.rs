@@ -1,0 +1,382 @@
+//! Multimodal projector files ("mmproj"): GGUF files with `general.architecture = clip`, as
+//! llama.cpp's `tools/mtmd` reads them. The `clip.*` keys give the vision tower's shape and the
+//! image preprocessing; the `v.*` (tower) and `mm.*` (projector) tensors stay in the mapping.
+//!
+//! Everything here is untrusted: every size is checked against a bound before anything is
+//! allocated from it, and errors name the file and the key. A projector kiln cannot run still
+//! opens, so `kiln info` can describe it; `VisionConfig::runnable` names what is missing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::gguf::{GgufFile, Metadata};
+use crate::tensor::Tensor;
+
+/// The projector families llama.cpp names in `clip.projector_type`, as far as kiln knows them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Projector {
+    /// Qwen3-VL, Qwen3.5 and Qwen3.5-MoE: the 2×2 patch merger (`qwen3vl_merger`).
+    Qwen3VlMerger,
+    /// Gemma 3: SigLIP with 4×4 average pooling (`gemma3`).
+    Gemma3,
+    /// Gemma 4 (`gemma4v`).
+    Gemma4V,
+    /// Any other name, kept for the description and the error.
+    Other(String),
+}
+
+impl Projector {
+    fn from_name(name: &str) -> Projector {
+        match name {
+            "qwen3vl_merger" => Projector::Qwen3VlMerger,
+            "gemma3" => Projector::Gemma3,
+            "gemma4v" => Projector::Gemma4V,
+            other => Projector::Other(other.to_string()),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Projector::Qwen3VlMerger => "qwen3vl_merger",
+            Projector::Gemma3 => "gemma3",
+            Projector::Gemma4V => "gemma4v",
+            Projector::Other(name) => name,
+        }
+    }
+}
+
+/// The activation of the tower's feed-forward blocks (`clip.use_gelu` / `clip.use_silu`, else
+/// GELU-quick, as llama.cpp defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// GELU with the tanh approximation, as llama.cpp evaluates it (an f16 lookup table). Hugging
+    /// Face's Qwen3-VL merger uses the exact (erf) GELU; kiln matches llama.cpp.
+    Gelu,
+    Silu,
+    GeluQuick,
+}
+
+/// The vision tower's hyperparameters and its image preprocessing.
+#[derive(Debug, Clone)]
+pub struct VisionConfig {
+    pub projector: Projector,
+    /// Width of the tower's residual stream.
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub head_dim: usize,
+    pub n_ff: usize,
+    pub n_layer: usize,
+    /// Width of the embeddings handed to the text model.
+    pub projection_dim: usize,
+    pub eps: f32,
+    /// The side of the square images the position grid was learned for.
+    pub image_size: usize,
+    pub patch_size: usize,
+    /// Patches merged per side into one token (2 for the Qwen merger).
+    pub merge: usize,
+    pub mean: [f32; 3],
+    pub std: [f32; 3],
+    pub activation: Activation,
+    /// Tokens per image, at least and at most (llama.cpp's defaults for the projector, or
+    /// `--image-min-tokens` / `--image-max-tokens`).
+    pub min_tokens: usize,
+    pub max_tokens: usize,
+}
+
+/// Upper bounds on the hyperparameters: far above any released tower, low enough that no product
+/// of them overflows or asks for absurd memory before a tensor shape check would catch it.
+const MAX_WIDTH: usize = 1 << 16;
+const MAX_LAYERS: usize = 1024;
+const MAX_IMAGE_SIDE: usize = 1 << 14;
+
+impl VisionConfig {
+    fn from_metadata(m: &Metadata) -> Result<VisionConfig> {
+        let name = match m.str("clip.projector_type")? {
+            Some(name) => name,
+            None => m.str("clip.vision.projector_type")?.ok_or_else(|| {
+                Error::Format("no clip.projector_type: not a projector kiln can read".into())
+            })?,
+        };
+        let projector = Projector::from_name(name);
+        let size = |key: &str, max: usize| -> Result<usize> {
+            let v = m
+                .usize(key)?
+                .ok_or_else(|| Error::Format(format!("{key} is missing")))?;
+            if v == 0 || v > max {
+                return Err(Error::Format(format!("{key} = {v} is outside 1..={max}")));
+            }
+            Ok(v)
+        };
+        let n_embd = size("clip.vision.embedding_length", MAX_WIDTH)?;
+        let n_head = size("clip.vision.attention.head_count", MAX_WIDTH)?;
+        let head_dim = match m.usize("clip.vision.attention.head_dim")? {
+            Some(d) if d > 0 && d <= MAX_WIDTH => d,
+            Some(d) => {
+                return Err(Error::Format(format!(
+                    "clip.vision.attention.head_dim = {d} is outside 1..={MAX_WIDTH}"
+                )));
+            }
+            None => n_embd / n_head,
+        };
+        let eps = m
+            .f64("clip.vision.attention.layer_norm_epsilon")?
+            .ok_or_else(|| {
+                Error::Format("clip.vision.attention.layer_norm_epsilon is missing".into())
+            })? as f32;
+        if !(eps.is_finite() && eps >= 0.0) {
+            return Err(Error::Format(format!(
+                "clip.vision.attention.layer_norm_epsilon = {eps} is not a small positive number"
+            )));
+        }
+        let channel_triple = |key: &str| -> Result<[f32; 3]> {
+            let v = m
+                .f32_array(key)?
+                .ok_or_else(|| Error::Format(format!("{key} is missing")))?;
+            match v.as_slice() {
+                [a, b, c, ..] if v.iter().all(|x| x.is_finite()) => Ok([*a, *b, *c]),
+                _ => Err(Error::Format(format!(
+                    "{key} needs 3 finite values, has {v:?}"
+                ))),
+            }
+        };
+        let std = channel_triple("clip.vision.image_std")?;
+        if std.contains(&0.0) {
+            return Err(Error::Format(format!(
+                "clip.vision.image_std {std:?} has a zero: the image would divide by it"
+            )));
+        }
+        let activation = match (
+            m.bool("clip.use_gelu")?.unwrap_or(false),
+            m.bool("clip.use_silu")?.unwrap_or(false),
+        ) {
+            (true, true) => {
+                return Err(Error::Format(
+                    "clip.use_gelu and clip.use_silu are both set".into(),
+                ));
+            }
+            (true, false) => Activation::Gelu,
+            (false, true) => Activation::Silu,
+            (false, false) => Activation::GeluQuick,
+        };
+        let merge = match projector {
+            Projector::Qwen3VlMerger => match m.usize("clip.vision.spatial_merge_size")? {
+                None => 2,
+                Some(v) if (1..=8).contains(&v) => v,
+                Some(v) => {
+                    return Err(Error::Format(format!(
+                        "clip.vision.spatial_merge_size = {v} is outside 1..=8"
+                    )));
+                }
+            },
+            _ => 1,
+        };
+        // llama.cpp's limits for the Qwen merger (set_limit_image_tokens(8, 4096)).
+        let (min_tokens, max_tokens) = (8, 4096);
+        Ok(VisionConfig {
+            projector,
+            n_embd,
+            n_head,
+            head_dim,
+            n_ff: size("clip.vision.feed_forward_length", 4 * MAX_WIDTH)?,
+            n_layer: size("clip.vision.block_count", MAX_LAYERS)?,
+            projection_dim: size("clip.vision.projection_dim", MAX_WIDTH)?,
+            eps,
+            image_size: size("clip.vision.image_size", MAX_IMAGE_SIDE)?,
+            patch_size: size("clip.vision.patch_size", 1024)?,
+            merge,
+            mean: channel_triple("clip.vision.image_mean")?,
+            std,
+            activation,
+            min_tokens,
+            max_tokens,
+        })
+    }
+
+    /// None when kiln can encode images with this projector, else why not.
+    pub fn runnable(&self) -> Option<String> {
+        match &self.projector {
+            Projector::Qwen3VlMerger if self.n_head * self.head_dim != self.n_embd => {
+                Some(format!(
+                    "its {} heads of {} do not make its width {}",
+                    self.n_head, self.head_dim, self.n_embd
+                ))
+            }
+            Projector::Qwen3VlMerger if !self.head_dim.is_multiple_of(4) => Some(format!(
+                "its head size {} is not a multiple of 4 (2-D RoPE)",
+                self.head_dim
+            )),
+            Projector::Qwen3VlMerger if self.merge != 2 => Some(format!(
+                "its spatial merge of {} (llama.cpp's merger takes 2×2 groups)",
+                self.merge
+            )),
+            Projector::Qwen3VlMerger => None,
+            other => Some(format!(
+                "kiln does not run the '{}' projector yet (it runs qwen3vl_merger)",
+                other.name()
+            )),
+        }
+    }
+
+    /// Pixels per output token along each side.
+    pub fn token_side(&self) -> usize {
+        self.patch_size * self.merge
+    }
+
+    /// Override the tokens per image (`--image-min-tokens`, `--image-max-tokens`; 0 keeps the
+    /// projector's default).
+    pub fn set_token_limits(&mut self, min: usize, max: usize) -> Result<()> {
+        let (min, max) = (
+            if min > 0 { min } else { self.min_tokens },
+            if max > 0 { max } else { self.max_tokens },
+        );
+        if min > max || max > 1 << 16 {
+            return Err(Error::Usage(format!(
+                "image tokens {min}..={max}: the minimum must not exceed the maximum (at most 65536)"
+            )));
+        }
+        (self.min_tokens, self.max_tokens) = (min, max);
+        Ok(())
+    }
+}
+
+/// An opened mmproj file.
+pub struct Mmproj {
+    pub path: PathBuf,
+    pub config: VisionConfig,
+    pub tensors: BTreeMap<String, Tensor>,
+    pub file_size: u64,
+}
+
+impl Mmproj {
+    pub fn open(path: &Path) -> Result<Mmproj> {
+        Mmproj::from_gguf(GgufFile::open(path)?)
+    }
+
+    pub fn from_gguf(gguf: GgufFile) -> Result<Mmproj> {
+        let path = gguf.path.clone();
+        let arch = gguf
+            .metadata
+            .str("general.architecture")
+            .map_err(|e| e.in_file(&path))?;
+        if arch != Some("clip") {
+            return Err(Error::invalid(
+                &path,
+                format!(
+                    "not a multimodal projector: general.architecture is {}, not 'clip'",
+                    arch.map_or("missing".to_string(), |a| format!("'{a}'"))
+                ),
+            ));
+        }
+        if gguf
+            .metadata
+            .bool("clip.has_vision_encoder")
+            .map_err(|e| e.in_file(&path))?
+            != Some(true)
+        {
+            return Err(Error::invalid(
+                &path,
+                "this projector has no vision encoder (clip.has_vision_encoder is not true)",
+            ));
+        }
+        let config = VisionConfig::from_metadata(&gguf.metadata).map_err(|e| e.in_file(&path))?;
+        let tensors = gguf
+            .tensors
+            .iter()
+            .map(|t| {
+                let dims = t.dims.iter().map(|&d| d as usize).collect();
+                let view = Tensor::mapped(
+                    t.name.clone(),
+                    t.ggml_type,
+                    dims,
+                    gguf.map.clone(),
+                    gguf.file_backed,
+                    t.offset,
+                    t.nbytes,
+                );
+                (t.name.clone(), view)
+            })
+            .collect();
+        Ok(Mmproj {
+            path,
+            config,
+            tensors,
+            file_size: gguf.file_size(),
+        })
+    }
+
+    /// The tensor `name` with GGML dimensions `dims`; an error naming both otherwise.
+    pub fn tensor(&self, name: &str, dims: &[usize]) -> Result<&Tensor> {
+        let t = self
+            .tensors
+            .get(name)
+            .ok_or_else(|| Error::invalid(&self.path, format!("tensor '{name}' is missing")))?;
+        if t.dims != dims {
+            return Err(Error::invalid(
+                &self.path,
+                format!(
+                    "tensor '{name}' has shape {:?}, expected {dims:?} for this projector",
+                    t.dims
+                ),
+            ));
+        }
+        Ok(t)
+    }
+
+    /// Check that this projector feeds a text model of width `n_embd`.
+    pub fn check_text_width(&self, n_embd: usize) -> Result<()> {
+        if self.config.projection_dim != n_embd {
+            return Err(Error::invalid(
+                &self.path,
+                format!(
+                    "this projector makes embeddings of width {}, but the model's hidden size is \
+                     {n_embd}: it belongs to another model",
+                    self.config.projection_dim
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `kiln info`'s lines: (label, value).
+    pub fn describe(&self) -> Vec<(String, String)> {
+        let c = &self.config;
+        let side = c.token_side();
+        let mut lines = vec![
+            ("projector".to_string(), c.projector.name().to_string()),
+            (
+                "vision tower".to_string(),
+                format!(
+                    "{} blocks of width {}, {} heads of {}, feed-forward {}, {:?}",
+                    c.n_layer, c.n_embd, c.n_head, c.head_dim, c.n_ff, c.activation
+                ),
+            ),
+            (
+                "image".to_string(),
+                format!(
+                    "{0}×{0} native, patches of {1}×{1}, {2}×{2} patches per token",
+                    c.image_size, c.patch_size, c.merge
+                ),
+            ),
+            (
+                "tokens per image".to_string(),
+                format!(
+                    "{} to {} ({} at the native size; {}×{} pixels each)",
+                    c.min_tokens,
+                    c.max_tokens,
+                    (c.image_size / side).pow(2),
+                    side,
+                    side
+                ),
+            ),
+            (
+                "embeddings".to_string(),
+                format!("width {}", c.projection_dim),
+            ),
+        ];
+        if let Some(why) = c.runnable() {
+            lines.push(("runs".to_string(), format!("no: {why}")));
+        }
+        lines
+    }
+}

@@ -1,0 +1,94 @@
+//! Images in: multimodal projector files (`mmproj.rs`), image decoding and preprocessing
+//! (`image.rs`), and the vision towers that turn an image into embeddings of the text model's
+//! width, one file per projector (`qwen3vl.rs`), over host operations the backend does not have
+//! yet (`ops.rs`).
+//!
+//! The flow: `Mmproj::open` → `VisionEncoder::load` (weights onto a backend) → `image::load` →
+//! `VisionEncoder::encode` (the projector's preprocessing, then its tower) → `Encoded`, rows the
+//! text model takes in place of token embeddings.
+
+pub mod image;
+pub mod mmproj;
+mod ops;
+mod qwen3vl;
+
+pub use mmproj::{Mmproj, Projector, VisionConfig};
+
+use crate::backend::Backend;
+use crate::error::Result;
+
+use self::image::RgbImage;
+use self::qwen3vl::Qwen3VlTower;
+
+/// An image's embeddings and where its tokens sit.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    /// Tokens across and down the image (its grid of merge groups).
+    pub cols: usize,
+    pub rows: usize,
+    /// The preprocessed image's size in pixels.
+    pub width: usize,
+    pub height: usize,
+    /// `rows × cols` embeddings of the text model's width, row-major, in reading order.
+    pub embeddings: Vec<f32>,
+}
+
+impl Encoded {
+    pub fn tokens(&self) -> usize {
+        self.rows * self.cols
+    }
+}
+
+/// A projector's tower with its weights on a backend.
+pub enum VisionEncoder<B: Backend> {
+    Qwen3Vl(Qwen3VlTower<B>, VisionConfig),
+}
+
+impl<B: Backend> VisionEncoder<B> {
+    /// The tower of `file` on `backend`; an error naming the projector when kiln cannot run it.
+    pub fn load(file: &Mmproj, backend: &B) -> Result<VisionEncoder<B>> {
+        Ok(VisionEncoder::Qwen3Vl(
+            Qwen3VlTower::load(file, backend)?,
+            file.config.clone(),
+        ))
+    }
+
+    pub fn config(&self) -> &VisionConfig {
+        match self {
+            VisionEncoder::Qwen3Vl(_, c) => c,
+        }
+    }
+
+    /// The size an image is resized to before encoding, in pixels.
+    pub fn input_size(&self, width: usize, height: usize) -> (usize, usize) {
+        let c = self.config();
+        let side = c.token_side();
+        image::smart_size(
+            width,
+            height,
+            side,
+            c.min_tokens * side * side,
+            c.max_tokens * side * side,
+        )
+    }
+
+    /// Preprocess `img` as the projector wants it and run the tower.
+    pub fn encode(&self, backend: &B, img: &RgbImage) -> Result<Encoded> {
+        let (width, height) = self.input_size(img.width, img.height);
+        let resized = image::resize_letterboxed(img, width, height);
+        match self {
+            VisionEncoder::Qwen3Vl(tower, c) => {
+                let pixels = image::normalize(&resized, c.mean, c.std);
+                let embeddings = tower.encode(backend, &pixels, width, height)?;
+                let side = c.token_side();
+                Ok(Encoded {
+                    cols: width / side,
+                    rows: height / side,
+                    width,
+                    height,
+                    embeddings,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! The vision towers' operations that the `Backend` trait does not have yet, on the host: layer
+//! norm with a bias, GELU, the 2-D vision RoPE, and full (bidirectional) softmax attention. Each
+//! rounds as llama.cpp's CPU backend does (f64 sums in the norm, its `expf` in the softmax, its
+//! f16 GELU table), so that kiln's embeddings agree with llama.cpp's to float rounding.
+//!
+//! The matrix products, which are nearly all of a tower's work, run on the backend; these run
+//! between them on rows read back from it.
+
+use rayon::prelude::*;
+
+use crate::backend::cpu::ggml_math::{expf, gelu};
+
+/// LayerNorm of each row of `x` (rows of `w.len()` values), in place: (x − mean) / √(var + eps)
+/// · w + b, as llama.cpp's `ggml_norm` then `ggml_mul` and `ggml_add`.
+pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    let width = w.len();
+    x.par_chunks_mut(width).for_each(|row| {
+        let sum: f64 = row.iter().map(|&v| v as f64).sum();
+        let mean = sum as f32 / width as f32;
+        let mut squares = 0f64;
+        for v in row.iter_mut() {
+            *v -= mean;
+            squares += (*v * *v) as f64;
+        }
+        let variance = (squares / width as f64) as f32;
+        let scale = 1.0 / (variance + eps).sqrt();
+        for ((v, &wi), &bi) in row.iter_mut().zip(w).zip(b) {
+            *v = *v * scale * wi + bi;
+        }
+    });
+}
+
+/// GELU (tanh approximation, through llama.cpp's f16 table) of every value.
+pub fn gelu_in_place(x: &mut [f32]) {
+    x.par_iter_mut().for_each(|v| *v = gelu(*v));
+}
+
+/// The vision RoPE of Qwen2-VL and later (llama.cpp's `GGML_ROPE_TYPE_VISION` with four equal
+/// sections): every head of width `d` rotates the pairs (i, i + d/2); pair i < d/4 by the
+/// patch's row `pos[r].0` times θ^i, the others by its column `pos[r].1` times θ^(i − d/4),
+/// θ = 10000^(−4/d). `x` holds rows of `stride` values, one per patch, whose first `heads × d`
+/// are rotated. The angles are built by repeated f32 multiplication, as llama.cpp builds its
+/// cache.
+pub fn vision_rope(x: &mut [f32], stride: usize, heads: usize, d: usize, pos: &[(u32, u32)]) {
+    let half = d / 2;
+    let quarter = d / 4;
+    let theta_scale = 10000f32.powf(-2.0 / half as f32);
+    x.par_chunks_mut(stride)
+        .zip(pos)
+        .for_each(|(row, &(py, px))| {
+            let mut cos_sin = vec![(0f32, 0f32); half];
+            let (mut theta_y, mut theta_x) = (py as f32, px as f32);
+            for (i, cs) in cos_sin.iter_mut().enumerate() {
+                if i == quarter {
+                    theta_x = px as f32;
+                }
+                let theta = if i < quarter { theta_y } else { theta_x };
+                *cs = (theta.cos(), theta.sin());
+                theta_y *= theta_scale;
+                theta_x *= theta_scale;
+            }
+            for head in row[..heads * d].chunks_exact_mut(d) {
+                for (i, &(c, s)) in cos_sin.iter().enumerate() {
+                    let (x0, x1) = (head[i], head[i + half]);
+                    head[i] = x0 * c - x1 * s;
+                    head[i + half] = x0 * s + x1 * c;
+                }
+            }
+        });
+}
+
+/// Bidirectional softmax attention over `n` rows of fused Q, K, V (`qkv`: per row Q, K and V of
+/// `heads × d` each): `out` gets per row the heads' softmax(scale · q·kᵀ) · V, side by side.
+pub fn attention(qkv: &[f32], n: usize, heads: usize, d: usize, scale: f32, out: &mut [f32]) {
+    let width = heads * d;
+    let row = |r: usize, part: usize, h: usize| {
+        let at = r * 3 * width + part * width + h * d;
+        &qkv[at..at + d]
+    };
+    // One task per (head, query row): each writes its own d outputs.
+    let results: Vec<(usize, usize, Vec<f32>)> = (0..heads)
+        .into_par_iter()
+        .flat_map_iter(|h| (0..n).map(move |i| (h, i)))
+        .map_init(
+            || vec![0f32; n],
+            |scores, (h, i)| {
+                let q = row(i, 0, h);
+                let mut max = f32::NEG_INFINITY;
+                for (j, s) in scores.iter_mut().enumerate() {
+                    let k = row(j, 1, h);
+                    let dot: f32 = q.iter().zip(k).map(|(a, b)| a * b).sum();
+                    *s = dot * scale;
+                    max = max.max(*s);
+                }
+                let mut total = 0f64;
+                for s in scores.iter_mut() {
+                    *s = expf(*s - max);
+                    total += *s as f64;
+                }
+                let inv = (1.0 / total) as f32;
+                let mut acc = vec![0f32; d];
+                for (j, &p) in scores.iter().enumerate() {
+                    let v = row(j, 2, h);
+                    let p = p * inv;
+                    for (a, &vv) in acc.iter_mut().zip(v) {
+                        *a += p * vv;
+                    }
+                }
+                (h, i, acc)
+            },
+        )
+        .collect();
+    for (h, i, acc) in results {
+        out[i * width + h * d..i * width + (h + 1) * d].copy_from_slice(&acc);
+    }
+}
+
+/// Bilinear resampling with aligned corners of a `side × side` grid of `width`-value vectors
+/// (row-major: `grid[(y · side + x) · width ..]`) to `gw × gh`, as llama.cpp's
+/// `ggml_interpolate` with `GGML_SCALE_MODE_BILINEAR | GGML_SCALE_FLAG_ALIGN_CORNERS`.
+pub fn resample_grid(grid: &[f32], side: usize, width: usize, gw: usize, gh: usize) -> Vec<f32> {
+    let scale = |out: usize| {
+        if out > 1 && side > 1 {
+            (out - 1) as f32 / (side - 1) as f32
+        } else {
+            out as f32 / side as f32
+        }
+    };
+    let (sf0, sf1) = (scale(gw), scale(gh));
+    let mut out = vec![0f32; gw * gh * width];
+    for i1 in 0..gh {
+        let y = i1 as f32 / sf1;
+        let y0 = (y.floor() as i64).clamp(0, side as i64 - 1) as usize;
+        let y1 = (y.floor() as i64 + 1).clamp(0, side as i64 - 1) as usize;
+        let dy = (y - y0 as f32).clamp(0.0, 1.0);
+        for i0 in 0..gw {
+            let x = i0 as f32 / sf0;
+            let x0 = (x.floor() as i64).clamp(0, side as i64 - 1) as usize;
+            let x1 = (x.floor() as i64 + 1).clamp(0, side as i64 - 1) as usize;
+            let dx = (x - x0 as f32).clamp(0.0, 1.0);
+            let at = |yy: usize, xx: usize| &grid[(yy * side + xx) * width..][..width];
+            let (a, b, c, e) = (at(y0, x0), at(y0, x1), at(y1, x0), at(y1, x1));
+            let dst = &mut out[(i1 * gw + i0) * width..][..width];
+            for k in 0..width {
+                dst[k] = a[k] * (1.0 - dx) * (1.0 - dy)
+                    + b[k] * dx * (1.0 - dy)
+                    + c[k] * (1.0 - dx) * dy
+                    + e[k] * dx * dy;
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_norm_gives_zero_mean_unit_variance_before_the_affine() {
+        let mut x: Vec<f32> = (0..16)
+            .map(|i| (i as f32 * 0.7).sin() * 3.0 + 1.0)
+            .collect();
+        layer_norm(&mut x, &[1.0; 8], &[0.0; 8], 1e-6);
+        for row in x.chunks(8) {
+            let mean: f32 = row.iter().sum::<f32>() / 8.0;
+            let var: f32 = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / 8.0;
+            assert!(
+                mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-4,
+                "{mean} {var}"
+            );
+        }
+    }
+
+    #[test]
+    fn rope_at_the_origin_is_the_identity_and_keeps_norms() {
+        let orig: Vec<f32> = (0..16).map(|i| i as f32 - 7.5).collect();
+        let mut x = orig.clone();
+        vision_rope(&mut x, 16, 2, 8, &[(0, 0)]);
+        assert_eq!(x, orig);
+        vision_rope(&mut x, 16, 2, 8, &[(3, 5)]);
+        assert_ne!(x, orig);
+        let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
+        assert!((norm(&x) - norm(&orig)).abs() < 1e-3);
+    }
+
+    #[test]
+    fn attention_over_one_key_returns_its_value_and_a_grid_at_its_size_is_unchanged() {
+        let qkv = [0.3, -1.0, 2.0, 0.5, 7.0, -3.0];
+        let mut out = [0f32; 2];
+        attention(&qkv, 1, 1, 2, 0.7, &mut out);
+        assert_eq!(out, [7.0, -3.0]);
+        let grid: Vec<f32> = (0..18).map(|i| i as f32).collect();
+        assert_eq!(resample_grid(&grid, 3, 2, 3, 3), grid);
+        let wide = resample_grid(&grid, 3, 2, 5, 3);
+        // Corners stay where they were; the midpoint of the first row is its middle cell.
+        assert_eq!(&wide[..2], &grid[..2]);
+        assert_eq!(&wide[4..6], &grid[2..4]);
+        assert_eq!(&wide[8..10], &grid[4..6]);
+    }
+}
