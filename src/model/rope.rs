@@ -22,8 +22,9 @@ pub struct RopeFreqs {
     long: Option<(usize, Vec<f32>)>,
     /// The factor on cos and sin (YaRN's magnitude, LongRoPE's attention factor; 1 without).
     mscale: f32,
-    /// Per pair: false where an IMRoPE section leaves it unrotated for text.
-    rotated: Option<Vec<bool>>,
+    /// Per pair under IMRoPE sections: which position component turns it (0 time, 1 row,
+    /// 2 column), or None where the extra section leaves it unrotated.
+    components: Option<Vec<Option<usize>>>,
     /// YaRN's correction range, when the model scales RoPE that way.
     yarn: Option<YarnRamp>,
 }
@@ -104,7 +105,7 @@ impl RopeFreqs {
             divisors,
             long,
             mscale,
-            rotated: sections.map(|s| imrope_text_pairs(s, dims / 2)),
+            components: sections.map(|s| imrope_components(s, dims / 2)),
             yarn,
         }
     }
@@ -116,7 +117,21 @@ impl RopeFreqs {
         out.reserve(rows * self.half * 2);
         let divisors = self.divisors_for(ctx);
         for r in 0..rows {
-            self.push_row((start_pos + r) as f32, divisors, self.mscale, out);
+            let p = (start_pos + r) as f32;
+            self.push_row([p; 3], divisors, self.mscale, out);
+        }
+    }
+
+    /// As `table`, for rows at explicit (time, row, column) positions: an image's tokens under
+    /// multi-axis RoPE (text rows have all three equal). Models without IMRoPE sections take the
+    /// time component.
+    pub fn table_at(&self, positions: &[[u32; 3]], ctx: usize, out: &mut Vec<f32>) {
+        out.clear();
+        out.reserve(positions.len() * self.half * 2);
+        let divisors = self.divisors_for(ctx);
+        for p in positions {
+            let p = p.map(|v| v as f32);
+            self.push_row(p, divisors, self.mscale, out);
         }
     }
 
@@ -125,7 +140,7 @@ impl RopeFreqs {
     /// is in the key already.)
     pub fn shift_table(&self, delta: i64, ctx: usize, out: &mut Vec<f32>) {
         out.clear();
-        self.push_row(delta as f32, self.divisors_for(ctx), 1.0, out);
+        self.push_row([delta as f32; 3], self.divisors_for(ctx), 1.0, out);
     }
 
     /// The per-frequency divisors a session of `ctx` positions uses.
@@ -136,12 +151,18 @@ impl RopeFreqs {
         }
     }
 
-    fn push_row(&self, pos: f32, divisors: Option<&[f32]>, mscale: f32, out: &mut Vec<f32>) {
-        let mut theta = pos;
+    /// One row of (cos, sin) pairs. Each component's angle is built by repeated f32
+    /// multiplication, as llama.cpp's (m)rope cache builds it.
+    fn push_row(&self, pos: [f32; 3], divisors: Option<&[f32]>, mscale: f32, out: &mut Vec<f32>) {
+        let mut thetas = pos;
         for i in 0..self.half {
             let divisor = divisors.map_or(1.0, |d| d[i]);
-            let on = self.rotated.as_ref().is_none_or(|r| r[i]);
-            let extrap = theta / divisor;
+            let component = match &self.components {
+                None => Some(0),
+                Some(c) => c[i],
+            };
+            let on = component.is_some();
+            let extrap = thetas[component.unwrap_or(0)] / divisor;
             let mut angle = self.freq_scale * extrap;
             if let Some(y) = &self.yarn {
                 let mix = y.extrapolation(i);
@@ -152,24 +173,33 @@ impl RopeFreqs {
             }
             out.push(angle.cos() * mscale);
             out.push(angle.sin() * mscale);
-            theta *= self.theta_scale;
+            for theta in &mut thetas {
+                *theta *= self.theta_scale;
+            }
         }
     }
 }
 
-/// Which rotary pairs a text token rotates under interleaved multimodal RoPE (llama.cpp's
+/// Which position component turns each rotary pair under interleaved multimodal RoPE (llama.cpp's
 /// `ggml_mrope_cache_init` with IMROPE): pair i falls in sector i mod Σsections, and sectors
-/// cycle through the temporal, height and width components, each up to 3× its section size.
-/// Text positions are (p, p, p, 0), so those three rotate by p and the rest by 0.
-fn imrope_text_pairs(sections: [usize; 4], pairs: usize) -> Vec<bool> {
+/// cycle through the time, row and column components, each up to 3× its section size; the rest
+/// take the extra component, which is 0 for text and images alike (unrotated).
+fn imrope_components(sections: [usize; 4], pairs: usize) -> Vec<Option<usize>> {
     let total: usize = sections.iter().sum();
     (0..pairs)
         .map(|i| {
             let sector = i % total.max(1);
-            (sector.is_multiple_of(3) && sector < 3 * sections[0])
-                || (sector % 3 == 1 && sector < 3 * sections[1])
-                || (sector % 3 == 2 && sector < 3 * sections[2])
+            (0..3).find(|&c| sector % 3 == c && sector < 3 * sections[c])
         })
+        .collect()
+}
+
+/// Whether each pair rotates for text, whose components are all equal (tests).
+#[cfg(test)]
+fn imrope_text_pairs(sections: [usize; 4], pairs: usize) -> Vec<bool> {
+    imrope_components(sections, pairs)
+        .iter()
+        .map(Option::is_some)
         .collect()
 }
 

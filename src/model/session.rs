@@ -9,9 +9,10 @@
 //! with `enable_mtp` the model's multi-token-prediction block follows every forward call and
 //! `draft_mtp` drafts with it (arch/mtp.rs).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::arch::{KvCache, KvCacheTypes, Model, MtpState, Scratch};
+use super::arch::{KvCache, KvCacheTypes, Model, MtpState, RowInputs, Scratch};
 use super::recurrent::CHECKPOINT_INTERVAL;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -46,8 +47,31 @@ pub struct Session<'m, B: Backend> {
     shift_keep: Option<usize>,
     /// The multi-token-prediction drafter's state, when it is on.
     mtp: Option<MtpState<B>>,
+    /// Images in the context, in order (`prefill_embeddings`).
+    media: Vec<Media>,
     pub stats: SessionStats,
 }
+
+/// Rows of the context whose inputs were embeddings (an image), not tokens: they are kept so
+/// that rows run again (a recurrent state rebuilt from a checkpoint) get the same inputs.
+#[derive(Clone)]
+struct Media {
+    /// The context index of the first row.
+    start: usize,
+    /// The image's grid of tokens, row-major.
+    cols: usize,
+    rows: usize,
+    embeddings: Arc<Vec<f32>>,
+}
+
+impl Media {
+    fn end(&self) -> usize {
+        self.start + self.cols * self.rows
+    }
+}
+
+/// The token id that stands in `tokens()` for a row whose input was an embedding.
+pub const EMBEDDED_ROW: u32 = 0;
 
 impl<'m, B: Backend> Session<'m, B> {
     /// A session with room for `ctx` tokens.
@@ -83,6 +107,7 @@ impl<'m, B: Backend> Session<'m, B> {
             has_logits: false,
             shift_keep: None,
             mtp: None,
+            media: Vec::new(),
             stats: SessionStats::default(),
         })
     }
@@ -201,6 +226,100 @@ impl<'m, B: Backend> Session<'m, B> {
         Ok(&self.logits)
     }
 
+    /// Run an image after the context: `rows × cols` embeddings of the hidden size (row-major, in
+    /// reading order), which take the place of token embeddings. Under multi-axis RoPE (Qwen3.5)
+    /// its rows sit at (p, p + row, p + column) and the text after it at p + max(rows, cols), as
+    /// llama.cpp's mtmd places them; otherwise one position per row. `tokens()` shows its rows
+    /// as `EMBEDDED_ROW`. Returns the logits of its last row.
+    pub fn prefill_embeddings(
+        &mut self,
+        embeddings: Arc<Vec<f32>>,
+        cols: usize,
+        rows: usize,
+    ) -> Result<&[f32]> {
+        let n = cols * rows;
+        let width = self.model.config.hidden_size;
+        if n == 0 || embeddings.len() != n * width {
+            return Err(Error::Usage(format!(
+                "{} embedding values are not {rows} × {cols} rows of the model's width {width}",
+                embeddings.len()
+            )));
+        }
+        if self.mtp.is_some() {
+            return Err(Error::Unsupported(
+                "multi-token prediction does not take images yet: run without --spec-type draft-mtp"
+                    .into(),
+            ));
+        }
+        self.check(&vec![EMBEDDED_ROW; n])?;
+        let start = Instant::now();
+        self.media.push(Media {
+            start: self.tokens.len(),
+            cols,
+            rows,
+            embeddings,
+        });
+        if let Err(e) = self.run_chunks(&vec![EMBEDDED_ROW; n]) {
+            let from = self.media.pop().map_or(0, |m| m.start);
+            self.tokens.truncate(from);
+            return Err(e);
+        }
+        self.checkpoint()?;
+        self.stats.prefill_tokens += n;
+        self.stats.prefill_time += start.elapsed();
+        Ok(&self.logits)
+    }
+
+    /// Whether the context holds an image.
+    pub fn has_media(&self) -> bool {
+        !self.media.is_empty()
+    }
+
+    /// The RoPE positions of context rows `from..from + n`, where images make them differ from
+    /// the cache indices (multi-axis RoPE); None where they do not.
+    fn positions(&self, from: usize, n: usize) -> Option<Vec<[u32; 3]>> {
+        if self.media.is_empty() || self.model.config.rope_sections.is_none() {
+            return None;
+        }
+        let mut out = Vec::with_capacity(n);
+        let mut shift = 0usize; // positions saved by the images before `i`
+        let mut next = 0;
+        for i in from..from + n {
+            while next < self.media.len() && self.media[next].end() <= i {
+                let m = &self.media[next];
+                shift += m.cols * m.rows - m.cols.max(m.rows);
+                next += 1;
+            }
+            let pos = match self.media.get(next) {
+                Some(m) if m.start <= i => {
+                    let base = (m.start - shift) as u32;
+                    let k = i - m.start;
+                    [base, base + (k / m.cols) as u32, base + (k % m.cols) as u32]
+                }
+                _ => [(i - shift) as u32; 3],
+            };
+            out.push(pos);
+        }
+        Some(out)
+    }
+
+    /// The next position after the context (text continues there); the context length unless
+    /// images under multi-axis RoPE took fewer positions than rows.
+    pub fn next_position(&self) -> usize {
+        let len = self.tokens.len();
+        match self.positions(len.saturating_sub(1), len.min(1)) {
+            Some(p) if len > 0 => {
+                let last = self.media.last().filter(|m| m.end() == len);
+                match last {
+                    // After an image: its first position plus the larger side.
+                    Some(m) => p[0][0] as usize + m.cols.max(m.rows),
+                    None => p[0][0] as usize + 1,
+                }
+            }
+            _ => len,
+        }
+    }
+
     /// Run one token after the context; returns its logits.
     pub fn decode(&mut self, id: u32) -> Result<&[f32]> {
         if self.tokens.is_empty() {
@@ -225,6 +344,11 @@ impl<'m, B: Backend> Session<'m, B> {
             return Err(Error::DecodeBeforePrefill);
         }
         self.check(&[id])?;
+        if self.positions(self.tokens.len(), 1).is_some() {
+            // After an image under multi-axis RoPE: positions the device path does not take.
+            self.decode(id)?;
+            return Ok(None);
+        }
         let start = Instant::now();
         let start_pos = self.tokens.len();
         let next = self.model.forward_argmax(
@@ -278,8 +402,14 @@ impl<'m, B: Backend> Session<'m, B> {
         if let Some(r) = &mut self.cache.recurrent {
             r.begin_verify(&self.model.backend, &self.model.config, ids.len())?;
         }
+        let positions = self.positions(start_pos, ids.len());
+        let inputs = RowInputs {
+            embedded: None,
+            positions: positions.as_deref(),
+        };
         let done = self.model.forward_all_rows(
             ids,
+            &inputs,
             start_pos,
             &mut self.cache,
             &mut self.scratch,
@@ -313,6 +443,13 @@ impl<'m, B: Backend> Session<'m, B> {
                 self.tokens.len()
             )));
         }
+        if let Some(m) = self.media.iter().find(|m| m.start < n && n < m.end()) {
+            return Err(Error::Usage(format!(
+                "cannot cut the context at {n}: an image fills rows {} to {}",
+                m.start,
+                m.end()
+            )));
+        }
         if n < self.tokens.len() {
             // Before any rows run again: those the drafter's cache still holds are not redone.
             if let Some(m) = &mut self.mtp {
@@ -326,6 +463,7 @@ impl<'m, B: Backend> Session<'m, B> {
                 self.stats.recomputed_tokens += redo.len();
             }
             self.tokens.truncate(n);
+            self.media.retain(|m| m.end() <= n);
             self.has_logits = false;
         }
         Ok(())
@@ -360,6 +498,13 @@ impl<'m, B: Backend> Session<'m, B> {
     /// positions. Returns how many tokens were dropped (0 when nothing follows the kept ones).
     /// The logits of the last token stay valid: they depend on what it saw when it ran.
     pub fn shift_context(&mut self, keep: usize) -> Result<usize> {
+        if !self.media.is_empty() {
+            return Err(Error::Unsupported(
+                "context shift cannot move an image: its rows keep the positions they were \
+                 encoded at (start a new session, or give a larger context)"
+                    .into(),
+            ));
+        }
         let len = self.tokens.len();
         let keep = keep.min(len);
         let discard = (len - keep) / 2;
@@ -389,6 +534,7 @@ impl<'m, B: Backend> Session<'m, B> {
     /// Forget the whole context.
     pub fn reset(&mut self) {
         self.tokens.clear();
+        self.media.clear();
         self.has_logits = false;
         if let Some(m) = &mut self.mtp {
             m.reset();
@@ -423,9 +569,17 @@ impl<'m, B: Backend> Session<'m, B> {
         let recurrent = self.cache.recurrent.is_some();
         while !ids.is_empty() {
             let mut n = ids.len().min(self.scratch_rows());
+            let pos = self.tokens.len();
             if recurrent {
-                let pos = self.tokens.len();
                 n = n.min(CHECKPOINT_INTERVAL - pos % CHECKPOINT_INTERVAL);
+            }
+            // A call holds rows of at most one image, and no text with them.
+            for m in &self.media {
+                for edge in [m.start, m.end()] {
+                    if edge > pos {
+                        n = n.min(edge - pos);
+                    }
+                }
             }
             self.run(&ids[..n])?;
             ids = &ids[n..];
@@ -442,8 +596,23 @@ impl<'m, B: Backend> Session<'m, B> {
 
     fn run(&mut self, ids: &[u32]) -> Result<()> {
         let start_pos = self.tokens.len();
-        self.model.forward(
+        let positions = self.positions(start_pos, ids.len());
+        let width = self.model.config.hidden_size;
+        let embedded = self
+            .media
+            .iter()
+            .find(|m| m.start <= start_pos && start_pos < m.end())
+            .map(|m| {
+                let from = (start_pos - m.start) * width;
+                (0, &m.embeddings[from..from + ids.len() * width])
+            });
+        let inputs = RowInputs {
+            embedded,
+            positions: positions.as_deref(),
+        };
+        self.model.forward_with(
             ids,
+            &inputs,
             start_pos,
             &mut self.cache,
             &mut self.scratch,

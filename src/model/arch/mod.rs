@@ -369,7 +369,22 @@ impl<B: Backend> Model<B> {
         s: &mut Scratch<B>,
         logits: &mut [f32],
     ) {
-        self.forward_to_logits(ids, start_pos, cache, s);
+        self.forward_with(ids, &RowInputs::TOKENS, start_pos, cache, s, logits);
+    }
+
+    /// `forward` over rows some of which are embeddings (an image) or sit at positions other
+    /// than their cache index (multi-axis RoPE after an image).
+    pub fn forward_with(
+        &self,
+        ids: &[u32],
+        inputs: &RowInputs,
+        start_pos: usize,
+        cache: &mut KvCache<B>,
+        s: &mut Scratch<B>,
+        logits: &mut [f32],
+    ) {
+        self.forward_layers(ids, inputs, start_pos, cache, s);
+        self.last_logits(ids.len(), s);
         self.backend.download(&s.logits, 0, logits);
         self.soft_cap(logits);
     }
@@ -405,6 +420,7 @@ impl<B: Backend> Model<B> {
     pub fn forward_all_rows(
         &self,
         ids: &[u32],
+        inputs: &RowInputs,
         start_pos: usize,
         cache: &mut KvCache<B>,
         s: &mut Scratch<B>,
@@ -420,7 +436,7 @@ impl<B: Backend> Model<B> {
                 logits: b.buffer(rows * c.vocab_size)?,
             },
         };
-        self.forward_layers(ids, start_pos, cache, s);
+        self.forward_layers(ids, inputs, start_pos, cache, s);
         b.copy_rows(&s.x, 0, &mut v.x, 0, rows, c.hidden_size);
         b.rms_norm(&mut v.x, &self.weights.output_norm, rows, c.rms_norm_eps);
         b.matmul(&v.x, self.lm_head(), rows, &mut v.logits);
@@ -454,10 +470,14 @@ impl<B: Backend> Model<B> {
         cache: &mut KvCache<B>,
         s: &mut Scratch<B>,
     ) {
-        self.forward_layers(ids, start_pos, cache, s);
+        self.forward_layers(ids, &RowInputs::TOKENS, start_pos, cache, s);
+        self.last_logits(ids.len(), s);
+    }
+
+    /// The logits of row `rows − 1` of the residual stream into `s.logits`.
+    fn last_logits(&self, rows: usize, s: &mut Scratch<B>) {
         let c = &self.config;
         let b = &self.backend;
-        let rows = ids.len();
         b.copy_row(&s.x, rows - 1, &mut s.last, c.hidden_size);
         b.rms_norm(&mut s.last, &self.weights.output_norm, 1, c.rms_norm_eps);
         b.matmul(&s.last, self.lm_head(), 1, &mut s.logits);
@@ -467,6 +487,7 @@ impl<B: Backend> Model<B> {
     fn forward_layers(
         &self,
         ids: &[u32],
+        inputs: &RowInputs,
         start_pos: usize,
         cache: &mut KvCache<B>,
         s: &mut Scratch<B>,
@@ -481,13 +502,23 @@ impl<B: Backend> Model<B> {
             c.embedding_scale.unwrap_or(1.0),
             &mut s.x,
         );
+        if let Some((first, embeddings)) = inputs.embedded {
+            // Unscaled, as llama.cpp takes embeddings (only token rows get the embedding scale).
+            let n = embeddings.len() / c.hidden_size;
+            assert!(first + n <= rows);
+            b.upload(&mut s.h, embeddings);
+            b.copy_rows(&s.h, 0, &mut s.x, first, n, c.hidden_size);
+        }
         if let Some(g) = &mut s.gemma4 {
             b.copy_rows(&s.x, 0, &mut g.x0, 0, rows, c.hidden_size);
             g.ids.clear();
             g.ids.extend_from_slice(ids);
         }
         for (rope, table) in self.ropes.iter().zip(s.rope_tables.iter_mut()) {
-            rope.table(start_pos, rows, cache.ctx, &mut s.rope_host);
+            match inputs.positions {
+                Some(p) => rope.table_at(&p[..rows], cache.ctx, &mut s.rope_host),
+                None => rope.table(start_pos, rows, cache.ctx, &mut s.rope_host),
+            }
             b.upload(table, &s.rope_host);
         }
         if let (Some(t), Some(buf)) = (c.attn_temperature, &mut s.q_temperature) {
@@ -530,6 +561,24 @@ impl<B: Backend> Model<B> {
             b.add(&mut s.x, &s.o, rows * c.hidden_size);
         }
     }
+}
+
+/// What a forward call's rows carry besides their token ids, for images in the context.
+pub struct RowInputs<'a> {
+    /// Rows whose input is an embedding instead of their token's: the first of them in this
+    /// call, and their embeddings (consecutive rows of the hidden size).
+    pub embedded: Option<(usize, &'a [f32])>,
+    /// Each row's (time, row, column) RoPE position; None: the positions are the cache
+    /// indices, as for text.
+    pub positions: Option<&'a [[u32; 3]]>,
+}
+
+impl RowInputs<'_> {
+    /// Token rows at their cache indices.
+    pub const TOKENS: RowInputs<'static> = RowInputs {
+        embedded: None,
+        positions: None,
+    };
 }
 
 /// Which optional parts of the attention block an architecture uses.
