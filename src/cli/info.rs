@@ -165,6 +165,9 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
         Err(e) => {
             // A GGUF file whose header reads but which kiln cannot run is described anyway.
             return match crate::gguf::GgufFile::open(&path) {
+                Ok(g) if g.metadata.str("general.architecture").ok().flatten() == Some("clip") => {
+                    super::vision::describe_mmproj(&path, args.format == OutputFormat::Json)
+                }
                 Ok(g) => describe_unsupported(&g, &e.to_string(), &args),
                 Err(_) => Err(e.into()),
             };
@@ -262,6 +265,9 @@ pub fn run(args: InfoArgs) -> Result<std::process::ExitCode> {
                     "no (kiln uses a built-in one)"
                 }
             );
+            if let Some((file, projector)) = super::vision::projector_beside(&m.path) {
+                println!("images         {file} beside it ({projector}; --image)");
+            }
             println!("config");
             println!("  vocab_size          {}", c.vocab_size);
             println!("  hidden_size         {}", c.hidden_size);

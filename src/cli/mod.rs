@@ -15,6 +15,7 @@ pub mod run;
 pub mod speculation;
 pub mod tokenize;
 pub mod values;
+pub mod vision;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -407,6 +408,9 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub shift: ContextShiftArgs,
+
+    #[command(flatten)]
+    pub vision: vision::VisionArgs,
 
     /// Output format: streamed text, or one JSON object at the end
     #[arg(long, value_enum, default_value_t)]

@@ -10,28 +10,26 @@ use anyhow::{Context, Result, bail};
 
 use super::constrain::{compile, compiler_for};
 use super::output::{cancel_flag, install_interrupt_handler, per_s, result_json};
+use super::speculation::SpecType;
 use super::tokenize::{print_verbose_prompt, text_or_stdin};
+use super::vision::{Images, prefill_pieces, prompt_rows};
 use super::{
     AnyLoaded, Loaded, OutputFormat, ReasoningDisplay, RunArgs, context_size, load, on_backend,
 };
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message, TemplateOrigin};
 use crate::model::generate::{FinishReason, GenerateOptions, ReasoningSink, StopRules, generate};
+use crate::model::multimodal::{self, PromptPiece};
 use crate::model::session::DEFAULT_BATCH;
 use crate::model::{Session, Tokenizer};
 use crate::sampler::{ConstraintSpec, Sampler};
 
-/// The prompt's token ids: raw, or rendered through the chat template.
-fn prompt_ids(
-    args: &RunArgs,
-    text: &str,
-    tok: &Tokenizer,
-    arch: crate::model::Arch,
-) -> Result<Vec<u32>> {
+/// The chat template the prompt goes through, or None for a raw prompt.
+fn template_for(args: &RunArgs, tok: &Tokenizer, arch: crate::model::Arch) -> Option<ChatTemplate> {
     let has_template = tok.chat_template.is_some();
     let chat = args.chat || args.system.is_some() || (!args.raw && has_template);
     if !chat {
-        return Ok(tok.encode(text, true)?);
+        return None;
     }
     let template = ChatTemplate::for_model(tok, arch)
         .with_kwargs(args.chat_template_kwargs.clone().unwrap_or_default());
@@ -41,12 +39,45 @@ fn prompt_ids(
             template.describe()
         );
     }
-    let mut messages = Vec::new();
-    if let Some(system) = &args.system {
-        messages.push(Message::new("system", system));
-    }
+    Some(template)
+}
+
+/// The system message, if any.
+fn history(args: &RunArgs) -> Vec<Message> {
+    args.system
+        .iter()
+        .map(|s| Message::new("system", s))
+        .collect()
+}
+
+/// The prompt's token ids: raw, or rendered through the chat template.
+fn prompt_ids(
+    args: &RunArgs,
+    text: &str,
+    tok: &Tokenizer,
+    arch: crate::model::Arch,
+) -> Result<Vec<u32>> {
+    let Some(template) = template_for(args, tok, arch) else {
+        return Ok(tok.encode(text, true)?);
+    };
+    let mut messages = history(args);
     messages.push(Message::new("user", text));
     Ok(template.prompt_ids(tok, &messages, true)?)
+}
+
+/// The prompt's pieces with `images` among its tokens.
+fn image_prompt(
+    args: &RunArgs,
+    text: &str,
+    tok: &Tokenizer,
+    arch: crate::model::Arch,
+    images: &Images,
+) -> Result<Vec<PromptPiece>> {
+    let n = images.encoded.len();
+    Ok(match template_for(args, tok, arch) {
+        None => multimodal::raw_prompt(tok, text, n, images.markers)?,
+        Some(t) => multimodal::chat_prompt(&t, tok, &history(args), text, n, images.markers)?,
+    })
 }
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
@@ -83,16 +114,45 @@ fn generate_for<B: Backend>(
     draft: Option<&AnyLoaded>,
 ) -> Result<ExitCode> {
     let (tok, model) = (&loaded.tokenizer, &loaded.model);
-    let ids = prompt_ids(args, text, tok, model.config.arch)?;
+    let images = args.vision.encode(model, &loaded.file.path, args.verbose)?;
+    if images.is_some()
+        && (args
+            .speculation
+            .spec_type
+            .is_some_and(|t| t != SpecType::None))
+    {
+        bail!("speculative decoding does not take images yet: leave out --spec-type");
+    }
+    let (pieces, ids, rows) = match &images {
+        None => {
+            let ids = prompt_ids(args, text, tok, model.config.arch)?;
+            let rows = ids.len();
+            (Vec::new(), ids, rows)
+        }
+        Some(img) => {
+            let pieces = image_prompt(args, text, tok, model.config.arch, img)?;
+            let rows = prompt_rows(&pieces, img);
+            (pieces, Vec::new(), rows)
+        }
+    };
     if args.verbose_prompt {
-        print_verbose_prompt(tok, &ids);
+        for piece in &pieces {
+            match piece {
+                PromptPiece::Tokens(ids) => print_verbose_prompt(tok, ids),
+                PromptPiece::Image(i) => eprintln!(
+                    "image {}: {} tokens\n",
+                    i + 1,
+                    images.as_ref().map_or(0, |img| img.encoded[*i].tokens())
+                ),
+            }
+        }
+        if images.is_none() {
+            print_verbose_prompt(tok, &ids);
+        }
     }
     let ctx = context_size(args.ctx_size, model.config.context_length);
-    if ids.len() > ctx {
-        bail!(
-            "the prompt is {} tokens but the context holds {ctx}; use -c to enlarge it",
-            ids.len()
-        );
+    if rows > ctx {
+        bail!("the prompt is {rows} tokens but the context holds {ctx}; use -c to enlarge it");
     }
     let max_tokens = if args.max_tokens < 0 {
         usize::MAX
@@ -102,7 +162,13 @@ fn generate_for<B: Backend>(
     let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
     args.speculation.prepare(&mut session)?;
     let shift = args.shift.for_model(model);
-    session.set_context_shift(shift.keep(&ids, tok.bos, 0))?;
+    if images.is_none() {
+        session.set_context_shift(shift.keep(&ids, tok.bos, 0))?;
+    }
+    let ids = match &images {
+        Some(img) => prefill_pieces(&mut session, &pieces, img)?,
+        None => ids,
+    };
     let mut sampler = Sampler::new(args.sampling.config(ctx)?);
     if let Some(spec) = constraint {
         let start = std::time::Instant::now();
@@ -186,7 +252,12 @@ fn generate_for<B: Backend>(
             }
         }
         OutputFormat::Json => {
-            let v = result_json(&loaded, &result, &sampler, args.logprobs > 0);
+            let mut v = result_json(&loaded, &result, &sampler, args.logprobs > 0);
+            if let Some(img) = &images {
+                v["image_tokens"] = img.tokens().into();
+                v["prompt_tokens"] = (rows as u64).into();
+                v["timings"]["image_encode_ms"] = (img.encode_time.as_secs_f64() * 1e3).into();
+            }
             writeln!(out, "{v}")?;
         }
     }

@@ -181,6 +181,26 @@ impl ChatTemplate {
     /// Render `messages`; with `add_generation_prompt` the text ends where the assistant's reply
     /// begins. A template that fails is an error carrying the template's own message.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_messages(
+            Value::from(minijinja::value::Serde(messages)),
+            add_generation_prompt,
+        )
+    }
+
+    /// `render` over messages in any shape the template takes (OpenAI-style content parts with
+    /// images, for one: `multimodal.rs`).
+    pub fn render_json(
+        &self,
+        messages: &serde_json::Value,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        self.render_messages(
+            Value::from(minijinja::value::Serde(messages)),
+            add_generation_prompt,
+        )
+    }
+
+    fn render_messages(&self, messages: Value, add_generation_prompt: bool) -> Result<String> {
         let mut env = Environment::new();
         env.set_syntax(
             minijinja::syntax::SyntaxConfig::builder()
@@ -215,7 +235,7 @@ impl ChatTemplate {
             .template_from_str(&self.source)
             .map_err(|e| Error::Template(describe(&e)))?;
         let ctx = minijinja::context! {
-            messages => Value::from(minijinja::value::Serde(messages)),
+            messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_str(),
             eos_token => self.eos_token.as_str(),
@@ -233,8 +253,13 @@ impl ChatTemplate {
         add_generation_prompt: bool,
     ) -> Result<Vec<u32>> {
         let text = self.render(messages, add_generation_prompt)?;
-        let starts_with_bos = !self.bos_token.is_empty() && text.starts_with(&self.bos_token);
-        tok.encode(&text, !starts_with_bos)
+        tok.encode(&text, !self.writes_bos(&text))
+    }
+
+    /// Whether a rendering starts with the BOS text (many templates write it themselves: the
+    /// tokenizer then adds no second one).
+    pub fn writes_bos(&self, rendered: &str) -> bool {
+        !self.bos_token.is_empty() && rendered.starts_with(&self.bos_token)
     }
 }
 

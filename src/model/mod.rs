@@ -9,6 +9,7 @@ pub mod config;
 pub mod conversation;
 pub mod generate;
 pub mod loader;
+pub mod multimodal;
 #[cfg(feature = "gpu")]
 pub mod placement;
 pub mod reasoning;

@@ -17,3 +17,4 @@ mod constrain;
 mod hub;
 mod info;
 mod shell;
+mod vision;

@@ -77,6 +77,7 @@ pub mod random_weights;
 pub mod requantized;
 pub mod speculation;
 pub mod synth;
+pub mod vision;
 
 /// The kiln binary as a command, with no model taken from the environment and no colours.
 pub fn kiln() -> assert_cmd::Command {

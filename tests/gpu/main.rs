@@ -10,4 +10,5 @@ mod cli_split;
 mod gpu_models;
 mod gpu_ops;
 mod gpu_profile;
+mod gpu_vision;
 mod split_models;

@@ -1,0 +1,227 @@
+//! Images on the command line, as llama.cpp's `llama-mtmd-cli` takes them: `--mmproj` (found
+//! beside the model when not given), `--image` (repeatable), `--image-min-tokens` and
+//! `--image-max-tokens`; the images decoded and encoded on the model's backend, and a prompt
+//! with images prefilled into a session.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::backend::Backend;
+use crate::model::multimodal::{ImageMarkers, PromptPiece};
+use crate::model::{Model, Session};
+use crate::vision::{Encoded, Mmproj, VisionEncoder, image};
+
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct VisionArgs {
+    /// Multimodal projector (an mmproj GGUF) for --image. Default: the one mmproj*.gguf file in
+    /// the model's folder
+    #[arg(long, value_name = "FILE")]
+    pub mmproj: Option<PathBuf>,
+
+    /// An image to give the model before the prompt (repeatable): PNG, JPEG, WebP, BMP or GIF
+    /// (its first frame). A `<__media__>` marker in a raw prompt places it there
+    #[arg(long = "image", value_name = "FILE")]
+    pub images: Vec<PathBuf>,
+
+    /// Fewest tokens per image (0: the projector's default); small images are scaled up to it
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub image_min_tokens: usize,
+
+    /// Most tokens per image (0: the projector's default); large images are scaled down to it
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub image_max_tokens: usize,
+}
+
+/// A prompt's images, encoded.
+pub struct Images {
+    pub encoded: Vec<Encoded>,
+    pub encode_time: Duration,
+    pub markers: ImageMarkers,
+}
+
+impl Images {
+    pub fn tokens(&self) -> usize {
+        self.encoded.iter().map(Encoded::tokens).sum()
+    }
+}
+
+impl VisionArgs {
+    /// The projector: `--mmproj`, else the one `mmproj*.gguf` beside the model.
+    fn mmproj_path(&self, model_path: &Path) -> Result<PathBuf> {
+        if let Some(p) = &self.mmproj {
+            return Ok(p.clone());
+        }
+        let dir = model_path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let dir = if model_path.is_dir() { model_path } else { dir };
+        let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| {
+                        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                            n.to_ascii_lowercase().starts_with("mmproj") && n.ends_with(".gguf")
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        match found.len() {
+            1 => Ok(found.remove(0)),
+            0 => bail!(
+                "--image needs a multimodal projector: give one with --mmproj (no mmproj*.gguf \
+                 beside {})",
+                model_path.display()
+            ),
+            _ => bail!(
+                "{} holds several projectors ({}): choose one with --mmproj",
+                dir.display(),
+                found
+                    .iter()
+                    .filter_map(|p| p.file_name()?.to_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
+    }
+
+    /// Decode and encode the images on the model's backend; None without `--image`.
+    pub fn encode<B: Backend>(
+        &self,
+        model: &Model<B>,
+        model_path: &Path,
+        verbose: bool,
+    ) -> Result<Option<Images>> {
+        if self.images.is_empty() {
+            if self.mmproj.is_some() && verbose {
+                eprintln!("note: --mmproj without --image: the projector is not loaded");
+            }
+            return Ok(None);
+        }
+        let path = self.mmproj_path(model_path)?;
+        let mut file = Mmproj::open(&path)?;
+        file.config
+            .set_token_limits(self.image_min_tokens, self.image_max_tokens)?;
+        file.check_text_width(model.config.hidden_size)?;
+        let markers = ImageMarkers::for_projector(&file.config.projector);
+        let encoder = VisionEncoder::load(&file, &model.backend)?;
+        let start = Instant::now();
+        let mut encoded = Vec::with_capacity(self.images.len());
+        for image_path in &self.images {
+            let img = image::load(image_path)?;
+            let t = Instant::now();
+            let e = encoder
+                .encode(&model.backend, &img)
+                .with_context(|| format!("encoding {}", image_path.display()))?;
+            if verbose {
+                eprintln!(
+                    "image {}: {}×{} → {}×{}, {} tokens, encoded in {:.0} ms",
+                    image_path.display(),
+                    img.width,
+                    img.height,
+                    e.width,
+                    e.height,
+                    e.tokens(),
+                    t.elapsed().as_secs_f64() * 1e3
+                );
+            }
+            encoded.push(e);
+        }
+        Ok(Some(Images {
+            encoded,
+            encode_time: start.elapsed(),
+            markers,
+        }))
+    }
+}
+
+/// Rows a prompt of `pieces` takes in the context.
+pub fn prompt_rows(pieces: &[PromptPiece], images: &Images) -> usize {
+    pieces
+        .iter()
+        .map(|p| match p {
+            PromptPiece::Tokens(ids) => ids.len(),
+            PromptPiece::Image(i) => images.encoded[*i].tokens(),
+        })
+        .sum()
+}
+
+/// Prefill every piece but a last run of tokens, which is returned: the prompt `generate` runs.
+pub fn prefill_pieces<B: Backend>(
+    session: &mut Session<'_, B>,
+    pieces: &[PromptPiece],
+    images: &Images,
+) -> Result<Vec<u32>> {
+    let (last, before) = match pieces.split_last() {
+        Some((PromptPiece::Tokens(ids), before)) => (ids.clone(), before),
+        _ => (Vec::new(), pieces),
+    };
+    for piece in before {
+        match piece {
+            PromptPiece::Tokens(ids) => {
+                session.prefill(ids)?;
+            }
+            PromptPiece::Image(i) => {
+                let e = &images.encoded[*i];
+                session.prefill_embeddings(
+                    std::sync::Arc::new(e.embeddings.clone()),
+                    e.cols,
+                    e.rows,
+                )?;
+            }
+        }
+    }
+    Ok(last)
+}
+
+/// `kiln info` on a projector file: its projector, tower and image handling, as text or JSON.
+pub fn describe_mmproj(path: &Path, json: bool) -> Result<std::process::ExitCode> {
+    let file = Mmproj::open(path)?;
+    let lines = file.describe();
+    if json {
+        let c = &file.config;
+        let v = serde_json::json!({
+            "path": path,
+            "architecture": "clip",
+            "projector": c.projector.name(),
+            "file_size": file.file_size,
+            "tensor_count": file.tensors.len(),
+            "vision": {
+                "embedding_length": c.n_embd,
+                "block_count": c.n_layer,
+                "head_count": c.n_head,
+                "head_dim": c.head_dim,
+                "feed_forward_length": c.n_ff,
+                "image_size": c.image_size,
+                "patch_size": c.patch_size,
+                "spatial_merge": c.merge,
+                "min_tokens": c.min_tokens,
+                "max_tokens": c.max_tokens,
+                "projection_dim": c.projection_dim,
+            },
+            "runs": c.runnable().is_none(),
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        println!("{:<16} {}", "path", path.display());
+        println!("{:<16} multimodal projector (mmproj)", "format");
+        for (label, value) in lines {
+            println!("{label:<16} {value}");
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The projector beside a model, for `kiln info`'s line about it: (file name, projector name).
+pub fn projector_beside(model_path: &Path) -> Option<(String, String)> {
+    let args = VisionArgs::default();
+    let path = args.mmproj_path(model_path).ok()?;
+    let file = Mmproj::open(&path).ok()?;
+    let name = path.file_name()?.to_string_lossy().into_owned();
+    Some((name, file.config.projector.name().to_string()))
+}

@@ -1,0 +1,174 @@
+//! `kiln run --image` as a real process: the tiny Qwen3.5 model with its tiny projector
+//! (tests/fixtures/make_qwen35_vision.py) continues a prompt with an image as llama.cpp's mtmd
+//! does (golden/llama-cpp-vision.json), the projector is found beside the model, and bad images
+//! and projectors are clear errors (exit code 1), never a panic.
+
+use std::path::{Path, PathBuf};
+
+use crate::common;
+
+fn model() -> PathBuf {
+    common::fixture("models/qwen35-tiny.gguf")
+}
+
+fn mmproj() -> PathBuf {
+    common::fixture("models/qwen35-mmproj-tiny.gguf")
+}
+
+fn image(name: &str) -> PathBuf {
+    common::fixture(&format!("models/{name}"))
+}
+
+/// `kiln run` with an image in a raw prompt at llama.cpp's marker, greedy: the tokens llama.cpp
+/// generated (every step of the golden has a margin of at least 0.175), the image's 16 tokens,
+/// and the prompt's 44 rows.
+#[test]
+fn run_with_an_image_generates_llama_cpps_tokens() {
+    let golden = common::golden("llama-cpp-vision.json");
+    let case = &golden["logits"];
+    let want: Vec<u64> = case["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["token"].as_u64().unwrap())
+        .collect();
+    let out = common::kiln()
+        .args([
+            "run", "--raw", "--temp", "0", "-n", "8", "--format", "json", "-c", "128",
+        ])
+        .arg("-m")
+        .arg(model())
+        .arg("--mmproj")
+        .arg(mmproj())
+        .arg("--image")
+        .arg(image(case["image"].as_str().unwrap()))
+        .arg(case["prompt"].as_str().unwrap())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<u64> = v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(v["image_tokens"], 16);
+    assert_eq!(v["prompt_tokens"], case["n_prompt_tokens"]);
+    assert!(v["timings"]["image_encode_ms"].as_f64().unwrap() >= 0.0);
+}
+
+/// Without --mmproj, the one mmproj*.gguf beside the model is used; two are an error naming both.
+#[test]
+fn the_projector_beside_the_model_is_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = |from: &Path, name: &str| std::fs::copy(from, dir.path().join(name)).unwrap();
+    link(&model(), "model.gguf");
+    link(&mmproj(), "mmproj-model-f32.gguf");
+    let run = || {
+        common::kiln()
+            .args(["run", "--temp", "0", "-n", "2", "-m"])
+            .arg(dir.path().join("model.gguf"))
+            .arg("--image")
+            .arg(image("vision-48x32.png"))
+            .arg("What is this?")
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `kiln info` names the projector beside a model, and describes a projector file.
+    let info = |path: PathBuf| {
+        let out = common::kiln()
+            .arg("info")
+            .arg("-m")
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = info(dir.path().join("model.gguf"));
+    assert!(
+        text.contains("mmproj-model-f32.gguf beside it (qwen3vl_merger"),
+        "{text}"
+    );
+    let text = info(mmproj());
+    assert!(
+        text.contains("qwen3vl_merger") && text.contains("16 at the native size"),
+        "{text}"
+    );
+    link(&mmproj(), "mmproj-other.gguf");
+    let out = run();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("mmproj-other.gguf") && stderr.contains("--mmproj"),
+        "{stderr}"
+    );
+}
+
+/// Bad images and projectors: exit code 1 and a message that names the problem.
+#[test]
+fn bad_images_and_projectors_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = std::fs::read(image("vision-32x32.png")).unwrap();
+    let truncated = dir.path().join("truncated.png");
+    std::fs::write(&truncated, &png[..png.len() / 2]).unwrap();
+    let text = dir.path().join("notes.png");
+    std::fs::write(&text, "not an image at all").unwrap();
+    // A BMP header that claims 100000 × 100000 pixels and holds none.
+    let mut bmp = b"BM".to_vec();
+    for v in [54u32, 0, 54, 40, 100_000, 100_000] {
+        bmp.extend_from_slice(&v.to_le_bytes());
+    }
+    bmp.extend_from_slice(&1u16.to_le_bytes());
+    bmp.extend_from_slice(&24u16.to_le_bytes());
+    bmp.extend_from_slice(&[0; 24]);
+    let huge = dir.path().join("huge.bmp");
+    std::fs::write(&huge, &bmp).unwrap();
+    let cases: [(&Path, PathBuf, PathBuf, &str); 5] = [
+        (&truncated, model(), mmproj(), "cannot decode"),
+        (&text, model(), mmproj(), "not an image"),
+        (&huge, model(), mmproj(), "too large"),
+        (
+            Path::new("/nonexistent/cat.png"),
+            model(),
+            mmproj(),
+            "cat.png",
+        ),
+        // A projector for a model of width 64 with one of width 16.
+        (
+            &image("vision-32x32.png"),
+            common::fixture("models/tiny-qwen3.gguf"),
+            mmproj(),
+            "belongs to another model",
+        ),
+    ];
+    for (img, model, mmproj, want) in cases {
+        let out = common::kiln()
+            .args(["run", "-n", "1", "-m"])
+            .arg(&model)
+            .arg("--mmproj")
+            .arg(&mmproj)
+            .arg("--image")
+            .arg(img)
+            .arg("hi")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}: {stderr}", img.display());
+        assert!(stderr.contains(want), "{}: {stderr}", img.display());
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}

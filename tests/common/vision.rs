@@ -1,0 +1,166 @@
+//! The vision tests' shared parts (tests/model/vision.rs on the CPU, tests/gpu/gpu_vision.rs on
+//! the GPU): the tiny Qwen3.5 projector's images, llama.cpp's and the float64 tower's embeddings
+//! of them, and llama.cpp's greedy steps after a prompt with an image.
+
+use std::sync::Arc;
+
+use super::golden_run::{self, Tolerance};
+use kiln::backend::{Backend, CacheType};
+use kiln::model::arch::KvCacheTypes;
+use kiln::model::session::DEFAULT_BATCH;
+use kiln::model::{Model, Session};
+use kiln::vision::{Encoded, Mmproj, VisionEncoder, image};
+
+pub const IMAGES: [&str; 4] = [
+    "vision-32x32.png",
+    "vision-48x32.png",
+    "vision-45x29.png",
+    "vision-20x70.png",
+];
+
+/// Against llama.cpp, which rounds as kiln does (the f16 patch product and GELU table): what
+/// remains is float ordering, except where it moves a GELU input across an f16 rounding boundary,
+/// which moves that output by an f16 step (measured: at most 9.2e-4; a RoPE with row and column
+/// swapped moves the embeddings by 1.3).
+pub const LLAMA_CPP_TOLERANCE: f32 = 2e-3;
+/// Against the exact f64 tower, the f16 roundings themselves move the embeddings by up to 3.1e-3
+/// (scripts/reference/qwen3vl_f64.py measured llama.cpp at 1.6e-3 to 3.1e-3 from it).
+pub const F64_TOLERANCE: f32 = 5e-3;
+
+/// An image's token grid (columns, rows) and embeddings in a golden file.
+pub fn golden_embeddings(golden: &serde_json::Value, name: &str) -> (usize, usize, Vec<f32>) {
+    let entry = &golden["images"][name];
+    let floats = entry["embd"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as f32)
+        .collect();
+    let count = |k: &str| entry[k].as_u64().unwrap() as usize;
+    (count("nx_tokens"), count("ny_tokens"), floats)
+}
+
+pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+/// The tiny projector's tower on `backend`.
+pub fn encoder<B: Backend>(backend: &B) -> VisionEncoder<B> {
+    let file = Mmproj::open(&super::fixture("models/qwen35-mmproj-tiny.gguf")).unwrap();
+    VisionEncoder::load(&file, backend).unwrap()
+}
+
+/// Every test image encoded on `backend`.
+pub fn encode_all<B: Backend>(backend: &B) -> Vec<Encoded> {
+    let encoder = encoder(backend);
+    IMAGES
+        .iter()
+        .map(|name| {
+            let img = image::load(&super::fixture(&format!("models/{name}"))).unwrap();
+            encoder.encode(backend, &img).unwrap()
+        })
+        .collect()
+}
+
+/// Each image's largest difference from llama.cpp's embeddings and from the float64 tower's,
+/// asserting both tolerances.
+pub fn check_embeddings(encoded: &[Encoded], what: &str) {
+    let llama = super::golden("llama-cpp-vision.json");
+    let f64_tower = super::golden("f64-qwen3vl.json");
+    for (name, got) in IMAGES.iter().zip(encoded) {
+        let (cols, rows, want) = golden_embeddings(&llama, name);
+        assert_eq!(
+            (got.cols, got.rows),
+            (cols, rows),
+            "{what} {name}: token grid"
+        );
+        let d_llama = max_diff(&got.embeddings, &want);
+        let d_f64 = max_diff(&got.embeddings, &golden_embeddings(&f64_tower, name).2);
+        eprintln!(
+            "{what} {name}: max |Δ| {d_llama:.2e} against llama.cpp, {d_f64:.2e} against f64"
+        );
+        assert!(
+            d_llama <= LLAMA_CPP_TOLERANCE,
+            "{what} {name}: {d_llama} from llama.cpp"
+        );
+        assert!(
+            d_f64 <= F64_TOLERANCE,
+            "{what} {name}: {d_f64} from the f64 tower"
+        );
+    }
+}
+
+/// Teacher-forced greedy steps after the golden's prompt with an image, its embeddings given:
+/// (worst top-5 |Δ|, rms of the top-5 differences) against llama.cpp, asserting `tol`'s rule.
+pub fn steps_after_image<B: Backend>(
+    model: &Model<B>,
+    embeddings: Vec<f32>,
+    tol: &Tolerance,
+    what: &str,
+) -> (f32, f32) {
+    let golden = super::golden("llama-cpp-vision.json");
+    let case = &golden["logits"];
+    // llama.cpp's run kept an F32 cache.
+    let f32_cache = KvCacheTypes {
+        k: CacheType::F32,
+        v: CacheType::F32,
+    };
+    let mut session = Session::with_options(model, 128, DEFAULT_BATCH, f32_cache).unwrap();
+    let mut embeddings = Some(Arc::new(embeddings));
+    let mut logits = Vec::new();
+    for chunk in case["chunks"].as_array().unwrap() {
+        let count = |k: &str| chunk[k].as_u64().unwrap() as usize;
+        logits = match chunk["type"].as_str().unwrap() {
+            "text" => session
+                .prefill(&golden_run::ids(&chunk["tokens"]))
+                .unwrap()
+                .to_vec(),
+            _ => session
+                .prefill_embeddings(
+                    embeddings.take().unwrap(),
+                    count("nx_tokens"),
+                    count("ny_tokens"),
+                )
+                .unwrap()
+                .to_vec(),
+        };
+    }
+    assert_eq!(
+        session.next_position(),
+        case["prompt_tokens"].as_u64().unwrap() as usize,
+        "{what}: positions the prompt takes"
+    );
+    let (mut worst, mut sum_sq, mut checks) = (0f32, 0f64, 0);
+    for (i, step) in case["steps"].as_array().unwrap().iter().enumerate() {
+        let top5 = step["top5"].as_array().unwrap();
+        for pair in top5 {
+            let (id, want) = (
+                pair[0].as_u64().unwrap() as usize,
+                pair[1].as_f64().unwrap() as f32,
+            );
+            let d = (logits[id] - want).abs();
+            (worst, sum_sq, checks) = (worst.max(d), sum_sq + (d as f64).powi(2), checks + 1);
+            assert!(
+                d <= tol.abs + tol.rel * want.abs(),
+                "{what}: step {i}: logit of {id} is {}, llama.cpp {want}",
+                logits[id]
+            );
+        }
+        let token = step["token"].as_u64().unwrap() as u32;
+        let margin = top5[0][1].as_f64().unwrap() - top5[1][1].as_f64().unwrap();
+        if margin >= tol.margin as f64 {
+            assert_eq!(golden_run::argmax(&logits), token, "{what}: step {i}");
+        }
+        logits = session.decode(token).unwrap().to_vec();
+    }
+    let rms = (sum_sq / checks as f64).sqrt() as f32;
+    if let Some(limit) = tol.rms {
+        assert!(rms <= limit, "{what}: rms {rms} over {limit}");
+    }
+    eprintln!("{what}: worst top-5 |Δ| {worst:.2e}, rms {rms:.2e} over 8 steps");
+    (worst, rms)
+}

@@ -1,0 +1,35 @@
+//! Images on the GPU: the tiny Qwen3.5 projector's tower on the wgpu backend against llama.cpp's
+//! and the float64 tower's embeddings, and the text model after an image against llama.cpp's
+//! greedy steps, as tests/model/vision.rs checks them on the CPU (tests/common/vision.rs).
+
+use crate::common;
+
+use common::golden_run;
+use common::vision::{check_embeddings, encode_all, encoder, steps_after_image};
+use kiln::model::{Model, ModelFile};
+use kiln::vision::image;
+
+#[test]
+fn qwen3vl_on_the_gpu_matches_llama_cpp() {
+    let Some(gpu) = common::gpu::gpu() else {
+        return;
+    };
+    check_embeddings(&encode_all(&gpu), "GPU");
+    let golden = common::golden("llama-cpp-vision.json");
+    let image_name = golden["logits"]["image"].as_str().unwrap();
+    let mf = ModelFile::open(&common::fixture("models/qwen35-tiny.gguf")).unwrap();
+    let Some(gpu) = common::gpu::gpu() else {
+        return;
+    };
+    let model = Model::load(&mf, gpu).unwrap();
+    let img = image::load(&common::fixture(&format!("models/{image_name}"))).unwrap();
+    let encoded = encoder(&model.backend)
+        .encode(&model.backend, &img)
+        .unwrap();
+    steps_after_image(
+        &model,
+        encoded.embeddings,
+        &golden_run::GELU_TABLE_F32,
+        "GPU, kiln's embeddings",
+    );
+}
