@@ -23,6 +23,7 @@ use super::{
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, TemplateOrigin};
 use crate::model::conversation::Conversation;
+use crate::model::multimodal::ImageInput;
 use crate::model::generate::{
     FinishReason, GenerateOptions, Generation, ReasoningSink, StopRules, generate,
 };
@@ -68,6 +69,10 @@ pub struct ChatArgs {
     #[command(flatten)]
     pub shift: ContextShiftArgs,
 
+    /// Images: --mmproj, --image (attached to the first message), and their token limits
+    #[command(flatten)]
+    pub vision: super::vision::VisionArgs,
+
     /// Do not print the stats line after each reply
     #[arg(long)]
     pub no_stats: bool,
@@ -90,6 +95,7 @@ Commands:
   /set temp|top-k|top-p|min-p|seed|max-tokens VALUE
   /stats                context used and the last reply's speed
   /save FILE            write the conversation as JSON
+  /image PATH           attach an image to your next message (needs a projector: --mmproj)
   /exit                 leave (Ctrl-D works too)
 Input: end a line with \\ to continue it; wrap several lines in \"\"\" … \"\"\".
 Ctrl-C stops a reply; Ctrl-D leaves.";
@@ -171,6 +177,12 @@ struct Chat<'m, B: Backend> {
     show_stats: bool,
     shift: ContextShiftArgs,
     verbose_prompt: bool,
+    /// The projector's tower, loaded at the first image.
+    encoder: Option<super::vision::ImageEncoder<'m, B>>,
+    vision: super::vision::VisionArgs,
+    model_path: std::path::PathBuf,
+    /// Images waiting for the next message.
+    pending_images: Vec<ImageInput>,
 }
 
 enum Flow {
@@ -209,6 +221,12 @@ impl<B: Backend> Chat<'_, B> {
                 });
             }
             "/set" => self.set(rest)?,
+            "/image" => {
+                if rest.is_empty() {
+                    bail!("usage: /image PATH");
+                }
+                self.attach(std::path::Path::new(rest))?;
+            }
             "/stats" => self.print_stats(),
             "/save" => {
                 if rest.is_empty() {
@@ -232,6 +250,25 @@ impl<B: Backend> Chat<'_, B> {
             other => bail!("unknown command {other}; /help lists them"),
         }
         Ok(Flow::Continue)
+    }
+
+    /// Encode an image for the next message, loading the projector at the first.
+    fn attach(&mut self, path: &std::path::Path) -> Result<()> {
+        if self.encoder.is_none() {
+            let model = self.conv.session.model();
+            let encoder = self.vision.encoder(model, &self.model_path)?;
+            self.conv.set_image_markers(encoder.markers);
+            self.encoder = Some(encoder);
+        }
+        let encoder = self.encoder.as_ref().expect("loaded above");
+        let e = encoder.encode_file(path, false)?;
+        self.note(&format!(
+            "(image {}: {} tokens, for your next message)",
+            path.display(),
+            e.tokens()
+        ));
+        self.pending_images.push(super::vision::image_input(&e));
+        Ok(())
     }
 
     fn set(&mut self, rest: &str) -> Result<()> {
@@ -297,7 +334,11 @@ impl<B: Backend> Chat<'_, B> {
     fn turn(&mut self, text: &str) -> Result<()> {
         let ctx = self.conv.session.ctx();
         let reserve = self.max_tokens.unwrap_or(ctx / 4).clamp(1, ctx / 2 + 1);
-        let turn = match self.conv.user_turn(self.tok, text, reserve) {
+        let images = std::mem::take(&mut self.pending_images);
+        let turn = match self
+            .conv
+            .user_turn_with_images(self.tok, text, images, reserve)
+        {
             Ok(t) => t,
             Err(crate::Error::ContextFull { needed, ctx }) => {
                 bail!(
@@ -483,7 +524,14 @@ fn chat_with<B: Backend>(
         show_stats: !args.no_stats && interactive,
         shift: args.shift.for_model(model),
         verbose_prompt: args.verbose_prompt,
+        encoder: None,
+        vision: args.vision.clone(),
+        model_path: loaded.file.path.clone(),
+        pending_images: Vec::new(),
     };
+    for image in &args.vision.images {
+        chat.attach(image)?;
+    }
     install_interrupt_handler(false);
 
     if !interactive {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use crate::backend::Backend;
-use crate::model::multimodal::{ImageMarkers, PromptPiece};
+use crate::model::multimodal::{ImageInput, ImageMarkers, PromptPiece};
 use crate::model::{Model, Session};
 use crate::vision::{Encoded, Mmproj, VisionEncoder, image};
 
@@ -90,6 +90,24 @@ impl VisionArgs {
         }
     }
 
+    /// The projector's tower on the model's backend.
+    pub fn encoder<'m, B: Backend>(
+        &self,
+        model: &'m Model<B>,
+        model_path: &Path,
+    ) -> Result<ImageEncoder<'m, B>> {
+        let path = self.mmproj_path(model_path)?;
+        let mut file = Mmproj::open(&path)?;
+        file.config
+            .set_token_limits(self.image_min_tokens, self.image_max_tokens)?;
+        file.check_text_width(model.config.hidden_size)?;
+        Ok(ImageEncoder {
+            markers: ImageMarkers::for_projector(&file.config.projector),
+            encoder: VisionEncoder::load(&file, &model.backend)?,
+            backend: &model.backend,
+        })
+    }
+
     /// Decode and encode the images on the model's backend; None without `--image`.
     pub fn encode<B: Backend>(
         &self,
@@ -103,40 +121,59 @@ impl VisionArgs {
             }
             return Ok(None);
         }
-        let path = self.mmproj_path(model_path)?;
-        let mut file = Mmproj::open(&path)?;
-        file.config
-            .set_token_limits(self.image_min_tokens, self.image_max_tokens)?;
-        file.check_text_width(model.config.hidden_size)?;
-        let markers = ImageMarkers::for_projector(&file.config.projector);
-        let encoder = VisionEncoder::load(&file, &model.backend)?;
+        let encoder = self.encoder(model, model_path)?;
         let start = Instant::now();
-        let mut encoded = Vec::with_capacity(self.images.len());
-        for image_path in &self.images {
-            let img = image::load(image_path)?;
-            let t = Instant::now();
-            let e = encoder
-                .encode(&model.backend, &img)
-                .with_context(|| format!("encoding {}", image_path.display()))?;
-            if verbose {
-                eprintln!(
-                    "image {}: {}×{} → {}×{}, {} tokens, encoded in {:.0} ms",
-                    image_path.display(),
-                    img.width,
-                    img.height,
-                    e.width,
-                    e.height,
-                    e.tokens(),
-                    t.elapsed().as_secs_f64() * 1e3
-                );
-            }
-            encoded.push(e);
-        }
+        let encoded = self
+            .images
+            .iter()
+            .map(|p| encoder.encode_file(p, verbose))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Some(Images {
             encoded,
             encode_time: start.elapsed(),
-            markers,
+            markers: encoder.markers,
         }))
+    }
+}
+
+/// A projector's tower loaded on a model's backend.
+pub struct ImageEncoder<'m, B: Backend> {
+    encoder: VisionEncoder<B>,
+    backend: &'m B,
+    pub markers: ImageMarkers,
+}
+
+impl<B: Backend> ImageEncoder<'_, B> {
+    /// Decode and encode the image file at `path`; with `verbose`, a line about it on stderr.
+    pub fn encode_file(&self, path: &Path, verbose: bool) -> Result<Encoded> {
+        let img = image::load(path)?;
+        let t = Instant::now();
+        let e = self
+            .encoder
+            .encode(self.backend, &img)
+            .with_context(|| format!("encoding {}", path.display()))?;
+        if verbose {
+            eprintln!(
+                "image {}: {}×{} → {}×{}, {} tokens, encoded in {:.0} ms",
+                path.display(),
+                img.width,
+                img.height,
+                e.width,
+                e.height,
+                e.tokens(),
+                t.elapsed().as_secs_f64() * 1e3
+            );
+        }
+        Ok(e)
+    }
+}
+
+/// An encoded image as a prompt takes it.
+pub fn image_input(e: &Encoded) -> ImageInput {
+    ImageInput {
+        cols: e.cols,
+        rows: e.rows,
+        embeddings: std::sync::Arc::new(e.embeddings.clone()),
     }
 }
 
@@ -167,12 +204,8 @@ pub fn prefill_pieces<B: Backend>(
                 session.prefill(ids)?;
             }
             PromptPiece::Image(i) => {
-                let e = &images.encoded[*i];
-                session.prefill_embeddings(
-                    std::sync::Arc::new(e.embeddings.clone()),
-                    e.cols,
-                    e.rows,
-                )?;
+                let img = image_input(&images.encoded[*i]);
+                session.prefill_embeddings(img.embeddings, img.cols, img.rows)?;
             }
         }
     }

@@ -97,6 +97,7 @@ pub(crate) const PHI3: BuiltinTemplate = BuiltinTemplate {
     source: include_str!("templates/phi3.jinja"),
 };
 
+#[derive(Clone)]
 pub struct ChatTemplate {
     source: String,
     pub origin: TemplateOrigin,

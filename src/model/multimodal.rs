@@ -49,6 +49,21 @@ impl ImageMarkers {
 /// The marker llama.cpp's mtmd looks for in prompt text (`mtmd_default_marker`).
 pub const MEDIA_MARKER: &str = "<__media__>";
 
+/// An image as a prompt takes it: its token grid and embeddings (a `vision::Encoded`'s). The
+/// `Arc` is its identity: a conversation's later turns recognize the image they already ran.
+#[derive(Debug, Clone)]
+pub struct ImageInput {
+    pub cols: usize,
+    pub rows: usize,
+    pub embeddings: std::sync::Arc<Vec<f32>>,
+}
+
+impl ImageInput {
+    pub fn tokens(&self) -> usize {
+        self.cols * self.rows
+    }
+}
+
 /// The pieces of a chat prompt: `history` as it is, then a user message with `images` images and
 /// `text`, then the assistant's turn.
 pub fn chat_prompt(
@@ -59,27 +74,46 @@ pub fn chat_prompt(
     images: usize,
     markers: ImageMarkers,
 ) -> Result<Vec<PromptPiece>> {
-    let mut messages: Vec<serde_json::Value> = history
-        .iter()
-        .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
-        .collect();
-    if images > 0 {
-        let mut parts: Vec<serde_json::Value> = (0..images)
-            .map(|_| serde_json::json!({"type": "image"}))
-            .collect();
-        parts.push(serde_json::json!({"type": "text", "text": text}));
-        messages.push(serde_json::json!({"role": "user", "content": parts}));
-        if let Ok(rendered) = template.render_json(&messages.clone().into(), true)
-            && rendered.matches(markers.placeholder).count() == images
-        {
-            let bos = !template.writes_bos(&rendered);
-            return split(tok, &rendered, markers.placeholder, bos, images, None);
-        }
-        messages.pop();
+    let mut messages: Vec<(Message, usize)> = history.iter().map(|m| (m.clone(), 0)).collect();
+    messages.push((Message::new("user", text), images));
+    render_pieces(template, tok, &messages, markers)
+}
+
+/// The pieces of a conversation whose messages each carry a number of images (before their
+/// text), then the assistant's turn. Images are numbered in order through the conversation.
+pub fn render_pieces(
+    template: &ChatTemplate,
+    tok: &Tokenizer,
+    messages: &[(Message, usize)],
+    markers: ImageMarkers,
+) -> Result<Vec<PromptPiece>> {
+    let images: usize = messages.iter().map(|(_, n)| n).sum();
+    let as_json = |with_parts: bool| -> serde_json::Value {
+        messages
+            .iter()
+            .map(|(m, n)| {
+                let content = if *n == 0 {
+                    serde_json::json!(m.content)
+                } else if with_parts {
+                    let mut parts: Vec<serde_json::Value> =
+                        (0..*n).map(|_| serde_json::json!({"type": "image"})).collect();
+                    parts.push(serde_json::json!({"type": "text", "text": m.content}));
+                    serde_json::json!(parts)
+                } else {
+                    serde_json::json!(format!("{}{}", MEDIA_MARKER.repeat(*n), m.content))
+                };
+                serde_json::json!({"role": m.role, "content": content})
+            })
+            .collect()
+    };
+    if images > 0
+        && let Ok(rendered) = template.render_json(&as_json(true), true)
+        && rendered.matches(markers.placeholder).count() == images
+    {
+        let bos = !template.writes_bos(&rendered);
+        return split(tok, &rendered, markers.placeholder, bos, images, None);
     }
-    let with_markers = format!("{}{text}", MEDIA_MARKER.repeat(images));
-    messages.push(serde_json::json!({"role": "user", "content": with_markers}));
-    let rendered = template.render_json(&messages.into(), true)?;
+    let rendered = template.render_json(&as_json(false), true)?;
     let bos = !template.writes_bos(&rendered);
     split(tok, &rendered, MEDIA_MARKER, bos, images, Some(markers))
 }

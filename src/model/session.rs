@@ -275,6 +275,15 @@ impl<'m, B: Backend> Session<'m, B> {
         !self.media.is_empty()
     }
 
+    /// For a row of an image: the image's identity (its embeddings' address, the `Arc` given to
+    /// `prefill_embeddings`), the row's index in it, and the image's first row.
+    pub fn image_at(&self, row: usize) -> Option<(usize, usize, usize)> {
+        self.media
+            .iter()
+            .find(|m| m.start <= row && row < m.end())
+            .map(|m| (Arc::as_ptr(&m.embeddings) as usize, row - m.start, m.start))
+    }
+
     /// The RoPE positions of context rows `from..from + n`, where images make them differ from
     /// the cache indices (multi-axis RoPE); None where they do not.
     fn positions(&self, from: usize, n: usize) -> Option<Vec<[u32; 3]>> {

@@ -71,48 +71,79 @@ pub fn vision_rope(x: &mut [f32], stride: usize, heads: usize, d: usize, pos: &[
 
 /// Bidirectional softmax attention over `n` rows of fused Q, K, V (`qkv`: per row Q, K and V of
 /// `heads × d` each): `out` gets per row the heads' softmax(scale · q·kᵀ) · V, side by side.
+/// Each head's keys and values are gathered into rows of their own first, and the dot products
+/// run in eight interleaved sums, which the compiler turns into vector code.
 pub fn attention(qkv: &[f32], n: usize, heads: usize, d: usize, scale: f32, out: &mut [f32]) {
     let width = heads * d;
-    let row = |r: usize, part: usize, h: usize| {
-        let at = r * 3 * width + part * width + h * d;
-        &qkv[at..at + d]
-    };
-    // One task per (head, query row): each writes its own d outputs.
-    let results: Vec<(usize, usize, Vec<f32>)> = (0..heads)
+    // Per head: its keys, then its values, n rows of d each.
+    let gathered: Vec<Vec<f32>> = (0..heads)
         .into_par_iter()
-        .flat_map_iter(|h| (0..n).map(move |i| (h, i)))
+        .map(|h| {
+            let mut kv = vec![0f32; 2 * n * d];
+            for r in 0..n {
+                for part in 0..2 {
+                    let at = r * 3 * width + (part + 1) * width + h * d;
+                    kv[part * n * d + r * d..][..d].copy_from_slice(&qkv[at..at + d]);
+                }
+            }
+            kv
+        })
+        .collect();
+    const ROWS: usize = 8; // query rows per task
+    let tasks: Vec<(usize, usize)> = (0..heads)
+        .flat_map(|h| (0..n.div_ceil(ROWS)).map(move |b| (h, b * ROWS)))
+        .collect();
+    let results: Vec<(usize, usize, Vec<f32>)> = tasks
+        .into_par_iter()
         .map_init(
             || vec![0f32; n],
-            |scores, (h, i)| {
-                let q = row(i, 0, h);
-                let mut max = f32::NEG_INFINITY;
-                for (j, s) in scores.iter_mut().enumerate() {
-                    let k = row(j, 1, h);
-                    let dot: f32 = q.iter().zip(k).map(|(a, b)| a * b).sum();
-                    *s = dot * scale;
-                    max = max.max(*s);
-                }
-                let mut total = 0f64;
-                for s in scores.iter_mut() {
-                    *s = expf(*s - max);
-                    total += *s as f64;
-                }
-                let inv = (1.0 / total) as f32;
-                let mut acc = vec![0f32; d];
-                for (j, &p) in scores.iter().enumerate() {
-                    let v = row(j, 2, h);
-                    let p = p * inv;
-                    for (a, &vv) in acc.iter_mut().zip(v) {
-                        *a += p * vv;
+            |scores, (h, first)| {
+                let (keys, values) = gathered[h].split_at(n * d);
+                let last = (first + ROWS).min(n);
+                let mut acc = vec![0f32; (last - first) * d];
+                for (i, acc) in (first..last).zip(acc.chunks_exact_mut(d)) {
+                    let at = i * 3 * width + h * d;
+                    let q = &qkv[at..at + d];
+                    let mut max = f32::NEG_INFINITY;
+                    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(d)) {
+                        *s = dot(q, k) * scale;
+                        max = max.max(*s);
+                    }
+                    let mut total = 0f64;
+                    for s in scores.iter_mut() {
+                        *s = expf(*s - max);
+                        total += *s as f64;
+                    }
+                    let inv = (1.0 / total) as f32;
+                    for (&p, v) in scores.iter().zip(values.chunks_exact(d)) {
+                        let p = p * inv;
+                        for (a, &vv) in acc.iter_mut().zip(v) {
+                            *a += p * vv;
+                        }
                     }
                 }
-                (h, i, acc)
+                (h, first, acc)
             },
         )
         .collect();
-    for (h, i, acc) in results {
-        out[i * width + h * d..i * width + (h + 1) * d].copy_from_slice(&acc);
+    for (h, first, acc) in results {
+        for (i, a) in (first..).zip(acc.chunks_exact(d)) {
+            out[i * width + h * d..][..d].copy_from_slice(a);
+        }
     }
+}
+
+/// Σ a·b in eight interleaved f32 sums (vectorizable).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for k in 0..8 {
+            lanes[k] += x[k] * y[k];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// Bilinear resampling with aligned corners of a `side × side` grid of `width`-value vectors

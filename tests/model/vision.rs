@@ -11,8 +11,13 @@ use crate::common;
 
 use common::golden_run;
 use common::vision::{check_embeddings, encode_all, encoder, golden_embeddings, steps_after_image};
+use std::sync::Arc;
+
 use kiln::backend::cpu::CpuBackend;
-use kiln::model::{Model, ModelFile};
+use kiln::model::chat::{ChatTemplate, Message};
+use kiln::model::conversation::Conversation;
+use kiln::model::multimodal::{ImageInput, ImageMarkers, PromptPiece, render_pieces};
+use kiln::model::{Model, ModelFile, Session, Tokenizer};
 use kiln::vision::{Mmproj, image};
 
 #[test]
@@ -54,4 +59,67 @@ fn logits_after_an_image_match_llama_cpp() {
         &golden_run::GELU_TABLE_F32,
         "kiln's embeddings",
     );
+}
+
+/// A chat with an image in turn 1 and questions in turns 2 and 3: each later turn prefills only
+/// what it adds (the image is not encoded or run again), and its logits are those of a fresh
+/// session that runs the whole rendered conversation, image included.
+#[test]
+fn chat_with_an_image_reuses_it_across_turns() {
+    let mf = ModelFile::open(&common::fixture("models/qwen35-tiny.gguf")).unwrap();
+    let tok = Tokenizer::from_model(&mf).unwrap();
+    let model = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
+    let file = Mmproj::open(&common::fixture("models/qwen35-mmproj-tiny.gguf")).unwrap();
+    let markers = ImageMarkers::for_projector(&file.config.projector);
+    let img = image::load(&common::fixture("models/vision-48x32.png")).unwrap();
+    let e = encoder(&model.backend).encode(&model.backend, &img).unwrap();
+    let image = ImageInput {
+        cols: e.cols,
+        rows: e.rows,
+        embeddings: Arc::new(e.embeddings),
+    };
+    let template = ChatTemplate::for_model(&tok, mf.config.arch);
+    let mut conv = Conversation::new(Session::new(&model, 512).unwrap(), template.clone(), None);
+    conv.set_image_markers(markers);
+    let turns = ["What is in this picture?", "What colour is it?", "Thanks."];
+    let reply = "A small test pattern.";
+    let mut history: Vec<(Message, usize)> = Vec::new();
+    for (i, text) in turns.iter().enumerate() {
+        let images = if i == 0 { vec![image.clone()] } else { Vec::new() };
+        let cached = conv.session.tokens().len();
+        let before = conv.session.stats;
+        let turn = conv.user_turn_with_images(&tok, text, images, 64).unwrap();
+        let logits = conv.session.prefill(&turn.new_tokens).unwrap().to_vec();
+        let prefilled = conv.session.stats.prefill_tokens - before.prefill_tokens;
+        history.push((Message::new("user", text), usize::from(i == 0)));
+        if i == 0 {
+            assert_eq!(prefilled, turn.total_tokens, "turn 1 runs it all, image included");
+        } else {
+            assert_eq!(prefilled, turn.total_tokens - cached, "turn {}: only what is new", i + 1);
+            assert!(conv.session.has_media(), "the image stays in the cache");
+        }
+        // A fresh session over the whole conversation.
+        let pieces = render_pieces(&template, &tok, &history, markers).unwrap();
+        let mut fresh = Session::new(&model, 512).unwrap();
+        let mut want = Vec::new();
+        for piece in &pieces {
+            want = match piece {
+                PromptPiece::Tokens(ids) => fresh.prefill(ids).unwrap().to_vec(),
+                PromptPiece::Image(_) => fresh
+                    .prefill_embeddings(image.embeddings.clone(), image.cols, image.rows)
+                    .unwrap()
+                    .to_vec(),
+            };
+        }
+        assert_eq!(fresh.tokens(), conv.session.tokens(), "turn {}", i + 1);
+        let d = common::vision::max_diff(&logits, &want);
+        eprintln!("turn {}: prefilled {prefilled} of {} rows; |Δ| {d:.1e}", i + 1, turn.total_tokens);
+        assert!(d <= 1e-3, "turn {}: against a fresh run: {d}", i + 1);
+        for t in tok.encode(reply, false).unwrap() {
+            conv.session.decode(t).unwrap();
+        }
+        conv.session.checkpoint().unwrap();
+        conv.assistant_reply(reply);
+        history.push((Message::new("assistant", reply), 0));
+    }
 }

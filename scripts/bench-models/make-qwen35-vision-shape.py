@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Write random-weight Qwen3.5 vision towers (llama.cpp mmproj files, `clip.projector_type` = "qwen3vl_merger") at
+the real model's vision shape, and a test image, for CPU speed measurements of image encoding only (scripts/
+bench-vision.py): the embeddings are noise. Do not commit the output.
+
+Layout: that of the tiny fixture tests/fixtures/make_qwen35_vision.py (what llama.cpp's clip_graph_qwen3vl,
+tools/mtmd/models/qwen3vl.cpp, builds: two patch kernels summed, patch bias, a learned position grid, pre-norm
+LayerNorm blocks with fused QKV and 2-D RoPE, GELU FFN, v.post_ln, then the 2×2 merger mm.0 -> GELU -> mm.2; no
+deepstack, no pre_ln), at Qwen3.5's vision config: embedding_length 1152, 16 heads of 72, feed_forward_length 4304,
+27 blocks, patch_size 16, image_size 768 (a 48×48 position grid, 2304 rows), spatial_merge_size 2, GELU, eps 1e-6,
+image_mean = image_std = [0.5, 0.5, 0.5]; projection_dim = the text model's embedding_length (--proj-dim, default
+2048: /work/bench/qwen35-mtp-shape.q4_k_m.gguf's; llama-mtmd-cli and kiln both refuse a pair whose widths differ).
+
+NumPy shapes (GGUF ne reversed), E = 1152, F = 4304, P = projection_dim:
+  v.patch_embd.weight, v.patch_embd.weight.1  [E, 3, 16, 16]
+  v.patch_embd.bias [E]; v.position_embd.weight [2304, E]
+  v.blk.{0..26}: ln1/ln2 .weight/.bias [E]; attn_qkv [3E, E] + [3E]; attn_out [E, E] + [E];
+                 ffn_up [F, E] + [F]; ffn_down [E, F] + [E]
+  v.post_ln.weight/.bias [E]; mm.0 [4E, 4E] + [4E]; mm.2 [P, 4E] + [P]
+(446.6M parameters at P = 2048.)
+
+Two files, drawn from the same seed in the same order (so the Q8_0 file is the F16 file's values quantized):
+- qwen35-vision-shape.f16.gguf: every matrix F16, the patch kernels included (as llama.cpp's converter keeps them
+  in an F16 conversion); norms, biases and the position grid F32 (the converter's rule for 1-D tensors and
+  V_ENC_EMBD_POS).
+- qwen35-vision-shape.q8_0.gguf: attn_qkv, attn_out, ffn_up, mm.0, mm.2 Q8_0 (gguf-py's quantizer, as the
+  converter's); ffn_down F16, since its rows of 4304 are not a whole number of 32-value blocks (the converter's
+  Q8_0 conversion falls back to F16 for it too); the rest as in the F16 file (note: a converter Q8_0 conversion
+  would store the patch kernels F32; they are kept F16 here so that the two files differ only in the block
+  matrices).
+Weights: Gaussian, std 1/sqrt(fan_in) (patch kernels: fan_in 3·16·16); norm weights 1 ± 0.1, biases 0.02·N(0,1),
+position grid 0.1·N(0,1), so activations stay finite through the 27 blocks.
+
+Image: bench-768x512.png, 8-bit RGB (gradients, stripes, a disc, noise; stored deflate blocks as in the fixture
+script): a multiple of 32 (patch × merge) on each side, so neither tool resizes it: 48×32 patches, 384 tokens.
+
+Run (gguf 0.19, numpy): target/fixtures-venv/bin/python scripts/bench-models/make-qwen35-vision-shape.py \
+    /work/bench/vision [--proj-dim 2048]
+"""
+import os
+import struct
+import sys
+import zlib
+
+import numpy as np
+from gguf import GGMLQuantizationType
+from gguf.quants import quantize
+
+from bench_gguf import BenchFile
+
+E, HEADS, FF, LAYERS = 1152, 16, 4304, 27
+IMAGE_SIZE, PATCH, MERGE = 768, 16, 2
+EPS = 1e-6
+MEAN = [0.5, 0.5, 0.5]
+STD = [0.5, 0.5, 0.5]
+SEED = 35_1152
+IMAGE_W, IMAGE_H = 768, 512
+Q8_0 = GGMLQuantizationType.Q8_0
+# the 2-D block matrices the Q8_0 file quantizes (ffn_down is not there: 4304 % 32 != 0)
+QUANTIZED = ("attn_qkv.weight", "attn_out.weight", "ffn_up.weight", "mm.0.weight", "mm.2.weight")
+
+
+def tensors(proj_dim):
+    """(name, NumPy shape, kind) in file order; kind: 'matrix' (std 1/sqrt(fan_in) over the trailing dims),
+    'norm', 'bias' or 'pos'."""
+    t = [("v.patch_embd.weight", (E, 3, PATCH, PATCH), "matrix"),
+         ("v.patch_embd.weight.1", (E, 3, PATCH, PATCH), "matrix"),
+         ("v.patch_embd.bias", (E,), "bias"),
+         ("v.position_embd.weight", ((IMAGE_SIZE // PATCH) ** 2, E), "pos")]
+    for il in range(LAYERS):
+        b = f"v.blk.{il}"
+        t += [(f"{b}.ln1.weight", (E,), "norm"), (f"{b}.ln1.bias", (E,), "bias"),
+              (f"{b}.attn_qkv.weight", (3 * E, E), "matrix"), (f"{b}.attn_qkv.bias", (3 * E,), "bias"),
+              (f"{b}.attn_out.weight", (E, E), "matrix"), (f"{b}.attn_out.bias", (E,), "bias"),
+              (f"{b}.ln2.weight", (E,), "norm"), (f"{b}.ln2.bias", (E,), "bias"),
+              (f"{b}.ffn_up.weight", (FF, E), "matrix"), (f"{b}.ffn_up.bias", (FF,), "bias"),
+              (f"{b}.ffn_down.weight", (E, FF), "matrix"), (f"{b}.ffn_down.bias", (E,), "bias")]
+    merged = E * MERGE * MERGE
+    t += [("v.post_ln.weight", (E,), "norm"), ("v.post_ln.bias", (E,), "bias"),
+          ("mm.0.weight", (merged, merged), "matrix"), ("mm.0.bias", (merged,), "bias"),
+          ("mm.2.weight", (proj_dim, merged), "matrix"), ("mm.2.bias", (proj_dim,), "bias")]
+    return t
+
+
+def draw(rng, shape, kind):
+    if kind == "matrix":
+        return (rng.standard_normal(shape, dtype=np.float32) / np.sqrt(np.prod(shape[1:]))).astype(np.float32)
+    if kind == "norm":
+        return (1.0 + 0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+    if kind == "bias":
+        return (0.02 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+    assert kind == "pos", kind
+    return (0.1 * rng.standard_normal(shape, dtype=np.float32)).astype(np.float32)
+
+
+def write_mmproj(path, proj_dim, q8):
+    f = BenchFile(path, "clip", SEED)
+    w = f.w
+    w.add_type("mmproj")
+    w.add_name("qwen35-vision-shape")
+    w.add_file_type(7 if q8 else 1)  # MOSTLY_Q8_0 / MOSTLY_F16
+    w.add_string("clip.projector_type", "qwen3vl_merger")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_bool("clip.use_gelu", True)
+    w.add_uint32("clip.vision.embedding_length", E)
+    w.add_uint32("clip.vision.attention.head_count", HEADS)
+    w.add_uint32("clip.vision.feed_forward_length", FF)
+    w.add_uint32("clip.vision.block_count", LAYERS)
+    w.add_uint32("clip.vision.projection_dim", proj_dim)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", EPS)
+    w.add_uint32("clip.vision.image_size", IMAGE_SIZE)
+    w.add_uint32("clip.vision.patch_size", PATCH)
+    w.add_uint32("clip.vision.spatial_merge_size", MERGE)
+    w.add_array("clip.vision.image_mean", MEAN)
+    w.add_array("clip.vision.image_std", STD)
+    total = 0
+    for name, shape, kind in tensors(proj_dim):
+        total += int(np.prod(shape))
+        make = lambda shape=shape, kind=kind: draw(f.rng, shape, kind)
+        if kind != "matrix":
+            f.add(name, shape, np.float32, make)
+        elif q8 and name.endswith(QUANTIZED):
+            byte_shape = (*shape[:-1], shape[-1] // 32 * 34)
+            f.add(name, byte_shape, np.uint8, lambda make=make: quantize(make(), Q8_0), Q8_0)
+        else:
+            f.add(name, shape, np.float16, lambda make=make: make().astype(np.float16))
+    f.write()
+    print(f"wrote {path}: {len(tensors(proj_dim))} tensors, {total} params ({os.path.getsize(path) / 2**20:.0f} MiB)",
+          flush=True)
+
+
+def image(width, height):
+    """An RGB uint8 [height, width, 3] picture: gradients, diagonal stripes, a disc, noise (as the fixture's)."""
+    rng = np.random.default_rng(SEED)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float64)
+    u, v = x / max(width - 1, 1), y / max(height - 1, 1)
+    r = 40 + 170 * u + 30 * np.sin(0.09 * (x + 2 * y))
+    g = 200 - 150 * v + 25 * np.cos(0.06 * x - 0.04 * y)
+    b = 90 + 80 * u * v + 60 * np.sin(0.035 * (x - y))
+    disc = (x - 0.62 * width) ** 2 + (y - 0.4 * height) ** 2 < (0.22 * min(width, height)) ** 2
+    rgb = np.stack([r, g, b], axis=-1)
+    rgb[disc] = [235.0, 60.0, 150.0]
+    rgb += rng.normal(0.0, 12.0, rgb.shape)
+    return np.clip(np.rint(rgb), 0, 255).astype(np.uint8)
+
+
+def png_bytes(rgb):
+    """An 8-bit RGB PNG (filter 0 on every row; zlib stream of stored deflate blocks)."""
+    height, width, _ = rgb.shape
+    raw = b"".join(b"\x00" + rgb[row].tobytes() for row in range(height))
+    stream = bytearray(b"\x78\x01")
+    for start in range(0, len(raw), 65535):
+        block = raw[start:start + 65535]
+        last = start + 65535 >= len(raw)
+        stream += struct.pack("<BHH", 1 if last else 0, len(block), len(block) ^ 0xFFFF) + block
+    stream += struct.pack(">I", zlib.adler32(raw))
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", bytes(stream)) + chunk(b"IEND", b"")
+
+
+def main():
+    args = sys.argv[1:]
+    proj_dim = 2048
+    if "--proj-dim" in args:
+        i = args.index("--proj-dim")
+        proj_dim = int(args[i + 1])
+        del args[i:i + 2]
+    if len(args) != 1:
+        sys.exit(__doc__)
+    out_dir = args[0]
+    os.makedirs(out_dir, exist_ok=True)
+    write_mmproj(os.path.join(out_dir, "qwen35-vision-shape.f16.gguf"), proj_dim, q8=False)
+    write_mmproj(os.path.join(out_dir, "qwen35-vision-shape.q8_0.gguf"), proj_dim, q8=True)
+    png = os.path.join(out_dir, f"bench-{IMAGE_W}x{IMAGE_H}.png")
+    with open(png, "wb") as f:
+        f.write(png_bytes(image(IMAGE_W, IMAGE_H)))
+    print(f"wrote {png}: {IMAGE_W}x{IMAGE_H}, {IMAGE_W // PATCH}x{IMAGE_H // PATCH} patches, "
+          f"{(IMAGE_W // PATCH) * (IMAGE_H // PATCH) // MERGE**2} tokens", flush=True)
+
+
+if __name__ == "__main__":
+    main()
