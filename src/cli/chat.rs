@@ -23,10 +23,10 @@ use super::{
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, TemplateOrigin};
 use crate::model::conversation::Conversation;
-use crate::model::multimodal::ImageInput;
 use crate::model::generate::{
     FinishReason, GenerateOptions, Generation, ReasoningSink, StopRules, generate,
 };
+use crate::model::multimodal::ImageInput;
 use crate::model::session::DEFAULT_BATCH;
 use crate::model::speculative::Drafter;
 use crate::model::{Session, Tokenizer};

@@ -161,7 +161,12 @@ impl<'m, B: Backend> Conversation<'m, B> {
             .map(|s| (Message::new("system", s), Vec::new()));
         let images = |i: usize| self.images.get(i).cloned().unwrap_or_default();
         system
-            .chain(self.messages.iter().enumerate().map(|(i, m)| (m.clone(), images(i))))
+            .chain(
+                self.messages
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| (m.clone(), images(i))),
+            )
             .collect()
     }
 
@@ -239,7 +244,9 @@ impl<'m, B: Backend> Conversation<'m, B> {
                 continue;
             }
             match piece {
-                Piece::Tokens(ids) if at < shared => out.push(Piece::Tokens(ids[shared - at..].to_vec())),
+                Piece::Tokens(ids) if at < shared => {
+                    out.push(Piece::Tokens(ids[shared - at..].to_vec()))
+                }
                 other => out.push(other),
             }
             at += n;

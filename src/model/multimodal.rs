@@ -95,8 +95,9 @@ pub fn render_pieces(
                 let content = if *n == 0 {
                     serde_json::json!(m.content)
                 } else if with_parts {
-                    let mut parts: Vec<serde_json::Value> =
-                        (0..*n).map(|_| serde_json::json!({"type": "image"})).collect();
+                    let mut parts: Vec<serde_json::Value> = (0..*n)
+                        .map(|_| serde_json::json!({"type": "image"}))
+                        .collect();
                     parts.push(serde_json::json!({"type": "text", "text": m.content}));
                     serde_json::json!(parts)
                 } else {

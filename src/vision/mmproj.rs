@@ -206,6 +206,11 @@ impl VisionConfig {
                 "its head size {} is not a multiple of 4 (2-D RoPE)",
                 self.head_dim
             )),
+            Projector::Qwen3VlMerger if self.head_dim > super::ops::MAX_HEAD => Some(format!(
+                "its head size {} is over the {} kiln's attention takes",
+                self.head_dim,
+                super::ops::MAX_HEAD
+            )),
             Projector::Qwen3VlMerger if self.merge != 2 => Some(format!(
                 "its spatial merge of {} (llama.cpp's merger takes 2×2 groups)",
                 self.merge

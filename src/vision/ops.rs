@@ -101,26 +101,12 @@ pub fn attention(qkv: &[f32], n: usize, heads: usize, d: usize, scale: f32, out:
                 let (keys, values) = gathered[h].split_at(n * d);
                 let last = (first + ROWS).min(n);
                 let mut acc = vec![0f32; (last - first) * d];
-                for (i, acc) in (first..last).zip(acc.chunks_exact_mut(d)) {
+                let queries = (first..last).map(|i| {
                     let at = i * 3 * width + h * d;
-                    let q = &qkv[at..at + d];
-                    let mut max = f32::NEG_INFINITY;
-                    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(d)) {
-                        *s = dot(q, k) * scale;
-                        max = max.max(*s);
-                    }
-                    let mut total = 0f64;
-                    for s in scores.iter_mut() {
-                        *s = expf(*s - max);
-                        total += *s as f64;
-                    }
-                    let inv = (1.0 / total) as f32;
-                    for (&p, v) in scores.iter().zip(values.chunks_exact(d)) {
-                        let p = p * inv;
-                        for (a, &vv) in acc.iter_mut().zip(v) {
-                            *a += p * vv;
-                        }
-                    }
+                    &qkv[at..at + d]
+                });
+                for (q, acc) in queries.zip(acc.chunks_exact_mut(d)) {
+                    attend_one(q, keys, values, scale, scores, acc);
                 }
                 (h, first, acc)
             },
@@ -133,11 +119,81 @@ pub fn attention(qkv: &[f32], n: usize, heads: usize, d: usize, scale: f32, out:
     }
 }
 
+/// The widest head the host attention is meant for (Qwen3.5's and SigLIP's are 72).
+pub const MAX_HEAD: usize = 256;
+
+/// One query's softmax(scale · q·kᵀ) · V into `acc`, `scores` scratch of a value per key: on x86
+/// with AVX2 and FMA compiled for them (vector dot products, and `expf`'s fused multiply-adds as
+/// instructions instead of library calls); the same arithmetic either way.
+fn attend_one(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    acc: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        // SAFETY: the features were just detected.
+        return unsafe { attend_one_avx2(q, keys, values, scale, scores, acc) };
+    }
+    attend_one_body(q, keys, values, scale, scores, acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn attend_one_avx2(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    acc: &mut [f32],
+) {
+    attend_one_body(q, keys, values, scale, scores, acc)
+}
+
+#[inline(always)]
+fn attend_one_body(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    scale: f32,
+    scores: &mut [f32],
+    acc: &mut [f32],
+) {
+    let d = q.len();
+    let mut max = f32::NEG_INFINITY;
+    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(d)) {
+        *s = dot(q, k) * scale;
+        max = max.max(*s);
+    }
+    let mut total = 0f64;
+    for s in scores.iter_mut() {
+        *s = expf(*s - max);
+        total += *s as f64;
+    }
+    let inv = (1.0 / total) as f32;
+    for (&p, v) in scores.iter().zip(values.chunks_exact(d)) {
+        let p = p * inv;
+        for (a, &vv) in acc.iter_mut().zip(v) {
+            *a += p * vv;
+        }
+    }
+}
+
 /// Σ a·b in eight interleaved f32 sums (vectorizable).
+#[inline(always)]
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
     for (x, y) in ca.zip(cb) {
         for k in 0..8 {
             lanes[k] += x[k] * y[k];

@@ -189,23 +189,40 @@ fn chat_takes_an_image_for_the_next_message() {
         .arg("What is this?")
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let want = String::from_utf8(run.stdout).unwrap();
     let out = common::kiln()
         .args(["chat", "--temp", "0", "-n", "6", "-m"])
         .arg(model())
         .arg("--mmproj")
         .arg(mmproj())
-        .write_stdin(format!("/image {}\nWhat is this?\nAnd now?\n", img.display()))
+        .write_stdin(format!(
+            "/image {}\nWhat is this?\nAnd now?\n",
+            img.display()
+        ))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("16 tokens, for your next message"), "{stderr}");
+    assert!(
+        stderr.contains("16 tokens, for your next message"),
+        "{stderr}"
+    );
     let stdout = String::from_utf8(out.stdout).unwrap();
-    let replies: Vec<&str> = stdout.split("\n\n").filter(|r| !r.trim().is_empty()).collect();
+    let replies: Vec<&str> = stdout
+        .split("\n\n")
+        .filter(|r| !r.trim().is_empty())
+        .collect();
     assert_eq!(replies.len(), 2, "{stdout:?}");
-    assert_eq!(replies[0].trim_end(), want.trim_end(), "turn 1 is kiln run's reply");
+    assert_eq!(
+        replies[0].trim_end(),
+        want.trim_end(),
+        "turn 1 is kiln run's reply"
+    );
 
     let out = common::kiln()
         .args(["chat", "--temp", "0", "-n", "3", "-m"])
@@ -214,5 +231,8 @@ fn chat_takes_an_image_for_the_next_message() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && stderr.contains("--mmproj"), "{stderr}");
+    assert!(
+        out.status.success() && stderr.contains("--mmproj"),
+        "{stderr}"
+    );
 }

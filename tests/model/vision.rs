@@ -72,7 +72,9 @@ fn chat_with_an_image_reuses_it_across_turns() {
     let file = Mmproj::open(&common::fixture("models/qwen35-mmproj-tiny.gguf")).unwrap();
     let markers = ImageMarkers::for_projector(&file.config.projector);
     let img = image::load(&common::fixture("models/vision-48x32.png")).unwrap();
-    let e = encoder(&model.backend).encode(&model.backend, &img).unwrap();
+    let e = encoder(&model.backend)
+        .encode(&model.backend, &img)
+        .unwrap();
     let image = ImageInput {
         cols: e.cols,
         rows: e.rows,
@@ -85,7 +87,11 @@ fn chat_with_an_image_reuses_it_across_turns() {
     let reply = "A small test pattern.";
     let mut history: Vec<(Message, usize)> = Vec::new();
     for (i, text) in turns.iter().enumerate() {
-        let images = if i == 0 { vec![image.clone()] } else { Vec::new() };
+        let images = if i == 0 {
+            vec![image.clone()]
+        } else {
+            Vec::new()
+        };
         let cached = conv.session.tokens().len();
         let before = conv.session.stats;
         let turn = conv.user_turn_with_images(&tok, text, images, 64).unwrap();
@@ -93,9 +99,17 @@ fn chat_with_an_image_reuses_it_across_turns() {
         let prefilled = conv.session.stats.prefill_tokens - before.prefill_tokens;
         history.push((Message::new("user", text), usize::from(i == 0)));
         if i == 0 {
-            assert_eq!(prefilled, turn.total_tokens, "turn 1 runs it all, image included");
+            assert_eq!(
+                prefilled, turn.total_tokens,
+                "turn 1 runs it all, image included"
+            );
         } else {
-            assert_eq!(prefilled, turn.total_tokens - cached, "turn {}: only what is new", i + 1);
+            assert_eq!(
+                prefilled,
+                turn.total_tokens - cached,
+                "turn {}: only what is new",
+                i + 1
+            );
             assert!(conv.session.has_media(), "the image stays in the cache");
         }
         // A fresh session over the whole conversation.
@@ -113,7 +127,11 @@ fn chat_with_an_image_reuses_it_across_turns() {
         }
         assert_eq!(fresh.tokens(), conv.session.tokens(), "turn {}", i + 1);
         let d = common::vision::max_diff(&logits, &want);
-        eprintln!("turn {}: prefilled {prefilled} of {} rows; |Δ| {d:.1e}", i + 1, turn.total_tokens);
+        eprintln!(
+            "turn {}: prefilled {prefilled} of {} rows; |Δ| {d:.1e}",
+            i + 1,
+            turn.total_tokens
+        );
         assert!(d <= 1e-3, "turn {}: against a fresh run: {d}", i + 1);
         for t in tok.encode(reply, false).unwrap() {
             conv.session.decode(t).unwrap();

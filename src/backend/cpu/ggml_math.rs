@@ -27,6 +27,7 @@ const fn f(bits: u32) -> f32 {
 
 /// ggml's `ggml_v_expf` (the AVX-512 variant, which this scalar code reproduces bit for bit): a
 /// degree-5 polynomial in the reduced argument, scaled by 2^n. Within about 1.5 ulp of exp.
+#[inline]
 pub fn expf(x: f32) -> f32 {
     let r = f(0x4b40_0000); // 0x1.8p23
     let z = x.mul_add(f(0x3fb8_aa3b), r); // log2(e)

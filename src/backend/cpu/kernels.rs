@@ -390,6 +390,10 @@ pub struct Kernels {
     pub exp_sub: fn(x: &mut [f32], max: f32) -> f64,
     /// Round each value to the nearest f16 (kept as f32).
     pub round_f16: fn(x: &mut [f32]),
+    /// An F16 weight row · four activation rows already rounded to f16 (`round_f16`): the
+    /// weights converted once for all four, each row's sum in the order of the one-row F16
+    /// kernel, so its bits are that kernel's. None where the level has none.
+    pub dot4_f16: Option<Dot4<f32>>,
     /// Σ a·b with b in f16 (attention scores against an f16 key cache).
     pub dot_f32_f16: fn(a: &[f32], b: &[f16]) -> f32,
     /// y += a·x with x in f16 (attention output from an f16 value cache).

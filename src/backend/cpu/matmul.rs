@@ -143,13 +143,31 @@ impl CpuBackend {
         let jobs: Vec<(&CpuWeight, SharedOut)> = ws.iter().copied().zip(outs).collect();
         match self.kernels.of(ws[0].tensor.dtype).format() {
             ActFormat::F32 => {
+                // F16 weights over several rows: the activations rounded to f16 once (as the
+                // one-row kernel rounds them), then four rows at a time per weight row.
+                let is_f16 = |w: &CpuWeight| w.tensor.dtype == crate::gguf::GgmlType::F16;
+                let dot4_f16 = self
+                    .kernels
+                    .dot4_f16
+                    .filter(|_| rows >= 4 && ws.iter().all(|w| is_f16(w)));
+                let rounded: Vec<f32>;
+                let x = match dot4_f16 {
+                    Some(_) => {
+                        let mut r = x.to_vec();
+                        self.pool
+                            .for_each_chunk(&mut r[..], k, &|_, row| (self.kernels.round_f16)(row));
+                        rounded = r;
+                        &rounded[..]
+                    }
+                    None => x,
+                };
                 let jobs: Vec<Job<f32>> = jobs
                     .iter()
                     .map(|&(w, out)| Job {
                         w,
                         out,
                         dot: self.kernels.dot_f32(w.tensor.dtype),
-                        dot4: None,
+                        dot4: dot4_f16,
                         dot8: None,
                         tiled: None,
                     })

@@ -540,6 +540,36 @@ mod tests {
         }
     }
 
+    /// F16 and F32 weights over many tokens (the four-row F16 kernel, with activations rounded
+    /// once) give each token the bits it gets alone, tails of fewer than 8 values included.
+    #[test]
+    fn unquantized_matmuls_over_many_tokens_equal_one_token_at_a_time() {
+        let cpu = CpuBackend::new(2).unwrap();
+        let (rows, tokens) = (24, 7);
+        for k in [64, 75] {
+            for t in [GgmlType::F16, GgmlType::F32] {
+                let bytes: Vec<u8> = (0..rows)
+                    .flat_map(|r| random_row(t, k, r as u64 + 11))
+                    .collect();
+                let w = cpu
+                    .weight(&Tensor::from_bytes("w", t, vec![k, rows], bytes))
+                    .unwrap();
+                let x = activations(tokens * k, 5);
+                let mut all = vec![0.0; tokens * rows];
+                cpu.matmul(&x, &w, tokens, &mut all);
+                for i in 0..tokens {
+                    let mut one = vec![0.0; rows];
+                    cpu.matmul(&x[i * k..(i + 1) * k].to_vec(), &w, 1, &mut one);
+                    assert_eq!(
+                        &all[i * rows..(i + 1) * rows],
+                        &one[..],
+                        "{t} k={k} token {i}"
+                    );
+                }
+            }
+        }
+    }
+
     /// Partial RoPE rotates (i, i + rot/2) pairs of the leading dims by the table and leaves the
     /// rest as they were.
     #[test]

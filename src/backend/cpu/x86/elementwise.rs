@@ -499,6 +499,41 @@ unsafe fn dot_f16_bytes_impl(w: &[u8], x: &[f32]) -> f32 {
     }
 }
 
+/// `dot_f16_bytes` of one weight row with four activation rows whose values are f16 already
+/// (`round_f16`): the weights are converted once, and each row's sum is taken in the one-row
+/// kernel's order (its rounding of the activations changes nothing on such values), so the bits
+/// are that kernel's.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot4_f16_bytes_impl(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
+    unsafe {
+        let n = x.iter().fold(w.len() / 2, |n, r| n.min(r.len()));
+        let mut s = [_mm256_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 8 <= n {
+            let h = _mm256_cvtph_ps(_mm_loadu_si128(w.as_ptr().add(2 * i) as *const __m128i));
+            for t in 0..4 {
+                let xs = _mm256_loadu_ps(x[t].as_ptr().add(i));
+                s[t] = _mm256_fmadd_ps(h, xs, s[t]);
+            }
+            i += 8;
+        }
+        let mut out = [0f32; 4];
+        for t in 0..4 {
+            let mut sum = hsum_f32(s[t]);
+            for j in i..n {
+                sum += f16_at(w, 2 * j) * x[t][j];
+            }
+            out[t] = sum;
+        }
+        out
+    }
+}
+
+pub fn dot4_f16_bytes(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
+    // SAFETY: as above.
+    unsafe { dot4_f16_bytes_impl(w, x) }
+}
+
 pub fn axpy_f16(a: f32, x: &[f16], y: &mut [f32]) {
     // SAFETY: as above.
     unsafe { axpy_f16_impl(a, x, y) }
