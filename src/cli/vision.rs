@@ -144,6 +144,11 @@ pub struct ImageEncoder<'m, B: Backend> {
 }
 
 impl<B: Backend> ImageEncoder<'_, B> {
+    /// Preprocess and encode a decoded image.
+    pub fn encode_image(&self, img: &image::RgbImage) -> Result<Encoded> {
+        Ok(self.encoder.encode(self.backend, img)?)
+    }
+
     /// Decode and encode the image file at `path`; with `verbose`, a line about it on stderr.
     pub fn encode_file(&self, path: &Path, verbose: bool) -> Result<Encoded> {
         let img = image::load(path)?;

@@ -236,3 +236,47 @@ fn chat_takes_an_image_for_the_next_message() {
         "{stderr}"
     );
 }
+
+/// `kiln bench --image`: a row of its own per image, named by the preprocessed size, its t/s in
+/// image tokens per second (45×29 is resized to 48×32: 24 tokens).
+#[test]
+fn bench_times_the_image_encoder() {
+    let out = common::kiln()
+        .args([
+            "bench",
+            "-p",
+            "0",
+            "-n",
+            "0",
+            "-r",
+            "2",
+            "-t",
+            "2",
+            "--no-roofline",
+            "-o",
+            "jsonl",
+            "-m",
+        ])
+        .arg(model())
+        .arg("--mmproj")
+        .arg(mmproj())
+        .arg("--image")
+        .arg(image("vision-45x29.png"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(row["test"], "image 48x32");
+    let (ns, ts) = (
+        row["avg_ns"].as_f64().unwrap(),
+        row["avg_ts"].as_f64().unwrap(),
+    );
+    assert!(
+        ns > 0.0 && (ts - 24.0 / (ns / 1e9)).abs() / ts < 0.2,
+        "{row}"
+    );
+}

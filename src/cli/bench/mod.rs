@@ -119,12 +119,19 @@ pub struct BenchArgs {
     /// with `--spec-synth-rates` the drafts are kept at those rates, as llama.cpp measures it)
     #[command(flatten)]
     pub speculation: super::speculation::SpeculationArgs,
+
+    /// Image-encoding tests: each --image encoded by the projector (--mmproj, or the one beside
+    /// the model), a row of its own ("image WxH", t/s in image tokens per second)
+    #[command(flatten)]
+    pub vision: super::vision::VisionArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TestKind {
     Prompt,
     Generate,
+    /// Encoding an image of this size (after preprocessing) into `n` tokens.
+    Image(usize, usize),
 }
 
 #[derive(Clone, Copy)]
@@ -135,11 +142,12 @@ struct Test {
 }
 
 impl Test {
-    /// llama-bench's name: `pp512`, `tg128`, `tg128 @ d512`.
+    /// llama-bench's name: `pp512`, `tg128`, `tg128 @ d512`; `image 768x512` for an image.
     fn name(&self) -> String {
         let base = match self.kind {
             TestKind::Prompt => format!("pp{}", self.n),
             TestKind::Generate => format!("tg{}", self.n),
+            TestKind::Image(w, h) => format!("image {w}x{h}"),
         };
         if self.depth > 0 {
             format!("{base} @ d{}", self.depth)
@@ -334,6 +342,7 @@ fn run_test<B: Backend>(
         TestKind::Generate if let Some(sp) = spec => {
             counts = generate_speculatively(&mut s, &tokens, test.depth == 0, sp, rng)?;
         }
+        TestKind::Image(..) => bail!("image tests run apart (image_row)"),
         TestKind::Generate => {
             for (i, &t) in tokens.iter().enumerate() {
                 if i == 0 && test.depth == 0 {
@@ -497,6 +506,51 @@ impl<B: Backend> Measure<'_, B> {
     }
 }
 
+/// The image tests on one loaded model: each image encoded once to warm up, then timed
+/// `repetitions` times.
+fn image_rows<B: Backend>(
+    model: &Model<B>,
+    args: &BenchArgs,
+    model_path: &std::path::Path,
+    threads: usize,
+    placement: Option<(usize, usize)>,
+    progress: &ProgressBar,
+) -> Result<Vec<Row>> {
+    if args.vision.images.is_empty() {
+        return Ok(Vec::new());
+    }
+    let encoder = args.vision.encoder(model, model_path)?;
+    let mut rows = Vec::new();
+    for path in &args.vision.images {
+        progress.set_message(format!("image {} t={threads}", path.display()));
+        // Decoding the file is not timed: preprocessing and the tower are (as llama.cpp's
+        // encode time, which starts from the decoded bitmap).
+        let img = crate::vision::image::load(path)?;
+        let first = encoder.encode_image(&img)?;
+        let mut samples_ns = Vec::with_capacity(args.repetitions);
+        for _ in 0..args.repetitions {
+            let start = Instant::now();
+            encoder.encode_image(&img)?;
+            samples_ns.push(start.elapsed().as_nanos() as u64);
+        }
+        rows.push(Row {
+            threads,
+            placement,
+            test: Test {
+                kind: TestKind::Image(first.width, first.height),
+                n: first.tokens(),
+                depth: 0,
+            },
+            cache: KvCacheTypes::default(),
+            samples_ns,
+            weight_gbps: None,
+            profile: None,
+            speculation: None,
+        });
+    }
+    Ok(rows)
+}
+
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     if args.repetitions == 0 {
         bail!("-r must be at least 1");
@@ -526,8 +580,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
             depth,
         }));
     }
-    if tests.is_empty() {
-        bail!("no tests: give -p or -n a positive count");
+    if tests.is_empty() && args.vision.images.is_empty() {
+        bail!("no tests: give -p or -n a positive count (or --image)");
     }
 
     let progress = ProgressBar::new((threads.len() * tests.len() * (args.repetitions + 1)) as u64);
@@ -540,6 +594,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     let mut rows = Vec::new();
     let mut rng = Rng::new(1234);
     let cache = args.cache.types();
+    let image_results = std::cell::RefCell::new(Vec::new());
     let mut measure = |model: &dyn Fn(&Test, &mut Rng) -> Result<Row>| -> Result<()> {
         for test in &tests {
             rows.push(model(test, &mut rng)?);
@@ -561,6 +616,8 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
                 speculation: speculation.as_ref(),
             };
             measure(&|test, rng| on.row(test, &progress, rng))?;
+            let images = image_rows(&model, &args, &file.path, $threads, $placement, &progress)?;
+            image_results.borrow_mut().extend(images);
             model.backend.describe()
         }};
     }
@@ -634,6 +691,7 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
         }
     };
     progress.finish_and_clear();
+    rows.extend(image_results.into_inner());
 
     let report = Report {
         file: &file,
