@@ -38,15 +38,17 @@ Run (gguf 0.19, numpy): target/fixtures-venv/bin/python scripts/bench-models/mak
     /work/bench/vision [--proj-dim 2048]
 """
 import os
-import struct
 import sys
-import zlib
 
 import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import quantize
 
 from bench_gguf import BenchFile
+
+# The test picture and PNG writer of the tiny vision fixture (one copy of both).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures"))
+from make_qwen35_vision import image, png_bytes  # noqa: E402
 
 E, HEADS, FF, LAYERS = 1152, 16, 4304, 27
 IMAGE_SIZE, PATCH, MERGE = 768, 16, 2
@@ -127,39 +129,6 @@ def write_mmproj(path, proj_dim, q8):
     f.write()
     print(f"wrote {path}: {len(tensors(proj_dim))} tensors, {total} params ({os.path.getsize(path) / 2**20:.0f} MiB)",
           flush=True)
-
-
-def image(width, height):
-    """An RGB uint8 [height, width, 3] picture: gradients, diagonal stripes, a disc, noise (as the fixture's)."""
-    rng = np.random.default_rng(SEED)
-    y, x = np.mgrid[0:height, 0:width].astype(np.float64)
-    u, v = x / max(width - 1, 1), y / max(height - 1, 1)
-    r = 40 + 170 * u + 30 * np.sin(0.09 * (x + 2 * y))
-    g = 200 - 150 * v + 25 * np.cos(0.06 * x - 0.04 * y)
-    b = 90 + 80 * u * v + 60 * np.sin(0.035 * (x - y))
-    disc = (x - 0.62 * width) ** 2 + (y - 0.4 * height) ** 2 < (0.22 * min(width, height)) ** 2
-    rgb = np.stack([r, g, b], axis=-1)
-    rgb[disc] = [235.0, 60.0, 150.0]
-    rgb += rng.normal(0.0, 12.0, rgb.shape)
-    return np.clip(np.rint(rgb), 0, 255).astype(np.uint8)
-
-
-def png_bytes(rgb):
-    """An 8-bit RGB PNG (filter 0 on every row; zlib stream of stored deflate blocks)."""
-    height, width, _ = rgb.shape
-    raw = b"".join(b"\x00" + rgb[row].tobytes() for row in range(height))
-    stream = bytearray(b"\x78\x01")
-    for start in range(0, len(raw), 65535):
-        block = raw[start:start + 65535]
-        last = start + 65535 >= len(raw)
-        stream += struct.pack("<BHH", 1 if last else 0, len(block), len(block) ^ 0xFFFF) + block
-    stream += struct.pack(">I", zlib.adler32(raw))
-
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", bytes(stream)) + chunk(b"IEND", b"")
 
 
 def main():

@@ -108,6 +108,9 @@ impl Request {
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let source = args.batch.clone().unwrap_or_default();
+    if !args.vision.images.is_empty() {
+        bail!("--image does not apply to --batch: batch requests do not take images yet");
+    }
     // Flag values are checked before the model loads.
     args.sampling.validate()?;
     args.speculation.validate()?;

@@ -14,9 +14,12 @@ use image::{DynamicImage, ImageDecoder, ImageReader, Limits};
 
 use crate::error::{Error, Result};
 
-/// The largest side kiln decodes, and the most memory the decoder may allocate: a 16384 × 16384
-/// RGBA image is 1 GiB; photographs are well under both.
+/// The largest side kiln decodes, the most pixels (64 megapixels: a 48-megapixel photograph is
+/// 8064 × 6048), and the most memory the decoder may allocate. A few hundred bytes of JPEG can
+/// claim 16384 × 16383 pixels and decode them from what little it holds: the pixel bound stops
+/// that before 800 MB of pixels are made.
 const MAX_SIDE: u32 = 16384;
+const MAX_PIXELS: u64 = 64 << 20;
 const MAX_DECODE_BYTES: u64 = 1 << 30;
 
 /// 8-bit RGB pixels, row-major, 3 bytes per pixel.
@@ -79,9 +82,11 @@ pub fn decode(bytes: &[u8]) -> Result<RgbImage> {
             "the image has no pixels ({w} × {h})"
         )));
     }
-    if w > MAX_SIDE || h > MAX_SIDE {
+    if w > MAX_SIDE || h > MAX_SIDE || w as u64 * h as u64 > MAX_PIXELS {
         return Err(Error::Format(format!(
-            "the image is {w} × {h} pixels: kiln decodes up to {MAX_SIDE} × {MAX_SIDE}"
+            "the image is too large: {w} × {h} pixels; kiln decodes up to {MAX_SIDE} pixels a \
+             side and {} megapixels",
+            MAX_PIXELS >> 20
         )));
     }
     let orientation = decoder.orientation().map_err(bad)?;

@@ -79,7 +79,8 @@ pub struct VisionConfig {
     pub std: [f32; 3],
     pub activation: Activation,
     /// Tokens per image, at least and at most (llama.cpp's defaults for the projector, or
-    /// `--image-min-tokens` / `--image-max-tokens`).
+    /// `--image-min-tokens` / `--image-max-tokens`). As in llama.cpp's resize, a side never
+    /// shrinks below one token, so a very long, thin image can take more than a low maximum.
     pub min_tokens: usize,
     pub max_tokens: usize,
 }

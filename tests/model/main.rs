@@ -16,3 +16,4 @@ mod recurrent;
 mod session;
 mod speculative;
 mod vision;
+mod vision_fuzz;
