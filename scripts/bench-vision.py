@@ -39,7 +39,7 @@ PROMPT = "describe"
 
 
 def run(args):
-    out = subprocess.run(args, capture_output=True, text=True)
+    out = subprocess.run(args, capture_output=True, text=True, errors="replace")
     if out.returncode != 0:
         sys.exit(f"{' '.join(args)} failed ({out.returncode}):\n{out.stderr[-4000:]}")
     return out
