@@ -1,4 +1,4 @@
-// attention.wgsl — causal multi-head attention with GQA, an optional sliding window and an optional
+// attention.wgsl — causal (or, for an image span, bidirectional) multi-head attention with GQA, an optional sliding window and an optional
 // soft cap of the scores (Gemma 2), against an f32, f16 or q8_0 KV cache (`K_F16`, `V_F16`, `K_Q8`,
 // `V_Q8`). `PREFILL`: the tiled prefill kernel, a workgroup per (head, 16 query rows). Otherwise `main`, a workgroup per (KV head, query
 // row, split) for the query heads of that KV head (GQA-folded), keys in tiles of 64 with an online
@@ -34,6 +34,15 @@ struct Params {
     v_rot_scale: f32,
     softcap: f32,     // scores become softcap · tanh(score / softcap); 0: no cap (Gemma 2: 50)
     has_sinks: u32,   // 1: `sinks` holds a logit per query head joining its softmax (gpt-oss)
+    causal: u32,      // 0: every row also sees the call's later rows (an image Gemma 3 sees whole)
+}
+
+// One past the last key query row i of this call sees.
+fn key_end(i: u32) -> u32 {
+    if (p.causal == 0u) {
+        return p.start_pos + p.rows;
+    }
+    return p.start_pos + i + 1u;
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -182,7 +191,7 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     if (p.window > 0u && first + 1u > p.window) {
         kbeg = first + 1u - p.window;
     }
-    let kend = first + nrows;
+    let kend = key_end(i0 + nrows - 1u);
     // Scores and output: rows 4g..4g+3 of the block; keys c, c+16, c+32, c+48 of the tile;
     // dimensions 2c, 2c+1 (+32 each step).
     let g = lid / 16u;
@@ -262,7 +271,7 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
             for (var rr = 0u; rr < 4u; rr++) {
                 let r = r0 + rr;
                 let pos = first + r;
-                var ok = r < nrows && j < kend && j <= pos;
+                var ok = r < nrows && j < kend && j < key_end(i0 + r);
                 if (p.window > 0u && j + p.window <= pos) {
                     ok = false;
                 }
@@ -488,7 +497,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         lo = pos + 1u - p.window;
     }
     let kbeg = lo + s * p.chunk;
-    let kend = min(kbeg + p.chunk, pos + 1u);
+    let kend = min(kbeg + p.chunk, key_end(i));
     // The group's heads are consecutive in the query row.
     let qo = i * p.q_stride + h0 * hd;
     for (var e = lid; e < nh * hd; e += 64u) {

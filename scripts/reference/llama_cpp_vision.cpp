@@ -12,7 +12,8 @@
 //   around it) is tokenized with add_special and parse_special, every chunk evaluated by
 //   mtmd_helper_eval_chunks (n_batch 512, logits for the last token), then N greedy steps decoded one
 //   token at a time (llama_decode, F32 KV cache, n_ctx 512). stdout: {"chunks": [{"type": "text",
-//   "tokens": [...]} | {"type": "image", "n_tokens", "n_pos", "nx_tokens", "ny_tokens"}...],
+//   "tokens": [...]} | {"type": "image", "n_tokens", "n_pos", "nx_tokens", "ny_tokens", "non_causal"
+//   (mtmd_decode_use_non_causal: the image's rows attend to each other both ways)}...],
 //   "n_prompt_tokens", "prompt_tokens" (positions the prompt used: n_past after it), "steps": [{"token",
 //   "top5": [[id, logit]...]}...]}: step 0 is the logits right after the prompt, step k those after
 //   feeding step k-1's token; "token" is each step's argmax (lowest id on a tie), top-5 largest first.
@@ -129,9 +130,10 @@ int main(int argc, char ** argv) {
                 printf("]}");
             } else {
                 const mtmd_image_tokens * it = mtmd_input_chunk_get_tokens_image(c);
-                printf("{\"type\": \"image\", \"n_tokens\": %zu, \"n_pos\": %d, \"nx_tokens\": %zu, \"ny_tokens\": %zu}",
+                printf("{\"type\": \"image\", \"n_tokens\": %zu, \"n_pos\": %d, \"nx_tokens\": %zu, \"ny_tokens\": %zu, \"non_causal\": %s}",
                        mtmd_input_chunk_get_n_tokens(c), (int) mtmd_input_chunk_get_n_pos(c),
-                       mtmd_image_tokens_get_nx(it), mtmd_image_tokens_get_ny(it));
+                       mtmd_image_tokens_get_nx(it), mtmd_image_tokens_get_ny(it),
+                       mtmd_decode_use_non_causal(mctx, c) ? "true" : "false");
             }
         }
         llama_pos n_past = 0;

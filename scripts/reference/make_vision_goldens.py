@@ -30,10 +30,18 @@ output rounded to f16). An exact float64 pass (scripts/reference/qwen3vl_f64.py,
 is 1.6e-3 to 3.1e-3 from these embeddings; one that makes those two roundings came within 5.3e-4 of
 them on 32×32 and 48×32.
 
-Run: python3 scripts/reference/make_vision_goldens.py DRIVER MADE OUT
+Gemma 3 (CASE gemma3: golden/llama-cpp-vision-gemma3.json): the same for make_gemma3_vision.py's tower
+and text model, gemma3-mmproj-tiny.gguf in front of gemma3-tiny.gguf. Every image is letterboxed into
+the native 32×32 (bilinear) and pooled to 4×4 = 16 tokens, which take 16 positions; the logits are
+taken after vision-48x32.png (letterboxed: black bands above and below) with the same prompt, the
+image chunk run with non-causal attention (the chunk's "non_causal", mtmd_decode_use_non_causal).
+The begin and end texts are <start_of_image> and <end_of_image>, plain BPE pieces in this vocabulary.
+
+Run: python3 scripts/reference/make_vision_goldens.py DRIVER MADE OUT [CASE]
 (DRIVER: llama_cpp_vision.cpp built as its header says, e.g. /tmp/lc/vision; MADE: the directory
-make_qwen35_vision.py wrote, tests/fixtures/made; OUT: tests/fixtures/golden/llama-cpp-vision.json;
-run from the repository root, which holds tests/fixtures/models/qwen35-tiny.gguf)
+make_qwen35_vision.py and make_gemma3_vision.py wrote, tests/fixtures/made; OUT:
+tests/fixtures/golden/llama-cpp-vision.json, or llama-cpp-vision-gemma3.json with CASE gemma3 (default
+qwen35); run from the repository root, which holds tests/fixtures/models/qwen35-tiny.gguf)
 """
 import json
 import math
@@ -41,13 +49,26 @@ import os
 import subprocess
 import sys
 
-MODEL = "tests/fixtures/models/qwen35-tiny.gguf"
-MMPROJ = "qwen35-mmproj-tiny.gguf"
-IMAGES = {"vision-32x32.png": 16, "vision-48x32.png": 24, "vision-45x29.png": 24, "vision-20x70.png": 27}
 MARKER = "<__media__>"  # mtmd_default_marker()
-PROMPT = "<|im_start|>user\n" + MARKER + "What do you see?<|im_end|>\n<|im_start|>assistant\n"
-LOGITS_IMAGE = "vision-32x32.png"
 N_STEPS = 8
+# The projectors' cases: the text model (a path, or a file in MADE), the projector file in MADE, the
+# images with their token counts, the prompt and the image the logits are taken after.
+CASES = {
+    "qwen35": {
+        "model": "tests/fixtures/models/qwen35-tiny.gguf",
+        "mmproj": "qwen35-mmproj-tiny.gguf",
+        "images": {"vision-32x32.png": 16, "vision-48x32.png": 24, "vision-45x29.png": 24, "vision-20x70.png": 27},
+        "prompt": "<|im_start|>user\n" + MARKER + "What do you see?<|im_end|>\n<|im_start|>assistant\n",
+        "logits_image": "vision-32x32.png",
+    },
+    "gemma3": {
+        "model": "gemma3-tiny.gguf",
+        "mmproj": "gemma3-mmproj-tiny.gguf",
+        "images": {"vision-32x32.png": 16, "vision-48x32.png": 16, "vision-45x29.png": 16, "vision-20x70.png": 16},
+        "prompt": "<|im_start|>user\n" + MARKER + "What do you see?<|im_end|>\n<|im_start|>assistant\n",
+        "logits_image": "vision-48x32.png",
+    },
+}
 
 
 def driver(*args):
@@ -57,7 +78,10 @@ def driver(*args):
     return json.loads(out.stdout)
 
 
-def main(drv, made, out):
+def main(drv, made, out, case="qwen35"):
+    c = CASES[case]
+    MODEL = c["model"] if os.path.exists(c["model"]) else os.path.join(made, c["model"])
+    MMPROJ, IMAGES, PROMPT, LOGITS_IMAGE = c["mmproj"], c["images"], c["prompt"], c["logits_image"]
     mmproj = os.path.join(made, MMPROJ)
     golden = {
         "source": "scripts/reference/make_vision_goldens.py: llama.cpp 0c1e570 libmtmd through "
@@ -71,7 +95,7 @@ def main(drv, made, out):
     for name, n_tokens in IMAGES.items():
         g = driver(drv, "embd", MODEL, mmproj, os.path.join(made, name))
         assert g["n_tokens"] == n_tokens == g["nx_tokens"] * g["ny_tokens"], (name, g["n_tokens"])
-        assert len(g["embd"]) == g["n_tokens"] * g["n_embd"] and g["n_embd"] == 64, name
+        assert len(g["embd"]) == g["n_tokens"] * g["n_embd"], name
         assert all(math.isfinite(v) for v in g["embd"]), name
         golden["images"][name] = g
     g = driver(drv, "logits", MODEL, mmproj, os.path.join(made, LOGITS_IMAGE), PROMPT, str(N_STEPS))
@@ -99,6 +123,6 @@ def main(drv, made, out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
     main(*sys.argv[1:])

@@ -146,9 +146,18 @@ pub struct AttentionParams {
     pub window: Option<usize>,
     /// Soft cap of the scaled scores: `cap · tanh(s / cap)` before the softmax (Gemma 2).
     pub softcap: Option<f32>,
+    /// False: every row also sees the keys of the rows after it in this call, up to the last
+    /// (an image span that Gemma 3 attends to both ways, as llama.cpp's non-causal decode).
+    pub causal: bool,
 }
 
 impl AttentionParams {
+    /// The last key query row `i` sees (the sliding window bounds the first, not this).
+    #[inline]
+    pub fn last_key(&self, i: usize) -> usize {
+        self.start_pos + if self.causal { i } else { self.rows - 1 }
+    }
+
     /// A score as the softmax takes it: q·k times the scale, soft-capped where the model caps.
     #[inline]
     pub fn score(&self, dot: f32) -> f32 {
@@ -467,8 +476,9 @@ pub trait CoreOps: Send + Sync {
         layout: RopeLayout,
     );
 
-    /// Causal multi-head attention of `q` against the first `start_pos + rows` cached keys and
-    /// values; `out` gets `rows × n_heads × head_dim`. As llama.cpp computes it: softmax in f32;
+    /// Multi-head attention of `q` against the cached keys and values: each row sees those up to
+    /// its own position (`p.causal`), or up to the call's last row; `out` gets
+    /// `rows × n_heads × head_dim`. As llama.cpp computes it: softmax in f32;
     /// with an f16 key cache q is rounded to f16 for q·k, with an f16 value cache the
     /// probabilities are rounded to f16 for the sum over values; with a q8_0 key cache q is
     /// quantized to 8 bits for integer dot products, and q8_0 value rows are expanded one by one.

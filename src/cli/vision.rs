@@ -179,6 +179,7 @@ pub fn image_input(e: &Encoded) -> ImageInput {
         cols: e.cols,
         rows: e.rows,
         embeddings: std::sync::Arc::new(e.embeddings.clone()),
+        bidirectional: e.bidirectional,
     }
 }
 
@@ -209,8 +210,7 @@ pub fn prefill_pieces<B: Backend>(
                 session.prefill(ids)?;
             }
             PromptPiece::Image(i) => {
-                let img = image_input(&images.encoded[*i]);
-                session.prefill_embeddings(img.embeddings, img.cols, img.rows)?;
+                session.prefill_embeddings(&image_input(&images.encoded[*i]))?;
             }
         }
     }

@@ -141,8 +141,7 @@ impl<'m, B: Backend> Conversation<'m, B> {
                     self.session.prefill(ids)?;
                 }
                 Piece::Image(img) => {
-                    self.session
-                        .prefill_embeddings(img.embeddings.clone(), img.cols, img.rows)?;
+                    self.session.prefill_embeddings(img)?;
                 }
             }
         }

@@ -56,6 +56,9 @@ pub struct ImageInput {
     pub cols: usize,
     pub rows: usize,
     pub embeddings: std::sync::Arc<Vec<f32>>,
+    /// Its rows attend to each other both ways in the text model (Gemma 3's images; llama.cpp's
+    /// `mtmd_decode_use_non_causal`).
+    pub bidirectional: bool,
 }
 
 impl ImageInput {
@@ -112,7 +115,10 @@ pub fn render_pieces(
         && rendered.matches(markers.placeholder).count() == images
     {
         let bos = !template.writes_bos(&rendered);
-        return split(tok, &rendered, markers.placeholder, bos, images, None);
+        // Gemma's templates write the begin text itself: the image goes between it and the end
+        // text, as llama.cpp's mtmd places it.
+        let wrap = (markers.placeholder == markers.begin).then_some(markers);
+        return split(tok, &rendered, markers.placeholder, bos, images, wrap);
     }
     let rendered = template.render_json(&as_json(false), true)?;
     let bos = !template.writes_bos(&rendered);

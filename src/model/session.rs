@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::arch::{KvCache, KvCacheTypes, Model, MtpState, RowInputs, Scratch};
+use super::multimodal::ImageInput;
 use super::recurrent::CHECKPOINT_INTERVAL;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
@@ -62,6 +63,8 @@ struct Media {
     cols: usize,
     rows: usize,
     embeddings: Arc<Vec<f32>>,
+    /// Its rows attend to each other both ways (`ImageInput::bidirectional`).
+    bidirectional: bool,
 }
 
 impl Media {
@@ -230,13 +233,11 @@ impl<'m, B: Backend> Session<'m, B> {
     /// reading order), which take the place of token embeddings. Under multi-axis RoPE (Qwen3.5)
     /// its rows sit at (p, p + row, p + column) and the text after it at p + max(rows, cols), as
     /// llama.cpp's mtmd places them; otherwise one position per row. `tokens()` shows its rows
-    /// as `EMBEDDED_ROW`. Returns the logits of its last row.
-    pub fn prefill_embeddings(
-        &mut self,
-        embeddings: Arc<Vec<f32>>,
-        cols: usize,
-        rows: usize,
-    ) -> Result<&[f32]> {
+    /// as `EMBEDDED_ROW`. With `image.bidirectional` its rows attend to each other both ways
+    /// (Gemma 3), a batch at a time as llama.cpp's non-causal decode. Returns the logits of its
+    /// last row.
+    pub fn prefill_embeddings(&mut self, image: &ImageInput) -> Result<&[f32]> {
+        let (cols, rows, embeddings) = (image.cols, image.rows, image.embeddings.clone());
         let n = cols * rows;
         let width = self.model.config.hidden_size;
         if n == 0 || embeddings.len() != n * width {
@@ -258,6 +259,7 @@ impl<'m, B: Backend> Session<'m, B> {
             cols,
             rows,
             embeddings,
+            bidirectional: image.bidirectional,
         });
         if let Err(e) = self.run_chunks(&vec![EMBEDDED_ROW; n]) {
             let from = self.media.pop().map_or(0, |m| m.start);
@@ -415,6 +417,7 @@ impl<'m, B: Backend> Session<'m, B> {
         let inputs = RowInputs {
             embedded: None,
             positions: positions.as_deref(),
+            bidirectional: false,
         };
         let done = self.model.forward_all_rows(
             ids,
@@ -607,17 +610,18 @@ impl<'m, B: Backend> Session<'m, B> {
         let start_pos = self.tokens.len();
         let positions = self.positions(start_pos, ids.len());
         let width = self.model.config.hidden_size;
-        let embedded = self
+        let media = self
             .media
             .iter()
-            .find(|m| m.start <= start_pos && start_pos < m.end())
-            .map(|m| {
-                let from = (start_pos - m.start) * width;
-                (0, &m.embeddings[from..from + ids.len() * width])
-            });
+            .find(|m| m.start <= start_pos && start_pos < m.end());
+        let embedded = media.map(|m| {
+            let from = (start_pos - m.start) * width;
+            (0, &m.embeddings[from..from + ids.len() * width])
+        });
         let inputs = RowInputs {
             embedded,
             positions: positions.as_deref(),
+            bidirectional: media.is_some_and(|m| m.bidirectional),
         };
         self.model.forward_with(
             ids,

@@ -129,16 +129,53 @@ pub fn smart_size(
     (w_bar, h_bar)
 }
 
+/// The resampling filter of a projector's resize (llama.cpp's `resize_algo`), as Pillow's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    /// The triangle filter (Gemma 3).
+    Bilinear,
+    /// Pillow's bicubic, a = −0.5 (Qwen).
+    Bicubic,
+}
+
+impl Filter {
+    /// The filter's radius in input pixels (before widening for a downscale).
+    fn support(self) -> f64 {
+        match self {
+            Filter::Bilinear => 1.0,
+            Filter::Bicubic => 2.0,
+        }
+    }
+
+    /// The filter's weight at distance `x` from the output pixel's center.
+    fn weight(self, x: f64) -> f64 {
+        let x = x.abs();
+        match self {
+            Filter::Bilinear => (1.0 - x).max(0.0),
+            Filter::Bicubic => {
+                const A: f64 = -0.5;
+                if x < 1.0 {
+                    ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
+                } else if x < 2.0 {
+                    (((x - 5.0) * x + 8.0) * x - 4.0) * A
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
+
 /// Resize to `width × height` keeping the aspect ratio, centered on black (llama.cpp's
 /// `img_tool::resize` with `PAD_CEIL`); a copy when the size is already right.
-pub fn resize_letterboxed(img: &RgbImage, width: usize, height: usize) -> RgbImage {
+pub fn resize_letterboxed(img: &RgbImage, width: usize, height: usize, filter: Filter) -> RgbImage {
     if (img.width, img.height) == (width, height) {
         return img.clone();
     }
     let scale = (width as f32 / img.width as f32).min(height as f32 / img.height as f32);
     let new_w = ((img.width as f32 * scale).ceil() as usize).min(width);
     let new_h = ((img.height as f32 * scale).ceil() as usize).min(height);
-    let resized = resize_bicubic(img, new_w.max(1), new_h.max(1));
+    let resized = resize(img, new_w.max(1), new_h.max(1), filter);
     let mut out = RgbImage::black(width, height);
     let (ox, oy) = ((width - resized.width) / 2, (height - resized.height) / 2);
     for y in 0..resized.height {
@@ -149,13 +186,12 @@ pub fn resize_letterboxed(img: &RgbImage, width: usize, height: usize) -> RgbIma
     out
 }
 
-/// Pillow's separable bicubic resampling (a = −0.5) in its fixed-point form (22 fractional
-/// bits), as llama.cpp's `resize_pillow` adapted it: horizontal pass, then vertical, each
-/// rounded to 8 bits.
-pub fn resize_bicubic(img: &RgbImage, width: usize, height: usize) -> RgbImage {
+/// Pillow's separable resampling in its fixed-point form (22 fractional bits), as llama.cpp's
+/// `resize_pillow` adapted it: horizontal pass, then vertical, each rounded to 8 bits.
+pub fn resize(img: &RgbImage, width: usize, height: usize, filter: Filter) -> RgbImage {
     let mut cur = img.clone();
     if width != cur.width {
-        let (bounds, weights, k) = filter(cur.width, width);
+        let (bounds, weights, k) = coefficients(cur.width, width, filter);
         let mut out = RgbImage::black(width, cur.height);
         for y in 0..cur.height {
             let row = &cur.pixels[y * cur.width * 3..];
@@ -174,7 +210,7 @@ pub fn resize_bicubic(img: &RgbImage, width: usize, height: usize) -> RgbImage {
         cur = out;
     }
     if height != cur.height {
-        let (bounds, weights, k) = filter(cur.height, height);
+        let (bounds, weights, k) = coefficients(cur.height, height, filter);
         let row_len = cur.width * 3;
         let mut out = RgbImage::black(cur.width, height);
         let mut acc = vec![0i32; row_len];
@@ -205,25 +241,16 @@ fn clip8(acc: i32) -> u8 {
     (acc >> PRECISION_BITS).clamp(0, 255) as u8
 }
 
-/// Pillow's bicubic kernel, a = −0.5.
-fn bicubic(x: f64) -> f64 {
-    let x = x.abs();
-    const A: f64 = -0.5;
-    if x < 1.0 {
-        ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
-    } else if x < 2.0 {
-        (((x - 5.0) * x + 8.0) * x - 4.0) * A
-    } else {
-        0.0
-    }
-}
-
 /// Per output pixel its first input pixel and count, the fixed-point weights (`k` per output
 /// pixel), and `k`: Pillow's `precompute_coeffs`.
-fn filter(in_size: usize, out_size: usize) -> (Vec<(usize, usize)>, Vec<i32>, usize) {
+fn coefficients(
+    in_size: usize,
+    out_size: usize,
+    filter: Filter,
+) -> (Vec<(usize, usize)>, Vec<i32>, usize) {
     let scale = in_size as f64 / out_size as f64;
     let filterscale = scale.max(1.0);
-    let support = 2.0 * filterscale;
+    let support = filter.support() * filterscale;
     let k = support.ceil() as usize * 2 + 1;
     let mut bounds = Vec::with_capacity(out_size);
     let mut weights = vec![0i32; out_size * k];
@@ -237,7 +264,7 @@ fn filter(in_size: usize, out_size: usize) -> (Vec<(usize, usize)>, Vec<i32>, us
         let count = xmax.saturating_sub(xmin).min(k);
         let mut total = 0.0;
         for (x, p) in pre.iter_mut().enumerate().take(count) {
-            let w = bicubic((x as f64 + xmin as f64 - center + 0.5) / filterscale);
+            let w = filter.weight((x as f64 + xmin as f64 - center + 0.5) / filterscale);
             *p = w;
             total += w;
         }
@@ -289,15 +316,17 @@ mod tests {
             height: 5,
             pixels: (0..105).map(|i| (i * 37 % 251) as u8).collect(),
         };
-        assert_eq!(resize_bicubic(&img, 7, 5), img);
+        for filter in [Filter::Bilinear, Filter::Bicubic] {
+            assert_eq!(resize(&img, 7, 5, filter), img);
+        }
         let flat = RgbImage {
             width: 9,
             height: 4,
             pixels: vec![200; 108],
         };
-        let up = resize_bicubic(&flat, 17, 11);
+        let up = resize(&flat, 17, 11, Filter::Bicubic);
         assert!(up.pixels.iter().all(|&p| p == 200));
-        let down = resize_letterboxed(&flat, 6, 4);
+        let down = resize_letterboxed(&flat, 6, 4, Filter::Bilinear);
         assert_eq!((down.width, down.height), (6, 4));
     }
 

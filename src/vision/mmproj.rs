@@ -170,10 +170,30 @@ impl VisionConfig {
                     )));
                 }
             },
+            // The pooling kernel: 4, or `clip.vision.projector.scale_factor` (llama.cpp reads it
+            // for test models).
+            Projector::Gemma3 => match m.usize("clip.vision.projector.scale_factor")? {
+                None => 4,
+                Some(v) if (1..=64).contains(&v) => v,
+                Some(v) => {
+                    return Err(Error::Format(format!(
+                        "clip.vision.projector.scale_factor = {v} is outside 1..=64"
+                    )));
+                }
+            },
             _ => 1,
         };
-        // llama.cpp's limits for the Qwen merger (set_limit_image_tokens(8, 4096)).
-        let (min_tokens, max_tokens) = (8, 4096);
+        let image_size = size("clip.vision.image_size", MAX_IMAGE_SIDE)?;
+        let patch_size = size("clip.vision.patch_size", 1024)?;
+        let (min_tokens, max_tokens) = match projector {
+            // Every image is resized to the native square: always the same tokens.
+            Projector::Gemma3 => {
+                let n = (image_size / patch_size / merge).pow(2);
+                (n, n)
+            }
+            // llama.cpp's limits for the Qwen merger (set_limit_image_tokens(8, 4096)).
+            _ => (8, 4096),
+        };
         Ok(VisionConfig {
             projector,
             n_embd,
@@ -183,8 +203,8 @@ impl VisionConfig {
             n_layer: size("clip.vision.block_count", MAX_LAYERS)?,
             projection_dim: size("clip.vision.projection_dim", MAX_WIDTH)?,
             eps,
-            image_size: size("clip.vision.image_size", MAX_IMAGE_SIDE)?,
-            patch_size: size("clip.vision.patch_size", 1024)?,
+            image_size,
+            patch_size,
             merge,
             mean: channel_triple("clip.vision.image_mean")?,
             std,
@@ -196,29 +216,45 @@ impl VisionConfig {
 
     /// None when kiln can encode images with this projector, else why not.
     pub fn runnable(&self) -> Option<String> {
-        match &self.projector {
-            Projector::Qwen3VlMerger if self.n_head * self.head_dim != self.n_embd => {
-                Some(format!(
-                    "its {} heads of {} do not make its width {}",
-                    self.n_head, self.head_dim, self.n_embd
-                ))
-            }
-            Projector::Qwen3VlMerger if !self.head_dim.is_multiple_of(4) => Some(format!(
-                "its head size {} is not a multiple of 4 (2-D RoPE)",
-                self.head_dim
-            )),
-            Projector::Qwen3VlMerger if self.head_dim > super::ops::MAX_HEAD => Some(format!(
+        let runs = matches!(self.projector, Projector::Qwen3VlMerger | Projector::Gemma3);
+        if runs && self.n_head * self.head_dim != self.n_embd {
+            return Some(format!(
+                "its {} heads of {} do not make its width {}",
+                self.n_head, self.head_dim, self.n_embd
+            ));
+        }
+        if runs && self.head_dim > super::ops::MAX_HEAD {
+            return Some(format!(
                 "its head size {} is over the {} kiln's attention takes",
                 self.head_dim,
                 super::ops::MAX_HEAD
+            ));
+        }
+        if runs && self.activation != Activation::Gelu {
+            return Some(format!(
+                "its feed-forward activation is {:?} (kiln's towers run GELU)",
+                self.activation
+            ));
+        }
+        match &self.projector {
+            Projector::Qwen3VlMerger if !self.head_dim.is_multiple_of(4) => Some(format!(
+                "its head size {} is not a multiple of 4 (2-D RoPE)",
+                self.head_dim
             )),
             Projector::Qwen3VlMerger if self.merge != 2 => Some(format!(
                 "its spatial merge of {} (llama.cpp's merger takes 2×2 groups)",
                 self.merge
             )),
             Projector::Qwen3VlMerger => None,
+            Projector::Gemma3 if !self.image_size.is_multiple_of(self.patch_size * self.merge) => {
+                Some(format!(
+                    "its image size {} is not whole {}×{} pools of {}-pixel patches",
+                    self.image_size, self.merge, self.merge, self.patch_size
+                ))
+            }
+            Projector::Gemma3 => None,
             other => Some(format!(
-                "kiln does not run the '{}' projector yet (it runs qwen3vl_merger)",
+                "kiln does not run the '{}' projector yet (it runs qwen3vl_merger and gemma3)",
                 other.name()
             )),
         }
@@ -229,9 +265,32 @@ impl VisionConfig {
         self.patch_size * self.merge
     }
 
+    /// Whether images keep their aspect ratio and take a number of tokens within the limits
+    /// (Qwen), rather than being resized to the native square (Gemma 3).
+    pub fn dynamic_size(&self) -> bool {
+        self.projector != Projector::Gemma3
+    }
+
+    /// The filter of the projector's resize, as llama.cpp's `image_resize_algo`.
+    pub fn resize_filter(&self) -> super::image::Filter {
+        match self.projector {
+            Projector::Gemma3 => super::image::Filter::Bilinear,
+            _ => super::image::Filter::Bicubic,
+        }
+    }
+
+    /// Whether the text model attends over an image's rows both ways (llama.cpp's
+    /// `mtmd_decode_use_non_causal`: Gemma 3).
+    pub fn bidirectional(&self) -> bool {
+        self.projector == Projector::Gemma3
+    }
+
     /// Override the tokens per image (`--image-min-tokens`, `--image-max-tokens`; 0 keeps the
-    /// projector's default).
+    /// projector's default). A fixed-size projector (Gemma 3) keeps its one count, as llama.cpp.
     pub fn set_token_limits(&mut self, min: usize, max: usize) -> Result<()> {
+        if !self.dynamic_size() {
+            return Ok(());
+        }
         let (min, max) = (
             if min > 0 { min } else { self.min_tokens },
             if max > 0 { max } else { self.max_tokens },
@@ -366,14 +425,21 @@ impl Mmproj {
             ),
             (
                 "tokens per image".to_string(),
-                format!(
-                    "{} to {} ({} at the native size; {}×{} pixels each)",
-                    c.min_tokens,
-                    c.max_tokens,
-                    (c.image_size / side).pow(2),
-                    side,
-                    side
-                ),
+                if c.dynamic_size() {
+                    format!(
+                        "{} to {} ({} at the native size; {}×{} pixels each)",
+                        c.min_tokens,
+                        c.max_tokens,
+                        (c.image_size / side).pow(2),
+                        side,
+                        side
+                    )
+                } else {
+                    format!(
+                        "{} (every image is resized to {1}×{1})",
+                        c.max_tokens, c.image_size
+                    )
+                },
             ),
             (
                 "embeddings".to_string(),

@@ -1,5 +1,5 @@
 //! The vision towers' operations that the `Backend` trait does not have yet, on the host: layer
-//! norm with a bias, GELU, the 2-D vision RoPE, and full (bidirectional) softmax attention. Each
+//! norm with a bias, RMSNorm, GELU, the 2-D vision RoPE, and full (bidirectional) softmax attention. Each
 //! rounds as llama.cpp's CPU backend does (f64 sums in the norm, its `expf` in the softmax, its
 //! f16 GELU table), so that kiln's embeddings agree with llama.cpp's to float rounding.
 //!
@@ -26,6 +26,20 @@ pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
         let scale = 1.0 / (variance + eps).sqrt();
         for ((v, &wi), &bi) in row.iter_mut().zip(w).zip(b) {
             *v = *v * scale * wi + bi;
+        }
+    });
+}
+
+/// RMSNorm of each row of `x` (rows of `w.len()` values), in place: x / √(mean(x²) + eps) · w,
+/// as llama.cpp's `ggml_rms_norm` (squares summed in f64) then `ggml_mul`.
+pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
+    let width = w.len();
+    x.par_chunks_mut(width).for_each(|row| {
+        let squares: f64 = row.iter().map(|&v| (v * v) as f64).sum();
+        let mean = (squares / width as f64) as f32;
+        let scale = 1.0 / (mean + eps).sqrt();
+        for (v, &wi) in row.iter_mut().zip(w) {
+            *v = *v * scale * wi;
         }
     });
 }

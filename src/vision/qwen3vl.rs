@@ -8,24 +8,12 @@
 //! The matrix products run on the backend; the norms, RoPE and attention on the host (`ops.rs`).
 //! The patch convolution multiplies in f16, as llama.cpp's does.
 
-use half::f16;
-
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::gguf::GgmlType;
-use crate::tensor::Tensor;
 
 use super::mmproj::{Mmproj, VisionConfig};
 use super::ops;
-
-struct Block<B: Backend> {
-    ln1: (Vec<f32>, Vec<f32>),
-    qkv: (B::Weight, B::Weight),
-    out: (B::Weight, B::Weight),
-    ln2: (Vec<f32>, Vec<f32>),
-    up: (B::Weight, B::Weight),
-    down: (B::Weight, B::Weight),
-}
+use super::vit::{self, Blocks, Buffers, Linear, Loader, Norm};
 
 pub struct Qwen3VlTower<B: Backend> {
     config: VisionConfig,
@@ -36,13 +24,9 @@ pub struct Qwen3VlTower<B: Backend> {
     /// The learned position grid, `grid × grid` vectors of the tower's width (host).
     positions: Vec<f32>,
     grid: usize,
-    blocks: Vec<Block<B>>,
-    post_ln: (Vec<f32>, Vec<f32>),
-    merger: [(B::Weight, B::Weight); 2],
-}
-
-fn host(t: &Tensor) -> Vec<f32> {
-    t.to_f32()
+    blocks: Blocks<B>,
+    post_ln: Norm,
+    merger: [Linear<B>; 2],
 }
 
 impl<B: Backend> Qwen3VlTower<B> {
@@ -51,35 +35,8 @@ impl<B: Backend> Qwen3VlTower<B> {
         if let Some(why) = c.runnable() {
             return Err(Error::invalid(&file.path, why));
         }
-        let (e, p, ff) = (c.n_embd, c.patch_size, c.n_ff);
-        let weight = |name: &str, dims: &[usize]| backend.weight(file.tensor(name, dims)?);
-        let linear = |name: &str, cols: usize, rows: usize| -> Result<(B::Weight, B::Weight)> {
-            Ok((
-                weight(&format!("{name}.weight"), &[cols, rows])?,
-                weight(&format!("{name}.bias"), &[rows])?,
-            ))
-        };
-        let norm = |name: &str| -> Result<(Vec<f32>, Vec<f32>)> {
-            Ok((
-                host(file.tensor(&format!("{name}.weight"), &[e])?),
-                host(file.tensor(&format!("{name}.bias"), &[e])?),
-            ))
-        };
-        // llama.cpp's `ggml_conv_2d` multiplies in f16 (its im2col is f16, and the kernel is
-        // rounded to it for the product): the kernels are kept as f16, the patches rounded.
-        let kernel = |name: &str| -> Result<B::Weight> {
-            let values = file.tensor(name, &[p, p, 3, e])?.to_f32();
-            let bytes = values
-                .iter()
-                .flat_map(|&v| f16::from_f32(v).to_le_bytes())
-                .collect();
-            backend.weight(&Tensor::from_bytes(
-                name,
-                GgmlType::F16,
-                vec![3 * p * p, e],
-                bytes,
-            ))
-        };
+        let (e, p) = (c.n_embd, c.patch_size);
+        let l = Loader { file, backend };
         let pos = file.tensors.get("v.position_embd.weight").ok_or_else(|| {
             Error::invalid(&file.path, "tensor 'v.position_embd.weight' is missing")
         })?;
@@ -94,33 +51,20 @@ impl<B: Backend> Qwen3VlTower<B> {
                 ),
             ));
         }
-        let blocks = (0..c.n_layer)
-            .map(|i| {
-                let b = |part: &str| format!("v.blk.{i}.{part}");
-                Ok(Block {
-                    ln1: norm(&b("ln1"))?,
-                    qkv: linear(&b("attn_qkv"), e, 3 * e)?,
-                    out: linear(&b("attn_out"), e, e)?,
-                    ln2: norm(&b("ln2"))?,
-                    up: linear(&b("ffn_up"), e, ff)?,
-                    down: linear(&b("ffn_down"), ff, e)?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
         let merged = e * c.merge * c.merge;
         Ok(Qwen3VlTower {
             patch: [
-                kernel("v.patch_embd.weight")?,
-                kernel("v.patch_embd.weight.1")?,
+                l.patch_kernel("v.patch_embd.weight", p, e)?,
+                l.patch_kernel("v.patch_embd.weight.1", p, e)?,
             ],
-            patch_bias: weight("v.patch_embd.bias", &[e])?,
-            positions: host(pos),
+            patch_bias: l.weight("v.patch_embd.bias", &[e])?,
+            positions: pos.to_f32(),
             grid,
-            blocks,
-            post_ln: norm("v.post_ln")?,
+            blocks: Blocks::load(&l, &c)?,
+            post_ln: l.norm("v.post_ln", e)?,
             merger: [
-                linear("mm.0", merged, merged)?,
-                linear("mm.2", merged, c.projection_dim)?,
+                l.linear("mm.0", merged, merged)?,
+                l.linear("mm.2", merged, c.projection_dim)?,
             ],
             config: c,
         })
@@ -161,30 +105,18 @@ impl<B: Backend> Qwen3VlTower<B> {
             }
         }
         let k = 3 * p * p;
-        let mut patches = vec![0f32; n * k];
-        for (row, &(y, x)) in patches.chunks_exact_mut(k).zip(&order) {
-            for ch in 0..3 {
-                for ky in 0..p {
-                    for kx in 0..p {
-                        let px = (y * p + ky) * width + x * p + kx;
-                        let v = pixels[px * 3 + ch];
-                        row[(ch * p + ky) * p + kx] = f16::from_f32(v).to_f32();
-                    }
-                }
-            }
-        }
+        let patches = vit::patches(pixels, width, p, &order);
         let widest = k
             .max(3 * e)
             .max(c.n_ff)
             .max(e * m * m)
             .max(c.projection_dim);
-        let mut x = backend.buffer(n * widest)?;
         let mut h = backend.buffer(n * widest)?;
-        let mut t = backend.buffer(n * widest)?;
-        backend.upload(&mut t, &patches);
-        backend.matmul(&t, &self.patch[0], n, &mut h);
-        backend.matmul(&t, &self.patch[1], n, &mut x);
-        backend.add(&mut h, &x, n * e);
+        let mut buf = Buffers::new(backend, n * widest)?;
+        backend.upload(&mut buf.t, &patches);
+        backend.matmul(&buf.t, &self.patch[0], n, &mut h);
+        backend.matmul(&buf.t, &self.patch[1], n, &mut buf.x);
+        backend.add(&mut h, &buf.x, n * e);
         backend.add_bias(&mut h, &self.patch_bias, n);
         let grid = if (gw, gh) == (self.grid, self.grid) {
             self.positions.clone()
@@ -195,59 +127,27 @@ impl<B: Backend> Qwen3VlTower<B> {
         for (dst, &(y, x)) in pos.chunks_exact_mut(e).zip(&order) {
             dst.copy_from_slice(&grid[(y * gw + x) * e..][..e]);
         }
-        backend.upload(&mut t, &pos);
-        backend.add(&mut h, &t, n * e);
+        backend.upload(&mut buf.t, &pos);
+        backend.add(&mut h, &buf.t, n * e);
 
         let rope_pos: Vec<(u32, u32)> = order.iter().map(|&(y, x)| (y as u32, x as u32)).collect();
-        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        self.blocks
+            .run(backend, c, &mut h, n, Some(&rope_pos), &mut buf);
         let mut normed = vec![0f32; n * e];
-        let mut qkv = vec![0f32; n * 3 * e];
-        let mut attn = vec![0f32; n * e];
-        let mut ffn = vec![0f32; n * c.n_ff];
-        for b in &self.blocks {
-            // Attention: h += out(attention(rope(qkv(ln1(h))))).
-            backend.download(&h, 0, &mut normed);
-            ops::layer_norm(&mut normed, &b.ln1.0, &b.ln1.1, c.eps);
-            backend.upload(&mut x, &normed);
-            backend.matmul(&x, &b.qkv.0, n, &mut t);
-            backend.add_bias(&mut t, &b.qkv.1, n);
-            backend.download(&t, 0, &mut qkv);
-            // Q and K of a row sit side by side: both rotate, as 2 × heads heads.
-            ops::vision_rope(&mut qkv, 3 * e, 2 * c.n_head, c.head_dim, &rope_pos);
-            ops::attention(&qkv, n, c.n_head, c.head_dim, scale, &mut attn);
-            backend.upload(&mut x, &attn);
-            backend.matmul(&x, &b.out.0, n, &mut t);
-            backend.add_bias(&mut t, &b.out.1, n);
-            backend.add(&mut h, &t, n * e);
-            // Feed-forward: h += down(gelu(up(ln2(h)))).
-            backend.download(&h, 0, &mut normed);
-            ops::layer_norm(&mut normed, &b.ln2.0, &b.ln2.1, c.eps);
-            backend.upload(&mut x, &normed);
-            backend.matmul(&x, &b.up.0, n, &mut t);
-            backend.add_bias(&mut t, &b.up.1, n);
-            backend.download(&t, 0, &mut ffn);
-            ops::gelu_in_place(&mut ffn);
-            backend.upload(&mut x, &ffn);
-            backend.matmul(&x, &b.down.0, n, &mut t);
-            backend.add_bias(&mut t, &b.down.1, n);
-            backend.add(&mut h, &t, n * e);
-        }
         backend.download(&h, 0, &mut normed);
         ops::layer_norm(&mut normed, &self.post_ln.0, &self.post_ln.1, c.eps);
         // Each merge group's states are consecutive rows: as rows of m·m·e they are the merger's input.
         let groups = n / (m * m);
         let merged = e * m * m;
-        backend.upload(&mut x, &normed);
-        backend.matmul(&x, &self.merger[0].0, groups, &mut t);
-        backend.add_bias(&mut t, &self.merger[0].1, groups);
+        backend.upload(&mut buf.x, &normed);
+        self.merger[0].apply(backend, &buf.x, groups, &mut buf.t);
         let mut mid = vec![0f32; groups * merged];
-        backend.download(&t, 0, &mut mid);
+        backend.download(&buf.t, 0, &mut mid);
         ops::gelu_in_place(&mut mid);
-        backend.upload(&mut x, &mid);
-        backend.matmul(&x, &self.merger[1].0, groups, &mut t);
-        backend.add_bias(&mut t, &self.merger[1].1, groups);
+        backend.upload(&mut buf.x, &mid);
+        self.merger[1].apply(backend, &buf.x, groups, &mut buf.t);
         let mut out = vec![0f32; groups * c.projection_dim];
-        backend.download(&t, 0, &mut out);
+        backend.download(&buf.t, 0, &mut out);
         if let Some(e) = backend.take_error() {
             return Err(e);
         }

@@ -1,6 +1,6 @@
 //! `kiln run --image` as a real process: the tiny Qwen3.5 model with its tiny projector
-//! (tests/fixtures/make_qwen35_vision.py) continues a prompt with an image as llama.cpp's mtmd
-//! does (golden/llama-cpp-vision.json), the projector is found beside the model, and bad images
+//! (tests/fixtures/make_qwen35_vision.py), and the tiny Gemma 3 pair (make_gemma3_vision.py),
+//! continue a prompt with an image as llama.cpp's mtmd does (golden/llama-cpp-vision*.json), the projector is found beside the model, and bad images
 //! and projectors are clear errors (exit code 1), never a panic.
 
 use std::path::{Path, PathBuf};
@@ -24,7 +24,22 @@ fn image(name: &str) -> PathBuf {
 /// and the prompt's 44 rows.
 #[test]
 fn run_with_an_image_generates_llama_cpps_tokens() {
-    let golden = common::golden("llama-cpp-vision.json");
+    generates_llama_cpps_tokens("llama-cpp-vision.json", &model(), &mmproj());
+}
+
+/// The same for Gemma 3's projector and text model (the image's rows attended both ways; the
+/// golden's smallest margin is 0.68).
+#[test]
+fn run_with_a_gemma3_image_generates_llama_cpps_tokens() {
+    generates_llama_cpps_tokens(
+        "llama-cpp-vision-gemma3.json",
+        &common::fixture("models/gemma3-tiny.gguf"),
+        &common::fixture("models/gemma3-mmproj-tiny.gguf"),
+    );
+}
+
+fn generates_llama_cpps_tokens(golden: &str, model: &Path, mmproj: &Path) {
+    let golden = common::golden(golden);
     let case = &golden["logits"];
     let want: Vec<u64> = case["steps"]
         .as_array()
@@ -37,9 +52,9 @@ fn run_with_an_image_generates_llama_cpps_tokens() {
             "run", "--raw", "--temp", "0", "-n", "8", "--format", "json", "-c", "128",
         ])
         .arg("-m")
-        .arg(model())
+        .arg(model)
         .arg("--mmproj")
-        .arg(mmproj())
+        .arg(mmproj)
         .arg("--image")
         .arg(image(case["image"].as_str().unwrap()))
         .arg(case["prompt"].as_str().unwrap())

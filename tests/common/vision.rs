@@ -1,15 +1,47 @@
 //! The vision tests' shared parts (tests/model/vision.rs on the CPU, tests/gpu/gpu_vision.rs on
-//! the GPU): the tiny Qwen3.5 projector's images, llama.cpp's and the float64 tower's embeddings
-//! of them, and llama.cpp's greedy steps after a prompt with an image.
+//! the GPU): the tiny projectors (Qwen3.5's and Gemma 3's) and their images, llama.cpp's (and for
+//! Qwen the float64 tower's) embeddings of them, and llama.cpp's greedy steps after a prompt with
+//! an image.
 
 use std::sync::Arc;
 
 use super::golden_run::{self, Tolerance};
 use kiln::backend::{Backend, CacheType};
 use kiln::model::arch::KvCacheTypes;
+use kiln::model::multimodal::ImageInput;
 use kiln::model::session::DEFAULT_BATCH;
 use kiln::model::{Model, Session};
 use kiln::vision::{Encoded, Mmproj, VisionEncoder, image};
+
+/// A projector's test inputs and goldens.
+pub struct Case {
+    /// llama.cpp's embeddings and greedy steps (scripts/reference/make_vision_goldens.py).
+    pub golden: &'static str,
+    pub mmproj: &'static str,
+    /// The text model the projector feeds.
+    pub model: &'static str,
+    /// The float64 tower's embeddings, where there is one.
+    pub f64_golden: Option<&'static str>,
+    /// Whether llama.cpp's token grid is the image's (multi-axis RoPE places the rows by it);
+    /// Gemma 3's images are a run of tokens to llama.cpp (16 × 1).
+    pub grid: bool,
+}
+
+pub const QWEN35: Case = Case {
+    golden: "llama-cpp-vision.json",
+    mmproj: "models/qwen35-mmproj-tiny.gguf",
+    model: "models/qwen35-tiny.gguf",
+    f64_golden: Some("f64-qwen3vl.json"),
+    grid: true,
+};
+
+pub const GEMMA3: Case = Case {
+    golden: "llama-cpp-vision-gemma3.json",
+    mmproj: "models/gemma3-mmproj-tiny.gguf",
+    model: "models/gemma3-tiny.gguf",
+    f64_golden: None,
+    grid: false,
+};
 
 pub const IMAGES: [&str; 4] = [
     "vision-32x32.png",
@@ -48,15 +80,15 @@ pub fn max_diff(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
-/// The tiny projector's tower on `backend`.
-pub fn encoder<B: Backend>(backend: &B) -> VisionEncoder<B> {
-    let file = Mmproj::open(&super::fixture("models/qwen35-mmproj-tiny.gguf")).unwrap();
+/// The case's tiny projector's tower on `backend`.
+pub fn encoder<B: Backend>(case: &Case, backend: &B) -> VisionEncoder<B> {
+    let file = Mmproj::open(&super::fixture(case.mmproj)).unwrap();
     VisionEncoder::load(&file, backend).unwrap()
 }
 
 /// Every test image encoded on `backend`.
-pub fn encode_all<B: Backend>(backend: &B) -> Vec<Encoded> {
-    let encoder = encoder(backend);
+pub fn encode_all<B: Backend>(case: &Case, backend: &B) -> Vec<Encoded> {
+    let encoder = encoder(case, backend);
     IMAGES
         .iter()
         .map(|name| {
@@ -68,43 +100,46 @@ pub fn encode_all<B: Backend>(backend: &B) -> Vec<Encoded> {
 
 /// Each image's largest difference from llama.cpp's embeddings and from the float64 tower's,
 /// asserting both tolerances.
-pub fn check_embeddings(encoded: &[Encoded], what: &str) {
-    let llama = super::golden("llama-cpp-vision.json");
-    let f64_tower = super::golden("f64-qwen3vl.json");
+pub fn check_embeddings(case: &Case, encoded: &[Encoded], what: &str) {
+    let llama = super::golden(case.golden);
+    let f64_tower = case.f64_golden.map(super::golden);
     for (name, got) in IMAGES.iter().zip(encoded) {
         let (cols, rows, want) = golden_embeddings(&llama, name);
-        assert_eq!(
-            (got.cols, got.rows),
-            (cols, rows),
-            "{what} {name}: token grid"
-        );
+        if case.grid {
+            assert_eq!(
+                (got.cols, got.rows),
+                (cols, rows),
+                "{what} {name}: token grid"
+            );
+        }
+        assert_eq!(got.tokens(), cols * rows, "{what} {name}: tokens");
         let d_llama = max_diff(&got.embeddings, &want);
-        let d_f64 = max_diff(&got.embeddings, &golden_embeddings(&f64_tower, name).2);
-        eprintln!(
-            "{what} {name}: max |Δ| {d_llama:.2e} against llama.cpp, {d_f64:.2e} against f64"
-        );
+        eprintln!("{what} {name}: max |Δ| {d_llama:.2e} against llama.cpp");
         assert!(
             d_llama <= LLAMA_CPP_TOLERANCE,
             "{what} {name}: {d_llama} from llama.cpp"
         );
-        assert!(
-            d_f64 <= F64_TOLERANCE,
-            "{what} {name}: {d_f64} from the f64 tower"
-        );
+        if let Some(f64_tower) = &f64_tower {
+            let d_f64 = max_diff(&got.embeddings, &golden_embeddings(f64_tower, name).2);
+            eprintln!("{what} {name}: max |Δ| {d_f64:.2e} against f64");
+            assert!(
+                d_f64 <= F64_TOLERANCE,
+                "{what} {name}: {d_f64} from the f64 tower"
+            );
+        }
     }
 }
 
-/// Teacher-forced greedy steps after the golden's prompt with an image, its embeddings given:
-/// (worst top-5 |Δ|, rms of the top-5 differences) against llama.cpp, asserting `tol`'s rule.
-pub fn steps_after_image<B: Backend>(
-    model: &Model<B>,
+/// A session (F32 cache, as llama.cpp's run kept) over the golden's prompt with its image given as
+/// `embeddings`, attending over the image both ways where llama.cpp did (its chunk's
+/// `non_causal`) unless `bidirectional` says otherwise; and the logits after the prompt.
+pub fn prefill_prompt<'m, B: Backend>(
+    case: &Case,
+    model: &'m Model<B>,
     embeddings: Vec<f32>,
-    tol: &Tolerance,
-    what: &str,
-) -> (f32, f32) {
-    let golden = super::golden("llama-cpp-vision.json");
-    let case = &golden["logits"];
-    // llama.cpp's run kept an F32 cache.
+    bidirectional: Option<bool>,
+) -> (Session<'m, B>, Vec<f32>) {
+    let golden = super::golden(case.golden);
     let f32_cache = KvCacheTypes {
         k: CacheType::F32,
         v: CacheType::F32,
@@ -112,23 +147,40 @@ pub fn steps_after_image<B: Backend>(
     let mut session = Session::with_options(model, 128, DEFAULT_BATCH, f32_cache).unwrap();
     let mut embeddings = Some(Arc::new(embeddings));
     let mut logits = Vec::new();
-    for chunk in case["chunks"].as_array().unwrap() {
+    for chunk in golden["logits"]["chunks"].as_array().unwrap() {
         let count = |k: &str| chunk[k].as_u64().unwrap() as usize;
         logits = match chunk["type"].as_str().unwrap() {
             "text" => session
                 .prefill(&golden_run::ids(&chunk["tokens"]))
                 .unwrap()
                 .to_vec(),
-            _ => session
-                .prefill_embeddings(
-                    embeddings.take().unwrap(),
-                    count("nx_tokens"),
-                    count("ny_tokens"),
-                )
-                .unwrap()
-                .to_vec(),
+            _ => {
+                let image = ImageInput {
+                    cols: count("nx_tokens"),
+                    rows: count("ny_tokens"),
+                    embeddings: embeddings.take().unwrap(),
+                    bidirectional: bidirectional
+                        .unwrap_or(chunk["non_causal"].as_bool().unwrap_or(false)),
+                };
+                session.prefill_embeddings(&image).unwrap().to_vec()
+            }
         };
     }
+    (session, logits)
+}
+
+/// Teacher-forced greedy steps after the golden's prompt with an image, its embeddings given:
+/// (worst top-5 |Δ|, rms of the top-5 differences) against llama.cpp, asserting `tol`'s rule.
+pub fn steps_after_image<B: Backend>(
+    case: &Case,
+    model: &Model<B>,
+    embeddings: Vec<f32>,
+    tol: &Tolerance,
+    what: &str,
+) -> (f32, f32) {
+    let (mut session, mut logits) = prefill_prompt(case, model, embeddings, None);
+    let golden = super::golden(case.golden);
+    let case = &golden["logits"];
     assert_eq!(
         session.next_position(),
         case["prompt_tokens"].as_u64().unwrap() as usize,

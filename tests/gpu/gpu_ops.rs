@@ -423,6 +423,8 @@ struct AttnCase {
     softcap: Option<f32>,
     /// A sink logit per query head (gpt-oss).
     sinks: bool,
+    /// False: every row sees the whole call (an image span Gemma 3 attends to both ways).
+    causal: bool,
 }
 
 /// Key and value caches of `len` values, stored in the rotations models use for heads of
@@ -462,6 +464,7 @@ fn attention<B: Backend>(b: &B, c: &AttnCase, rng: &mut Rng) -> Vec<f32> {
         scale: 1.0 / (c.head_dim as f32).sqrt(),
         window: c.window,
         softcap: c.softcap,
+        causal: c.causal,
     };
     // Sinks of std ~1.7 against scores of std ~1: some heads' sinks outweigh every key.
     let sinks = c.sinks.then(|| {
@@ -483,7 +486,7 @@ fn compare_attention_within(g: &WgpuBackend, cases: &[AttnCase], limit: f64) {
         let seed = 1000 + i as u64;
         let what = format!(
             "attention k {} v {} pos {} rows {} head_dim {} window {:?} heads {:?} softcap {:?} \
-             sinks {}",
+             sinks {} causal {}",
             case.k,
             case.v,
             case.start_pos,
@@ -492,7 +495,8 @@ fn compare_attention_within(g: &WgpuBackend, cases: &[AttnCase], limit: f64) {
             case.window,
             case.heads,
             case.softcap,
-            case.sinks
+            case.sinks,
+            case.causal
         );
         check(
             &what,
@@ -515,6 +519,7 @@ fn attention_cases() -> Vec<AttnCase> {
         heads: (4, 2),
         softcap: None,
         sinks: false,
+        causal: true,
     };
     vec![
         // Prefill (tiled over keys), every cache-type pair.
@@ -550,6 +555,7 @@ fn q8_0_attention_cases() -> Vec<AttnCase> {
         heads: (4, 2),
         softcap: None,
         sinks: false,
+        causal: true,
     };
     vec![
         case(Q8_0, Q8_0, 300, 1, 64, None),
@@ -583,6 +589,7 @@ fn gqa_attention_cases() -> Vec<AttnCase> {
         heads,
         softcap: None,
         sinks: false,
+        causal: true,
     };
     vec![
         case((F32, F32), (1, 1), 50, 1, 64, None),
@@ -623,6 +630,7 @@ fn softcap_attention_cases() -> Vec<AttnCase> {
         heads,
         softcap: Some(0.75),
         sinks: false,
+        causal: true,
     };
     vec![
         case((F32, F32), (4, 2), 40, 70, 64, Some(16)),
@@ -649,6 +657,7 @@ fn sink_attention_cases() -> Vec<AttnCase> {
         heads,
         softcap: None,
         sinks: true,
+        causal: true,
     };
     vec![
         case((F32, F32), (8, 2), 40, 70, 64, Some(16)),
@@ -720,6 +729,7 @@ fn shifted_attention<B: Backend>(
         scale: 1.0 / (head_dim as f32).sqrt(),
         window: None,
         softcap: None,
+        causal: true,
     };
     b.attention(&q, &kc, &vc, &mut out, &p, None);
     download(b, &out, q_len)
@@ -778,6 +788,7 @@ fn rope_store_attention<B: Backend>(
         scale: 1.0 / (head_dim as f32).sqrt(),
         window: None,
         softcap: None,
+        causal: true,
     };
     b.attention(&q, &kc, &vc, &mut out, &params, None);
     (download(b, &q, q_len), download(b, &out, q_len))
@@ -992,6 +1003,36 @@ fn softcapped_attention_matches_the_cpu() {
 fn attention_with_sinks_matches_the_cpu() {
     for g in gpu_kernel_variants() {
         compare_attention(&g, &sink_attention_cases());
+    }
+}
+
+/// Non-causal calls (an image span Gemma 3 sees whole): the tiled prefill kernel over several
+/// blocks of rows, the GQA-folded kernel (heads not a multiple of 32), q8_0 caches, a window.
+#[test]
+fn non_causal_attention_matches_the_cpu() {
+    use CacheType::{F16, F32, Q8_0};
+    let case = |(k, v), heads, start_pos, rows, head_dim, window| AttnCase {
+        k,
+        v,
+        start_pos,
+        rows,
+        head_dim,
+        window,
+        heads,
+        softcap: None,
+        sinks: false,
+        causal: false,
+    };
+    let cases = [
+        case((F16, F16), (4, 2), 40, 70, 64, None),
+        case((F32, F32), (4, 2), 0, 9, 64, None),
+        case((Q8_0, Q8_0), (4, 2), 3, 20, 64, None),
+        case((F32, F16), (4, 2), 100, 50, 128, Some(70)),
+        case((F32, F32), (16, 2), 3, 5, 48, None),
+        case((F16, F32), (6, 2), 9, 7, 24, Some(4)),
+    ];
+    for g in gpu_kernel_variants() {
+        compare_attention(&g, &cases);
     }
 }
 

@@ -1,11 +1,11 @@
-//! Images on the GPU: the tiny Qwen3.5 projector's tower on the wgpu backend against llama.cpp's
+//! Images on the GPU: the tiny Qwen3.5 and Gemma 3 projectors' towers on the wgpu backend against llama.cpp's
 //! and the float64 tower's embeddings, and the text model after an image against llama.cpp's
 //! greedy steps, as tests/model/vision.rs checks them on the CPU (tests/common/vision.rs).
 
 use crate::common;
 
 use common::golden_run;
-use common::vision::{check_embeddings, encode_all, encoder, steps_after_image};
+use common::vision::{GEMMA3, QWEN35, check_embeddings, encode_all, encoder, steps_after_image};
 use kiln::model::{Model, ModelFile};
 use kiln::vision::image;
 
@@ -14,7 +14,7 @@ fn qwen3vl_on_the_gpu_matches_llama_cpp() {
     let Some(gpu) = common::gpu::gpu() else {
         return;
     };
-    check_embeddings(&encode_all(&gpu), "GPU");
+    check_embeddings(&QWEN35, &encode_all(&QWEN35, &gpu), "GPU");
     let golden = common::golden("llama-cpp-vision.json");
     let image_name = golden["logits"]["image"].as_str().unwrap();
     let mf = ModelFile::open(&common::fixture("models/qwen35-tiny.gguf")).unwrap();
@@ -23,13 +23,37 @@ fn qwen3vl_on_the_gpu_matches_llama_cpp() {
     };
     let model = Model::load(&mf, gpu).unwrap();
     let img = image::load(&common::fixture(&format!("models/{image_name}"))).unwrap();
-    let encoded = encoder(&model.backend)
+    let encoded = encoder(&QWEN35, &model.backend)
         .encode(&model.backend, &img)
         .unwrap();
     steps_after_image(
+        &QWEN35,
         &model,
         encoded.embeddings,
         &golden_run::GELU_TABLE_F32,
         "GPU, kiln's embeddings",
+    );
+}
+
+#[test]
+fn gemma3_on_the_gpu_matches_llama_cpp() {
+    let Some(gpu) = common::gpu::gpu() else {
+        return;
+    };
+    check_embeddings(&GEMMA3, &encode_all(&GEMMA3, &gpu), "GPU");
+    let golden = common::golden(GEMMA3.golden);
+    let image_name = golden["logits"]["image"].as_str().unwrap();
+    let mf = ModelFile::open(&common::fixture(GEMMA3.model)).unwrap();
+    let model = Model::load(&mf, gpu).unwrap();
+    let img = image::load(&common::fixture(&format!("models/{image_name}"))).unwrap();
+    let encoded = encoder(&GEMMA3, &model.backend)
+        .encode(&model.backend, &img)
+        .unwrap();
+    steps_after_image(
+        &GEMMA3,
+        &model,
+        encoded.embeddings,
+        &golden_run::GELU_TABLE_F32,
+        "GPU Gemma 3, kiln's embeddings",
     );
 }

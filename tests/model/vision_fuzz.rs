@@ -58,7 +58,10 @@ const HANG: Duration = if cfg!(debug_assertions) {
 };
 const DEFAULT_SEED: u64 = 0x6b69_6c6e_5649_5331;
 
-const MMPROJ: &str = "models/qwen35-mmproj-tiny.gguf";
+const MMPROJ: [&str; 2] = [
+    "models/qwen35-mmproj-tiny.gguf",
+    "models/gemma3-mmproj-tiny.gguf",
+];
 const IMAGES: [&str; 4] = [
     "vision-32x32.png",
     "vision-48x32.png",
@@ -393,7 +396,8 @@ fn make_case(kind: Kind, seed: u64, index: u64, seeds: &[Seed]) -> Case {
     let case_seed = splitmix(seed ^ kind.salt() ^ index.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     match kind {
         Kind::Images => mutate_image(index, case_seed, seeds),
-        Kind::Mmproj => mutate_mmproj(index, case_seed, &seeds[0]),
+        // The projectors take turns.
+        Kind::Mmproj => mutate_mmproj(index, case_seed, &seeds[index as usize % seeds.len()]),
     }
 }
 
@@ -402,12 +406,15 @@ fn fuzz(kind: Kind, budget: Duration) {
     let seed = base_seed();
     let seeds = match kind {
         Kind::Images => image_seeds(),
-        Kind::Mmproj => {
-            let bytes = std::fs::read(common::fixture(MMPROJ)).unwrap();
-            let layout =
-                GgufLayout::parse(&bytes).expect("the tiny projector fixture should parse as GGUF");
-            vec![("qwen35-mmproj-tiny.gguf".to_string(), bytes, Some(layout))]
-        }
+        Kind::Mmproj => MMPROJ
+            .iter()
+            .map(|name| {
+                let bytes = std::fs::read(common::fixture(name)).unwrap();
+                let layout = GgufLayout::parse(&bytes)
+                    .expect("the tiny projector fixtures should parse as GGUF");
+                (name.to_string(), bytes, Some(layout))
+            })
+            .collect(),
     };
     if let Ok(index) = std::env::var("KILN_FUZZ_SAVE") {
         // Write case `index` of this seed to a file, for `replay_saved_input`, and stop.
@@ -635,7 +642,7 @@ struct Ctx {
 impl Ctx {
     fn new() -> Ctx {
         let backend = CpuBackend::new(1).unwrap();
-        let mut file = Mmproj::open(&common::fixture(MMPROJ)).unwrap();
+        let mut file = Mmproj::open(&common::fixture(MMPROJ[0])).unwrap();
         let mut encoders = vec![(VisionEncoder::load(&file, &backend).unwrap(), "encode")];
         for (max, name) in [
             (256, "encode (max 256 tokens)"),

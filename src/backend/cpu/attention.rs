@@ -217,12 +217,12 @@ impl Call<'_> {
         self.p.head_dim
     }
 
-    /// The keys query row `i` sees: [lo, pos].
+    /// The keys query row `i` sees: [lo, last].
     fn key_range(&self, i: usize) -> (usize, usize) {
         let pos = self.p.start_pos + i;
         (
             self.p.window.map_or(0, |w| (pos + 1).saturating_sub(w)),
-            pos,
+            self.p.last_key(i),
         )
     }
 
@@ -256,7 +256,7 @@ impl Call<'_> {
     ) -> std::ops::Range<usize> {
         let (hd, g, c) = (self.hd(), self.group, self.chunk);
         let kv_width = self.p.n_kv_heads * hd;
-        let last = self.p.start_pos + rows.end; // one past the last key any of the rows sees
+        let last = self.p.last_key(rows.end - 1) + 1; // one past the last key any of the rows sees
         let c0 = ci * c;
         let n = (c0 + c).min(last) - c0;
         let nq = rows.len() * g;
@@ -597,12 +597,13 @@ impl CpuBackend {
             let (i, h) = (task / p.n_heads, task % p.n_heads);
             let pos = p.start_pos + i;
             let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            let last = p.last_key(i);
             let kvh = h / group;
             let qh = k_cache.prepare_query(
                 kernels,
                 &q[i * q_width + h * hd..i * q_width + (h + 1) * hd],
             );
-            let mut scores: Vec<f32> = (lo..=pos)
+            let mut scores: Vec<f32> = (lo..=last)
                 .map(|j| p.score(k_cache.dot(kernels, &qh, j * kv_width + kvh * hd)))
                 .collect();
             let sink = sinks.map(|s| s[h]);
@@ -618,7 +619,7 @@ impl CpuBackend {
             scores.iter_mut().for_each(|s| *s *= inv);
             v_cache.prepare_weights(kernels, &mut scores);
             o.fill(0.0);
-            for (j, &pj) in (lo..=pos).zip(&scores) {
+            for (j, &pj) in (lo..=last).zip(&scores) {
                 v_cache.axpy(kernels, pj, j * kv_width + kvh * hd, o);
             }
             v_cache.finish_output(o);

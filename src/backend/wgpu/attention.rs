@@ -48,7 +48,7 @@ impl WgpuBackend {
         splits: usize,
         chunk: usize,
         sinks: bool,
-    ) -> [u32; 18] {
+    ) -> [u32; 19] {
         [
             p.start_pos as u32,
             p.rows as u32,
@@ -68,10 +68,11 @@ impl WgpuBackend {
             v.rot_scale().to_bits(),
             p.softcap.unwrap_or(0.0).to_bits(),
             sinks as u32,
+            p.causal as u32,
         ]
     }
 
-    /// Causal attention (see `CoreOps::attention`).
+    /// Attention, causal or over a whole call (see `CoreOps::attention`).
     pub(super) fn attend(
         &self,
         q: &GpuBuffer,

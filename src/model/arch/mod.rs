@@ -32,6 +32,7 @@ mod phi3;
 mod qwen;
 mod qwen35;
 mod qwen3moe;
+mod rows;
 mod smollm3;
 
 use super::config::{Activation, ModelConfig};
@@ -43,6 +44,7 @@ use crate::backend::{AttentionParams, Backend, CacheType, GateActivation, KvAppe
 use crate::error::{Error, Result};
 use family::{Family, LayerKind};
 pub use mtp::MtpState;
+pub use rows::RowInputs;
 
 /// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
 /// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
@@ -542,6 +544,7 @@ impl<B: Backend> Model<B> {
                 rows,
                 start_pos,
                 il,
+                causal: !inputs.bidirectional,
             };
             match (self.family.layer, layer) {
                 (_, Block::Qwen35(layer)) => qwen35::layer(&mut step, layer),
@@ -561,24 +564,6 @@ impl<B: Backend> Model<B> {
             b.add(&mut s.x, &s.o, rows * c.hidden_size);
         }
     }
-}
-
-/// What a forward call's rows carry besides their token ids, for images in the context.
-pub struct RowInputs<'a> {
-    /// Rows whose input is an embedding instead of their token's: the first of them in this
-    /// call, and their embeddings (consecutive rows of the hidden size).
-    pub embedded: Option<(usize, &'a [f32])>,
-    /// Each row's (time, row, column) RoPE position; None: the positions are the cache
-    /// indices, as for text.
-    pub positions: Option<&'a [[u32; 3]]>,
-}
-
-impl RowInputs<'_> {
-    /// Token rows at their cache indices.
-    pub const TOKENS: RowInputs<'static> = RowInputs {
-        embedded: None,
-        positions: None,
-    };
 }
 
 /// Which optional parts of the attention block an architecture uses.
@@ -611,6 +596,8 @@ pub(crate) struct Step<'a, B: Backend> {
     rows: usize,
     start_pos: usize,
     il: usize,
+    /// False: the rows attend to each other both ways (`RowInputs::bidirectional`).
+    causal: bool,
 }
 
 impl<B: Backend> Step<'_, B> {
@@ -745,6 +732,7 @@ impl<B: Backend> Step<'_, B> {
             scale: c.attention_scale,
             window: c.layer_window(il),
             softcap: c.attn_logit_softcap,
+            causal: self.causal,
         };
         let (kc, vc) = &self.cache.layers[source];
         b.attention(&s.q, kc, vc, &mut s.attn, &params, sinks);

@@ -280,6 +280,7 @@ impl<B: Backend> Model<B> {
             rows,
             start_pos,
             il,
+            causal: true,
         };
         // A draft row is the trunk's layer whole; following the trunk needs only the keys and
         // values, so those rows stop after attention.

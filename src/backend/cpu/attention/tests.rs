@@ -61,6 +61,7 @@ fn check_chunked_attention(b: &CpuBackend, isa: &str) {
                 scale: 1.0 / (hd as f32).sqrt(),
                 window,
                 softcap,
+                causal: true,
             };
             let mut want = vec![0f32; rows * nh * hd];
             let mut got = vec![0f32; rows * nh * hd];
@@ -95,5 +96,65 @@ fn check_chunked_attention(b: &CpuBackend, isa: &str) {
                 "{isa}: hd {hd} {ty:?}: generation and prefill differ"
             );
         }
+    }
+}
+
+/// A row of a non-causal call sees every key of the call: its output is that of a one-row causal
+/// call at the call's last position with the same query, bit for bit, on every cache type and on
+/// both the chunked and the per-row paths.
+#[test]
+fn non_causal_rows_see_the_whole_call() {
+    let b = CpuBackend::new(2).unwrap();
+    let (hd, nh, nkv) = (64, 4, 2);
+    for ty in CacheType::ALL {
+        let (start, rows) = (40, 19);
+        let n = start + rows;
+        let kv_width = nkv * hd;
+        let k = filled(&b, ty, n, kv_width, 11);
+        let v = filled(&b, ty, n, kv_width, 12);
+        let q = activations(rows * nh * hd, 13);
+        let p = AttentionParams {
+            start_pos: start,
+            rows,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+            scale: 0.125,
+            window: None,
+            softcap: None,
+            causal: false,
+        };
+        let mut got = vec![0f32; rows * nh * hd];
+        b.attention(&q, &k, &v, &mut got, &p, None);
+        let mut rowwise = vec![0f32; rows * nh * hd];
+        b.attention_rows(&q, &k, &v, &mut rowwise, &p, None);
+        let last = AttentionParams {
+            start_pos: n - 1,
+            rows: 1,
+            causal: true,
+            ..p
+        };
+        let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        for i in 0..rows {
+            let row = i * nh * hd..(i + 1) * nh * hd;
+            let mut want = vec![0f32; nh * hd];
+            b.attention_rows(&q[row.clone()], &k, &v, &mut want, &last, None);
+            assert_eq!(bits(&rowwise[row.clone()]), bits(&want), "{ty:?} row {i}");
+            let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+            for (g, w) in got[row].iter().zip(&want) {
+                assert!((g - w).abs() <= 1e-4 * scale, "{ty:?} row {i}: {g} vs {w}");
+            }
+        }
+        // A causal call differs: its first row does not see the rows after it.
+        let mut causal = vec![0f32; rows * nh * hd];
+        b.attention(
+            &q,
+            &k,
+            &v,
+            &mut causal,
+            &AttentionParams { causal: true, ..p },
+            None,
+        );
+        assert_ne!(bits(&causal[..nh * hd]), bits(&got[..nh * hd]));
     }
 }

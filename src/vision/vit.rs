@@ -1,0 +1,248 @@
+//! The transformer blocks the vision towers share, as llama.cpp's `clip_graph::build_vit` runs
+//! them: pre-LayerNorm blocks of full attention (fused QKV as Qwen's towers have it, or separate
+//! Q, K and V as SigLIP's), each with its bias, and a GELU MLP; the weights' loading from an
+//! mmproj file, and the patch convolution's kernel as llama.cpp multiplies it (in f16).
+//!
+//! The matrix products run on the backend; LayerNorm, RoPE, attention and GELU on the host
+//! (`ops.rs`), between them.
+
+use half::f16;
+
+use crate::backend::Backend;
+use crate::error::Result;
+use crate::gguf::GgmlType;
+use crate::tensor::Tensor;
+
+use super::mmproj::{Mmproj, VisionConfig};
+use super::ops;
+
+/// A LayerNorm's weight and bias, on the host.
+pub(super) type Norm = (Vec<f32>, Vec<f32>);
+
+/// A linear map's weight and bias, on the backend.
+pub(super) struct Linear<B: Backend> {
+    pub w: B::Weight,
+    pub b: B::Weight,
+}
+
+impl<B: Backend> Linear<B> {
+    /// `out = x · wᵀ + b` over `rows` rows.
+    pub fn apply(&self, backend: &B, x: &B::Buffer, rows: usize, out: &mut B::Buffer) {
+        backend.matmul(x, &self.w, rows, out);
+        backend.add_bias(out, &self.b, rows);
+    }
+}
+
+/// The attention's input maps.
+enum Qkv<B: Backend> {
+    /// One map to Q, K and V side by side (`attn_qkv`).
+    Fused(Linear<B>),
+    /// Three maps (`attn_q`, `attn_k`, `attn_v`).
+    Split([Linear<B>; 3]),
+}
+
+struct Block<B: Backend> {
+    ln1: Norm,
+    qkv: Qkv<B>,
+    out: Linear<B>,
+    ln2: Norm,
+    up: Linear<B>,
+    down: Linear<B>,
+}
+
+/// An mmproj file's tensors, read onto a backend with their shapes checked.
+pub(super) struct Loader<'a, B: Backend> {
+    pub file: &'a Mmproj,
+    pub backend: &'a B,
+}
+
+impl<B: Backend> Loader<'_, B> {
+    /// Tensor `name` of GGML shape `dims` on the backend.
+    pub fn weight(&self, name: &str, dims: &[usize]) -> Result<B::Weight> {
+        self.backend.weight(self.file.tensor(name, dims)?)
+    }
+
+    /// `name.weight` (`cols` in, `rows` out) and `name.bias`.
+    pub fn linear(&self, name: &str, cols: usize, rows: usize) -> Result<Linear<B>> {
+        Ok(Linear {
+            w: self.weight(&format!("{name}.weight"), &[cols, rows])?,
+            b: self.weight(&format!("{name}.bias"), &[rows])?,
+        })
+    }
+
+    /// `name.weight` and `name.bias` of width `width`, on the host.
+    pub fn norm(&self, name: &str, width: usize) -> Result<Norm> {
+        Ok((
+            self.file
+                .tensor(&format!("{name}.weight"), &[width])?
+                .to_f32(),
+            self.file
+                .tensor(&format!("{name}.bias"), &[width])?
+                .to_f32(),
+        ))
+    }
+
+    /// A patch convolution's kernel `name` (GGML shape [p, p, 3, width]) as a matrix over a
+    /// patch's 3·p·p values (channel, row, column), in f16: llama.cpp's `ggml_conv_2d` goes
+    /// through an f16 im2col and rounds the kernel to f16 for the product, and so does kiln.
+    pub fn patch_kernel(&self, name: &str, p: usize, width: usize) -> Result<B::Weight> {
+        let values = self.file.tensor(name, &[p, p, 3, width])?.to_f32();
+        let bytes = values
+            .iter()
+            .flat_map(|&v| f16::from_f32(v).to_le_bytes())
+            .collect();
+        self.backend.weight(&Tensor::from_bytes(
+            name,
+            GgmlType::F16,
+            vec![3 * p * p, width],
+            bytes,
+        ))
+    }
+}
+
+/// The patches at grid positions `order` ((row, column) each) of an image `width` pixels wide
+/// (`pixels`: 3 normalized values per pixel), one row of 3·p·p values (channel, row, column)
+/// each: the patch convolution's input as llama.cpp's f16 im2col makes it (rounded to f16).
+pub(super) fn patches(
+    pixels: &[f32],
+    width: usize,
+    p: usize,
+    order: &[(usize, usize)],
+) -> Vec<f32> {
+    let k = 3 * p * p;
+    let mut patches = vec![0f32; order.len() * k];
+    for (row, &(y, x)) in patches.chunks_exact_mut(k).zip(order) {
+        for ch in 0..3 {
+            for ky in 0..p {
+                for kx in 0..p {
+                    let px = (y * p + ky) * width + x * p + kx;
+                    row[(ch * p + ky) * p + kx] = f16::from_f32(pixels[px * 3 + ch]).to_f32();
+                }
+            }
+        }
+    }
+    patches
+}
+
+/// The tower's transformer blocks.
+pub(super) struct Blocks<B: Backend> {
+    blocks: Vec<Block<B>>,
+}
+
+/// Backend buffers a tower's passes share: `n × widest` values each.
+pub(super) struct Buffers<B: Backend> {
+    pub x: B::Buffer,
+    pub t: B::Buffer,
+}
+
+impl<B: Backend> Buffers<B> {
+    pub fn new(backend: &B, len: usize) -> Result<Buffers<B>> {
+        Ok(Buffers {
+            x: backend.buffer(len)?,
+            t: backend.buffer(len)?,
+        })
+    }
+}
+
+impl<B: Backend> Blocks<B> {
+    /// Blocks `v.blk.{i}` of `c.n_layer`, with a fused `attn_qkv` or separate `attn_q/k/v`,
+    /// whichever the file has. Files from older converters swap `ffn_up` and `ffn_down` (each
+    /// under the other's name); as llama.cpp, kiln knows them by their shapes.
+    pub fn load(l: &Loader<B>, c: &VisionConfig) -> Result<Blocks<B>> {
+        let (e, ff) = (c.n_embd, c.n_ff);
+        let swapped = l
+            .file
+            .tensors
+            .get("v.blk.0.ffn_down.weight")
+            .is_some_and(|t| t.dims == [e, ff] && e != ff);
+        let (up, down) = if swapped {
+            ("ffn_down", "ffn_up")
+        } else {
+            ("ffn_up", "ffn_down")
+        };
+        let blocks = (0..c.n_layer)
+            .map(|i| {
+                let b = |part: &str| format!("v.blk.{i}.{part}");
+                let qkv = if l.file.tensors.contains_key(&b("attn_qkv.weight")) {
+                    Qkv::Fused(l.linear(&b("attn_qkv"), e, 3 * e)?)
+                } else {
+                    Qkv::Split([
+                        l.linear(&b("attn_q"), e, e)?,
+                        l.linear(&b("attn_k"), e, e)?,
+                        l.linear(&b("attn_v"), e, e)?,
+                    ])
+                };
+                Ok(Block {
+                    ln1: l.norm(&b("ln1"), e)?,
+                    qkv,
+                    out: l.linear(&b("attn_out"), e, e)?,
+                    ln2: l.norm(&b("ln2"), e)?,
+                    up: l.linear(&b(up), e, ff)?,
+                    down: l.linear(&b(down), ff, e)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Blocks { blocks })
+    }
+
+    /// Every block over the `n` rows of `h` (the residual stream, on the backend), in place; with
+    /// `rope`, each row's (row, column) patch position turns its queries and keys by the 2-D
+    /// vision RoPE. `buf` holds at least `n × max(3·width, n_ff)` values each.
+    pub fn run(
+        &self,
+        backend: &B,
+        c: &VisionConfig,
+        h: &mut B::Buffer,
+        n: usize,
+        rope: Option<&[(u32, u32)]>,
+        buf: &mut Buffers<B>,
+    ) {
+        let e = c.n_embd;
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let mut normed = vec![0f32; n * e];
+        let mut qkv = vec![0f32; n * 3 * e];
+        let mut part = vec![0f32; n * e];
+        let mut attn = vec![0f32; n * e];
+        let mut ffn = vec![0f32; n * c.n_ff];
+        for b in &self.blocks {
+            // Attention: h += out(attention(rope(qkv(ln1(h))))).
+            backend.download(h, 0, &mut normed);
+            ops::layer_norm(&mut normed, &b.ln1.0, &b.ln1.1, c.eps);
+            backend.upload(&mut buf.x, &normed);
+            match &b.qkv {
+                Qkv::Fused(map) => {
+                    map.apply(backend, &buf.x, n, &mut buf.t);
+                    backend.download(&buf.t, 0, &mut qkv);
+                }
+                Qkv::Split(maps) => {
+                    // Side by side in each row, as the fused map writes them.
+                    for (k, map) in maps.iter().enumerate() {
+                        map.apply(backend, &buf.x, n, &mut buf.t);
+                        backend.download(&buf.t, 0, &mut part);
+                        for (dst, src) in qkv.chunks_exact_mut(3 * e).zip(part.chunks_exact(e)) {
+                            dst[k * e..(k + 1) * e].copy_from_slice(src);
+                        }
+                    }
+                }
+            }
+            if let Some(pos) = rope {
+                // Q and K of a row sit side by side: both rotate, as 2 × heads heads.
+                ops::vision_rope(&mut qkv, 3 * e, 2 * c.n_head, c.head_dim, pos);
+            }
+            ops::attention(&qkv, n, c.n_head, c.head_dim, scale, &mut attn);
+            backend.upload(&mut buf.x, &attn);
+            b.out.apply(backend, &buf.x, n, &mut buf.t);
+            backend.add(h, &buf.t, n * e);
+            // Feed-forward: h += down(gelu(up(ln2(h)))).
+            backend.download(h, 0, &mut normed);
+            ops::layer_norm(&mut normed, &b.ln2.0, &b.ln2.1, c.eps);
+            backend.upload(&mut buf.x, &normed);
+            b.up.apply(backend, &buf.x, n, &mut buf.t);
+            backend.download(&buf.t, 0, &mut ffn);
+            ops::gelu_in_place(&mut ffn);
+            backend.upload(&mut buf.x, &ffn);
+            b.down.apply(backend, &buf.x, n, &mut buf.t);
+            backend.add(h, &buf.t, n * e);
+        }
+    }
+}
