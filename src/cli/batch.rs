@@ -1,7 +1,9 @@
 //! `kiln run --batch FILE|-`: many requests in one process. Each input line is a JSON request
 //! (OpenAI's chat/completions field names where they exist: `prompt` or `messages`, `system`,
 //! `max_tokens`, `temperature`, `top_p`, `top_k`, `min_p`, `seed`, `stop`, penalties,
-//! `json_schema`, `response_format`, plus kiln's `regex` and `grammar`); each output line is the
+//! `json_schema`, `response_format`, plus kiln's `regex` and `grammar`; a message's `content` may be
+//! OpenAI's parts, text and `image_url` — a `data:` URL or a local path — with `--mmproj` or the
+//! projector beside the model); each output line is the
 //! object `kiln run --format json` prints, with the request's `id`, in input order. Flags on the
 //! command line are the defaults every request can override. `seed` and `repeat_last_n` take -1
 //! as llama.cpp's server does (a random seed, the whole context; see `values.rs`).
@@ -23,11 +25,13 @@ use serde_json::{Value, json};
 
 use super::output::{cancel_flag, install_interrupt_handler, result_json};
 use super::values::{LastN, Seed};
+use super::vision::{ImageEncoder, Images, load_image_url, prompt_rows};
 use super::{AnyLoaded, Loaded, RunArgs, context_size, error_message, load, on_backend};
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message};
 use crate::model::generate::{FinishReason, GenerateOptions, StopRules, generate};
-use crate::model::session::DEFAULT_BATCH;
+use crate::model::multimodal::{self, PromptPiece};
+use crate::model::session::{DEFAULT_BATCH, EMBEDDED_ROW};
 use crate::model::speculative::Drafter;
 use crate::model::{Session, Tokenizer};
 use crate::sampler::{ConstraintCompiler, ConstraintSpec, Sampler};
@@ -41,7 +45,7 @@ const MAX_LINE_BYTES: u64 = 16 << 20;
 struct Request {
     id: Option<Value>,
     prompt: Option<String>,
-    messages: Option<Vec<Message>>,
+    messages: Option<Vec<RequestMessage>>,
     system: Option<String>,
     max_tokens: Option<i64>,
     temperature: Option<f32>,
@@ -60,6 +64,64 @@ struct Request {
     regex: Option<String>,
     /// A grammar in llguidance's Lark syntax (the text, not a file).
     grammar: Option<String>,
+}
+
+/// A message: its content a string, or OpenAI's content parts.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct RequestMessage {
+    role: String,
+    content: Content,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum Part {
+    Text { text: String },
+    ImageUrl { image_url: ImageUrl },
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct ImageUrl {
+    url: String,
+    /// OpenAI's resolution hint; the projector decides the resolution here.
+    #[allow(dead_code)]
+    detail: Option<String>,
+}
+
+impl RequestMessage {
+    /// The message's text (its text parts joined by newlines) and its images' URLs, in order.
+    /// As kiln's command lines place them, the images go before the text.
+    fn split(&self) -> (Message, Vec<&str>) {
+        match &self.content {
+            Content::Text(t) => (Message::new(&self.role, t), Vec::new()),
+            Content::Parts(parts) => {
+                let mut texts = Vec::new();
+                let mut urls = Vec::new();
+                for part in parts {
+                    match part {
+                        Part::Text { text } => texts.push(text.as_str()),
+                        Part::ImageUrl { image_url } => urls.push(image_url.url.as_str()),
+                    }
+                }
+                (Message::new(&self.role, &texts.join("\n")), urls)
+            }
+        }
+    }
+}
+
+/// A request's prompt: tokens, or pieces with its images encoded.
+enum Prompt {
+    Tokens(Vec<u32>),
+    Pieces(Vec<PromptPiece>, Images),
 }
 
 #[derive(Deserialize, Debug)]
@@ -109,7 +171,10 @@ impl Request {
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let source = args.batch.clone().unwrap_or_default();
     if !args.vision.images.is_empty() {
-        bail!("--image does not apply to --batch: batch requests do not take images yet");
+        bail!(
+            "--image does not apply to --batch: give each request its images as image_url \
+             content parts"
+        );
     }
     // Flag values are checked before the model loads.
     args.sampling.validate()?;
@@ -154,6 +219,8 @@ struct Batch<'a, 'm, B: Backend> {
     /// Speculative decoding's drafter, shared by the requests (a draft model's session follows
     /// each request's context, as the model's does).
     drafter: Option<Box<dyn Drafter + 'a>>,
+    /// The projector's tower, loaded for the first request with an image.
+    images: Option<ImageEncoder<'m, B>>,
 }
 
 fn run_batch<B: Backend>(
@@ -181,6 +248,7 @@ fn run_batch<B: Backend>(
         default_constraint,
         compiler: None,
         drafter,
+        images: None,
     };
     install_interrupt_handler(true);
 
@@ -294,13 +362,20 @@ impl<B: Backend> Batch<'_, '_, B> {
     /// Run one request on the shared session; its result object and how it finished.
     fn request(&mut self, req: &Request) -> Result<(Value, FinishReason)> {
         let tok: &Tokenizer = &self.loaded.tokenizer;
-        let ids = self.prompt_ids(req)?;
+        let prompt = self.prompt(req)?;
+        let rows = match &prompt {
+            Prompt::Tokens(ids) => ids.clone(),
+            Prompt::Pieces(pieces, images) => piece_rows(pieces, images),
+        };
         let ctx = self.session.ctx();
-        if ids.len() > ctx {
+        if rows.len() > ctx {
             bail!(
                 "the prompt is {} tokens but the context holds {ctx}; use -c to enlarge it",
-                ids.len()
+                rows.len()
             );
+        }
+        if matches!(prompt, Prompt::Pieces(..)) && self.drafter.is_some() {
+            bail!("speculative decoding does not take images yet: leave out --spec-type");
         }
 
         let mut sampling = self.args.sampling.clone();
@@ -334,20 +409,34 @@ impl<B: Backend> Batch<'_, '_, B> {
             Some(Stop::Many(v)) => v.clone(),
         };
 
-        // Keep what the cache shares with this prompt; always run at least one token so there
-        // are logits to start from.
-        let shared = self
-            .session
-            .tokens()
-            .iter()
-            .zip(&ids)
-            .take_while(|(a, b)| a == b)
+        // Keep what the cache shares with this prompt, up to the first image on either side
+        // (images are not matched across requests); always run at least one token so there are
+        // logits to start from.
+        let image_rows = |p: &Prompt, i: usize| match p {
+            Prompt::Pieces(pieces, images) => row_is_image(pieces, images, i),
+            Prompt::Tokens(_) => false,
+        };
+        let shared = (0..rows.len().min(self.session.tokens().len()))
+            .take_while(|&i| {
+                self.session.tokens()[i] == rows[i]
+                    && self.session.image_at(i).is_none()
+                    && !image_rows(&prompt, i)
+            })
             .count()
-            .min(ids.len() - 1);
+            .min(rows.len() - 1);
         self.session.truncate(shared)?;
-        // The penalties see the whole prompt, as in a run without reuse.
-        for &t in &ids[..shared] {
-            sampler.accept(t);
+        // The rest of the prompt: with images, everything up to its last run of text is
+        // prefilled here, and that run starts the generation.
+        let ids = match &prompt {
+            Prompt::Tokens(ids) => ids[shared..].to_vec(),
+            Prompt::Pieces(pieces, images) => self.prefill_from(pieces, images, shared)?,
+        };
+        // The penalties see the whole prompt's text (not its images' rows), as in a run without
+        // reuse.
+        for (i, &t) in rows[..rows.len() - ids.len()].iter().enumerate() {
+            if !image_rows(&prompt, i) {
+                sampler.accept(t);
+            }
         }
         let opts = GenerateOptions {
             rules: StopRules {
@@ -363,31 +452,73 @@ impl<B: Backend> Batch<'_, '_, B> {
             &mut self.session,
             tok,
             &mut sampler,
-            &ids[shared..],
+            &ids,
             &opts,
             |_| Ok(()),
         )?;
         let mut v = result_json(self.loaded, &result, &sampler, false);
         v["cached_prompt_tokens"] = json!(shared);
+        if let Prompt::Pieces(_, images) = &prompt {
+            v["image_tokens"] = images.tokens().into();
+            v["timings"]["image_encode_ms"] = (images.encode_time.as_secs_f64() * 1e3).into();
+            // As for text: the rows this request ran (`cached_prompt_tokens` the rest).
+            v["prompt_tokens"] = (rows.len() - shared).into();
+        }
         Ok((v, result.finish))
     }
 
-    fn prompt_ids(&self, req: &Request) -> Result<Vec<u32>> {
+    /// Prefill `pieces` from context row `from` on (rows before it are cached; none of them is
+    /// an image), all but a last run of tokens, which is returned.
+    fn prefill_from(
+        &mut self,
+        pieces: &[PromptPiece],
+        images: &Images,
+        from: usize,
+    ) -> Result<Vec<u32>> {
+        let mut at = 0;
+        let mut last = Vec::new();
+        for (i, piece) in pieces.iter().enumerate() {
+            let len = match piece {
+                PromptPiece::Tokens(ids) => ids.len(),
+                PromptPiece::Image(n) => images.encoded[*n].tokens(),
+            };
+            let skip = from.saturating_sub(at).min(len);
+            at += len;
+            if skip == len {
+                continue;
+            }
+            match piece {
+                PromptPiece::Tokens(ids) if i + 1 == pieces.len() => last = ids[skip..].to_vec(),
+                PromptPiece::Tokens(ids) => {
+                    self.session.prefill(&ids[skip..])?;
+                }
+                PromptPiece::Image(n) => {
+                    self.session
+                        .prefill_embeddings(&super::vision::image_input(&images.encoded[*n]))?;
+                }
+            }
+        }
+        Ok(last)
+    }
+
+    /// The request's prompt: its tokens, or, when a message has images, its pieces with the
+    /// images encoded (the projector loaded the first time).
+    fn prompt(&mut self, req: &Request) -> Result<Prompt> {
         let tok = &self.loaded.tokenizer;
-        let mut messages = Vec::new();
+        let mut messages: Vec<(Message, Vec<&str>)> = Vec::new();
         let system = req.system.as_ref().or(self.args.system.as_ref());
         match (&req.prompt, &req.messages) {
             (Some(_), Some(_)) => bail!("give either prompt or messages, not both"),
             (None, None) => bail!("the request has neither prompt nor messages"),
             (Some(p), None) if p.is_empty() => bail!("the prompt is empty"),
             (Some(p), None) if !self.chat && req.system.is_none() => {
-                return Ok(tok.encode(p, true)?);
+                return Ok(Prompt::Tokens(tok.encode(p, true)?));
             }
             (Some(p), None) => {
                 if let Some(s) = system {
-                    messages.push(Message::new("system", s));
+                    messages.push((Message::new("system", s), Vec::new()));
                 }
-                messages.push(Message::new("user", p));
+                messages.push((Message::new("user", p), Vec::new()));
             }
             (None, Some(m)) => {
                 if m.is_empty() {
@@ -396,13 +527,76 @@ impl<B: Backend> Batch<'_, '_, B> {
                 if let Some(s) = system
                     && m[0].role != "system"
                 {
-                    messages.push(Message::new("system", s));
+                    messages.push((Message::new("system", s), Vec::new()));
                 }
-                messages.extend(m.iter().cloned());
+                messages.extend(m.iter().map(RequestMessage::split));
             }
         }
-        Ok(self.template.prompt_ids(tok, &messages, true)?)
+        if messages.iter().all(|(_, urls)| urls.is_empty()) {
+            let plain: Vec<Message> = messages.into_iter().map(|(m, _)| m).collect();
+            return Ok(Prompt::Tokens(self.template.prompt_ids(tok, &plain, true)?));
+        }
+        if self.images.is_none() {
+            let model = &self.loaded.model;
+            self.images = Some(self.args.vision.encoder(model, &self.loaded.file.path)?);
+        }
+        let Some(encoder) = &self.images else {
+            unreachable!("loaded above")
+        };
+        let start = std::time::Instant::now();
+        let mut encoded = Vec::new();
+        for (i, url) in messages.iter().flat_map(|(_, urls)| urls).enumerate() {
+            let img = load_image_url(url).with_context(|| format!("image {}", i + 1))?;
+            encoded.push(
+                encoder
+                    .encode_image(&img)
+                    .with_context(|| format!("encoding image {}", i + 1))?,
+            );
+        }
+        let counts: Vec<(Message, usize)> = messages
+            .into_iter()
+            .map(|(m, urls)| (m, urls.len()))
+            .collect();
+        let pieces = multimodal::render_pieces(&self.template, tok, &counts, encoder.markers)?;
+        let images = Images {
+            encoded,
+            encode_time: start.elapsed(),
+            markers: encoder.markers,
+        };
+        Ok(Prompt::Pieces(pieces, images))
     }
+}
+
+/// The rows a prompt with images takes in the context: its tokens, and `EMBEDDED_ROW` for each row
+/// of an image, as the session's `tokens()` shows them.
+fn piece_rows(pieces: &[PromptPiece], images: &Images) -> Vec<u32> {
+    let mut rows = Vec::with_capacity(prompt_rows(pieces, images));
+    for piece in pieces {
+        match piece {
+            PromptPiece::Tokens(ids) => rows.extend_from_slice(ids),
+            PromptPiece::Image(n) => rows.extend(std::iter::repeat_n(
+                EMBEDDED_ROW,
+                images.encoded[*n].tokens(),
+            )),
+        }
+    }
+    rows
+}
+
+/// Whether row `i` of a prompt with images is an image's.
+fn row_is_image(pieces: &[PromptPiece], images: &Images, i: usize) -> bool {
+    let mut at = 0;
+    for piece in pieces {
+        let (len, image) = match piece {
+            PromptPiece::Tokens(ids) => (ids.len(), false),
+            PromptPiece::Image(n) => (images.encoded[*n].tokens(), true),
+        };
+        if i < at + len {
+            return image;
+        }
+        at += len;
+    }
+    false
 }
 
 /// Skip the rest of an overlong line without holding it.

@@ -173,6 +173,29 @@ impl<B: Backend> ImageEncoder<'_, B> {
     }
 }
 
+/// An image named by an OpenAI-style `image_url`: a `data:` URL holding the file base64-encoded
+/// (`data:image/png;base64,…`), a `file://` URL or a local path. kiln does not fetch from the web.
+pub fn load_image_url(url: &str) -> Result<image::RgbImage> {
+    use base64::Engine;
+    if let Some(rest) = url.strip_prefix("data:") {
+        let Some((kind, data)) = rest.split_once(',') else {
+            bail!("a data: URL needs a comma before its data");
+        };
+        if !kind.ends_with(";base64") {
+            bail!("a data: URL image must be base64-encoded (data:image/png;base64,…)");
+        }
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .context("the data: URL's base64 does not decode")?;
+        return Ok(image::decode(&bytes)?);
+    }
+    if url.starts_with("http://") || url.starts_with("https://") {
+        bail!("kiln does not fetch images from the web: give a data: URL or a local path");
+    }
+    let path = url.strip_prefix("file://").unwrap_or(url);
+    Ok(image::load(Path::new(path))?)
+}
+
 /// An encoded image as a prompt takes it.
 pub fn image_input(e: &Encoded) -> ImageInput {
     ImageInput {

@@ -32,10 +32,17 @@ pub struct ImageMarkers {
 impl ImageMarkers {
     pub fn for_projector(projector: &Projector) -> ImageMarkers {
         match projector {
-            Projector::Gemma3 | Projector::Gemma4V => ImageMarkers {
+            Projector::Gemma3 => ImageMarkers {
                 begin: "<start_of_image>",
                 end: "<end_of_image>",
                 placeholder: "<start_of_image>",
+            },
+            // llama.cpp's mtmd for gemma4v; a template that writes the begin text for an image
+            // part places it as Gemma 3's do.
+            Projector::Gemma4V => ImageMarkers {
+                begin: "<|image>",
+                end: "<image|>",
+                placeholder: "<|image>",
             },
             _ => ImageMarkers {
                 begin: "<|vision_start|>",

@@ -305,3 +305,95 @@ fn bench_times_the_image_encoder() {
         );
     }
 }
+
+/// `kiln run --batch` takes images as OpenAI content parts: a base64 `data:` URL, a local path and a
+/// `file://` URL of one picture each give the tokens `kiln run --image` gives for the same message
+/// (greedy); a later request shares the cache only up to the first image; a text-only request
+/// runs as before; an image that does not decode is its line's error (exit code 1).
+#[test]
+fn batch_requests_take_image_content_parts() {
+    use base64::Engine;
+    let path = image("vision-48x32.png");
+    let data = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&path).unwrap());
+    let with_image = |url: String| {
+        serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url}},
+            {"type": "text", "text": "What do you see?"},
+        ]}]})
+    };
+    let lines = [
+        with_image(format!("data:image/png;base64,{data}")),
+        with_image(path.display().to_string()),
+        serde_json::json!({"messages": [{"role": "user", "content": "Hello there"}]}),
+        with_image(format!("file://{}", path.display())),
+        with_image("data:image/png;base64,AAAA".to_string()),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let requests = dir.path().join("requests.jsonl");
+    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    std::fs::write(&requests, text.join("\n") + "\n").unwrap();
+    let common_args = ["--temp", "0", "-n", "6", "-c", "256"];
+    let out = common::kiln()
+        .arg("run")
+        .args(common_args)
+        .arg("-m")
+        .arg(model())
+        .arg("--mmproj")
+        .arg(mmproj())
+        .arg("--batch")
+        .arg(&requests)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 5);
+
+    let alone = common::kiln()
+        .arg("run")
+        .args(common_args)
+        .args(["--format", "json", "-m"])
+        .arg(model())
+        .arg("--mmproj")
+        .arg(mmproj())
+        .arg("--image")
+        .arg(&path)
+        .arg("What do you see?")
+        .output()
+        .unwrap();
+    assert!(
+        alone.status.success(),
+        "{}",
+        String::from_utf8_lossy(&alone.stderr)
+    );
+    let want: serde_json::Value = serde_json::from_slice(&alone.stdout).unwrap();
+    for i in [0, 1, 3] {
+        let r = &results[i];
+        assert_eq!(r["tokens"], want["tokens"], "request {}: {r}", i + 1);
+        assert_eq!(r["image_tokens"], want["image_tokens"], "request {}", i + 1);
+        let rows =
+            r["prompt_tokens"].as_u64().unwrap() + r["cached_prompt_tokens"].as_u64().unwrap();
+        assert_eq!(
+            rows,
+            want["prompt_tokens"].as_u64().unwrap(),
+            "request {}",
+            i + 1
+        );
+    }
+    // The second request shares the text before the image with the first, not the image.
+    let before_image = results[1]["cached_prompt_tokens"].as_u64().unwrap();
+    assert!(before_image > 0 && before_image < 40, "{before_image}");
+    assert!(results[2]["text"].is_string() && results[2]["image_tokens"].is_null());
+    let err = results[4]["error"].as_str().unwrap();
+    assert!(
+        err.contains("image 1") && err.contains("not an image"),
+        "{err}"
+    );
+}
