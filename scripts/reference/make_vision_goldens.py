@@ -37,11 +37,16 @@ taken after vision-48x32.png (letterboxed: black bands above and below) with the
 image chunk run with non-causal attention (the chunk's "non_causal", mtmd_decode_use_non_causal).
 The begin and end texts are <start_of_image> and <end_of_image>, plain BPE pieces in this vocabulary.
 
+Gemma 4 (CASE gemma4: golden/llama-cpp-vision-gemma4.json): make_gemma4_vision.py's tower in front of
+make_gemma4_tiny.py's gemma4-tiny.gguf (width 64, so its images are decoded non-causally: only widths 1536
+and 2560, E2B and E4B, are causal in mtmd). Images keep their aspect in whole 8×8-pixel tokens between 70 and
+1120 (81, 77, 77 and 80 tokens); the begin and end texts are <|image> and <image|>.
+
 Run: python3 scripts/reference/make_vision_goldens.py DRIVER MADE OUT [CASE]
 (DRIVER: llama_cpp_vision.cpp built as its header says, e.g. /tmp/lc/vision; MADE: the directory
 make_qwen35_vision.py and make_gemma3_vision.py wrote, tests/fixtures/made; OUT:
-tests/fixtures/golden/llama-cpp-vision.json, or llama-cpp-vision-gemma3.json with CASE gemma3 (default
-qwen35); run from the repository root, which holds tests/fixtures/models/qwen35-tiny.gguf)
+tests/fixtures/golden/llama-cpp-vision.json, or llama-cpp-vision-CASE.json with CASE gemma3 or gemma4
+(default qwen35); run from the repository root, which holds tests/fixtures/models/qwen35-tiny.gguf)
 """
 import json
 import math
@@ -65,6 +70,13 @@ CASES = {
         "model": "gemma3-tiny.gguf",
         "mmproj": "gemma3-mmproj-tiny.gguf",
         "images": {"vision-32x32.png": 16, "vision-48x32.png": 16, "vision-45x29.png": 16, "vision-20x70.png": 16},
+        "prompt": "<|im_start|>user\n" + MARKER + "What do you see?<|im_end|>\n<|im_start|>assistant\n",
+        "logits_image": "vision-48x32.png",
+    },
+    "gemma4": {
+        "model": "gemma4-tiny.gguf",
+        "mmproj": "gemma4-mmproj-tiny.gguf",
+        "images": {"vision-32x32.png": 81, "vision-48x32.png": 77, "vision-45x29.png": 77, "vision-20x70.png": 80},
         "prompt": "<|im_start|>user\n" + MARKER + "What do you see?<|im_end|>\n<|im_start|>assistant\n",
         "logits_image": "vision-48x32.png",
     },

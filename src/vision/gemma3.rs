@@ -133,7 +133,7 @@ impl<B: Backend> Gemma3Tower<B> {
                 *d = sum / (k * k) as f32;
             }
         }
-        ops::rms_norm(&mut pooled, &self.soft_emb_norm, c.eps);
+        ops::rms_norm(&mut pooled, e, Some(&self.soft_emb_norm), c.eps);
         backend.upload(&mut buf.x, &pooled);
         backend.matmul(&buf.x, &self.projection, tokens, &mut buf.t);
         let mut out = vec![0f32; tokens * c.projection_dim];

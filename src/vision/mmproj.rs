@@ -170,17 +170,20 @@ impl VisionConfig {
                     )));
                 }
             },
-            // The pooling kernel: 4, or `clip.vision.projector.scale_factor` (llama.cpp reads it
-            // for test models).
-            Projector::Gemma3 => match m.usize("clip.vision.projector.scale_factor")? {
-                None => 4,
-                Some(v) if (1..=64).contains(&v) => v,
-                Some(v) => {
-                    return Err(Error::Format(format!(
-                        "clip.vision.projector.scale_factor = {v} is outside 1..=64"
-                    )));
+            // The pooling kernel: 4 (Gemma 3) or 3 (Gemma 4), or
+            // `clip.vision.projector.scale_factor` (llama.cpp reads it for test models).
+            Projector::Gemma3 | Projector::Gemma4V => {
+                match m.usize("clip.vision.projector.scale_factor")? {
+                    None if projector == Projector::Gemma3 => 4,
+                    None => 3,
+                    Some(v) if (1..=64).contains(&v) => v,
+                    Some(v) => {
+                        return Err(Error::Format(format!(
+                            "clip.vision.projector.scale_factor = {v} is outside 1..=64"
+                        )));
+                    }
                 }
-            },
+            }
             _ => 1,
         };
         let image_size = size("clip.vision.image_size", MAX_IMAGE_SIDE)?;
@@ -191,7 +194,8 @@ impl VisionConfig {
                 let n = (image_size / patch_size / merge).pow(2);
                 (n, n)
             }
-            // llama.cpp's limits for the Qwen merger (set_limit_image_tokens(8, 4096)).
+            // llama.cpp's limits (set_limit_image_tokens) for Gemma 4 and the Qwen merger.
+            Projector::Gemma4V => (70, 1120),
             _ => (8, 4096),
         };
         Ok(VisionConfig {
@@ -216,7 +220,10 @@ impl VisionConfig {
 
     /// None when kiln can encode images with this projector, else why not.
     pub fn runnable(&self) -> Option<String> {
-        let runs = matches!(self.projector, Projector::Qwen3VlMerger | Projector::Gemma3);
+        let runs = matches!(
+            self.projector,
+            Projector::Qwen3VlMerger | Projector::Gemma3 | Projector::Gemma4V
+        );
         if runs && self.n_head * self.head_dim != self.n_embd {
             return Some(format!(
                 "its {} heads of {} do not make its width {}",
@@ -253,8 +260,14 @@ impl VisionConfig {
                 ))
             }
             Projector::Gemma3 => None,
+            Projector::Gemma4V if !self.head_dim.is_multiple_of(4) => Some(format!(
+                "its head size {} is not a multiple of 4 (2-D RoPE)",
+                self.head_dim
+            )),
+            Projector::Gemma4V => None,
             other => Some(format!(
-                "kiln does not run the '{}' projector yet (it runs qwen3vl_merger and gemma3)",
+                "kiln does not run the '{}' projector yet (it runs qwen3vl_merger, gemma3 and \
+                 gemma4v)",
                 other.name()
             )),
         }
@@ -280,9 +293,14 @@ impl VisionConfig {
     }
 
     /// Whether the text model attends over an image's rows both ways (llama.cpp's
-    /// `mtmd_decode_use_non_causal`: Gemma 3).
+    /// `mtmd_decode_use_non_causal`: Gemma 3, and Gemma 4 but its E2B and E4B, known by their
+    /// widths 1536 and 2560).
     pub fn bidirectional(&self) -> bool {
-        self.projector == Projector::Gemma3
+        match self.projector {
+            Projector::Gemma3 => true,
+            Projector::Gemma4V => !matches!(self.projection_dim, 1536 | 2560),
+            _ => false,
+        }
     }
 
     /// Override the tokens per image (`--image-min-tokens`, `--image-max-tokens`; 0 keeps the

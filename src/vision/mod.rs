@@ -1,6 +1,6 @@
 //! Images in: multimodal projector files (`mmproj.rs`), image decoding and preprocessing
 //! (`image.rs`), and the vision towers that turn an image into embeddings of the text model's
-//! width, one file per projector (`qwen3vl.rs`, `gemma3.rs`) over the transformer blocks they
+//! width, one file per projector (`qwen3vl.rs`, `gemma3.rs`, `gemma4v.rs`) over the transformer blocks they
 //! share (`vit.rs`) and host operations the backend does not have yet (`ops.rs`).
 //!
 //! The flow: `Mmproj::open` → `VisionEncoder::load` (weights onto a backend) → `image::load` →
@@ -8,6 +8,7 @@
 //! text model takes in place of token embeddings.
 
 mod gemma3;
+mod gemma4v;
 pub mod image;
 pub mod mmproj;
 mod ops;
@@ -20,6 +21,7 @@ use crate::backend::Backend;
 use crate::error::Result;
 
 use self::gemma3::Gemma3Tower;
+use self::gemma4v::Gemma4VTower;
 use self::image::RgbImage;
 use self::qwen3vl::Qwen3VlTower;
 
@@ -48,6 +50,7 @@ impl Encoded {
 pub enum VisionEncoder<B: Backend> {
     Qwen3Vl(Qwen3VlTower<B>, VisionConfig),
     Gemma3(Gemma3Tower<B>, VisionConfig),
+    Gemma4V(Gemma4VTower<B>, VisionConfig),
 }
 
 impl<B: Backend> VisionEncoder<B> {
@@ -56,13 +59,16 @@ impl<B: Backend> VisionEncoder<B> {
         let c = file.config.clone();
         Ok(match c.projector {
             Projector::Gemma3 => VisionEncoder::Gemma3(Gemma3Tower::load(file, backend)?, c),
+            Projector::Gemma4V => VisionEncoder::Gemma4V(Gemma4VTower::load(file, backend)?, c),
             _ => VisionEncoder::Qwen3Vl(Qwen3VlTower::load(file, backend)?, c),
         })
     }
 
     pub fn config(&self) -> &VisionConfig {
         match self {
-            VisionEncoder::Qwen3Vl(_, c) | VisionEncoder::Gemma3(_, c) => c,
+            VisionEncoder::Qwen3Vl(_, c)
+            | VisionEncoder::Gemma3(_, c)
+            | VisionEncoder::Gemma4V(_, c) => c,
         }
     }
 
@@ -92,6 +98,7 @@ impl<B: Backend> VisionEncoder<B> {
         let embeddings = match self {
             VisionEncoder::Qwen3Vl(tower, _) => tower.encode(backend, &pixels, width, height)?,
             VisionEncoder::Gemma3(tower, _) => tower.encode(backend, &pixels)?,
+            VisionEncoder::Gemma4V(tower, _) => tower.encode(backend, &pixels, width, height)?,
         };
         Ok(Encoded {
             cols: width / side,

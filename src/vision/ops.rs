@@ -30,18 +30,62 @@ pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     });
 }
 
-/// RMSNorm of each row of `x` (rows of `w.len()` values), in place: x / √(mean(x²) + eps) · w,
-/// as llama.cpp's `ggml_rms_norm` (squares summed in f64) then `ggml_mul`.
-pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
-    let width = w.len();
+/// RMSNorm of each row of `x` (rows of `width` values), in place: x / √(mean(x²) + eps), times
+/// `w` where given, as llama.cpp's `ggml_rms_norm` (squares summed in f64) then `ggml_mul`.
+pub fn rms_norm(x: &mut [f32], width: usize, w: Option<&[f32]>, eps: f32) {
     x.par_chunks_mut(width).for_each(|row| {
         let squares: f64 = row.iter().map(|&v| (v * v) as f64).sum();
         let mean = (squares / width as f64) as f32;
         let scale = 1.0 / (mean + eps).sqrt();
-        for (v, &wi) in row.iter_mut().zip(w) {
-            *v = *v * scale * wi;
+        match w {
+            Some(w) => row
+                .iter_mut()
+                .zip(w)
+                .for_each(|(v, &wi)| *v = *v * scale * wi),
+            None => row.iter_mut().for_each(|v| *v *= scale),
         }
     });
+}
+
+/// Gemma 4's 2-D vision RoPE (llama.cpp's `clip_graph_gemma4v`: two NEOX rotations of half the
+/// head each): in every head of width `d`, the pairs (i, i + d/4), i < d/4, turn by the patch's
+/// column `pos[r].0` times θ^i, and the pairs (d/2 + i, d/2 + i + d/4) by its row `pos[r].1`
+/// times θ^i, θ = base^(−4/d), built by repeated f32 multiplication as ggml's cache. `x` holds
+/// rows of `stride` values whose first `heads × d` are rotated.
+pub fn neox_rope_2d(
+    x: &mut [f32],
+    stride: usize,
+    heads: usize,
+    d: usize,
+    pos: &[(u32, u32)],
+    base: f32,
+) {
+    let quarter = d / 4;
+    let theta_scale = base.powf(-2.0 / (d / 2) as f32);
+    x.par_chunks_mut(stride)
+        .zip(pos)
+        .for_each(|(row, &(px, py))| {
+            let angles = |p: u32| {
+                let mut theta = p as f32;
+                (0..quarter)
+                    .map(|_| {
+                        let cs = (theta.cos(), theta.sin());
+                        theta *= theta_scale;
+                        cs
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let (ax, ay) = (angles(px), angles(py));
+            for head in row[..heads * d].chunks_exact_mut(d) {
+                for (half, cs) in [(0, &ax), (d / 2, &ay)] {
+                    for (i, &(c, s)) in cs.iter().enumerate() {
+                        let (a, b) = (head[half + i], head[half + i + quarter]);
+                        head[half + i] = a * c - b * s;
+                        head[half + i + quarter] = a * s + b * c;
+                    }
+                }
+            }
+        });
 }
 
 /// GELU (tanh approximation, through llama.cpp's f16 table) of every value.

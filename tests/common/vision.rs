@@ -1,5 +1,5 @@
 //! The vision tests' shared parts (tests/model/vision.rs on the CPU, tests/gpu/gpu_vision.rs on
-//! the GPU): the tiny projectors (Qwen3.5's and Gemma 3's) and their images, llama.cpp's (and for
+//! the GPU): the tiny projectors (Qwen3.5's, Gemma 3's and Gemma 4's) and their images, llama.cpp's (and for
 //! Qwen the float64 tower's) embeddings of them, and llama.cpp's greedy steps after a prompt with
 //! an image.
 
@@ -39,6 +39,14 @@ pub const GEMMA3: Case = Case {
     golden: "llama-cpp-vision-gemma3.json",
     mmproj: "models/gemma3-mmproj-tiny.gguf",
     model: "models/gemma3-tiny.gguf",
+    f64_golden: None,
+    grid: false,
+};
+
+pub const GEMMA4: Case = Case {
+    golden: "llama-cpp-vision-gemma4.json",
+    mmproj: "models/gemma4-mmproj-tiny.gguf",
+    model: "models/gemma4-tiny.gguf",
     f64_golden: None,
     grid: false,
 };

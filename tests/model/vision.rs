@@ -11,7 +11,7 @@ use crate::common;
 
 use common::golden_run;
 use common::vision::{
-    GEMMA3, QWEN35, check_embeddings, encode_all, encoder, golden_embeddings, max_diff,
+    GEMMA3, GEMMA4, QWEN35, check_embeddings, encode_all, encoder, golden_embeddings, max_diff,
     prefill_prompt, steps_after_image,
 };
 use std::sync::Arc;
@@ -112,6 +112,59 @@ fn logits_after_a_gemma3_image_match_llama_cpp() {
         encoded.embeddings,
         &golden_run::EXACT_F32,
         "Gemma 3, kiln's embeddings",
+    );
+}
+
+/// Gemma 4's tower (RMSNorm blocks with per-head norms, the 2-D NEOX RoPE, gated feed-forward,
+/// clamped linears, pooling and standardization) on images resized to whole tokens, against
+/// llama.cpp's embeddings.
+#[test]
+fn gemma4_embeddings_match_llama_cpp() {
+    let backend = CpuBackend::new(2).unwrap();
+    check_embeddings(&GEMMA4, &encode_all(&GEMMA4, &backend), "CPU");
+}
+
+/// The Gemma 4 text model after an image (seen both ways on its sliding-window layers, causally
+/// on its global ones, as llama.cpp decodes it for every Gemma 4 but E2B and E4B), against
+/// llama.cpp's greedy steps: given llama.cpp's embeddings by the tight rule (measured 5.2e-3);
+/// given kiln's, whose f16 GELU roundings differ here and there by a step, by the GELU models'
+/// rule (measured 1.9e-2). Run causally, the image moves the logits by 24.
+#[test]
+fn logits_after_a_gemma4_image_match_llama_cpp() {
+    let golden = common::golden(GEMMA4.golden);
+    let image_name = golden["logits"]["image"].as_str().unwrap();
+    let mf = ModelFile::open(&common::fixture(GEMMA4.model)).unwrap();
+    let model = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
+    let llama_embeddings = golden_embeddings(&golden, image_name).2;
+    steps_after_image(
+        &GEMMA4,
+        &model,
+        llama_embeddings.clone(),
+        &golden_run::EXACT_F32,
+        "Gemma 4, llama.cpp's embeddings",
+    );
+    let (_, both_ways) = prefill_prompt(&GEMMA4, &model, llama_embeddings.clone(), None);
+    let (_, causal) = prefill_prompt(&GEMMA4, &model, llama_embeddings, Some(false));
+    let moved = max_diff(&both_ways, &causal);
+    eprintln!("Gemma 4: causal attention over the image moves the logits by {moved:.3}");
+    assert!(
+        moved > 0.5,
+        "causal or not changed the logits by only {moved}"
+    );
+    let img = image::load(&common::fixture(&format!("models/{image_name}"))).unwrap();
+    let encoded = encoder(&GEMMA4, &model.backend)
+        .encode(&model.backend, &img)
+        .unwrap();
+    assert!(
+        encoded.bidirectional,
+        "this Gemma 4's images are seen both ways"
+    );
+    steps_after_image(
+        &GEMMA4,
+        &model,
+        encoded.embeddings,
+        &golden_run::GELU_TABLE_F32,
+        "Gemma 4, kiln's embeddings",
     );
 }
 

@@ -58,9 +58,10 @@ const HANG: Duration = if cfg!(debug_assertions) {
 };
 const DEFAULT_SEED: u64 = 0x6b69_6c6e_5649_5331;
 
-const MMPROJ: [&str; 2] = [
+const MMPROJ: [&str; 3] = [
     "models/qwen35-mmproj-tiny.gguf",
     "models/gemma3-mmproj-tiny.gguf",
+    "models/gemma4-mmproj-tiny.gguf",
 ];
 const IMAGES: [&str; 4] = [
     "vision-32x32.png",

@@ -75,6 +75,7 @@ fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
     c.embedding_scale = Some((c.hidden_size as f32).sqrt());
     c.activation = Activation::GeluTanh;
     c.attention_scale = 1.0;
+    c.bidirectional_local_only = true;
     c.sliding_window = Some(keys.need("attention.sliding_window")?).filter(|&w| w > 0);
     gguf_layer_pattern(keys, c, 6)?;
     // Always set, so that `rope_freqs` (proportional RoPE) applies to the global layers alone.

@@ -732,7 +732,7 @@ impl<B: Backend> Step<'_, B> {
             scale: c.attention_scale,
             window: c.layer_window(il),
             softcap: c.attn_logit_softcap,
-            causal: self.causal,
+            causal: self.causal || (c.bidirectional_local_only && c.layer_window(il).is_none()),
         };
         let (kc, vc) = &self.cache.layers[source];
         b.attention(&s.q, kc, vc, &mut s.attn, &params, sinks);

@@ -152,6 +152,7 @@ impl ModelConfig {
             norm_weights_include_one: false,
             embedding_scale: None,
             attention_scale: 1.0 / (head_dim as f32).sqrt(),
+            bidirectional_local_only: false,
             activation: Activation::Silu,
             final_logit_softcap: keys
                 .f64("final_logit_softcapping")?

@@ -260,6 +260,9 @@ pub struct ModelConfig {
     pub embedding_scale: Option<f32>,
     /// Multiplier of q·k (1/sqrt(head_dim), or Gemma's query_pre_attn_scalar).
     pub attention_scale: f32,
+    /// A span of rows attended both ways (an image) is so on sliding-window layers only; global
+    /// layers stay causal (Gemma 4: llama.cpp's `LLAMA_NON_CAUSAL_TYPE_SWA_ONLY`).
+    pub bidirectional_local_only: bool,
     pub activation: Activation,
     /// Logits become `cap · tanh(logit / cap)` (Gemma 2).
     pub final_logit_softcap: Option<f32>,
