@@ -105,7 +105,7 @@ impl<B: Backend> Gemma3Tower<B> {
         let patches = vit::patches(pixels, c.image_size, p, &order);
         let widest = (3 * p * p).max(3 * e).max(c.n_ff).max(c.projection_dim);
         let mut h = backend.buffer(n * widest)?;
-        let mut buf = Buffers::new(backend, n * widest)?;
+        let mut buf = Buffers::new(backend, n * widest, n, e)?;
         backend.upload(&mut buf.t, &patches);
         backend.matmul(&buf.t, &self.patch, n, &mut h);
         backend.add_bias(&mut h, &self.patch_bias, n);

@@ -17,7 +17,7 @@ use crate::tensor::Tensor;
 
 use super::mmproj::{Mmproj, VisionConfig};
 use super::ops;
-use super::vit::{self, Loader};
+use super::vit::{self, Buffers, Loader};
 
 /// The RoPE base of Gemma 4's vision tower (llama.cpp's `rope_theta` for gemma4v).
 const ROPE_BASE: f32 = 100.0;
@@ -228,6 +228,7 @@ impl<B: Backend> Gemma4VTower<B> {
         let patches = vit::patches(&scaled, width, p, &order);
         let widest = (3 * p * p).max(e).max(c.n_ff).max(c.projection_dim);
         let mut bufs = (backend.buffer(n * widest)?, backend.buffer(n * widest)?);
+        let mut attention = Buffers::new(backend, n * e, n, e)?;
         backend.upload(&mut bufs.0, &patches);
         backend.matmul(&bufs.0, &self.patch, n, &mut bufs.1);
         let mut h = vec![0f32; n * e];
@@ -270,7 +271,8 @@ impl<B: Backend> Gemma4VTower<B> {
                 }
             }
             ops::neox_rope_2d(&mut qkv, 3 * e, 2 * heads, hd, &rope_pos, ROPE_BASE);
-            ops::attention(&qkv, n, heads, hd, 1.0, &mut attn);
+            attention.attend(backend, &qkv, n, heads, hd, 1.0);
+            backend.download(&attention.t, 0, &mut attn);
             self.apply(backend, &b.out, &mut attn, n, &mut bufs, &mut part);
             ops::rms_norm(&mut part, e, Some(&b.attn_post_norm), c.eps);
             h.iter_mut().zip(&part).for_each(|(x, y)| *x += y);

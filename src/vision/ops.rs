@@ -1,14 +1,14 @@
 //! The vision towers' operations that the `Backend` trait does not have yet, on the host: layer
-//! norm with a bias, RMSNorm, GELU, the 2-D vision RoPE, and full (bidirectional) softmax attention. Each
-//! rounds as llama.cpp's CPU backend does (f64 sums in the norm, its `expf` in the softmax, its
-//! f16 GELU table), so that kiln's embeddings agree with llama.cpp's to float rounding.
+//! norm with a bias, RMSNorm, GELU and the 2-D vision RoPEs. Each rounds as llama.cpp's CPU
+//! backend does (f64 sums in the norms, its f16 GELU table), so that kiln's embeddings agree with
+//! llama.cpp's to float rounding. (Attention runs on the backend: `vit::Buffers::attend`.)
 //!
 //! The matrix products, which are nearly all of a tower's work, run on the backend; these run
 //! between them on rows read back from it.
 
 use rayon::prelude::*;
 
-use crate::backend::cpu::ggml_math::{expf, gelu};
+use crate::backend::cpu::ggml_math::gelu;
 
 /// LayerNorm of each row of `x` (rows of `w.len()` values), in place: (x − mean) / √(var + eps)
 /// · w + b, as llama.cpp's `ggml_norm` then `ggml_mul` and `ggml_add`.
@@ -127,138 +127,9 @@ pub fn vision_rope(x: &mut [f32], stride: usize, heads: usize, d: usize, pos: &[
         });
 }
 
-/// Bidirectional softmax attention over `n` rows of fused Q, K, V (`qkv`: per row Q, K and V of
-/// `heads × d` each): `out` gets per row the heads' softmax(scale · q·kᵀ) · V, side by side.
-/// Each head's keys and values are gathered into rows of their own first, and the dot products
-/// run in eight interleaved sums, which the compiler turns into vector code.
-pub fn attention(qkv: &[f32], n: usize, heads: usize, d: usize, scale: f32, out: &mut [f32]) {
-    let width = heads * d;
-    // Per head: its keys, then its values, n rows of d each.
-    let gathered: Vec<Vec<f32>> = (0..heads)
-        .into_par_iter()
-        .map(|h| {
-            let mut kv = vec![0f32; 2 * n * d];
-            for r in 0..n {
-                for part in 0..2 {
-                    let at = r * 3 * width + (part + 1) * width + h * d;
-                    kv[part * n * d + r * d..][..d].copy_from_slice(&qkv[at..at + d]);
-                }
-            }
-            kv
-        })
-        .collect();
-    const ROWS: usize = 8; // query rows per task
-    let tasks: Vec<(usize, usize)> = (0..heads)
-        .flat_map(|h| (0..n.div_ceil(ROWS)).map(move |b| (h, b * ROWS)))
-        .collect();
-    let results: Vec<(usize, usize, Vec<f32>)> = tasks
-        .into_par_iter()
-        .map_init(
-            || vec![0f32; n],
-            |scores, (h, first)| {
-                let (keys, values) = gathered[h].split_at(n * d);
-                let last = (first + ROWS).min(n);
-                let mut acc = vec![0f32; (last - first) * d];
-                let queries = (first..last).map(|i| {
-                    let at = i * 3 * width + h * d;
-                    &qkv[at..at + d]
-                });
-                for (q, acc) in queries.zip(acc.chunks_exact_mut(d)) {
-                    attend_one(q, keys, values, scale, scores, acc);
-                }
-                (h, first, acc)
-            },
-        )
-        .collect();
-    for (h, first, acc) in results {
-        for (i, a) in (first..).zip(acc.chunks_exact(d)) {
-            out[i * width + h * d..][..d].copy_from_slice(a);
-        }
-    }
-}
-
-/// The widest head the host attention is meant for (Qwen3.5's and SigLIP's are 72).
+/// The widest attention head the towers take (Qwen3.5's and SigLIP's are 72; the GPU kernels take
+/// up to 512).
 pub const MAX_HEAD: usize = 256;
-
-/// One query's softmax(scale · q·kᵀ) · V into `acc`, `scores` scratch of a value per key: on x86
-/// with AVX2 and FMA compiled for them (vector dot products, and `expf`'s fused multiply-adds as
-/// instructions instead of library calls); the same arithmetic either way.
-fn attend_one(
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    scale: f32,
-    scores: &mut [f32],
-    acc: &mut [f32],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the features were just detected.
-        return unsafe { attend_one_avx2(q, keys, values, scale, scores, acc) };
-    }
-    attend_one_body(q, keys, values, scale, scores, acc)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn attend_one_avx2(
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    scale: f32,
-    scores: &mut [f32],
-    acc: &mut [f32],
-) {
-    attend_one_body(q, keys, values, scale, scores, acc)
-}
-
-#[inline(always)]
-fn attend_one_body(
-    q: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    scale: f32,
-    scores: &mut [f32],
-    acc: &mut [f32],
-) {
-    let d = q.len();
-    let mut max = f32::NEG_INFINITY;
-    for (s, k) in scores.iter_mut().zip(keys.chunks_exact(d)) {
-        *s = dot(q, k) * scale;
-        max = max.max(*s);
-    }
-    let mut total = 0f64;
-    for s in scores.iter_mut() {
-        *s = expf(*s - max);
-        total += *s as f64;
-    }
-    let inv = (1.0 / total) as f32;
-    for (&p, v) in scores.iter().zip(values.chunks_exact(d)) {
-        let p = p * inv;
-        for (a, &vv) in acc.iter_mut().zip(v) {
-            *a += p * vv;
-        }
-    }
-}
-
-/// Σ a·b in eight interleaved f32 sums (vectorizable).
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for k in 0..8 {
-            lanes[k] += x[k] * y[k];
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
-}
 
 /// Bilinear resampling with aligned corners of a `side × side` grid of `width`-value vectors
 /// (row-major: `grid[(y · side + x) · width ..]`) to `gw × gh`, as llama.cpp's
@@ -330,11 +201,7 @@ mod tests {
     }
 
     #[test]
-    fn attention_over_one_key_returns_its_value_and_a_grid_at_its_size_is_unchanged() {
-        let qkv = [0.3, -1.0, 2.0, 0.5, 7.0, -3.0];
-        let mut out = [0f32; 2];
-        attention(&qkv, 1, 1, 2, 0.7, &mut out);
-        assert_eq!(out, [7.0, -3.0]);
+    fn a_grid_at_its_size_is_unchanged() {
         let grid: Vec<f32> = (0..18).map(|i| i as f32).collect();
         assert_eq!(resample_grid(&grid, 3, 2, 3, 3), grid);
         let wide = resample_grid(&grid, 3, 2, 5, 3);

@@ -112,7 +112,7 @@ impl<B: Backend> Qwen3VlTower<B> {
             .max(e * m * m)
             .max(c.projection_dim);
         let mut h = backend.buffer(n * widest)?;
-        let mut buf = Buffers::new(backend, n * widest)?;
+        let mut buf = Buffers::new(backend, n * widest, n, e)?;
         backend.upload(&mut buf.t, &patches);
         backend.matmul(&buf.t, &self.patch[0], n, &mut h);
         backend.matmul(&buf.t, &self.patch[1], n, &mut buf.x);

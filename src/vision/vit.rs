@@ -8,7 +8,7 @@
 
 use half::f16;
 
-use crate::backend::Backend;
+use crate::backend::{AttentionParams, Backend, CacheType};
 use crate::error::Result;
 use crate::gguf::GgmlType;
 use crate::tensor::Tensor;
@@ -129,18 +129,60 @@ pub(super) struct Blocks<B: Backend> {
     blocks: Vec<Block<B>>,
 }
 
-/// Backend buffers a tower's passes share: `n × widest` values each.
+/// Backend buffers a tower's passes share: `n × widest` values each, and f32 key and value
+/// caches of `n` rows of the tower's width for its attention.
 pub(super) struct Buffers<B: Backend> {
     pub x: B::Buffer,
     pub t: B::Buffer,
+    keys: B::Cache,
+    values: B::Cache,
 }
 
 impl<B: Backend> Buffers<B> {
-    pub fn new(backend: &B, len: usize) -> Result<Buffers<B>> {
+    pub fn new(backend: &B, len: usize, n: usize, width: usize) -> Result<Buffers<B>> {
         Ok(Buffers {
             x: backend.buffer(len)?,
             t: backend.buffer(len)?,
+            keys: backend.cache(n * width, CacheType::F32, 1)?,
+            values: backend.cache(n * width, CacheType::F32, 1)?,
         })
+    }
+
+    /// Full (bidirectional) attention of `n` rows on the backend's attention kernels: `qkv` (host)
+    /// holds each row's queries, keys and values side by side; the output lands in `self.t`.
+    pub fn attend(
+        &mut self,
+        backend: &B,
+        qkv: &[f32],
+        n: usize,
+        heads: usize,
+        head_dim: usize,
+        scale: f32,
+    ) {
+        let e = heads * head_dim;
+        let part = |k: usize| -> Vec<f32> {
+            qkv.chunks_exact(3 * e)
+                .flat_map(|row| &row[k * e..(k + 1) * e])
+                .copied()
+                .collect()
+        };
+        backend.upload(&mut self.t, &part(1));
+        backend.store_rows(&self.t, &mut self.keys, 0, n, e);
+        backend.upload(&mut self.t, &part(2));
+        backend.store_rows(&self.t, &mut self.values, 0, n, e);
+        backend.upload(&mut self.x, &part(0));
+        let p = AttentionParams {
+            start_pos: 0,
+            rows: n,
+            n_heads: heads,
+            n_kv_heads: heads,
+            head_dim,
+            scale,
+            window: None,
+            softcap: None,
+            causal: false,
+        };
+        backend.attention(&self.x, &self.keys, &self.values, &mut self.t, &p, None);
     }
 }
 
@@ -202,7 +244,6 @@ impl<B: Backend> Blocks<B> {
         let mut normed = vec![0f32; n * e];
         let mut qkv = vec![0f32; n * 3 * e];
         let mut part = vec![0f32; n * e];
-        let mut attn = vec![0f32; n * e];
         let mut ffn = vec![0f32; n * c.n_ff];
         for b in &self.blocks {
             // Attention: h += out(attention(rope(qkv(ln1(h))))).
@@ -229,10 +270,9 @@ impl<B: Backend> Blocks<B> {
                 // Q and K of a row sit side by side: both rotate, as 2 × heads heads.
                 ops::vision_rope(&mut qkv, 3 * e, 2 * c.n_head, c.head_dim, pos);
             }
-            ops::attention(&qkv, n, c.n_head, c.head_dim, scale, &mut attn);
-            backend.upload(&mut buf.x, &attn);
-            b.out.apply(backend, &buf.x, n, &mut buf.t);
-            backend.add(h, &buf.t, n * e);
+            buf.attend(backend, &qkv, n, c.n_head, c.head_dim, scale);
+            b.out.apply(backend, &buf.t, n, &mut buf.x);
+            backend.add(h, &buf.x, n * e);
             // Feed-forward: h += down(gelu(up(ln2(h)))).
             backend.download(h, 0, &mut normed);
             ops::layer_norm(&mut normed, &b.ln2.0, &b.ln2.1, c.eps);

@@ -76,9 +76,10 @@ fn gemma3_embeddings_match_llama_cpp() {
 }
 
 /// The Gemma 3 text model after an image whose rows attend to each other both ways (llama.cpp's
-/// non-causal decode of an image chunk) and enter unscaled, against llama.cpp's greedy steps by
-/// the tight rule, with llama.cpp's embeddings (measured: 1.8e-3) and with kiln's (3.0e-3). Run
-/// causally instead, the image moves the logits by 9.6: the test sees the attention's direction.
+/// non-causal decode of an image chunk) and enter unscaled, against llama.cpp's greedy steps:
+/// given llama.cpp's embeddings by the tight rule (measured: 1.8e-3), given kiln's by the GELU
+/// models' rule (8.3e-3: their f16 GELU roundings differ here and there by a step). Run causally
+/// instead, the image moves the logits by 9.6: the test sees the attention's direction.
 #[test]
 fn logits_after_a_gemma3_image_match_llama_cpp() {
     let golden = common::golden(GEMMA3.golden);
@@ -110,7 +111,7 @@ fn logits_after_a_gemma3_image_match_llama_cpp() {
         &GEMMA3,
         &model,
         encoded.embeddings,
-        &golden_run::EXACT_F32,
+        &golden_run::GELU_TABLE_F32,
         "Gemma 3, kiln's embeddings",
     );
 }

@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::kernels::{
-    ActBlock, ActFormat, BlockQ8, BlockQ8K, DECODED_BLOCK, Dot, Dot4, Dot8, GroupCall,
+    ActBlock, ActFormat, BlockQ8, BlockQ8K, DECODED_BLOCK, Dot, Dot2x4, Dot4, Dot8, GroupCall,
     PackedKernel, Tiled, TiledCall,
 };
 use super::{CpuBackend, CpuWeight, SharedOut, repack};
@@ -106,6 +106,7 @@ struct Job<'a, A> {
     dot: Dot<A>,
     dot4: Option<Dot4<A>>,
     dot8: Option<Dot8<A>>,
+    dot2x4: Option<Dot2x4<A>>,
     tiled: Option<Tiled<A>>,
 }
 
@@ -144,12 +145,13 @@ impl CpuBackend {
         match self.kernels.of(ws[0].tensor.dtype).format() {
             ActFormat::F32 => {
                 // F16 weights over several rows: the activations rounded to f16 once (as the
-                // one-row kernel rounds them), then four rows at a time per weight row.
+                // one-row kernel rounds them), then two weight rows by four of them at a time.
                 let is_f16 = |w: &CpuWeight| w.tensor.dtype == crate::gguf::GgmlType::F16;
                 let dot4_f16 = self
                     .kernels
                     .dot4_f16
                     .filter(|_| rows >= 4 && ws.iter().all(|w| is_f16(w)));
+                let dot2x4 = self.kernels.dot2x4_f16.filter(|_| dot4_f16.is_some());
                 let rounded: Vec<f32>;
                 let x = match dot4_f16 {
                     Some(_) => {
@@ -169,6 +171,7 @@ impl CpuBackend {
                         dot: self.kernels.dot_f32(w.tensor.dtype),
                         dot4: dot4_f16,
                         dot8: None,
+                        dot2x4,
                         tiled: None,
                     })
                     .collect();
@@ -223,6 +226,7 @@ impl CpuBackend {
                         dot: kernels.dot,
                         dot4: kernels.dot4,
                         dot8: kernels.dot8,
+                        dot2x4: None,
                         tiled: kernels.tiled,
                     }
                 })
@@ -287,6 +291,7 @@ impl CpuBackend {
                 dot,
                 dot4,
                 dot8,
+                dot2x4,
                 ..
             } = &jobs[ji];
             let m = w.rows;
@@ -295,7 +300,29 @@ impl CpuBackend {
             let put = |i: usize, r: usize, v: f32| unsafe { *out.get().add(i * m + r) = v };
             for t0 in (0..rows).step_by(ROW_TILE) {
                 let t1 = (t0 + ROW_TILE).min(rows);
-                for r in r0..r1 {
+                let mut first = r0;
+                if let Some(dot2x4) = dot2x4 {
+                    while first + 2 <= r1 {
+                        let pair = [w.row(first), w.row(first + 1)];
+                        let mut i = t0;
+                        while i + 4 <= t1 {
+                            let v = dot2x4(pair, [act(i), act(i + 1), act(i + 2), act(i + 3)]);
+                            for (dr, vr) in v.iter().enumerate() {
+                                for (k, &vk) in vr.iter().enumerate() {
+                                    put(i + k, first + dr, vk);
+                                }
+                            }
+                            i += 4;
+                        }
+                        for i in i..t1 {
+                            for (dr, wrow) in pair.iter().enumerate() {
+                                put(i, first + dr, dot(wrow, act(i)));
+                            }
+                        }
+                        first += 2;
+                    }
+                }
+                for r in first..r1 {
                     let wrow = w.row(r);
                     let mut i = t0;
                     if let Some(dot8) = dot8 {
