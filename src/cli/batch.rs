@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use super::output::{cancel_flag, install_interrupt_handler, result_json};
 use super::values::{LastN, Seed};
-use super::vision::{ImageEncoder, Images, load_image_url, prompt_rows};
+use super::vision::{ImageEncoder, Images, load_image_url, prefill_pieces, prompt_rows};
 use super::{AnyLoaded, Loaded, RunArgs, context_size, error_message, load, on_backend};
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message};
@@ -363,8 +363,8 @@ impl<B: Backend> Batch<'_, '_, B> {
     fn request(&mut self, req: &Request) -> Result<(Value, FinishReason)> {
         let tok: &Tokenizer = &self.loaded.tokenizer;
         let prompt = self.prompt(req)?;
-        let rows = match &prompt {
-            Prompt::Tokens(ids) => ids.clone(),
+        let (rows, image_row) = match &prompt {
+            Prompt::Tokens(ids) => (ids.clone(), vec![false; ids.len()]),
             Prompt::Pieces(pieces, images) => piece_rows(pieces, images),
         };
         let ctx = self.session.ctx();
@@ -412,15 +412,11 @@ impl<B: Backend> Batch<'_, '_, B> {
         // Keep what the cache shares with this prompt, up to the first image on either side
         // (images are not matched across requests); always run at least one token so there are
         // logits to start from.
-        let image_rows = |p: &Prompt, i: usize| match p {
-            Prompt::Pieces(pieces, images) => row_is_image(pieces, images, i),
-            Prompt::Tokens(_) => false,
-        };
         let shared = (0..rows.len().min(self.session.tokens().len()))
             .take_while(|&i| {
                 self.session.tokens()[i] == rows[i]
                     && self.session.image_at(i).is_none()
-                    && !image_rows(&prompt, i)
+                    && !image_row[i]
             })
             .count()
             .min(rows.len() - 1);
@@ -429,12 +425,14 @@ impl<B: Backend> Batch<'_, '_, B> {
         // prefilled here, and that run starts the generation.
         let ids = match &prompt {
             Prompt::Tokens(ids) => ids[shared..].to_vec(),
-            Prompt::Pieces(pieces, images) => self.prefill_from(pieces, images, shared)?,
+            Prompt::Pieces(pieces, images) => {
+                prefill_pieces(&mut self.session, pieces, images, shared)?
+            }
         };
         // The penalties see the whole prompt's text (not its images' rows), as in a run without
         // reuse.
         for (i, &t) in rows[..rows.len() - ids.len()].iter().enumerate() {
-            if !image_rows(&prompt, i) {
+            if !image_row[i] {
                 sampler.accept(t);
             }
         }
@@ -465,40 +463,6 @@ impl<B: Backend> Batch<'_, '_, B> {
             v["prompt_tokens"] = (rows.len() - shared).into();
         }
         Ok((v, result.finish))
-    }
-
-    /// Prefill `pieces` from context row `from` on (rows before it are cached; none of them is
-    /// an image), all but a last run of tokens, which is returned.
-    fn prefill_from(
-        &mut self,
-        pieces: &[PromptPiece],
-        images: &Images,
-        from: usize,
-    ) -> Result<Vec<u32>> {
-        let mut at = 0;
-        let mut last = Vec::new();
-        for (i, piece) in pieces.iter().enumerate() {
-            let len = match piece {
-                PromptPiece::Tokens(ids) => ids.len(),
-                PromptPiece::Image(n) => images.encoded[*n].tokens(),
-            };
-            let skip = from.saturating_sub(at).min(len);
-            at += len;
-            if skip == len {
-                continue;
-            }
-            match piece {
-                PromptPiece::Tokens(ids) if i + 1 == pieces.len() => last = ids[skip..].to_vec(),
-                PromptPiece::Tokens(ids) => {
-                    self.session.prefill(&ids[skip..])?;
-                }
-                PromptPiece::Image(n) => {
-                    self.session
-                        .prefill_embeddings(&super::vision::image_input(&images.encoded[*n]))?;
-                }
-            }
-        }
-        Ok(last)
     }
 
     /// The request's prompt: its tokens, or, when a message has images, its pieces with the
@@ -567,36 +531,20 @@ impl<B: Backend> Batch<'_, '_, B> {
     }
 }
 
-/// The rows a prompt with images takes in the context: its tokens, and `EMBEDDED_ROW` for each row
-/// of an image, as the session's `tokens()` shows them.
-fn piece_rows(pieces: &[PromptPiece], images: &Images) -> Vec<u32> {
-    let mut rows = Vec::with_capacity(prompt_rows(pieces, images));
+/// The rows a prompt with images takes in the context (its tokens, and `EMBEDDED_ROW` for each row
+/// of an image, as the session's `tokens()` shows them), and which rows are an image's.
+fn piece_rows(pieces: &[PromptPiece], images: &Images) -> (Vec<u32>, Vec<bool>) {
+    let n = prompt_rows(pieces, images);
+    let (mut rows, mut image_row) = (Vec::with_capacity(n), Vec::with_capacity(n));
     for piece in pieces {
-        match piece {
-            PromptPiece::Tokens(ids) => rows.extend_from_slice(ids),
-            PromptPiece::Image(n) => rows.extend(std::iter::repeat_n(
-                EMBEDDED_ROW,
-                images.encoded[*n].tokens(),
-            )),
-        }
-    }
-    rows
-}
-
-/// Whether row `i` of a prompt with images is an image's.
-fn row_is_image(pieces: &[PromptPiece], images: &Images, i: usize) -> bool {
-    let mut at = 0;
-    for piece in pieces {
-        let (len, image) = match piece {
-            PromptPiece::Tokens(ids) => (ids.len(), false),
-            PromptPiece::Image(n) => (images.encoded[*n].tokens(), true),
+        let (ids, image) = match piece {
+            PromptPiece::Tokens(ids) => (ids.clone(), false),
+            PromptPiece::Image(i) => (vec![EMBEDDED_ROW; images.encoded[*i].tokens()], true),
         };
-        if i < at + len {
-            return image;
-        }
-        at += len;
+        image_row.extend(std::iter::repeat_n(image, ids.len()));
+        rows.extend(ids);
     }
-    false
+    (rows, image_row)
 }
 
 /// Skip the rest of an overlong line without holding it.

@@ -166,7 +166,7 @@ fn generate_for<B: Backend>(
         session.set_context_shift(shift.keep(&ids, tok.bos, 0))?;
     }
     let ids = match &images {
-        Some(img) => prefill_pieces(&mut session, &pieces, img)?,
+        Some(img) => prefill_pieces(&mut session, &pieces, img, 0)?,
         None => ids,
     };
     let mut sampler = Sampler::new(args.sampling.config(ctx)?);

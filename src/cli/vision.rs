@@ -218,26 +218,33 @@ pub fn prompt_rows(pieces: &[PromptPiece], images: &Images) -> usize {
 }
 
 /// Prefill every piece but a last run of tokens, which is returned: the prompt `generate` runs.
+/// The first `from` rows are in the session already (a prefix it shares; no image among them).
 pub fn prefill_pieces<B: Backend>(
     session: &mut Session<'_, B>,
     pieces: &[PromptPiece],
     images: &Images,
+    from: usize,
 ) -> Result<Vec<u32>> {
-    let (last, before) = match pieces.split_last() {
-        Some((PromptPiece::Tokens(ids), before)) => (ids.clone(), before),
-        _ => (Vec::new(), pieces),
-    };
-    for piece in before {
+    let mut at = 0;
+    for (i, piece) in pieces.iter().enumerate() {
+        let len = match piece {
+            PromptPiece::Tokens(ids) => ids.len(),
+            PromptPiece::Image(n) => images.encoded[*n].tokens(),
+        };
+        let skip = from.saturating_sub(at).min(len);
+        at += len;
         match piece {
+            PromptPiece::Tokens(ids) if i + 1 == pieces.len() => return Ok(ids[skip..].to_vec()),
+            _ if skip == len => {}
             PromptPiece::Tokens(ids) => {
-                session.prefill(ids)?;
+                session.prefill(&ids[skip..])?;
             }
-            PromptPiece::Image(i) => {
-                session.prefill_embeddings(&image_input(&images.encoded[*i]))?;
+            PromptPiece::Image(n) => {
+                session.prefill_embeddings(&image_input(&images.encoded[*n]))?;
             }
         }
     }
-    Ok(last)
+    Ok(Vec::new())
 }
 
 /// `kiln info` on a projector file: its projector, tower and image handling, as text or JSON.

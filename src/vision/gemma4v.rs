@@ -178,7 +178,7 @@ impl<B: Backend> Gemma4VTower<B> {
         map: &Clipped<B>,
         x: &mut [f32],
         rows: usize,
-        bufs: &mut (B::Buffer, B::Buffer),
+        bufs: &mut Buffers<B>,
         out: &mut [f32],
     ) {
         let clamp = |v: &mut [f32], (lo, hi): (f32, f32)| {
@@ -187,9 +187,9 @@ impl<B: Backend> Gemma4VTower<B> {
             }
         };
         clamp(x, map.input);
-        backend.upload(&mut bufs.0, x);
-        backend.matmul(&bufs.0, &map.w, rows, &mut bufs.1);
-        backend.download(&bufs.1, 0, out);
+        backend.upload(&mut bufs.x, x);
+        backend.matmul(&bufs.x, &map.w, rows, &mut bufs.t);
+        backend.download(&bufs.t, 0, out);
         clamp(out, map.output);
     }
 
@@ -204,16 +204,7 @@ impl<B: Backend> Gemma4VTower<B> {
     ) -> Result<Vec<f32>> {
         let c = &self.config;
         let (e, p, k, hd, heads) = (c.n_embd, c.patch_size, c.merge, c.head_dim, c.n_head);
-        if width == 0
-            || height == 0
-            || !width.is_multiple_of(p * k)
-            || !height.is_multiple_of(p * k)
-        {
-            return Err(Error::Usage(format!(
-                "an image of {width}×{height} is not whole {0}×{0} pools of patches",
-                p * k
-            )));
-        }
+        vit::check_whole_tokens(width, height, p * k)?;
         let (gw, gh) = (width / p, height / p);
         if gw > self.tables || gh > self.tables {
             return Err(Error::Usage(format!(
@@ -227,12 +218,11 @@ impl<B: Backend> Gemma4VTower<B> {
         let order: Vec<(usize, usize)> = (0..n).map(|i| (i / gw, i % gw)).collect();
         let patches = vit::patches(&scaled, width, p, &order);
         let widest = (3 * p * p).max(e).max(c.n_ff).max(c.projection_dim);
-        let mut bufs = (backend.buffer(n * widest)?, backend.buffer(n * widest)?);
-        let mut attention = Buffers::new(backend, n * e, n, e)?;
-        backend.upload(&mut bufs.0, &patches);
-        backend.matmul(&bufs.0, &self.patch, n, &mut bufs.1);
+        let mut bufs = Buffers::new(backend, n * widest, n, e)?;
+        backend.upload(&mut bufs.x, &patches);
+        backend.matmul(&bufs.x, &self.patch, n, &mut bufs.t);
         let mut h = vec![0f32; n * e];
-        backend.download(&bufs.1, 0, &mut h);
+        backend.download(&bufs.t, 0, &mut h);
         let (col_table, row_table) = self.positions.split_at(self.tables * e);
         for (row, &(y, x)) in h.chunks_exact_mut(e).zip(&order) {
             for ((v, &cx), &ry) in row
@@ -271,8 +261,8 @@ impl<B: Backend> Gemma4VTower<B> {
                 }
             }
             ops::neox_rope_2d(&mut qkv, 3 * e, 2 * heads, hd, &rope_pos, ROPE_BASE);
-            attention.attend(backend, &qkv, n, heads, hd, 1.0);
-            backend.download(&attention.t, 0, &mut attn);
+            bufs.attend(backend, &qkv, n, heads, hd, 1.0);
+            backend.download(&bufs.t, 0, &mut attn);
             self.apply(backend, &b.out, &mut attn, n, &mut bufs, &mut part);
             ops::rms_norm(&mut part, e, Some(&b.attn_post_norm), c.eps);
             h.iter_mut().zip(&part).for_each(|(x, y)| *x += y);

@@ -81,16 +81,7 @@ impl<B: Backend> Qwen3VlTower<B> {
     ) -> Result<Vec<f32>> {
         let c = &self.config;
         let (e, p, m) = (c.n_embd, c.patch_size, c.merge);
-        if !width.is_multiple_of(p * m)
-            || !height.is_multiple_of(p * m)
-            || width == 0
-            || height == 0
-        {
-            return Err(Error::Usage(format!(
-                "an image of {width}×{height} is not whole {0}×{0} merge groups",
-                p * m
-            )));
-        }
+        vit::check_whole_tokens(width, height, p * m)?;
         let (gw, gh) = (width / p, height / p);
         let n = gw * gh;
         // Patches in merge-group order: group row, group column, then row and column inside it.

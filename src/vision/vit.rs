@@ -100,6 +100,17 @@ impl<B: Backend> Loader<'_, B> {
     }
 }
 
+/// An error unless a `width × height` image is a nonempty grid of whole `side × side`-pixel
+/// tokens (merge groups or pools of patches).
+pub(super) fn check_whole_tokens(width: usize, height: usize, side: usize) -> Result<()> {
+    if width == 0 || height == 0 || !width.is_multiple_of(side) || !height.is_multiple_of(side) {
+        return Err(crate::error::Error::Usage(format!(
+            "an image of {width}×{height} is not whole {side}×{side}-pixel tokens"
+        )));
+    }
+    Ok(())
+}
+
 /// The patches at grid positions `order` ((row, column) each) of an image `width` pixels wide
 /// (`pixels`: 3 normalized values per pixel), one row of 3·p·p values (channel, row, column)
 /// each: the patch convolution's input as llama.cpp's f16 im2col makes it (rounded to f16).

@@ -1,12 +1,12 @@
-//! Images on the GPU: the tiny Qwen3.5, Gemma 3 and Gemma 4 projectors' towers on the wgpu backend against llama.cpp's
-//! and the float64 tower's embeddings, and the text model after an image against llama.cpp's
-//! greedy steps, as tests/model/vision.rs checks them on the CPU (tests/common/vision.rs).
+//! Images on the GPU: the tiny Qwen3.5, Gemma 3 and Gemma 4 projectors' towers on the wgpu
+//! backend against llama.cpp's (and for Qwen the float64 tower's) embeddings, and the text model
+//! after an image against llama.cpp's greedy steps, as tests/model/vision.rs checks them on the CPU (tests/common/vision.rs).
 
 use crate::common;
 
 use common::golden_run;
 use common::vision::{
-    GEMMA3, GEMMA4, QWEN35, check_embeddings, encode_all, encoder, steps_after_image,
+    Case, GEMMA3, GEMMA4, QWEN35, check_embeddings, encode_all, encoder, steps_after_image,
 };
 use kiln::model::{Model, ModelFile};
 use kiln::vision::image;
@@ -39,46 +39,33 @@ fn qwen3vl_on_the_gpu_matches_llama_cpp() {
 
 #[test]
 fn gemma3_on_the_gpu_matches_llama_cpp() {
-    let Some(gpu) = common::gpu::gpu() else {
-        return;
-    };
-    check_embeddings(&GEMMA3, &encode_all(&GEMMA3, &gpu), "GPU");
-    let golden = common::golden(GEMMA3.golden);
-    let image_name = golden["logits"]["image"].as_str().unwrap();
-    let mf = ModelFile::open(&common::fixture(GEMMA3.model)).unwrap();
-    let model = Model::load(&mf, gpu).unwrap();
-    let img = image::load(&common::fixture(&format!("models/{image_name}"))).unwrap();
-    let encoded = encoder(&GEMMA3, &model.backend)
-        .encode(&model.backend, &img)
-        .unwrap();
-    steps_after_image(
-        &GEMMA3,
-        &model,
-        encoded.embeddings,
-        &golden_run::GELU_TABLE_F32,
-        "GPU Gemma 3, kiln's embeddings",
-    );
+    gemma_on_the_gpu(&GEMMA3, "GPU Gemma 3, kiln's embeddings");
 }
 
 #[test]
 fn gemma4_on_the_gpu_matches_llama_cpp() {
+    gemma_on_the_gpu(&GEMMA4, "GPU Gemma 4, kiln's embeddings");
+}
+
+/// `case`'s embeddings on the GPU, and the greedy steps after its image given them.
+fn gemma_on_the_gpu(case: &Case, what: &str) {
     let Some(gpu) = common::gpu::gpu() else {
         return;
     };
-    check_embeddings(&GEMMA4, &encode_all(&GEMMA4, &gpu), "GPU");
-    let golden = common::golden(GEMMA4.golden);
+    check_embeddings(case, &encode_all(case, &gpu), "GPU");
+    let golden = common::golden(case.golden);
     let image_name = golden["logits"]["image"].as_str().unwrap();
-    let mf = ModelFile::open(&common::fixture(GEMMA4.model)).unwrap();
+    let mf = ModelFile::open(&common::fixture(case.model)).unwrap();
     let model = Model::load(&mf, gpu).unwrap();
     let img = image::load(&common::fixture(&format!("models/{image_name}"))).unwrap();
-    let encoded = encoder(&GEMMA4, &model.backend)
+    let encoded = encoder(case, &model.backend)
         .encode(&model.backend, &img)
         .unwrap();
     steps_after_image(
-        &GEMMA4,
+        case,
         &model,
         encoded.embeddings,
         &golden_run::GELU_TABLE_F32,
-        "GPU Gemma 4, kiln's embeddings",
+        what,
     );
 }

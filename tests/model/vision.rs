@@ -11,8 +11,8 @@ use crate::common;
 
 use common::golden_run;
 use common::vision::{
-    GEMMA3, GEMMA4, QWEN35, check_embeddings, encode_all, encoder, golden_embeddings, max_diff,
-    prefill_prompt, steps_after_image,
+    Case, GEMMA3, GEMMA4, QWEN35, check_embeddings, encode_all, encoder, golden_embeddings,
+    max_diff, prefill_prompt, steps_after_image,
 };
 use std::sync::Arc;
 
@@ -82,38 +82,7 @@ fn gemma3_embeddings_match_llama_cpp() {
 /// instead, the image moves the logits by 9.6: the test sees the attention's direction.
 #[test]
 fn logits_after_a_gemma3_image_match_llama_cpp() {
-    let golden = common::golden(GEMMA3.golden);
-    let image_name = golden["logits"]["image"].as_str().unwrap();
-    let mf = ModelFile::open(&common::fixture(GEMMA3.model)).unwrap();
-    let model = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
-    let llama_embeddings = golden_embeddings(&golden, image_name).2;
-    steps_after_image(
-        &GEMMA3,
-        &model,
-        llama_embeddings.clone(),
-        &golden_run::EXACT_F32,
-        "Gemma 3, llama.cpp's embeddings",
-    );
-    let (_, both_ways) = prefill_prompt(&GEMMA3, &model, llama_embeddings.clone(), None);
-    let (_, causal) = prefill_prompt(&GEMMA3, &model, llama_embeddings, Some(false));
-    let moved = max_diff(&both_ways, &causal);
-    eprintln!("Gemma 3: causal attention over the image moves the logits by {moved:.3}");
-    assert!(
-        moved > 0.5,
-        "causal or not changed the logits by only {moved}"
-    );
-    let img = image::load(&common::fixture(&format!("models/{image_name}"))).unwrap();
-    let encoded = encoder(&GEMMA3, &model.backend)
-        .encode(&model.backend, &img)
-        .unwrap();
-    assert!(encoded.bidirectional, "Gemma 3's images are seen both ways");
-    steps_after_image(
-        &GEMMA3,
-        &model,
-        encoded.embeddings,
-        &golden_run::GELU_TABLE_F32,
-        "Gemma 3, kiln's embeddings",
-    );
+    logits_after_a_bidirectional_image(&GEMMA3, "Gemma 3");
 }
 
 /// Gemma 4's tower (RMSNorm blocks with per-head norms, the 2-D NEOX RoPE, gated feed-forward,
@@ -132,40 +101,44 @@ fn gemma4_embeddings_match_llama_cpp() {
 /// rule (measured 1.9e-2). Run causally, the image moves the logits by 24.
 #[test]
 fn logits_after_a_gemma4_image_match_llama_cpp() {
-    let golden = common::golden(GEMMA4.golden);
+    logits_after_a_bidirectional_image(&GEMMA4, "Gemma 4");
+}
+
+/// The greedy steps after `case`'s image, given llama.cpp's embeddings (tight rule) and kiln's
+/// (the GELU models' rule), and the image's rows seen both ways: run causally, they move the
+/// logits past any rule.
+fn logits_after_a_bidirectional_image(case: &Case, name: &str) {
+    let golden = common::golden(case.golden);
     let image_name = golden["logits"]["image"].as_str().unwrap();
-    let mf = ModelFile::open(&common::fixture(GEMMA4.model)).unwrap();
+    let mf = ModelFile::open(&common::fixture(case.model)).unwrap();
     let model = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
     let llama_embeddings = golden_embeddings(&golden, image_name).2;
     steps_after_image(
-        &GEMMA4,
+        case,
         &model,
         llama_embeddings.clone(),
         &golden_run::EXACT_F32,
-        "Gemma 4, llama.cpp's embeddings",
+        &format!("{name}, llama.cpp's embeddings"),
     );
-    let (_, both_ways) = prefill_prompt(&GEMMA4, &model, llama_embeddings.clone(), None);
-    let (_, causal) = prefill_prompt(&GEMMA4, &model, llama_embeddings, Some(false));
+    let (_, both_ways) = prefill_prompt(case, &model, llama_embeddings.clone(), None);
+    let (_, causal) = prefill_prompt(case, &model, llama_embeddings, Some(false));
     let moved = max_diff(&both_ways, &causal);
-    eprintln!("Gemma 4: causal attention over the image moves the logits by {moved:.3}");
+    eprintln!("{name}: causal attention over the image moves the logits by {moved:.3}");
     assert!(
         moved > 0.5,
-        "causal or not changed the logits by only {moved}"
+        "{name}: causal or not changed the logits by only {moved}"
     );
     let img = image::load(&common::fixture(&format!("models/{image_name}"))).unwrap();
-    let encoded = encoder(&GEMMA4, &model.backend)
+    let encoded = encoder(case, &model.backend)
         .encode(&model.backend, &img)
         .unwrap();
-    assert!(
-        encoded.bidirectional,
-        "this Gemma 4's images are seen both ways"
-    );
+    assert!(encoded.bidirectional, "{name}'s images are seen both ways");
     steps_after_image(
-        &GEMMA4,
+        case,
         &model,
         encoded.embeddings,
         &golden_run::GELU_TABLE_F32,
-        "Gemma 4, kiln's embeddings",
+        &format!("{name}, kiln's embeddings"),
     );
 }
 
