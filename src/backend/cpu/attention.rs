@@ -361,9 +361,7 @@ impl Call<'_> {
     /// converted as loaded), if the level has them; otherwise each chunk is copied into f32
     /// first.
     fn in_place(&self) -> Option<AttentionKernels> {
-        self.kernels
-            .attention
-            .filter(|_| AttentionKernels::takes(self.hd()))
+        self.kernels.attention.filter(|k| k.takes(self.hd()))
     }
 
     /// The rows of KV head `kvh` from position `c0` as the kernels read them in place, and how

@@ -120,9 +120,10 @@ pub type Dot4<A> = fn(&[u8], [&[A]; 4]) -> [f32; 4];
 /// The same with eight activation rows, for kernels whose block decoding costs more than its
 /// products (the grid i-quants): decoded once per eight tokens of a prefill.
 pub type Dot8<A> = fn(&[u8], [&[A]; 8]) -> [f32; 8];
-/// Two weight rows · four activation rows (`[row][token]`): each activation value loaded once
-/// feeds both rows, which halves the activations' cache traffic of a prefill.
-pub type Dot2x4<A> = fn([&[u8]; 2], [&[A]; 4]) -> [[f32; 4]; 2];
+/// Three weight rows · four activation rows (`[row][token]`): each activation value loaded once
+/// feeds three rows and each weight value four tokens, the cache traffic of a prefill's products
+/// a third of the one-row kernel's.
+pub type Dot3x4<A> = fn([&[u8]; 3], [&[A]; 4]) -> [[f32; 4]; 3];
 /// f32 values → activation blocks (the same values as the portable quantizer).
 pub type Quantize<A> = fn(&[f32], &mut [A]);
 /// A GEMM kernel over repacked weights (`gemm/`). Unsafe: the call's ranges must lie within
@@ -344,8 +345,8 @@ pub enum CacheRows {
     F16(*const u16, usize),
 }
 
-/// Attention's inner loops over rows read in place, for heads of 64, 128 or 256 values. Unsafe:
-/// the rows must hold `n` rows of `hd` values.
+/// Attention's inner loops over rows read in place, for heads of a multiple of `lanes` values up
+/// to 256. Unsafe: the rows must hold `n` rows of `hd` values.
 #[derive(Clone, Copy)]
 pub struct AttentionKernels {
     /// `s[qi·stride + j] = q_qi · k_j` for `nq` queries (rows of `q`) and `n` keys (a multiple
@@ -371,12 +372,14 @@ pub struct AttentionKernels {
         n: usize,
         acc: &mut [f32],
     ),
+    /// The vector width in f32 values: heads are read in whole vectors.
+    pub lanes: usize,
 }
 
 impl AttentionKernels {
     /// Whether the kernels take heads of `hd` values.
-    pub fn takes(hd: usize) -> bool {
-        matches!(hd, 64 | 128 | 256)
+    pub fn takes(&self, hd: usize) -> bool {
+        hd > 0 && hd <= 256 && hd.is_multiple_of(self.lanes)
     }
 }
 
@@ -397,9 +400,9 @@ pub struct Kernels {
     /// weights converted once for all four, each row's sum in the order of the one-row F16
     /// kernel, so its bits are that kernel's. None where the level has none.
     pub dot4_f16: Option<Dot4<f32>>,
-    /// Two F16 weight rows · four activation rows rounded to f16, each sum in the one-row F16
+    /// Three F16 weight rows · four activation rows rounded to f16, each sum in the one-row F16
     /// kernel's order (so its bits).
-    pub dot2x4_f16: Option<Dot2x4<f32>>,
+    pub dot3x4_f16: Option<Dot3x4<f32>>,
     /// Σ a·b with b in f16 (attention scores against an f16 key cache).
     pub dot_f32_f16: fn(a: &[f32], b: &[f16]) -> f32,
     /// y += a·x with x in f16 (attention output from an f16 value cache).

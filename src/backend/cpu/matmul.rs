@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::kernels::{
-    ActBlock, ActFormat, BlockQ8, BlockQ8K, DECODED_BLOCK, Dot, Dot2x4, Dot4, Dot8, GroupCall,
+    ActBlock, ActFormat, BlockQ8, BlockQ8K, DECODED_BLOCK, Dot, Dot3x4, Dot4, Dot8, GroupCall,
     PackedKernel, Tiled, TiledCall,
 };
 use super::{CpuBackend, CpuWeight, SharedOut, repack};
@@ -47,6 +47,10 @@ impl Scratch for BlockQ8K {
 /// Activation rows per tile: a tile of quantized activations stays in cache while each weight row
 /// of a chunk is multiplied against it.
 const ROW_TILE: usize = 16;
+
+/// Bytes of F16 weight rows that stay in L2 while a prefill's tokens pass over them four at a
+/// time (`Dot3x4`).
+const F16_BLOCK_BYTES: usize = 192 << 10;
 
 /// Bytes of weights a generation thread streams between checks for its share of a matmul pass
 /// (`SpinPool::run_split`).
@@ -106,7 +110,7 @@ struct Job<'a, A> {
     dot: Dot<A>,
     dot4: Option<Dot4<A>>,
     dot8: Option<Dot8<A>>,
-    dot2x4: Option<Dot2x4<A>>,
+    dot3x4: Option<Dot3x4<A>>,
     tiled: Option<Tiled<A>>,
 }
 
@@ -145,13 +149,13 @@ impl CpuBackend {
         match self.kernels.of(ws[0].tensor.dtype).format() {
             ActFormat::F32 => {
                 // F16 weights over several rows: the activations rounded to f16 once (as the
-                // one-row kernel rounds them), then two weight rows by four of them at a time.
+                // one-row kernel rounds them), then three weight rows by four of them at a time.
                 let is_f16 = |w: &CpuWeight| w.tensor.dtype == crate::gguf::GgmlType::F16;
                 let dot4_f16 = self
                     .kernels
                     .dot4_f16
                     .filter(|_| rows >= 4 && ws.iter().all(|w| is_f16(w)));
-                let dot2x4 = self.kernels.dot2x4_f16.filter(|_| dot4_f16.is_some());
+                let dot3x4 = self.kernels.dot3x4_f16.filter(|_| dot4_f16.is_some());
                 let rounded: Vec<f32>;
                 let x = match dot4_f16 {
                     Some(_) => {
@@ -171,7 +175,7 @@ impl CpuBackend {
                         dot: self.kernels.dot_f32(w.tensor.dtype),
                         dot4: dot4_f16,
                         dot8: None,
-                        dot2x4,
+                        dot3x4,
                         tiled: None,
                     })
                     .collect();
@@ -226,7 +230,7 @@ impl CpuBackend {
                         dot: kernels.dot,
                         dot4: kernels.dot4,
                         dot8: kernels.dot8,
-                        dot2x4: None,
+                        dot3x4: None,
                         tiled: kernels.tiled,
                     }
                 })
@@ -291,38 +295,49 @@ impl CpuBackend {
                 dot,
                 dot4,
                 dot8,
-                dot2x4,
+                dot3x4,
                 ..
             } = &jobs[ji];
             let m = w.rows;
             // SAFETY: each (i, r) of a job's output is written by exactly one task (r is in this
             // task's chunk) and i·m + r < rows·m ≤ that output's length.
             let put = |i: usize, r: usize, v: f32| unsafe { *out.get().add(i * m + r) = v };
-            for t0 in (0..rows).step_by(ROW_TILE) {
-                let t1 = (t0 + ROW_TILE).min(rows);
-                let mut first = r0;
-                if let Some(dot2x4) = dot2x4 {
-                    while first + 2 <= r1 {
-                        let pair = [w.row(first), w.row(first + 1)];
-                        let mut i = t0;
-                        while i + 4 <= t1 {
-                            let v = dot2x4(pair, [act(i), act(i + 1), act(i + 2), act(i + 3)]);
+            if let Some(dot3x4) = dot3x4 {
+                // Weight rows in blocks that stay in L2 while every token passes over them, four
+                // tokens by three rows at a time (the activations of four tokens stay in L1).
+                let block = (F16_BLOCK_BYTES / w.tensor.row_bytes().max(1)).max(3) / 3 * 3;
+                for b0 in (r0..r1).step_by(block) {
+                    let b1 = (b0 + block).min(r1);
+                    let triples = b0..b0 + (b1 - b0) / 3 * 3;
+                    let mut i = 0;
+                    while i + 4 <= rows {
+                        let x = [act(i), act(i + 1), act(i + 2), act(i + 3)];
+                        for r in triples.clone().step_by(3) {
+                            let v = dot3x4([w.row(r), w.row(r + 1), w.row(r + 2)], x);
                             for (dr, vr) in v.iter().enumerate() {
                                 for (k, &vk) in vr.iter().enumerate() {
-                                    put(i + k, first + dr, vk);
+                                    put(i + k, r + dr, vk);
                                 }
                             }
-                            i += 4;
                         }
-                        for i in i..t1 {
-                            for (dr, wrow) in pair.iter().enumerate() {
-                                put(i, first + dr, dot(wrow, act(i)));
-                            }
+                        i += 4;
+                    }
+                    for i in i..rows {
+                        for r in triples.clone() {
+                            put(i, r, dot(w.row(r), act(i)));
                         }
-                        first += 2;
+                    }
+                    for r in triples.end..b1 {
+                        for i in 0..rows {
+                            put(i, r, dot(w.row(r), act(i)));
+                        }
                     }
                 }
-                for r in first..r1 {
+                return;
+            }
+            for t0 in (0..rows).step_by(ROW_TILE) {
+                let t1 = (t0 + ROW_TILE).min(rows);
+                for r in r0..r1 {
                     let wrow = w.row(r);
                     let mut i = t0;
                     if let Some(dot8) = dot8 {

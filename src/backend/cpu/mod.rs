@@ -540,12 +540,12 @@ mod tests {
         }
     }
 
-    /// F16 and F32 weights over many tokens (the 2×4 and four-row F16 kernels, activations rounded
+    /// F16 and F32 weights over many tokens (the 3×4 and four-row F16 kernels, activations rounded
     /// once) give each token the bits it gets alone, tails of fewer than 8 values included.
     #[test]
     fn unquantized_matmuls_over_many_tokens_equal_one_token_at_a_time() {
         let cpu = CpuBackend::new(2).unwrap();
-        let (rows, tokens) = (25, 13); // two rows by four tokens, then one token; the odd row by four, then one
+        let (rows, tokens) = (25, 13); // tasks of 4 rows: three rows by four tokens, then one token; the fourth row alone
         for k in [64, 75] {
             for t in [GgmlType::F16, GgmlType::F32] {
                 let bytes: Vec<u8> = (0..rows)

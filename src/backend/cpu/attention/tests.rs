@@ -36,6 +36,10 @@ fn check_chunked_attention(b: &CpuBackend, isa: &str) {
         (64, 8, 2, None, None, true),
         // Generation takes a task per KV head rather than per chunk here (4 heads, 2 threads).
         (128, 8, 4, None, None, false),
+        // Heads of other whole vectors: the vision towers' 72, Phi-3's 96, and an odd count.
+        (72, 4, 4, None, None, false),
+        (96, 6, 2, Some(40), None, false),
+        (80, 2, 1, None, None, false),
     ];
     for (hd, nh, nkv, window, softcap, with_sinks) in shapes {
         // Sinks around the scores' scale, some above every score.

@@ -1,6 +1,6 @@
 //! x86 attention kernels: the scores of a block of queries against keys, and the weighted sum of
 //! values, reading an f32 or f16 cache in place (f16 converted as it is loaded, exactly), for heads
-//! of 64, 128 or 256 values. Written once over `F32Isa` (isa.rs) and instantiated for AVX-512 and
+//! of any multiple of the vector width up to 256 values. Written once over `F32Isa` (isa.rs) and instantiated for AVX-512 and
 //! AVX2; the driver is `cpu/attention.rs`.
 #![allow(clippy::needless_range_loop)] // register tiles are indexed in step with their inputs
 
@@ -215,7 +215,9 @@ unsafe fn accumulate<V: F32Isa, R: Rows, const T: usize, const C: usize>(
 }
 
 /// `accumulate` with the widest tile of `ACC_REGS` accumulators: a whole row of columns where it
-/// fits (then `ACC_REGS / columns` queries at once), else `ACC_REGS` columns for one query.
+/// fits (then `ACC_REGS / columns` queries at once), else `ACC_REGS` columns for one query; heads
+/// of other lengths (72 = 9 AVX2 vectors in the vision towers, 96 in Phi-3) in blocks of 4, 3, 2
+/// or 1 vectors for 4 queries at once (at most 16 accumulators and loads in flight).
 #[inline(always)]
 unsafe fn accumulate_tiled<V: KeySums, R: Rows>(
     hd: usize,
@@ -227,13 +229,25 @@ unsafe fn accumulate_tiled<V: KeySums, R: Rows>(
     acc: &mut [f32],
 ) {
     unsafe {
-        let columns = (hd / V::LANES).min(V::ACC_REGS);
+        let vectors = hd / V::LANES;
+        let columns = vectors.min(V::ACC_REGS);
         match (V::ACC_REGS / columns, columns) {
-            (4, 4) => accumulate::<V, R, 4, 4>(hd, p, stride, nq, v, n, acc),
-            (2, 8) => accumulate::<V, R, 2, 8>(hd, p, stride, nq, v, n, acc),
-            (1, 16) => accumulate::<V, R, 1, 16>(hd, p, stride, nq, v, n, acc),
-            (1, 8) => accumulate::<V, R, 1, 8>(hd, p, stride, nq, v, n, acc),
-            _ => unreachable!("head dimension {hd} has no x86 kernel"),
+            (4, 4) if vectors == 4 => accumulate::<V, R, 4, 4>(hd, p, stride, nq, v, n, acc),
+            (2, 8) if vectors == 8 => accumulate::<V, R, 2, 8>(hd, p, stride, nq, v, n, acc),
+            (1, 16) if vectors == 16 => accumulate::<V, R, 1, 16>(hd, p, stride, nq, v, n, acc),
+            (1, 8) if vectors.is_multiple_of(8) => {
+                accumulate::<V, R, 1, 8>(hd, p, stride, nq, v, n, acc)
+            }
+            _ if vectors.is_multiple_of(4) => {
+                accumulate::<V, R, 2, 4>(hd, p, stride, nq, v, n, acc)
+            }
+            _ if vectors.is_multiple_of(3) => {
+                accumulate::<V, R, 4, 3>(hd, p, stride, nq, v, n, acc)
+            }
+            _ if vectors.is_multiple_of(2) => {
+                accumulate::<V, R, 4, 2>(hd, p, stride, nq, v, n, acc)
+            }
+            _ => accumulate::<V, R, 4, 1>(hd, p, stride, nq, v, n, acc),
         }
     }
 }
@@ -298,10 +312,12 @@ instantiate!(scores_avx2, accumulate_avx2, Avx2<false>, "avx2,fma,f16c");
 pub const AVX512: AttentionKernels = AttentionKernels {
     scores: scores_avx512,
     accumulate: accumulate_avx512,
+    lanes: 16,
 };
 
 /// The AVX2 kernels.
 pub const AVX2: AttentionKernels = AttentionKernels {
     scores: scores_avx2,
     accumulate: accumulate_avx2,
+    lanes: 8,
 };

@@ -529,30 +529,33 @@ unsafe fn dot4_f16_bytes_impl(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
     }
 }
 
-/// Two F16 weight rows · four activation rows whose values are f16 already: eight independent
-/// sums (both FMA units busy where four sums would wait on their latency), each activation load
-/// feeding both rows. Each sum is the one-row kernel's, in its order, so the bits are that
-/// kernel's.
+/// Three F16 weight rows · four activation rows whose values are f16 already: twelve independent
+/// sums (both FMA units busy and each load feeding three or four of them; 16 registers in all),
+/// each the one-row kernel's, in its order, so the bits are that kernel's.
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot2x4_f16_bytes_impl(w: [&[u8]; 2], x: [&[f32]; 4]) -> [[f32; 4]; 2] {
+unsafe fn dot3x4_f16_bytes_impl(w: [&[u8]; 3], x: [&[f32]; 4]) -> [[f32; 4]; 3] {
     unsafe {
-        let n = x
+        let n = w
             .iter()
-            .fold((w[0].len() / 2).min(w[1].len() / 2), |n, r| n.min(r.len()));
-        let mut s = [[_mm256_setzero_ps(); 4]; 2];
+            .map(|r| r.len() / 2)
+            .chain(x.iter().map(|r| r.len()));
+        let n = n.min().unwrap_or(0);
+        let mut s = [[_mm256_setzero_ps(); 4]; 3];
         let mut i = 0;
         while i + 8 <= n {
-            let h0 = _mm256_cvtph_ps(_mm_loadu_si128(w[0].as_ptr().add(2 * i) as *const __m128i));
-            let h1 = _mm256_cvtph_ps(_mm_loadu_si128(w[1].as_ptr().add(2 * i) as *const __m128i));
+            let h: [__m256; 3] = std::array::from_fn(|r| {
+                _mm256_cvtph_ps(_mm_loadu_si128(w[r].as_ptr().add(2 * i) as *const __m128i))
+            });
             for t in 0..4 {
                 let xs = _mm256_loadu_ps(x[t].as_ptr().add(i));
-                s[0][t] = _mm256_fmadd_ps(h0, xs, s[0][t]);
-                s[1][t] = _mm256_fmadd_ps(h1, xs, s[1][t]);
+                for r in 0..3 {
+                    s[r][t] = _mm256_fmadd_ps(h[r], xs, s[r][t]);
+                }
             }
             i += 8;
         }
-        let mut out = [[0f32; 4]; 2];
-        for r in 0..2 {
+        let mut out = [[0f32; 4]; 3];
+        for r in 0..3 {
             for t in 0..4 {
                 let mut sum = hsum_f32(s[r][t]);
                 for j in i..n {
@@ -565,9 +568,9 @@ unsafe fn dot2x4_f16_bytes_impl(w: [&[u8]; 2], x: [&[f32]; 4]) -> [[f32; 4]; 2] 
     }
 }
 
-pub fn dot2x4_f16_bytes(w: [&[u8]; 2], x: [&[f32]; 4]) -> [[f32; 4]; 2] {
+pub fn dot3x4_f16_bytes(w: [&[u8]; 3], x: [&[f32]; 4]) -> [[f32; 4]; 3] {
     // SAFETY: as above.
-    unsafe { dot2x4_f16_bytes_impl(w, x) }
+    unsafe { dot3x4_f16_bytes_impl(w, x) }
 }
 
 pub fn dot4_f16_bytes(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {

@@ -102,7 +102,7 @@ pub unsafe fn kernels(level: Level) -> Kernels {
     k.exp_sub = elementwise::exp_sub;
     k.round_f16 = elementwise::round_f16;
     k.dot4_f16 = Some(elementwise::dot4_f16_bytes);
-    k.dot2x4_f16 = Some(elementwise::dot2x4_f16_bytes);
+    k.dot3x4_f16 = Some(elementwise::dot3x4_f16_bytes);
     k.dot_f32_f16 = elementwise::dot_f32_f16;
     k.axpy_f16 = elementwise::axpy_f16;
     k.delta_rule = elementwise::delta_rule;
