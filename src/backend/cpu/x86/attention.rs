@@ -168,6 +168,64 @@ unsafe fn scores<V: KeySums, R: Rows>(
     }
 }
 
+/// AVX2's `scores`: three queries by four keys at a time (twelve sums, each key load feeding three
+/// and each query load four; 16 registers), the queries left over by `scores`. Each score is
+/// summed as `scores` sums it (vector lanes over the head, then the same pairwise reduction), so
+/// the bits are the same.
+#[inline(always)]
+unsafe fn scores_avx2_tiled<R: Rows>(
+    hd: usize,
+    q: &[f32],
+    nq: usize,
+    k: R,
+    n: usize,
+    s: &mut [f32],
+    stride: usize,
+) {
+    type V = Avx2<false>;
+    unsafe {
+        let nv = hd / 8;
+        assert!(q.len() >= nq * hd && n.is_multiple_of(8));
+        assert!(nq == 0 || s.len() >= (nq - 1) * stride + n);
+        let mut qi = 0;
+        while qi + 3 <= nq {
+            let qp: [*const f32; 3] = std::array::from_fn(|t| q.as_ptr().add((qi + t) * hd));
+            for j0 in (0..n).step_by(4) {
+                let mut part = [[_mm256_setzero_ps(); 4]; 3];
+                let qv: [__m256; 3] = std::array::from_fn(|t| _mm256_loadu_ps(qp[t]));
+                for p in 0..4 {
+                    let kv = k.load::<V>(j0 + p, 0);
+                    for t in 0..3 {
+                        part[t][p] = _mm256_mul_ps(kv, qv[t]);
+                    }
+                }
+                for c in 1..nv {
+                    let qv: [__m256; 3] =
+                        std::array::from_fn(|t| _mm256_loadu_ps(qp[t].add(8 * c)));
+                    for p in 0..4 {
+                        let kv = k.load::<V>(j0 + p, c);
+                        for t in 0..3 {
+                            part[t][p] = _mm256_fmadd_ps(kv, qv[t], part[t][p]);
+                        }
+                    }
+                }
+                for t in 0..3 {
+                    // As `sum_parts`: lane p is (p₀+p₁ + p₂+p₃) + (p₄+p₅ + p₆+p₇).
+                    let [r0, r1, r2, r3] = part[t];
+                    let u = _mm256_hadd_ps(_mm256_hadd_ps(r0, r1), _mm256_hadd_ps(r2, r3));
+                    let sum = _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps::<1>(u));
+                    _mm_storeu_ps(s.as_mut_ptr().add((qi + t) * stride + j0), sum);
+                }
+            }
+            qi += 3;
+        }
+        let rest = &q[qi * hd..];
+        let from = (qi * stride).min(s.len());
+        let out = &mut s[from..];
+        scores::<V, R>(hd, rest, nq - qi, k, n, out, stride);
+    }
+}
+
 /// `acc[qi] = Σ_j p[qi·stride + j] · v_j` over `n` value rows of `hd` values, in tiles of `T`
 /// queries × `C` registers of columns (`T·C` accumulators kept in registers).
 #[inline(always)]
@@ -253,7 +311,7 @@ unsafe fn accumulate_tiled<V: KeySums, R: Rows>(
 }
 
 macro_rules! instantiate {
-    ($scores:ident, $accumulate:ident, $isa:ty, $features:literal) => {
+    ($scores:ident, $accumulate:ident, $isa:ty, $features:literal, $scores_impl:path) => {
         #[target_feature(enable = $features)]
         unsafe fn $scores(
             hd: usize,
@@ -266,12 +324,8 @@ macro_rules! instantiate {
         ) {
             unsafe {
                 match k {
-                    CacheRows::F32(p, w) => {
-                        scores::<$isa, _>(hd, q, nq, F32Rows(p, w), n, s, stride)
-                    }
-                    CacheRows::F16(p, w) => {
-                        scores::<$isa, _>(hd, q, nq, F16Rows(p, w), n, s, stride)
-                    }
+                    CacheRows::F32(p, w) => $scores_impl(hd, q, nq, F32Rows(p, w), n, s, stride),
+                    CacheRows::F16(p, w) => $scores_impl(hd, q, nq, F16Rows(p, w), n, s, stride),
                 }
             }
         }
@@ -304,9 +358,16 @@ instantiate!(
     scores_avx512,
     accumulate_avx512,
     Avx512,
-    "avx512f,avx2,fma,f16c"
+    "avx512f,avx2,fma,f16c",
+    scores::<Avx512, _>
 );
-instantiate!(scores_avx2, accumulate_avx2, Avx2<false>, "avx2,fma,f16c");
+instantiate!(
+    scores_avx2,
+    accumulate_avx2,
+    Avx2<false>,
+    "avx2,fma,f16c",
+    scores_avx2_tiled
+);
 
 /// The AVX-512 kernels.
 pub const AVX512: AttentionKernels = AttentionKernels {
