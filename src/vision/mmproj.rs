@@ -436,14 +436,27 @@ impl Mmproj {
             ),
             (
                 "image".to_string(),
-                format!(
-                    "{0}×{0} native, patches of {1}×{1}, {2}×{2} patches per token",
-                    c.image_size, c.patch_size, c.merge
-                ),
+                if c.projector == Projector::Gemma4V {
+                    // Its file's image size plays no part: any size, the aspect ratio kept.
+                    format!(
+                        "any size, patches of {0}×{0}, {1}×{1} patches per token",
+                        c.patch_size, c.merge
+                    )
+                } else {
+                    format!(
+                        "{0}×{0} native, patches of {1}×{1}, {2}×{2} patches per token",
+                        c.image_size, c.patch_size, c.merge
+                    )
+                },
             ),
             (
                 "tokens per image".to_string(),
-                if c.dynamic_size() {
+                if c.projector == Projector::Gemma4V {
+                    format!(
+                        "{} to {} ({side}×{side} pixels each)",
+                        c.min_tokens, c.max_tokens
+                    )
+                } else if c.dynamic_size() {
                     format!(
                         "{} to {} ({} at the native size; {}×{} pixels each)",
                         c.min_tokens,
