@@ -94,6 +94,18 @@ impl Tensor {
         &all[self.start..self.start + self.len]
     }
 
+    /// Maps a file-backed tensor's pages into the process ahead of use (Linux's
+    /// MADV_POPULATE_READ, in one call), so that the first pass over it does not stop at a page
+    /// fault every 4 KB: for weights read in place every pass (a vision tower's F16 weights on the
+    /// CPU: 1 GB, 200 000 faults, 2 s of a first image). Best effort: elsewhere, or on kernels
+    /// older than 5.14, the pages fault in as they are read.
+    pub fn prefault(&self) {
+        #[cfg(target_os = "linux")]
+        if let Storage::Mapped(map, true) = &self.storage {
+            let _ = map.advise_range(memmap2::Advice::PopulateRead, self.start, self.len);
+        }
+    }
+
     pub fn n_elements(&self) -> usize {
         self.dims.iter().product()
     }

@@ -19,6 +19,7 @@ pub use mmproj::{Mmproj, Projector, VisionConfig};
 
 use crate::backend::Backend;
 use crate::error::Result;
+use crate::tensor::Tensor;
 
 use self::gemma3::Gemma3Tower;
 use self::gemma4v::Gemma4VTower;
@@ -57,6 +58,9 @@ impl<B: Backend> VisionEncoder<B> {
     /// The tower of `file` on `backend`; an error naming the projector when kiln cannot run it.
     pub fn load(file: &Mmproj, backend: &B) -> Result<VisionEncoder<B>> {
         let c = file.config.clone();
+        // Every tensor is read by every image (in place, on the CPU): mapped in now, not at a
+        // fault per page of the first image.
+        file.tensors.values().for_each(Tensor::prefault);
         Ok(match c.projector {
             Projector::Gemma3 => VisionEncoder::Gemma3(Gemma3Tower::load(file, backend)?, c),
             Projector::Gemma4V => VisionEncoder::Gemma4V(Gemma4VTower::load(file, backend)?, c),
