@@ -275,7 +275,8 @@ unsafe fn accumulate<V: F32Isa, R: Rows, const T: usize, const C: usize>(
 /// `accumulate` with the widest tile of `ACC_REGS` accumulators: a whole row of columns where it
 /// fits (then `ACC_REGS / columns` queries at once), else `ACC_REGS` columns for one query; heads
 /// of other lengths (72 = 9 AVX2 vectors in the vision towers, 96 in Phi-3) in blocks of 4, 3, 2
-/// or 1 vectors for 4 queries at once (at most 16 accumulators and loads in flight).
+/// or 1 vectors for 2, 3, 4 or 4 queries at once: few enough registers that nothing spills (4 × 3
+/// spilled and ran a third slower).
 #[inline(always)]
 unsafe fn accumulate_tiled<V: KeySums, R: Rows>(
     hd: usize,
@@ -300,7 +301,7 @@ unsafe fn accumulate_tiled<V: KeySums, R: Rows>(
                 accumulate::<V, R, 2, 4>(hd, p, stride, nq, v, n, acc)
             }
             _ if vectors.is_multiple_of(3) => {
-                accumulate::<V, R, 4, 3>(hd, p, stride, nq, v, n, acc)
+                accumulate::<V, R, 3, 3>(hd, p, stride, nq, v, n, acc)
             }
             _ if vectors.is_multiple_of(2) => {
                 accumulate::<V, R, 4, 2>(hd, p, stride, nq, v, n, acc)
