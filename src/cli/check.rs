@@ -2,7 +2,9 @@
 //! backend, replays them teacher-forced on the GPU, and compares the logits at every step by the
 //! golden README's rule for quantized models: every |Δ| ≤ 1.0 + 0.03·|logit| on the CPU's top 5,
 //! the root mean square of those Δ ≤ 0.4, and the same argmax wherever the CPU's margin between
-//! its best two tokens is at least 0.5. Exit 0 when that holds, 1 when not.
+//! its best two tokens is at least 0.5. Exit 0 when that holds, 1 when not. With `--image`, each
+//! backend encodes the images with its own tower and the prompt holds them, so the GPU's vision
+//! tower and its attention over an image are checked too.
 
 use std::process::ExitCode;
 
@@ -10,10 +12,12 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use super::placement::{KvNeeds, Placed, place_on};
+use super::vision::{Images, VisionArgs, prefill_pieces, prompt_rows};
 use super::{BackendArgs, BackendKind, CacheArgs, ModelArgs, OutputFormat};
 use crate::backend::cpu::CpuBackend;
 use crate::backend::wgpu::{AdapterChoice, WgpuBackend};
 use crate::backend::{Backend, CoreOps};
+use crate::model::multimodal::{self, PromptPiece};
 use crate::model::{Model, ModelFile, Session, Tokenizer};
 
 const ABS: f32 = 1.0;
@@ -45,6 +49,9 @@ pub struct CheckArgs {
     #[command(flatten)]
     pub cache: CacheArgs,
 
+    #[command(flatten)]
+    pub vision: VisionArgs,
+
     /// Output format
     #[arg(long, value_enum, default_value_t)]
     pub format: OutputFormat,
@@ -70,15 +77,72 @@ fn top(logits: &[f32], k: usize) -> Vec<usize> {
     idx
 }
 
+/// The prompt: its tokens, or with `--image` its pieces (the images placed as the raw prompt
+/// places them: before the text, or at its `<__media__>` markers).
+enum Prompt {
+    Text(Vec<u32>),
+    Pieces(Vec<PromptPiece>),
+}
+
+impl Prompt {
+    fn new(tok: &Tokenizer, text: &str, images: Option<&Images>) -> Result<Prompt> {
+        let prompt = match images {
+            None => Prompt::Text(tok.encode(text, true)?),
+            Some(img) => {
+                let pieces = multimodal::raw_prompt(tok, text, img.encoded.len(), img.markers)?;
+                anyhow::ensure!(
+                    matches!(pieces.last(), Some(PromptPiece::Tokens(t)) if !t.is_empty()),
+                    "the prompt must end in text after its images: the check starts from the \
+                     logits of its last token"
+                );
+                Prompt::Pieces(pieces)
+            }
+        };
+        anyhow::ensure!(prompt.rows(images) > 0, "the prompt is empty");
+        Ok(prompt)
+    }
+
+    /// Rows the prompt takes in the context.
+    fn rows(&self, images: Option<&Images>) -> usize {
+        match (self, images) {
+            (Prompt::Text(ids), _) => ids.len(),
+            (Prompt::Pieces(pieces), Some(img)) => prompt_rows(pieces, img),
+            (Prompt::Pieces(_), None) => 0,
+        }
+    }
+
+    /// A session of `model` with room for the prompt and `steps` tokens, the prompt prefilled
+    /// (with `images`, encoded by that model's backend); the logits after its last token.
+    fn start<'m, B: Backend>(
+        &self,
+        model: &'m Model<B>,
+        images: Option<&Images>,
+        steps: usize,
+        args: &CheckArgs,
+    ) -> Result<(Session<'m, B>, Vec<f32>)> {
+        let ctx = self.rows(images) + steps + 1;
+        let mut s = Session::with_options(model, ctx, 512, args.cache.types())?;
+        let logits = match (self, images) {
+            (Prompt::Pieces(pieces), Some(img)) => {
+                let rest = prefill_pieces(&mut s, pieces, img, 0)?;
+                s.prefill(&rest)?.to_vec()
+            }
+            (Prompt::Text(ids), _) => s.prefill(ids)?.to_vec(),
+            (Prompt::Pieces(_), None) => anyhow::bail!("a prompt with images needs them encoded"),
+        };
+        Ok((s, logits))
+    }
+}
+
 /// The CPU's greedy tokens and its logits before each.
 fn cpu_run(
     model: &Model<CpuBackend>,
-    prompt: &[u32],
+    prompt: &Prompt,
+    images: Option<&Images>,
     n: usize,
     args: &CheckArgs,
 ) -> Result<Vec<Vec<f32>>> {
-    let mut s = Session::with_options(model, prompt.len() + n + 1, 512, args.cache.types())?;
-    let mut logits = s.prefill(prompt)?.to_vec();
+    let (mut s, mut logits) = prompt.start(model, images, n, args)?;
     let mut seen = Vec::with_capacity(n);
     for _ in 0..n {
         let t = top(&logits, 1)[0] as u32;
@@ -92,18 +156,14 @@ fn cpu_run(
 /// reference's logits.
 fn replay<B: Backend>(
     model: &Model<B>,
-    prompt: &[u32],
+    prompt: &Prompt,
+    file: &ModelFile,
     reference: &[Vec<f32>],
     tok: &Tokenizer,
     args: &CheckArgs,
 ) -> Result<Vec<Step>> {
-    let mut s = Session::with_options(
-        model,
-        prompt.len() + args.steps + 1,
-        512,
-        args.cache.types(),
-    )?;
-    let mut logits = s.prefill(prompt)?.to_vec();
+    let images = args.vision.encode(model, &file.path, false)?;
+    let (mut s, mut logits) = prompt.start(model, images.as_ref(), args.steps, args)?;
     let mut steps = Vec::with_capacity(args.steps);
     for want in reference {
         let best = top(want, 2);
@@ -135,8 +195,6 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
     anyhow::ensure!(args.steps > 0, "-n must be at least 1");
     let file = ModelFile::open(&args.model.model)?;
     let tok = Tokenizer::from_model(&file)?;
-    let prompt = tok.encode(&args.prompt, true)?;
-    anyhow::ensure!(!prompt.is_empty(), "the prompt is empty");
     let gpu = match args.backend.backend {
         BackendKind::Cpu => {
             anyhow::bail!("kiln check compares the CPU backend with a GPU: leave out --backend cpu")
@@ -151,11 +209,15 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
     let cpu_model = Model::load(&file, cpu.with_repacking(!args.backend.no_repack))
         .with_context(|| format!("loading {}", file.path.display()))?;
     let cpu_name = cpu_model.backend.describe();
-    let reference = cpu_run(&cpu_model, &prompt, args.steps, &args)?;
+    let images = args.vision.encode(&cpu_model, &file.path, false)?;
+    let prompt = Prompt::new(&tok, &args.prompt, images.as_ref())?;
+    let prompt_rows = prompt.rows(images.as_ref());
+    let image_tokens = images.as_ref().map_or(0, Images::tokens);
+    let reference = cpu_run(&cpu_model, &prompt, images.as_ref(), args.steps, &args)?;
     drop(cpu_model);
 
     let kv = KvNeeds {
-        ctx: prompt.len() + args.steps + 1,
+        ctx: prompt_rows + args.steps + 1,
         types: args.cache.types(),
     };
     let cpu =
@@ -170,14 +232,14 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
             let model = Model::load(&file, *gpu).with_context(loading)?;
             (
                 model.backend.describe(),
-                replay(&model, &prompt, &reference, &tok, &args)?,
+                replay(&model, &prompt, &file, &reference, &tok, &args)?,
             )
         }
         Placed::Split(split) => {
             let model = Model::load(&file, *split).with_context(loading)?;
             (
                 model.backend.describe(),
-                replay(&model, &prompt, &reference, &tok, &args)?,
+                replay(&model, &prompt, &file, &reference, &tok, &args)?,
             )
         }
         Placed::Cpu(_) => anyhow::bail!(
@@ -200,7 +262,8 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
             "model": file.path.display().to_string(),
             "reference": cpu_name,
             "backend": gpu_name,
-            "prompt_tokens": prompt.len(),
+            "prompt_tokens": prompt_rows,
+            "image_tokens": image_tokens,
             "steps": steps.iter().enumerate().map(|(i, s)| json!({
                 "step": i, "token": s.token, "piece": s.piece, "cpu_margin": s.margin,
                 "top1_agrees": s.top1_agrees, "max_abs_diff": s.max_diff,
@@ -217,6 +280,9 @@ pub fn run(args: CheckArgs) -> Result<ExitCode> {
     } else {
         println!("reference: {cpu_name}");
         println!("checked:   {gpu_name}");
+        if image_tokens > 0 {
+            println!("prompt:    {prompt_rows} rows, {image_tokens} of them image tokens");
+        }
         println!(
             "{:>4}  {:>7}  {:<16} {:>6}  {:>5}  {:>9}  {:>6}",
             "step", "token", "piece", "margin", "top-1", "max |Δ|", "rms"

@@ -69,3 +69,34 @@ fn gemma_on_the_gpu(case: &Case, what: &str) {
         what,
     );
 }
+
+/// `kiln check --image`: each backend encodes the image with its own tower and the GPU's logits
+/// after it stay within the golden rule of the CPU's, for all three projectors. The image's rows
+/// are counted in the prompt (the tiny towers' token counts for a 32×32 image: Qwen3.5 16,
+/// Gemma 3 16, Gemma 4 81).
+#[test]
+fn check_compares_the_gpu_after_an_image() {
+    if common::gpu::gpu().is_none() {
+        return;
+    }
+    for (case, tokens) in [(&QWEN35, 16), (&GEMMA3, 16), (&GEMMA4, 81)] {
+        let out = common::kiln()
+            .args(["check", "-m"])
+            .arg(common::fixture(case.model))
+            .arg("--mmproj")
+            .arg(common::fixture(case.mmproj))
+            .arg("--image")
+            .arg(common::fixture("models/vision-32x32.png"))
+            .args(["-n", "3", "--format", "json", "What is in the picture?"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+            panic!("{}: {}", case.mmproj, String::from_utf8_lossy(&out.stderr))
+        });
+        assert!(out.status.success(), "{}: {v}", case.mmproj);
+        assert_eq!(v["pass"], true, "{}: {v}", case.mmproj);
+        assert_eq!(v["image_tokens"], tokens, "{}: {v}", case.mmproj);
+        assert!(v["prompt_tokens"].as_u64().unwrap() > tokens, "{v}");
+        assert_eq!(v["steps"].as_array().unwrap().len(), 3);
+    }
+}
