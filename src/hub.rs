@@ -154,19 +154,85 @@ impl HubModel {
     /// The model's local path, downloading what the cache lacks: a GGUF file, or the snapshot
     /// directory of a safetensors model.
     pub fn fetch(&self) -> Result<PathBuf> {
+        let l = self.listing()?;
+        let choice = self.choose(&l.files, l.where_)?;
+        choice.local(&l.cached, l.online(), &self.repo)
+    }
+
+    /// The repo's multimodal projector (an `mmproj*.gguf`), downloaded if the cache lacks it, as
+    /// llama.cpp's `-hf` fetches it with the model: the only one, else of several the F16 one
+    /// (then BF16, F32); None when the repo has none. Several without one of those is an error
+    /// listing them.
+    pub fn fetch_mmproj(&self) -> Result<Option<PathBuf>> {
+        let l = self.listing()?;
+        let projectors: Vec<&String> = l.files.iter().filter(|f| is_mmproj(f)).collect();
+        let name = match projectors.as_slice() {
+            [] => return Ok(None),
+            [one] => (*one).clone(),
+            several => match ["F16", "BF16", "F32"]
+                .iter()
+                .find_map(|q| several.iter().find(|f| names_quant(f, q)))
+            {
+                Some(f) => (*f).clone(),
+                None => {
+                    return Err(hub_err(format!(
+                        "{} has several projectors {}: {}; choose one with --mmproj",
+                        self.repo,
+                        l.where_,
+                        several
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+            },
+        };
+        Choice::Gguf(name)
+            .local(&l.cached, l.online(), &self.repo)
+            .map(Some)
+    }
+
+    /// The hub model whose Hugging Face cache snapshot holds `path`
+    /// (`…/models--OWNER--REPO/snapshots/COMMIT/FILE`), if it is in one.
+    pub fn of_cached_file(path: &Path) -> Option<HubModel> {
+        // The file may sit in a folder of the repo (`snapshots/COMMIT/Q4_K_M/FILE`).
+        let snapshot = path
+            .ancestors()
+            .skip(1)
+            .find(|a| a.parent().and_then(Path::file_name) == Some("snapshots".as_ref()))?;
+        let name = snapshot.parent()?.parent()?.file_name()?.to_str()?;
+        let (owner, repo) = name.strip_prefix("models--")?.split_once("--")?;
+        let file = path.strip_prefix(snapshot).ok()?.to_str()?.to_string();
+        Some(HubModel {
+            repo: format!("{owner}/{repo}"),
+            pick: Pick::File(file),
+        })
+    }
+
+    /// The repo's files: from the hub, or from the cache when offline or the hub cannot be
+    /// reached (with a warning).
+    fn listing(&self) -> Result<Listing> {
         let env = HubEnv::from_env();
         let repo = Repo::model(self.repo.clone());
         let cached = CachedRepo::new(&env.cache, &repo);
-        if env.offline {
-            let files = cached.files().ok_or_else(|| {
-                hub_err(format!(
+        let from_cache = |cached: CachedRepo| -> Result<Listing> {
+            match cached.files() {
+                Some(files) => Ok(Listing {
+                    files,
+                    where_: "in the cache",
+                    cached,
+                    online: None,
+                }),
+                None => Err(hub_err(format!(
                     "HF_HUB_OFFLINE is set and {} is not in the Hugging Face cache ({})",
                     self.repo,
                     cached.dir.display()
-                ))
-            })?;
-            let choice = self.choose(&files, "in the cache")?;
-            return choice.local(&cached, None, &self.repo);
+                ))),
+            }
+        };
+        if env.offline {
+            return from_cache(cached);
         }
 
         let api = ApiBuilder::from_cache(env.cache.clone())
@@ -199,26 +265,33 @@ impl HubModel {
                     return Err(hub_err(format!("{info_url} answered HTTP {code}")));
                 }
                 // No network: what the cache holds still serves.
-                None => match cached.files() {
-                    Some(files) => {
-                        eprintln!(
-                            "warning: cannot reach {info_url} ({e}); using the cached copy of {}",
-                            self.repo
-                        );
-                        let choice = self.choose(&files, "in the cache")?;
-                        return choice.local(&cached, None, &self.repo);
+                None => {
+                    if cached.files().is_none() {
+                        return Err(hub_err(format!("cannot reach {info_url}: {e}")));
                     }
-                    None => return Err(hub_err(format!("cannot reach {info_url}: {e}"))),
-                },
+                    eprintln!(
+                        "warning: cannot reach {info_url} ({e}); using the cached copy of {}",
+                        self.repo
+                    );
+                    return from_cache(cached);
+                }
             },
         };
-        let choice = self.choose(&files, "on the hub")?;
-        choice.local(&cached, Some((&api, &api_repo)), &self.repo)
+        Ok(Listing {
+            files,
+            where_: "on the hub",
+            cached,
+            online: Some((api, api_repo)),
+        })
     }
 
     /// The file(s) to fetch among the repo's `files`.
     fn choose(&self, files: &[String], where_: &str) -> Result<Choice> {
-        let ggufs: Vec<&String> = files.iter().filter(|f| f.ends_with(".gguf")).collect();
+        // A repo's projectors are not models (`fetch_mmproj` takes them).
+        let ggufs: Vec<&String> = files
+            .iter()
+            .filter(|f| f.ends_with(".gguf") && !is_mmproj(f))
+            .collect();
         let list = |names: &[&String]| {
             names
                 .iter()
@@ -237,6 +310,9 @@ impl HubModel {
         };
         match &self.pick {
             Pick::File(f) => match files.iter().find(|x| *x == f) {
+                Some(f) if is_mmproj(f) => Err(hub_err(format!(
+                    "{f} is a multimodal projector, not a model: give it with --mmproj"
+                ))),
                 Some(f) => {
                     if f.ends_with(".gguf") {
                         gguf(f)
@@ -342,6 +418,12 @@ fn names_quant(name: &str, quant: &str) -> bool {
     })
 }
 
+/// A multimodal projector by llama.cpp's naming: `mmproj*.gguf` (in any folder of the repo).
+pub fn is_mmproj(name: &str) -> bool {
+    let file = name.rsplit('/').next().unwrap_or(name).to_ascii_lowercase();
+    file.starts_with("mmproj") && file.ends_with(".gguf")
+}
+
 /// `…-00001-of-00003.gguf`.
 fn is_split_part(name: &str) -> bool {
     let stem = name.trim_end_matches(".gguf");
@@ -359,6 +441,22 @@ fn is_split_part(name: &str) -> bool {
 enum Weights {
     Single,
     Sharded,
+}
+
+/// A repo's files and where they come from.
+struct Listing {
+    files: Vec<String>,
+    /// "on the hub" or "in the cache", for messages.
+    where_: &'static str,
+    cached: CachedRepo,
+    /// The hub client, when the listing came from the hub.
+    online: Option<(Api, ApiRepo)>,
+}
+
+impl Listing {
+    fn online(&self) -> Option<(&Api, &ApiRepo)> {
+        self.online.as_ref().map(|(a, r)| (a, r))
+    }
 }
 
 /// What to fetch.
@@ -593,6 +691,25 @@ mod tests {
         ] {
             assert!(p(bad).unwrap().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn projectors_and_cached_files_are_recognised() {
+        assert!(is_mmproj("mmproj-F16.gguf") && is_mmproj("vision/MMPROJ-model-f32.gguf"));
+        assert!(!is_mmproj("model-F16.gguf") && !is_mmproj("mmproj-F16.bin"));
+        let snap = Path::new("/c/hub/models--unsloth--Qwen3.5-2B-GGUF/snapshots/0a1b");
+        let hub = HubModel::of_cached_file(&snap.join("Q4_K_M/m.gguf")).unwrap();
+        assert_eq!(hub.repo, "unsloth/Qwen3.5-2B-GGUF");
+        assert_eq!(hub.pick, Pick::File("Q4_K_M/m.gguf".into()));
+        assert_eq!(
+            HubModel::of_cached_file(&snap.join("m.gguf")).unwrap().pick,
+            Pick::File("m.gguf".into())
+        );
+        assert_eq!(HubModel::of_cached_file(Path::new("/models/m.gguf")), None);
+        assert_eq!(
+            HubModel::of_cached_file(Path::new("/x/snapshots/c/m.gguf")),
+            None
+        );
     }
 
     #[test]

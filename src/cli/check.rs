@@ -193,7 +193,7 @@ fn replay<B: Backend>(
 
 pub fn run(args: CheckArgs) -> Result<ExitCode> {
     anyhow::ensure!(args.steps > 0, "-n must be at least 1");
-    let file = ModelFile::open(&args.model.model)?;
+    let file = args.model.open()?;
     let tok = Tokenizer::from_model(&file)?;
     let gpu = match args.backend.backend {
         BackendKind::Cpu => {

@@ -48,10 +48,22 @@ impl Images {
 }
 
 impl VisionArgs {
-    /// The projector: `--mmproj`, else the one `mmproj*.gguf` beside the model.
+    /// The projector: `--mmproj`; else for a model from the hub (a file in a Hugging Face cache
+    /// snapshot) its repo's projector, fetched as llama.cpp's `-hf` fetches it; else the one
+    /// `mmproj*.gguf` beside the model.
     fn mmproj_path(&self, model_path: &Path) -> Result<PathBuf> {
         if let Some(p) = &self.mmproj {
             return Ok(p.clone());
+        }
+        if let Some(hub) = crate::hub::HubModel::of_cached_file(model_path) {
+            return match hub.fetch_mmproj()? {
+                Some(p) => Ok(p),
+                None => bail!(
+                    "--image needs a multimodal projector and {} has no mmproj*.gguf: give one \
+                     with --mmproj",
+                    hub.repo
+                ),
+            };
         }
         let dir = model_path
             .parent()

@@ -337,3 +337,87 @@ fn safetensors_repos_single_and_sharded_download_as_model_directories() {
         );
     }
 }
+
+/// A vision model's repo: its projectors are not models (`:F16` picks the model, not
+/// mmproj-F16.gguf), and `--image` fetches the repo's projector (of several, the F16 one) as
+/// llama.cpp's `-hf` does; the reply is the one the local files give, and the second run is
+/// served from the cache.
+#[test]
+fn a_vision_repo_fetches_its_projector_for_an_image() {
+    let server = HubServer::start();
+    let model = fixture_bytes("models/qwen35-tiny.gguf");
+    let mmproj = fixture_bytes("models/qwen35-mmproj-tiny.gguf");
+    let repo = "kiln-test/tiny-vl-GGUF";
+    server.add_repo(
+        repo,
+        vec![
+            HubFile::new("tiny-vl-F16.gguf", model),
+            HubFile::new("mmproj-F16.gguf", mmproj.clone()),
+            HubFile::new("mmproj-F32.gguf", mmproj),
+        ],
+    );
+    let home = tempfile::tempdir().unwrap();
+    let image = common::fixture("models/vision-32x32.png");
+    let args = ["-n", "4", "--temp", "0", "--format", "json", "Describe it."];
+    let reply = |o: &std::process::Output| {
+        assert!(o.status.success(), "{}", stderr_of(o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["image_tokens"], 16, "{v}");
+        v["tokens"].clone()
+    };
+    let local = common::kiln()
+        .args(["run", "-m"])
+        .arg(common::fixture("models/qwen35-tiny.gguf"))
+        .arg("--mmproj")
+        .arg(common::fixture("models/qwen35-mmproj-tiny.gguf"))
+        .arg("--image")
+        .arg(&image)
+        .args(args)
+        .output()
+        .unwrap();
+    let downloads = || {
+        let log = server.log();
+        let asked = |name: &str| {
+            log.iter()
+                .any(|s| s.path.ends_with(&format!("/resolve/main/{name}")))
+        };
+        let blobs = log.iter().filter(|s| s.path.starts_with("/cdn/")).count();
+        (
+            [
+                asked("tiny-vl-F16.gguf"),
+                asked("mmproj-F16.gguf"),
+                asked("mmproj-F32.gguf"),
+            ],
+            blobs,
+        )
+    };
+    let mut blobs_after_first = 0;
+    for round in 0..2 {
+        let hub = kiln_hub(&server.url, home.path())
+            .args(["run", "-m", &format!("hf:{repo}:F16"), "--image"])
+            .arg(&image)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(reply(&hub), reply(&local), "round {round}");
+        let (asked, blobs) = downloads();
+        assert_eq!(
+            asked,
+            [true, true, false],
+            "the model and the F16 projector"
+        );
+        if round == 0 {
+            blobs_after_first = blobs;
+        } else {
+            assert_eq!(blobs, blobs_after_first, "the second run reads the cache");
+        }
+    }
+
+    // Without --image the projector is left alone; naming it as the model is an error.
+    let out = kiln_hub(&server.url, home.path())
+        .args(["run", "-m", &format!("hf:{repo}/mmproj-F32.gguf"), "x"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr_of(&out).contains("--mmproj"), "{}", stderr_of(&out));
+}
