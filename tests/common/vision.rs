@@ -1,6 +1,6 @@
 //! The vision tests' shared parts (tests/model/vision.rs on the CPU, tests/gpu/gpu_vision.rs on
 //! the GPU): the tiny projectors (Qwen3.5's, Gemma 3's and Gemma 4's) and their images, llama.cpp's (and for
-//! Qwen the float64 tower's) embeddings of them, and llama.cpp's greedy steps after a prompt with
+//! Qwen and Gemma 3 the float64 towers') embeddings of them, and llama.cpp's greedy steps after a prompt with
 //! an image.
 
 use std::sync::Arc;
@@ -39,7 +39,7 @@ pub const GEMMA3: Case = Case {
     golden: "llama-cpp-vision-gemma3.json",
     mmproj: "models/gemma3-mmproj-tiny.gguf",
     model: "models/gemma3-tiny.gguf",
-    f64_golden: None,
+    f64_golden: Some("f64-gemma3v.json"),
     grid: false,
 };
 
