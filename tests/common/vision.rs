@@ -1,6 +1,6 @@
 //! The vision tests' shared parts (tests/model/vision.rs on the CPU, tests/gpu/gpu_vision.rs on
-//! the GPU): the tiny projectors (Qwen3.5's, Gemma 3's and Gemma 4's) and their images, llama.cpp's (and for
-//! Qwen and Gemma 3 the float64 towers') embeddings of them, and llama.cpp's greedy steps after a prompt with
+//! the GPU): the tiny projectors (Qwen3.5's, Gemma 3's and Gemma 4's) and their images, llama.cpp's and
+//! the float64 towers' embeddings of them, and llama.cpp's greedy steps after a prompt with
 //! an image.
 
 use std::sync::Arc;
@@ -20,8 +20,8 @@ pub struct Case {
     pub mmproj: &'static str,
     /// The text model the projector feeds.
     pub model: &'static str,
-    /// The float64 tower's embeddings, where there is one.
-    pub f64_golden: Option<&'static str>,
+    /// The float64 tower's embeddings (scripts/reference/*_f64.py).
+    pub f64_golden: &'static str,
     /// Whether llama.cpp's token grid is the image's (multi-axis RoPE places the rows by it);
     /// Gemma 3's images are a run of tokens to llama.cpp (16 × 1).
     pub grid: bool,
@@ -31,7 +31,7 @@ pub const QWEN35: Case = Case {
     golden: "llama-cpp-vision.json",
     mmproj: "models/qwen35-mmproj-tiny.gguf",
     model: "models/qwen35-tiny.gguf",
-    f64_golden: Some("f64-qwen3vl.json"),
+    f64_golden: "f64-qwen3vl.json",
     grid: true,
 };
 
@@ -39,7 +39,7 @@ pub const GEMMA3: Case = Case {
     golden: "llama-cpp-vision-gemma3.json",
     mmproj: "models/gemma3-mmproj-tiny.gguf",
     model: "models/gemma3-tiny.gguf",
-    f64_golden: Some("f64-gemma3v.json"),
+    f64_golden: "f64-gemma3v.json",
     grid: false,
 };
 
@@ -47,7 +47,7 @@ pub const GEMMA4: Case = Case {
     golden: "llama-cpp-vision-gemma4.json",
     mmproj: "models/gemma4-mmproj-tiny.gguf",
     model: "models/gemma4-tiny.gguf",
-    f64_golden: None,
+    f64_golden: "f64-gemma4v.json",
     grid: false,
 };
 
@@ -110,7 +110,7 @@ pub fn encode_all<B: Backend>(case: &Case, backend: &B) -> Vec<Encoded> {
 /// asserting both tolerances.
 pub fn check_embeddings(case: &Case, encoded: &[Encoded], what: &str) {
     let llama = super::golden(case.golden);
-    let f64_tower = case.f64_golden.map(super::golden);
+    let f64_tower = super::golden(case.f64_golden);
     for (name, got) in IMAGES.iter().zip(encoded) {
         let (cols, rows, want) = golden_embeddings(&llama, name);
         if case.grid {
@@ -127,14 +127,12 @@ pub fn check_embeddings(case: &Case, encoded: &[Encoded], what: &str) {
             d_llama <= LLAMA_CPP_TOLERANCE,
             "{what} {name}: {d_llama} from llama.cpp"
         );
-        if let Some(f64_tower) = &f64_tower {
-            let d_f64 = max_diff(&got.embeddings, &golden_embeddings(f64_tower, name).2);
-            eprintln!("{what} {name}: max |Δ| {d_f64:.2e} against f64");
-            assert!(
-                d_f64 <= F64_TOLERANCE,
-                "{what} {name}: {d_f64} from the f64 tower"
-            );
-        }
+        let d_f64 = max_diff(&got.embeddings, &golden_embeddings(&f64_tower, name).2);
+        eprintln!("{what} {name}: max |Δ| {d_f64:.2e} against f64");
+        assert!(
+            d_f64 <= F64_TOLERANCE,
+            "{what} {name}: {d_f64} from the f64 tower"
+        );
     }
 }
 
