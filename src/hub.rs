@@ -419,7 +419,7 @@ fn names_quant(name: &str, quant: &str) -> bool {
 }
 
 /// A multimodal projector by llama.cpp's naming: `mmproj*.gguf` (in any folder of the repo).
-pub fn is_mmproj(name: &str) -> bool {
+fn is_mmproj(name: &str) -> bool {
     let file = name.rsplit('/').next().unwrap_or(name).to_ascii_lowercase();
     file.starts_with("mmproj") && file.ends_with(".gguf")
 }

@@ -10,7 +10,10 @@ use std::collections::HashMap;
 
 use common::gguf_writer::{GgufWriter, string};
 use gguf_rs_lib::format::metadata::MetadataValue as V;
+use kiln::backend::CacheType;
 use kiln::gguf::GgufFile;
+use kiln::model::arch::KvCacheTypes;
+use kiln::model::session::DEFAULT_BATCH;
 use kiln::model::{ModelFile, Session};
 
 const HIDDEN: usize = 16;
@@ -260,9 +263,18 @@ fn hf_model(dir: &std::path::Path, config: serde_json::Value, ts: &[Tensor]) -> 
     ModelFile::open(dir).unwrap()
 }
 
+/// The logits of a prefill of three tokens and a decode of each of the rest, over f32 caches: a
+/// SmolLM3 GGUF (interleaved RoPE rows) and its HF directory (NEOX halves) sum Q·K in different
+/// orders, which moves a score by float order only (here ≤ 1.7e-6 at the logits); an f16 value
+/// cache rounds the softmax weights to f16, as llama.cpp does, and turns that into a flipped f16
+/// step (2.8e-4), which says nothing about the loaders.
 fn logits(mf: &ModelFile, ids: &[u32]) -> Vec<Vec<f32>> {
     let model = common::golden_run::load(mf, 2);
-    let mut s = Session::new(&model, 64).unwrap();
+    let f32_cache = KvCacheTypes {
+        k: CacheType::F32,
+        v: CacheType::F32,
+    };
+    let mut s = Session::with_options(&model, 64, DEFAULT_BATCH, f32_cache).unwrap();
     let mut all = vec![s.prefill(&ids[..3]).unwrap().to_vec()];
     for &t in &ids[3..] {
         all.push(s.decode(t).unwrap().to_vec());

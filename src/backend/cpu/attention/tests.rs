@@ -40,6 +40,8 @@ fn check_chunked_attention(b: &CpuBackend, isa: &str) {
         (72, 4, 4, None, None, false),
         (96, 6, 2, Some(40), None, false),
         (80, 2, 1, None, None, false),
+        (8, 2, 1, None, None, false),
+        (16, 4, 2, Some(9), None, false),
     ];
     for (hd, nh, nkv, window, softcap, with_sinks) in shapes {
         // Sinks around the scores' scale, some above every score.

@@ -1,7 +1,7 @@
 //! x86 attention kernels: the scores of a block of queries against keys, and the weighted sum of
 //! values, reading an f32 or f16 cache in place (f16 converted as it is loaded, exactly), for heads
-//! of any multiple of the vector width up to 256 values. Written once over `F32Isa` (isa.rs) and instantiated for AVX-512 and
-//! AVX2; the driver is `cpu/attention.rs`.
+//! of any whole number of vectors up to 256 values. Written once over `F32Isa` (isa.rs) and
+//! instantiated for AVX-512 and AVX2; the driver is `cpu/attention.rs`.
 #![allow(clippy::needless_range_loop)] // register tiles are indexed in step with their inputs
 
 use std::arch::x86_64::*;
