@@ -34,92 +34,20 @@ Run: target/fixtures-venv/bin/python scripts/reference/gemma3v_f64.py \\
          tests/fixtures/made/vision-45x29.png tests/fixtures/made/vision-20x70.png \\
          [--mutant NAME] [--gelu-table] [--llama-f16-conv] [--compare tests/fixtures/golden/llama-cpp-vision-gemma3.json]
 """
-import json
-import math
 import os
 import sys
 
 import numpy as np
-from gguf import GGUFReader
-from gguf.quants import dequantize
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3vl_f64 import decode_png, f16, layer_norm, lin, make_act  # noqa: E402
+from qwen3vl_f64 import (BILINEAR, decode_png, f16, fit, layer_norm, lin, make_act, normalize,  # noqa: E402
+                         parse_args, read_mmproj, write_result)
 
 MUTANTS = ["no-pos-embd", "no-pool", "no-soft-norm", "gelu-erf", "no-letterbox"]
 
 
-def bilinear_weights(in_size, out_size):
-    """Pillow's bilinear coefficients as 22-bit fixed point: (xmin, weights) per output."""
-    scale = in_size / out_size
-    fs = max(scale, 1.0)
-    support = 1.0 * fs
-    res = []
-    for xx in range(out_size):
-        center = (xx + 0.5) * scale
-        xmin = max(int(center - support + 0.5), 0)
-        xmax = min(int(center + support + 0.5), in_size)
-        ws = [max(0.0, 1.0 - abs((x + xmin - center + 0.5) / fs)) for x in range(xmax - xmin)]
-        tot = sum(ws)
-        ws = [wv / tot if tot != 0.0 else wv for wv in ws]
-        res.append((xmin, [int(wv * (1 << 22) + (-0.5 if wv < 0 else 0.5)) for wv in ws]))
-    return res
-
-
-def bilinear_pass(img, out_size, axis):
-    src = np.moveaxis(img.astype(np.int64), axis, 0)
-    out = np.empty((out_size,) + src.shape[1:], np.int64)
-    for i, (xmin, ws) in enumerate(bilinear_weights(src.shape[0], out_size)):
-        acc = np.full(src.shape[1:], 1 << 21, np.int64)
-        for k, wv in enumerate(ws):
-            acc += src[xmin + k] * wv
-        out[i] = np.clip(acc >> 22, 0, 255)
-    return np.moveaxis(out, 0, axis).astype(np.uint8)
-
-
-def bilinear(img, w, h):
-    if w != img.shape[1]:
-        img = bilinear_pass(img, w, 1)
-    if h != img.shape[0]:
-        img = bilinear_pass(img, h, 0)
-    return img
-
-
-def preprocess(rgb, size, mean, std, letterbox=True):
-    h, w = rgb.shape[:2]
-    if (w, h) == (size, size):
-        canvas = rgb
-    elif not letterbox:
-        canvas = bilinear(rgb, size, size)
-    else:
-        f32 = np.float32
-        s = min(f32(size) / f32(w), f32(size) / f32(h))
-        nw, nh = min(int(math.ceil(f32(w) * s)), size), min(int(math.ceil(f32(h) * s)), size)
-        canvas = np.zeros((size, size, 3), np.uint8)
-        ox, oy = (size - nw) // 2, (size - nh) // 2
-        canvas[oy:oy + nh, ox:ox + nw] = bilinear(rgb, nw, nh)
-    x = canvas.astype(np.float64) / 255.0
-    return (x - mean) / std
-
-
 def load(path):
-    r = GGUFReader(path)
-    T = {t.name: t for t in r.tensors}
-    F = r.fields
-
-    def W(n):
-        if n not in T:
-            return None
-        t = T[n]
-        a = dequantize(t.data, t.tensor_type).astype(np.float64)
-        return a.reshape([int(x) for x in reversed(t.shape.tolist())])
-
-    def key(k, default=None):
-        return F[k].contents() if k in F else default
-
-    proj = key("clip.projector_type") or key("clip.vision.projector_type")
-    if proj != "gemma3":
-        raise ValueError(f"projector type {proj!r}, not gemma3")
+    W, key, types = read_mmproj(path, "gemma3")
     hp = dict(
         E=key("clip.vision.embedding_length"), H=key("clip.vision.attention.head_count"),
         L=key("clip.vision.block_count"), eps=key("clip.vision.attention.layer_norm_epsilon"),
@@ -127,7 +55,7 @@ def load(path):
         k=key("clip.vision.projector.scale_factor", 4),
         mean=np.array(key("clip.vision.image_mean"), np.float64)[:3],
         std=np.array(key("clip.vision.image_std"), np.float64)[:3],
-        types=sorted({t.tensor_type.name for t in r.tensors}),
+        types=types,
     )
     hp["d"] = hp["E"] // hp["H"]
     g = dict(kern=W("v.patch_embd.weight"), pb=W("v.patch_embd.bias"), pos=W("v.position_embd.weight"),
@@ -172,49 +100,20 @@ def encode(hp, g, img, mutant=None, gelu_table=False, f16_conv=False):
 
 
 def main():
-    args = sys.argv[1:]
-    opts = {}
-    for flag in ["--mutant", "--compare"]:
-        if flag in args:
-            i = args.index(flag)
-            opts[flag] = args[i + 1]
-            del args[i:i + 2]
-    gelu_table = "--gelu-table" in args
-    f16_conv = "--llama-f16-conv" in args
-    args = [a for a in args if a not in ("--gelu-table", "--llama-f16-conv")]
-    if len(args) < 3:
-        sys.exit(__doc__)
-    mmproj, out_path, images = args[0], args[1], args[2:]
-    mutant = opts.get("--mutant")
-    if mutant is not None and mutant not in MUTANTS:
-        sys.exit(f"unknown mutant {mutant!r}; one of {', '.join(MUTANTS)}")
-    hp, g = load(mmproj)
-    print(f"{os.path.basename(mmproj)}: n_embd {hp['E']}, heads {hp['H']}×{hp['d']}, layers {hp['L']}, "
+    a = parse_args(__doc__, MUTANTS)
+    hp, g = load(a["mmproj"])
+    print(f"{os.path.basename(a['mmproj'])}: n_embd {hp['E']}, heads {hp['H']}×{hp['d']}, layers {hp['L']}, "
           f"patch {hp['p']}, image {hp['size']}, pool {hp['k']}, eps {hp['eps']}, tensor types {hp['types']}")
     res = {}
-    for path in images:
-        img = preprocess(decode_png(path), hp["size"], hp["mean"], hp["std"], letterbox=(mutant != "no-letterbox"))
-        y = encode(hp, g, img, mutant, gelu_table, f16_conv)
+    for path in a["images"]:
+        canvas = fit(decode_png(path), hp["size"], hp["size"], a["mutant"] != "no-letterbox", BILINEAR)
+        y = encode(hp, g, normalize(canvas, hp["mean"], hp["std"]), a["mutant"], a["gelu_table"], a["f16_conv"])
         res[os.path.basename(path)] = dict(
             nx=hp["size"], ny=hp["size"], nx_tokens=y.shape[0], ny_tokens=1, n_tokens=y.shape[0],
             n_embd=y.shape[1], embd=[float(v) for v in y.reshape(-1)])
         print(f"  {os.path.basename(path)}: -> {y.shape[0]} tokens x {y.shape[1]}")
-    settings = [s for s in [f"mutant {mutant}" if mutant else None, "f16 GELU table" if gelu_table else None,
-                            "f16 im2col" if f16_conv else None] if s]
-    out = {"source": "scripts/reference/gemma3v_f64.py: independent float64 NumPy pass of the gemma3 vision "
-                     "tower (exact GELU, f64 throughout)" + (f"; {', '.join(settings)}" if settings else ""),
-           "mmproj": os.path.basename(mmproj), "images": res}
-    with open(out_path, "w") as fh:
-        json.dump(out, fh)
-        fh.write("\n")
-    if "--compare" in opts:
-        other = json.load(open(opts["--compare"]))["images"]
-        for name, r in res.items():
-            a, b = np.array(r["embd"]), np.array(other[name]["embd"], np.float64)
-            if a.shape != b.shape:
-                print(f"  {name}: shapes differ: {a.shape} vs {b.shape}")
-                continue
-            print(f"  {name}: max |Δ| {np.abs(a - b).max():.3e} (max |value| {np.abs(b).max():.3f})")
+    write_result(a, "scripts/reference/gemma3v_f64.py: independent float64 NumPy pass of the gemma3 vision "
+                    "tower (exact GELU, f64 throughout)", res)
 
 
 if __name__ == "__main__":

@@ -35,45 +35,26 @@ Run: target/fixtures-venv/bin/python scripts/reference/gemma4v_f64.py \\
          tests/fixtures/made/vision-45x29.png tests/fixtures/made/vision-20x70.png \\
          [--mutant NAME] [--gelu-table] [--llama-f16-conv] [--compare tests/fixtures/golden/llama-cpp-vision-gemma4.json]
 """
-import json
 import os
 import sys
 
 import numpy as np
-from gguf import GGUFReader
-from gguf.quants import dequantize
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3vl_f64 import decode_png, f16, make_act, preprocess  # noqa: E402
+from qwen3vl_f64 import decode_png, f16, make_act, parse_args, preprocess, read_mmproj, write_result  # noqa: E402
 
 MUTANTS = ["no-rope", "rope-swap", "no-pos-embd", "no-clamp", "no-v-norm", "no-out-scale", "no-std", "gelu-erf"]
 
 
 def load(path):
-    r = GGUFReader(path)
-    T = {t.name: t for t in r.tensors}
-    F = r.fields
-
-    def W(n):
-        if n not in T:
-            return None
-        t = T[n]
-        a = dequantize(t.data, t.tensor_type).astype(np.float64)
-        return a.reshape([int(x) for x in reversed(t.shape.tolist())])
-
-    def key(k, default=None):
-        return F[k].contents() if k in F else default
-
-    proj = key("clip.projector_type") or key("clip.vision.projector_type")
-    if proj != "gemma4v":
-        raise ValueError(f"projector type {proj!r}, not gemma4v")
+    W, key, types = read_mmproj(path, "gemma4v")
     hp = dict(
         E=key("clip.vision.embedding_length"), H=key("clip.vision.attention.head_count"),
         L=key("clip.vision.block_count"), eps=key("clip.vision.attention.layer_norm_epsilon"),
         p=key("clip.vision.patch_size"), k=key("clip.vision.projector.scale_factor", 3),
         mean=np.array(key("clip.vision.image_mean"), np.float64)[:3],
         std=np.array(key("clip.vision.image_std"), np.float64)[:3],
-        types=sorted({t.tensor_type.name for t in r.tensors}),
+        types=types,
     )
     hp["d"] = hp["E"] // hp["H"]
 
@@ -169,51 +150,22 @@ def encode(hp, g, img, mutant=None, gelu_table=False, f16_conv=False):
 
 
 def main():
-    args = sys.argv[1:]
-    opts = {}
-    for flag in ["--mutant", "--compare"]:
-        if flag in args:
-            i = args.index(flag)
-            opts[flag] = args[i + 1]
-            del args[i:i + 2]
-    gelu_table = "--gelu-table" in args
-    f16_conv = "--llama-f16-conv" in args
-    args = [a for a in args if a not in ("--gelu-table", "--llama-f16-conv")]
-    if len(args) < 3:
-        sys.exit(__doc__)
-    mmproj, out_path, images = args[0], args[1], args[2:]
-    mutant = opts.get("--mutant")
-    if mutant is not None and mutant not in MUTANTS:
-        sys.exit(f"unknown mutant {mutant!r}; one of {', '.join(MUTANTS)}")
-    hp, g = load(mmproj)
+    a = parse_args(__doc__, MUTANTS)
+    hp, g = load(a["mmproj"])
     f = hp["p"] * hp["k"]
-    print(f"{os.path.basename(mmproj)}: n_embd {hp['E']}, heads {hp['H']}×{hp['d']}, layers {hp['L']}, "
+    print(f"{os.path.basename(a['mmproj'])}: n_embd {hp['E']}, heads {hp['H']}×{hp['d']}, layers {hp['L']}, "
           f"patch {hp['p']}, pool {hp['k']}, eps {hp['eps']}, tensor types {hp['types']}")
     res = {}
-    for path in images:
+    for path in a["images"]:
         img = preprocess(decode_png(path), f, 70 * f * f, 1120 * f * f, hp["mean"], hp["std"])
-        y = encode(hp, g, img, mutant, gelu_table, f16_conv)
+        y = encode(hp, g, img, a["mutant"], a["gelu_table"], a["f16_conv"])
         Hpx, Wpx = img.shape[:2]
         res[os.path.basename(path)] = dict(
             nx=Wpx, ny=Hpx, nx_tokens=y.shape[0], ny_tokens=1, n_tokens=y.shape[0], n_embd=y.shape[1],
             embd=[float(v) for v in y.reshape(-1)])
         print(f"  {os.path.basename(path)}: {Wpx}x{Hpx} px -> {y.shape[0]} tokens x {y.shape[1]}")
-    settings = [s for s in [f"mutant {mutant}" if mutant else None, "f16 GELU table" if gelu_table else None,
-                            "f16 im2col" if f16_conv else None] if s]
-    out = {"source": "scripts/reference/gemma4v_f64.py: independent float64 NumPy pass of the gemma4v vision "
-                     "tower (exact GELU, f64 throughout)" + (f"; {', '.join(settings)}" if settings else ""),
-           "mmproj": os.path.basename(mmproj), "images": res}
-    with open(out_path, "w") as fh:
-        json.dump(out, fh)
-        fh.write("\n")
-    if "--compare" in opts:
-        other = json.load(open(opts["--compare"]))["images"]
-        for name, r in res.items():
-            a, b = np.array(r["embd"]), np.array(other[name]["embd"], np.float64)
-            if a.shape != b.shape:
-                print(f"  {name}: shapes differ: {a.shape} vs {b.shape}")
-                continue
-            print(f"  {name}: max |Δ| {np.abs(a - b).max():.3e} (max |value| {np.abs(b).max():.3f})")
+    write_result(a, "scripts/reference/gemma4v_f64.py: independent float64 NumPy pass of the gemma4v vision "
+                    "tower (exact GELU, f64 throughout)", res)
 
 
 if __name__ == "__main__":

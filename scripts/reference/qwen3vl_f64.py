@@ -150,19 +150,30 @@ def smart_size(w, h, f, min_px, max_px):
     return wb, hb
 
 
-def pillow_weights(in_size, out_size):
-    """Pillow's bicubic (a = -0.5) coefficients as 22-bit fixed point: (xmin, weights) per output."""
-    def filt(x):
-        x, a = abs(x), -0.5
-        if x < 1.0:
-            return ((a + 2.0) * x - (a + 3.0)) * x * x + 1
-        if x < 2.0:
-            return (((x - 5) * x + 8) * x - 4) * a
-        return 0.0
+def bicubic_filter(x):
+    x, a = abs(x), -0.5
+    if x < 1.0:
+        return ((a + 2.0) * x - (a + 3.0)) * x * x + 1
+    if x < 2.0:
+        return (((x - 5) * x + 8) * x - 4) * a
+    return 0.0
 
+
+def triangle_filter(x):
+    return max(0.0, 1.0 - abs(x))
+
+
+# Pillow's filters: (function, support). Qwen and Gemma 4 resize bicubic (a = -0.5), Gemma 3 bilinear.
+BICUBIC = (bicubic_filter, 2.0)
+BILINEAR = (triangle_filter, 1.0)
+
+
+def pillow_weights(in_size, out_size, kernel=BICUBIC):
+    """Pillow's coefficients for `kernel` as 22-bit fixed point: (xmin, weights) per output."""
+    filt, filter_support = kernel
     scale = in_size / out_size
     fs = max(scale, 1.0)
-    support = 2.0 * fs
+    support = filter_support * fs
     res = []
     for xx in range(out_size):
         center = (xx + 0.5) * scale
@@ -175,11 +186,11 @@ def pillow_weights(in_size, out_size):
     return res
 
 
-def pillow_pass(img, out_size, axis):
+def pillow_pass(img, out_size, axis, kernel=BICUBIC):
     """Resample u8 `img` (h, w, 3) along axis 1 (horizontal) or 0 (vertical), fixed point."""
     src = np.moveaxis(img.astype(np.int64), axis, 0)
     out = np.empty((out_size,) + src.shape[1:], np.int64)
-    for i, (xmin, ws) in enumerate(pillow_weights(src.shape[0], out_size)):
+    for i, (xmin, ws) in enumerate(pillow_weights(src.shape[0], out_size, kernel)):
         acc = np.full(src.shape[1:], 1 << 21, np.int64)
         for k, wv in enumerate(ws):
             acc += src[xmin + k] * wv
@@ -187,35 +198,47 @@ def pillow_pass(img, out_size, axis):
     return np.moveaxis(out, 0, axis).astype(np.uint8)
 
 
-def pillow_bicubic(img, w, h):
+def pillow_resize(img, w, h, kernel=BICUBIC):
     if w != img.shape[1]:
-        img = pillow_pass(img, w, 1)
+        img = pillow_pass(img, w, 1, kernel)
     if h != img.shape[0]:
-        img = pillow_pass(img, h, 0)
+        img = pillow_pass(img, h, 0, kernel)
     return img
+
+
+def fit(rgb, tw, th, letterbox=True, kernel=BICUBIC):
+    """`rgb` on a tw × th canvas: as it is at that size; else stretched, or letterboxed (PAD_CEIL: scaled by
+    min(tw/w, th/h) in f32, sides rounded up and capped, pasted centred on black)."""
+    h, w = rgb.shape[:2]
+    if (tw, th) == (w, h):
+        return rgb
+    if not letterbox:
+        return pillow_resize(rgb, tw, th, kernel)
+    f32 = np.float32
+    s = min(f32(tw) / f32(w), f32(th) / f32(h))
+    nw, nh = min(int(math.ceil(f32(w) * s)), tw), min(int(math.ceil(f32(h) * s)), th)
+    canvas = np.zeros((th, tw, 3), np.uint8)
+    ox, oy = (tw - nw) // 2, (th - nh) // 2
+    canvas[oy:oy + nh, ox:ox + nw] = pillow_resize(rgb, nw, nh, kernel)
+    return canvas
+
+
+def normalize(canvas, mean, std):
+    x = canvas.astype(np.float64) / 255.0
+    return (x - mean) / std  # (H, W, 3)
 
 
 def preprocess(rgb, f, min_px, max_px, mean, std, letterbox=True):
     h, w = rgb.shape[:2]
     tw, th = smart_size(w, h, f, min_px, max_px)
-    if (tw, th) == (w, h):
-        canvas = rgb
-    elif not letterbox:
-        canvas = pillow_bicubic(rgb, tw, th)
-    else:
-        f32 = np.float32
-        s = min(f32(tw) / f32(w), f32(th) / f32(h))
-        nw, nh = min(int(math.ceil(f32(w) * s)), tw), min(int(math.ceil(f32(h) * s)), th)
-        canvas = np.zeros((th, tw, 3), np.uint8)
-        ox, oy = (tw - nw) // 2, (th - nh) // 2
-        canvas[oy:oy + nh, ox:ox + nw] = pillow_bicubic(rgb, nw, nh)
-    x = canvas.astype(np.float64) / 255.0
-    return (x - mean) / std  # (H, W, 3)
+    return normalize(fit(rgb, tw, th, letterbox), mean, std)
 
 
 # ---------------------------------------------------------------- model
 
-def load(path):
+def read_mmproj(path, projector):
+    """An mmproj file's tensors and keys: W(name) as float64 in NumPy order (reversed ne; None when absent),
+    key(name, default), and the tensor types, after checking its projector type."""
     r = GGUFReader(path)
     T = {t.name: t for t in r.tensors}
     F = r.fields
@@ -231,8 +254,13 @@ def load(path):
         return F[k].contents() if k in F else default
 
     proj = key("clip.projector_type") or key("clip.vision.projector_type")
-    if proj != "qwen3vl_merger":
-        raise ValueError(f"projector type {proj!r}, not qwen3vl_merger")
+    if proj != projector:
+        raise ValueError(f"projector type {proj!r}, not {projector}")
+    return W, key, sorted({t.tensor_type.name for t in r.tensors})
+
+
+def load(path):
+    W, key, types = read_mmproj(path, "qwen3vl_merger")
     hp = dict(
         E=key("clip.vision.embedding_length"), H=key("clip.vision.attention.head_count"),
         L=key("clip.vision.block_count"), eps=key("clip.vision.attention.layer_norm_epsilon"),
@@ -240,7 +268,7 @@ def load(path):
         mean=np.array(key("clip.vision.image_mean"), np.float64)[:3],
         std=np.array(key("clip.vision.image_std"), np.float64)[:3],
         act="gelu" if key("clip.use_gelu", False) else ("silu" if key("clip.use_silu", False) else "gelu_quick"),
-        types=sorted({t.tensor_type.name for t in r.tensors}),
+        types=types,
     )
     hp["d"] = key("clip.vision.attention.head_dim", hp["E"] // hp["H"])
     assert hp["merge"] == 2, "llama.cpp's qwen3vl graph hard-codes a 2×2 merge"
@@ -404,7 +432,8 @@ def encode(hp, g, img, mutant=None, gelu_table=False, f16_conv=False):
     return np.concatenate([y] + deep, 1) if deep else y
 
 
-def main():
+def parse_args(doc, mutants):
+    """MMPROJ OUT IMAGE... [--mutant NAME] [--gelu-table] [--llama-f16-conv] [--compare FILE], as a dict."""
     args = sys.argv[1:]
     opts = {}
     for flag in ["--mutant", "--compare"]:
@@ -416,19 +445,53 @@ def main():
     f16_conv = "--llama-f16-conv" in args
     args = [a for a in args if a not in ("--gelu-table", "--llama-f16-conv")]
     if len(args) < 3:
-        sys.exit(__doc__)
-    mmproj, out_path, images = args[0], args[1], args[2:]
+        sys.exit(doc)
     mutant = opts.get("--mutant")
-    if mutant is not None and mutant not in MUTANTS:
-        sys.exit(f"unknown mutant {mutant!r}; one of {', '.join(MUTANTS)}")
+    if mutant is not None and mutant not in mutants:
+        sys.exit(f"unknown mutant {mutant!r}; one of {', '.join(mutants)}")
+    return dict(mmproj=args[0], out=args[1], images=args[2:], mutant=mutant, gelu_table=gelu_table,
+                f16_conv=f16_conv, compare=opts.get("--compare"))
 
+
+def write_result(a, source, res):
+    """Write `res` (per image) as the golden schema, `source` naming the tower, then, with --compare, print
+    each image's max |Δ| against the other file."""
+    settings = [s for s in [f"mutant {a['mutant']}" if a["mutant"] else None,
+                            "f16 GELU table" if a["gelu_table"] else None,
+                            "f16 im2col" if a["f16_conv"] else None] if s]
+    out = {"source": source + (f"; {', '.join(settings)}" if settings else ""),
+           "mmproj": os.path.basename(a["mmproj"]), "images": res}
+    with open(a["out"], "w") as fh:
+        json.dump(out, fh)
+        fh.write("\n")
+
+    if a["compare"]:
+        other = json.load(open(a["compare"]))["images"]
+        for name, r in res.items():
+            if name not in other:
+                print(f"  {name}: not in {a['compare']}")
+                continue
+            o = other[name]
+            x, y = np.array(r["embd"]), np.array(o["embd"], np.float64)
+            grid = (r["nx_tokens"], r["ny_tokens"], r["n_tokens"], r["n_embd"])
+            if x.shape != y.shape or grid != tuple(o.get(k) for k in ("nx_tokens", "ny_tokens", "n_tokens", "n_embd")):
+                print(f"  {name}: shapes differ: tokens {r['nx_tokens']}x{r['ny_tokens']} ({r['n_tokens']}x{r['n_embd']}) vs "
+                      f"{o.get('nx_tokens')}x{o.get('ny_tokens')} ({o.get('n_tokens')}x{o.get('n_embd')})")
+                continue
+            print(f"  {name}: max |Δ| {np.abs(x - y).max():.3e}, max |value| {np.abs(y).max():.3e}")
+
+
+def main():
+    a = parse_args(__doc__, MUTANTS)
+    mutant, gelu_table, f16_conv = a["mutant"], a["gelu_table"], a["f16_conv"]
+    mmproj = a["mmproj"]
     hp, g = load(mmproj)
     f = hp["p"] * hp["merge"]
     min_px, max_px = 8 * f * f, 4096 * f * f  # llama.cpp's fixed Qwen-VL token limits (8, 4096)
     print(f"{os.path.basename(mmproj)}: n_embd {hp['E']}, heads {hp['H']}×{hp['d']}, layers {hp['L']}, "
           f"patch {hp['p']}, eps {hp['eps']}, block act {hp['act']}, tensor types {hp['types']}")
     res = {}
-    for path in images:
+    for path in a["images"]:
         img = preprocess(decode_png(path), f, min_px, max_px, hp["mean"], hp["std"],
                          letterbox=(mutant != "no-letterbox"))
         y = encode(hp, g, img, mutant, gelu_table, f16_conv)
@@ -437,29 +500,8 @@ def main():
             nx=Wpx, ny=Hpx, nx_tokens=Wpx // f, ny_tokens=Hpx // f, n_tokens=y.shape[0], n_embd=y.shape[1],
             embd=[float(v) for v in y.reshape(-1)])
         print(f"  {os.path.basename(path)}: {Wpx}x{Hpx} px -> {y.shape[0]} tokens x {y.shape[1]}")
-    settings = [s for s in [f"mutant {mutant}" if mutant else None, "f16 GELU table" if gelu_table else None,
-                            "f16 im2col" if f16_conv else None] if s]
-    out = {"source": "scripts/reference/qwen3vl_f64.py: independent float64 NumPy pass of the qwen3vl_merger "
-                     "vision tower (exact GELU, f64 throughout)" + (f"; {', '.join(settings)}" if settings else ""),
-           "mmproj": os.path.basename(mmproj), "images": res}
-    with open(out_path, "w") as fh:
-        json.dump(out, fh)
-        fh.write("\n")
-
-    if "--compare" in opts:
-        other = json.load(open(opts["--compare"]))["images"]
-        for name, r in res.items():
-            if name not in other:
-                print(f"  {name}: not in {opts['--compare']}")
-                continue
-            o = other[name]
-            a, b = np.array(r["embd"]), np.array(o["embd"], np.float64)
-            grid = (r["nx_tokens"], r["ny_tokens"], r["n_tokens"], r["n_embd"])
-            if a.shape != b.shape or grid != tuple(o.get(k) for k in ("nx_tokens", "ny_tokens", "n_tokens", "n_embd")):
-                print(f"  {name}: shapes differ: tokens {r['nx_tokens']}x{r['ny_tokens']} ({r['n_tokens']}x{r['n_embd']}) vs "
-                      f"{o.get('nx_tokens')}x{o.get('ny_tokens')} ({o.get('n_tokens')}x{o.get('n_embd')})")
-                continue
-            print(f"  {name}: max |Δ| {np.abs(a - b).max():.3e}, max |value| {np.abs(b).max():.3e}")
+    write_result(a, "scripts/reference/qwen3vl_f64.py: independent float64 NumPy pass of the qwen3vl_merger "
+                    "vision tower (exact GELU, f64 throughout)", res)
 
 
 if __name__ == "__main__":
