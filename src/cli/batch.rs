@@ -8,6 +8,7 @@
 //! command line are the defaults every request can override. `seed` and `repeat_last_n` take -1
 //! as llama.cpp's server does (a random seed, the whole context; see `values.rs`).
 //!
+//! The request's fields and how one runs are `requests.rs`'s (`kiln serve` runs them too).
 //! The model is loaded once and one KV cache serves every request: the tokens a request shares
 //! with what the cache holds (a common system prompt) are not prefilled again
 //! (`cached_prompt_tokens` in its result). A bad line (not JSON, an unknown field, a prompt longer
@@ -20,153 +21,17 @@ use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 
 use anyhow::{Context, Result, bail};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::output::{cancel_flag, install_interrupt_handler, result_json};
-use super::values::{LastN, Seed};
-use super::vision::{ImageEncoder, Images, load_image_url, prefill_pieces, prompt_rows};
-use super::{AnyLoaded, Loaded, RunArgs, context_size, error_message, load, on_backend};
+use super::output::{cancel_flag, install_interrupt_handler};
+use super::requests::{Defaults, Follow, Outcome, Request, Runner};
+use super::{AnyLoaded, Loaded, RunArgs, error_message, load, on_backend};
 use crate::backend::Backend;
-use crate::model::chat::{ChatTemplate, Message};
-use crate::model::generate::{FinishReason, GenerateOptions, StopRules, generate};
-use crate::model::multimodal::{self, PromptPiece};
-use crate::model::session::{DEFAULT_BATCH, EMBEDDED_ROW};
-use crate::model::speculative::Drafter;
-use crate::model::{Session, Tokenizer};
-use crate::sampler::{ConstraintCompiler, ConstraintSpec, Sampler};
+use crate::model::generate::FinishReason;
+use crate::sampler::ConstraintSpec;
 
 /// The longest input line read (a request with a long prompt fits many times over).
 const MAX_LINE_BYTES: u64 = 16 << 20;
-
-/// One request line.
-#[derive(Deserialize, Debug, Default)]
-#[serde(deny_unknown_fields)]
-struct Request {
-    id: Option<Value>,
-    prompt: Option<String>,
-    messages: Option<Vec<RequestMessage>>,
-    system: Option<String>,
-    max_tokens: Option<i64>,
-    temperature: Option<f32>,
-    top_k: Option<usize>,
-    top_p: Option<f32>,
-    min_p: Option<f32>,
-    seed: Option<Seed>,
-    repeat_penalty: Option<f32>,
-    frequency_penalty: Option<f32>,
-    presence_penalty: Option<f32>,
-    repeat_last_n: Option<LastN>,
-    stop: Option<Stop>,
-    json_schema: Option<Value>,
-    /// OpenAI's `{"type": "json_object"}` or `{"type": "json_schema", "json_schema": {"schema": …}}`.
-    response_format: Option<Value>,
-    regex: Option<String>,
-    /// A grammar in llguidance's Lark syntax (the text, not a file).
-    grammar: Option<String>,
-}
-
-/// A message: its content a string, or OpenAI's content parts.
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields)]
-struct RequestMessage {
-    role: String,
-    content: Content,
-}
-
-#[derive(Deserialize, Debug)]
-#[serde(untagged)]
-enum Content {
-    Text(String),
-    Parts(Vec<Part>),
-}
-
-#[derive(Deserialize, Debug)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-enum Part {
-    Text { text: String },
-    ImageUrl { image_url: ImageUrl },
-}
-
-#[derive(Deserialize, Debug)]
-#[serde(deny_unknown_fields)]
-struct ImageUrl {
-    url: String,
-    /// OpenAI's resolution hint; the projector decides the resolution here.
-    #[allow(dead_code)]
-    detail: Option<String>,
-}
-
-impl RequestMessage {
-    /// The message's text (its text parts joined by newlines) and its images' URLs, in order.
-    /// As kiln's command lines place them, the images go before the text.
-    fn split(&self) -> (Message, Vec<&str>) {
-        match &self.content {
-            Content::Text(t) => (Message::new(&self.role, t), Vec::new()),
-            Content::Parts(parts) => {
-                let mut texts = Vec::new();
-                let mut urls = Vec::new();
-                for part in parts {
-                    match part {
-                        Part::Text { text } => texts.push(text.as_str()),
-                        Part::ImageUrl { image_url } => urls.push(image_url.url.as_str()),
-                    }
-                }
-                (Message::new(&self.role, &texts.join("\n")), urls)
-            }
-        }
-    }
-}
-
-/// A request's prompt: tokens, or pieces with its images encoded.
-enum Prompt {
-    Tokens(Vec<u32>),
-    Pieces(Vec<PromptPiece>, Images),
-}
-
-#[derive(Deserialize, Debug)]
-#[serde(untagged)]
-enum Stop {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl Request {
-    /// The constraint the request asks for, else the command line's.
-    fn constraint(&self, default: Option<&ConstraintSpec>) -> Result<Option<ConstraintSpec>> {
-        let mut asked = Vec::new();
-        if let Some(s) = &self.json_schema {
-            asked.push(ConstraintSpec::JsonSchema(s.clone()));
-        }
-        if let Some(f) = &self.response_format {
-            match f["type"].as_str() {
-                Some("json_object") => asked.push(ConstraintSpec::JsonSchema(
-                    serde_json::json!({"type": "object"}),
-                )),
-                Some("json_schema") => {
-                    let schema = &f["json_schema"]["schema"];
-                    if schema.is_null() {
-                        bail!("response_format json_schema needs json_schema.schema");
-                    }
-                    asked.push(ConstraintSpec::JsonSchema(schema.clone()));
-                }
-                Some("text") => {}
-                _ => bail!("response_format type must be text, json_object or json_schema"),
-            }
-        }
-        if let Some(r) = &self.regex {
-            asked.push(ConstraintSpec::Regex(r.clone()));
-        }
-        if let Some(g) = &self.grammar {
-            asked.push(ConstraintSpec::Lark(g.clone()));
-        }
-        match asked.len() {
-            0 => Ok(default.cloned()),
-            1 => Ok(asked.pop()),
-            _ => bail!("give at most one of json_schema, response_format, regex and grammar"),
-        }
-    }
-}
 
 pub fn run(args: RunArgs) -> Result<ExitCode> {
     let source = args.batch.clone().unwrap_or_default();
@@ -206,23 +71,6 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     on_backend!(loaded, loaded => run_batch(&args, input, total_lines, default_constraint.as_ref(), loaded, draft.as_ref()))
 }
 
-/// The state shared by the requests: the model, one session (its KV cache reused across
-/// requests), the chat template, and the constraint compiler once one is needed.
-struct Batch<'a, 'm, B: Backend> {
-    args: &'a RunArgs,
-    loaded: &'m Loaded<B>,
-    session: Session<'m, B>,
-    template: ChatTemplate,
-    chat: bool,
-    default_constraint: Option<&'a ConstraintSpec>,
-    compiler: Option<ConstraintCompiler>,
-    /// Speculative decoding's drafter, shared by the requests (a draft model's session follows
-    /// each request's context, as the model's does).
-    drafter: Option<Box<dyn Drafter + 'a>>,
-    /// The projector's tower, loaded for the first request with an image.
-    images: Option<ImageEncoder<'m, B>>,
-}
-
 fn run_batch<B: Backend>(
     args: &RunArgs,
     input: Box<dyn Read>,
@@ -231,25 +79,26 @@ fn run_batch<B: Backend>(
     loaded: Loaded<B>,
     draft: Option<&AnyLoaded>,
 ) -> Result<ExitCode> {
-    let (tok, model) = (&loaded.tokenizer, &loaded.model);
-    let ctx = context_size(args.ctx_size, model.config.context_length);
-    let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, args.cache.types())?;
-    args.speculation.prepare(&mut session)?;
-    let drafter = args
-        .speculation
-        .drafter(draft, tok, ctx, args.cache.types())?;
-    let mut batch = Batch {
-        args,
-        loaded: &loaded,
-        session,
-        template: ChatTemplate::for_model(tok, model.config.arch)
-            .with_kwargs(args.chat_template_kwargs.clone().unwrap_or_default()),
-        chat: args.chat || args.system.is_some() || (!args.raw && tok.chat_template.is_some()),
-        default_constraint,
-        compiler: None,
-        drafter,
-        images: None,
+    let defaults = Defaults {
+        sampling: &args.sampling,
+        max_tokens: args.max_tokens,
+        stop: &args.stop,
+        system: args.system.as_deref(),
+        chat: args.chat
+            || args.system.is_some()
+            || (!args.raw && loaded.tokenizer.chat_template.is_some()),
+        constraint: default_constraint,
+        speculation: &args.speculation,
+        vision: &args.vision,
     };
+    let mut runner = Runner::new(
+        defaults,
+        &loaded,
+        args.ctx_size,
+        &args.cache,
+        args.chat_template_kwargs.clone(),
+        draft,
+    )?;
     install_interrupt_handler(true);
 
     let progress = if std::io::stderr().is_terminal() {
@@ -308,7 +157,13 @@ fn run_batch<B: Backend>(
             match serde_json::from_str::<Request>(text.trim()) {
                 Ok(req) => {
                     let id = req.id.clone().unwrap_or(json!(line_no));
-                    (id, batch.request(&req))
+                    let follow = Follow {
+                        on_text: &mut |_| {},
+                        on_reasoning: None,
+                        cancel: cancel_flag(),
+                        logprobs: 0,
+                    };
+                    (id, runner.request(&req, follow))
                 }
                 Err(e) => {
                     let id = serde_json::from_str::<Value>(text.trim())
@@ -320,14 +175,21 @@ fn run_batch<B: Backend>(
             }
         };
         let (line, interrupted) = match result {
-            Ok((mut v, finish)) => {
+            Ok(Outcome {
+                json: mut v,
+                generation,
+                ..
+            }) => {
                 // The id first, for readers that look at the start of a line.
                 let mut with_id = serde_json::Map::new();
                 with_id.insert("id".to_string(), id);
                 if let Value::Object(map) = &mut v {
                     with_id.append(map);
                 }
-                (Value::Object(with_id), finish == FinishReason::Interrupted)
+                (
+                    Value::Object(with_id),
+                    generation.finish == FinishReason::Interrupted,
+                )
             }
             Err(e) => {
                 failed += 1;
@@ -356,195 +218,6 @@ fn run_batch<B: Backend>(
         return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-impl<B: Backend> Batch<'_, '_, B> {
-    /// Run one request on the shared session; its result object and how it finished.
-    fn request(&mut self, req: &Request) -> Result<(Value, FinishReason)> {
-        let tok: &Tokenizer = &self.loaded.tokenizer;
-        let prompt = self.prompt(req)?;
-        let (rows, image_row) = match &prompt {
-            Prompt::Tokens(ids) => (ids.clone(), vec![false; ids.len()]),
-            Prompt::Pieces(pieces, images) => piece_rows(pieces, images),
-        };
-        let ctx = self.session.ctx();
-        if rows.len() > ctx {
-            bail!(
-                "the prompt is {} tokens but the context holds {ctx}; use -c to enlarge it",
-                rows.len()
-            );
-        }
-        if matches!(prompt, Prompt::Pieces(..)) && self.drafter.is_some() {
-            bail!("speculative decoding does not take images yet: leave out --spec-type");
-        }
-
-        let mut sampling = self.args.sampling.clone();
-        macro_rules! take {
-            ($($field:ident => $flag:ident),*) => {$(
-                if let Some(v) = req.$field { sampling.$flag = v; }
-            )*};
-        }
-        take!(temperature => temperature, top_k => top_k, top_p => top_p, min_p => min_p,
-              repeat_penalty => repeat_penalty, frequency_penalty => frequency_penalty,
-              presence_penalty => presence_penalty, repeat_last_n => repeat_last_n);
-        if req.seed.is_some() {
-            sampling.seed = req.seed;
-        }
-        let mut sampler = Sampler::new(sampling.config(ctx)?);
-        if let Some(spec) = req.constraint(self.default_constraint)? {
-            if self.compiler.is_none() {
-                self.compiler = Some(super::constrain::compiler_for(
-                    tok,
-                    self.loaded.model.config.vocab_size,
-                )?);
-            }
-            if let Some(compiler) = &self.compiler {
-                sampler.set_constraint(Some(super::constrain::compile(compiler, &spec)?));
-            }
-        }
-        let max_tokens = req.max_tokens.unwrap_or(self.args.max_tokens);
-        let stop_strings = match &req.stop {
-            None => self.args.stop.clone(),
-            Some(Stop::One(s)) => vec![s.clone()],
-            Some(Stop::Many(v)) => v.clone(),
-        };
-
-        // Keep what the cache shares with this prompt, up to the first image on either side
-        // (images are not matched across requests); always run at least one token so there are
-        // logits to start from.
-        let shared = (0..rows.len().min(self.session.tokens().len()))
-            .take_while(|&i| {
-                self.session.tokens()[i] == rows[i]
-                    && self.session.image_at(i).is_none()
-                    && !image_row[i]
-            })
-            .count()
-            .min(rows.len() - 1);
-        self.session.truncate(shared)?;
-        // The rest of the prompt: with images, everything up to its last run of text is
-        // prefilled here, and that run starts the generation.
-        let ids = match &prompt {
-            Prompt::Tokens(ids) => ids[shared..].to_vec(),
-            Prompt::Pieces(pieces, images) => {
-                prefill_pieces(&mut self.session, pieces, images, shared)?
-            }
-        };
-        // The penalties see the whole prompt's text (not its images' rows), as in a run without
-        // reuse.
-        for (i, &t) in rows[..rows.len() - ids.len()].iter().enumerate() {
-            if !image_row[i] {
-                sampler.accept(t);
-            }
-        }
-        let opts = GenerateOptions {
-            rules: StopRules {
-                max_tokens: usize::try_from(max_tokens).unwrap_or(usize::MAX),
-                stop_strings,
-            },
-            logprobs: 0,
-            cancel: Some(cancel_flag()),
-            on_reasoning: None,
-            speculation: self.args.speculation.speculation(&self.drafter),
-        };
-        let result = generate(
-            &mut self.session,
-            tok,
-            &mut sampler,
-            &ids,
-            &opts,
-            |_| Ok(()),
-        )?;
-        let mut v = result_json(self.loaded, &result, &sampler, false);
-        v["cached_prompt_tokens"] = json!(shared);
-        if let Prompt::Pieces(_, images) = &prompt {
-            v["image_tokens"] = images.tokens().into();
-            v["timings"]["image_encode_ms"] = (images.encode_time.as_secs_f64() * 1e3).into();
-            // As for text: the rows this request ran (`cached_prompt_tokens` the rest).
-            v["prompt_tokens"] = (rows.len() - shared).into();
-        }
-        Ok((v, result.finish))
-    }
-
-    /// The request's prompt: its tokens, or, when a message has images, its pieces with the
-    /// images encoded (the projector loaded the first time).
-    fn prompt(&mut self, req: &Request) -> Result<Prompt> {
-        let tok = &self.loaded.tokenizer;
-        let mut messages: Vec<(Message, Vec<&str>)> = Vec::new();
-        let system = req.system.as_ref().or(self.args.system.as_ref());
-        match (&req.prompt, &req.messages) {
-            (Some(_), Some(_)) => bail!("give either prompt or messages, not both"),
-            (None, None) => bail!("the request has neither prompt nor messages"),
-            (Some(p), None) if p.is_empty() => bail!("the prompt is empty"),
-            (Some(p), None) if !self.chat && req.system.is_none() => {
-                return Ok(Prompt::Tokens(tok.encode(p, true)?));
-            }
-            (Some(p), None) => {
-                if let Some(s) = system {
-                    messages.push((Message::new("system", s), Vec::new()));
-                }
-                messages.push((Message::new("user", p), Vec::new()));
-            }
-            (None, Some(m)) => {
-                if m.is_empty() {
-                    bail!("messages is empty");
-                }
-                if let Some(s) = system
-                    && m[0].role != "system"
-                {
-                    messages.push((Message::new("system", s), Vec::new()));
-                }
-                messages.extend(m.iter().map(RequestMessage::split));
-            }
-        }
-        if messages.iter().all(|(_, urls)| urls.is_empty()) {
-            let plain: Vec<Message> = messages.into_iter().map(|(m, _)| m).collect();
-            return Ok(Prompt::Tokens(self.template.prompt_ids(tok, &plain, true)?));
-        }
-        if self.images.is_none() {
-            let model = &self.loaded.model;
-            self.images = Some(self.args.vision.encoder(model, &self.loaded.file.path)?);
-        }
-        let Some(encoder) = &self.images else {
-            unreachable!("loaded above")
-        };
-        let start = std::time::Instant::now();
-        let mut encoded = Vec::new();
-        for (i, url) in messages.iter().flat_map(|(_, urls)| urls).enumerate() {
-            let img = load_image_url(url).with_context(|| format!("image {}", i + 1))?;
-            encoded.push(
-                encoder
-                    .encode_image(&img)
-                    .with_context(|| format!("encoding image {}", i + 1))?,
-            );
-        }
-        let counts: Vec<(Message, usize)> = messages
-            .into_iter()
-            .map(|(m, urls)| (m, urls.len()))
-            .collect();
-        let pieces = multimodal::render_pieces(&self.template, tok, &counts, encoder.markers)?;
-        let images = Images {
-            encoded,
-            encode_time: start.elapsed(),
-            markers: encoder.markers,
-        };
-        Ok(Prompt::Pieces(pieces, images))
-    }
-}
-
-/// The rows a prompt with images takes in the context (its tokens, and `EMBEDDED_ROW` for each row
-/// of an image, as the session's `tokens()` shows them), and which rows are an image's.
-fn piece_rows(pieces: &[PromptPiece], images: &Images) -> (Vec<u32>, Vec<bool>) {
-    let n = prompt_rows(pieces, images);
-    let (mut rows, mut image_row) = (Vec::with_capacity(n), Vec::with_capacity(n));
-    for piece in pieces {
-        let (ids, image) = match piece {
-            PromptPiece::Tokens(ids) => (ids.clone(), false),
-            PromptPiece::Image(i) => (vec![EMBEDDED_ROW; images.encoded[*i].tokens()], true),
-        };
-        image_row.extend(std::iter::repeat_n(image, ids.len()));
-        rows.extend(ids);
-    }
-    (rows, image_row)
 }
 
 /// Skip the rest of an overlong line without holding it.

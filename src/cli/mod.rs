@@ -11,7 +11,9 @@ pub mod devices;
 pub mod info;
 pub mod output;
 pub mod placement;
+pub mod requests;
 pub mod run;
+pub mod serve;
 pub mod speculation;
 pub mod tokenize;
 pub mod values;
@@ -60,6 +62,8 @@ pub enum Command {
     Devices(devices::DevicesArgs),
     /// Compare the GPU with the CPU: greedy tokens replayed teacher-forced, logits judged
     Check(check::CheckArgs),
+    /// Serve the model over HTTP with OpenAI's API (chat and text completions, streamed or not)
+    Serve(serve::ServeArgs),
 }
 
 /// The model to load.
@@ -690,6 +694,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Completions(args) => completions::run(args),
         Command::Devices(args) => devices::run(args),
         Command::Check(args) => check::run(args),
+        Command::Serve(args) => serve::run(args),
     }
 }
 

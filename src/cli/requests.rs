@@ -1,0 +1,465 @@
+//! One generation request on a session that serves many, as `kiln run --batch` reads them from
+//! JSON lines and `kiln serve` receives them over HTTP: the request's fields (OpenAI's
+//! chat/completions names where they exist, plus kiln's `regex` and `grammar`), its prompt (raw,
+//! through the chat template, or with its images encoded), its sampler and constraint (the
+//! command line's values where the request gives none), and the generation, which reuses what the
+//! session's KV cache shares with the prompt.
+
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::output::result_json;
+use super::values::{LastN, Seed};
+use super::vision::{
+    ImageEncoder, Images, VisionArgs, load_image_url, prefill_pieces, prompt_rows,
+};
+use super::{
+    AnyLoaded, CacheArgs, Loaded, SamplingArgs, SpeculationArgs, TemplateKwargs, context_size,
+};
+use crate::backend::Backend;
+use crate::model::chat::{ChatTemplate, Message};
+use crate::model::generate::{GenerateOptions, Generation, ReasoningSink, StopRules, generate};
+use crate::model::multimodal::{self, PromptPiece};
+use crate::model::session::{DEFAULT_BATCH, EMBEDDED_ROW};
+use crate::model::speculative::Drafter;
+use crate::model::{Session, Tokenizer};
+use crate::sampler::{ConstraintCompiler, ConstraintSpec, Sampler};
+
+/// One request: a batch line as it is read, or what a server request asks for.
+#[derive(Deserialize, Debug, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    pub id: Option<Value>,
+    pub prompt: Option<String>,
+    pub messages: Option<Vec<RequestMessage>>,
+    pub system: Option<String>,
+    pub max_tokens: Option<i64>,
+    pub temperature: Option<f32>,
+    pub top_k: Option<usize>,
+    pub top_p: Option<f32>,
+    pub min_p: Option<f32>,
+    pub seed: Option<Seed>,
+    pub repeat_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub repeat_last_n: Option<LastN>,
+    pub stop: Option<Stop>,
+    pub json_schema: Option<Value>,
+    /// OpenAI's `{"type": "json_object"}` or `{"type": "json_schema", "json_schema": {"schema": …}}`.
+    pub response_format: Option<Value>,
+    pub regex: Option<String>,
+    /// A grammar in llguidance's Lark syntax (the text, not a file).
+    pub grammar: Option<String>,
+    /// The prompt goes to the model as it is, never through the chat template (a server's
+    /// `/v1/completions`); not a batch field.
+    #[serde(skip)]
+    pub raw: bool,
+    /// The prompt as token ids (a server's `/v1/completions` takes them); not a batch field.
+    #[serde(skip)]
+    pub prompt_tokens: Option<Vec<u32>>,
+}
+
+/// A message: its content a string, or OpenAI's content parts.
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct RequestMessage {
+    pub role: String,
+    pub content: Content,
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(untagged)]
+pub enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Part {
+    Text { text: String },
+    ImageUrl { image_url: ImageUrl },
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ImageUrl {
+    pub url: String,
+    /// OpenAI's resolution hint; the projector decides the resolution here.
+    #[allow(dead_code)]
+    pub detail: Option<String>,
+}
+
+impl RequestMessage {
+    /// The message's text (its text parts joined by newlines) and its images' URLs, in order.
+    /// As kiln's command lines place them, the images go before the text.
+    pub fn split(&self) -> (Message, Vec<&str>) {
+        match &self.content {
+            Content::Text(t) => (Message::new(&self.role, t), Vec::new()),
+            Content::Parts(parts) => {
+                let mut texts = Vec::new();
+                let mut urls = Vec::new();
+                for part in parts {
+                    match part {
+                        Part::Text { text } => texts.push(text.as_str()),
+                        Part::ImageUrl { image_url } => urls.push(image_url.url.as_str()),
+                    }
+                }
+                (Message::new(&self.role, &texts.join("\n")), urls)
+            }
+        }
+    }
+}
+
+/// A request's prompt: tokens, or pieces with its images encoded.
+enum Prompt {
+    Tokens(Vec<u32>),
+    Pieces(Vec<PromptPiece>, Images),
+}
+
+#[derive(Deserialize, Debug, Clone)]
+#[serde(untagged)]
+pub enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl Request {
+    /// The constraint the request asks for, else the command line's.
+    fn constraint(&self, default: Option<&ConstraintSpec>) -> Result<Option<ConstraintSpec>> {
+        let mut asked = Vec::new();
+        if let Some(s) = &self.json_schema {
+            asked.push(ConstraintSpec::JsonSchema(s.clone()));
+        }
+        if let Some(f) = &self.response_format {
+            match f["type"].as_str() {
+                Some("json_object") => asked.push(ConstraintSpec::JsonSchema(
+                    serde_json::json!({"type": "object"}),
+                )),
+                Some("json_schema") => {
+                    let schema = &f["json_schema"]["schema"];
+                    if schema.is_null() {
+                        bail!("response_format json_schema needs json_schema.schema");
+                    }
+                    asked.push(ConstraintSpec::JsonSchema(schema.clone()));
+                }
+                Some("text") => {}
+                _ => bail!("response_format type must be text, json_object or json_schema"),
+            }
+        }
+        if let Some(r) = &self.regex {
+            asked.push(ConstraintSpec::Regex(r.clone()));
+        }
+        if let Some(g) = &self.grammar {
+            asked.push(ConstraintSpec::Lark(g.clone()));
+        }
+        match asked.len() {
+            0 => Ok(default.cloned()),
+            1 => Ok(asked.pop()),
+            _ => bail!("give at most one of json_schema, response_format, regex and grammar"),
+        }
+    }
+}
+
+/// What every request gets unless it says otherwise: the command line's values.
+pub struct Defaults<'a> {
+    pub sampling: &'a SamplingArgs,
+    /// Most tokens to generate (-1: no limit but the context).
+    pub max_tokens: i64,
+    pub stop: &'a [String],
+    pub system: Option<&'a str>,
+    /// Prompts go through the chat template (else a `prompt` is raw text).
+    pub chat: bool,
+    pub constraint: Option<&'a ConstraintSpec>,
+    pub speculation: &'a SpeculationArgs,
+    pub vision: &'a VisionArgs,
+}
+
+/// How a request's generation is followed as it runs.
+pub struct Follow<'f> {
+    /// Answer text as it comes.
+    pub on_text: &'f mut dyn FnMut(&str),
+    /// Reasoning text as it comes (None: only collected).
+    pub on_reasoning: Option<&'f ReasoningSink<'f>>,
+    /// Stops the generation when set (Ctrl-C; a client that went away).
+    pub cancel: &'f AtomicBool,
+    /// Record the top-N alternatives at every step (0: none).
+    pub logprobs: usize,
+}
+
+/// A finished request.
+pub struct Outcome {
+    /// The object `kiln run --format json` prints, with the batch fields added.
+    pub json: Value,
+    pub generation: Generation,
+    /// The prompt's rows in the context (text tokens and image rows), and how many of them the
+    /// cache already held.
+    pub prompt_rows: usize,
+    pub cached_rows: usize,
+    /// The seed the sampler ran with.
+    pub seed: u64,
+}
+
+/// The state shared by the requests: the model, one session (its KV cache reused across
+/// requests), the chat template, and the constraint compiler once one is needed.
+pub struct Runner<'a, 'm, B: Backend> {
+    defaults: Defaults<'a>,
+    loaded: &'m Loaded<B>,
+    session: Session<'m, B>,
+    template: ChatTemplate,
+    compiler: Option<ConstraintCompiler>,
+    /// Speculative decoding's drafter, shared by the requests (a draft model's session follows
+    /// each request's context, as the model's does).
+    drafter: Option<Box<dyn Drafter + 'a>>,
+    /// The projector's tower, loaded for the first request with an image.
+    images: Option<ImageEncoder<'m, B>>,
+}
+
+impl<'a, 'm, B: Backend> Runner<'a, 'm, B> {
+    /// A runner over a new session of `ctx_size` (None: the model's, at most 4096), with the
+    /// chat template's extra variables and the drafter `defaults.speculation` asks for.
+    pub fn new(
+        defaults: Defaults<'a>,
+        loaded: &'m Loaded<B>,
+        ctx_size: Option<usize>,
+        cache: &CacheArgs,
+        kwargs: Option<TemplateKwargs>,
+        draft: Option<&'a AnyLoaded>,
+    ) -> Result<Self> {
+        let (tok, model) = (&loaded.tokenizer, &loaded.model);
+        let ctx = context_size(ctx_size, model.config.context_length);
+        let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, cache.types())?;
+        defaults.speculation.prepare(&mut session)?;
+        let drafter = defaults
+            .speculation
+            .drafter(draft, tok, ctx, cache.types())?;
+        Ok(Runner {
+            template: ChatTemplate::for_model(tok, model.config.arch)
+                .with_kwargs(kwargs.unwrap_or_default()),
+            defaults,
+            loaded,
+            session,
+            compiler: None,
+            drafter,
+            images: None,
+        })
+    }
+
+    pub fn loaded(&self) -> &'m Loaded<B> {
+        self.loaded
+    }
+
+    /// The context size, in tokens.
+    pub fn ctx(&self) -> usize {
+        self.session.ctx()
+    }
+}
+
+impl<B: Backend> Runner<'_, '_, B> {
+    /// Run one request on the shared session.
+    pub fn request(&mut self, req: &Request, follow: Follow) -> Result<Outcome> {
+        let tok: &Tokenizer = &self.loaded.tokenizer;
+        let prompt = self.prompt(req)?;
+        let (rows, image_row) = match &prompt {
+            Prompt::Tokens(ids) => (ids.clone(), vec![false; ids.len()]),
+            Prompt::Pieces(pieces, images) => piece_rows(pieces, images),
+        };
+        let ctx = self.session.ctx();
+        if rows.len() > ctx {
+            bail!(
+                "the prompt is {} tokens but the context holds {ctx}; use -c to enlarge it",
+                rows.len()
+            );
+        }
+        if matches!(prompt, Prompt::Pieces(..)) && self.drafter.is_some() {
+            bail!("speculative decoding does not take images yet: leave out --spec-type");
+        }
+
+        let mut sampling = self.defaults.sampling.clone();
+        macro_rules! take {
+            ($($field:ident => $flag:ident),*) => {$(
+                if let Some(v) = req.$field { sampling.$flag = v; }
+            )*};
+        }
+        take!(temperature => temperature, top_k => top_k, top_p => top_p, min_p => min_p,
+              repeat_penalty => repeat_penalty, frequency_penalty => frequency_penalty,
+              presence_penalty => presence_penalty, repeat_last_n => repeat_last_n);
+        if req.seed.is_some() {
+            sampling.seed = req.seed;
+        }
+        let mut sampler = Sampler::new(sampling.config(ctx)?);
+        if let Some(spec) = req.constraint(self.defaults.constraint)? {
+            if self.compiler.is_none() {
+                self.compiler = Some(super::constrain::compiler_for(
+                    tok,
+                    self.loaded.model.config.vocab_size,
+                )?);
+            }
+            if let Some(compiler) = &self.compiler {
+                sampler.set_constraint(Some(super::constrain::compile(compiler, &spec)?));
+            }
+        }
+        let max_tokens = req.max_tokens.unwrap_or(self.defaults.max_tokens);
+        let stop_strings = match &req.stop {
+            None => self.defaults.stop.to_vec(),
+            Some(Stop::One(s)) => vec![s.clone()],
+            Some(Stop::Many(v)) => v.clone(),
+        };
+
+        // Keep what the cache shares with this prompt, up to the first image on either side
+        // (images are not matched across requests); always run at least one token so there are
+        // logits to start from.
+        let shared = (0..rows.len().min(self.session.tokens().len()))
+            .take_while(|&i| {
+                self.session.tokens()[i] == rows[i]
+                    && self.session.image_at(i).is_none()
+                    && !image_row[i]
+            })
+            .count()
+            .min(rows.len() - 1);
+        self.session.truncate(shared)?;
+        // The rest of the prompt: with images, everything up to its last run of text is
+        // prefilled here, and that run starts the generation.
+        let ids = match &prompt {
+            Prompt::Tokens(ids) => ids[shared..].to_vec(),
+            Prompt::Pieces(pieces, images) => {
+                prefill_pieces(&mut self.session, pieces, images, shared)?
+            }
+        };
+        // The penalties see the whole prompt's text (not its images' rows), as in a run without
+        // reuse.
+        for (i, &t) in rows[..rows.len() - ids.len()].iter().enumerate() {
+            if !image_row[i] {
+                sampler.accept(t);
+            }
+        }
+        let opts = GenerateOptions {
+            rules: StopRules {
+                max_tokens: usize::try_from(max_tokens).unwrap_or(usize::MAX),
+                stop_strings,
+            },
+            logprobs: follow.logprobs,
+            cancel: Some(follow.cancel),
+            on_reasoning: follow.on_reasoning,
+            speculation: self.defaults.speculation.speculation(&self.drafter),
+        };
+        let on_text = follow.on_text;
+        let result = generate(&mut self.session, tok, &mut sampler, &ids, &opts, |piece| {
+            on_text(piece);
+            Ok(())
+        })?;
+        let mut v = result_json(self.loaded, &result, &sampler, follow.logprobs > 0);
+        v["cached_prompt_tokens"] = json!(shared);
+        if let Prompt::Pieces(_, images) = &prompt {
+            v["image_tokens"] = images.tokens().into();
+            v["timings"]["image_encode_ms"] = (images.encode_time.as_secs_f64() * 1e3).into();
+            // As for text: the rows this request ran (`cached_prompt_tokens` the rest).
+            v["prompt_tokens"] = (rows.len() - shared).into();
+        }
+        Ok(Outcome {
+            json: v,
+            prompt_rows: rows.len(),
+            cached_rows: shared,
+            seed: sampler.config.seed,
+            generation: result,
+        })
+    }
+
+    /// The request's prompt: its tokens, or, when a message has images, its pieces with the
+    /// images encoded (the projector loaded the first time).
+    fn prompt(&mut self, req: &Request) -> Result<Prompt> {
+        let tok = &self.loaded.tokenizer;
+        if let Some(ids) = &req.prompt_tokens {
+            let vocab = self.loaded.model.config.vocab_size;
+            if ids.is_empty() {
+                bail!("the prompt is empty");
+            }
+            if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+                bail!("the prompt has token id {bad}, but the vocabulary has {vocab}");
+            }
+            return Ok(Prompt::Tokens(ids.clone()));
+        }
+        let mut messages: Vec<(Message, Vec<&str>)> = Vec::new();
+        let system = req.system.as_deref().or(self.defaults.system);
+        match (&req.prompt, &req.messages) {
+            (Some(_), Some(_)) => bail!("give either prompt or messages, not both"),
+            (None, None) => bail!("the request has neither prompt nor messages"),
+            (Some(p), None) if p.is_empty() => bail!("the prompt is empty"),
+            (Some(p), None) if req.raw || (!self.defaults.chat && req.system.is_none()) => {
+                return Ok(Prompt::Tokens(tok.encode(p, true)?));
+            }
+            (Some(p), None) => {
+                if let Some(s) = system {
+                    messages.push((Message::new("system", s), Vec::new()));
+                }
+                messages.push((Message::new("user", p), Vec::new()));
+            }
+            (None, Some(m)) => {
+                if m.is_empty() {
+                    bail!("messages is empty");
+                }
+                if let Some(s) = system
+                    && m[0].role != "system"
+                {
+                    messages.push((Message::new("system", s), Vec::new()));
+                }
+                messages.extend(m.iter().map(RequestMessage::split));
+            }
+        }
+        if messages.iter().all(|(_, urls)| urls.is_empty()) {
+            let plain: Vec<Message> = messages.into_iter().map(|(m, _)| m).collect();
+            return Ok(Prompt::Tokens(self.template.prompt_ids(tok, &plain, true)?));
+        }
+        if self.images.is_none() {
+            let model = &self.loaded.model;
+            self.images = Some(
+                self.defaults
+                    .vision
+                    .encoder(model, &self.loaded.file.path)?,
+            );
+        }
+        let Some(encoder) = &self.images else {
+            unreachable!("loaded above")
+        };
+        let start = std::time::Instant::now();
+        let mut encoded = Vec::new();
+        for (i, url) in messages.iter().flat_map(|(_, urls)| urls).enumerate() {
+            let img = load_image_url(url).with_context(|| format!("image {}", i + 1))?;
+            encoded.push(
+                encoder
+                    .encode_image(&img)
+                    .with_context(|| format!("encoding image {}", i + 1))?,
+            );
+        }
+        let counts: Vec<(Message, usize)> = messages
+            .into_iter()
+            .map(|(m, urls)| (m, urls.len()))
+            .collect();
+        let pieces = multimodal::render_pieces(&self.template, tok, &counts, encoder.markers)?;
+        let images = Images {
+            encoded,
+            encode_time: start.elapsed(),
+            markers: encoder.markers,
+        };
+        Ok(Prompt::Pieces(pieces, images))
+    }
+}
+
+/// The rows a prompt with images takes in the context (its tokens, and `EMBEDDED_ROW` for each row
+/// of an image, as the session's `tokens()` shows them), and which rows are an image's.
+fn piece_rows(pieces: &[PromptPiece], images: &Images) -> (Vec<u32>, Vec<bool>) {
+    let n = prompt_rows(pieces, images);
+    let (mut rows, mut image_row) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for piece in pieces {
+        let (ids, image) = match piece {
+            PromptPiece::Tokens(ids) => (ids.clone(), false),
+            PromptPiece::Image(i) => (vec![EMBEDDED_ROW; images.encoded[*i].tokens()], true),
+        };
+        image_row.extend(std::iter::repeat_n(image, ids.len()));
+        rows.extend(ids);
+    }
+    (rows, image_row)
+}

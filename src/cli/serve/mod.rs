@@ -1,0 +1,198 @@
+//! `kiln serve`: the model behind an OpenAI-compatible HTTP API, as llama-server, ollama and
+//! mistral.rs serve one: `POST /v1/chat/completions` and `/v1/completions` (whole or streamed as
+//! server-sent events), `GET /v1/models`, `GET /health`, and llama-server's `/tokenize` and
+//! `/detokenize`. The flags are `run`'s model, backend, sampling and speculation flags (the
+//! defaults each request may override) and llama-server's `--host`, `--port`, `--api-key` and
+//! `-a/--alias`.
+//!
+//! The model's session lives on this thread (`engine.rs`), which runs the queued requests one at
+//! a time, each reusing what the KV cache shares with its prompt; the HTTP side (`http.rs`, on a
+//! tokio runtime of its own thread) parses and checks requests (`api.rs`), queues them and writes
+//! the replies. Ctrl-C stops accepting connections, lets the requests already taken finish, and
+//! exits; a second Ctrl-C exits at once.
+
+mod api;
+mod engine;
+mod http;
+
+use std::net::TcpListener;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use anyhow::{Context, Result, bail};
+
+use super::requests::{Defaults, Runner};
+use super::vision::VisionArgs;
+use super::{
+    AnyLoaded, BackendArgs, CacheArgs, FlagError, Loaded, ModelArgs, SamplingArgs, SpeculationArgs,
+    TemplateKwargs, load, on_backend, template_kwargs,
+};
+use crate::backend::Backend;
+use crate::model::Tokenizer;
+
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+
+    /// Address to listen on. The default answers this machine only; 0.0.0.0 answers every
+    /// network it is on (set --api-key then)
+    #[arg(long, default_value = "127.0.0.1", value_name = "ADDR")]
+    pub host: String,
+
+    /// Port to listen on (0: any free one; the address is printed to stderr)
+    #[arg(long, default_value_t = 8080, value_name = "N")]
+    pub port: u16,
+
+    /// Require this key: every route but /health then needs the header `Authorization: Bearer
+    /// KEY`
+    #[arg(long, env = "KILN_API_KEY", value_name = "KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+
+    /// The model's name in replies and /v1/models (default: the model file's name)
+    #[arg(short = 'a', long, value_name = "NAME")]
+    pub alias: Option<String>,
+
+    /// Context size in tokens, of the one sequence the server keeps (0: the model's trained
+    /// context; default: that, at most 4096)
+    #[arg(short = 'c', long, value_name = "N")]
+    pub ctx_size: Option<usize>,
+
+    /// Most tokens a reply may have when its request gives no max_tokens (-1: until the model
+    /// ends it or the context is full)
+    #[arg(short = 'n', long, default_value_t = -1, allow_negative_numbers = true, value_name = "N")]
+    pub max_tokens: i64,
+
+    /// Extra variables for the chat template, as a JSON object, e.g. '{"enable_thinking":
+    /// false}'
+    #[arg(long, value_name = "JSON", value_parser = template_kwargs)]
+    pub chat_template_kwargs: Option<TemplateKwargs>,
+
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+
+    #[command(flatten)]
+    pub speculation: SpeculationArgs,
+
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    #[command(flatten)]
+    pub cache: CacheArgs,
+
+    #[command(flatten)]
+    pub vision: VisionArgs,
+}
+
+pub fn run(args: ServeArgs) -> Result<ExitCode> {
+    if !args.vision.images.is_empty() {
+        bail!(FlagError(
+            "--image does not apply to serve: send images in a message's image_url parts".into()
+        ));
+    }
+    args.sampling.validate()?;
+    args.speculation.validate()?;
+    // Listen first: a port in use is known before the model loads.
+    let listener = TcpListener::bind((args.host.as_str(), args.port))
+        .with_context(|| format!("listening on {}:{}", args.host, args.port))?;
+    let loaded = load(
+        &args.model,
+        &args.backend,
+        args.ctx_size,
+        args.cache.types(),
+        args.speculation.wants_mtp(),
+    )?;
+    let draft = args
+        .speculation
+        .load_draft(&args.backend, args.ctx_size, args.cache.types())?;
+    on_backend!(loaded, loaded => serve(&args, listener, &loaded, draft.as_ref()))
+}
+
+fn serve<B: Backend>(
+    args: &ServeArgs,
+    listener: TcpListener,
+    loaded: &Loaded<B>,
+    draft: Option<&AnyLoaded>,
+) -> Result<ExitCode> {
+    let defaults = Defaults {
+        sampling: &args.sampling,
+        max_tokens: args.max_tokens,
+        stop: &[],
+        system: None,
+        chat: true,
+        constraint: None,
+        speculation: &args.speculation,
+        vision: &args.vision,
+    };
+    let mut runner = Runner::new(
+        defaults,
+        loaded,
+        args.ctx_size,
+        &args.cache,
+        args.chat_template_kwargs.clone(),
+        draft,
+    )?;
+    let (jobs, queue) = std::sync::mpsc::sync_channel(http::QUEUE_DEPTH);
+    let server = Arc::new(http::Server {
+        jobs,
+        tokenizer: Tokenizer::from_model(&loaded.file)?,
+        model_name: args
+            .alias
+            .clone()
+            .unwrap_or_else(|| loaded.file.display_name()),
+        api_key: args.api_key.clone().filter(|k| !k.is_empty()),
+        ctx: runner.ctx(),
+        n_vocab: loaded.model.config.vocab_size,
+        created: http::now_secs(),
+        next_id: AtomicU64::new(1),
+    });
+    listener
+        .set_nonblocking(true)
+        .context("setting up the listening socket")?;
+    let address = listener
+        .local_addr()
+        .context("reading the listening address")?;
+    eprintln!(
+        "kiln serve: {} on http://{address} (context {} tokens); Ctrl-C stops",
+        server.model_name,
+        runner.ctx()
+    );
+    let http = std::thread::Builder::new()
+        .name("http".into())
+        .spawn(move || run_http(listener, server))
+        .context("starting the HTTP thread")?;
+    // Runs until the HTTP side has shut down and dropped the queue's sender.
+    engine::serve(&mut runner, queue);
+    match http.join() {
+        Ok(result) => result.map(|()| ExitCode::SUCCESS),
+        Err(_) => bail!("the HTTP thread panicked"),
+    }
+}
+
+/// Serve HTTP until Ctrl-C, then finish the requests already taken.
+fn run_http(listener: TcpListener, server: Arc<http::Server>) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the HTTP runtime")?;
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    ctrlc::set_handler(move || {
+        if stop.send_replace(true) {
+            std::process::exit(130);
+        }
+    })
+    .context("installing the Ctrl-C handler")?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let shutdown = async move {
+            let _ = stopped.wait_for(|&s| s).await;
+            eprintln!("kiln serve: stopping; the requests already taken finish first");
+        };
+        axum::serve(listener, http::router(server))
+            .with_graceful_shutdown(shutdown)
+            .await
+            .context("serving HTTP")
+    })
+}
