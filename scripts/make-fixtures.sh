@@ -3,16 +3,13 @@
 # tests/fixtures/made/, and check every one against tests/fixtures/manifest.sha256 (a mismatch fails,
 # naming the file). The packages they run on are pinned in tests/fixtures/requirements.txt and
 # installed from PyPI into target/fixtures-venv; Mistral's tekken vocabulary comes from the pinned
-# mistral_common wheel. A warm rerun, with every file present and matching, only checks the sums.
+# mistral_common wheel. The venv also holds the openai client that tests/cli/serve.rs runs. A warm
+# rerun, with the venv current and every file present and matching, only checks the sums.
 # Needs the real models of scripts/fetch-models.sh (gemma4-vocab.gguf is cut from Gemma 3 270M's).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 fixtures=tests/fixtures
-if python3 $fixtures/make_all.py check $fixtures/made 2>/dev/null; then
-  exit 0
-fi
-
 venv=target/fixtures-venv
 stamp="$venv/requirements.txt"
 if ! cmp -s "$fixtures/requirements.txt" "$stamp"; then
@@ -21,6 +18,10 @@ if ! cmp -s "$fixtures/requirements.txt" "$stamp"; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     -r "$fixtures/requirements.txt"
   cp "$fixtures/requirements.txt" "$stamp"
+fi
+
+if python3 $fixtures/make_all.py check $fixtures/made 2>/dev/null; then
+  exit 0
 fi
 
 tekken=target/fixtures-cache/tekken_240911.json

@@ -1,5 +1,5 @@
 //! `kiln`'s commands as real processes: run (pipelines, JSON, batches, constrained output), chat, bench, info, tokenize and
-//! the shell conveniences, and models by hub name.
+//! the shell conveniences, models by hub name, and the OpenAI-compatible server.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -16,5 +16,6 @@ mod cli_run;
 mod constrain;
 mod hub;
 mod info;
+mod serve;
 mod shell;
 mod vision;

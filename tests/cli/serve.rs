@@ -1,0 +1,512 @@
+//! `kiln serve` as a real process on 127.0.0.1 (a free port, `--port 0`), spoken to over HTTP.
+//! The truths: what `kiln run` prints for the same request (a greedy reply, its logprobs, a seeded
+//! sample, a raw completion), what `kiln tokenize` prints, the whole reply for a streamed one;
+//! and properties: bad requests get OpenAI-shaped 4xx errors and leave the server serving, a
+//! client that goes away has its generation cancelled, Ctrl-C lets the request in flight finish
+//! and exits 0. The official `openai` Python client runs against it too
+//! (tests/serve/openai_client.py, from the fixtures venv).
+
+use crate::common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// A `kiln serve` child process and everything it has written to stderr so far.
+struct Server {
+    child: Child,
+    url: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Server {
+    fn start(model: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(assert_cmd::cargo::cargo_bin("kiln"))
+            .args(["serve", "--port", "0", "-m"])
+            .arg(model)
+            .args(args)
+            .env_remove("KILN_API_KEY")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(at) = line.find("http://") {
+                    let url: String = line[at..].split_whitespace().next().unwrap().into();
+                    let _ = tx.send(url);
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let url = rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("kiln serve did not start: {}", log.lock().unwrap()));
+        Server { child, url, log }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Wait until the log has `text` (the engine logs a request after its reply is written).
+    fn wait_for_log(&self, text: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let log = self.log();
+            if log.contains(text) {
+                return log;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "no `{text}` in the log:\n{log}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&[u8]>,
+        key: Option<&str>,
+    ) -> (u16, String) {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let url = format!("{}{path}", self.url);
+        let auth = key.map(|k| format!("Bearer {k}"));
+        let response = match (method, body) {
+            ("GET", _) => {
+                let mut r = agent.get(&url);
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.call()
+            }
+            (_, body) => {
+                let mut r = agent.post(&url).header("Content-Type", "application/json");
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.send(body.unwrap_or_default())
+            }
+        };
+        let mut response = response.unwrap();
+        let status = response.status().as_u16();
+        let mut text = String::new();
+        response
+            .body_mut()
+            .as_reader()
+            .read_to_string(&mut text)
+            .unwrap();
+        (status, text)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let (status, text) = self.request("POST", path, Some(body.to_string().as_bytes()), None);
+        let v = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        (status, v)
+    }
+
+    fn ok(&self, path: &str, body: &Value) -> Value {
+        let (status, v) = self.post(path, body);
+        assert_eq!(status, 200, "{v}");
+        v
+    }
+
+    /// A streamed request's `data:` payloads, up to and without `[DONE]` (which must come).
+    fn stream(&self, path: &str, body: &Value) -> Vec<Value> {
+        let (status, text) = self.request("POST", path, Some(body.to_string().as_bytes()), None);
+        assert_eq!(status, 200, "{text}");
+        let data: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .collect();
+        assert_eq!(data.last(), Some(&"[DONE]"), "{text}");
+        data[..data.len() - 1]
+            .iter()
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn smollm() -> PathBuf {
+    common::real_model("SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// `kiln run --format json` with `args`.
+fn run_json(model: &Path, args: &[&str]) -> Value {
+    let out = common::kiln()
+        .args(["run", "--format", "json", "-m"])
+        .arg(model)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// What `kiln run` gives is what the server gives: a greedy chat reply (text, token count,
+/// finish), its logprobs, seeded samples for each of n choices, a raw completion; a streamed
+/// reply concatenates to the whole one; the second request reuses the cached prompt.
+#[test]
+fn replies_equal_kiln_runs_and_streams_concatenate() {
+    let model = smollm();
+    let server = Server::start(&model, &["-c", "512"]);
+    let question = "What is the capital of France?";
+    let chat = json!({
+        "model": "any", "messages": [{"role": "user", "content": question}],
+        "max_tokens": 20, "temperature": 0,
+    });
+    let whole = server.ok("/v1/chat/completions", &chat);
+    let run = run_json(&model, &["-c", "512", "--temp", "0", "-n", "20", question]);
+    let choice = &whole["choices"][0];
+    assert_eq!(choice["message"]["content"], run["text"], "{whole}");
+    assert_eq!(choice["message"]["role"], "assistant");
+    assert_eq!(choice["finish_reason"], run["finish_reason"]);
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(
+        whole["usage"]["completion_tokens"],
+        run["completion_tokens"]
+    );
+    assert_eq!(whole["usage"]["prompt_tokens"], run["prompt_tokens"]);
+
+    // Streamed: the role first, then text deltas that concatenate to the whole reply, the
+    // finish reason, and the usage chunk asked for.
+    let mut streamed = chat.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let chunks = server.stream("/v1/chat/completions", &streamed);
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, run["text"].as_str().unwrap());
+    let last = &chunks[chunks.len() - 1];
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(last["usage"]["completion_tokens"], run["completion_tokens"]);
+    // The same prompt again: all but its last token came from the cache.
+    let prompt_tokens = run["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(
+        last["usage"]["prompt_tokens_details"]["cached_tokens"],
+        prompt_tokens - 1
+    );
+    assert_eq!(
+        chunks[chunks.len() - 2]["choices"][0]["finish_reason"],
+        run["finish_reason"]
+    );
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+
+    // Logprobs: the chosen tokens' and the top 3, as `kiln run --logprobs 3`.
+    let mut with_logprobs = chat.clone();
+    with_logprobs["max_tokens"] = json!(6);
+    with_logprobs["logprobs"] = json!(true);
+    with_logprobs["top_logprobs"] = json!(3);
+    let v = server.ok("/v1/chat/completions", &with_logprobs);
+    let run = run_json(
+        &model,
+        &[
+            "-c",
+            "512",
+            "--temp",
+            "0",
+            "-n",
+            "6",
+            "--logprobs",
+            "3",
+            question,
+        ],
+    );
+    let served = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    let expected = run["logprobs"].as_array().unwrap();
+    assert_eq!(served.len(), expected.len());
+    for (s, e) in served.iter().zip(expected) {
+        assert_eq!(s["token"], e["text"]);
+        assert_eq!(s["logprob"], e["logprob"]);
+        let top: Vec<&Value> = s["top_logprobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| &t["logprob"])
+            .collect();
+        let expected_top: Vec<&Value> = e["top"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| &t["logprob"])
+            .collect();
+        assert_eq!(top, expected_top);
+    }
+
+    // n = 2, seeded: choice i samples with seed + i.
+    let mut sampled = chat.clone();
+    sampled["n"] = json!(2);
+    sampled["seed"] = json!(7);
+    sampled["temperature"] = json!(1.0);
+    sampled["max_tokens"] = json!(12);
+    let v = server.ok("/v1/chat/completions", &sampled);
+    for i in 0..2 {
+        let seed = (7 + i).to_string();
+        let run = run_json(
+            &model,
+            &[
+                "-c", "512", "--temp", "1", "--seed", &seed, "-n", "12", question,
+            ],
+        );
+        assert_eq!(
+            v["choices"][i]["message"]["content"], run["text"],
+            "choice {i}"
+        );
+        assert_eq!(v["choices"][i]["index"], i);
+    }
+
+    // A raw text completion, whole and streamed.
+    let prompt = "The three primary colours are";
+    let completion = json!({"prompt": prompt, "max_tokens": 10, "temperature": 0});
+    let v = server.ok("/v1/completions", &completion);
+    let run = run_json(
+        &model,
+        &["-c", "512", "--raw", "--temp", "0", "-n", "10", prompt],
+    );
+    assert_eq!(v["choices"][0]["text"], run["text"]);
+    assert_eq!(v["object"], "text_completion");
+    let mut streamed = completion.clone();
+    streamed["stream"] = json!(true);
+    let text: String = server
+        .stream("/v1/completions", &streamed)
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, run["text"].as_str().unwrap());
+
+    // /tokenize without special tokens is `kiln tokenize --no-bos`; /detokenize inverts it.
+    let text = "Hello world, hello server";
+    let out = common::kiln()
+        .args(["tokenize", "--no-bos", "--format", "json", "-m"])
+        .arg(&model)
+        .arg(text)
+        .output()
+        .unwrap();
+    let tokenized: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = server.ok("/tokenize", &json!({ "content": text }));
+    let ids: Vec<u64> = v["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    let expected: Vec<u64> = tokenized["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, expected);
+    let v = server.ok("/detokenize", &json!({ "tokens": ids }));
+    assert_eq!(v["content"], text);
+
+    let (status, text) = server.request("GET", "/v1/models", None, None);
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(models["data"][0]["object"], "model");
+    assert_eq!(models["data"][0]["meta"]["n_ctx"], 512);
+}
+
+/// Bad requests get 4xx errors in OpenAI's shape, naming the problem, and the server goes on.
+#[test]
+fn bad_requests_get_openai_errors_and_the_server_goes_on() {
+    let model = common::fixture("models/tiny-llama.gguf");
+    let server = Server::start(&model, &["-c", "64"]);
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        ("/v1/chat/completions", b"{\"messages\": [".to_vec(), 400, "invalid request"),
+        ("/v1/chat/completions", b"not json".to_vec(), 400, "invalid request"),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "temprature": 1}).to_string().into_bytes(), 400, "unknown field `temprature`"),
+        ("/v1/chat/completions", json!({"messages": []}).to_string().into_bytes(), 400, "messages is empty"),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "n": 0}).to_string().into_bytes(), 400, "n must be"),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "max_tokens": -5}).to_string().into_bytes(), 400, "max_tokens"),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}).to_string().into_bytes(), 400, "needs logprobs"),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "word ".repeat(100)}]}).to_string().into_bytes(), 400, "context holds 64"),
+        ("/v1/chat/completions", json!({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema", "json_schema": {}}}).to_string().into_bytes(), 400, "json_schema.schema"),
+        ("/v1/completions", json!({"prompt": [1, 2, 999999]}).to_string().into_bytes(), 400, "token id 999999"),
+        ("/v1/completions", json!({"prompt": ["a", "b"]}).to_string().into_bytes(), 400, "one prompt"),
+        ("/detokenize", json!({"tokens": [-1]}).to_string().into_bytes(), 400, "invalid request"),
+        ("/v1/nothing", b"{}".to_vec(), 404, "no such route"),
+        ("/v1/completions", vec![b' '; 33 << 20], 413, "larger than 32 MiB"),
+    ];
+    for (path, body, status, message) in cases {
+        let (got, text) = server.request("POST", path, Some(&body), None);
+        let v: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}"));
+        assert_eq!(got, status, "{path}: {text}");
+        assert_eq!(v["error"]["code"], status, "{text}");
+        let said = v["error"]["message"].as_str().unwrap();
+        assert!(said.contains(message), "{path}: `{said}` lacks `{message}`");
+    }
+    // Still serving.
+    let v = server.ok(
+        "/v1/completions",
+        &json!({"prompt": "Hello", "max_tokens": 3, "temperature": 0}),
+    );
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+}
+
+/// With --api-key every route but /health needs `Authorization: Bearer KEY`.
+#[test]
+fn api_key_guards_every_route_but_health() {
+    let model = common::fixture("models/tiny-llama.gguf");
+    let server = Server::start(&model, &["-c", "64", "--api-key", "sesame"]);
+    let body = json!({"prompt": "Hi", "max_tokens": 2}).to_string();
+    let (status, text) = server.request("POST", "/v1/completions", Some(body.as_bytes()), None);
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("API key"));
+    let (status, _) = server.request(
+        "POST",
+        "/v1/completions",
+        Some(body.as_bytes()),
+        Some("wrong"),
+    );
+    assert_eq!(status, 401);
+    let (status, _) = server.request("GET", "/v1/models", None, None);
+    assert_eq!(status, 401);
+    let (status, text) = server.request(
+        "POST",
+        "/v1/completions",
+        Some(body.as_bytes()),
+        Some("sesame"),
+    );
+    assert_eq!(status, 200, "{text}");
+    let (status, _) = server.request("GET", "/health", None, None);
+    assert_eq!(status, 200);
+}
+
+/// A client that goes away mid-stream has its generation cancelled (the engine is free for the
+/// next request at once); Ctrl-C lets the request in flight finish whole and exits 0.
+#[test]
+fn disconnects_cancel_and_ctrl_c_drains() {
+    let model = common::fixture("models/tiny-llama.gguf");
+    let mut server = Server::start(&model, &["-c", "4096"]);
+    let long = json!({
+        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4000,
+        "temperature": 0, "stream": true,
+    });
+    // Read the first chunk, then hang up.
+    {
+        let stream =
+            std::net::TcpStream::connect(server.url.trim_start_matches("http://")).unwrap();
+        let body = long.to_string();
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        use std::io::Write;
+        (&stream).write_all(head.as_bytes()).unwrap();
+        let mut first = [0u8; 256];
+        let n = (&stream).read(&mut first).unwrap();
+        assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    }
+    let log = server.wait_for_log("chatcmpl-1:");
+    let line = log.lines().find(|l| l.starts_with("chatcmpl-1:")).unwrap();
+    assert!(line.contains("cancelled"), "{line}");
+    let generated: usize = line
+        .split(", ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(generated < 4000, "{line}");
+
+    // Ctrl-C while a request runs: it finishes whole, then the server exits 0.
+    let url = server.url.clone();
+    let body = json!({"prompt": "Once", "max_tokens": 3000, "temperature": 0}).to_string();
+    let client = std::thread::spawn(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut r = agent
+            .post(format!("{url}/v1/completions"))
+            .send(body)
+            .unwrap();
+        let mut text = String::new();
+        r.body_mut().as_reader().read_to_string(&mut text).unwrap();
+        (r.status().as_u16(), text)
+    });
+    server.wait_for_log("POST /v1/completions");
+    let pid = server.child.id().to_string();
+    // The request is queued or running: its log line comes when it ends.
+    assert!(
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (status, text) = client.join().unwrap();
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 3000, "{}", server.log());
+    let exit = server.child.wait().unwrap();
+    assert_eq!(exit.code(), Some(0), "{}", server.log());
+}
+
+/// The official openai Python client (from the fixtures venv): chat, streamed chat, text
+/// completions, JSON-schema output and logprobs, each checked against the others and against
+/// what the schema and the API promise.
+#[test]
+fn the_openai_python_client_works() {
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fixtures-venv/bin/python");
+    assert!(
+        python.is_file(),
+        "{} is missing: run scripts/make-fixtures.sh (scripts/test.sh does)",
+        python.display()
+    );
+    let model = smollm();
+    let server = Server::start(&model, &["-c", "1024", "--api-key", "test-key"]);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/serve/openai_client.py");
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg(format!("{}/v1", server.url))
+        .env("OPENAI_API_KEY", "test-key")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        server.log()
+    );
+}
