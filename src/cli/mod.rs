@@ -16,6 +16,7 @@ pub mod run;
 pub mod serve;
 pub mod speculation;
 pub mod tokenize;
+pub mod tool_calls;
 pub mod values;
 pub mod vision;
 

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::output::result_json;
+use super::tool_calls::{Tools, calls_json};
 use super::values::{LastN, Seed};
 use super::vision::{
     ImageEncoder, Images, VisionArgs, load_image_url, prefill_pieces, prompt_rows,
@@ -25,6 +26,7 @@ use crate::model::generate::{GenerateOptions, Generation, ReasoningSink, StopRul
 use crate::model::multimodal::{self, PromptPiece};
 use crate::model::session::{DEFAULT_BATCH, EMBEDDED_ROW};
 use crate::model::speculative::Drafter;
+use crate::model::tools::ToolCall;
 use crate::model::{Session, Tokenizer};
 use crate::sampler::{ConstraintCompiler, ConstraintSpec, Sampler};
 
@@ -53,6 +55,10 @@ pub struct Request {
     pub regex: Option<String>,
     /// A grammar in llguidance's Lark syntax (the text, not a file).
     pub grammar: Option<String>,
+    /// OpenAI's function definitions (`[{"type": "function", "function": {…}}]`).
+    pub tools: Option<Value>,
+    /// `"none"`, `"auto"`, `"required"` or `{"type": "function", "function": {"name": …}}`.
+    pub tool_choice: Option<Value>,
     /// The prompt goes to the model as it is, never through the chat template (a server's
     /// `/v1/completions`); not a batch field.
     #[serde(skip)]
@@ -67,7 +73,13 @@ pub struct Request {
 #[serde(deny_unknown_fields)]
 pub struct RequestMessage {
     pub role: String,
-    pub content: Content,
+    /// Null for an assistant turn that only called tools.
+    pub content: Option<Content>,
+    /// An assistant turn's calls, as OpenAI gives them back.
+    pub tool_calls: Option<Value>,
+    /// A tool result's call.
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
 }
 
 #[derive(Deserialize, Debug, Clone)]
@@ -98,8 +110,9 @@ impl RequestMessage {
     /// As kiln's command lines place them, the images go before the text.
     pub fn split(&self) -> (Message, Vec<&str>) {
         match &self.content {
-            Content::Text(t) => (Message::new(&self.role, t), Vec::new()),
-            Content::Parts(parts) => {
+            None => (Message::new(&self.role, ""), Vec::new()),
+            Some(Content::Text(t)) => (Message::new(&self.role, t), Vec::new()),
+            Some(Content::Parts(parts)) => {
                 let mut texts = Vec::new();
                 let mut urls = Vec::new();
                 for part in parts {
@@ -201,6 +214,9 @@ pub struct Outcome {
     pub cached_rows: usize,
     /// The seed the sampler ran with.
     pub seed: u64,
+    /// With tools: the calls taken out of the reply, and the reply's text without them.
+    pub tool_calls: Vec<ToolCall>,
+    pub content: String,
 }
 
 /// The state shared by the requests: the model, one session (its KV cache reused across
@@ -291,7 +307,17 @@ impl<B: Backend> Runner<'_, '_, B> {
             sampling.seed = req.seed;
         }
         let mut sampler = Sampler::new(sampling.config(ctx)?);
-        if let Some(spec) = req.constraint(self.defaults.constraint)? {
+        let tools = Tools::of(req.tools.as_ref(), req.tool_choice.as_ref(), &self.template)?;
+        let mut constraint = req.constraint(self.defaults.constraint)?;
+        if let Some(grammar) = tools.as_ref().map(Tools::grammar).transpose()?.flatten() {
+            if req.constraint(None)?.is_some() {
+                bail!(
+                    "a required tool call cannot take response_format, json_schema, regex or grammar too"
+                );
+            }
+            constraint = Some(ConstraintSpec::Lark(grammar));
+        }
+        if let Some(spec) = constraint {
             if self.compiler.is_none() {
                 self.compiler = Some(super::constrain::compiler_for(
                     tok,
@@ -352,6 +378,14 @@ impl<B: Backend> Runner<'_, '_, B> {
             Ok(())
         })?;
         let mut v = result_json(self.loaded, &result, &sampler, follow.logprobs > 0);
+        let (content, tool_calls) = match &tools {
+            Some(t) => t.syntax.parse(&result.text),
+            None => (result.text.clone(), Vec::new()),
+        };
+        if !tool_calls.is_empty() {
+            v["text"] = json!(content);
+            v["tool_calls"] = calls_json(&tool_calls, "0").into();
+        }
         v["cached_prompt_tokens"] = json!(shared);
         if let Prompt::Pieces(_, images) = &prompt {
             v["image_tokens"] = images.tokens().into();
@@ -365,6 +399,8 @@ impl<B: Backend> Runner<'_, '_, B> {
             cached_rows: shared,
             seed: sampler.config.seed,
             generation: result,
+            tool_calls,
+            content,
         })
     }
 
@@ -384,6 +420,22 @@ impl<B: Backend> Runner<'_, '_, B> {
         }
         let mut messages: Vec<(Message, Vec<&str>)> = Vec::new();
         let system = req.system.as_deref().or(self.defaults.system);
+        let tools = Tools::of(req.tools.as_ref(), req.tool_choice.as_ref(), &self.template)?;
+        if let Some(m) = &req.messages
+            && (tools.is_some() || has_tool_turns(m))
+        {
+            if m.iter().any(|m| !m.split().1.is_empty()) {
+                bail!("tool calls with images are not supported yet");
+            }
+            let json = messages_json(system, m);
+            let text = match &tools {
+                Some(t) => self.template.render_with_tools(&json, t.tools, true)?,
+                None => self.template.render_json(&json, true)?,
+            };
+            return Ok(Prompt::Tokens(
+                tok.encode(&text, !self.template.writes_bos(&text))?,
+            ));
+        }
         match (&req.prompt, &req.messages) {
             (Some(_), Some(_)) => bail!("give either prompt or messages, not both"),
             (None, None) => bail!("the request has neither prompt nor messages"),
@@ -462,4 +514,53 @@ fn piece_rows(pieces: &[PromptPiece], images: &Images) -> (Vec<u32>, Vec<bool>) 
         rows.extend(ids);
     }
     (rows, image_row)
+}
+
+/// Whether the conversation holds earlier tool calls or their results (it must then be rendered
+/// with them, even when this request gives no tools).
+pub fn has_tool_turns(messages: &[RequestMessage]) -> bool {
+    messages
+        .iter()
+        .any(|m| m.tool_calls.is_some() || m.role == "tool")
+}
+
+/// The conversation as the template takes it: OpenAI's messages, with each earlier call's
+/// `arguments` (JSON text in the API) given as the object templates write out with `tojson`, as
+/// llama.cpp and Hugging Face pass them.
+pub fn messages_json(system: Option<&str>, messages: &[RequestMessage]) -> Value {
+    let mut out = Vec::new();
+    if let Some(s) = system
+        && messages.first().is_none_or(|m| m.role != "system")
+    {
+        out.push(json!({"role": "system", "content": s}));
+    }
+    for m in messages {
+        let (text, _) = m.split();
+        let mut v = json!({"role": m.role, "content": text.content});
+        if let Some(calls) = &m.tool_calls {
+            let calls: Vec<Value> = calls
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| {
+                    let mut c = c.clone();
+                    if let Some(args) = c["function"]["arguments"].as_str()
+                        && let Ok(parsed) = serde_json::from_str::<Value>(args)
+                    {
+                        c["function"]["arguments"] = parsed;
+                    }
+                    c
+                })
+                .collect();
+            v["tool_calls"] = Value::Array(calls);
+        }
+        if let Some(id) = &m.tool_call_id {
+            v["tool_call_id"] = json!(id);
+        }
+        if let Some(name) = &m.name {
+            v["name"] = json!(name);
+        }
+        out.push(v);
+    }
+    Value::Array(out)
 }

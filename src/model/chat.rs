@@ -201,6 +201,24 @@ impl ChatTemplate {
         )
     }
 
+    /// `render_json` with OpenAI's `tools` (function definitions) given to the template as its
+    /// `tools` variable, as Hugging Face's `apply_chat_template(tools=…)` does.
+    pub fn render_with_tools(
+        &self,
+        messages: &serde_json::Value,
+        tools: &serde_json::Value,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let mut with_tools = self.clone();
+        with_tools.kwargs.insert("tools".to_string(), tools.clone());
+        with_tools.render_json(messages, add_generation_prompt)
+    }
+
+    /// The tool-call syntax this template teaches its model, if it takes tools.
+    pub fn tool_syntax(&self) -> Option<super::tools::ToolSyntax> {
+        super::tools::ToolSyntax::of_template(&self.source)
+    }
+
     fn render_messages(&self, messages: Value, add_generation_prompt: bool) -> Result<String> {
         let mut env = Environment::new();
         env.set_syntax(

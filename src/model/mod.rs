@@ -1,7 +1,7 @@
 //! Models: their description (`config`), files (`loader`, `tensor`), tokenizers, chat templates,
 //! the architecture families (`arch`: one file per family with its facts and its layer, listed in
 //! `arch::FAMILIES`), their weights, the session, and a reply's reasoning told from its answer
-//! (`reasoning`).
+//! (`reasoning`), and tool calls in a reply (`tools`).
 
 pub mod arch;
 pub mod chat;
@@ -18,6 +18,7 @@ pub mod rope;
 pub mod session;
 pub mod speculative;
 pub mod tokenizer;
+pub mod tools;
 pub mod weights;
 
 pub use crate::tensor::Tensor;

@@ -483,8 +483,9 @@ fn disconnects_cancel_and_ctrl_c_drains() {
 }
 
 /// The official openai Python client (from the fixtures venv): chat, streamed chat, text
-/// completions, JSON-schema output and logprobs, each checked against the others and against
-/// what the schema and the API promise.
+/// completions, JSON-schema output, logprobs and a tool-call round trip (Qwen2.5-Coder's
+/// template takes tools), each checked against the others and against what the schema and the
+/// API promise.
 #[test]
 fn the_openai_python_client_works() {
     let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/fixtures-venv/bin/python");
@@ -493,7 +494,7 @@ fn the_openai_python_client_works() {
         "{} is missing: run scripts/make-fixtures.sh (scripts/test.sh does)",
         python.display()
     );
-    let model = smollm();
+    let model = common::real_model("qwen2.5-coder-0.5b.gguf");
     let server = Server::start(&model, &["-c", "1024", "--api-key", "test-key"]);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/serve/openai_client.py");
     let out = Command::new(&python)
@@ -508,5 +509,82 @@ fn the_openai_python_client_works() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
         server.log()
+    );
+}
+
+/// Tool calls: a required call parses and holds to the schema, a named one calls that function,
+/// and the requests that cannot be served say why (a model whose template takes no tools, a
+/// named function that is not among the tools, a malformed tool).
+#[test]
+fn tool_calls_are_parsed_forced_and_checked() {
+    let tools = json!([
+        {"type": "function", "function": {"name": "get_weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {
+            "type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+            "required": ["zone"]}}},
+    ]);
+    let qwen = common::real_model("qwen2.5-coder-0.5b.gguf");
+    let server = Server::start(&qwen, &["-c", "1024"]);
+    let ask = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    let named = json!({"type": "function", "function": {"name": "get_time"}});
+    for choice in [json!("required"), named] {
+        let v = server.ok(
+            "/v1/chat/completions",
+            &json!({"messages": ask, "tools": tools, "tool_choice": choice, "max_tokens": 60, "temperature": 0}),
+        );
+        let c = &v["choices"][0];
+        assert_eq!(c["finish_reason"], "tool_calls", "{v}");
+        let call = &c["message"]["tool_calls"][0];
+        let args: Value =
+            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+        match call["function"]["name"].as_str().unwrap() {
+            "get_weather" => assert!(args["city"].is_string(), "{args}"),
+            "get_time" => assert!(
+                ["UTC", "CET"].contains(&args["zone"].as_str().unwrap()),
+                "{args}"
+            ),
+            other => panic!("called {other}"),
+        }
+        if choice != "required" {
+            assert_eq!(call["function"]["name"], "get_time");
+        }
+    }
+    let bad = [
+        (
+            json!({"messages": ask, "tools": tools, "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+            "not among the tools",
+        ),
+        (
+            json!({"messages": ask, "tools": [{"type": "function"}]}),
+            "tools[0]",
+        ),
+        (
+            json!({"messages": ask, "tool_choice": "required"}),
+            "tool_choice needs tools",
+        ),
+    ];
+    for (body, message) in bad {
+        let (status, v) = server.post("/v1/chat/completions", &body);
+        assert_eq!(status, 400, "{v}");
+        assert!(
+            v["error"]["message"].as_str().unwrap().contains(message),
+            "{v}"
+        );
+    }
+    drop(server);
+    // SmolLM2's template has no tools.
+    let server = Server::start(&smollm(), &["-c", "512"]);
+    let (status, v) = server.post(
+        "/v1/chat/completions",
+        &json!({"messages": ask, "tools": tools, "max_tokens": 4}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("takes no tools"),
+        "{v}"
     );
 }

@@ -115,6 +115,59 @@ def main():
         check(e.top_logprobs[0].logprob == e.logprob, f"greedy takes the likeliest: {e}")
         check(e.logprob <= 0, f"a log probability: {e}")
 
+    # A tool-call round trip: the call (required, so it always comes, its arguments valid under
+    # the function's schema), the tool's result, then an answer that is text.
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "description": "The current weather in a city",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"city": {"type": "string"}},
+                    "required": ["city"],
+                },
+            },
+        }
+    ]
+    ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+    r = client.chat.completions.create(
+        model=model, messages=ask, tools=tools, tool_choice="required", max_tokens=60, temperature=0
+    )
+    choice = r.choices[0]
+    check(choice.finish_reason == "tool_calls", f"a call: {r}")
+    calls = choice.message.tool_calls
+    check(len(calls) == 1 and calls[0].function.name == "get_weather", f"the call: {calls}")
+    args = json.loads(calls[0].function.arguments)
+    check(isinstance(args.get("city"), str), f"the arguments hold to the schema: {args}")
+    # The same call streamed: its deltas assemble to the whole one.
+    streamed_calls, finish = {}, None
+    for chunk in client.chat.completions.create(
+        model=model, messages=ask, tools=tools, tool_choice="required", max_tokens=60,
+        temperature=0, stream=True,
+    ):
+        for c in chunk.choices:
+            for d in c.delta.tool_calls or []:
+                entry = streamed_calls.setdefault(d.index, {"name": "", "arguments": ""})
+                entry["name"] += d.function.name or ""
+                entry["arguments"] += d.function.arguments or ""
+            finish = c.finish_reason or finish
+    check(finish == "tool_calls", f"streamed finish {finish}")
+    check(
+        streamed_calls == {0: {"name": "get_weather", "arguments": calls[0].function.arguments}},
+        f"streamed call {streamed_calls}",
+    )
+    turns = ask + [
+        {"role": "assistant", "content": None, "tool_calls": [c.model_dump() for c in calls]},
+        {"role": "tool", "tool_call_id": calls[0].id, "content": json.dumps({"temperature_c": 18, "sky": "clear"})},
+    ]
+    answer = client.chat.completions.create(
+        model=model, messages=turns, tools=tools, max_tokens=40, temperature=0
+    )
+    check(answer.choices[0].message.content, f"an answer after the tool's result: {answer}")
+    check(answer.usage.prompt_tokens > r.usage.prompt_tokens, "the result is in the prompt")
+
     # Errors come back as the client's exceptions, with the server's message.
     try:
         client.chat.completions.create(model=model, messages=[], max_tokens=1)

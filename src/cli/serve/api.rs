@@ -70,6 +70,11 @@ request_struct! {
         max_completion_tokens: Option<i64>,
         logprobs: Option<bool>,
         top_logprobs: Option<usize>,
+        tools: Option<Value>,
+        tool_choice: Option<Value>,
+        /// Whether the model may call several functions in one reply: it may, always.
+        #[allow(dead_code)]
+        parallel_tool_calls: Option<bool>,
     }
 }
 
@@ -99,6 +104,8 @@ pub struct Asked {
     pub logprobs: Option<usize>,
     pub stream: bool,
     pub include_usage: bool,
+    /// The reply may hold tool calls (tools given, and not turned off).
+    pub tools: bool,
 }
 
 /// A request the server refuses: its HTTP status and message, in OpenAI's error shape.
@@ -203,9 +210,17 @@ impl ChatRequest {
         if top > 0 && !logprobs {
             return Err(ApiError::bad_request("top_logprobs needs logprobs: true"));
         }
+        let tools = self
+            .tools
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|t| !t.is_empty())
+            && self.tool_choice.as_ref().is_none_or(|c| c != "none");
         let mut request = Request {
             max_tokens: max,
             messages: Some(std::mem::take(&mut self.messages)),
+            tools: self.tools.take(),
+            tool_choice: self.tool_choice.take(),
             ..Request::default()
         };
         let (choices, stream, include_usage) = common_fields!(self, &mut request);
@@ -215,6 +230,7 @@ impl ChatRequest {
             logprobs: logprobs.then_some(top),
             stream,
             include_usage,
+            tools,
         })
     }
 }
@@ -249,13 +265,17 @@ impl CompletionRequest {
             logprobs: top,
             stream,
             include_usage,
+            tools: false,
         })
     }
 }
 
 /// OpenAI's finish reasons: the model ended or a stop string appeared; a token limit or a full
 /// context cut it.
-pub fn finish_reason(f: FinishReason) -> &'static str {
+pub fn finish_reason(f: FinishReason, called: bool) -> &'static str {
+    if called {
+        return "tool_calls";
+    }
     match f {
         FinishReason::EndOfText | FinishReason::StopString | FinishReason::Interrupted => "stop",
         FinishReason::Length | FinishReason::ContextFull => "length",

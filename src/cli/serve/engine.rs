@@ -15,6 +15,7 @@ use super::super::requests::{Follow, Request, Runner};
 use super::super::values::Seed;
 use crate::backend::Backend;
 use crate::model::generate::{FinishReason, Generation};
+use crate::model::tools::ToolCall;
 
 /// One queued request.
 pub struct Job {
@@ -49,6 +50,9 @@ pub enum Event {
 /// A finished choice.
 pub struct Finished {
     pub generation: Generation,
+    /// The reply's text without its tool calls, and the calls.
+    pub content: String,
+    pub tool_calls: Vec<ToolCall>,
     pub prompt_rows: usize,
     pub cached_rows: usize,
 }
@@ -106,6 +110,8 @@ fn run_job<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job) {
                 prompt = (outcome.prompt_rows, outcome.cached_rows);
                 Ok(Box::new(Finished {
                     generation: outcome.generation,
+                    content: outcome.content,
+                    tool_calls: outcome.tool_calls,
                     prompt_rows: outcome.prompt_rows,
                     cached_rows: outcome.cached_rows,
                 }))

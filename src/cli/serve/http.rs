@@ -22,12 +22,14 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
+use super::super::tool_calls::calls_json;
 use super::api::{
     self, ApiError, Asked, ChatRequest, CompletionRequest, chat_logprobs, completion_logprobs,
     finish_reason, timings, usage,
 };
 use super::engine::{Event, Finished, Job};
 use crate::model::Tokenizer;
+use crate::model::tools::ToolSyntax;
 
 /// The largest request body read (a request with a few images as `data:` URLs fits).
 pub const MAX_BODY_BYTES: usize = 32 << 20;
@@ -43,6 +45,8 @@ pub struct Server {
     pub api_key: Option<String>,
     pub ctx: usize,
     pub n_vocab: usize,
+    /// The tool-call syntax of the model's template, if it takes tools.
+    pub tool_syntax: Option<ToolSyntax>,
     pub created: u64,
     pub next_id: AtomicU64,
 }
@@ -275,6 +279,7 @@ async fn generate(server: Shared, asked: Asked, endpoint: Endpoint) -> Result<Re
             });
         }
     }
+    let server_syntax = server.tool_syntax;
     let reply = Reply {
         server,
         endpoint,
@@ -306,6 +311,9 @@ async fn generate(server: Shared, asked: Asked, endpoint: Endpoint) -> Result<Re
         totals: Totals::default(),
         pending: VecDeque::new(),
         closed: false,
+        hold: server_syntax.filter(|_| asked.tools),
+        text: vec![String::new(); asked.choices],
+        sent: vec![0; asked.choices],
         _guard: guard,
     };
     let stream = futures_util::stream::unfold(stream, |mut s| async move {
@@ -406,9 +414,15 @@ impl Reply {
             let mut choice = json!({
                 "index": index,
                 "logprobs": self.logprobs_value(f),
-                "finish_reason": finish_reason(g.finish),
+                "finish_reason": finish_reason(g.finish, !f.tool_calls.is_empty()),
             });
             match self.endpoint {
+                Endpoint::Chat if !f.tool_calls.is_empty() => {
+                    let calls = calls_json(&f.tool_calls, &format!("{}_{index}", self.id));
+                    let content = (!f.content.is_empty()).then_some(&f.content);
+                    choice["message"] =
+                        json!({"role": "assistant", "content": content, "tool_calls": calls});
+                }
                 Endpoint::Chat => {
                     choice["message"] = json!({"role": "assistant", "content": g.text});
                     if !g.reasoning.is_empty() {
@@ -442,6 +456,11 @@ struct ChunkStream {
     totals: Totals,
     pending: VecDeque<String>,
     closed: bool,
+    /// With tools: the syntax whose calls are held back from the streamed text, and each
+    /// choice's text so far and how much of it was sent.
+    hold: Option<ToolSyntax>,
+    text: Vec<String>,
+    sent: Vec<usize>,
     _guard: CancelOnDrop,
 }
 
@@ -500,8 +519,22 @@ impl ChunkStream {
         }
         match event {
             Event::Text { text, .. } => {
-                let c = self.chunk(choice, json!({ "content": text }), Value::Null, Value::Null);
-                self.pending.push_back(c);
+                let text = match self.hold {
+                    None => text,
+                    Some(syntax) => {
+                        self.text[choice].push_str(&text);
+                        let all = &self.text[choice];
+                        let upto = streamable(all, syntax);
+                        let new = all.get(self.sent[choice]..upto).unwrap_or("").to_string();
+                        self.sent[choice] = upto.max(self.sent[choice]);
+                        new
+                    }
+                };
+                if !text.is_empty() {
+                    let c =
+                        self.chunk(choice, json!({ "content": text }), Value::Null, Value::Null);
+                    self.pending.push_back(c);
+                }
             }
             Event::Reasoning { text, .. } => {
                 if self.reply.endpoint == Endpoint::Chat {
@@ -512,7 +545,26 @@ impl ChunkStream {
             }
             Event::Done { result: Ok(f), .. } => {
                 self.totals.add(&f);
-                let reason = json!(finish_reason(f.generation.finish));
+                if self.hold.is_some() {
+                    // The content the calls were held back from, then the calls.
+                    let sent = &self.text[choice][..self.sent[choice]];
+                    if let Some(rest) = f.content.strip_prefix(sent)
+                        && !rest.is_empty()
+                    {
+                        let delta = json!({ "content": rest });
+                        let c = self.chunk(choice, delta, Value::Null, Value::Null);
+                        self.pending.push_back(c);
+                    }
+                    let prefix = format!("{}_{choice}", self.reply.id);
+                    for (i, mut call) in calls_json(&f.tool_calls, &prefix).into_iter().enumerate()
+                    {
+                        call["index"] = json!(i);
+                        let delta = json!({ "tool_calls": [call] });
+                        let c = self.chunk(choice, delta, Value::Null, Value::Null);
+                        self.pending.push_back(c);
+                    }
+                }
+                let reason = json!(finish_reason(f.generation.finish, !f.tool_calls.is_empty()));
                 let logprobs = self.reply.logprobs_value(&f);
                 let c = self.chunk(choice, json!({}), logprobs, reason);
                 self.pending.push_back(c);
@@ -541,4 +593,27 @@ impl ChunkStream {
             }
         }
     }
+}
+
+/// How much of a reply's text so far can be streamed as content: up to where a tool call starts
+/// or may be starting (a possible beginning of the opener at the end is held back).
+fn streamable(text: &str, syntax: ToolSyntax) -> usize {
+    if syntax == ToolSyntax::Llama3 {
+        // A call is the whole reply: nothing is sent while it may still be one.
+        let t = text.trim_start();
+        let maybe_call = t.is_empty()
+            || t.starts_with('{')
+            || t.starts_with("<|python_tag|>")
+            || "<|python_tag|>".starts_with(t);
+        return if maybe_call { 0 } else { text.len() };
+    }
+    let opener = syntax.opener();
+    if let Some(at) = text.find(opener) {
+        return at;
+    }
+    let held = (1..opener.len())
+        .rev()
+        .find(|&n| text.ends_with(&opener[..n]))
+        .unwrap_or(0);
+    text.len() - held
 }

@@ -30,6 +30,7 @@ use super::{
 };
 use crate::backend::Backend;
 use crate::model::Tokenizer;
+use crate::model::chat::ChatTemplate;
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -144,6 +145,8 @@ fn serve<B: Backend>(
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
         ctx: runner.ctx(),
         n_vocab: loaded.model.config.vocab_size,
+        tool_syntax: ChatTemplate::for_model(&loaded.tokenizer, loaded.model.config.arch)
+            .tool_syntax(),
         created: http::now_secs(),
         next_id: AtomicU64::new(1),
     });
