@@ -272,6 +272,11 @@ impl<'a, 'm, B: Backend> Runner<'a, 'm, B> {
     pub fn ctx(&self) -> usize {
         self.session.ctx()
     }
+
+    /// Forget what the session holds: the next request prefills its whole prompt.
+    pub fn reset(&mut self) {
+        self.session.reset();
+    }
 }
 
 impl<B: Backend> Runner<'_, '_, B> {

@@ -57,10 +57,23 @@ pub struct Finished {
     pub cached_rows: usize,
 }
 
-/// Run jobs until the queue closes (the HTTP side has shut down).
+/// Run jobs until the queue closes (the HTTP side has shut down). A job that panics (a bug,
+/// never meant to happen) fails with a 500 instead of taking the server down; the session, which
+/// it may have left half-updated, starts afresh.
 pub fn serve<B: Backend>(runner: &mut Runner<'_, '_, B>, jobs: Receiver<Job>) {
     while let Ok(job) = jobs.recv() {
-        run_job(runner, &job);
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_job(runner, &job)));
+        if ran.is_err() {
+            runner.reset();
+            let _ = job.events.send(Event::Done {
+                choice: 0,
+                result: Err("internal error: the generation failed (see the server's log)".into()),
+            });
+            eprintln!(
+                "{}: failed with an internal error; the KV cache was cleared",
+                job.id
+            );
+        }
     }
 }
 

@@ -169,6 +169,16 @@ struct TokenizeRequest {
 
 async fn tokenize(State(server): State<Shared>, body: Body) -> Result<Response, ApiError> {
     let req: TokenizeRequest = api::parse(&read_body(body).await?)?;
+    // Megabytes of text take a while: off the threads that serve the other connections.
+    tokio::task::spawn_blocking(move || tokenize_now(&server, req))
+        .await
+        .map_err(|_| ApiError {
+            status: 500,
+            message: "internal error while tokenizing".into(),
+        })?
+}
+
+fn tokenize_now(server: &Server, req: TokenizeRequest) -> Result<Response, ApiError> {
     let tok = &server.tokenizer;
     let ids = tok
         .encode(&req.content, req.add_special)
@@ -191,9 +201,12 @@ struct DetokenizeRequest {
 
 async fn detokenize(State(server): State<Shared>, body: Body) -> Result<Response, ApiError> {
     let req: DetokenizeRequest = api::parse(&read_body(body).await?)?;
-    let content = server
-        .tokenizer
-        .decode(&req.tokens, false)
+    let content = tokio::task::spawn_blocking(move || server.tokenizer.decode(&req.tokens, false))
+        .await
+        .map_err(|_| ApiError {
+            status: 500,
+            message: "internal error while detokenizing".into(),
+        })?
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     Ok(axum::Json(json!({ "content": content })).into_response())
 }
