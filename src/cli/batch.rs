@@ -79,6 +79,7 @@ fn run_batch<B: Backend>(
     loaded: Loaded<B>,
     draft: Option<&AnyLoaded>,
 ) -> Result<ExitCode> {
+    let (tools, tool_choice) = args.tool_flags()?;
     let defaults = Defaults {
         sampling: &args.sampling,
         max_tokens: args.max_tokens,
@@ -90,6 +91,8 @@ fn run_batch<B: Backend>(
         constraint: default_constraint,
         speculation: &args.speculation,
         vision: &args.vision,
+        tools: tools.as_ref(),
+        tool_choice: tool_choice.as_ref(),
     };
     let mut runner = Runner::new(
         defaults,

@@ -171,6 +171,24 @@ pub struct CacheArgs {
     pub cache_type_v: CacheType,
 }
 
+impl RunArgs {
+    /// `--tools` read, and `--tool-choice` in the API's shape.
+    pub fn tool_flags(&self) -> Result<(Option<serde_json::Value>, Option<serde_json::Value>)> {
+        let Some(path) = &self.tools else {
+            return Ok((None, None));
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading --tools {}", path.display()))?;
+        let tools: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| FlagError(format!("--tools {}: not JSON: {e}", path.display())))?;
+        let choice = self.tool_choice.as_deref().map(|c| match c {
+            "auto" | "none" | "required" => serde_json::json!(c),
+            name => serde_json::json!({"type": "function", "function": {"name": name}}),
+        });
+        Ok((Some(tools), choice))
+    }
+}
+
 impl CacheArgs {
     pub fn types(&self) -> KvCacheTypes {
         KvCacheTypes {
@@ -433,6 +451,16 @@ pub struct RunArgs {
     /// token ids to stderr
     #[arg(long)]
     pub verbose_prompt: bool,
+
+    /// Functions the model may call: a JSON file with OpenAI's `tools` list. The calls it makes
+    /// come back as `tool_calls` with --format json (in batch mode: every request's default)
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<PathBuf>,
+
+    /// With --tools: auto (the model decides), none, required (one call, always), or a
+    /// function's name (one call of it); required and a name force the call with a grammar
+    #[arg(long, value_name = "CHOICE", requires = "tools")]
+    pub tool_choice: Option<String>,
 
     /// Run many requests from a JSON Lines file (`-`: standard input), one JSON result per line
     #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "logprobs"])]

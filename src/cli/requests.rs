@@ -189,6 +189,9 @@ pub struct Defaults<'a> {
     pub constraint: Option<&'a ConstraintSpec>,
     pub speculation: &'a SpeculationArgs,
     pub vision: &'a VisionArgs,
+    /// `--tools` and `--tool-choice`, for requests that give none.
+    pub tools: Option<&'a Value>,
+    pub tool_choice: Option<&'a Value>,
 }
 
 /// How a request's generation is followed as it runs.
@@ -273,6 +276,16 @@ impl<'a, 'm, B: Backend> Runner<'a, 'm, B> {
         self.session.ctx()
     }
 
+    /// The request's tools (else the command line's), checked against the template.
+    fn tools<'r>(&self, req: &'r Request) -> Result<Option<Tools<'r>>>
+    where
+        'a: 'r,
+    {
+        let tools = req.tools.as_ref().or(self.defaults.tools);
+        let choice = req.tool_choice.as_ref().or(self.defaults.tool_choice);
+        Tools::of(tools, choice, &self.template)
+    }
+
     /// Forget what the session holds: the next request prefills its whole prompt.
     pub fn reset(&mut self) {
         self.session.reset();
@@ -312,7 +325,7 @@ impl<B: Backend> Runner<'_, '_, B> {
             sampling.seed = req.seed;
         }
         let mut sampler = Sampler::new(sampling.config(ctx)?);
-        let tools = Tools::of(req.tools.as_ref(), req.tool_choice.as_ref(), &self.template)?;
+        let tools = self.tools(req)?;
         let mut constraint = req.constraint(self.defaults.constraint)?;
         if let Some(grammar) = tools.as_ref().map(Tools::grammar).transpose()?.flatten() {
             if req.constraint(None)?.is_some() {
@@ -425,7 +438,7 @@ impl<B: Backend> Runner<'_, '_, B> {
         }
         let mut messages: Vec<(Message, Vec<&str>)> = Vec::new();
         let system = req.system.as_deref().or(self.defaults.system);
-        let tools = Tools::of(req.tools.as_ref(), req.tool_choice.as_ref(), &self.template)?;
+        let tools = self.tools(req)?;
         if let Some(m) = &req.messages
             && (tools.is_some() || has_tool_turns(m))
         {

@@ -12,6 +12,7 @@ use super::constrain::{compile, compiler_for};
 use super::output::{cancel_flag, install_interrupt_handler, per_s, result_json};
 use super::speculation::SpecType;
 use super::tokenize::{print_verbose_prompt, text_or_stdin};
+use super::tool_calls::{Tools, calls_json};
 use super::vision::{Images, prefill_pieces, prompt_rows};
 use super::{
     AnyLoaded, Loaded, OutputFormat, ReasoningDisplay, RunArgs, context_size, load, on_backend,
@@ -50,19 +51,46 @@ fn history(args: &RunArgs) -> Vec<Message> {
         .collect()
 }
 
-/// The prompt's token ids: raw, or rendered through the chat template.
+/// The prompt's token ids: raw, or rendered through the chat template (with the functions of
+/// `--tools`).
 fn prompt_ids(
     args: &RunArgs,
     text: &str,
     tok: &Tokenizer,
     arch: crate::model::Arch,
+    tools: Option<&Tools>,
 ) -> Result<Vec<u32>> {
     let Some(template) = template_for(args, tok, arch) else {
         return Ok(tok.encode(text, true)?);
     };
     let mut messages = history(args);
     messages.push(Message::new("user", text));
-    Ok(template.prompt_ids(tok, &messages, true)?)
+    let Some(tools) = tools else {
+        return Ok(template.prompt_ids(tok, &messages, true)?);
+    };
+    let json = serde_json::to_value(&messages)?;
+    let rendered = template.render_with_tools(&json, tools.tools, true)?;
+    Ok(tok.encode(&rendered, !template.writes_bos(&rendered))?)
+}
+
+/// `--tools` checked against the model's template: None without the flag, or with
+/// `--tool-choice none`.
+fn tools_for<'t>(
+    args: &RunArgs,
+    defs: Option<&'t serde_json::Value>,
+    choice: Option<&serde_json::Value>,
+    tok: &Tokenizer,
+    arch: crate::model::Arch,
+) -> Result<Option<Tools<'t>>> {
+    let Some(defs) = defs else {
+        return Ok(None);
+    };
+    let Some(template) = template_for(args, tok, arch) else {
+        bail!(super::FlagError(
+            "--tools needs the chat template: leave out --raw".into()
+        ));
+    };
+    Tools::of(Some(defs), choice, &template).map_err(|e| super::FlagError(e.to_string()).into())
 }
 
 /// The prompt's pieces with `images` among its tokens.
@@ -114,7 +142,28 @@ fn generate_for<B: Backend>(
     draft: Option<&AnyLoaded>,
 ) -> Result<ExitCode> {
     let (tok, model) = (&loaded.tokenizer, &loaded.model);
+    let (tool_defs, tool_choice) = args.tool_flags()?;
+    let tools = tools_for(
+        args,
+        tool_defs.as_ref(),
+        tool_choice.as_ref(),
+        tok,
+        model.config.arch,
+    )?;
+    let tool_grammar = tools.as_ref().map(Tools::grammar).transpose()?.flatten();
+    if tool_grammar.is_some() && constraint.is_some() {
+        bail!(super::FlagError(
+            "--tool-choice required (or a name) forces a call: it cannot take --json, \
+             --json-schema, --grammar or --regex too"
+                .into()
+        ));
+    }
+    let tool_constraint = tool_grammar.map(ConstraintSpec::Lark);
+    let constraint = tool_constraint.as_ref().or(constraint);
     let images = args.vision.encode(model, &loaded.file.path, args.verbose)?;
+    if images.is_some() && tools.is_some() {
+        bail!("--tools does not take images yet");
+    }
     if images.is_some()
         && (args
             .speculation
@@ -125,7 +174,7 @@ fn generate_for<B: Backend>(
     }
     let (pieces, ids, rows) = match &images {
         None => {
-            let ids = prompt_ids(args, text, tok, model.config.arch)?;
+            let ids = prompt_ids(args, text, tok, model.config.arch, tools.as_ref())?;
             let rows = ids.len();
             (Vec::new(), ids, rows)
         }
@@ -253,6 +302,13 @@ fn generate_for<B: Backend>(
         }
         OutputFormat::Json => {
             let mut v = result_json(&loaded, &result, &sampler, args.logprobs > 0);
+            if let Some(t) = &tools {
+                let (content, calls) = t.syntax.parse(&result.text);
+                if !calls.is_empty() {
+                    v["text"] = content.into();
+                    v["tool_calls"] = calls_json(&calls, "0").into();
+                }
+            }
             if let Some(img) = &images {
                 v["image_tokens"] = img.tokens().into();
                 v["prompt_tokens"] = (rows as u64).into();

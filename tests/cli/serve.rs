@@ -572,6 +572,49 @@ fn tool_calls_are_parsed_forced_and_checked() {
             "{v}"
         );
     }
+    // `kiln run --tools` and a batch line with `tools` render and parse through their own paths:
+    // the same forced call as the server's.
+    let served = server.ok(
+        "/v1/chat/completions",
+        &json!({"messages": ask, "tools": tools, "tool_choice": "required", "max_tokens": 60, "temperature": 0}),
+    );
+    let served_call = &served["choices"][0]["message"]["tool_calls"][0]["function"];
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tools.json");
+    std::fs::write(&file, tools.to_string()).unwrap();
+    let file = file.to_str().unwrap();
+    let run = run_json(
+        &qwen,
+        &[
+            "-c",
+            "1024",
+            "--temp",
+            "0",
+            "-n",
+            "60",
+            "--tools",
+            file,
+            "--tool-choice",
+            "required",
+            "What is the weather in Paris?",
+        ],
+    );
+    assert_eq!(&run["tool_calls"][0]["function"], served_call, "{run}");
+    let line =
+        json!({"messages": ask, "tool_choice": "required", "max_tokens": 60, "temperature": 0});
+    let out = common::kiln()
+        .args(["run", "-c", "1024", "--tools", file, "--batch", "-", "-m"])
+        .arg(&qwen)
+        .write_stdin(line.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let batch: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(&batch["tool_calls"][0]["function"], served_call, "{batch}");
     drop(server);
     // SmolLM2's template has no tools.
     let server = Server::start(&smollm(), &["-c", "512"]);

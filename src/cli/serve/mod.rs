@@ -125,6 +125,8 @@ fn serve<B: Backend>(
         constraint: None,
         speculation: &args.speculation,
         vision: &args.vision,
+        tools: None,
+        tool_choice: None,
     };
     let mut runner = Runner::new(
         defaults,
