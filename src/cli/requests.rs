@@ -55,6 +55,9 @@ pub struct Request {
     pub regex: Option<String>,
     /// A grammar in llguidance's Lark syntax (the text, not a file).
     pub grammar: Option<String>,
+    /// Extra chat-template variables for this request (llama-server's `chat_template_kwargs`:
+    /// `{"enable_thinking": false}`), over the command line's.
+    pub chat_template_kwargs: Option<TemplateKwargs>,
     /// OpenAI's function definitions (`[{"type": "function", "function": {…}}]`).
     pub tools: Option<Value>,
     /// `"none"`, `"auto"`, `"required"` or `{"type": "function", "function": {"name": …}}`.
@@ -438,6 +441,10 @@ impl<B: Backend> Runner<'_, '_, B> {
         }
         let mut messages: Vec<(Message, Vec<&str>)> = Vec::new();
         let system = req.system.as_deref().or(self.defaults.system);
+        let template = match &req.chat_template_kwargs {
+            None => self.template.clone(),
+            Some(extra) => self.template.clone().with_extra_kwargs(extra),
+        };
         let tools = self.tools(req)?;
         if let Some(m) = &req.messages
             && (tools.is_some() || has_tool_turns(m))
@@ -447,11 +454,11 @@ impl<B: Backend> Runner<'_, '_, B> {
             }
             let json = messages_json(system, m);
             let text = match &tools {
-                Some(t) => self.template.render_with_tools(&json, t.tools, true)?,
-                None => self.template.render_json(&json, true)?,
+                Some(t) => template.render_with_tools(&json, t.tools, true)?,
+                None => template.render_json(&json, true)?,
             };
             return Ok(Prompt::Tokens(
-                tok.encode(&text, !self.template.writes_bos(&text))?,
+                tok.encode(&text, !template.writes_bos(&text))?,
             ));
         }
         match (&req.prompt, &req.messages) {
@@ -481,7 +488,7 @@ impl<B: Backend> Runner<'_, '_, B> {
         }
         if messages.iter().all(|(_, urls)| urls.is_empty()) {
             let plain: Vec<Message> = messages.into_iter().map(|(m, _)| m).collect();
-            return Ok(Prompt::Tokens(self.template.prompt_ids(tok, &plain, true)?));
+            return Ok(Prompt::Tokens(template.prompt_ids(tok, &plain, true)?));
         }
         if self.images.is_none() {
             let model = &self.loaded.model;
@@ -508,7 +515,7 @@ impl<B: Backend> Runner<'_, '_, B> {
             .into_iter()
             .map(|(m, urls)| (m, urls.len()))
             .collect();
-        let pieces = multimodal::render_pieces(&self.template, tok, &counts, encoder.markers)?;
+        let pieces = multimodal::render_pieces(&template, tok, &counts, encoder.markers)?;
         let images = Images {
             encoded,
             encode_time: start.elapsed(),

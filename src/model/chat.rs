@@ -151,6 +151,13 @@ impl ChatTemplate {
         self
     }
 
+    /// This template with `extra` variables added to (and overriding) those it has.
+    pub fn with_extra_kwargs(mut self, extra: &serde_json::Map<String, serde_json::Value>) -> Self {
+        self.kwargs
+            .extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        self
+    }
+
     /// A template from source text (tests, `--chat-template`).
     pub fn from_source(source: &str, bos_token: &str, eos_token: &str) -> ChatTemplate {
         ChatTemplate {

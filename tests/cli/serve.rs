@@ -657,3 +657,84 @@ fn load_with_hang_ups_and_bad_requests() {
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));
     assert!(!log.contains("panicked"), "{log}");
 }
+
+/// Per-request chat-template variables (llama-server's `chat_template_kwargs`) reach the
+/// template as `--chat-template-kwargs` does: GLM's `enable_thinking: false` adds an empty think
+/// block to the prompt, and the reply is `kiln run`'s with the same flag.
+#[test]
+fn chat_template_kwargs_apply_per_request() {
+    let model = common::fixture("models/glm4moe-tiny.gguf");
+    let server = Server::start(&model, &["-c", "256"]);
+    let ask = |kwargs: Option<Value>| {
+        let mut body = json!({"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 6, "temperature": 0});
+        if let Some(k) = kwargs {
+            body["chat_template_kwargs"] = k;
+        }
+        server.ok("/v1/chat/completions", &body)
+    };
+    let plain = ask(None);
+    let off = ask(Some(json!({"enable_thinking": false})));
+    let run = run_json(
+        &model,
+        &[
+            "-c",
+            "256",
+            "--temp",
+            "0",
+            "-n",
+            "6",
+            "--chat-template-kwargs",
+            r#"{"enable_thinking": false}"#,
+            "Hello there",
+        ],
+    );
+    assert_eq!(off["usage"]["prompt_tokens"], run["prompt_tokens"]);
+    assert_eq!(off["choices"][0]["message"]["content"], run["text"]);
+    assert_ne!(
+        off["usage"]["prompt_tokens"],
+        plain["usage"]["prompt_tokens"]
+    );
+}
+
+/// An image as an `image_url` data URL in a chat message: the reply and the prompt's rows are
+/// `kiln run --image`'s (the tiny Qwen3.5 pair), and the image's encode time is reported.
+#[test]
+fn chat_takes_images_as_data_urls() {
+    use base64::Engine as _;
+    let model = common::fixture("models/qwen35-tiny.gguf");
+    let mmproj = common::fixture("models/qwen35-mmproj-tiny.gguf");
+    let image = common::fixture("models/vision-45x29.png");
+    let server = Server::start(&model, &["-c", "256", "--mmproj", mmproj.to_str().unwrap()]);
+    let data = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&image).unwrap());
+    let body = json!({
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is in this picture?"},
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{data}")}},
+        ]}],
+        "max_tokens": 8, "temperature": 0,
+    });
+    let v = server.ok("/v1/chat/completions", &body);
+    let run = run_json(
+        &model,
+        &[
+            "-c",
+            "256",
+            "--temp",
+            "0",
+            "-n",
+            "8",
+            "--mmproj",
+            mmproj.to_str().unwrap(),
+            "--image",
+            image.to_str().unwrap(),
+            "What is in this picture?",
+        ],
+    );
+    assert_eq!(v["choices"][0]["message"]["content"], run["text"], "{v}");
+    assert_eq!(v["usage"]["prompt_tokens"], run["prompt_tokens"]);
+    // A broken image is the request's 400.
+    let mut bad = body.clone();
+    bad["messages"][0]["content"][1]["image_url"]["url"] = json!("data:image/png;base64,AAAA");
+    let (status, v) = server.post("/v1/chat/completions", &bad);
+    assert_eq!(status, 400, "{v}");
+}

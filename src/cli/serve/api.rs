@@ -72,6 +72,8 @@ request_struct! {
         top_logprobs: Option<usize>,
         tools: Option<Value>,
         tool_choice: Option<Value>,
+        /// Extra chat-template variables (llama-server's), e.g. `{"enable_thinking": false}`.
+        chat_template_kwargs: Option<serde_json::Map<String, Value>>,
         /// Whether the model may call several functions in one reply: it may, always.
         #[allow(dead_code)]
         parallel_tool_calls: Option<bool>,
@@ -221,6 +223,7 @@ impl ChatRequest {
             messages: Some(std::mem::take(&mut self.messages)),
             tools: self.tools.take(),
             tool_choice: self.tool_choice.take(),
+            chat_template_kwargs: self.chat_template_kwargs.take(),
             ..Request::default()
         };
         let (choices, stream, include_usage) = common_fields!(self, &mut request);
