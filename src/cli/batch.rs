@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 
 use super::output::{cancel_flag, install_interrupt_handler};
 use super::requests::{Defaults, Follow, Outcome, Request, Runner};
-use super::{AnyLoaded, Loaded, RunArgs, error_message, load, on_backend};
+use super::{AnyLoaded, Loaded, RunArgs, error_message, load_with_draft, on_backend};
 use crate::backend::Backend;
 use crate::model::generate::FinishReason;
 use crate::sampler::ConstraintSpec;
@@ -58,16 +58,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
                 .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
                 .count()
         });
-    let loaded = load(
+    let (loaded, draft) = load_with_draft(
         &args.model,
         &args.backend,
         args.ctx_size,
-        args.cache.types(),
-        args.speculation.wants_mtp(),
+        &args.cache,
+        &args.speculation,
     )?;
-    let draft = args
-        .speculation
-        .load_draft(&args.backend, args.ctx_size, args.cache.types())?;
     on_backend!(loaded, loaded => run_batch(&args, input, total_lines, default_constraint.as_ref(), loaded, draft.as_ref()))
 }
 

@@ -18,7 +18,7 @@ use reedline::{
 use super::output::{cancel_flag, install_interrupt_handler, per_s};
 use super::{
     AnyLoaded, BackendArgs, CacheArgs, ContextShiftArgs, Loaded, ModelArgs, SamplingArgs,
-    context_size, load, on_backend,
+    context_size, load_with_draft, on_backend,
 };
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, TemplateOrigin};
@@ -470,16 +470,13 @@ pub fn run(args: ChatArgs) -> Result<ExitCode> {
     args.sampling.validate()?;
     args.speculation.validate()?;
     args.constraint.spec()?;
-    let loaded = load(
+    let (loaded, draft) = load_with_draft(
         &args.model,
         &args.backend,
         args.ctx_size,
-        args.cache.types(),
-        args.speculation.wants_mtp(),
+        &args.cache,
+        &args.speculation,
     )?;
-    let draft = args
-        .speculation
-        .load_draft(&args.backend, args.ctx_size, args.cache.types())?;
     on_backend!(loaded, loaded => chat_with(&args, loaded, draft.as_ref()))
 }
 

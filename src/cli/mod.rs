@@ -572,6 +572,19 @@ impl LoadProgress {
 
 /// Load the model `model` names onto the backend `backend` places it on, leaving room on a GPU
 /// for a KV cache of the context `ctx` asks for (as `context_size` reads it) of `cache` types.
+/// The model, and the draft model `--spec-type draft-simple` asks for, loaded as the flags say.
+pub fn load_with_draft(
+    model: &ModelArgs,
+    backend: &BackendArgs,
+    ctx: Option<usize>,
+    cache: &CacheArgs,
+    speculation: &SpeculationArgs,
+) -> Result<(AnyLoaded, Option<AnyLoaded>)> {
+    let loaded = load(model, backend, ctx, cache.types(), speculation.wants_mtp())?;
+    let draft = speculation.load_draft(backend, ctx, cache.types())?;
+    Ok((loaded, draft))
+}
+
 pub fn load(
     model: &ModelArgs,
     backend: &BackendArgs,

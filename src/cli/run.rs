@@ -15,7 +15,8 @@ use super::tokenize::{print_verbose_prompt, text_or_stdin};
 use super::tool_calls::{Tools, calls_json};
 use super::vision::{Images, prefill_pieces, prompt_rows};
 use super::{
-    AnyLoaded, Loaded, OutputFormat, ReasoningDisplay, RunArgs, context_size, load, on_backend,
+    AnyLoaded, Loaded, OutputFormat, ReasoningDisplay, RunArgs, context_size, load_with_draft,
+    on_backend,
 };
 use crate::backend::Backend;
 use crate::model::chat::{ChatTemplate, Message, TemplateOrigin};
@@ -120,16 +121,13 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         bail!("the prompt is empty");
     }
 
-    let loaded = load(
+    let (loaded, draft) = load_with_draft(
         &args.model,
         &args.backend,
         args.ctx_size,
-        args.cache.types(),
-        args.speculation.wants_mtp(),
+        &args.cache,
+        &args.speculation,
     )?;
-    let draft = args
-        .speculation
-        .load_draft(&args.backend, args.ctx_size, args.cache.types())?;
     on_backend!(loaded, loaded => generate_for(&args, &text, constraint.as_ref(), loaded, draft.as_ref()))
 }
 

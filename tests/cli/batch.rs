@@ -8,14 +8,7 @@ use crate::common;
 use serde_json::{Value, json};
 
 fn run_json(args: &[&str]) -> Value {
-    let out = common::kiln()
-        .args(["run", "--format", "json", "-m"])
-        .arg(common::fixture("models/tiny-llama.gguf"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::kiln_run_json(&common::fixture("models/tiny-llama.gguf"), args)
 }
 
 #[test]

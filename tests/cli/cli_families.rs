@@ -16,13 +16,7 @@ pub(crate) fn kiln(file: &str, args: &[&str]) -> std::process::Output {
 }
 
 pub(crate) fn kiln_json(file: &str, args: &[&str]) -> Value {
-    let out = kiln(file, args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::json_of(&kiln(file, args), &format!("{file} {args:?}"))
 }
 
 /// Greedy `kiln run` from each short golden prompt gives llama.cpp's tokens up to its first close

@@ -16,12 +16,7 @@ fn kiln_json(args: &[&str], model: &str) -> Value {
         .arg(common::fixture(&format!("models/{model}")))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{model} {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::json_of(&out, &format!("{model} {args:?}"))
 }
 
 #[test]

@@ -18,13 +18,7 @@ fn kiln(args: &[&str]) -> std::process::Output {
 }
 
 fn kiln_json(args: &[&str]) -> Value {
-    let out = kiln(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::json_of(&kiln(args), &format!("{args:?}"))
 }
 
 #[test]

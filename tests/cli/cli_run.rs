@@ -8,20 +8,7 @@ use std::process::{Command as StdCommand, Stdio};
 use serde_json::Value;
 
 fn json_run(model: &std::path::Path, args: &[&str]) -> Value {
-    let out = common::kiln()
-        .arg("run")
-        .arg("-m")
-        .arg(model)
-        .args(["--format", "json"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::kiln_run_json(model, args)
 }
 
 /// Greedy raw generation reproduces llama.cpp's golden tokens (up to its first close call).

@@ -155,22 +155,6 @@ fn smollm() -> PathBuf {
     common::real_model("SmolLM2-135M-Instruct.Q4_1.gguf")
 }
 
-/// `kiln run --format json` with `args`.
-fn run_json(model: &Path, args: &[&str]) -> Value {
-    let out = common::kiln()
-        .args(["run", "--format", "json", "-m"])
-        .arg(model)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
-
 /// What `kiln run` gives is what the server gives: a greedy chat reply (text, token count,
 /// finish), its logprobs, seeded samples for each of n choices, a raw completion; a streamed
 /// reply concatenates to the whole one; the second request reuses the cached prompt.
@@ -184,7 +168,7 @@ fn replies_equal_kiln_runs_and_streams_concatenate() {
         "max_tokens": 20, "temperature": 0,
     });
     let whole = server.ok("/v1/chat/completions", &chat);
-    let run = run_json(&model, &["-c", "512", "--temp", "0", "-n", "20", question]);
+    let run = common::kiln_run_json(&model, &["-c", "512", "--temp", "0", "-n", "20", question]);
     let choice = &whole["choices"][0];
     assert_eq!(choice["message"]["content"], run["text"], "{whole}");
     assert_eq!(choice["message"]["role"], "assistant");
@@ -233,7 +217,7 @@ fn replies_equal_kiln_runs_and_streams_concatenate() {
     with_logprobs["logprobs"] = json!(true);
     with_logprobs["top_logprobs"] = json!(3);
     let v = server.ok("/v1/chat/completions", &with_logprobs);
-    let run = run_json(
+    let run = common::kiln_run_json(
         &model,
         &[
             "-c",
@@ -277,7 +261,7 @@ fn replies_equal_kiln_runs_and_streams_concatenate() {
     let v = server.ok("/v1/chat/completions", &sampled);
     for i in 0..2 {
         let seed = (7 + i).to_string();
-        let run = run_json(
+        let run = common::kiln_run_json(
             &model,
             &[
                 "-c", "512", "--temp", "1", "--seed", &seed, "-n", "12", question,
@@ -294,7 +278,7 @@ fn replies_equal_kiln_runs_and_streams_concatenate() {
     let prompt = "The three primary colours are";
     let completion = json!({"prompt": prompt, "max_tokens": 10, "temperature": 0});
     let v = server.ok("/v1/completions", &completion);
-    let run = run_json(
+    let run = common::kiln_run_json(
         &model,
         &["-c", "512", "--raw", "--temp", "0", "-n", "10", prompt],
     );
@@ -583,7 +567,7 @@ fn tool_calls_are_parsed_forced_and_checked() {
     let file = dir.path().join("tools.json");
     std::fs::write(&file, tools.to_string()).unwrap();
     let file = file.to_str().unwrap();
-    let run = run_json(
+    let run = common::kiln_run_json(
         &qwen,
         &[
             "-c",
@@ -674,7 +658,7 @@ fn chat_template_kwargs_apply_per_request() {
     };
     let plain = ask(None);
     let off = ask(Some(json!({"enable_thinking": false})));
-    let run = run_json(
+    let run = common::kiln_run_json(
         &model,
         &[
             "-c",
@@ -714,7 +698,7 @@ fn chat_takes_images_as_data_urls() {
         "max_tokens": 8, "temperature": 0,
     });
     let v = server.ok("/v1/chat/completions", &body);
-    let run = run_json(
+    let run = common::kiln_run_json(
         &model,
         &[
             "-c",

@@ -79,6 +79,29 @@ pub mod speculation;
 pub mod synth;
 pub mod vision;
 
+/// A kiln process's standard output as one JSON value. It must have exited 0: else the test
+/// fails with its standard error, after `what` (the arguments, the model).
+pub fn json_of(out: &std::process::Output, what: &str) -> serde_json::Value {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{what}: stdout is not JSON ({e})"))
+}
+
+/// `kiln run --format json -m MODEL ARGS…`: its JSON object (the run must succeed).
+pub fn kiln_run_json(model: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let out = kiln()
+        .args(["run", "--format", "json", "-m"])
+        .arg(model)
+        .args(args)
+        .output()
+        .unwrap();
+    json_of(&out, &format!("{} {args:?}", model.display()))
+}
+
 /// The kiln binary as a command, with no model taken from the environment and no colours.
 pub fn kiln() -> assert_cmd::Command {
     let mut c = assert_cmd::Command::cargo_bin("kiln").unwrap();

@@ -426,12 +426,7 @@ fn json_run(args: &[&str]) -> Value {
         .arg("Write a story about a dragon who learns to bake bread.")
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    common::json_of(&out, &format!("{args:?}"))
 }
 
 #[test]

@@ -26,7 +26,7 @@ use super::requests::{Defaults, Runner};
 use super::vision::VisionArgs;
 use super::{
     AnyLoaded, BackendArgs, CacheArgs, FlagError, Loaded, ModelArgs, SamplingArgs, SpeculationArgs,
-    TemplateKwargs, load, on_backend, template_kwargs,
+    TemplateKwargs, load_with_draft, on_backend, template_kwargs,
 };
 use crate::backend::Backend;
 use crate::model::Tokenizer;
@@ -97,16 +97,13 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
     // Listen first: a port in use is known before the model loads.
     let listener = TcpListener::bind((args.host.as_str(), args.port))
         .with_context(|| format!("listening on {}:{}", args.host, args.port))?;
-    let loaded = load(
+    let (loaded, draft) = load_with_draft(
         &args.model,
         &args.backend,
         args.ctx_size,
-        args.cache.types(),
-        args.speculation.wants_mtp(),
+        &args.cache,
+        &args.speculation,
     )?;
-    let draft = args
-        .speculation
-        .load_draft(&args.backend, args.ctx_size, args.cache.types())?;
     on_backend!(loaded, loaded => serve(&args, listener, &loaded, draft.as_ref()))
 }
 
