@@ -155,6 +155,12 @@ fn serve<B: Backend>(
     let address = listener
         .local_addr()
         .context("reading the listening address")?;
+    if !address.ip().is_loopback() && server.api_key.is_none() {
+        eprintln!(
+            "warning: listening on {address} without --api-key: anyone who can reach this \
+             machine can use the model"
+        );
+    }
     eprintln!(
         "kiln serve: {} on http://{address} (context {} tokens); Ctrl-C stops",
         server.model_name,
