@@ -75,6 +75,7 @@ pub mod gpu;
 pub mod hub_server;
 pub mod random_weights;
 pub mod requantized;
+pub mod serve;
 pub mod speculation;
 pub mod synth;
 pub mod vision;

@@ -53,6 +53,37 @@ fn run_on_the_gpu_agrees_with_the_cpu_split_or_not() {
     assert_eq!(greedy_ids("auto", &[("KILN_BACKEND", "gpu")]), cpu);
 }
 
+/// `kiln serve --backend gpu` answers a greedy completion with `kiln run --backend gpu`'s text.
+#[test]
+fn serve_on_the_gpu_answers_as_run_does() {
+    if !have_gpu() {
+        return;
+    }
+    let server = common::serve::Server::start(&tiny(), &["--backend", "gpu", "-c", "128"]);
+    let prompt = "The capital of France is";
+    let v = server.ok(
+        "/v1/completions",
+        &serde_json::json!({"prompt": prompt, "max_tokens": 12, "temperature": 0}),
+    );
+    let run = common::kiln_run_json(
+        &tiny(),
+        &[
+            "--backend",
+            "gpu",
+            "-c",
+            "128",
+            "--raw",
+            "--temp",
+            "0",
+            "-n",
+            "12",
+            prompt,
+        ],
+    );
+    assert_eq!(v["choices"][0]["text"], run["text"], "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 12);
+}
+
 /// Without a desktop session (`XDG_RUNTIME_DIR` unset, as on servers and in CI) looking for a
 /// GPU leaves stderr clean: Mesa's device-selection layer would otherwise have libwayland print
 /// an "error:" line there on every run.
