@@ -41,23 +41,16 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qwen3vl_f64 import (BILINEAR, decode_png, f16, fit, layer_norm, lin, make_act, normalize,  # noqa: E402
-                         parse_args, read_mmproj, write_result)
+                         parse_args, read_mmproj, tower_hparams, write_result)
 
 MUTANTS = ["no-pos-embd", "no-pool", "no-soft-norm", "gelu-erf", "no-letterbox"]
 
 
 def load(path):
     W, key, types = read_mmproj(path, "gemma3")
-    hp = dict(
-        E=key("clip.vision.embedding_length"), H=key("clip.vision.attention.head_count"),
-        L=key("clip.vision.block_count"), eps=key("clip.vision.attention.layer_norm_epsilon"),
-        p=key("clip.vision.patch_size"), size=key("clip.vision.image_size"),
-        k=key("clip.vision.projector.scale_factor", 4),
-        mean=np.array(key("clip.vision.image_mean"), np.float64)[:3],
-        std=np.array(key("clip.vision.image_std"), np.float64)[:3],
-        types=types,
+    hp = tower_hparams(
+        key, types, size=key("clip.vision.image_size"), k=key("clip.vision.projector.scale_factor", 4)
     )
-    hp["d"] = hp["E"] // hp["H"]
     g = dict(kern=W("v.patch_embd.weight"), pb=W("v.patch_embd.bias"), pos=W("v.position_embd.weight"),
              post_w=W("v.post_ln.weight"), post_b=W("v.post_ln.bias"),
              soft=W("mm.soft_emb_norm.weight"), proj=W("mm.input_projection.weight"))

@@ -41,22 +41,16 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from qwen3vl_f64 import decode_png, f16, make_act, parse_args, preprocess, read_mmproj, write_result  # noqa: E402
+from qwen3vl_f64 import (  # noqa: E402
+    decode_png, f16, make_act, parse_args, preprocess, read_mmproj, tower_hparams, write_result,
+)
 
 MUTANTS = ["no-rope", "rope-swap", "no-pos-embd", "no-clamp", "no-v-norm", "no-out-scale", "no-std", "gelu-erf"]
 
 
 def load(path):
     W, key, types = read_mmproj(path, "gemma4v")
-    hp = dict(
-        E=key("clip.vision.embedding_length"), H=key("clip.vision.attention.head_count"),
-        L=key("clip.vision.block_count"), eps=key("clip.vision.attention.layer_norm_epsilon"),
-        p=key("clip.vision.patch_size"), k=key("clip.vision.projector.scale_factor", 3),
-        mean=np.array(key("clip.vision.image_mean"), np.float64)[:3],
-        std=np.array(key("clip.vision.image_std"), np.float64)[:3],
-        types=types,
-    )
-    hp["d"] = hp["E"] // hp["H"]
+    hp = tower_hparams(key, types, k=key("clip.vision.projector.scale_factor", 3))
 
     def linear(name):
         def bound(suffix, default):

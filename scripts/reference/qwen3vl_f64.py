@@ -259,16 +259,26 @@ def read_mmproj(path, projector):
     return W, key, sorted({t.tensor_type.name for t in r.tensors})
 
 
-def load(path):
-    W, key, types = read_mmproj(path, "qwen3vl_merger")
+def tower_hparams(key, types, **extra):
+    """What every vision tower reads from its mmproj keys (width, heads, blocks, epsilon, patch
+    size, the pixel mean and std), with the projector's own keys in `extra`; `d` is the head size."""
     hp = dict(
         E=key("clip.vision.embedding_length"), H=key("clip.vision.attention.head_count"),
         L=key("clip.vision.block_count"), eps=key("clip.vision.attention.layer_norm_epsilon"),
-        p=key("clip.vision.patch_size"), merge=key("clip.vision.spatial_merge_size", 2),
+        p=key("clip.vision.patch_size"),
         mean=np.array(key("clip.vision.image_mean"), np.float64)[:3],
         std=np.array(key("clip.vision.image_std"), np.float64)[:3],
+        types=types, **extra,
+    )
+    hp["d"] = hp["E"] // hp["H"]
+    return hp
+
+
+def load(path):
+    W, key, types = read_mmproj(path, "qwen3vl_merger")
+    hp = tower_hparams(
+        key, types, merge=key("clip.vision.spatial_merge_size", 2),
         act="gelu" if key("clip.use_gelu", False) else ("silu" if key("clip.use_silu", False) else "gelu_quick"),
-        types=types,
     )
     hp["d"] = key("clip.vision.attention.head_dim", hp["E"] // hp["H"])
     assert hp["merge"] == 2, "llama.cpp's qwen3vl graph hard-codes a 2×2 merge"
