@@ -144,8 +144,8 @@ pub enum Stop {
 }
 
 impl Request {
-    /// The constraint the request asks for, else the command line's.
-    fn constraint(&self, default: Option<&ConstraintSpec>) -> Result<Option<ConstraintSpec>> {
+    /// The constraint the request asks for, if any.
+    fn constraint(&self) -> Result<Option<ConstraintSpec>> {
         let mut asked = Vec::new();
         if let Some(s) = &self.json_schema {
             asked.push(ConstraintSpec::JsonSchema(s.clone()));
@@ -173,8 +173,7 @@ impl Request {
             asked.push(ConstraintSpec::Lark(g.clone()));
         }
         match asked.len() {
-            0 => Ok(default.cloned()),
-            1 => Ok(asked.pop()),
+            0 | 1 => Ok(asked.pop()),
             _ => bail!("give at most one of json_schema, response_format, regex and grammar"),
         }
     }
@@ -299,7 +298,8 @@ impl<B: Backend> Runner<'_, '_, B> {
     /// Run one request on the shared session.
     pub fn request(&mut self, req: &Request, follow: Follow) -> Result<Outcome> {
         let tok: &Tokenizer = &self.loaded.tokenizer;
-        let prompt = self.prompt(req)?;
+        let tools = self.tools(req)?;
+        let prompt = self.prompt(req, tools.as_ref())?;
         let (rows, image_row) = match &prompt {
             Prompt::Tokens(ids) => (ids.clone(), vec![false; ids.len()]),
             Prompt::Pieces(pieces, images) => piece_rows(pieces, images),
@@ -328,16 +328,14 @@ impl<B: Backend> Runner<'_, '_, B> {
             sampling.seed = req.seed;
         }
         let mut sampler = Sampler::new(sampling.config(ctx)?);
-        let tools = self.tools(req)?;
-        let mut constraint = req.constraint(self.defaults.constraint)?;
-        if let Some(grammar) = tools.as_ref().map(Tools::grammar).transpose()?.flatten() {
-            if req.constraint(None)?.is_some() {
-                bail!(
-                    "a required tool call cannot take response_format, json_schema, regex or grammar too"
-                );
-            }
-            constraint = Some(ConstraintSpec::Lark(grammar));
-        }
+        let asked = req.constraint()?;
+        let constraint = match tools.as_ref().map(Tools::grammar).transpose()?.flatten() {
+            Some(_) if asked.is_some() => bail!(
+                "a required tool call cannot take response_format, json_schema, regex or grammar too"
+            ),
+            Some(grammar) => Some(ConstraintSpec::Lark(grammar)),
+            None => asked.or_else(|| self.defaults.constraint.cloned()),
+        };
         if let Some(spec) = constraint {
             if self.compiler.is_none() {
                 self.compiler = Some(super::constrain::compiler_for(
@@ -427,7 +425,7 @@ impl<B: Backend> Runner<'_, '_, B> {
 
     /// The request's prompt: its tokens, or, when a message has images, its pieces with the
     /// images encoded (the projector loaded the first time).
-    fn prompt(&mut self, req: &Request) -> Result<Prompt> {
+    fn prompt(&mut self, req: &Request, tools: Option<&Tools>) -> Result<Prompt> {
         let tok = &self.loaded.tokenizer;
         if let Some(ids) = &req.prompt_tokens {
             let vocab = self.loaded.model.config.vocab_size;
@@ -445,7 +443,6 @@ impl<B: Backend> Runner<'_, '_, B> {
             None => self.template.clone(),
             Some(extra) => self.template.clone().with_extra_kwargs(extra),
         };
-        let tools = self.tools(req)?;
         if let Some(m) = &req.messages
             && (tools.is_some() || has_tool_turns(m))
         {
@@ -453,7 +450,7 @@ impl<B: Backend> Runner<'_, '_, B> {
                 bail!("tool calls with images are not supported yet");
             }
             let json = messages_json(system, m);
-            let text = match &tools {
+            let text = match tools {
                 Some(t) => template.render_with_tools(&json, t.tools, true)?,
                 None => template.render_json(&json, true)?,
             };

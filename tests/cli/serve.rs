@@ -165,20 +165,10 @@ fn replies_equal_kiln_runs_and_streams_concatenate() {
         .arg(text)
         .output()
         .unwrap();
-    let tokenized: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tokenized = common::json_of(&out, "kiln tokenize");
     let v = server.ok("/tokenize", &json!({ "content": text }));
-    let ids: Vec<u64> = v["tokens"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap())
-        .collect();
-    let expected: Vec<u64> = tokenized["ids"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t.as_u64().unwrap())
-        .collect();
+    let ids: Vec<u64> = serde_json::from_value(v["tokens"].clone()).unwrap();
+    let expected: Vec<u64> = serde_json::from_value(tokenized["ids"].clone()).unwrap();
     assert_eq!(ids, expected);
     let v = server.ok("/detokenize", &json!({ "tokens": ids }));
     assert_eq!(v["content"], text);
@@ -456,12 +446,7 @@ fn tool_calls_are_parsed_forced_and_checked() {
         .write_stdin(line.to_string())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let batch: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let batch = common::json_of(&out, "run --batch with --tools");
     assert_eq!(&batch["tool_calls"][0]["function"], served_call, "{batch}");
     drop(server);
     // SmolLM2's template has no tools.
