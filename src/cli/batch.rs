@@ -45,6 +45,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     args.sampling.validate()?;
     args.speculation.validate()?;
     let default_constraint = args.constraint.spec()?;
+    let tool_flags = args.tool_flags()?;
     let input: Box<dyn Read> = if source == "-" {
         Box::new(std::io::stdin())
     } else {
@@ -65,7 +66,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         &args.cache,
         &args.speculation,
     )?;
-    on_backend!(loaded, loaded => run_batch(&args, input, total_lines, default_constraint.as_ref(), loaded, draft.as_ref()))
+    on_backend!(loaded, loaded => run_batch(&args, input, total_lines, default_constraint.as_ref(), &tool_flags, loaded, draft.as_ref()))
 }
 
 fn run_batch<B: Backend>(
@@ -73,10 +74,10 @@ fn run_batch<B: Backend>(
     input: Box<dyn Read>,
     total_lines: Option<usize>,
     default_constraint: Option<&ConstraintSpec>,
+    (tools, tool_choice): &(Option<Value>, Option<Value>),
     loaded: Loaded<B>,
     draft: Option<&AnyLoaded>,
 ) -> Result<ExitCode> {
-    let (tools, tool_choice) = args.tool_flags()?;
     let defaults = Defaults {
         sampling: &args.sampling,
         max_tokens: args.max_tokens,

@@ -454,9 +454,7 @@ impl<B: Backend> Runner<'_, '_, B> {
                 Some(t) => template.render_with_tools(&json, t.tools, true)?,
                 None => template.render_json(&json, true)?,
             };
-            return Ok(Prompt::Tokens(
-                tok.encode(&text, !template.writes_bos(&text))?,
-            ));
+            return Ok(Prompt::Tokens(template.encode(tok, &text)?));
         }
         match (&req.prompt, &req.messages) {
             (Some(_), Some(_)) => bail!("give either prompt or messages, not both"),

@@ -71,7 +71,7 @@ fn prompt_ids(
     };
     let json = serde_json::to_value(&messages)?;
     let rendered = template.render_with_tools(&json, tools.tools, true)?;
-    Ok(tok.encode(&rendered, !template.writes_bos(&rendered))?)
+    Ok(template.encode(tok, &rendered)?)
 }
 
 /// `--tools` checked against the model's template: None without the flag, or with
@@ -121,6 +121,8 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         bail!("the prompt is empty");
     }
 
+    // Read before the model loads: a bad file is known at once.
+    let tool_flags = args.tool_flags()?;
     let (loaded, draft) = load_with_draft(
         &args.model,
         &args.backend,
@@ -128,7 +130,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         &args.cache,
         &args.speculation,
     )?;
-    on_backend!(loaded, loaded => generate_for(&args, &text, constraint.as_ref(), loaded, draft.as_ref()))
+    on_backend!(loaded, loaded => generate_for(&args, &text, constraint.as_ref(), &tool_flags, loaded, draft.as_ref()))
 }
 
 /// Everything after loading, on whichever backend the model was loaded.
@@ -136,11 +138,11 @@ fn generate_for<B: Backend>(
     args: &RunArgs,
     text: &str,
     constraint: Option<&ConstraintSpec>,
+    (tool_defs, tool_choice): &(Option<serde_json::Value>, Option<serde_json::Value>),
     loaded: Loaded<B>,
     draft: Option<&AnyLoaded>,
 ) -> Result<ExitCode> {
     let (tok, model) = (&loaded.tokenizer, &loaded.model);
-    let (tool_defs, tool_choice) = args.tool_flags()?;
     let tools = tools_for(
         args,
         tool_defs.as_ref(),

@@ -279,7 +279,13 @@ impl ChatTemplate {
         add_generation_prompt: bool,
     ) -> Result<Vec<u32>> {
         let text = self.render(messages, add_generation_prompt)?;
-        tok.encode(&text, !self.writes_bos(&text))
+        self.encode(tok, &text)
+    }
+
+    /// The token ids of a rendering: a template that writes the BOS text itself (many do) is
+    /// not given a second BOS by the tokenizer.
+    pub fn encode(&self, tok: &Tokenizer, rendered: &str) -> Result<Vec<u32>> {
+        tok.encode(rendered, !self.writes_bos(rendered))
     }
 
     /// Whether a rendering starts with the BOS text (many templates write it themselves: the
