@@ -35,6 +35,9 @@ use crate::model::tools::ToolSyntax;
 pub const MAX_BODY_BYTES: usize = 32 << 20;
 /// Requests that may wait for the engine; past this the server answers 503.
 pub const QUEUE_DEPTH: usize = 64;
+/// How much of an oversized body is read and dropped so its client can see the 413.
+const DRAIN_BYTES: usize = 256 << 20;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What the handlers share.
 pub struct Server {
@@ -144,17 +147,49 @@ async fn models(State(server): State<Shared>) -> axum::Json<Value> {
     }))
 }
 
-/// The body, refused past `MAX_BODY_BYTES` (413) before more of it is read.
+/// The body, refused past `MAX_BODY_BYTES` (413) without keeping more of it. The rest of an
+/// oversized body is still read and dropped, up to `DRAIN_BYTES` or `DRAIN_TIME`: a client that is
+/// still sending when the server closes gets a reset instead of the 413 (nginx's lingering close).
 async fn read_body(body: Body) -> Result<axum::body::Bytes, ApiError> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|_| ApiError {
-            status: 413,
-            message: format!(
-                "the request body is larger than {} MiB, or was cut off",
-                MAX_BODY_BYTES >> 20
-            ),
-        })
+    use axum::body::HttpBody;
+    use futures_util::StreamExt;
+    let cut_off =
+        |e: axum::Error| ApiError::bad_request(format!("the request body was cut off: {e}"));
+    // A declared length past the bound is refused without keeping any of it.
+    let declared_too_long = body.size_hint().lower() > MAX_BODY_BYTES as u64;
+    let mut stream = body.into_data_stream();
+    let mut chunks = Vec::new();
+    let mut kept = 0usize;
+    let mut dropped = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(cut_off)?;
+        if declared_too_long || kept + chunk.len() > MAX_BODY_BYTES {
+            dropped = chunk.len();
+            break;
+        }
+        kept += chunk.len();
+        chunks.push(chunk);
+    }
+    if dropped == 0 && !declared_too_long {
+        return Ok(chunks.concat().into());
+    }
+    drop(chunks);
+    let drain = async {
+        while dropped <= DRAIN_BYTES {
+            match stream.next().await {
+                Some(Ok(chunk)) => dropped += chunk.len(),
+                _ => break,
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+    Err(ApiError {
+        status: 413,
+        message: format!(
+            "the request body is larger than {} MiB",
+            MAX_BODY_BYTES >> 20
+        ),
+    })
 }
 
 #[derive(Deserialize)]
