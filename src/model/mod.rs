@@ -4,6 +4,7 @@
 //! (`reasoning`), and tool calls in a reply (`tools`).
 
 pub mod arch;
+pub mod batcher;
 pub mod chat;
 pub mod config;
 pub mod conversation;

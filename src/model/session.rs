@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::arch::{KvCache, KvCacheTypes, Model, MtpState, RowInputs, Scratch};
+use super::batcher::{Batcher, Call};
 use super::multimodal::ImageInput;
 use super::recurrent::CHECKPOINT_INTERVAL;
 use crate::backend::Backend;
@@ -50,6 +51,10 @@ pub struct Session<'m, B: Backend> {
     mtp: Option<MtpState<B>>,
     /// Images in the context, in order (`prefill_embeddings`).
     media: Vec<Media>,
+    /// Continuous batching: forward calls go through the batcher, with other sequences' rows.
+    batcher: Option<&'m Batcher<'m, B>>,
+    /// The most rows one forward call takes (the scratch's, or the batcher's).
+    call_rows: usize,
     pub stats: SessionStats,
 }
 
@@ -104,6 +109,8 @@ impl<'m, B: Backend> Session<'m, B> {
             model,
             cache: model.new_cache(ctx, cache_types)?,
             scratch: model.new_scratch(batch)?,
+            batcher: None,
+            call_rows: batch,
             tokens: Vec::new(),
             logits: vec![0.0; model.config.vocab_size],
             rows_logits: Vec::new(),
@@ -113,6 +120,21 @@ impl<'m, B: Backend> Session<'m, B> {
             media: Vec::new(),
             stats: SessionStats::default(),
         })
+    }
+
+    /// A session whose forward calls run in `batcher`'s steps, with other sequences' (each on a
+    /// thread of its own), up to `batch` rows of a prefill at a time.
+    pub fn batched(
+        batcher: &'m Batcher<'m, B>,
+        ctx: usize,
+        batch: usize,
+        cache_types: KvCacheTypes,
+    ) -> Result<Self> {
+        let model = batcher.model();
+        let mut session = Session::with_options(model, ctx, 1, cache_types)?;
+        session.batcher = Some(batcher);
+        session.call_rows = batch.min(batcher.rows()).min(ctx).max(1);
+        Ok(session)
     }
 
     pub fn model(&self) -> &'m Model<B> {
@@ -126,6 +148,13 @@ impl<'m, B: Backend> Session<'m, B> {
         if !self.tokens.is_empty() {
             return Err(Error::Usage(
                 "multi-token prediction must be on before the session's first token".into(),
+            ));
+        }
+        if self.batcher.is_some() {
+            return Err(Error::Unsupported(
+                "multi-token prediction does not run with several sequences at once yet (use \
+                 --parallel 1, or another --spec-type)"
+                    .into(),
             ));
         }
         let rows = self.scratch.rows();
@@ -355,8 +384,9 @@ impl<'m, B: Backend> Session<'m, B> {
             return Err(Error::DecodeBeforePrefill);
         }
         self.check(&[id])?;
-        if self.positions(self.tokens.len(), 1).is_some() {
-            // After an image under multi-axis RoPE: positions the device path does not take.
+        if self.positions(self.tokens.len(), 1).is_some() || self.batcher.is_some() {
+            // After an image under multi-axis RoPE: positions the device path does not take. A
+            // batched step reads back every sequence's logits.
             self.decode(id)?;
             return Ok(None);
         }
@@ -386,7 +416,7 @@ impl<'m, B: Backend> Session<'m, B> {
 
     /// The most tokens one forward call (and so one `verify`) can take.
     pub fn max_rows(&self) -> usize {
-        self.scratch.rows()
+        self.call_rows
     }
 
     /// Run `ids` after the context in one forward pass and return the logits after each of them
@@ -398,10 +428,10 @@ impl<'m, B: Backend> Session<'m, B> {
         if self.tokens.is_empty() {
             return Err(Error::DecodeBeforePrefill);
         }
-        if ids.is_empty() || ids.len() > self.scratch.rows() {
+        if ids.is_empty() || ids.len() > self.call_rows {
             return Err(Error::Usage(format!(
                 "a verify pass takes 1 to {} tokens, not {}",
-                self.scratch.rows(),
+                self.call_rows,
                 ids.len()
             )));
         }
@@ -419,14 +449,19 @@ impl<'m, B: Backend> Session<'m, B> {
             positions: positions.as_deref(),
             bidirectional: false,
         };
-        let done = self.model.forward_all_rows(
-            ids,
-            &inputs,
-            start_pos,
-            &mut self.cache,
-            &mut self.scratch,
-            &mut self.rows_logits,
-        );
+        let done = match self.batcher {
+            Some(_) => self
+                .run_batched(ids, true)
+                .map(|logits| self.rows_logits = logits),
+            None => self.model.forward_all_rows(
+                ids,
+                &inputs,
+                start_pos,
+                &mut self.cache,
+                &mut self.scratch,
+                &mut self.rows_logits,
+            ),
+        };
         if let Some(r) = &mut self.cache.recurrent {
             r.end_verify(start_pos, done.is_ok());
         }
@@ -603,10 +638,17 @@ impl<'m, B: Backend> Session<'m, B> {
     }
 
     fn scratch_rows(&self) -> usize {
-        self.scratch.rows()
+        self.call_rows
     }
 
     fn run(&mut self, ids: &[u32]) -> Result<()> {
+        if self.batcher.is_some() {
+            let logits = self.run_batched(ids, false)?;
+            self.logits.copy_from_slice(&logits);
+            self.tokens.extend_from_slice(ids);
+            self.has_logits = true;
+            return Ok(());
+        }
         let start_pos = self.tokens.len();
         let positions = self.positions(start_pos, ids.len());
         let width = self.model.config.hidden_size;
@@ -639,5 +681,39 @@ impl<'m, B: Backend> Session<'m, B> {
         self.tokens.extend_from_slice(ids);
         self.has_logits = true;
         Ok(())
+    }
+
+    /// `ids` after the context as one call of the batcher's next step: the cache goes to the step
+    /// and comes back. Returns the last row's logits, or every row's. A failed step leaves the
+    /// session empty (its cache may not hold what its tokens say).
+    fn run_batched(&mut self, ids: &[u32], all_rows: bool) -> Result<Vec<f32>> {
+        let batcher = self.batcher.expect("a batched session has its batcher");
+        let start_pos = self.tokens.len();
+        let width = self.model.config.hidden_size;
+        let media = self
+            .media
+            .iter()
+            .find(|m| m.start <= start_pos && start_pos < m.end());
+        let placeholder = KvCache {
+            layers: Vec::new(),
+            ctx: self.cache.ctx,
+            types: self.cache.types,
+            recurrent: None,
+        };
+        let call = Call {
+            ids: ids.to_vec(),
+            start_pos,
+            positions: self.positions(start_pos, ids.len()),
+            embedded: media.map(|m| (0, m.embeddings.clone(), (start_pos - m.start) * width)),
+            bidirectional: media.is_some_and(|m| m.bidirectional),
+            all_rows,
+            cache: std::mem::replace(&mut self.cache, placeholder),
+        };
+        let answer = batcher.forward(call);
+        self.cache = answer.cache;
+        if answer.logits.is_err() {
+            self.reset();
+        }
+        answer.logits
     }
 }

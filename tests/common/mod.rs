@@ -68,6 +68,7 @@ pub fn hex_bytes(s: &str) -> Vec<u8> {
         .collect()
 }
 
+pub mod batching;
 pub mod gguf_writer;
 pub mod golden_run;
 #[cfg(feature = "gpu")]

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod batched;
 mod context_shift;
 mod family_files;
 mod fixture_manifest;

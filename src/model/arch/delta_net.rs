@@ -8,7 +8,7 @@ use super::Step;
 use crate::backend::{Backend, DeltaNetParams, GateActivation};
 use crate::model::weights::DeltaNetWeights;
 
-impl<B: Backend> Step<'_, B> {
+impl<B: Backend> Step<'_, '_, B> {
     /// Gated DeltaNet of `h` into `o`, advancing this block's recurrent state.
     pub fn delta_net(&mut self, l: &DeltaNetWeights<B>) {
         let (m, rows, il) = (self.model, self.rows, self.il);
@@ -22,7 +22,8 @@ impl<B: Backend> Step<'_, B> {
             .qwen35
             .as_mut()
             .expect("Qwen3.5 models have Qwen3.5 scratch");
-        let recurrent = self
+        // Recurrent blocks run one sequence per call (`Model::forward_batch`).
+        let recurrent = self.seqs[0]
             .cache
             .recurrent
             .as_mut()

@@ -16,6 +16,7 @@
 //! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each
 //! family's layer composes.
 
+mod batch;
 mod delta_net;
 pub(crate) mod family;
 mod gemma2;
@@ -40,8 +41,10 @@ use super::loader::ModelFile;
 use super::recurrent::RecurrentState;
 use super::rope::RopeFreqs;
 use super::weights::{Block, Ffn, GatedAttentionWeights, LayerWeights, Weights};
-use crate::backend::{AttentionParams, Backend, CacheType, GateActivation, KvAppend};
+use crate::backend::{Backend, CacheType, GateActivation};
 use crate::error::{Error, Result};
+pub use batch::BatchSeq;
+use batch::{SeqRows, SeqScratch};
 use family::{Family, LayerKind};
 pub use mtp::MtpState;
 pub use rows::RowInputs;
@@ -122,6 +125,10 @@ pub struct Scratch<B: Backend> {
     /// The verify pass's final norm and LM head over every row (`Model::forward_all_rows`),
     /// allocated on its first use.
     verify: Option<VerifyScratch<B>>,
+    /// Room for one sequence's attention in a call over several (batch.rs), on first use.
+    seq: Option<SeqScratch<B>>,
+    /// Each RoPE table's values per row, as last built.
+    rope_widths: Vec<usize>,
     /// Per layer with an output scale (Gemma 4), `rows` copies of it.
     layer_scales: Vec<Option<B::Buffer>>,
     /// `x += o` is still to be done: a block's residual add waits for the next block's input
@@ -357,6 +364,8 @@ impl<B: Backend> Model<B> {
                 })
                 .collect::<Result<_>>()?,
             verify: None,
+            seq: None,
+            rope_widths: vec![0; self.ropes.len()],
             pending_residual: false,
         })
     }
@@ -494,9 +503,31 @@ impl<B: Backend> Model<B> {
         cache: &mut KvCache<B>,
         s: &mut Scratch<B>,
     ) {
+        let mut seqs = [SeqRows {
+            cache,
+            start_pos,
+            first: 0,
+            rows: ids.len(),
+            causal: !inputs.bidirectional,
+        }];
+        self.forward_seqs(ids, std::slice::from_ref(inputs), &mut seqs, s);
+    }
+
+    /// Every layer over the rows of `seqs` (their ids one after another in `ids`, each
+    /// sequence's `RowInputs` in `inputs`), leaving the residual stream of each row in `s.x`.
+    fn forward_seqs(
+        &self,
+        ids: &[u32],
+        inputs: &[RowInputs],
+        seqs: &mut [SeqRows<B>],
+        s: &mut Scratch<B>,
+    ) {
         let c = &self.config;
         let rows = ids.len();
-        assert!(rows <= s.rows && start_pos + rows <= cache.ctx);
+        assert!(rows <= s.rows && seqs.iter().map(|q| q.rows).sum::<usize>() == rows);
+        for q in seqs.iter() {
+            assert!(q.start_pos + q.rows <= q.cache.ctx);
+        }
         let b = &self.backend;
         b.embed(
             &self.weights.tok_embd,
@@ -504,47 +535,45 @@ impl<B: Backend> Model<B> {
             c.embedding_scale.unwrap_or(1.0),
             &mut s.x,
         );
-        if let Some((first, embeddings)) = inputs.embedded {
-            // Unscaled, as llama.cpp takes embeddings (only token rows get the embedding scale).
-            let n = embeddings.len() / c.hidden_size;
-            assert!(first + n <= rows);
-            b.upload(&mut s.h, embeddings);
-            b.copy_rows(&s.h, 0, &mut s.x, first, n, c.hidden_size);
+        for (q, inputs) in seqs.iter().zip(inputs) {
+            if let Some((first, embeddings)) = inputs.embedded {
+                // Unscaled, as llama.cpp takes embeddings (only token rows get the embedding scale).
+                let n = embeddings.len() / c.hidden_size;
+                assert!(first + n <= q.rows);
+                b.upload(&mut s.h, embeddings);
+                b.copy_rows(&s.h, 0, &mut s.x, q.first + first, n, c.hidden_size);
+            }
         }
         if let Some(g) = &mut s.gemma4 {
             b.copy_rows(&s.x, 0, &mut g.x0, 0, rows, c.hidden_size);
             g.ids.clear();
             g.ids.extend_from_slice(ids);
         }
-        for (rope, table) in self.ropes.iter().zip(s.rope_tables.iter_mut()) {
-            match inputs.positions {
-                Some(p) => rope.table_at(&p[..rows], cache.ctx, &mut s.rope_host),
-                None => rope.table(start_pos, rows, cache.ctx, &mut s.rope_host),
-            }
-            b.upload(table, &s.rope_host);
-        }
+        self.rope_tables(inputs, seqs, s);
         if let (Some(t), Some(buf)) = (c.attn_temperature, &mut s.q_temperature) {
             s.rope_host.clear();
-            s.rope_host
-                .extend((start_pos..start_pos + rows).map(|p| t.at(p)));
+            for q in seqs.iter() {
+                s.rope_host
+                    .extend((q.start_pos..q.start_pos + q.rows).map(|p| t.at(p)));
+            }
             b.upload(buf, &s.rope_host);
         }
-        if start_pos == 0
-            && let Some(r) = &mut cache.recurrent
-        {
-            // A sequence starts from the zero state.
-            r.zero(b);
+        for q in seqs.iter_mut() {
+            if q.start_pos == 0
+                && let Some(r) = &mut q.cache.recurrent
+            {
+                // A sequence starts from the zero state.
+                r.zero(b);
+            }
         }
         s.pending_residual = false;
         for (il, layer) in self.weights.layers.iter().enumerate() {
             let mut step = Step {
                 model: self,
                 s: &mut *s,
-                cache: &mut *cache,
+                seqs: &mut *seqs,
                 rows,
-                start_pos,
                 il,
-                causal: !inputs.bidirectional,
             };
             match (self.family.layer, layer) {
                 (_, Block::Qwen35(layer)) => qwen35::layer(&mut step, layer),
@@ -589,18 +618,17 @@ impl AttentionOpts {
 
 /// One layer's worth of a forward call: the building blocks the architecture files compose.
 /// The residual stream is `x`; blocks read their input from `h` and leave their output in `o`.
-pub(crate) struct Step<'a, B: Backend> {
+pub(crate) struct Step<'a, 'c, B: Backend> {
     model: &'a Model<B>,
     s: &'a mut Scratch<B>,
-    cache: &'a mut KvCache<B>,
+    /// The sequences whose rows the call runs, one after another (batch.rs).
+    seqs: &'a mut [SeqRows<'c, B>],
+    /// Rows of all of them.
     rows: usize,
-    start_pos: usize,
     il: usize,
-    /// False: the rows attend to each other both ways (`RowInputs::bidirectional`).
-    causal: bool,
 }
 
-impl<B: Backend> Step<'_, B> {
+impl<B: Backend> Step<'_, '_, B> {
     /// `h = rms_norm(x) · w`: the input of the next block (after the last block's residual add,
     /// fused with it).
     pub fn norm_input(&mut self, w: &B::Weight) {
@@ -678,64 +706,6 @@ impl<B: Backend> Step<'_, B> {
         if let Some(bo) = &l.bo {
             b.add_bias(&mut self.s.o, bo, rows);
         }
-    }
-
-    /// RoPE over the leading rotated dimensions of each query and key head, the keys and values
-    /// appended to this layer's cache, and attention of `q` into `attn`. A shared-KV layer
-    /// (Gemma 4) rotates its queries only and attends over its source layer's cache.
-    fn rope_store_attend(&mut self, sinks: Option<&B::Weight>) {
-        let (m, rows, il) = (self.model, self.rows, self.il);
-        let (b, c) = (&m.backend, &m.config);
-        let shape = c.layer_shape(il);
-        // A NoPE layer (SmolLM3) stores and attends with its queries and keys as projected.
-        let rot_dims = if c.layer_has_rope(il) {
-            shape.rope_dims
-        } else {
-            0
-        };
-        let s = &mut *self.s;
-        let table = &s.rope_tables[m.layer_rope[il]];
-        let source = c.layer_kv_source(il);
-        if source == il {
-            let (kc, vc) = &mut self.cache.layers[il];
-            let append = KvAppend {
-                rows,
-                n_heads: c.n_heads,
-                n_kv_heads: shape.n_kv_heads,
-                head_dim: shape.head_dim,
-                rot_dims,
-                layout: c.rope_layout,
-                dst_row: self.start_pos,
-            };
-            b.rope_store_kv(&mut s.q, &mut s.k, &s.v, table, kc, vc, &append);
-        } else if rot_dims > 0 {
-            let hd = shape.head_dim;
-            b.rope_partial(
-                &mut s.q,
-                table,
-                rows,
-                c.n_heads,
-                hd,
-                rot_dims,
-                c.rope_layout,
-            );
-        }
-        if let Some(t) = &s.q_temperature {
-            b.scale_rows(&mut s.q, t, rows, c.layer_q_dim(il));
-        }
-        let params = AttentionParams {
-            start_pos: self.start_pos,
-            rows,
-            n_heads: c.n_heads,
-            n_kv_heads: shape.n_kv_heads,
-            head_dim: shape.head_dim,
-            scale: c.attention_scale,
-            window: c.layer_window(il),
-            softcap: c.attn_logit_softcap,
-            causal: self.causal || (c.bidirectional_local_only && c.layer_window(il).is_none()),
-        };
-        let (kc, vc) = &self.cache.layers[source];
-        b.attention(&s.q, kc, vc, &mut s.attn, &params, sinks);
     }
 
     /// Qwen3.5's gated attention of `h` into `o`: the query, its gate, keys and values; QK-norm;

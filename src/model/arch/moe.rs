@@ -204,7 +204,7 @@ impl<B: Backend> RoutedExperts<'_, B> {
     }
 }
 
-impl<B: Backend> Step<'_, B> {
+impl<B: Backend> Step<'_, '_, B> {
     /// Routed experts, plus the gated shared expert where the block has one, of `h` into `o`.
     pub fn moe(&mut self, l: &MoeWeights<B>) {
         let (m, rows) = (self.model, self.rows);

@@ -14,7 +14,7 @@
 //! session's length, where the next verify pass's rows overwrite them.
 
 use super::family::LayerKind;
-use super::{KvCache, Model, Scratch, Step, llama, qwen35};
+use super::{KvCache, Model, Scratch, SeqRows, Step, llama, qwen35};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::model::weights::{Block, Mixer, MtpWeights};
@@ -273,14 +273,19 @@ impl<B: Backend> Model<B> {
         rope.table(start_pos, rows, m.cache.ctx, &mut s.rope_host);
         b.upload(&mut s.rope_tables[self.layer_rope[il]], &s.rope_host);
         s.pending_residual = false;
+        let mut seqs = [SeqRows {
+            cache: &mut m.cache,
+            start_pos,
+            first: 0,
+            rows,
+            causal: true,
+        }];
         let mut step = Step {
             model: self,
             s: &mut *s,
-            cache: &mut m.cache,
+            seqs: &mut seqs,
             rows,
-            start_pos,
             il,
-            causal: true,
         };
         // A draft row is the trunk's layer whole; following the trunk needs only the keys and
         // values, so those rows stop after attention.
