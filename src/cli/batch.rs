@@ -27,7 +27,9 @@ use super::output::{cancel_flag, install_interrupt_handler};
 use super::requests::{Defaults, Follow, Outcome, Request, Runner};
 use super::{AnyLoaded, Loaded, RunArgs, error_message, load_with_draft, on_backend};
 use crate::backend::Backend;
+use crate::model::batcher::Batcher;
 use crate::model::generate::FinishReason;
+use crate::model::session::DEFAULT_BATCH;
 use crate::sampler::ConstraintSpec;
 
 /// The longest input line read (a request with a long prompt fits many times over).
@@ -92,133 +94,294 @@ fn run_batch<B: Backend>(
         tools: tools.as_ref(),
         tool_choice: tool_choice.as_ref(),
     };
-    let mut runner = Runner::new(
-        defaults,
-        &loaded,
-        args.ctx_size,
-        &args.cache,
-        args.chat_template_kwargs.clone(),
-        draft,
-    )?;
-    install_interrupt_handler(true);
-
-    let progress = if std::io::stderr().is_terminal() {
-        let bar = match total_lines {
-            Some(n) => indicatif::ProgressBar::new(n as u64),
-            None => indicatif::ProgressBar::new_spinner(),
-        };
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} requests ({per_sec})",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar
-    } else {
-        indicatif::ProgressBar::hidden()
+    let parallel = args.speculation.parallel(args.parallel);
+    let new_runner = |batcher| {
+        Runner::new(
+            defaults,
+            &loaded,
+            args.ctx_size,
+            &args.cache,
+            args.chat_template_kwargs.clone(),
+            draft,
+            batcher,
+        )
     };
+    let mut out = Output::new(total_lines);
+    let mut lines = Lines::new(input);
+    if parallel == 1 {
+        let mut runner = new_runner(None)?;
+        install_interrupt_handler(true);
+        while let Some(item) = lines.next_item()? {
+            let (line, interrupted) = run_item(&mut runner, item);
+            out.write(line)?;
+            if interrupted || cancel_flag().load(Ordering::SeqCst) {
+                break;
+            }
+        }
+    } else {
+        let batcher = Batcher::new(&loaded.model, DEFAULT_BATCH)?;
+        let runners = (0..parallel)
+            .map(|_| new_runner(Some(&batcher)))
+            .collect::<Result<Vec<_>>>()?;
+        install_interrupt_handler(true);
+        run_parallel(runners, &mut lines, &mut out)?;
+    }
+    out.finish()
+}
 
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    let mut reader = BufReader::new(input);
-    let mut failed = 0usize;
-    let mut requests = 0usize;
-    let mut line_no = 0usize;
-    let mut buf = Vec::new();
-    loop {
-        if cancel_flag().load(Ordering::SeqCst) {
-            break;
+/// One request of the input, read and parsed.
+struct Item {
+    line_no: usize,
+    id: Value,
+    request: Result<Request>,
+}
+
+/// The input's requests, a line at a time.
+struct Lines {
+    reader: BufReader<Box<dyn Read>>,
+    line_no: usize,
+    buf: Vec<u8>,
+}
+
+impl Lines {
+    fn new(input: Box<dyn Read>) -> Lines {
+        Lines {
+            reader: BufReader::new(input),
+            line_no: 0,
+            buf: Vec::new(),
         }
-        buf.clear();
-        let n = (&mut reader)
-            .take(MAX_LINE_BYTES + 1)
-            .read_until(b'\n', &mut buf)
-            .context("reading the batch input")?;
-        if n == 0 {
-            break;
+    }
+
+    /// The next request (None at the end of the input); blank lines are skipped.
+    fn next_item(&mut self) -> Result<Option<Item>> {
+        loop {
+            if cancel_flag().load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            self.buf.clear();
+            let n = (&mut self.reader)
+                .take(MAX_LINE_BYTES + 1)
+                .read_until(b'\n', &mut self.buf)
+                .context("reading the batch input")?;
+            if n == 0 {
+                return Ok(None);
+            }
+            self.line_no += 1;
+            let line_no = self.line_no;
+            let too_long = self.buf.len() as u64 > MAX_LINE_BYTES;
+            if too_long && !self.buf.ends_with(b"\n") {
+                skip_line(&mut self.reader).context("reading the batch input")?;
+            }
+            let text = String::from_utf8_lossy(&self.buf);
+            let text = text.trim();
+            if text.is_empty() {
+                continue;
+            }
+            let item = if too_long {
+                Item {
+                    line_no,
+                    id: json!(line_no),
+                    request: Err(anyhow::anyhow!(
+                        "the line is longer than {MAX_LINE_BYTES} bytes"
+                    )),
+                }
+            } else {
+                match serde_json::from_str::<Request>(text) {
+                    Ok(req) => Item {
+                        line_no,
+                        id: req.id.clone().unwrap_or(json!(line_no)),
+                        request: Ok(req),
+                    },
+                    Err(e) => Item {
+                        line_no,
+                        id: serde_json::from_str::<Value>(text)
+                            .ok()
+                            .and_then(|v| v.get("id").cloned())
+                            .unwrap_or(json!(line_no)),
+                        request: Err(anyhow::anyhow!("not a valid request: {e}")),
+                    },
+                }
+            };
+            return Ok(Some(item));
         }
-        line_no += 1;
-        let too_long = buf.len() as u64 > MAX_LINE_BYTES;
-        if too_long && !buf.ends_with(b"\n") {
-            skip_line(&mut reader).context("reading the batch input")?;
-        }
-        let text = String::from_utf8_lossy(&buf);
-        if text.trim().is_empty() {
-            continue;
-        }
-        requests += 1;
-        let (id, result) = if too_long {
+    }
+}
+
+/// Run one request; its output line and whether it was interrupted.
+fn run_item<B: Backend>(
+    runner: &mut Runner<'_, '_, B>,
+    item: Item,
+) -> (Result<Value, Value>, bool) {
+    let result = item.request.and_then(|req| {
+        let follow = Follow {
+            on_text: &mut |_| {},
+            on_reasoning: None,
+            cancel: cancel_flag(),
+            logprobs: 0,
+        };
+        runner.request(&req, follow)
+    });
+    match result {
+        Ok(Outcome {
+            json: mut v,
+            generation,
+            ..
+        }) => {
+            // The id first, for readers that look at the start of a line.
+            let mut with_id = serde_json::Map::new();
+            with_id.insert("id".to_string(), item.id);
+            if let Value::Object(map) = &mut v {
+                with_id.append(map);
+            }
             (
-                json!(line_no),
-                Err(anyhow::anyhow!(
-                    "the line is longer than {MAX_LINE_BYTES} bytes"
-                )),
+                Ok(Value::Object(with_id)),
+                generation.finish == FinishReason::Interrupted,
             )
+        }
+        Err(e) => (
+            Err(json!({ "id": item.id, "line": item.line_no, "error": error_message(&e) })),
+            false,
+        ),
+    }
+}
+
+/// `parallel` runners on threads of their own, their sessions' forward calls batched together;
+/// the requests handed out in input order as runners come free, the results written in input
+/// order as they are complete.
+fn run_parallel<B: Backend>(
+    runners: Vec<Runner<'_, '_, B>>,
+    lines: &mut Lines,
+    out: &mut Output,
+) -> Result<()> {
+    type Done = (usize, Result<Value, Value>, bool);
+    let (work, queue) = std::sync::mpsc::sync_channel::<(usize, Item)>(runners.len());
+    let queue = std::sync::Mutex::new(queue);
+    let (done, results) = std::sync::mpsc::channel::<Done>();
+    std::thread::scope(|scope| -> Result<()> {
+        for mut runner in runners {
+            let (queue, done) = (&queue, done.clone());
+            scope.spawn(move || {
+                loop {
+                    let next = queue
+                        .lock()
+                        .map_err(|_| ())
+                        .and_then(|q| q.recv().map_err(|_| ()));
+                    let Ok((index, item)) = next else { return };
+                    // After Ctrl-C nothing more starts (the lines after this one stay unwritten).
+                    if cancel_flag().load(Ordering::SeqCst) {
+                        return;
+                    }
+                    let (id, line_no) = (item.id.clone(), item.line_no);
+                    // A request that panics (a bug) fails alone; the runner starts afresh.
+                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        run_item(&mut runner, item)
+                    }));
+                    let (line, interrupted) = ran.unwrap_or_else(|_| {
+                        runner.reset();
+                        let error = "internal error: the generation failed";
+                        (
+                            Err(json!({ "id": id, "line": line_no, "error": error })),
+                            false,
+                        )
+                    });
+                    if done.send((index, line, interrupted)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(done);
+        let mut pending = std::collections::BTreeMap::new();
+        let mut next_out = 0;
+        let mut write_ready =
+            |(index, line, interrupted): Done, out: &mut Output| -> Result<bool> {
+                pending.insert(index, line);
+                while let Some(line) = pending.remove(&next_out) {
+                    out.write(line)?;
+                    next_out += 1;
+                }
+                Ok(interrupted)
+            };
+        let mut index = 0;
+        let mut interrupted = false;
+        while !interrupted && let Some(item) = lines.next_item()? {
+            if work.send((index, item)).is_err() {
+                break;
+            }
+            index += 1;
+            while let Ok(d) = results.try_recv() {
+                interrupted |= write_ready(d, out)?;
+            }
+        }
+        drop(work);
+        for d in results {
+            write_ready(d, out)?;
+        }
+        Ok(())
+    })
+}
+
+/// Where results go: stdout, a line each, with a progress bar on a terminal's stderr; and the
+/// count of failed requests for the exit code.
+struct Output {
+    progress: indicatif::ProgressBar,
+    requests: usize,
+    failed: usize,
+}
+
+impl Output {
+    fn new(total_lines: Option<usize>) -> Output {
+        let progress = if std::io::stderr().is_terminal() {
+            let bar = match total_lines {
+                Some(n) => indicatif::ProgressBar::new(n as u64),
+                None => indicatif::ProgressBar::new_spinner(),
+            };
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} requests ({per_sec})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
         } else {
-            match serde_json::from_str::<Request>(text.trim()) {
-                Ok(req) => {
-                    let id = req.id.clone().unwrap_or(json!(line_no));
-                    let follow = Follow {
-                        on_text: &mut |_| {},
-                        on_reasoning: None,
-                        cancel: cancel_flag(),
-                        logprobs: 0,
-                    };
-                    (id, runner.request(&req, follow))
-                }
-                Err(e) => {
-                    let id = serde_json::from_str::<Value>(text.trim())
-                        .ok()
-                        .and_then(|v| v.get("id").cloned())
-                        .unwrap_or(json!(line_no));
-                    (id, Err(anyhow::anyhow!("not a valid request: {e}")))
-                }
-            }
+            indicatif::ProgressBar::hidden()
         };
-        let (line, interrupted) = match result {
-            Ok(Outcome {
-                json: mut v,
-                generation,
-                ..
-            }) => {
-                // The id first, for readers that look at the start of a line.
-                let mut with_id = serde_json::Map::new();
-                with_id.insert("id".to_string(), id);
-                if let Value::Object(map) = &mut v {
-                    with_id.append(map);
-                }
-                (
-                    Value::Object(with_id),
-                    generation.finish == FinishReason::Interrupted,
-                )
-            }
-            Err(e) => {
-                failed += 1;
-                (
-                    json!({ "id": id, "line": line_no, "error": error_message(&e) }),
-                    false,
-                )
-            }
-        };
-        progress.suspend(|| -> Result<()> {
+        Output {
+            progress,
+            requests: 0,
+            failed: 0,
+        }
+    }
+
+    /// Write a result line (an error object counts as failed).
+    fn write(&mut self, line: Result<Value, Value>) -> Result<()> {
+        self.requests += 1;
+        let line = line.unwrap_or_else(|error| {
+            self.failed += 1;
+            error
+        });
+        self.progress.suspend(|| -> Result<()> {
+            let mut out = std::io::stdout().lock();
             writeln!(out, "{line}")?;
             out.flush()?;
             Ok(())
         })?;
-        progress.inc(1);
-        if interrupted {
-            break;
+        self.progress.inc(1);
+        Ok(())
+    }
+
+    /// The exit code: 130 after Ctrl-C, 1 when a request failed.
+    fn finish(self) -> Result<ExitCode> {
+        self.progress.finish_and_clear();
+        if cancel_flag().load(Ordering::SeqCst) {
+            return Ok(ExitCode::from(130));
         }
+        if self.failed > 0 {
+            eprintln!("{} of {} requests failed", self.failed, self.requests);
+            return Ok(ExitCode::from(1));
+        }
+        Ok(ExitCode::SUCCESS)
     }
-    progress.finish_and_clear();
-    if cancel_flag().load(Ordering::SeqCst) {
-        return Ok(ExitCode::from(130));
-    }
-    if failed > 0 {
-        eprintln!("{failed} of {requests} requests failed");
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Skip the rest of an overlong line without holding it.

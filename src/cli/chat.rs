@@ -169,7 +169,7 @@ struct Chat<'m, B: Backend> {
     sampler: Sampler,
     max_tokens: Option<usize>,
     /// Speculative decoding's drafter (--spec-type) and its flags.
-    drafter: Option<Box<dyn Drafter + 'm>>,
+    drafter: Option<Box<dyn Drafter + Send + 'm>>,
     speculation: super::SpeculationArgs,
     last: Option<Generation>,
     interactive: bool,

@@ -256,7 +256,8 @@ impl ContextShiftArgs {
 }
 
 /// llama.cpp's single-dash long flags that kiln accepts, and their clap spelling.
-const LLAMA_CPP_FLAGS: [(&str, &str); 6] = [
+const LLAMA_CPP_FLAGS: [(&str, &str); 7] = [
+    ("-np", "--parallel"),
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
     ("-ngl", "--n-gpu-layers"),
@@ -465,6 +466,12 @@ pub struct RunArgs {
     /// Run many requests from a JSON Lines file (`-`: standard input), one JSON result per line
     #[arg(long, value_name = "FILE", conflicts_with_all = ["prompt", "logprobs"])]
     pub batch: Option<String>,
+
+    /// With --batch: how many requests generate at once, each with a KV cache of -c tokens of its
+    /// own, advancing together in one forward pass per step (llama.cpp's -np; default 4, and 1
+    /// with --spec-type draft-mtp). Results still come in input order
+    #[arg(long = "parallel", value_name = "N", requires = "batch", value_parser = values::parse_parallel)]
+    pub parallel: Option<usize>,
 
     #[command(flatten)]
     pub constraint: constrain::ConstraintArgs,

@@ -21,6 +21,7 @@ use super::{
     AnyLoaded, CacheArgs, Loaded, SamplingArgs, SpeculationArgs, TemplateKwargs, context_size,
 };
 use crate::backend::Backend;
+use crate::model::batcher::Batcher;
 use crate::model::chat::{ChatTemplate, Message};
 use crate::model::generate::{GenerateOptions, Generation, ReasoningSink, StopRules, generate};
 use crate::model::multimodal::{self, PromptPiece};
@@ -180,6 +181,7 @@ impl Request {
 }
 
 /// What every request gets unless it says otherwise: the command line's values.
+#[derive(Clone, Copy)]
 pub struct Defaults<'a> {
     pub sampling: &'a SamplingArgs,
     /// Most tokens to generate (-1: no limit but the context).
@@ -234,14 +236,18 @@ pub struct Runner<'a, 'm, B: Backend> {
     compiler: Option<ConstraintCompiler>,
     /// Speculative decoding's drafter, shared by the requests (a draft model's session follows
     /// each request's context, as the model's does).
-    drafter: Option<Box<dyn Drafter + 'a>>,
+    drafter: Option<Box<dyn Drafter + Send + 'a>>,
     /// The projector's tower, loaded for the first request with an image.
     images: Option<ImageEncoder<'m, B>>,
+    /// Continuous batching: the session's forward calls run with other runners' (each on a
+    /// thread of its own), and a request holds a seat while it generates.
+    batcher: Option<&'m Batcher<'m, B>>,
 }
 
 impl<'a, 'm, B: Backend> Runner<'a, 'm, B> {
     /// A runner over a new session of `ctx_size` (None: the model's, at most 4096), with the
-    /// chat template's extra variables and the drafter `defaults.speculation` asks for.
+    /// chat template's extra variables and the drafter `defaults.speculation` asks for; its
+    /// forward calls through `batcher` where one is given.
     pub fn new(
         defaults: Defaults<'a>,
         loaded: &'m Loaded<B>,
@@ -249,10 +255,14 @@ impl<'a, 'm, B: Backend> Runner<'a, 'm, B> {
         cache: &CacheArgs,
         kwargs: Option<TemplateKwargs>,
         draft: Option<&'a AnyLoaded>,
+        batcher: Option<&'m Batcher<'m, B>>,
     ) -> Result<Self> {
         let (tok, model) = (&loaded.tokenizer, &loaded.model);
         let ctx = context_size(ctx_size, model.config.context_length);
-        let mut session = Session::with_options(model, ctx, DEFAULT_BATCH, cache.types())?;
+        let mut session = match batcher {
+            Some(b) => Session::batched(b, ctx, DEFAULT_BATCH, cache.types())?,
+            None => Session::with_options(model, ctx, DEFAULT_BATCH, cache.types())?,
+        };
         defaults.speculation.prepare(&mut session)?;
         let drafter = defaults
             .speculation
@@ -266,6 +276,7 @@ impl<'a, 'm, B: Backend> Runner<'a, 'm, B> {
             compiler: None,
             drafter,
             images: None,
+            batcher,
         })
     }
 
@@ -357,6 +368,8 @@ impl<B: Backend> Runner<'_, '_, B> {
         // Keep what the cache shares with this prompt, up to the first image on either side
         // (images are not matched across requests); always run at least one token so there are
         // logits to start from.
+        // From here on the session runs forward calls: other sequences' steps wait for its.
+        let _seat = self.batcher.map(Batcher::seat);
         let shared = (0..rows.len().min(self.session.tokens().len()))
             .take_while(|&i| {
                 self.session.tokens()[i] == rows[i]

@@ -9,6 +9,7 @@ use std::rc::Rc;
 use anyhow::{Context, Result, bail};
 
 use super::placement::GpuLayers;
+use super::values::DEFAULT_PARALLEL;
 use super::{AnyLoaded, BackendArgs, ModelArgs, load};
 use crate::backend::Backend;
 use crate::model::arch::KvCacheTypes;
@@ -217,7 +218,7 @@ impl SpeculationArgs {
         target: &Tokenizer,
         ctx: usize,
         cache: KvCacheTypes,
-    ) -> Result<Option<Box<dyn Drafter + 'd>>> {
+    ) -> Result<Option<Box<dyn Drafter + Send + 'd>>> {
         Ok(match (self.kind()?, draft) {
             (SpecType::None | SpecType::DraftMtp, _) => None,
             (SpecType::NgramSimple, _) => Some(Box::new(NgramDrafter::default())),
@@ -233,7 +234,7 @@ impl SpeculationArgs {
                         check_draft_vocabulary(target, &$loaded.tokenizer)?;
                         let session =
                             Session::with_options(&$loaded.model, ctx, DEFAULT_BATCH, cache)?;
-                        Box::new(ModelDrafter::new(session, p_min)) as Box<dyn Drafter + 'd>
+                        Box::new(ModelDrafter::new(session, p_min)) as Box<dyn Drafter + Send + 'd>
                     }};
                 }
                 Some(match draft {
@@ -277,6 +278,16 @@ impl SpeculationArgs {
         }))
     }
 
+    /// `--parallel` as given, else the default: one sequence where the model's own
+    /// multi-token-prediction block drafts (it follows one sequence), else `DEFAULT_PARALLEL`.
+    pub fn parallel(&self, given: Option<usize>) -> usize {
+        given.unwrap_or(if self.wants_mtp() {
+            1
+        } else {
+            DEFAULT_PARALLEL
+        })
+    }
+
     /// Whether the model's multi-token-prediction block must be loaded (`--spec-type draft-mtp`).
     pub fn wants_mtp(&self) -> bool {
         self.spec_type == Some(SpecType::DraftMtp)
@@ -302,10 +313,10 @@ impl SpeculationArgs {
     /// multi-token-prediction block (`prepare`).
     pub fn speculation<'a>(
         &'a self,
-        drafter: &'a Option<Box<dyn Drafter + '_>>,
+        drafter: &'a Option<Box<dyn Drafter + Send + '_>>,
     ) -> Option<Speculation<'a>> {
         let source = match drafter.as_deref() {
-            Some(d) => DraftSource::Drafter(d),
+            Some(d) => DraftSource::Drafter(d as &dyn Drafter),
             None if self.spec_type == Some(SpecType::DraftMtp) => DraftSource::Mtp {
                 p_min: self.draft_p_min,
             },

@@ -154,6 +154,21 @@ pub fn threads(s: &str) -> Result<usize, String> {
     }
 }
 
+/// Sequences that generate at once when `--parallel` is not given (llama-server's and ollama's).
+pub const DEFAULT_PARALLEL: usize = 4;
+/// The most sequences `--parallel` takes (each has a KV cache of its own).
+pub const MAX_PARALLEL: usize = 256;
+
+/// `--parallel N`: 1 to `MAX_PARALLEL`.
+pub fn parse_parallel(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if (1..=MAX_PARALLEL).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "expected a number of sequences from 1 to {MAX_PARALLEL}"
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,8 @@
 //! `kiln run --batch`: JSON Lines in, one result per line out, in order, with ids; broken lines
 //! give error objects and exit code 1 without stopping the run; a prompt prefix shared with the
 //! previous request is not prefilled again, and reusing it changes nothing (the results equal
-//! separate `kiln run`s).
+//! separate `kiln run`s); `--parallel` requests, advancing together, give what they give one at a
+//! time.
 
 use crate::common;
 
@@ -28,8 +29,9 @@ fn order_ids_errors_and_prefix_reuse() {
     let file = dir.path().join("requests.jsonl");
     std::fs::write(&file, lines.join("\n")).unwrap();
 
+    // One sequence: each request runs on the cache the one before it left.
     let out = common::kiln()
-        .args(["run", "-c", "128", "-m"])
+        .args(["run", "-c", "128", "--parallel", "1", "-m"])
         .arg(common::fixture("models/tiny-llama.gguf"))
         .arg("--batch")
         .arg(&file)
@@ -106,8 +108,77 @@ fn order_ids_errors_and_prefix_reuse() {
     assert_eq!(results[5]["tokens"], results[1]["tokens"]);
 }
 
-/// Ctrl-C: the lines finished so far are written whole (the one cut short says `interrupted`),
-/// nothing more runs, and the exit code is 130.
+/// `--parallel 4` (continuous batching) against `--parallel 1`: the same results in the same
+/// order, greedy tokens equal, on SmolLM2; each slot reuses the shared system prompt its last
+/// request left in its cache.
+#[test]
+fn parallel_lines_equal_one_at_a_time() {
+    let system = "You are a helpful assistant who answers in one short sentence.";
+    let questions = [
+        "Name a colour.",
+        "What is 2+2?",
+        "Name a fruit.",
+        "Say hello.",
+        "Name a planet.",
+        "What is water made of?",
+        "Name an animal.",
+        "Count to three.",
+        "Name a city.",
+        "What colour is the sky?",
+        "Name a tree.",
+        "Say goodbye.",
+    ];
+    let lines: Vec<String> = questions
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            json!({"id": i, "system": system, "prompt": q, "max_tokens": 24, "temperature": 0})
+                .to_string()
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("requests.jsonl");
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let model = common::real_model(common::REAL_MODELS[0]);
+    let run = |parallel: &str| -> Vec<Value> {
+        let out = common::kiln()
+            .args(["run", "--parallel", parallel, "-m"])
+            .arg(&model)
+            .arg("--batch")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let alone = run("1");
+    let together = run("4");
+    assert_eq!(together.len(), questions.len());
+    for (i, (a, t)) in alone.iter().zip(&together).enumerate() {
+        assert_eq!(t["id"], i, "in order");
+        assert_eq!(t["tokens"], a["tokens"], "line {i}");
+        assert_eq!(t["text"], a["text"], "line {i}");
+    }
+    let reused = together
+        .iter()
+        .filter(|r| r["cached_prompt_tokens"].as_u64().unwrap() > 10)
+        .count();
+    assert!(
+        reused >= questions.len() - 4,
+        "{reused} of the requests reused a prefix"
+    );
+}
+
+/// Ctrl-C: the lines finished so far are written whole, in order (those cut short say
+/// `interrupted`), nothing more runs, and the exit code is 130.
 #[cfg(unix)]
 #[test]
 fn interrupt_keeps_the_finished_lines() {
@@ -147,12 +218,13 @@ fn interrupt_keeps_the_finished_lines() {
         .map(|l| serde_json::from_str(&l).unwrap())
         .collect();
     assert!(results.len() < 200, "the run stopped early");
+    // The four requests running at the time (the default --parallel) are cut short.
+    let mut interrupted = 0;
     for (i, r) in results.iter().enumerate() {
         assert_eq!(r["id"], i, "in order");
-        if i + 1 < results.len() {
-            assert_ne!(r["finish_reason"], "interrupted");
-        }
+        interrupted += usize::from(r["finish_reason"] == "interrupted");
     }
+    assert!(interrupted <= 4, "{interrupted} interrupted");
 }
 
 /// A request's `seed` and `repeat_last_n` take -1 as llama.cpp's server does (a random seed, the
@@ -175,8 +247,9 @@ fn requests_take_llama_cpp_special_values() {
         req("bad-seed", json!({"seed": -3})),
         req("bad-last-n", json!({"repeat_last_n": -2})),
     ];
+    // One sequence: each request runs on the cache the one before it left.
     let out = common::kiln()
-        .args(["run", "-c", "128", "-m"])
+        .args(["run", "-c", "128", "--parallel", "1", "-m"])
         .arg(common::fixture("models/tiny-llama.gguf"))
         .args(["--batch", "-"])
         .write_stdin(lines.join("\n"))

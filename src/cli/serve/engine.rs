@@ -1,7 +1,8 @@
-//! The server's engine: the thread that owns the model's session and runs the requests the HTTP
-//! side queues, one after another, streaming each one's text back as it comes. A request whose
+//! The server's engine: slots, each a runner with a session of its own on a thread of its own, run
+//! the requests the HTTP side queues, streaming each one's text back as it comes; with several
+//! slots their forward calls run together (continuous batching, `model::batcher`). A request whose
 //! client went away (its `cancel` set) stops at the next token, or is skipped if still queued.
-//! Every request reuses what the KV cache shares with its prompt (`requests.rs`).
+//! Every request reuses what its slot's KV cache shares with its prompt (`requests.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,27 +58,80 @@ pub struct Finished {
     pub cached_rows: usize,
 }
 
-/// Run jobs until the queue closes (the HTTP side has shut down). A job that panics (a bug,
-/// never meant to happen) fails with a 500 instead of taking the server down; the session, which
-/// it may have left half-updated, starts afresh.
-pub fn serve<B: Backend>(runner: &mut Runner<'_, '_, B>, jobs: Receiver<Job>) {
-    while let Ok(job) = jobs.recv() {
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_job(runner, &job)));
-        if ran.is_err() {
-            runner.reset();
-            let _ = job.events.send(Event::Done {
-                choice: 0,
-                result: Err("internal error: the generation failed (see the server's log)".into()),
+/// Run jobs until the queue closes (the HTTP side has shut down), each on the first free slot
+/// (a runner on a thread of its own; with several, their forward calls batched together). Of the
+/// free slots, a job goes to the one whose last request shares the longest start with it, whose
+/// KV cache likely holds most of its prompt (llama-server's slot similarity). A job that panics
+/// (a bug, never meant to happen) fails with a 500 instead of taking the server down; its slot's
+/// session, which it may have left half-updated, starts afresh.
+pub fn serve<B: Backend>(runners: Vec<Runner<'_, '_, B>>, jobs: Receiver<Job>) {
+    let (free, freed) = std::sync::mpsc::channel::<usize>();
+    std::thread::scope(|scope| {
+        let mut slots = Vec::with_capacity(runners.len());
+        for (index, mut runner) in runners.into_iter().enumerate() {
+            let (give, take) = std::sync::mpsc::sync_channel::<Job>(1);
+            let free = free.clone();
+            scope.spawn(move || {
+                for job in take {
+                    run_guarded(&mut runner, &job, index);
+                    if free.send(index).is_err() {
+                        return;
+                    }
+                }
             });
-            eprintln!(
-                "{}: failed with an internal error; the KV cache was cleared",
-                job.id
-            );
+            slots.push((give, String::new()));
         }
+        let mut idle: Vec<usize> = (0..slots.len()).collect();
+        while let Ok(job) = jobs.recv() {
+            if idle.is_empty() {
+                match freed.recv() {
+                    Ok(i) => idle.push(i),
+                    Err(_) => return,
+                }
+            }
+            idle.extend(freed.try_iter());
+            let key = prefix_key(&job.request);
+            let best = (0..idle.len())
+                .max_by_key(|&k| common_prefix(&slots[idle[k]].1, &key))
+                .unwrap_or(0);
+            let slot = idle.swap_remove(best);
+            slots[slot].1 = key;
+            if slots[slot].0.send(job).is_err() {
+                return;
+            }
+        }
+        // Dropping the slots' senders ends their threads once their jobs are done.
+    });
+}
+
+/// What a request's prompt starts with, to match it with a slot's last one.
+fn prefix_key(r: &Request) -> String {
+    format!(
+        "{:?}{:?}{:?}{:?}",
+        r.system, r.messages, r.prompt, r.prompt_tokens
+    )
+}
+
+fn common_prefix(a: &str, b: &str) -> usize {
+    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
+}
+
+fn run_guarded<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job, slot: usize) {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_job(runner, job, slot)));
+    if ran.is_err() {
+        runner.reset();
+        let _ = job.events.send(Event::Done {
+            choice: 0,
+            result: Err("internal error: the generation failed (see the server's log)".into()),
+        });
+        eprintln!(
+            "{} (slot {slot}): failed with an internal error; the slot's KV cache was cleared",
+            job.id
+        );
     }
 }
 
-fn run_job<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job) {
+fn run_job<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job, slot: usize) {
     let waited = job.queued.elapsed();
     let mut generated = 0;
     let mut prompt = (0, 0);
@@ -147,7 +201,7 @@ fn run_job<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job) {
         (None, false) => "done".to_string(),
     };
     eprintln!(
-        "{}: {} prompt tokens ({} cached), {generated} generated, queued {:.0} ms, ran {:.0} ms, {state}",
+        "{}: {} prompt tokens ({} cached), {generated} generated, queued {:.0} ms, ran {:.0} ms, {state} (slot {slot})",
         job.id,
         prompt.0,
         prompt.1,

@@ -5,8 +5,9 @@
 //! defaults each request may override) and llama-server's `--host`, `--port`, `--api-key` and
 //! `-a/--alias`.
 //!
-//! The model's session lives on this thread (`engine.rs`), which runs the queued requests one at
-//! a time, each reusing what the KV cache shares with its prompt; the HTTP side (`http.rs`, on a
+//! The engine (`engine.rs`) runs the queued requests on `--parallel` slots, each a session of its
+//! own on a thread of its own, their forward calls batched together, each request reusing what its
+//! slot's KV cache shares with its prompt; the HTTP side (`http.rs`, on a
 //! tokio runtime of its own thread) parses and checks requests (`api.rs`), queues them and writes
 //! the replies. Ctrl-C stops accepting connections, lets the requests already taken finish, and
 //! exits; a second Ctrl-C exits at once.
@@ -26,11 +27,13 @@ use super::requests::{Defaults, Runner};
 use super::vision::VisionArgs;
 use super::{
     AnyLoaded, BackendArgs, CacheArgs, FlagError, Loaded, ModelArgs, SamplingArgs, SpeculationArgs,
-    TemplateKwargs, load_with_draft, on_backend, template_kwargs,
+    TemplateKwargs, load_with_draft, on_backend, template_kwargs, values,
 };
 use crate::backend::Backend;
 use crate::model::Tokenizer;
+use crate::model::batcher::Batcher;
 use crate::model::chat::ChatTemplate;
+use crate::model::session::DEFAULT_BATCH;
 
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -55,10 +58,16 @@ pub struct ServeArgs {
     #[arg(short = 'a', long, value_name = "NAME")]
     pub alias: Option<String>,
 
-    /// Context size in tokens, of the one sequence the server keeps (0: the model's trained
-    /// context; default: that, at most 4096)
+    /// Context size in tokens of each slot (0: the model's trained context; default: that, at
+    /// most 4096). The KV caches take --parallel times this
     #[arg(short = 'c', long, value_name = "N")]
     pub ctx_size: Option<usize>,
+
+    /// Slots: requests that generate at once, each with a KV cache of -c tokens, advancing
+    /// together in one forward pass per step (llama-server's -np; default 4, and 1 with
+    /// --spec-type draft-mtp); more requests wait in the queue
+    #[arg(long = "parallel", value_name = "N", value_parser = values::parse_parallel)]
+    pub parallel: Option<usize>,
 
     /// Most tokens a reply may have when its request gives no max_tokens (-1: until the model
     /// ends it or the context is full)
@@ -125,14 +134,25 @@ fn serve<B: Backend>(
         tools: None,
         tool_choice: None,
     };
-    let mut runner = Runner::new(
-        defaults,
-        loaded,
-        args.ctx_size,
-        &args.cache,
-        args.chat_template_kwargs.clone(),
-        draft,
-    )?;
+    let parallel = args.speculation.parallel(args.parallel);
+    let batcher = match parallel {
+        1 => None,
+        _ => Some(Batcher::new(&loaded.model, DEFAULT_BATCH)?),
+    };
+    let runners = (0..parallel)
+        .map(|_| {
+            Runner::new(
+                defaults,
+                loaded,
+                args.ctx_size,
+                &args.cache,
+                args.chat_template_kwargs.clone(),
+                draft,
+                batcher.as_ref(),
+            )
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ctx = runners[0].ctx();
     let (jobs, queue) = std::sync::mpsc::sync_channel(http::QUEUE_DEPTH);
     let server = Arc::new(http::Server {
         jobs,
@@ -142,7 +162,7 @@ fn serve<B: Backend>(
             .clone()
             .unwrap_or_else(|| loaded.file.display_name()),
         api_key: args.api_key.clone().filter(|k| !k.is_empty()),
-        ctx: runner.ctx(),
+        ctx,
         n_vocab: loaded.model.config.vocab_size,
         tool_syntax: ChatTemplate::for_model(&loaded.tokenizer, loaded.model.config.arch)
             .tool_syntax(),
@@ -162,16 +182,15 @@ fn serve<B: Backend>(
         );
     }
     eprintln!(
-        "kiln serve: {} on http://{address} (context {} tokens); Ctrl-C stops",
-        server.model_name,
-        runner.ctx()
+        "kiln serve: {} on http://{address} ({} slots of {ctx} tokens); Ctrl-C stops",
+        server.model_name, parallel,
     );
     let http = std::thread::Builder::new()
         .name("http".into())
         .spawn(move || run_http(listener, server))
         .context("starting the HTTP thread")?;
     // Runs until the HTTP side has shut down and dropped the queue's sender.
-    engine::serve(&mut runner, queue);
+    engine::serve(runners, queue);
     match http.join() {
         Ok(result) => result.map(|()| ExitCode::SUCCESS),
         Err(_) => bail!("the HTTP thread panicked"),
