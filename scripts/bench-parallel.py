@@ -9,7 +9,8 @@ round, per-configuration medians and the median ratios with their range. Run not
 
 usage: scripts/bench-parallel.py [ROUNDS]   (default 8)
 env:   KILN (target/release/kiln), LLAMA_SERVER (path to llama-server), MODEL (a 1B-shape GGUF, e.g. from
-       ../shared/tools/make-bench-models.py), TOKENS (generated per request, 64), CTX (per slot, 512)
+       ../shared/tools/make-bench-models.py), TOKENS (generated per server request, 64), BATCH_TOKENS (per
+       batch request, 16), CTX (per slot, 512)
 """
 import json
 import os
@@ -26,6 +27,7 @@ KILN = os.environ.get("KILN", os.path.join(ROOT, "target/release/kiln"))
 LLAMA_SERVER = os.environ.get("LLAMA_SERVER", "")
 MODEL = os.environ.get("MODEL", "")
 TOKENS = int(os.environ.get("TOKENS", "64"))
+BATCH_TOKENS = int(os.environ.get("BATCH_TOKENS", "16"))
 CTX = int(os.environ.get("CTX", "512"))
 SEQS = 8
 PROMPTS = [
@@ -115,7 +117,7 @@ def main(rounds):
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for i in range(64):
             f.write(json.dumps({"id": i, "prompt": PROMPTS[i % len(PROMPTS)] + f" (part {i})",
-                                "max_tokens": TOKENS, "temperature": 0}) + "\n")
+                                "max_tokens": BATCH_TOKENS, "temperature": 0}) + "\n")
     times = {1: [], SEQS: []}
     for r in range(rounds):
         for p in (1, SEQS) if r % 2 == 0 else (SEQS, 1):

@@ -59,6 +59,9 @@ struct State<B: Backend> {
     answers: HashMap<u64, Answer<B>>,
     /// A step is running (its thread has the scratch).
     running: bool,
+    /// When the last step ended: the sequences it answered call again soon after, so a call
+    /// made while it ran waits for them from then on, not from when it was made.
+    last_step_end: Instant,
     scratch: Option<Scratch<B>>,
     next_ticket: u64,
     stats: BatchStats,
@@ -99,6 +102,7 @@ impl<'m, B: Backend> Batcher<'m, B> {
                 pending: Vec::new(),
                 answers: HashMap::new(),
                 running: false,
+                last_step_end: Instant::now(),
                 scratch: Some(model.new_scratch(rows)?),
                 next_ticket: 0,
                 stats: BatchStats::default(),
@@ -143,7 +147,7 @@ impl<'m, B: Backend> Batcher<'m, B> {
             if let Some(answer) = st.answers.remove(&ticket) {
                 return answer;
             }
-            let oldest = st.pending.first().map(|p| p.2);
+            let oldest = st.pending.first().map(|p| p.2.max(st.last_step_end));
             match oldest {
                 Some(t0) if !st.running => {
                     let waited = t0.elapsed();
@@ -205,6 +209,7 @@ impl<'m, B: Backend> Batcher<'m, B> {
         st.answers.extend(answers);
         st.scratch = Some(scratch);
         st.running = false;
+        st.last_step_end = Instant::now();
         self.wake.notify_all();
         st
     }

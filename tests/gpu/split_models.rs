@@ -351,3 +351,24 @@ fn mtp_greedy_is_plain_greedy_across_the_boundary() {
         common::speculation::mtp_matches_plain(&model, &tok, &prompt, 12, &[3], 1e-3, &what);
     }
 }
+
+/// Continuous batching split between the GPU and the CPU (tests/common/batching.rs): Qwen3 MoE's
+/// tiny file with half its layers on the GPU and the experts of the first of those on the CPU;
+/// each sequence of a batched forward call gets its logits alone, and sequences on threads of
+/// their own through one batcher the tokens each gets alone.
+#[test]
+fn batched_sequences_match_each_alone_split() {
+    let mf = ModelFile::open(&common::fixture("models/qwen3moe-tiny.gguf")).unwrap();
+    let n = mf.config.n_layers;
+    let Some(model) = split(&mf, n / 2, n / 4 + 1) else {
+        return;
+    };
+    let tok = kiln::model::Tokenizer::from_model(&mf).unwrap();
+    let prompts: Vec<Vec<u32>> = ["Hello there", common::speculation::REPEATING, "Hi"]
+        .iter()
+        .map(|p| tok.encode(p, true).unwrap())
+        .collect();
+    let what = "qwen3moe-tiny.gguf split";
+    common::batching::forward_batch_matches_alone(&model, &prompts, 4, 1e-4, what);
+    common::batching::threads_match_alone(&model, &tok, &prompts, 8, what);
+}
