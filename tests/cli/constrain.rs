@@ -129,8 +129,16 @@ fn sampled_outputs_satisfy_the_constraints(seeds: u64) {
                 assert!(whole_re.is_match(text), "{name} {id}: {text:?}");
             }
         }
-        // The same prompt again is not prefilled again.
-        assert!(results[1]["cached_prompt_tokens"].as_u64().unwrap() > 0);
+        // The same prompt again on a slot (of the default four, running at once) is not
+        // prefilled again.
+        let reused = results[..seeds as usize]
+            .iter()
+            .filter(|r| r["cached_prompt_tokens"].as_u64().unwrap() > 0)
+            .count();
+        assert!(
+            reused >= seeds as usize - 4,
+            "{name}: {reused} reused a prefix"
+        );
     }
 }
 

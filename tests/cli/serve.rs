@@ -3,7 +3,7 @@
 //! sample, a raw completion), what `kiln tokenize` prints, the whole reply for a streamed one;
 //! and properties: bad requests get OpenAI-shaped 4xx errors and leave the server serving, a
 //! client that goes away has its generation cancelled, Ctrl-C lets the request in flight finish
-//! and exits 0. The official `openai` Python client runs against it too
+//! and exits 0, a conversation's next turn finds its slot. The official `openai` Python client runs against it too
 //! (tests/serve/openai_client.py, from the fixtures venv).
 
 use crate::common;
@@ -181,6 +181,48 @@ fn replies_equal_kiln_runs_and_streams_concatenate() {
 }
 
 /// Bad requests get 4xx errors in OpenAI's shape, naming the problem, and the server goes on.
+/// Slots (`-np 3`): three conversations' first turns, then their second turns in another order;
+/// each second turn goes to the slot its conversation left (the free slot whose last request
+/// shares the longest start), so all of the first turn it repeats comes from that slot's cache.
+#[test]
+fn a_conversation_returns_to_its_slot() {
+    let server = Server::start(&smollm(), &["-np", "3"]);
+    let topics = ["cats", "the sea", "bread"];
+    let first: Vec<(Value, u64)> = topics
+        .iter()
+        .map(|t| {
+            let messages = json!([{"role": "user", "content": format!("Tell me about {t}.")}]);
+            let body = json!({"messages": messages, "max_tokens": 8, "temperature": 0});
+            let reply = server.ok("/v1/chat/completions", &body);
+            let prompt = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+            let mut messages = messages;
+            messages
+                .as_array_mut()
+                .unwrap()
+                .push(reply["choices"][0]["message"].clone());
+            (messages, prompt)
+        })
+        .collect();
+    for i in [2, 0, 1] {
+        let (mut messages, prompt) = first[i].clone();
+        messages
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "user", "content": "And more?"}));
+        let body = json!({"messages": messages, "max_tokens": 4, "temperature": 0});
+        let reply = server.ok("/v1/chat/completions", &body);
+        let cached = reply["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap();
+        assert!(
+            cached >= prompt,
+            "{}: {cached} cached of the first turn's {prompt}\n{}",
+            topics[i],
+            server.log()
+        );
+    }
+}
+
 #[test]
 fn bad_requests_get_openai_errors_and_the_server_goes_on() {
     let model = common::fixture("models/tiny-llama.gguf");

@@ -349,9 +349,11 @@ fn batch_requests_take_image_content_parts() {
     let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
     std::fs::write(&requests, text.join("\n") + "\n").unwrap();
     let common_args = ["--temp", "0", "-n", "6", "-c", "256"];
+    // One sequence: each request meets the cache the one before it left.
     let out = common::kiln()
         .arg("run")
         .args(common_args)
+        .args(["--parallel", "1"])
         .arg("-m")
         .arg(model())
         .arg("--mmproj")

@@ -58,12 +58,13 @@ pub struct Finished {
     pub cached_rows: usize,
 }
 
-/// Run jobs until the queue closes (the HTTP side has shut down), each on the first free slot
-/// (a runner on a thread of its own; with several, their forward calls batched together). Of the
-/// free slots, a job goes to the one whose last request shares the longest start with it, whose
-/// KV cache likely holds most of its prompt (llama-server's slot similarity). A job that panics
-/// (a bug, never meant to happen) fails with a 500 instead of taking the server down; its slot's
-/// session, which it may have left half-updated, starts afresh.
+/// Run jobs until the queue closes (the HTTP side has shut down), each on a free slot (a runner
+/// on a thread of its own; with several, their forward calls batched together). A job that
+/// continues a free slot's last request (a conversation's next turn: that request's prompt is the
+/// start of this one's) goes to that slot, whose KV cache holds it; any other to the free slot
+/// used least recently. A job that panics (a bug, never meant to happen) fails with a 500 instead
+/// of taking the server down; its slot's session, which it may have left half-updated, starts
+/// afresh.
 pub fn serve<B: Backend>(runners: Vec<Runner<'_, '_, B>>, jobs: Receiver<Job>) {
     let (free, freed) = std::sync::mpsc::channel::<usize>();
     std::thread::scope(|scope| {
@@ -73,15 +74,24 @@ pub fn serve<B: Backend>(runners: Vec<Runner<'_, '_, B>>, jobs: Receiver<Job>) {
             let free = free.clone();
             scope.spawn(move || {
                 for job in take {
-                    run_guarded(&mut runner, &job, index);
-                    if free.send(index).is_err() {
+                    let last = run_guarded(&mut runner, &job, index);
+                    // Free before the reply ends: a client's next turn, sent the moment it has
+                    // this one, then finds this slot free (its cache holds the conversation).
+                    let stop = free.send(index).is_err();
+                    let _ = job.events.send(last);
+                    if stop {
                         return;
                     }
                 }
             });
-            slots.push((give, String::new()));
+            slots.push(Slot {
+                give,
+                key: String::new(),
+                last_used: 0,
+            });
         }
         let mut idle: Vec<usize> = (0..slots.len()).collect();
+        let mut clock = 0u64;
         while let Ok(job) = jobs.recv() {
             if idle.is_empty() {
                 match freed.recv() {
@@ -91,12 +101,17 @@ pub fn serve<B: Backend>(runners: Vec<Runner<'_, '_, B>>, jobs: Receiver<Job>) {
             }
             idle.extend(freed.try_iter());
             let key = prefix_key(&job.request);
-            let best = (0..idle.len())
-                .max_by_key(|&k| common_prefix(&slots[idle[k]].1, &key))
+            let continued = (0..idle.len())
+                .filter(|&k| !slots[idle[k]].key.is_empty() && key.starts_with(&slots[idle[k]].key))
+                .max_by_key(|&k| slots[idle[k]].key.len());
+            let pick = continued
+                .or_else(|| (0..idle.len()).min_by_key(|&k| slots[idle[k]].last_used))
                 .unwrap_or(0);
-            let slot = idle.swap_remove(best);
-            slots[slot].1 = key;
-            if slots[slot].0.send(job).is_err() {
+            let slot = &mut slots[idle.swap_remove(pick)];
+            clock += 1;
+            slot.key = key;
+            slot.last_used = clock;
+            if slot.give.send(job).is_err() {
                 return;
             }
         }
@@ -104,39 +119,68 @@ pub fn serve<B: Backend>(runners: Vec<Runner<'_, '_, B>>, jobs: Receiver<Job>) {
     });
 }
 
-/// What a request's prompt starts with, to match it with a slot's last one.
+/// A slot as the dispatcher sees it.
+struct Slot {
+    give: std::sync::mpsc::SyncSender<Job>,
+    /// Its last request's `prefix_key`.
+    key: String,
+    /// When it last took a job (0: never).
+    last_used: u64,
+}
+
+/// A request's prompt as text that a later turn of the same conversation starts with: each
+/// message's role, content and calls, then a raw prompt or its token ids (its first
+/// `PREFIX_KEY_BYTES`: enough to tell conversations apart, without keeping images' data URLs).
 fn prefix_key(r: &Request) -> String {
-    format!(
-        "{:?}{:?}{:?}{:?}",
-        r.system, r.messages, r.prompt, r.prompt_tokens
-    )
-}
-
-fn common_prefix(a: &str, b: &str) -> usize {
-    a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count()
-}
-
-fn run_guarded<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job, slot: usize) {
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_job(runner, job, slot)));
-    if ran.is_err() {
-        runner.reset();
-        let _ = job.events.send(Event::Done {
-            choice: 0,
-            result: Err("internal error: the generation failed (see the server's log)".into()),
-        });
-        eprintln!(
-            "{} (slot {slot}): failed with an internal error; the slot's KV cache was cleared",
-            job.id
+    use std::fmt::Write;
+    let mut key = format!("{:?}\u{2}", r.system);
+    for m in r.messages.iter().flatten() {
+        let _ = write!(
+            key,
+            "{}\u{1}{:?}\u{1}{:?}\u{2}",
+            m.role, m.content, m.tool_calls
         );
     }
+    key.push_str(r.prompt.as_deref().unwrap_or(""));
+    for t in r.prompt_tokens.iter().flatten() {
+        let _ = write!(key, "{t},");
+    }
+    if key.len() > PREFIX_KEY_BYTES {
+        let mut cut = PREFIX_KEY_BYTES;
+        while !key.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        key.truncate(cut);
+    }
+    key
 }
 
-fn run_job<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job, slot: usize) {
+const PREFIX_KEY_BYTES: usize = 64 << 10;
+
+/// Run `job`; returns its last event (its last choice's end), not yet sent.
+fn run_guarded<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job, slot: usize) -> Event {
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_job(runner, job, slot)));
+    ran.unwrap_or_else(|_| {
+        runner.reset();
+        eprintln!(
+            "{}: failed with an internal error; the slot's KV cache was cleared (slot {slot})",
+            job.id
+        );
+        Event::Done {
+            choice: 0,
+            result: Err("internal error: the generation failed (see the server's log)".into()),
+        }
+    })
+}
+
+/// Run `job`'s choices, sending their events; returns the last one, the last choice's end.
+fn run_job<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job, slot: usize) -> Event {
     let waited = job.queued.elapsed();
     let mut generated = 0;
     let mut prompt = (0, 0);
     let mut error = None;
     let mut cancelled = false;
+    let mut last = None;
     for choice in 0..job.choices {
         if job.cancel.load(Ordering::Relaxed) {
             cancelled = true;
@@ -190,7 +234,9 @@ fn run_job<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job, slot: usize) {
             }
         };
         let failed = result.is_err();
-        let _ = job.events.send(Event::Done { choice, result });
+        if let Some(done) = last.replace(Event::Done { choice, result }) {
+            let _ = job.events.send(done);
+        }
         if failed {
             break;
         }
@@ -208,4 +254,9 @@ fn run_job<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job, slot: usize) {
         waited.as_secs_f64() * 1e3,
         (job.queued.elapsed() - waited).as_secs_f64() * 1e3,
     );
+    // A job cancelled before its first choice ends with nobody listening.
+    last.unwrap_or(Event::Done {
+        choice: 0,
+        result: Err("cancelled".into()),
+    })
 }
