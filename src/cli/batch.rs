@@ -94,7 +94,11 @@ fn run_batch<B: Backend>(
         tools: tools.as_ref(),
         tool_choice: tool_choice.as_ref(),
     };
-    let parallel = args.speculation.parallel(args.parallel);
+    // By default no more sequences (each with a KV cache of its own) than the file has lines.
+    let parallel = match (args.parallel, total_lines) {
+        (None, Some(lines)) => args.speculation.parallel(None).min(lines.max(1)),
+        (given, _) => args.speculation.parallel(given),
+    };
     let new_runner = |batcher| {
         Runner::new(
             defaults,
