@@ -5,24 +5,11 @@
 use kiln::backend::Backend;
 use kiln::model::arch::{BatchSeq, KvCacheTypes, RowInputs};
 use kiln::model::batcher::Batcher;
-use kiln::model::generate::{GenerateOptions, StopRules, generate};
 use kiln::model::{Model, Session, Tokenizer};
-use kiln::sampler::{Sampler, SamplerConfig};
+use kiln::sampler::SamplerConfig;
 
-fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
-    let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
+use super::golden_run::argmax;
+use super::speculation::{generate_on, max_rel_diff};
 
 /// Each prompt alone: its prefill's logits, then `steps` greedy decodes'. Returns, per prompt,
 /// the logits after the prompt and after each picked token, and the picked tokens.
@@ -144,23 +131,11 @@ pub fn threads_match_alone<B: Backend>(
                     let mut s =
                         Session::batched(batcher, 128, 16, KvCacheTypes::default()).unwrap();
                     let _seat = batcher.seat();
-                    let mut sampler = Sampler::new(SamplerConfig {
+                    let greedy = SamplerConfig {
                         temperature: 0.0,
                         ..SamplerConfig::default()
-                    });
-                    let opts = GenerateOptions {
-                        rules: StopRules {
-                            max_tokens: n,
-                            stop_strings: vec![],
-                        },
-                        logprobs: 0,
-                        cancel: None,
-                        on_reasoning: None,
-                        speculation: None,
                     };
-                    generate(&mut s, tok, &mut sampler, p, &opts, |_| Ok(()))
-                        .unwrap()
-                        .tokens
+                    generate_on(&mut s, tok, p, n, greedy, None).tokens
                 })
             })
             .collect();

@@ -44,7 +44,7 @@ impl Drafter for Scripted {
     }
 }
 
-fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+pub fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
     let scale = a.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
@@ -82,6 +82,19 @@ pub fn sampled_run<B: Backend>(
     {
         s.enable_mtp().unwrap();
     }
+    let g = generate_on(&mut s, tok, prompt, n, config, speculation);
+    (g, s.tokens().to_vec())
+}
+
+/// Generation of `n` tokens after `prompt` on `session`, with the sampler `config` sets up.
+pub fn generate_on<B: Backend>(
+    session: &mut Session<B>,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    n: usize,
+    config: SamplerConfig,
+    speculation: Option<Speculation>,
+) -> Generation {
     let mut sampler = Sampler::new(config);
     let opts = GenerateOptions {
         rules: StopRules {
@@ -93,8 +106,7 @@ pub fn sampled_run<B: Backend>(
         on_reasoning: None,
         speculation,
     };
-    let g = generate(&mut s, tok, &mut sampler, prompt, &opts, |_| Ok(())).unwrap();
-    (g, s.tokens().to_vec())
+    generate(session, tok, &mut sampler, prompt, &opts, |_| Ok(())).unwrap()
 }
 
 /// The verify pass over five prompt tokens after the prompt equals decoding them one by one

@@ -122,7 +122,7 @@ pub struct Scratch<B: Backend> {
     moe: Option<moe::MoeScratch<B>>,
     /// What Gemma 4's per-layer inputs need besides.
     gemma4: Option<gemma4::Gemma4Scratch<B>>,
-    /// The verify pass's final norm and LM head over every row (`Model::forward_all_rows`),
+    /// The final norm and LM head over the rows whose logits are wanted (`Model::forward_batch`),
     /// allocated on its first use.
     verify: Option<VerifyScratch<B>>,
     /// Room for one sequence's attention in a call over several (batch.rs), on first use.
@@ -437,25 +437,18 @@ impl<B: Backend> Model<B> {
         s: &mut Scratch<B>,
         logits: &mut Vec<f32>,
     ) -> Result<()> {
-        let c = &self.config;
-        let (b, rows) = (&self.backend, ids.len());
-        let mut v = match s.verify.take() {
-            Some(v) if v.rows >= rows => v,
-            _ => VerifyScratch {
-                rows,
-                x: b.buffer(rows * c.hidden_size)?,
-                logits: b.buffer(rows * c.vocab_size)?,
+        let mut seq = [BatchSeq {
+            ids,
+            start_pos,
+            cache,
+            inputs: RowInputs {
+                embedded: inputs.embedded,
+                positions: inputs.positions,
+                bidirectional: inputs.bidirectional,
             },
-        };
-        self.forward_layers(ids, inputs, start_pos, cache, s);
-        b.copy_rows(&s.x, 0, &mut v.x, 0, rows, c.hidden_size);
-        b.rms_norm(&mut v.x, &self.weights.output_norm, rows, c.rms_norm_eps);
-        b.matmul(&v.x, self.lm_head(), rows, &mut v.logits);
-        logits.resize(rows * c.vocab_size, 0.0);
-        b.download(&v.logits, 0, logits);
-        s.verify = Some(v);
-        self.soft_cap(logits);
-        Ok(())
+            all_rows: true,
+        }];
+        self.forward_batch(&mut seq, s, logits)
     }
 
     /// The output projection: its own tensor, or the tied embedding table.
