@@ -219,6 +219,7 @@ fn run_item<B: Backend>(
     let result = item.request.and_then(|req| {
         let follow = Follow {
             on_text: &mut |_| {},
+            on_logprobs: None,
             on_reasoning: None,
             cancel: cancel_flag(),
             logprobs: 0,

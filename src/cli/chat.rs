@@ -383,6 +383,7 @@ impl<B: Backend> Chat<'_, B> {
             },
             logprobs: 0,
             cancel: Some(cancel_flag()),
+            on_logprobs: None,
             on_reasoning: std::io::stdout()
                 .is_terminal()
                 .then_some(&show_reasoning as &ReasoningSink<'_>),

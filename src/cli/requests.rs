@@ -23,7 +23,9 @@ use super::{
 use crate::backend::Backend;
 use crate::model::batcher::Batcher;
 use crate::model::chat::{ChatTemplate, Message};
-use crate::model::generate::{GenerateOptions, Generation, ReasoningSink, StopRules, generate};
+use crate::model::generate::{
+    GenerateOptions, Generation, LogprobsSink, ReasoningSink, StopRules, generate,
+};
 use crate::model::multimodal::{self, PromptPiece};
 use crate::model::session::{DEFAULT_BATCH, EMBEDDED_ROW};
 use crate::model::speculative::Drafter;
@@ -204,6 +206,8 @@ pub struct Follow<'f> {
     pub on_text: &'f mut dyn FnMut(&str),
     /// Reasoning text as it comes (None: only collected).
     pub on_reasoning: Option<&'f ReasoningSink<'f>>,
+    /// Each step's logprobs as they are taken (when `logprobs` asks for them).
+    pub on_logprobs: Option<&'f LogprobsSink<'f>>,
     /// Stops the generation when set (Ctrl-C; a client that went away).
     pub cancel: &'f AtomicBool,
     /// Record the top-N alternatives at every step (0: none).
@@ -402,6 +406,7 @@ impl<B: Backend> Runner<'_, '_, B> {
             logprobs: follow.logprobs,
             cancel: Some(follow.cancel),
             on_reasoning: follow.on_reasoning,
+            on_logprobs: follow.on_logprobs,
             speculation: self.defaults.speculation.speculation(&self.drafter),
         };
         let on_text = follow.on_text;
@@ -411,7 +416,7 @@ impl<B: Backend> Runner<'_, '_, B> {
         })?;
         let mut v = result_json(self.loaded, &result, &sampler, follow.logprobs > 0);
         let (content, tool_calls) = match &tools {
-            Some(t) => t.syntax.parse(&result.text),
+            Some(t) => t.parse(&result, tok),
             None => (result.text.clone(), Vec::new()),
         };
         if !tool_calls.is_empty() {

@@ -258,6 +258,7 @@ fn generate_for<B: Backend>(
         },
         logprobs: args.logprobs,
         cancel: Some(cancel_flag()),
+        on_logprobs: None,
         on_reasoning: (show && args.format == OutputFormat::Text)
             .then_some(&show_reasoning as &ReasoningSink<'_>),
         speculation: args.speculation.speculation(&drafter),
@@ -303,7 +304,7 @@ fn generate_for<B: Backend>(
         OutputFormat::Json => {
             let mut v = result_json(&loaded, &result, &sampler, args.logprobs > 0);
             if let Some(t) = &tools {
-                let (content, calls) = t.syntax.parse(&result.text);
+                let (content, calls) = t.parse(&result, &loaded.tokenizer);
                 if !calls.is_empty() {
                     v["text"] = content.into();
                     v["tool_calls"] = calls_json(&calls, "0").into();

@@ -7,6 +7,8 @@ use anyhow::{Result, bail};
 use serde_json::{Value, json};
 
 use crate::model::chat::ChatTemplate;
+use crate::model::generate::Generation;
+use crate::model::tokenizer::Tokenizer;
 use crate::model::tools::{ToolCall, ToolSyntax};
 
 /// What `tool_choice` asks.
@@ -105,14 +107,15 @@ impl<'r> Tools<'r> {
             ToolChoice::Auto | ToolChoice::None => return Ok(None),
         };
         match self.syntax.call_grammar(&functions) {
-            Some(g) => Ok(Some(g)),
-            None => bail!(
-                "tool_choice {:?} is not supported yet for this model's tool-call syntax \
-                 ({:?}); use \"auto\"",
-                self.choice,
-                self.syntax
-            ),
+            Ok(g) => Ok(Some(g)),
+            Err(e) => bail!("tool_choice {:?}: {e}; use \"auto\"", self.choice),
         }
+    }
+
+    /// A generated reply's content and calls.
+    pub fn parse(&self, reply: &Generation, tok: &Tokenizer) -> (String, Vec<ToolCall>) {
+        let raw = || tok.decode(&reply.tokens, false).unwrap_or_default();
+        self.syntax.parse_reply(&reply.text, raw, &self.functions)
     }
 }
 

@@ -307,14 +307,25 @@ fn describe(e: &minijinja::Error) -> String {
 }
 
 /// Python's `json.dumps(x, ensure_ascii=False, indent=…)`, which Hugging Face templates expect
-/// (minijinja's own `tojson` escapes HTML characters and packs separators).
+/// (minijinja's own `tojson` escapes HTML characters and packs separators); `ensure_ascii=True`
+/// escapes what is not ASCII, as Python's default.
 fn python_tojson(value: Value, kwargs: Kwargs) -> Result<Value, minijinja::Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
+    let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
     kwargs.assert_all_used()?;
     let json = serde_json::to_value(&value)
         .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e.to_string()))?;
     let mut out = String::new();
     write_python_json(&json, indent, 0, &mut out);
+    if ensure_ascii == Some(true) {
+        out = out
+            .encode_utf16()
+            .map(|u| match u {
+                0..0x80 => char::from(u as u8).to_string(),
+                _ => format!("\\u{u:04x}"),
+            })
+            .collect();
+    }
     Ok(Value::from_safe_string(out))
 }
 

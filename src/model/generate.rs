@@ -82,6 +82,8 @@ pub struct GenerateOptions<'a> {
     pub cancel: Option<&'a AtomicBool>,
     /// Where reasoning is streamed as it comes (None: it is only collected).
     pub on_reasoning: Option<&'a ReasoningSink<'a>>,
+    /// Where each step's logprobs go as they are taken (they are collected too).
+    pub on_logprobs: Option<&'a LogprobsSink<'a>>,
     /// Speculative decoding, where it applies (without logprobs); elsewhere generation runs as
     /// without it.
     pub speculation: Option<Speculation<'a>>,
@@ -134,6 +136,9 @@ pub enum DraftSource<'a> {
 
 /// A callback that takes reasoning text as it is generated.
 pub type ReasoningSink<'a> = dyn Fn(&str) -> Result<()> + 'a;
+
+/// A callback that takes each step's logprobs as they are taken.
+pub type LogprobsSink<'a> = dyn Fn(&StepLogprobs) + 'a;
 
 /// Run `prompt` after what `session` already holds and generate a reply. `prompt` may be empty
 /// when the session's last call left logits to continue from. The answer streams through
@@ -226,11 +231,15 @@ pub fn generate<B: Backend>(
                 .find(|t| t.0 == token)
                 .map(|t| t.2)
                 .unwrap_or_else(|| top_logprobs_of(&logits, token));
-            out.logprobs.push(StepLogprobs {
+            let step = StepLogprobs {
                 token,
                 logprob,
                 top,
-            });
+            };
+            if let Some(f) = opts.on_logprobs {
+                f(&step);
+            }
+            out.logprobs.push(step);
         }
         if tok.is_eog(token) {
             out.finish = FinishReason::EndOfText;

@@ -1,7 +1,8 @@
 //! A reply's reasoning told apart from its answer, token by token, in the two formats models use:
 //! gpt-oss's harmony channels (`<|channel|>analysis<|message|>…<|end|><|start|>assistant
 //! <|channel|>final<|message|>…`: the analysis channel is reasoning, every other channel answer,
-//! the headers between them markup), `<think>…</think>` (Qwen3, Qwen3.5, DeepSeek-R1 and their
+//! the headers between them markup, and a message to a function, a tool call, markup too: the
+//! calls are read from the reply's tokens, `tools/harmony.rs`), `<think>…</think>` (Qwen3, Qwen3.5, DeepSeek-R1 and their
 //! descendants), and Gemma 4's thought channel (`<|channel>thought\n…<channel|>`: think tags whose
 //! first line names the channel). The splitter follows the prompt first, so a prompt that ends inside a header
 //! (harmony's `<|start|>assistant`) or inside `<think>` starts the reply there.
@@ -28,14 +29,18 @@ struct Harmony {
     channel: u32,
 }
 
+/// Header tokens kept to find a message's channel and recipient (a header is a few tokens).
+const MAX_HEADER: usize = 64;
+
 #[derive(Debug, Clone, PartialEq)]
 enum HarmonyState {
     /// After `<|start|>`: the role and any recipient, up to `<|channel|>` or `<|message|>`.
-    Header,
-    /// After `<|channel|>`: the channel's name, up to `<|message|>`.
-    Channel(Vec<u32>),
-    /// A message's content; whether its channel is the analysis one.
-    Content { analysis: bool },
+    Header(Vec<u32>),
+    /// After `<|channel|>`: the channel's name (and any recipient and constraint), up to
+    /// `<|message|>`; and the header before it.
+    Channel { name: Vec<u32>, header: Vec<u32> },
+    /// A message's content; whether its channel is the analysis one, whether it is a call.
+    Content { analysis: bool, call: bool },
     /// After `<|end|>`, waiting for the next `<|start|>`.
     Between,
 }
@@ -97,7 +102,10 @@ impl ReplySplitter {
                     channel,
                 },
                 // A reply without any harmony header is all answer.
-                state: HarmonyState::Content { analysis: false },
+                state: HarmonyState::Content {
+                    analysis: false,
+                    call: false,
+                },
             },
             (.., (Some(open), Some(close)), _) => think(open, close, false),
             (.., (Some(open), Some(close))) => think(open, close, true),
@@ -154,7 +162,7 @@ impl ReplySplitter {
             }
             Format::Harmony { ids, state } => {
                 if t == ids.start {
-                    *state = HarmonyState::Header;
+                    *state = HarmonyState::Header(Vec::new());
                     return Route::Markup;
                 }
                 if t == ids.end {
@@ -162,25 +170,44 @@ impl ReplySplitter {
                     return Route::Markup;
                 }
                 if t == ids.channel {
-                    *state = HarmonyState::Channel(Vec::new());
+                    let header = match state {
+                        HarmonyState::Header(h) => std::mem::take(h),
+                        _ => Vec::new(),
+                    };
+                    *state = HarmonyState::Channel {
+                        name: Vec::new(),
+                        header,
+                    };
                     return Route::Markup;
                 }
                 if t == ids.message {
-                    let analysis = match state {
-                        HarmonyState::Channel(name) => text(name).trim() == "analysis",
-                        _ => false,
+                    let (analysis, call) = match state {
+                        HarmonyState::Channel { name, header } => (
+                            text(name).trim() == "analysis",
+                            text(header).contains("to=functions.")
+                                || text(name).contains("to=functions."),
+                        ),
+                        HarmonyState::Header(header) => {
+                            (false, text(header).contains("to=functions."))
+                        }
+                        _ => (false, false),
                     };
-                    *state = HarmonyState::Content { analysis };
+                    *state = HarmonyState::Content { analysis, call };
                     return Route::Markup;
                 }
                 match state {
-                    HarmonyState::Content { analysis: true } => Route::Reasoning,
-                    HarmonyState::Content { analysis: false } => Route::Answer,
-                    HarmonyState::Channel(name) => {
-                        name.push(t);
+                    HarmonyState::Content { call: true, .. } => Route::Markup,
+                    HarmonyState::Content { analysis: true, .. } => Route::Reasoning,
+                    HarmonyState::Content {
+                        analysis: false, ..
+                    } => Route::Answer,
+                    HarmonyState::Channel { name: kept, .. } | HarmonyState::Header(kept) => {
+                        if kept.len() < MAX_HEADER {
+                            kept.push(t);
+                        }
                         Route::Markup
                     }
-                    HarmonyState::Header | HarmonyState::Between => Route::Markup,
+                    HarmonyState::Between => Route::Markup,
                 }
             }
         }
@@ -216,13 +243,18 @@ mod tests {
                     message: MESSAGE,
                     channel: CHANNEL,
                 },
-                state: HarmonyState::Content { analysis: false },
+                state: HarmonyState::Content {
+                    analysis: false,
+                    call: false,
+                },
             },
         }
         .after(prompt, &text)
     }
 
     const THOUGHT: u32 = 13;
+    const TO_FUNCTION: u32 = 15;
+    const COMMENTARY: u32 = 16;
     const NEWLINE: u32 = 14;
 
     /// The made-up vocabulary's texts.
@@ -231,7 +263,9 @@ mod tests {
             .map(|&t| match t {
                 ANALYSIS => "analysis",
                 FINAL => "final",
+                COMMENTARY => "commentary",
                 THOUGHT => "thought",
+                TO_FUNCTION => " to=functions.get_weather",
                 NEWLINE => "\n",
                 _ => "x",
             })
@@ -272,6 +306,37 @@ mod tests {
             routes(&mut s, &reply),
             [M, M, M, R, R, M, M, M, M, M, M, A, A]
         );
+    }
+
+    #[test]
+    fn harmony_messages_to_a_function_are_neither_answer_nor_reasoning() {
+        // The recipient in the channel header, then in the role header; then a final answer.
+        let mut s = harmony(&[START, ASSISTANT]);
+        let reply = [
+            CHANNEL,
+            COMMENTARY,
+            TO_FUNCTION,
+            MESSAGE,
+            40,
+            END,
+            START,
+            ASSISTANT,
+            TO_FUNCTION,
+            CHANNEL,
+            COMMENTARY,
+            MESSAGE,
+            41,
+            END,
+            START,
+            ASSISTANT,
+            CHANNEL,
+            FINAL,
+            MESSAGE,
+            50,
+        ];
+        let mut want = [M; 20];
+        want[19] = A;
+        assert_eq!(routes(&mut s, &reply), want);
     }
 
     #[test]

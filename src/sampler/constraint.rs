@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 /// Whitespace allowed between JSON tokens: llama.cpp's choice for its JSON-schema grammars (a
 /// space, or one or two newlines and up to 20 spaces or tabs of indentation). Unbounded whitespace
 /// would let a sampled run pad forever.
-const JSON_WHITESPACE: &str = r"\x20|\x0A{1,2}[\x20\x09]{0,20}";
+pub const JSON_WHITESPACE: &str = r"\x20|\x0A{1,2}[\x20\x09]{0,20}";
 
 /// What the output must be.
 #[derive(Debug, Clone, PartialEq)]

@@ -9,7 +9,7 @@ pub mod gbnf;
 
 use std::collections::{HashMap, VecDeque};
 
-pub use constraint::{Constraint, ConstraintCompiler, ConstraintSpec, TokenBytes};
+pub use constraint::{Constraint, ConstraintCompiler, ConstraintSpec, JSON_WHITESPACE, TokenBytes};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplerConfig {

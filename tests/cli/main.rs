@@ -18,4 +18,5 @@ mod hub;
 mod info;
 mod serve;
 mod shell;
+mod tool_calls;
 mod vision;

@@ -103,6 +103,7 @@ pub fn generate_on<B: Backend>(
         },
         logprobs: 0,
         cancel: None,
+        on_logprobs: None,
         on_reasoning: None,
         speculation,
     };

@@ -119,6 +119,14 @@ fn python_compatible_helpers() {
         .render(&[Message::new("user", "  hi  ")], false)
         .unwrap();
     assert_eq!(text, "HI|{\"b\": 1, \"a\": [1, \"é\"]}|4");
+    // GLM's template passes Python's `ensure_ascii` (json.dumps's escapes when it is true).
+    let tmpl = ChatTemplate::from_source(
+        "{{ 'é😀' | tojson(ensure_ascii=False) }}|{{ 'é😀' | tojson(ensure_ascii=True) }}",
+        "",
+        "",
+    );
+    let text = tmpl.render(&[], false).unwrap();
+    assert_eq!(text, "\"é😀\"|\"\\u00e9\\ud83d\\ude00\"");
 }
 
 /// gpt-oss's harmony template (llama.cpp's copy of openai/gpt-oss-120b's, which kiln builds in

@@ -317,6 +317,7 @@ fn generation_shifts_a_full_context_and_goes_on() {
         },
         logprobs: 0,
         cancel: None,
+        on_logprobs: None,
         on_reasoning: None,
         speculation: None,
     };
@@ -382,6 +383,7 @@ fn a_shifted_chat_keeps_its_system_prompt() {
         },
         logprobs: 0,
         cancel: None,
+        on_logprobs: None,
         on_reasoning: None,
         speculation: None,
     };

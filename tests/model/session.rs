@@ -128,6 +128,7 @@ fn check_properties(mf: &ModelFile, prompt_text: &str, steps: usize) {
             },
             logprobs: 0,
             cancel: None,
+            on_logprobs: None,
             on_reasoning: None,
             speculation: None,
         };

@@ -114,6 +114,20 @@ def main():
         check(len(e.top_logprobs) == 2, f"two alternatives: {e}")
         check(e.top_logprobs[0].logprob == e.logprob, f"greedy takes the likeliest: {e}")
         check(e.logprob <= 0, f"a log probability: {e}")
+    # Streamed, each chunk carries the logprobs of the tokens it brings (the rest with the last):
+    # they concatenate to the same list, and the chunks with text carry some.
+    streamed, with_text = [], 0
+    for chunk in client.chat.completions.create(
+        model=model, messages=messages, max_tokens=6, temperature=0, logprobs=True, top_logprobs=2,
+        stream=True,
+    ):
+        c = chunk.choices[0]
+        got = c.logprobs.content if c.logprobs and c.logprobs.content else []
+        streamed += got
+        with_text += bool(c.delta.content and got)
+    check([(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in entries],
+          f"streamed logprobs {streamed} != {entries}")
+    check(with_text >= 1, "logprobs come with the streamed text")
 
     # A tool-call round trip: the call (required, so it always comes, its arguments valid under
     # the function's schema), the tool's result, then an answer that is text.

@@ -296,7 +296,7 @@ pub fn usage(prompt_rows: usize, cached_rows: usize, completion: usize) -> Value
 }
 
 /// One token's text for logprobs.
-fn piece(tok: &Tokenizer, id: u32) -> String {
+pub fn piece(tok: &Tokenizer, id: u32) -> String {
     tok.decode(&[id], false).unwrap_or_default()
 }
 
@@ -324,10 +324,14 @@ pub fn chat_logprobs(tok: &Tokenizer, steps: &[StepLogprobs], top: usize) -> Val
 }
 
 /// Text completion's `logprobs`: parallel lists of tokens, their logprobs, their alternatives
-/// (a map of text to logprob) and where each starts in the text.
-pub fn completion_logprobs(tok: &Tokenizer, steps: &[StepLogprobs], top: usize) -> Value {
+/// (a map of text to logprob) and where each starts in the text (the first at `offset`).
+pub fn completion_logprobs(
+    tok: &Tokenizer,
+    steps: &[StepLogprobs],
+    top: usize,
+    mut offset: usize,
+) -> Value {
     let (mut tokens, mut lps, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
-    let mut offset = 0;
     for s in steps {
         let text = piece(tok, s.token);
         offsets.push(offset);

@@ -15,7 +15,7 @@ use super::super::error_message;
 use super::super::requests::{Follow, Request, Runner};
 use super::super::values::Seed;
 use crate::backend::Backend;
-use crate::model::generate::{FinishReason, Generation};
+use crate::model::generate::{FinishReason, Generation, LogprobsSink, StepLogprobs};
 use crate::model::tools::ToolCall;
 
 /// One queued request.
@@ -41,6 +41,11 @@ pub enum Event {
     Reasoning {
         choice: usize,
         text: String,
+    },
+    /// A step's logprobs, as it is taken (with `logprobs` asked).
+    Logprobs {
+        choice: usize,
+        step: StepLogprobs,
     },
     Done {
         choice: usize,
@@ -208,9 +213,16 @@ fn run_job<B: Backend>(runner: &mut Runner<'_, '_, B>, job: &Job, slot: usize) -
             });
             Ok(())
         };
+        let on_logprobs = |step: &StepLogprobs| {
+            let _ = events.send(Event::Logprobs {
+                choice,
+                step: step.clone(),
+            });
+        };
         let follow = Follow {
             on_text: &mut on_text,
             on_reasoning: Some(&on_reasoning),
+            on_logprobs: (job.top_logprobs > 0).then_some(&on_logprobs as &LogprobsSink),
             cancel: &job.cancel,
             logprobs: job.top_logprobs,
         };

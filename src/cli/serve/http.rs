@@ -25,10 +25,11 @@ use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use super::super::tool_calls::calls_json;
 use super::api::{
     self, ApiError, Asked, ChatRequest, CompletionRequest, chat_logprobs, completion_logprobs,
-    finish_reason, timings, usage,
+    finish_reason, piece, timings, usage,
 };
 use super::engine::{Event, Finished, Job};
 use crate::model::Tokenizer;
+use crate::model::generate::StepLogprobs;
 use crate::model::tools::ToolSyntax;
 
 /// The largest request body read (a request with a few images as `data:` URLs fits).
@@ -362,6 +363,8 @@ async fn generate(server: Shared, asked: Asked, endpoint: Endpoint) -> Result<Re
         hold: server_syntax.filter(|_| asked.tools),
         text: vec![String::new(); asked.choices],
         sent: vec![0; asked.choices],
+        steps: vec![Vec::new(); asked.choices],
+        text_offset: vec![0; asked.choices],
         _guard: guard,
     };
     let stream = futures_util::stream::unfold(stream, |mut s| async move {
@@ -414,7 +417,7 @@ impl Reply {
         let tok = &self.server.tokenizer;
         match self.endpoint {
             Endpoint::Chat => chat_logprobs(tok, &f.generation.logprobs, top),
-            Endpoint::Completion => completion_logprobs(tok, &f.generation.logprobs, top),
+            Endpoint::Completion => completion_logprobs(tok, &f.generation.logprobs, top, 0),
         }
     }
 
@@ -509,6 +512,10 @@ struct ChunkStream {
     hold: Option<ToolSyntax>,
     text: Vec<String>,
     sent: Vec<usize>,
+    /// Each choice's logprobs not yet sent: they go with its next chunk of text, or its last.
+    steps: Vec<Vec<StepLogprobs>>,
+    /// Where each choice's next logprobs token starts in its text (completions' `text_offset`).
+    text_offset: Vec<usize>,
     _guard: CancelOnDrop,
 }
 
@@ -549,10 +556,32 @@ impl ChunkStream {
         v.to_string()
     }
 
+    /// The logprobs of `choice` not yet sent, in the endpoint's shape (null when none).
+    fn take_logprobs(&mut self, choice: usize) -> Value {
+        let (Some(top), false) = (self.reply.logprobs, self.steps[choice].is_empty()) else {
+            return Value::Null;
+        };
+        let steps = std::mem::take(&mut self.steps[choice]);
+        let tok = &self.reply.server.tokenizer;
+        match self.reply.endpoint {
+            Endpoint::Chat => chat_logprobs(tok, &steps, top),
+            Endpoint::Completion => {
+                let offset = &mut self.text_offset[choice];
+                let v = completion_logprobs(tok, &steps, top, *offset);
+                *offset += steps
+                    .iter()
+                    .map(|s| piece(tok, s.token).len())
+                    .sum::<usize>();
+                v
+            }
+        }
+    }
+
     fn push(&mut self, event: Event) {
         let choice = match &event {
             Event::Text { choice, .. }
             | Event::Reasoning { choice, .. }
+            | Event::Logprobs { choice, .. }
             | Event::Done { choice, .. } => *choice,
         };
         if self.reply.endpoint == Endpoint::Chat && !self.started[choice] {
@@ -579,11 +608,12 @@ impl ChunkStream {
                     }
                 };
                 if !text.is_empty() {
-                    let c =
-                        self.chunk(choice, json!({ "content": text }), Value::Null, Value::Null);
+                    let logprobs = self.take_logprobs(choice);
+                    let c = self.chunk(choice, json!({ "content": text }), logprobs, Value::Null);
                     self.pending.push_back(c);
                 }
             }
+            Event::Logprobs { step, .. } => self.steps[choice].push(step),
             Event::Reasoning { text, .. } => {
                 if self.reply.endpoint == Endpoint::Chat {
                     let delta = json!({ "reasoning_content": text });
@@ -613,7 +643,7 @@ impl ChunkStream {
                     }
                 }
                 let reason = json!(finish_reason(f.generation.finish, !f.tool_calls.is_empty()));
-                let logprobs = self.reply.logprobs_value(&f);
+                let logprobs = self.take_logprobs(choice);
                 let c = self.chunk(choice, json!({}), logprobs, reason);
                 self.pending.push_back(c);
                 self.ended += 1;
@@ -655,7 +685,9 @@ fn streamable(text: &str, syntax: ToolSyntax) -> usize {
             || "<|python_tag|>".starts_with(t);
         return if maybe_call { 0 } else { text.len() };
     }
-    let opener = syntax.opener();
+    let Some(opener) = syntax.opener() else {
+        return text.len();
+    };
     if let Some(at) = text.find(opener) {
         return at;
     }
