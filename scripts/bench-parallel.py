@@ -6,6 +6,7 @@ is the total of its slots). In ROUNDS rounds, alternating which server goes firs
 (`usage.completion_tokens`) over the wall time of the whole set. Then `kiln run --batch` on 64 requests, with
 --parallel 1 (one at a time, as before continuous batching) and --parallel 8, alternating. Prints every
 round, per-configuration medians and the median ratios with their range. Run nothing else meanwhile.
+Without LLAMA_SERVER only the `kiln run --batch` part runs (it compares kiln with itself).
 
 usage: scripts/bench-parallel.py [ROUNDS]   (default 8)
 env:   KILN (target/release/kiln), LLAMA_SERVER (path to llama-server), MODEL (a 1B-shape GGUF, e.g. from
@@ -82,8 +83,14 @@ def batch_time(path, parallel):
 
 
 def main(rounds):
-    if not LLAMA_SERVER or not MODEL:
-        sys.exit("set LLAMA_SERVER (llama-server's path) and MODEL (a GGUF)")
+    if not MODEL:
+        sys.exit("set MODEL (a GGUF), and LLAMA_SERVER (llama-server's path) for the server part")
+    if LLAMA_SERVER:
+        servers(rounds)
+    batch(rounds)
+
+
+def servers(rounds):
     kiln = subprocess.Popen([KILN, "serve", "-m", MODEL, "-t", "2", "--parallel", str(SEQS), "-c", str(CTX),
                              "--port", "18471"], stderr=subprocess.DEVNULL)
     llama = subprocess.Popen([LLAMA_SERVER, "-m", MODEL, "-t", "2", "-np", str(SEQS), "-c", str(SEQS * CTX),
@@ -114,6 +121,8 @@ def main(rounds):
         rs = [x / y for x, y in zip(rates[a], rates[b])]
         print(f"{a} / {b}: {statistics.median(rs):.2f}x ({min(rs):.2f}-{max(rs):.2f})")
 
+
+def batch(rounds):
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         for i in range(64):
             f.write(json.dumps({"id": i, "prompt": PROMPTS[i % len(PROMPTS)] + f" (part {i})",

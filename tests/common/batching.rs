@@ -5,6 +5,8 @@
 use kiln::backend::Backend;
 use kiln::model::arch::{BatchSeq, KvCacheTypes, RowInputs};
 use kiln::model::batcher::Batcher;
+use kiln::model::generate::{DraftSource, Speculation};
+use kiln::model::speculative::NgramDrafter;
 use kiln::model::{Model, Session, Tokenizer};
 use kiln::sampler::SamplerConfig;
 
@@ -112,7 +114,9 @@ pub fn forward_batch_matches_alone<B: Backend>(
 }
 
 /// Greedy generation of `n` tokens after each prompt, each on a thread of its own with a session
-/// on one `Batcher`, gives the tokens each gives alone. Returns the batcher's steps and calls.
+/// on one `Batcher`, gives the tokens each gives alone; every second sequence drafts from its
+/// n-grams, so verify passes (and, for Qwen3.5, their per-row recurrent states) share steps with
+/// plain decodes. Returns the batcher's steps and calls.
 pub fn threads_match_alone<B: Backend>(
     model: &Model<B>,
     tok: &Tokenizer,
@@ -125,7 +129,8 @@ pub fn threads_match_alone<B: Backend>(
     let got: Vec<Vec<u32>> = std::thread::scope(|scope| {
         let handles: Vec<_> = prompts
             .iter()
-            .map(|p| {
+            .enumerate()
+            .map(|(i, p)| {
                 let batcher = &batcher;
                 scope.spawn(move || {
                     let mut s =
@@ -135,7 +140,14 @@ pub fn threads_match_alone<B: Backend>(
                         temperature: 0.0,
                         ..SamplerConfig::default()
                     };
-                    generate_on(&mut s, tok, p, n, greedy, None).tokens
+                    let ngrams = NgramDrafter::default();
+                    let speculation = (i % 2 == 1).then_some(Speculation {
+                        drafter: DraftSource::Drafter(&ngrams),
+                        max_draft: 4,
+                        min_draft: 0,
+                        synthetic: None,
+                    });
+                    generate_on(&mut s, tok, p, n, greedy, speculation).tokens
                 })
             })
             .collect();

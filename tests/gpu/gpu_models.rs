@@ -678,7 +678,7 @@ fn mtp_greedy_is_plain_greedy_on_the_gpu() {
 /// batched LM head by 2e-4.)
 #[test]
 fn batched_sequences_match_each_alone_on_the_gpu() {
-    for name in ["gptoss-tiny.gguf", "tiny-qwen3.gguf"] {
+    for name in ["gptoss-tiny.gguf", "tiny-qwen3.gguf", "qwen35-tiny.gguf"] {
         let mf = ModelFile::open(&common::fixture(&format!("models/{name}"))).unwrap();
         let Some(model) = load(&mf) else { return };
         let tok = Tokenizer::from_model(&mf).unwrap();

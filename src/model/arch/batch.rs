@@ -1,14 +1,13 @@
 //! Forward calls over the rows of several sequences at once (continuous batching): each row's
 //! matmuls, norms and feed-forward run with every other row's, reading the weights once, while
 //! RoPE, the KV-cache append and attention run per sequence, against that sequence's own cache
-//! and positions. A call over one sequence is the plain forward pass. Models with recurrent
-//! blocks (Qwen3.5) run their sequences one after another: their state advances row by row.
+//! and positions; so do the convolution and recurrence of Qwen3.5's DeltaNet blocks, each
+//! sequence on its own state (`delta_net.rs`). A call over one sequence is the plain forward pass.
 
 use super::rows::RowInputs;
 use super::{KvCache, Model, Scratch, Step, VerifyScratch};
 use crate::backend::{AttentionParams, Backend, KvAppend};
 use crate::error::{Error, Result};
-use crate::model::arch::family::LayerKind;
 
 /// One sequence's part of a batched forward call (`Model::forward_batch`).
 pub struct BatchSeq<'c, B: Backend> {
@@ -33,7 +32,8 @@ pub(super) struct SeqRows<'c, B: Backend> {
 }
 
 /// Room for one sequence's attention inputs and output, copied out of and back into the call's
-/// buffers.
+/// buffers; and for a model with DeltaNet blocks, their projected rows, convolution and output
+/// (`delta_net.rs`).
 pub(super) struct SeqScratch<B: Backend> {
     q: B::Buffer,
     k: B::Buffer,
@@ -41,6 +41,8 @@ pub(super) struct SeqScratch<B: Backend> {
     attn: B::Buffer,
     table: B::Buffer,
     temperature: B::Buffer,
+    /// q/k/v, convolution, alpha, beta, output.
+    pub(super) delta_net: Option<[B::Buffer; 5]>,
 }
 
 impl<B: Backend> SeqScratch<B> {
@@ -53,6 +55,16 @@ impl<B: Backend> SeqScratch<B> {
             attn: b.buffer(rows * c.max_q_dim())?,
             table: b.buffer(rows * c.max_head_dim())?,
             temperature: b.buffer(rows)?,
+            delta_net: match &c.delta_net {
+                Some(d) => Some([
+                    b.buffer(rows * d.conv_channels())?,
+                    b.buffer(rows * d.conv_channels())?,
+                    b.buffer(rows * d.n_v_heads)?,
+                    b.buffer(rows * d.n_v_heads)?,
+                    b.buffer(rows * d.value_dim())?,
+                ]),
+                None => None,
+            },
         })
     }
 }
@@ -109,8 +121,7 @@ impl<B: Backend> Model<B> {
                 logits: b.buffer(out_rows * c.vocab_size)?,
             },
         };
-        // A recurrent state advances a row at a time: such models run their sequences apart.
-        let together = seqs.len() > 1 && !matches!(self.family.layer, LayerKind::Qwen35);
+        let together = seqs.len() > 1;
         let mut out = 0;
         if together {
             if s.seq.is_none() {
