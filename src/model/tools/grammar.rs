@@ -3,9 +3,10 @@
 //! named function asks for. Where a syntax writes arguments as JSON (Hermes, Mistral, Llama 3,
 //! gpt-oss) the arguments are llguidance's `%json` of the schema. Where it does not (Qwen's and
 //! GLM's XML parameters, Gemma 4's notation) the schema is translated: objects, arrays, strings,
-//! `enum`/`const`, `anyOf`/`oneOf` and type lists by hand, each scalar that is written as JSON
-//! through `%json` (so `minimum`, `format` and the like still hold). A schema keyword that cannot be
-//! kept is an error naming it, never a call that might not validate.
+//! `enum`/`const`, `anyOf`/`oneOf` and type lists by hand, each value that is written as JSON
+//! through `%json` (so a number's `minimum` and the like still hold). A schema keyword that cannot
+//! be kept is an error naming it, never a call that might not validate (`format` is an annotation,
+//! as JSON Schema's default vocabulary has it, so a text string's `format` is not enforced).
 
 use serde_json::{Map, Value, json};
 
@@ -60,14 +61,14 @@ pub fn call_grammar(syntax: ToolSyntax, functions: &[&Value]) -> Result<String, 
                  <|start|> \"assistant\""
                     .into(),
             );
-            let calls = functions
+            let calls: Vec<String> = functions
                 .iter()
                 .map(|f| {
                     let head = lit(&format!("commentary to=functions.{} ", name(f)));
                     let args = g.json(&params(f));
-                    Ok(format!("{head} <|constrain|> \"json\" <|message|> {args}"))
+                    format!("{head} <|constrain|> \"json\" <|message|> {args}")
                 })
-                .collect::<Result<Vec<_>, String>>()?;
+                .collect();
             format!("{before}* <|channel|> ({})", calls.join(" | "))
         }
         ToolSyntax::QwenXml | ToolSyntax::Glm | ToolSyntax::Gemma4 => {
@@ -394,7 +395,8 @@ impl Lark {
                 }
             });
         }
-        // Not a string: JSON (a string branch of an `anyOf` would be read back as JSON text).
+        // Not only a string: JSON (a string branch of an `anyOf` quoted, which the reader, told by
+        // the schema, takes as JSON).
         let json = self.json(schema);
         Ok(format!("{json} {}", lit(close)))
     }
@@ -678,6 +680,22 @@ mod tests {
         assert_eq!(calls[0].arguments, r#"{"city":"Paris","days":3}"#);
         let bad = format!("<tool_call>get_weather\n{}</tool_call>", a("city", "Paris"));
         assert!(!accepts(&g, &bad));
+
+        // A value of several kinds is JSON, a string quoted; the reader, told by the schema,
+        // takes it back as the string.
+        let f = json!({"name": "when", "parameters": {"type": "object", "properties": {
+            "at": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}, "required": ["at"]}});
+        let g = call_grammar(ToolSyntax::Glm, &[&f]).unwrap();
+        for (value, want) in [("\"noon\"", json!("noon")), ("12", json!(12))] {
+            let text = format!("<tool_call>when\n{}</tool_call>", a("at", value));
+            assert!(accepts(&g, &text), "{text}\n{g}");
+            let (_, calls) = ToolSyntax::Glm.parse(&text, &[&f]);
+            assert_eq!(calls[0].arguments, json!({ "at": want }).to_string());
+        }
+        assert!(!accepts(
+            &g,
+            &format!("<tool_call>when\n{}</tool_call>", a("at", "noon"))
+        ));
     }
 
     #[test]

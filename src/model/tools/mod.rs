@@ -183,8 +183,9 @@ fn call_of(v: &Value, args_key: &str) -> Option<ToolCall> {
 }
 
 /// A parameter's value as Qwen's and GLM's templates write it: the text itself where the
-/// function's schema says the parameter is a string, else JSON where it parses (numbers,
-/// booleans, objects), else the text.
+/// function's schema says the parameter is a string; JSON where it parses and the schema says it
+/// is something else (a quoted string too: an `anyOf` branch, as the grammar writes it); without
+/// a schema, JSON where it parses to a number, boolean, list or object; else the text.
 fn xml_value(text: &str, schema: Option<&Value>) -> Value {
     let text = text.strip_prefix('\n').unwrap_or(text);
     let text = text.strip_suffix('\n').unwrap_or(text);
@@ -196,6 +197,7 @@ fn xml_value(text: &str, schema: Option<&Value>) -> Value {
             || s["const"].is_string()
     });
     match serde_json::from_str::<Value>(text) {
+        Ok(v) if schema.is_some() && !is_string => v,
         Ok(v) if !v.is_string() && !is_string => v,
         _ => Value::String(text.to_string()),
     }
