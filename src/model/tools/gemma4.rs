@@ -203,14 +203,8 @@ pub fn write(v: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::call;
     use super::*;
-
-    fn call(name: &str, arguments: &str) -> ToolCall {
-        ToolCall {
-            name: name.into(),
-            arguments: arguments.into(),
-        }
-    }
 
     #[test]
     fn calls_and_their_content() {

@@ -55,14 +55,8 @@ fn recipient(header: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::call;
     use super::*;
-
-    fn call(name: &str, arguments: &str) -> ToolCall {
-        ToolCall {
-            name: name.into(),
-            arguments: arguments.into(),
-        }
-    }
 
     #[test]
     fn calls_in_the_channel_header_or_the_role_header() {

@@ -315,7 +315,8 @@ fn parse_llama3(text: &str) -> (String, Vec<ToolCall>) {
 mod tests {
     use super::*;
 
-    fn call(name: &str, arguments: &str) -> ToolCall {
+    /// A call, for the expectations of this module's tests and its submodules'.
+    pub(super) fn call(name: &str, arguments: &str) -> ToolCall {
         ToolCall {
             name: name.into(),
             arguments: arguments.into(),
