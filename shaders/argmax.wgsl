@@ -1,5 +1,6 @@
-// argmax.wgsl — the index of the largest of n values (the first on ties), in one workgroup, so
-// greedy decoding reads back 4 bytes instead of the logits.
+// argmax.wgsl — per row of n values, the index of the largest (the first on ties), one workgroup
+// a row, so greedy decoding reads back 4 bytes a row instead of the logits (one row when
+// decoding, each row of a speculative verify pass).
 
 struct Params {
     n: u32,
@@ -13,11 +14,13 @@ var<workgroup> best_v: array<f32, 256>;
 var<workgroup> best_i: array<u32, 256>;
 
 @compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
+    let row = wg.x;
+    let base = row * p.n;
     var bv = -3.4e38;
     var bi = 0xffffffffu;
     for (var i = lid; i < p.n; i += 256u) {
-        let v = x[i];
+        let v = x[base + i];
         if (v > bv) {
             bv = v;
             bi = i;
@@ -38,6 +41,6 @@ fn main(@builtin(local_invocation_index) lid: u32) {
         workgroupBarrier();
     }
     if (lid == 0u) {
-        result[0] = best_i[0];
+        result[row] = best_i[0];
     }
 }

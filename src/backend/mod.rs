@@ -259,7 +259,14 @@ pub trait CoreOps: Send + Sync {
     /// The index of the largest of the first `len` values of `x` (the first on ties), computed
     /// where `x` lives, so that greedy decoding reads back one index instead of the logits. None
     /// where the backend has no such kernel: the caller reads the values back instead.
-    fn argmax(&self, _x: &Self::Buffer, _len: usize) -> Option<u32> {
+    fn argmax(&self, x: &Self::Buffer, len: usize) -> Option<u32> {
+        self.argmax_rows(x, len, 1)?.first().copied()
+    }
+
+    /// `argmax` of each of the first `rows` rows of `len` values of `x` (a verify pass's rows of
+    /// logits). None where the backend has no such kernel, or where a row has no largest value
+    /// (all NaN or -inf): the caller reads the values back instead.
+    fn argmax_rows(&self, _x: &Self::Buffer, _len: usize, _rows: usize) -> Option<Vec<u32>> {
         None
     }
 

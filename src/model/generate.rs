@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::reasoning::{ReplySplitter, Route};
-use super::session::Session;
+use super::session::{Session, Verdict};
 use super::speculative::Drafter;
 use super::tokenizer::Tokenizer;
 use crate::backend::Backend;
@@ -425,32 +425,47 @@ fn speculate<B: Backend>(
     rows.push(token);
     rows.extend_from_slice(&draft);
     let base = session.tokens().len();
-    let logits = session.verify(&rows)?;
-    // Row i's logits judge draft[i] (after the rows before it were kept), the last row, after
-    // the whole draft, gives the token that follows it.
+    // Greedy: the backend may pick each row's token where the logits live.
+    let verdict = match sampler.is_plain_greedy() && spec.synthetic.is_none() {
+        true => session.verify_argmax(&rows)?,
+        false => Verdict::Logits(session.verify(&rows)?),
+    };
     let (mut n, mut after) = (0, None);
-    for (i, row) in logits.chunks_exact(vocab).enumerate() {
-        let Some(&d) = draft.get(i) else {
-            after = Some(sampler.sample(row)?);
-            break;
-        };
-        let (token, kept) = match spec.synthetic {
-            // Never an end of text: it would end the run early.
-            Some(rates) => match uniform(synthetic_rng) * if i == 0 { 1.0 } else { rates[i - 1] }
-                < rates[i]
-                && !tok.is_eog(d)
-            {
-                true => (d, true),
-                false => (sampler.sample(row)?, false),
-            },
-            None => sampler.sample_draft(row, d)?,
-        };
-        if !kept {
-            after = Some(token);
-            break;
+    match verdict {
+        // The draft is kept while it is what the model picks; the pick after it follows.
+        Verdict::Picks(picks) => {
+            n = draft.iter().zip(&picks).take_while(|(d, p)| d == p).count();
+            draft[..n].iter().for_each(|&t| sampler.accept(t));
+            after = picks.get(n).copied();
         }
-        sampler.accept(token);
-        n += 1;
+        // Row i's logits judge draft[i] (after the rows before it were kept), the last row,
+        // after the whole draft, gives the token that follows it.
+        Verdict::Logits(logits) => {
+            for (i, row) in logits.chunks_exact(vocab).enumerate() {
+                let Some(&d) = draft.get(i) else {
+                    after = Some(sampler.sample(row)?);
+                    break;
+                };
+                let (token, kept) = match spec.synthetic {
+                    // Never an end of text: it would end the run early.
+                    Some(rates) => match uniform(synthetic_rng)
+                        * if i == 0 { 1.0 } else { rates[i - 1] }
+                        < rates[i]
+                        && !tok.is_eog(d)
+                    {
+                        true => (d, true),
+                        false => (sampler.sample(row)?, false),
+                    },
+                    None => sampler.sample_draft(row, d)?,
+                };
+                if !kept {
+                    after = Some(token);
+                    break;
+                }
+                sampler.accept(token);
+                n += 1;
+            }
+        }
     }
     let after = after.ok_or(Error::EmptyPrompt)?;
     if let DraftSource::Drafter(d) = spec.drafter {

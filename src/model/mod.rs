@@ -26,5 +26,5 @@ pub use crate::tensor::Tensor;
 pub use arch::Model;
 pub use config::{Arch, ModelConfig};
 pub use loader::{Format, ModelFile};
-pub use session::Session;
+pub use session::{Session, Verdict};
 pub use tokenizer::Tokenizer;

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::arch::{KvCache, KvCacheTypes, Model, MtpState, RowInputs, Scratch};
+use super::arch::{BatchSeq, KvCache, KvCacheTypes, Model, MtpState, RowInputs, Scratch};
 use super::batcher::{Batcher, Call};
 use super::multimodal::ImageInput;
 use super::recurrent::CHECKPOINT_INTERVAL;
@@ -34,6 +34,13 @@ pub struct SessionStats {
     pub shifted_out_tokens: usize,
     /// Tokens run again by `truncate` to rebuild a recurrent state from a checkpoint.
     pub recomputed_tokens: usize,
+}
+
+/// What a greedy verify pass (`Session::verify_argmax`) gives: each row's most likely token, or
+/// the rows' logits where the backend could not pick them.
+pub enum Verdict<'a> {
+    Picks(Vec<u32>),
+    Logits(&'a [f32]),
 }
 
 pub struct Session<'m, B: Backend> {
@@ -425,6 +432,23 @@ impl<'m, B: Backend> Session<'m, B> {
     /// `truncate`: from the KV cache by forgetting them, from a recurrent state by restoring the
     /// copy of it kept after the last accepted row.
     pub fn verify(&mut self, ids: &[u32]) -> Result<&[f32]> {
+        self.run_verify(ids, false)?;
+        Ok(&self.rows_logits[..ids.len() * self.logits.len()])
+    }
+
+    /// `verify` for greedy decoding: each row's most likely token, picked by the backend where
+    /// the logits live (a GPU reads back an index a row, not the rows' logits; `logits()` is
+    /// then None), or the rows' logits where it cannot pick them.
+    pub fn verify_argmax(&mut self, ids: &[u32]) -> Result<Verdict<'_>> {
+        Ok(match self.run_verify(ids, true)? {
+            Some(picks) => Verdict::Picks(picks),
+            None => Verdict::Logits(&self.rows_logits[..ids.len() * self.logits.len()]),
+        })
+    }
+
+    /// The verify pass behind `verify` and `verify_argmax`: the rows' picks where `pick` asked
+    /// for them and the backend took them, else None with the logits in `rows_logits`.
+    fn run_verify(&mut self, ids: &[u32], pick: bool) -> Result<Option<Vec<u32>>> {
         if self.tokens.is_empty() {
             return Err(Error::DecodeBeforePrefill);
         }
@@ -444,40 +468,47 @@ impl<'m, B: Backend> Session<'m, B> {
             r.begin_verify(&self.model.backend, &self.model.config, ids.len())?;
         }
         let positions = self.positions(start_pos, ids.len());
-        let inputs = RowInputs {
-            embedded: None,
-            positions: positions.as_deref(),
-            bidirectional: false,
-        };
         let done = match self.batcher {
-            Some(_) => self
-                .run_batched(ids, true)
-                .map(|logits| self.rows_logits = logits),
-            None => self.model.forward_all_rows(
-                ids,
-                &inputs,
-                start_pos,
-                &mut self.cache,
+            Some(_) => self.run_batched(ids, true).map(|logits| {
+                self.rows_logits = logits;
+                None
+            }),
+            // One sequence, every row's logits (or picks).
+            None => self.model.forward_batch_picking(
+                &mut [BatchSeq {
+                    ids,
+                    start_pos,
+                    cache: &mut self.cache,
+                    inputs: RowInputs {
+                        embedded: None,
+                        positions: positions.as_deref(),
+                        bidirectional: false,
+                    },
+                    all_rows: true,
+                }],
                 &mut self.scratch,
                 &mut self.rows_logits,
+                pick,
             ),
         };
         if let Some(r) = &mut self.cache.recurrent {
             r.end_verify(start_pos, done.is_ok());
         }
-        done?;
+        let picks = done?;
         if let Some(e) = self.model.backend.take_error() {
             self.has_logits = false;
             return Err(e);
         }
         self.follow(ids, start_pos)?;
         self.tokens.extend_from_slice(ids);
-        let vocab = self.logits.len();
-        self.logits
-            .copy_from_slice(&self.rows_logits[(ids.len() - 1) * vocab..ids.len() * vocab]);
-        self.has_logits = true;
+        self.has_logits = picks.is_none();
+        if picks.is_none() {
+            let vocab = self.logits.len();
+            self.logits
+                .copy_from_slice(&self.rows_logits[(ids.len() - 1) * vocab..ids.len() * vocab]);
+        }
         self.stats.decode_time += start.elapsed();
-        Ok(&self.rows_logits[..ids.len() * vocab])
+        Ok(picks)
     }
 
     /// Keep only the first `n` tokens of the context (the cache beyond them is overwritten later).

@@ -1104,6 +1104,43 @@ fn argmax_on_the_device_matches_the_host() {
     }
 }
 
+/// A verify pass's argmax on the device, a row at a time: each row's first of equal maxima, as
+/// the host's; a row with no largest value (all -inf) leaves the choice to the host.
+#[test]
+fn argmax_of_each_row_on_the_device_matches_the_host() {
+    let Some(g) = gpu() else { return };
+    let mut rng = Rng(9);
+    for (n, rows) in [(1, 3), (255, 5), (151936, 9)] {
+        let mut x = rng.vec(n * rows, 30.0);
+        for r in 0..rows {
+            // Ties in some rows, at places that differ from row to row.
+            if n > 300 && r % 2 == 0 {
+                x[r * n + 100 * r + 7] = 99.0;
+                x[r * n + 70000 - r] = 99.0;
+            }
+        }
+        let want: Vec<u32> = x.chunks_exact(n).map(first_largest).collect();
+        let buf = upload(&g, &x);
+        assert_eq!(
+            g.argmax_rows(&buf, n, rows).as_ref(),
+            Some(&want),
+            "n = {n}, rows = {rows}"
+        );
+        // The first row alone, as decoding asks.
+        assert_eq!(g.argmax(&buf, n), Some(want[0]), "n = {n}");
+    }
+    let mut x = rng.vec(2 * 300, 1.0);
+    x[300..].fill(f32::NEG_INFINITY);
+    assert_eq!(g.argmax_rows(&upload(&g, &x), 300, 2), None);
+}
+
+/// The index of the first of `row`'s largest values.
+fn first_largest(row: &[f32]) -> u32 {
+    row.iter()
+        .enumerate()
+        .fold(0, |b, (i, &v)| if v > row[b] { i } else { b }) as u32
+}
+
 // ---- Hybrid recurrent and mixture-of-experts ops (Qwen3.5) ----
 
 /// One result of an op: its name, its values and the NMSE it is held to.

@@ -228,10 +228,10 @@ impl CoreOps for SplitBackend {
         )
     }
 
-    fn argmax(&self, x: &SplitBuffer, len: usize) -> Option<u32> {
+    fn argmax_rows(&self, x: &SplitBuffer, len: usize, rows: usize) -> Option<Vec<u32>> {
         match self.holder_side(x) {
-            Side::Gpu => self.gpu.argmax(&x.gpu.borrow(), len),
-            Side::Cpu => self.cpu.argmax(&x.cpu.borrow(), len),
+            Side::Gpu => self.gpu.argmax_rows(&x.gpu.borrow(), len, rows),
+            Side::Cpu => self.cpu.argmax_rows(&x.cpu.borrow(), len, rows),
         }
     }
 

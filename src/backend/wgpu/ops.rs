@@ -213,20 +213,27 @@ impl CoreOps for WgpuBackend {
         self.stream().profile()
     }
 
-    fn argmax(&self, x: &GpuBuffer, len: usize) -> Option<u32> {
-        let (res, id) = self.scratch_buffer(|s| &mut s.argmax, 1)?;
+    fn argmax_rows(&self, x: &GpuBuffer, len: usize, rows: usize) -> Option<Vec<u32>> {
+        if rows == 0 || rows * len > x.len {
+            return None;
+        }
+        let (res, id) = self.scratch_buffer(|s| &mut s.argmax, rows)?;
         self.run_in(
             &self.fixed.argmax,
             kernels::argmax_kernel,
             &[len as u32],
             &[bind(&x.dev), (&res, id)],
-            [1, 1, 1],
+            [rows as u32, 1, 1],
         );
-        let bytes = self.stream().read(&self.gpu, &res, 0, 4)?;
-        let index = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?);
+        let bytes = self.stream().read(&self.gpu, &res, 0, 4 * rows as u64)?;
+        let picks: Vec<u32> = bytes
+            .get(..4 * rows)?
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
         // An index past the end means no value compared greater than -3.4e38 (all NaN or -inf):
         // let the caller decide from the values.
-        (index < len as u32).then_some(index)
+        picks.iter().all(|&i| i < len as u32).then_some(picks)
     }
 
     fn take_error(&self) -> Option<Error> {

@@ -90,6 +90,21 @@ impl<B: Backend> Model<B> {
         s: &mut Scratch<B>,
         logits: &mut Vec<f32>,
     ) -> Result<()> {
+        self.forward_batch_picking(seqs, s, logits, false)
+            .map(|_| ())
+    }
+
+    /// As `forward_batch`; with `pick`, where the backend can take each output row's argmax
+    /// where the logits live (and no soft-cap could merge close logits into ties), those are
+    /// returned and `logits` is left as it was: greedy verify passes on a GPU read back an index
+    /// a row instead of the vocabulary's logits.
+    pub fn forward_batch_picking(
+        &self,
+        seqs: &mut [BatchSeq<B>],
+        s: &mut Scratch<B>,
+        logits: &mut Vec<f32>,
+        pick: bool,
+    ) -> Result<Option<Vec<u32>>> {
         let (b, c) = (&self.backend, &self.config);
         let rows: usize = seqs.iter().map(|q| q.ids.len()).sum();
         let out_rows: usize = seqs
@@ -164,11 +179,17 @@ impl<B: Backend> Model<B> {
             c.rms_norm_eps,
         );
         b.matmul(&v.x, self.lm_head(), out_rows, &mut v.logits);
-        logits.resize(out_rows * c.vocab_size, 0.0);
-        b.download(&v.logits, 0, logits);
+        let picks = match pick && c.final_logit_softcap.is_none() {
+            true => b.argmax_rows(&v.logits, c.vocab_size, out_rows),
+            false => None,
+        };
+        if picks.is_none() {
+            logits.resize(out_rows * c.vocab_size, 0.0);
+            b.download(&v.logits, 0, logits);
+            self.soft_cap(logits);
+        }
         s.verify = Some(v);
-        self.soft_cap(logits);
-        Ok(())
+        Ok(picks)
     }
 
     /// Copy the rows of `q` whose logits are wanted (from row `first` of `s.x`) to row `to` on of

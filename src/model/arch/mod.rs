@@ -424,33 +424,6 @@ impl<B: Backend> Model<B> {
         None
     }
 
-    /// Run `ids` as `forward` does and write the logits of every row into `logits` (`ids.len()`
-    /// rows of the vocabulary, soft-capped as `forward`'s): the verify pass of speculative
-    /// decoding, which checks each drafted token against the model's prediction at the row
-    /// before it, reading the weights once for all of them.
-    pub fn forward_all_rows(
-        &self,
-        ids: &[u32],
-        inputs: &RowInputs,
-        start_pos: usize,
-        cache: &mut KvCache<B>,
-        s: &mut Scratch<B>,
-        logits: &mut Vec<f32>,
-    ) -> Result<()> {
-        let mut seq = [BatchSeq {
-            ids,
-            start_pos,
-            cache,
-            inputs: RowInputs {
-                embedded: inputs.embedded,
-                positions: inputs.positions,
-                bidirectional: inputs.bidirectional,
-            },
-            all_rows: true,
-        }];
-        self.forward_batch(&mut seq, s, logits)
-    }
-
     /// The output projection: its own tensor, or the tied embedding table.
     fn lm_head(&self) -> &B::Weight {
         self.weights
