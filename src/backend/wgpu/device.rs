@@ -44,8 +44,12 @@ pub struct AdapterSummary {
 /// `KILN_WGPU_NOOP=1`: wgpu's no-op backend instead of the real ones, an adapter that records and
 /// submits every dispatch but runs none (results are zeros). With it `kiln bench --backend gpu`
 /// measures the host's own time per token: building dispatches, recording and submitting them,
-/// which on a real GPU must hide behind the GPU's work. It poses as a discrete GPU with subgroups
-/// of 32 and no other optional feature.
+/// which on a real GPU must hide behind the GPU's work. It has subgroups of 32 and no other
+/// optional feature, and takes the kernels shaped for hardware GPUs, so that what it records is
+/// what a GPU's stream records: wgpu 30's no-op adapter reports itself as a CPU whatever
+/// `NoopBackendOptions::device_type` says, which would otherwise give it the software adapters'
+/// variants (an activation-rounding dispatch before each mat-vec: 214 dispatches a token on the
+/// 1B shape instead of 141).
 fn noop() -> bool {
     std::env::var_os("KILN_WGPU_NOOP").is_some_and(|v| v == "1")
 }
@@ -280,7 +284,9 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
     let caps = Capabilities {
         subgroups: features.contains(wgpu::Features::SUBGROUP) && !options.no_subgroups,
         timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
-        software_kernels: info.device_type == wgpu::DeviceType::Cpu && !options.hardware_kernels,
+        software_kernels: info.device_type == wgpu::DeviceType::Cpu
+            && !options.hardware_kernels
+            && !noop(),
     };
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("kiln"),
