@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
-use crate::gguf::GgmlType;
 use crate::gguf::dequant::dequantize;
+use crate::gguf::{GgmlType, GgufFile};
 
 #[derive(Clone)]
 enum Storage {
@@ -40,6 +40,23 @@ impl std::fmt::Debug for Tensor {
 }
 
 impl Tensor {
+    /// Every tensor of an opened GGUF file (whose sizes the reader checked against the file), as
+    /// views of its mapping, in the file's order: a model's and a projector's alike.
+    pub fn all_in(gguf: &GgufFile) -> impl Iterator<Item = Tensor> + '_ {
+        gguf.tensors.iter().map(|t| {
+            let dims = t.dims.iter().map(|&d| d as usize).collect();
+            Tensor::mapped(
+                t.name.clone(),
+                t.ggml_type,
+                dims,
+                gguf.map.clone(),
+                gguf.file_backed,
+                t.offset,
+                t.nbytes,
+            )
+        })
+    }
+
     /// A view of `len` bytes at `start` in a mapping (of a file, or of anonymous memory). The
     /// caller has checked the range.
     pub fn mapped(

@@ -52,20 +52,9 @@ impl ModelFile {
     /// A model from an already opened GGUF file.
     pub fn from_gguf(gguf: GgufFile) -> Result<ModelFile> {
         let path = gguf.path.clone();
-        let mut tensors = BTreeMap::new();
-        for t in &gguf.tensors {
-            let dims: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
-            let tensor = Tensor::mapped(
-                t.name.clone(),
-                t.ggml_type,
-                dims,
-                gguf.map.clone(),
-                gguf.file_backed,
-                t.offset,
-                t.nbytes,
-            );
-            tensors.insert(t.name.clone(), tensor);
-        }
+        let tensors: BTreeMap<String, Tensor> = Tensor::all_in(&gguf)
+            .map(|t| (t.name.clone(), t))
+            .collect();
         let factors = |name: &str| tensors.get(name).map(Tensor::to_f32);
         let rope = RopeFactorTensors {
             freqs: factors("rope_freqs.weight"),

@@ -363,22 +363,8 @@ impl Mmproj {
             ));
         }
         let config = VisionConfig::from_metadata(&gguf.metadata).map_err(|e| e.in_file(&path))?;
-        let tensors = gguf
-            .tensors
-            .iter()
-            .map(|t| {
-                let dims = t.dims.iter().map(|&d| d as usize).collect();
-                let view = Tensor::mapped(
-                    t.name.clone(),
-                    t.ggml_type,
-                    dims,
-                    gguf.map.clone(),
-                    gguf.file_backed,
-                    t.offset,
-                    t.nbytes,
-                );
-                (t.name.clone(), view)
-            })
+        let tensors = Tensor::all_in(&gguf)
+            .map(|t| (t.name.clone(), t))
             .collect();
         Ok(Mmproj {
             path,
