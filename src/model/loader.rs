@@ -52,9 +52,8 @@ impl ModelFile {
     /// A model from an already opened GGUF file.
     pub fn from_gguf(gguf: GgufFile) -> Result<ModelFile> {
         let path = gguf.path.clone();
-        let tensors: BTreeMap<String, Tensor> = Tensor::all_in(&gguf)
-            .map(|t| (t.name.clone(), t))
-            .collect();
+        let tensors: BTreeMap<String, Tensor> =
+            Tensor::all_in(&gguf).map(|t| (t.name.clone(), t)).collect();
         let factors = |name: &str| tensors.get(name).map(Tensor::to_f32);
         let rope = RopeFactorTensors {
             freqs: factors("rope_freqs.weight"),

@@ -363,9 +363,7 @@ impl Mmproj {
             ));
         }
         let config = VisionConfig::from_metadata(&gguf.metadata).map_err(|e| e.in_file(&path))?;
-        let tensors = Tensor::all_in(&gguf)
-            .map(|t| (t.name.clone(), t))
-            .collect();
+        let tensors = Tensor::all_in(&gguf).map(|t| (t.name.clone(), t)).collect();
         Ok(Mmproj {
             path,
             config,

@@ -608,11 +608,15 @@ pub(crate) unsafe fn run_group<V: Isa, A: ActBlock, K: Kernel<A>, const TILE: us
             // The weights the next span reads (the next group's first span after the last one),
             // fetched a share per tile while this span computes, so that the next span's first
             // tile does not wait for memory. (1B shape, Q6_K, 2 threads, pp128: 466 t/s without,
-            // 533-540 with.)
+            // 533-540 with.) Not for a call of one token tile (a verify pass of 2-4 rows): its
+            // one span is the whole row, read in order, which the hardware's prefetcher follows
+            // as it does decode's; the burst of a whole group's prefetches there cost more than
+            // it saved (1B shape, Q4_K_M, a 4-row verify pass: 1.56-1.60 decode steps without,
+            // 1.70-1.79 with; 2 rows 1.29-1.32 against 1.39-1.47).
             let next = if blocks.end < c.p.blocks {
                 let end = (blocks.end + span).min(c.p.blocks);
                 Some((base.add(skip(blocks.end)), skip(end) - skip(blocks.end)))
-            } else if tiles > 1 && c.group + 1 < c.p.groups() {
+            } else if tiles > 1 && c.tokens.len() > TILE && c.group + 1 < c.p.groups() {
                 let bytes = skip(span.min(c.p.blocks));
                 Some((base.add(c.p.group_bytes), bytes.min(c.p.group_bytes)))
             } else {
