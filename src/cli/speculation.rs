@@ -86,6 +86,20 @@ pub struct SpeculationArgs {
     )]
     pub synth_rates: Vec<f64>,
 
+    /// Benchmarking only, as llama.cpp's: drafts kept at random at rates p, p², p³, … chosen so
+    /// that a pass yields L tokens on average (the model's own one included; 1 to
+    /// --spec-draft-n-max + 1). Instead of --spec-synth-rates
+    #[arg(
+        long = "spec-synth-len",
+        value_name = "L",
+        conflicts_with = "synth_rates"
+    )]
+    pub synth_len: Option<f64>,
+
+    /// The synthetic rates the two flags above give, worked out once.
+    #[arg(skip)]
+    synthetic: std::sync::OnceLock<Vec<f64>>,
+
     /// ngram-map-k: tokens in the key n-gram (llama.cpp's default)
     #[arg(
         long = "spec-ngram-map-k-size-n",
@@ -126,17 +140,56 @@ pub enum SpecType {
     DraftMtp,
 }
 
+/// llama.cpp's rates for a mean synthetic acceptance length `len` over `n_max` drafted tokens
+/// (`common_speculative_synth_rates_resolve`): p, p², …, p^n_max with 1 + Σ pⁱ = len, p found by
+/// bisection.
+fn rates_for_length(len: f64, n_max: usize) -> std::result::Result<Vec<f64>, String> {
+    let most = n_max as f64 + 1.0;
+    if n_max == 0 || !len.is_finite() || !(1.0..=most).contains(&len) {
+        return Err(format!(
+            "a mean length must be within 1 and {most} (--spec-draft-n-max + 1), not {len}"
+        ));
+    }
+    let length_of = |p: f64| (1..=n_max as i32).map(|i| p.powi(i)).sum::<f64>();
+    let p = if len == most {
+        1.0
+    } else if len == 1.0 {
+        0.0
+    } else {
+        let (mut lo, mut hi) = (0.0, 1.0);
+        for _ in 0..32 {
+            let mid = 0.5 * (lo + hi);
+            if length_of(mid) < len - 1.0 {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        0.5 * (lo + hi)
+    };
+    Ok((1..=n_max as i32).map(|i| p.powi(i)).collect())
+}
+
 impl SpeculationArgs {
     /// Check the flags' combination (before any model loads).
     pub fn validate(&self) -> Result<()> {
         self.kind()?;
-        if !self.synth_rates.is_empty() {
+        if !self.rates().is_empty() {
             eprintln!(
-                "warning: --spec-synth-rates keeps drafts at random, for benchmarking: the text is \
-                 not the model's"
+                "warning: synthetic acceptance keeps drafts at random, for benchmarking: the text \
+                 is not the model's"
             );
         }
         Ok(())
+    }
+
+    /// The synthetic acceptance rates: `--spec-synth-rates`, or those of `--spec-synth-len`
+    /// (empty where its length is invalid: `kind` says why).
+    fn rates(&self) -> &[f64] {
+        self.synthetic.get_or_init(|| match self.synth_len {
+            Some(len) => rates_for_length(len, self.draft_max).unwrap_or_default(),
+            None => self.synth_rates.clone(),
+        })
     }
 
     /// The kind of speculation asked for: `--spec-type`, else `draft-simple` with a draft model.
@@ -156,6 +209,15 @@ impl SpeculationArgs {
             bail!(super::FlagError(format!(
                 "--spec-draft-model drafts with --spec-type draft-simple, not {kind:?}"
             )));
+        }
+        if let Some(len) = self.synth_len {
+            if kind == SpecType::None {
+                bail!(super::FlagError(
+                    "--spec-synth-len measures speculative decoding: give a --spec-type".into()
+                ));
+            }
+            rates_for_length(len, self.draft_max)
+                .map_err(|e| super::FlagError(format!("--spec-synth-len: {e}")))?;
         }
         if !self.synth_rates.is_empty() {
             if kind == SpecType::None {
@@ -274,7 +336,7 @@ impl SpeculationArgs {
                 _ => None,
             },
             max_draft: self.draft_max,
-            rates: self.synth_rates.clone(),
+            rates: self.rates().to_vec(),
         }))
     }
 
@@ -326,7 +388,32 @@ impl SpeculationArgs {
             drafter: source,
             max_draft: self.draft_max,
             min_draft: self.draft_min,
-            synthetic: (!self.synth_rates.is_empty()).then_some(self.synth_rates.as_slice()),
+            synthetic: (!self.rates().is_empty()).then_some(self.rates()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rates_for_length;
+
+    /// llama.cpp's rule: p, p², … whose sum plus the model's own token is the mean length asked
+    /// for; the ends of the range keep every draft or none; lengths outside it are refused.
+    #[test]
+    fn a_mean_length_gives_geometric_rates_that_add_up_to_it() {
+        for (len, n_max) in [(2.8, 3), (1.5, 1), (4.0, 8), (2.0, 2)] {
+            let rates = rates_for_length(len, n_max).unwrap();
+            assert_eq!(rates.len(), n_max);
+            let mean = 1.0 + rates.iter().sum::<f64>();
+            assert!((mean - len).abs() < 1e-6, "{len}, {n_max}: {rates:?}");
+            for pair in rates.windows(2) {
+                assert!((pair[1] - pair[0] * rates[0]).abs() < 1e-12, "{rates:?}");
+            }
+        }
+        assert_eq!(rates_for_length(3.0, 2).unwrap(), [1.0, 1.0]);
+        assert_eq!(rates_for_length(1.0, 2).unwrap(), [0.0, 0.0]);
+        for (len, n_max) in [(3.5, 2), (0.9, 2), (f64::NAN, 2), (2.0, 0)] {
+            assert!(rates_for_length(len, n_max).is_err(), "{len}, {n_max}");
+        }
     }
 }

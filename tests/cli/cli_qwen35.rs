@@ -156,8 +156,14 @@ fn draft_mtp_gives_the_plain_greedy_output() {
         chat(&["--spec-type", "draft-mtp", "--spec-draft-n-max", "3"]),
         plain
     );
-    // kiln bench at synthetic acceptance: every draft kept at rates 1, none at 0.
-    for (rates, all) in [("1,1", true), ("0,0", false)] {
+    // kiln bench at synthetic acceptance: every draft kept at rates 1 (or the longest mean
+    // length), none at 0 (or a mean length of 1).
+    for (flag, rates, all) in [
+        ("--spec-synth-rates", "1,1", true),
+        ("--spec-synth-rates", "0,0", false),
+        ("--spec-synth-len", "3", true),
+        ("--spec-synth-len", "1", false),
+    ] {
         let bench = [
             "bench",
             "-p",
@@ -173,7 +179,7 @@ fn draft_mtp_gives_the_plain_greedy_output() {
             "draft-mtp",
             "--spec-draft-n-max",
             "2",
-            "--spec-synth-rates",
+            flag,
             rates,
         ];
         let rows = kiln_json(&bench, "qwen35-mtp-tiny.gguf");
@@ -187,6 +193,22 @@ fn draft_mtp_gives_the_plain_greedy_output() {
         );
         assert_eq!(kept.as_u64().unwrap() > 0, all, "{rates}: {row}");
     }
+    // A mean length past what the drafts can give is refused before the model loads.
+    let out = common::kiln()
+        .args([
+            "bench",
+            "--spec-type",
+            "draft-mtp",
+            "--spec-draft-n-max",
+            "2",
+        ])
+        .args(["--spec-synth-len", "3.5", "-m"])
+        .arg(common::fixture("models/qwen35-tiny.gguf"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--spec-synth-len"), "{err}");
     let out = common::kiln()
         .args(["run", "--spec-type", "draft-mtp", "-n", "4", "-m"])
         .arg(common::fixture("models/qwen35-tiny.gguf"))
