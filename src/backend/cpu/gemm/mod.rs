@@ -611,8 +611,8 @@ pub(crate) unsafe fn run_group<V: Isa, A: ActBlock, K: Kernel<A>, const TILE: us
             // 533-540 with.) Not for a call of one token tile (a verify pass of 2-4 rows): its
             // one span is the whole row, read in order, which the hardware's prefetcher follows
             // as it does decode's; the burst of a whole group's prefetches there cost more than
-            // it saved (1B shape, Q4_K_M, a 4-row verify pass: 1.56-1.60 decode steps without,
-            // 1.70-1.79 with; 2 rows 1.29-1.32 against 1.39-1.47).
+            // it saved (1B shape, Q4_K_M, 2 threads, 8 alternating rounds: a 4-row verify pass
+            // 1.52 decode steps without, 1.69 with; 2 rows 1.27 against 1.40; 8 rows unchanged).
             let next = if blocks.end < c.p.blocks {
                 let end = (blocks.end + span).min(c.p.blocks);
                 Some((base.add(skip(blocks.end)), skip(end) - skip(blocks.end)))
