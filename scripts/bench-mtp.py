@@ -13,12 +13,12 @@ should come out alike). Run nothing else meanwhile.
 usage: scripts/bench-mtp.py MODEL [ROUNDS]   (default 8)
 env:   KILN (target/release/kiln), LLAMA_BIN (folder with llama-server), RATES (0.8,0.6,0.4), PORT (8091)
 """
+import importlib.util
 import json
 import os
 import statistics
 import subprocess
 import sys
-import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,6 +53,14 @@ def llama():
     return t["predicted_per_second"], (t["draft_n_accepted"], t["draft_n"])
 
 
+def bench_parallel():
+    """scripts/bench-parallel.py as a module (its name has a hyphen), for its `wait_ready`."""
+    spec = importlib.util.spec_from_file_location("bench_parallel", os.path.join(ROOT, "scripts/bench-parallel.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main():
     if len(sys.argv) < 2 or not LLAMA_BIN:
         sys.exit(__doc__)
@@ -61,13 +69,7 @@ def main():
                                "-c", "512", "-np", "1", "--port", str(PORT), "--no-warmup", *SPEC],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(600):
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(1)
+        bench_parallel().wait_ready(PORT, server)
         llama()  # warm-up
         rows, kept = [], {"kiln": [0, 0], "llama.cpp": [0, 0]}
         for r in range(rounds):
