@@ -12,6 +12,12 @@
 // `GROUP` invocations of an activation block give its maximum after one barrier a step. The sums
 // are added up over the workgroup at the end (matvec_rows.wgsl), as in matvec.wgsl, whose row
 // slots (fused weights, the gated pair) this kernel shares. Rows are a whole number of 256 values.
+//
+// IDOT (Q4_K, Q5_K, Q6_K): x arrives quantized once as packed Q8_K blocks (round_acts.wgsl's
+// PACKED variant), so there is no rounding and no barrier in the loop; each part's weights are
+// taken as bytes and multiplied by x's with dot4I8Packed, its sub-block sums scaled as integers,
+// one or two int→float conversions per 16 weights (llama.cpp's mul_mat_vecq).
+// The per-invocation sums are exact integers as the CPU's; only the float sums after differ.
 
 #include "common"
 #include "matvec_rows"
@@ -133,14 +139,18 @@ fn part_value(t: u32, q: u32) -> u32 {
 }
 
 // The (scale, min) pair j of a block from its three scale words.
-fn scale_min(s: vec4<u32>, j: u32) -> vec2<f32> {
+fn scale_min_int(s: vec4<u32>, j: u32) -> vec2<i32> {
     let sh = 8u * (j & 3u);
     if (j < 4u) {
-        return vec2<f32>(f32((s.y >> sh) & 63u), f32((s.z >> sh) & 63u));
+        return vec2<i32>(i32((s.y >> sh) & 63u), i32((s.z >> sh) & 63u));
     }
     let sc = ((s.w >> sh) & 0xfu) | ((((s.y >> sh) >> 6u) & 3u) << 4u);
     let m = (((s.w >> sh) >> 4u) & 0xfu) | ((((s.z >> sh) >> 6u) & 3u) << 4u);
-    return vec2<f32>(f32(sc), f32(m));
+    return vec2<i32>(i32(sc), i32(m));
+}
+
+fn scale_min(s: vec4<u32>, j: u32) -> vec2<f32> {
+    return vec2<f32>(scale_min_int(s, j));
 }
 
 // a: d and dmin, then the three scale words; b: the part's 8 bytes of nibbles, then (Q5_K) its
@@ -185,6 +195,38 @@ fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: v
 }
 #endif
 
+#if IDOT
+#if Q4_K || Q5_K
+// part_dot on packed Q8_K quants (xq: the part's 16, as x0..x3), without x's d: both sub-blocks'
+// integer sums scaled and added as integers, two conversions a part. Q5_K's fifth bits join
+// their nibbles as bit 4 of each byte.
+fn part_idot(w: Words, t: u32, xq: vec4<u32>) -> f32 {
+    let c = t >> 2u;
+    let dm = unpack2x16float(w.a.x);
+    let lo = scale_min_int(w.a, 2u * c);
+    let hi = scale_min_int(w.a, 2u * c + 1u);
+    let m4 = 0x0f0f0f0fu;
+#if Q4_K
+    let q0 = w.b.x & m4;
+    let q1 = w.b.y & m4;
+    let q2 = (w.b.x >> 4u) & m4;
+    let q3 = (w.b.y >> 4u) & m4;
+#else
+    let q0 = (w.b.x & m4) | (((w.b.z >> (2u * c)) & 0x01010101u) << 4u);
+    let q1 = (w.b.y & m4) | (((w.b.w >> (2u * c)) & 0x01010101u) << 4u);
+    let q2 = ((w.b.x >> 4u) & m4) | (((w.b.z >> (2u * c + 1u)) & 0x01010101u) << 4u);
+    let q3 = ((w.b.y >> 4u) & m4) | (((w.b.w >> (2u * c + 1u)) & 0x01010101u) << 4u);
+#endif
+    let ones = 0x01010101u;
+    let q = lo.x * (dot4I8Packed(q0, xq.x) + dot4I8Packed(q1, xq.y))
+        + hi.x * (dot4I8Packed(q2, xq.z) + dot4I8Packed(q3, xq.w));
+    let m = lo.y * (dot4I8Packed(ones, xq.x) + dot4I8Packed(ones, xq.y))
+        + hi.y * (dot4I8Packed(ones, xq.z) + dot4I8Packed(ones, xq.w));
+    return dm.x * f32(q) - dm.y * f32(m);
+}
+#endif
+#endif
+
 #if Q6_K
 // Half t / 8 of the superblock, positions 4 (t % 8) .. of its quarter q.
 fn part_value(t: u32, q: u32) -> u32 {
@@ -221,6 +263,41 @@ fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: v
 }
 #endif
 
+#if IDOT
+#if Q6_K
+// part_dot on packed Q8_K quants, without x's d: each quarter's 6-bit values joined as bytes
+// (0..63), their offset of 32 taken off through x's sum, the four scaled sums added as integers
+// and converted once.
+fn part_idot(w: Words, t: u32, xq: vec4<u32>) -> f32 {
+    let is = 8u * ((t & 7u) >> 2u);
+    let m4 = 0x0f0f0f0fu;
+    let m2 = 0x03030303u;
+    let h = w.a.z;
+    let v0 = (w.a.x & m4) | ((h & m2) << 4u);
+    let v1 = (w.a.y & m4) | (((h >> 2u) & m2) << 4u);
+    let v2 = ((w.a.x >> 4u) & m4) | (((h >> 4u) & m2) << 4u);
+    let v3 = ((w.a.y >> 4u) & m4) | (((h >> 6u) & m2) << 4u);
+    let k32 = 0x20202020u;
+    let sa = bitcast<i32>(w.a.w);
+    let sb = bitcast<i32>(w.b.x);
+    let q = extractBits(sa, is, 8u) * (dot4I8Packed(v0, xq.x) - dot4I8Packed(k32, xq.x))
+        + extractBits(sa, 16u + is, 8u) * (dot4I8Packed(v1, xq.y) - dot4I8Packed(k32, xq.y))
+        + extractBits(sb, is, 8u) * (dot4I8Packed(v2, xq.z) - dot4I8Packed(k32, xq.z))
+        + extractBits(sb, 16u + is, 8u) * (dot4I8Packed(v3, xq.w) - dot4I8Packed(k32, xq.w));
+    return unpack2x16float(w.b.y).x * f32(q);
+}
+#endif
+#endif
+
+#if IDOT
+// The packed quants of x[e..e + 4] (e a multiple of 4).
+fn xword(e: u32) -> u32 {
+#if TRACE
+    record((4u << 28u) | e);
+#endif
+    return x[(x_first + e) / 4u];
+}
+#else
 // x[e..e + 4] (e a multiple of 4).
 fn xload(e: u32) -> vec4<f32> {
 #if TRACE
@@ -228,6 +305,7 @@ fn xload(e: u32) -> vec4<f32> {
 #endif
     return x[(x_first + e) / 4u];
 }
+#endif
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -242,6 +320,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc = vec4<f32>(0.0);
     var turn = 0u;
     var words: array<Words, ROWS>;
+#if IDOT
+    // Where this input row's block scales start: after every input row's quants.
+    let x_scales = nwg.z * (p.k / 4u) + x_first / 256u;
+#endif
     for (var b0 = 0u; b0 < blocks; b0 += PER_STEP) {
         let blk = b0 + lid / 16u;
         let live = blk < blocks;
@@ -251,6 +333,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 words[s] = fetch(sl.sel, sl.row * p.row_bytes + blk * RUN_BYTES, t);
             }
         }
+#if IDOT
+        var xq = vec4<u32>(0u);
+        var xd = 0.0;
+        if (live) {
+            let first = 256u * blk;
+            xq = vec4<u32>(xword(first + part_value(t, 0u)), xword(first + part_value(t, 1u)),
+                xword(first + part_value(t, 2u)), xword(first + part_value(t, 3u)));
+            xd = bitcast<f32>(x[x_scales + blk]);
+            for (var s = 0u; s < ROWS; s++) {
+                if (slot(g, s).live) {
+                    acc[s] += xd * part_idot(words[s], t, xq);
+                }
+            }
+        }
+#else
         var x0 = vec4<f32>(0.0);
         var x1 = vec4<f32>(0.0);
         var x2 = vec4<f32>(0.0);
@@ -284,6 +381,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
                 }
             }
         }
+#endif
     }
     finish_workgroup(g, acc, lid, sg_lane, sg_id, n_sg);
 }

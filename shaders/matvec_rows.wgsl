@@ -27,7 +27,12 @@ struct Params {
 #if X4
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 #else
+#if IDOT
+// Packed Q8_K blocks: every input row's quants four to a word, then every block's d (f32 bits).
+@group(0) @binding(1) var<storage, read> x: array<u32>;
+#else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#endif
 #endif
 // W2: weights read 8 bytes at a time (rows of whole 8-byte units; matvec_blocks.wgsl's K-quants).
 #if W2

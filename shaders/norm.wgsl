@@ -1,7 +1,7 @@
 // norm.wgsl — RMSNorm fused with its weight: one workgroup per row, x = x / sqrt(mean(x²) + eps) · w,
 // in place, or (`INTO`) from `src` into x, which fuses a block's input copy with its norm, or
 // (`ADD`) from `src + y`, written back to `src` first: a residual add fused with the next block's
-// input norm.
+// input norm. `PACKED` also writes the output as Q8_K blocks for the integer-dot mat-vecs.
 
 #include "common"
 #include "reduce"
@@ -47,6 +47,52 @@ fn input_first(i: u32) -> f32 {
 }
 #endif
 
+#if PACKED
+// The output again as packed Q8_K blocks (round_acts.wgsl's PACKED layout: every row's quants four
+// to a word, then every block's d), for the integer-dot mat-vecs that read it next. Rows are
+// whole blocks of 256.
+@group(0) @binding({{PACKED_BINDING}}) var<storage, read_write> packed: array<u32>;
+var<workgroup> block_max: array<f32, {{WG}}>;
+
+// The row at `o`, as the norm wrote it to x, quantized: four values per invocation a pass, a
+// block's maximum over its 64 invocations in workgroup memory.
+fn write_packed(o: u32, lid: u32) {
+    // Other invocations wrote the values read back here.
+    storageBarrier();
+    for (var c = 0u; c < p.dim; c += 4u * {{WG}}u) {
+        let e = c + 4u * lid;
+        var v = vec4<f32>(0.0);
+        if (e < p.dim) {
+            for (var j = 0u; j < 4u; j++) {
+                v[j] = x[o + e + j];
+            }
+        }
+        let a = abs(v);
+        block_max[lid] = max(max(a.x, a.y), max(a.z, a.w));
+        workgroupBarrier();
+        var amax = 0.0;
+        let first = lid & ~63u;
+        for (var i = 0u; i < 64u; i++) {
+            amax = max(amax, block_max[first + i]);
+        }
+        workgroupBarrier();
+        var q = vec4<i32>(0);
+        var d = 0.0;
+        if (amax != 0.0) {
+            let iscale = -127.0 / amax;
+            q = vec4<i32>(min(round(iscale * v), vec4<f32>(127.0)));
+            d = 1.0 / iscale;
+        }
+        if (e < p.dim) {
+            packed[(o + e) / 4u] = pack4xI8(q);
+            if ((lid & 63u) == 0u) {
+                packed[p.rows * p.dim / 4u + (o + e) / 256u] = bitcast<u32>(d);
+            }
+        }
+    }
+}
+#endif
+
 @compute @workgroup_size({{WG}})
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
@@ -66,4 +112,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var i = lid; i < p.dim; i += {{WG}}u) {
         x[o + i] = input(o + i) * scale * w[i];
     }
+#if PACKED
+    write_packed(o, lid);
+#endif
 }

@@ -2,8 +2,9 @@
 // llama.cpp's, its `vec_dot_type`) rounds them before its dot products: quantized types take
 // Q8_0 blocks of 32 values or Q8_K blocks of 256, half-precision weights f16 or bf16 values. The
 // rounded values d·q are written as f32, so every weight kernel reads them as it reads any
-// activations. In recurrent models the rounding is visible in the logits (the Qwen3.5 MoE tiny
-// model in MXFP4 lands several units from llama.cpp without it), so the GPU rounds as the CPU does.
+// activations (the PACKED variant writes Q8_K blocks as integers instead). In recurrent models
+// the rounding is visible in the logits (the Qwen3.5 MoE tiny model in MXFP4 lands several units
+// from llama.cpp without it), so the GPU rounds as the CPU does.
 //
 
 #include "common"
@@ -15,7 +16,13 @@ struct Params {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#if PACKED
+// Q8_K blocks for the integer-dot mat-vecs (matvec_blocks.wgsl's IDOT): the quants of all `len`
+// values packed four to a word (pack4xI8), then each block's d (f32 bits). Q8_K only.
+@group(0) @binding(2) var<storage, read_write> y: array<u32>;
+#else
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
+#endif
 
 // A workgroup takes 256 values, four per invocation: a Q8_K block, or eight Q8_0 blocks of eight
 // invocations each. Each block's largest magnitude is found in workgroup memory, so no value is
@@ -41,6 +48,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             v[c] = x[e + c];
         }
     }
+#if PACKED
+    // A workgroup is one block; len is whole blocks, so the barrier is uniform.
+    let a = abs(v);
+    block_max[lid] = max(max(a.x, a.y), max(a.z, a.w));
+    workgroupBarrier();
+    var amax = 0.0;
+    for (var i = 0u; i < 64u; i++) {
+        amax = max(amax, block_max[i]);
+    }
+    var q = vec4<i32>(0);
+    var d = 0.0;
+    if (amax != 0.0) {
+        let iscale = -127.0 / amax;
+        q = vec4<i32>(min(round(iscale * v), vec4<f32>(127.0)));
+        d = 1.0 / iscale;
+    }
+    if (e < p.len) {
+        y[e / 4u] = pack4xI8(q);
+        if (lid == 0u) {
+            y[p.len / 4u + flat_wg(wid, nwg)] = bitcast<u32>(d);
+        }
+    }
+#else
     var r = v;
     switch (p.mode) {
         case 0u, 1u: {
@@ -71,4 +101,5 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             y[e + c] = r[c];
         }
     }
+#endif
 }

@@ -42,3 +42,22 @@ pub fn gpu_kernel_variants() -> Vec<WgpuBackend> {
     all.insert(0, g);
     all
 }
+
+/// The adapter with the kernels hardware GPUs get and their integer-dot K-quant mat-vecs
+/// (`GpuOptions::int_dot`), the variant a switch keeps off by default.
+pub fn gpu_int_dot() -> Option<WgpuBackend> {
+    gpu_with(GpuOptions {
+        hardware_kernels: true,
+        int_dot: true,
+        ..GpuOptions::default()
+    })
+}
+
+/// `gpu_kernel_variants` and `gpu_int_dot`: what the weight kernels' tests run on.
+pub fn gpu_matmul_variants() -> Vec<WgpuBackend> {
+    let mut all = gpu_kernel_variants();
+    if !all.is_empty() {
+        all.extend(gpu_int_dot());
+    }
+    all
+}

@@ -14,7 +14,7 @@ use common::golden_run::{
     EXACT_F32, GELU_TABLE_F32, QUANTIZED, RANDOM_QUANTIZED, Tolerance, argmax, check_model_with,
     first_steps, golden_steps, longest_case, shortest_case, with_cases,
 };
-use common::gpu::{gpu, gpu_kernel_variants, gpu_with};
+use common::gpu::{gpu, gpu_int_dot, gpu_kernel_variants, gpu_with};
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
 use kiln::backend::{Backend, CacheType, CoreOps};
 use kiln::model::arch::KvCacheTypes;
@@ -115,6 +115,19 @@ fn smollm2_matches_llama_cpp_on_the_gpu() {
 #[test]
 fn gemma3_matches_llama_cpp_on_the_gpu() {
     real("llama-cpp.json", 2);
+}
+
+/// The integer-dot K-quant mat-vecs (`GpuOptions::int_dot`, off by default) against the same
+/// goldens: Gemma 3's Q4_K and Q6_K rows of 1024 and 2048 values take them.
+#[test]
+fn gemma3_with_integer_dot_mat_vecs_matches_llama_cpp_on_the_gpu() {
+    real_on(
+        gpu_int_dot(),
+        "llama-cpp.json",
+        2,
+        KvCacheTypes::default(),
+        Some(ONE_PROMPT),
+    );
 }
 
 const Q8_0_CACHE: KvCacheTypes = KvCacheTypes {

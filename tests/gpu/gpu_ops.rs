@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use common::gpu::{gpu, gpu_kernel_variants, gpu_with};
+use common::gpu::{gpu, gpu_kernel_variants, gpu_matmul_variants, gpu_with};
 use common::random_weights::{Rng, random_weight};
 use kiln::backend::cpu::{CpuBackend, CpuCache};
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
@@ -108,7 +108,7 @@ fn cpu() -> CpuBackend {
 #[test]
 fn matmul_every_type_matches_the_cpu() {
     let c = cpu();
-    for g in gpu_kernel_variants() {
+    for g in gpu_matmul_variants() {
         let mut rng = Rng(0x9e3779b97f4a7c15);
         // 67 rows: not a multiple of any workgroup's; 1 row runs as mat-vec, 5 and 37 as tiles.
         for t in TYPES {
@@ -151,7 +151,7 @@ fn matmul_many_matches_the_cpu() {
     let c = cpu();
     // One type; V of another (Q4_K_M's Q6_K: Q and K fused); K of another (Q and V fused).
     let mixes = [[Q8_0; 3], [Q4_K; 3], [Q4_K, Q4_K, Q6_K], [Q8_0, Q4_K, Q8_0]];
-    for (g, types) in gpu_kernel_variants()
+    for (g, types) in gpu_matmul_variants()
         .iter()
         .flat_map(|g| mixes.map(|m| (g, m)))
     {
@@ -207,7 +207,7 @@ fn gated_matmul_matches_the_cpu() {
     };
     let c = cpu();
     let mut rng = Rng(19);
-    let variants = gpu_kernel_variants();
+    let variants = gpu_matmul_variants();
     let mut cases: Vec<(GgmlType, &WgpuBackend)> = Vec::new();
     for g in &variants {
         cases.extend([GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K].map(|t| (t, g)));
@@ -1460,5 +1460,76 @@ fn float_weights_of_odd_widths_match_the_cpu() {
             &embed(g, &w, &ids, 1.5),
             OTHER_NMSE,
         );
+    }
+}
+
+/// A decode block's chain as the integer-dot mat-vecs see it (`GpuOptions::int_dot`): norms write
+/// their output as packed Q8_K blocks too, which the Q/K/V group (Q4_K and Q6_K, two dispatches)
+/// and the gated pair read instead of quantizing again; a write to the normed row after its norm
+/// (`add`) makes the blocks stale, so the next mat-vec quantizes afresh. Against the CPU.
+fn norm_then_matvecs<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> {
+    use GgmlType::{Q4_K, Q6_K};
+    let dim = 512;
+    let norm = b
+        .weight(&Tensor::from_f32("norm", vec![dim], &rng.vec(dim, 1.0)))
+        .unwrap();
+    let qkv = [
+        random_weight(Q4_K, 40, dim, rng),
+        random_weight(Q4_K, 24, dim, rng),
+        random_weight(Q6_K, 24, dim, rng),
+    ];
+    let qkv: Vec<B::Weight> = qkv.iter().map(|w| b.weight(w).unwrap()).collect();
+    let (gate, up) = (
+        b.weight(&random_weight(Q4_K, 64, dim, rng)).unwrap(),
+        b.weight(&random_weight(Q4_K, 64, dim, rng)).unwrap(),
+    );
+    let head = b.weight(&random_weight(Q6_K, 96, dim, rng)).unwrap();
+    let x = upload(b, &rng.vec(dim, 3.0));
+    let mut residual = upload(b, &rng.vec(dim, 3.0));
+    let later = upload(b, &rng.vec(dim, 1.0));
+    let mut normed = b.buffer(dim).unwrap();
+    let mut outs: Vec<B::Buffer> = [40, 24, 24].map(|n| b.buffer(n).unwrap()).into();
+    let (mut g, mut u) = (b.buffer(64).unwrap(), b.buffer(64).unwrap());
+    let mut logits = b.buffer(96).unwrap();
+    let mut results = Vec::new();
+
+    b.rms_norm_into(&x, &norm, 1, dim, 1e-6, &mut normed);
+    let refs: Vec<&B::Weight> = qkv.iter().collect();
+    let mut out_refs: Vec<&mut B::Buffer> = outs.iter_mut().collect();
+    b.matmul_many(&normed, &refs, 1, &mut out_refs);
+    for (i, (o, n)) in outs.iter().zip([40, 24, 24]).enumerate() {
+        results.push((format!("qkv {i} after rms_norm_into"), download(b, o, n)));
+    }
+    b.add_rms_norm_into(&mut residual, &x, &norm, 1, dim, 1e-6, &mut normed);
+    b.matmul_gated(
+        &normed,
+        &gate,
+        &up,
+        1,
+        64,
+        GateActivation::Silu,
+        &mut g,
+        &mut u,
+    );
+    results.push(("gated after add_rms_norm_into".into(), download(b, &g, 64)));
+    b.rms_norm(&mut residual, &norm, 1, 1e-6);
+    b.add(&mut residual, &later, dim);
+    b.matmul(&residual, &head, 1, &mut logits);
+    results.push(("head after rms_norm, add".into(), download(b, &logits, 96)));
+    results
+}
+
+#[test]
+fn norms_feed_the_integer_dot_mat_vecs_as_the_cpu() {
+    let Some(g) = common::gpu::gpu_int_dot() else {
+        return;
+    };
+    let c = cpu();
+    let (want, got) = (
+        norm_then_matvecs(&c, &mut Rng(23)),
+        norm_then_matvecs(&g, &mut Rng(23)),
+    );
+    for ((what, w), (_, o)) in want.iter().zip(&got) {
+        check(what, w, o, MATMUL_NMSE);
     }
 }

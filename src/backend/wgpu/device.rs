@@ -188,6 +188,9 @@ pub struct Gpu {
     pub checked_shaders: bool,
     /// Matmuls take unrounded activations (`GpuOptions::f32_activations`).
     pub f32_activations: bool,
+    /// K-quant mat-vecs take integer dot products on activations quantized once
+    /// (`GpuOptions::int_dot`).
+    pub int_dot: bool,
     /// The first failure wgpu reported asynchronously, until the session takes it.
     pub error: Arc<Mutex<Option<String>>>,
 }
@@ -227,6 +230,11 @@ pub struct GpuOptions {
     /// only in the order of float sums, as the session-property tests need (the rounding turns
     /// last-bit differences into whole 8-bit steps), and a matmul saves a dispatch.
     pub f32_activations: bool,
+    /// The Q4_K, Q5_K and Q6_K decode mat-vecs multiply the weights' integers by activations
+    /// quantized once to Q8_K blocks before the dispatch, with packed 4×8-bit integer dot
+    /// products (`KILN_WGPU_INT_DOT=1`), instead of converting each weight to a float and rounding
+    /// x in every workgroup. Off until a GPU measurement picks the default (#46).
+    pub int_dot: bool,
 }
 
 impl GpuOptions {
@@ -240,6 +248,7 @@ impl GpuOptions {
             checked_shaders: std::env::var_os("KILN_WGPU_CHECKED").is_some_and(|v| v == "1"),
             f32_activations: std::env::var_os("KILN_WGPU_F32_ACTIVATIONS")
                 .is_some_and(|v| v == "1"),
+            int_dot: std::env::var_os("KILN_WGPU_INT_DOT").is_some_and(|v| v == "1"),
         })
     }
 }
@@ -331,6 +340,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         device_memory,
         checked_shaders: options.checked_shaders,
         f32_activations: options.f32_activations,
+        int_dot: options.int_dot,
         error,
     }))
 }

@@ -6,10 +6,10 @@
 //! the GEMM takes its lavapipe variant, one weight at a time).
 //! A weight split into parts runs a dispatch per part.
 
-use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
 use super::pipelines::{self as kernels, ActRounding, Kernel, MatvecLayout};
 use super::stream::grid;
+use super::{Packed, WgpuBackend};
 use crate::backend::{CoreOps, GateActivation};
 
 /// Activation rows up to which a matmul runs as mat-vec on a software adapter (more take the
@@ -17,28 +17,69 @@ use crate::backend::{CoreOps, GateActivation};
 /// Q4_K_M, a verify pass of 2 rows cost 11.6 decode steps with the tiled kernel.
 const SOFTWARE_MATVEC_MAX_ROWS: usize = 8;
 
+/// The kind of kernel that reads a matmul's activations (`WgpuBackend::weight_input`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reader {
+    Tiled,
+    Matvec,
+    /// The experts' mat-vec (matvec.wgsl's EXPERT variant).
+    Expert,
+}
+
 impl WgpuBackend {
-    /// The first `values` activations of `x` as a weight of `m`'s type takes them: rounded as the
-    /// CPU rounds them (`activation_format`: Q8_0 or Q8_K blocks; f16 or bf16 values) into the
-    /// backend's scratch buffer by shaders/round_acts.wgsl, or `x` itself for f32 weights (and
-    /// with `GpuOptions::f32_activations`), and for a mat-vec (`matvec`) that rounds x itself
-    /// (`kernel_rounding`). A matmul binds the result before its next call rounds into the same
-    /// buffer; the stream runs dispatches in order. The rounding is one dispatch per matmul input,
-    /// as llama.cpp's Vulkan `quantize_q8_1` before its integer-dot mat-vecs.
+    /// The first `values` activations of `x` as a weight of `m`'s type takes them, for a kernel
+    /// of the kind `reader`: rounded as the CPU rounds them (`activation_format`: Q8_0 or Q8_K
+    /// blocks; f16 or bf16 values) into the backend's scratch buffer by shaders/round_acts.wgsl,
+    /// or `x` itself for f32 weights (and with `GpuOptions::f32_activations`), and for a mat-vec
+    /// that rounds x itself (`kernel_rounding`); quantized to packed Q8_K blocks for an
+    /// integer-dot mat-vec (`int_dot`). A matmul binds the result before its next call rounds into
+    /// the same buffer; the stream runs dispatches in order. The rounding is one dispatch per
+    /// matmul input, as llama.cpp's Vulkan `quantize_q8_1` before its integer-dot mat-vecs.
     pub(super) fn weight_input(
         &self,
         x: &GpuBuffer,
         m: &Matrix,
         values: usize,
-        matvec: bool,
+        reader: Reader,
     ) -> Option<(wgpu::Buffer, u64)> {
-        if self.gpu.f32_activations || (matvec && self.kernel_rounding(m).is_some()) {
+        if reader == Reader::Matvec && self.int_dot(m) {
+            let words = values / 4 + values / 256;
+            let (buf, id) = self.scratch_buffer(|s| &mut s.rounded, words)?;
+            let recorded = self.stream().recorded;
+            let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+            let current = scratch.packed.is_some_and(|p| {
+                p.input == (x.dev.id, values) && p.at.is_none_or(|at| at == recorded)
+            });
+            if current {
+                return Some((buf, id));
+            }
+            scratch.packed = scratch.sharing_packed.then_some(Packed {
+                input: (x.dev.id, values),
+                at: None,
+            });
+            drop(scratch);
+            self.run_in(
+                &self.fixed.quantize_q8k,
+                kernels::quantize_q8k_kernel,
+                &[values as u32, ActRounding::Q8K.mode()],
+                &[bind(&x.dev), (&buf, id)],
+                grid(values / 256),
+            );
+            return Some((buf, id));
+        }
+        if self.gpu.f32_activations
+            || (reader != Reader::Tiled && self.kernel_rounding(m).is_some())
+        {
             return Some((x.dev.buf.clone(), x.dev.id));
         }
         let Some(rounding) = ActRounding::of(m.dtype) else {
             return Some((x.dev.buf.clone(), x.dev.id));
         };
         let (buf, id) = self.scratch_buffer(|s| &mut s.rounded, values)?;
+        self.scratch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .packed = None;
         self.run_in(
             &self.fixed.round_acts,
             kernels::round_acts_kernel,
@@ -47,6 +88,25 @@ impl WgpuBackend {
             grid(values.div_ceil(256)),
         );
         Some((buf, id))
+    }
+
+    /// Whether `m`'s decode mat-vec takes integer dot products on packed Q8_K activations
+    /// (`GpuOptions::int_dot`): the per-type kernel's K-quants.
+    pub(super) fn int_dot(&self, m: &Matrix) -> bool {
+        use crate::gguf::GgmlType::{Q4_K, Q5_K, Q6_K};
+        self.gpu.int_dot
+            && !self.gpu.f32_activations
+            && matches!(m.dtype, Q4_K | Q5_K | Q6_K)
+            && self.blocks_matvec(m, false).is_some()
+    }
+
+    /// Which kernel a matmul of `rows` activation rows runs.
+    fn reader(&self, rows: usize) -> Reader {
+        if self.runs_matvec(rows) {
+            Reader::Matvec
+        } else {
+            Reader::Tiled
+        }
     }
 
     /// How `m`'s mat-vec kernels round x as they read it: the staged layout (GPUs) does; the
@@ -65,8 +125,7 @@ impl WgpuBackend {
     }
 
     pub(super) fn matmul_part(&self, x: &GpuBuffer, m: &Matrix, rows: usize, out: &GpuBuffer) {
-        let Some((input, input_id)) =
-            self.weight_input(x, m, rows * m.cols, self.runs_matvec(rows))
+        let Some((input, input_id)) = self.weight_input(x, m, rows * m.cols, self.reader(rows))
         else {
             return;
         };
@@ -178,6 +237,9 @@ impl WgpuBackend {
                 None => groups.push(vec![i]),
             }
         }
+        // The groups' mat-vecs read x and write only their outputs, so packed Q8_K blocks made
+        // for one group serve the next.
+        self.share_packed(true);
         for group in groups {
             match group[..] {
                 [i] => self.matmul(x, ws[i], rows, outs[i]),
@@ -188,6 +250,51 @@ impl WgpuBackend {
                 }
             }
         }
+        self.share_packed(false);
+    }
+
+    /// Start (or end) a span in which `weight_input` quantizes an input to packed blocks once:
+    /// blocks current at its start (a norm's) stay current through it, none after it.
+    fn share_packed(&self, on: bool) {
+        let recorded = self.stream().recorded;
+        let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        scratch.sharing_packed = on;
+        scratch.packed = match scratch.packed {
+            Some(p) if on && p.at == Some(recorded) => Some(Packed { at: None, ..p }),
+            _ => None,
+        };
+    }
+
+    /// Where a norm of `rows` rows of `width` values writes its output a second time, as packed
+    /// Q8_K blocks, for the integer-dot mat-vecs that read it next (`GpuOptions::int_dot`, decode):
+    /// the scratch buffer `weight_input` would quantize into.
+    pub(super) fn packed_norm_output(
+        &self,
+        rows: usize,
+        width: usize,
+    ) -> Option<(wgpu::Buffer, u64)> {
+        let packs = self.gpu.int_dot
+            && !self.gpu.f32_activations
+            && rows == 1
+            && width.is_multiple_of(256)
+            && self.matvec_layout() == MatvecLayout::Staged;
+        if !packs {
+            return None;
+        }
+        self.scratch_buffer(|s| &mut s.rounded, width / 4 + width / 256)
+    }
+
+    /// After a norm wrote `out`'s `values` as packed blocks too: they are current until anything
+    /// else is recorded.
+    pub(super) fn packed_norm_written(&self, out: &GpuBuffer, values: usize) {
+        let recorded = self.stream().recorded;
+        self.scratch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .packed = Some(Packed {
+            input: (out.dev.id, values),
+            at: Some(recorded),
+        });
     }
 
     /// Two or three matrices of one type and width, each in one part, over the same input.
@@ -195,7 +302,7 @@ impl WgpuBackend {
         let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows);
         let each = [rows_of(0), rows_of(1), rows_of(2)];
         let Some((input, input_id)) =
-            self.weight_input(x, ms[0], rows * ms[0].cols, self.runs_matvec(rows))
+            self.weight_input(x, ms[0], rows * ms[0].cols, self.reader(rows))
         else {
             return;
         };
@@ -260,8 +367,7 @@ impl WgpuBackend {
         let (Some(g), Some(u)) = (gate.matrix(), up.matrix()) else {
             return;
         };
-        let Some((input, input_id)) =
-            self.weight_input(x, g, rows * g.cols, self.runs_matvec(rows))
+        let Some((input, input_id)) = self.weight_input(x, g, rows * g.cols, self.reader(rows))
         else {
             return;
         };
@@ -305,11 +411,13 @@ impl WgpuBackend {
         gated: Option<GateActivation>,
     ) -> Kernel {
         if let Some((wg, rows)) = self.blocks_matvec(m, gated.is_some()) {
+            let int_dot = self.int_dot(m);
             return kernels::matvec_blocks_kernel(
                 m.dtype,
                 n_weights,
                 gated,
-                self.kernel_rounding(m),
+                self.kernel_rounding(m).filter(|_| !int_dot),
+                int_dot,
                 wg,
                 rows,
             );

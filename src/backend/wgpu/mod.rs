@@ -60,6 +60,20 @@ struct Scratch {
     argmax: Option<GpuBuffer>,
     /// Activations rounded for a matmul (`WgpuBackend::weight_input`).
     rounded: Option<GpuBuffer>,
+    /// Whose packed Q8_K blocks `rounded` holds, while they are current (`WgpuBackend::weight_input`).
+    packed: Option<Packed>,
+    /// Inside one `matmul_many`, whose mat-vecs read x and write only their outputs.
+    sharing_packed: bool,
+}
+
+/// An input (buffer id, values) quantized to packed Q8_K blocks, by a norm that also wrote it or
+/// for an integer-dot mat-vec.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Packed {
+    input: (u64, usize),
+    /// Current while the stream has recorded this many commands (nothing written since), or
+    /// (None) until the `matmul_many` span that made them ends.
+    at: Option<u64>,
 }
 
 pub struct WgpuBackend {

@@ -4,6 +4,7 @@
 
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
+use super::matmul::Reader;
 use super::pipelines as kernels;
 use super::stream::grid;
 use crate::backend::{CoreOps, ExpertGating, ExpertMatmulParams, MoeOps, MoeRouteParams};
@@ -111,7 +112,8 @@ impl MoeOps for WgpuBackend {
         }
         let per_wg = self.matvec_layout().rows();
         let inputs = if p.per_slot_input { slots } else { p.rows };
-        let Some((input, input_id)) = self.weight_input(x, m, inputs * m.cols, true) else {
+        let Some((input, input_id)) = self.weight_input(x, m, inputs * m.cols, Reader::Expert)
+        else {
             return;
         };
         for part in &m.parts {

@@ -197,6 +197,9 @@ impl CoreOps for WgpuBackend {
                 extras.push("hardware kernels".into());
             }
         }
+        if self.gpu.int_dot {
+            extras.push("integer-dot mat-vecs".into());
+        }
         let extras = if extras.is_empty() {
             String::new()
         } else {
@@ -320,10 +323,22 @@ impl CoreOps for WgpuBackend {
         let Some((dev, len)) = self.vector(w, "rms_norm") else {
             return;
         };
+        let params = [rows as u32, len as u32, eps.to_bits()];
+        if let Some(packed) = self.packed_norm_output(rows, len) {
+            self.run_in(
+                &self.fixed.rms_norm_packed,
+                || kernels::rms_norm_kernel(false, true),
+                &params,
+                &[bind(&x.dev), bind(dev), (&packed.0, packed.1)],
+                grid(rows),
+            );
+            self.packed_norm_written(x, rows * len);
+            return;
+        }
         self.run_in(
             &self.fixed.rms_norm,
-            || kernels::rms_norm_kernel(false),
-            &[rows as u32, len as u32, eps.to_bits()],
+            || kernels::rms_norm_kernel(false, false),
+            &params,
             &[bind(&x.dev), bind(dev)],
             grid(rows),
         );
@@ -342,10 +357,27 @@ impl CoreOps for WgpuBackend {
             return;
         };
         debug_assert_eq!(len, width);
+        let params = [rows as u32, len as u32, eps.to_bits()];
+        if let Some(packed) = self.packed_norm_output(rows, len) {
+            self.run_in(
+                &self.fixed.rms_norm_into_packed,
+                || kernels::rms_norm_kernel(true, true),
+                &params,
+                &[
+                    bind(&out.dev),
+                    bind(dev),
+                    bind(&x.dev),
+                    (&packed.0, packed.1),
+                ],
+                grid(rows),
+            );
+            self.packed_norm_written(out, rows * len);
+            return;
+        }
         self.run_in(
             &self.fixed.rms_norm_into,
-            || kernels::rms_norm_kernel(true),
-            &[rows as u32, len as u32, eps.to_bits()],
+            || kernels::rms_norm_kernel(true, false),
+            &params,
             &[bind(&out.dev), bind(dev), bind(&x.dev)],
             grid(rows),
         );
@@ -365,11 +397,26 @@ impl CoreOps for WgpuBackend {
             return;
         };
         debug_assert_eq!(len, width);
+        let params = [rows as u32, len as u32, eps.to_bits()];
+        let buffers = [bind(&out.dev), bind(dev), bind(&x.dev), bind(&y.dev)];
+        if let Some(packed) = self.packed_norm_output(rows, len) {
+            let mut with_packed = buffers.to_vec();
+            with_packed.push((&packed.0, packed.1));
+            self.run_in(
+                &self.fixed.add_rms_norm_packed,
+                || kernels::add_rms_norm_kernel(true),
+                &params,
+                &with_packed,
+                grid(rows),
+            );
+            self.packed_norm_written(out, rows * len);
+            return;
+        }
         self.run_in(
             &self.fixed.add_rms_norm,
-            kernels::add_rms_norm_kernel,
-            &[rows as u32, len as u32, eps.to_bits()],
-            &[bind(&out.dev), bind(dev), bind(&x.dev), bind(&y.dev)],
+            || kernels::add_rms_norm_kernel(false),
+            &params,
+            &buffers,
             grid(rows),
         );
     }

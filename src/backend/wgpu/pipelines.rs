@@ -185,6 +185,10 @@ pub struct FixedKernels {
     pub rms_norm: KernelSlot,
     pub rms_norm_into: KernelSlot,
     pub add_rms_norm: KernelSlot,
+    /// The norms writing packed Q8_K blocks too (`WgpuBackend::packed_norm_output`).
+    pub rms_norm_packed: KernelSlot,
+    pub rms_norm_into_packed: KernelSlot,
+    pub add_rms_norm_packed: KernelSlot,
     pub rope: KernelSlot,
     pub argmax: KernelSlot,
     pub mul_sigmoid: KernelSlot,
@@ -200,6 +204,7 @@ pub struct FixedKernels {
     pub moe_combine: KernelSlot,
     pub attention_reduce: KernelSlot,
     pub round_acts: KernelSlot,
+    pub quantize_q8k: KernelSlot,
 }
 
 /// Pipelines built so far, by kernel.
@@ -499,18 +504,23 @@ pub fn blocks_matvec_reads(t: GgmlType, k: usize) -> bool {
 
 /// The per-type decode mat-vec (matvec_blocks.wgsl) over `n_weights` weights of type `t`, `rows`
 /// rows (at most 4) a workgroup of `wg` invocations (a multiple of 16, up to 256); with `gate`,
-/// gate and up writing the gated activation, `rows / 2` outputs a workgroup.
+/// gate and up writing the gated activation, `rows / 2` outputs a workgroup. `int_dot`: x comes
+/// as packed Q8_K blocks (`quantize_q8k_kernel`) and the K-quants take integer dot products.
 pub fn matvec_blocks_kernel(
     t: GgmlType,
     n_weights: usize,
     gate: Option<GateActivation>,
     rounding: Option<ActRounding>,
+    int_dot: bool,
     wg: u32,
     rows: usize,
 ) -> Kernel {
-    let mut k = over_weights("matvec", "matvec_blocks", t, n_weights)
-        .workgroup(wg)
-        .flag("X4");
+    let k = over_weights("matvec", "matvec_blocks", t, n_weights).workgroup(wg);
+    let mut k = if int_dot {
+        k.flag("IDOT")
+    } else {
+        k.flag("X4")
+    };
     k.defines.insert("ROWS", rows.to_string());
     let run_bytes = 256 / t.block_len() * t.block_bytes();
     k.defines.insert("RUN_BYTES", run_bytes.to_string());
@@ -658,6 +668,11 @@ pub fn round_acts_kernel() -> Kernel {
     Kernel::new("round_acts", "round_acts", &[Read, ReadWrite])
 }
 
+/// Activations quantized to packed Q8_K blocks, the integer-dot mat-vecs' input.
+pub fn quantize_q8k_kernel() -> Kernel {
+    Kernel::new("quantize_q8k", "round_acts", &[Read, ReadWrite]).flag("PACKED")
+}
+
 pub fn add_expert_bias_kernel() -> Kernel {
     op_kernel(
         "moe",
@@ -690,25 +705,33 @@ pub fn expert_kernel(
 /// A norm's workgroup: a decode row (2-8 K values) in a few passes, not 32-128 dependent ones.
 const NORM_WG: u32 = 256;
 
-pub fn rms_norm_kernel(into: bool) -> Kernel {
-    if into {
-        Kernel::new("rms_norm", "norm", &[ReadWrite, Read, Read])
-            .flag("INTO")
-            .workgroup(NORM_WG)
-            .trusted()
+pub fn rms_norm_kernel(into: bool, packed: bool) -> Kernel {
+    let k = if into {
+        Kernel::new("rms_norm", "norm", &[ReadWrite, Read, Read]).flag("INTO")
     } else {
         Kernel::new("rms_norm", "norm", &[ReadWrite, Read])
-            .workgroup(NORM_WG)
-            .trusted()
-    }
+    };
+    with_packed_output(k.workgroup(NORM_WG).trusted(), packed)
 }
 
 /// A residual add fused with the next block's input norm.
-pub fn add_rms_norm_kernel() -> Kernel {
-    Kernel::new("add_rms_norm", "norm", &[ReadWrite, Read, ReadWrite, Read])
+pub fn add_rms_norm_kernel(packed: bool) -> Kernel {
+    let k = Kernel::new("add_rms_norm", "norm", &[ReadWrite, Read, ReadWrite, Read])
         .flag("ADD")
         .workgroup(NORM_WG)
-        .trusted()
+        .trusted();
+    with_packed_output(k, packed)
+}
+
+/// `packed`: the norm also writes packed Q8_K blocks, to one more binding.
+fn with_packed_output(mut k: Kernel, packed: bool) -> Kernel {
+    if packed {
+        k.bindings.push(ReadWrite);
+        let binding = k.bindings.len().to_string();
+        k.defines.insert("PACKED_BINDING", binding);
+        k = k.flag("PACKED");
+    }
+    k
 }
 
 pub fn rope_kernel() -> Kernel {

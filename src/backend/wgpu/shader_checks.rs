@@ -4,12 +4,14 @@
 
 use super::buffers::MATRIX_TYPES;
 use super::pipelines::{
-    ActRounding, Kernel, MatvecLayout, assemble, attention_kernel, attention_prefill_kernel,
-    attention_reduce_kernel, blocks_matvec_reads, defines, embed_kernel, kv_move_halves_kernel,
-    kv_move_kernel, kv_rope_kernel, matmul_kernel, matvec_blocks_kernel, matvec_kernel,
-    rope_kernel, rope_kv_kernel, round_acts_kernel, store_kernel,
+    ActRounding, Kernel, MatvecLayout, add_rms_norm_kernel, assemble, attention_kernel,
+    attention_prefill_kernel, attention_reduce_kernel, blocks_matvec_reads, defines, embed_kernel,
+    kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_kernel, matvec_blocks_kernel,
+    matvec_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel, rope_kv_kernel,
+    round_acts_kernel, store_kernel,
 };
 use crate::backend::{CacheType, GateActivation};
+use crate::gguf::GgmlType;
 
 /// The mat-vec (staged and direct), prefill (tiled and lavapipe's) and embedding kernels of every
 /// weight type are valid WGSL to naga's parser and validator, as wgpu runs them, with subgroup
@@ -37,11 +39,14 @@ fn weight_kernels_validate_for_every_type() {
                 }
             }
         }
-        // The per-type mat-vec: rounding x and not, three weights and the gated pair.
+        // The per-type mat-vec: rounding x, not, and (K-quants) taking packed Q8_K blocks; three
+        // weights and the gated pair.
         if blocks_matvec_reads(t, 256) {
+            let int_dot = matches!(t, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
             for (n, gate) in [(1, None), (3, None), (2, Some(GateActivation::Silu))] {
-                for r in [ActRounding::of(t), None] {
-                    let k = matvec_blocks_kernel(t, n, gate, r, 128, 2);
+                let inputs = [(ActRounding::of(t), false), (None, false), (None, true)];
+                for (r, idot) in inputs.into_iter().filter(|&(_, i)| int_dot || !i) {
+                    let k = matvec_blocks_kernel(t, n, gate, r, idot, 128, 2);
                     for subgroups in [true, false] {
                         validate(&k, subgroups, &format!("{t} per-type "));
                     }
@@ -77,7 +82,15 @@ fn cache_and_attention_kernels_validate() {
         kv_move_halves_kernel(),
         rope_kernel(),
         round_acts_kernel(),
+        quantize_q8k_kernel(),
     ]);
+    for packed in [false, true] {
+        all.extend([
+            rms_norm_kernel(false, packed),
+            rms_norm_kernel(true, packed),
+            add_rms_norm_kernel(packed),
+        ]);
+    }
     for k in &all {
         for subgroups in [false, true] {
             validate(k, subgroups, "");

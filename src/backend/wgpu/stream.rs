@@ -70,6 +70,9 @@ pub struct Stream {
     /// By pipeline id: its bind groups.
     bind_groups: Vec<BindGroups>,
     pub dispatches: u64,
+    /// Commands recorded since the stream began (never reset): equal at two moments, nothing
+    /// was written in between.
+    pub recorded: u64,
     pub submits: u64,
     pub readbacks: u64,
     profiling: bool,
@@ -142,6 +145,7 @@ impl Stream {
             readback: None,
             bind_groups: Vec::new(),
             dispatches: 0,
+            recorded: 0,
             submits: 0,
             readbacks: 0,
             profiling: false,
@@ -217,6 +221,7 @@ impl Stream {
         });
         self.dispatches_pending += 1;
         self.dispatches += 1;
+        self.recorded += 1;
         // Profiling without timestamp queries: one dispatch per submit, timed on the host.
         let host_timed = self.profiling && self.timing.is_none();
         if self.dispatches_pending == self.chunk || host_timed {
@@ -265,6 +270,7 @@ impl Stream {
         self.staging.extend_from_slice(data);
         self.staging
             .resize(self.staging.len().next_multiple_of(4), 0);
+        self.recorded += 1;
         self.cmds.push(Cmd::Upload {
             staging_offset,
             dst: dst.clone(),
@@ -285,6 +291,7 @@ impl Stream {
         if size == 0 {
             return;
         }
+        self.recorded += 1;
         self.cmds.push(Cmd::Copy {
             src: src.clone(),
             src_offset,

@@ -82,7 +82,14 @@ fn splice<'a>(
     for (ln, line) in source(name)?.lines().enumerate() {
         let t = line.trim();
         if let Some(cond) = t.strip_prefix("#if ") {
-            let value = cond.split("||").any(|c| defines.contains_key(c.trim()));
+            let names: Vec<&str> = cond.split("||").map(str::trim).collect();
+            if names
+                .iter()
+                .any(|n| n.is_empty() || !n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+            {
+                return Err(bad(ln, "#if takes define names joined by ||"));
+            }
+            let value = names.iter().any(|n| defines.contains_key(n));
             stack.push(value);
         } else if t == "#else" {
             let top = stack
@@ -150,7 +157,7 @@ mod tests {
         // The mat-vec's sizes, without its type flag.
         let matvec = matvec_kernel(GgmlType::F32, 1, false, MatvecLayout::Staged, None);
         d.extend(matvec.defines.into_iter().filter(|(k, _)| *k != "F32"));
-        let blocks = matvec_blocks_kernel(GgmlType::Q4_K, 1, None, None, 64, 2);
+        let blocks = matvec_blocks_kernel(GgmlType::Q4_K, 1, None, None, false, 64, 2);
         d.extend(
             blocks
                 .defines
