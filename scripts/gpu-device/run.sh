@@ -40,12 +40,16 @@ for op in matvec attention add_rms_norm rope_kv; do echo "$op: $(kt KILN_WGPU_RE
 echo "== llama warm-up: $(lb)"
 kilns=kiln
 [ -x $W/kiln-base ] && kilns="kiln-base kiln"
+# Each switch of #46 alone (off by default until this run picks): KILN_WGPU_INT_DOT=1.
+kiln_runs() { for k in $kilns; do line+=" $k: $(kb $k)"; done; line+=" kiln-idot: $(kb kiln KILN_WGPU_INT_DOT=1)"; }
+echo "== host only, integer-dot mat-vecs: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_INT_DOT=1)"
+for op in matvec quantize_q8k; do echo "$op (int-dot): $(kt KILN_WGPU_INT_DOT=1 KILN_WGPU_REPEAT=$op)"; done
 for r in $(seq 1 "${ROUNDS:-8}"); do
     line="round $r"
     if [ $((r % 2)) = 1 ]; then
-        line+=" llama: $(lb)"; for k in $kilns; do line+=" $k: $(kb $k)"; done
+        line+=" llama: $(lb)"; kiln_runs
     else
-        for k in $kilns; do line+=" $k: $(kb $k)"; done; line+=" llama: $(lb)"
+        kiln_runs; line+=" llama: $(lb)"
     fi
     echo "$line"
 done

@@ -23,6 +23,7 @@ mod attention;
 mod buffers;
 mod cache;
 mod device;
+mod kernels;
 mod matmul;
 mod moe;
 mod ops;

@@ -1,0 +1,473 @@
+//! Every kernel the ops dispatch, by op: its shader file, entry point, defines and bindings, as a
+//! `Kernel` the pipeline cache (`pipelines.rs`) builds. Kernels that read weights take the type's
+//! name (`GgmlType::name`) as the define that selects its block decoder in quants.wgsl.
+
+use super::pipelines::Access::{self, Read, ReadWrite};
+use super::pipelines::Kernel;
+use crate::backend::cpu::{ActFormat, activation_format};
+use crate::backend::{CacheType, GateActivation};
+use crate::gguf::GgmlType;
+
+/// How the decode mat-vec reads its weights (matvec.wgsl).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MatvecLayout {
+    /// Each span of a row (of the gate and up rows, gated) staged in workgroup memory as whole
+    /// lines, a run of 16 values an invocation a step (GPUs).
+    Staged,
+    /// In place, one row per subgroup, `rows` rows per workgroup (software adapters).
+    Direct { rows: usize },
+}
+
+impl MatvecLayout {
+    /// Weight rows per workgroup.
+    pub fn rows(self) -> usize {
+        match self {
+            MatvecLayout::Staged => 1,
+            MatvecLayout::Direct { rows } => rows,
+        }
+    }
+}
+
+/// How a weight type's dot products round the activations they take (the CPU's
+/// `activation_format`): by shaders/round_acts.wgsl before a kernel, or by the mat-vec itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ActRounding {
+    Q8_0 = 0,
+    Q8K = 1,
+    F16 = 2,
+    BF16 = 3,
+}
+
+impl ActRounding {
+    /// None: the activations are taken as they are (f32 weights).
+    pub fn of(t: GgmlType) -> Option<ActRounding> {
+        match (t, activation_format(t)) {
+            (GgmlType::F16, _) => Some(ActRounding::F16),
+            (GgmlType::BF16, _) => Some(ActRounding::BF16),
+            (_, ActFormat::F32) => None,
+            (_, ActFormat::Q8) => Some(ActRounding::Q8_0),
+            (_, ActFormat::Q8K) => Some(ActRounding::Q8K),
+        }
+    }
+
+    /// round_acts.wgsl's `mode`.
+    pub fn mode(self) -> u32 {
+        self as u32
+    }
+
+    fn define(self) -> &'static str {
+        match self {
+            ActRounding::Q8_0 => "ROUND_Q8_0",
+            ActRounding::Q8K => "ROUND_Q8K",
+            ActRounding::F16 => "ROUND_F16",
+            ActRounding::BF16 => "ROUND_BF16",
+        }
+    }
+}
+
+/// The decode mat-vec over `n_weights` weights of type `t` (matvec.wgsl); `x4`: the activation
+/// row is read as vec4s (its length a multiple of 4); `rounding`: x rounded by the kernel as it
+/// reads it (staged layout, subgroups of 8 to 64 lanes).
+pub fn matvec_kernel(
+    t: GgmlType,
+    n_weights: usize,
+    x4: bool,
+    layout: MatvecLayout,
+    rounding: Option<ActRounding>,
+) -> Kernel {
+    matvec_of_rows(t, n_weights, x4, layout, rounding, layout.rows())
+}
+
+/// `matvec_kernel` with `rows` weight rows a workgroup.
+fn matvec_of_rows(
+    t: GgmlType,
+    n_weights: usize,
+    x4: bool,
+    layout: MatvecLayout,
+    rounding: Option<ActRounding>,
+    rows: usize,
+) -> Kernel {
+    // Audited: the tile, the runs' and blocks' maxima and the sums are written whole each step
+    // before a barrier, and read after it.
+    let mut k = over_weights("matvec", "matvec", t, n_weights).fills_workgroup_memory();
+    // Values staged per row and step: a kilobyte of weights or a little more, in whole
+    // superblocks (Q8_K blocks of x).
+    let span = (1024 * t.block_len())
+        .div_ceil(t.block_bytes())
+        .next_multiple_of(256);
+    let span_bytes = span / t.block_len() * t.block_bytes();
+    // A span starting anywhere in a line touches at most this many 128-byte lines.
+    let tile_row = (span_bytes + 127).div_ceil(128) * 32;
+    for (name, value) in [
+        ("ROWS", rows),
+        ("SPAN", span),
+        ("TILE_ROW", tile_row),
+        ("TILE_WORDS", rows * tile_row),
+        ("BLOCK_LEN", t.block_len()),
+        ("BLOCK_BYTES", t.block_bytes()),
+        ("RUN_WORDS", span / 16),
+        ("BLOCK_WORDS", span / 256),
+    ] {
+        k.defines.insert(name, value.to_string());
+    }
+    if let Some(r) = rounding {
+        k = k.flag(r.define());
+    }
+    if x4 {
+        k = k.flag("X4");
+    }
+    if layout != MatvecLayout::Staged {
+        k = k.flag("DIRECT");
+    }
+    k
+}
+
+/// A kernel of `file` over `n_weights` (1-3) weights of type `t` that share its input and run as
+/// one dispatch: bindings x, then a weight and its output per weight; `NW2`/`NW3` say how many.
+fn over_weights(label: &'static str, file: &'static str, t: GgmlType, n_weights: usize) -> Kernel {
+    let mut bindings = vec![Read];
+    for _ in 0..n_weights {
+        bindings.extend([Read, ReadWrite]);
+    }
+    let k = Kernel::new(label, file, &bindings).weights(t).trusted();
+    match n_weights {
+        2 => k.flag("NW2"),
+        3 => k.flag("NW3"),
+        _ => k,
+    }
+}
+
+/// The gate and up mat-vecs of a feed-forward with its gated activation as their epilogue.
+pub fn matvec_gated_kernel(
+    t: GgmlType,
+    act: GateActivation,
+    x4: bool,
+    layout: MatvecLayout,
+    rounding: Option<ActRounding>,
+) -> Kernel {
+    // Staged, a workgroup computes one output from its gate row and its up row.
+    let rows = match layout {
+        MatvecLayout::Staged => 2,
+        MatvecLayout::Direct { rows } => rows,
+    };
+    with_activation(matvec_of_rows(t, 2, x4, layout, rounding, rows), act)
+}
+
+/// `k` as a gated kernel: its gate/up epilogue applies `act` (common.wgsl).
+fn with_activation(k: Kernel, act: GateActivation) -> Kernel {
+    match act {
+        GateActivation::Silu => k.flag("GLU_SILU"),
+        GateActivation::GeluTanh => k.flag("GLU_GELU"),
+        GateActivation::SwigluOai => unreachable!("gated_matmuls runs SwigluOai unfused"),
+    }
+}
+
+/// Whether the per-type mat-vec (matvec_blocks.wgsl) reads weights of type `t`, `k` values wide.
+pub fn blocks_matvec_reads(t: GgmlType, k: usize) -> bool {
+    use GgmlType::*;
+    matches!(t, Q4_0 | Q8_0 | Q4_K | Q5_K | Q6_K) && k.is_multiple_of(256)
+}
+
+/// The per-type decode mat-vec (matvec_blocks.wgsl) over `n_weights` weights of type `t`, `rows`
+/// rows (at most 4) a workgroup of `wg` invocations (a multiple of 16, up to 256); with `gate`,
+/// gate and up writing the gated activation, `rows / 2` outputs a workgroup. `int_dot`: x comes
+/// as packed Q8_K blocks (`quantize_q8k_kernel`) and the K-quants take integer dot products.
+pub fn matvec_blocks_kernel(
+    t: GgmlType,
+    n_weights: usize,
+    gate: Option<GateActivation>,
+    rounding: Option<ActRounding>,
+    int_dot: bool,
+    wg: u32,
+    rows: usize,
+) -> Kernel {
+    // Audited: every invocation writes its maximum each step before the barrier; the sums as
+    // matvec.wgsl's.
+    let k = over_weights("matvec", "matvec_blocks", t, n_weights)
+        .workgroup(wg)
+        .fills_workgroup_memory();
+    let mut k = if int_dot {
+        k.flag("IDOT")
+    } else {
+        k.flag("X4")
+    };
+    k.defines.insert("ROWS", rows.to_string());
+    let run_bytes = 256 / t.block_len() * t.block_bytes();
+    k.defines.insert("RUN_BYTES", run_bytes.to_string());
+    k.defines.insert("PART_WORDS", (2 * wg).to_string());
+    if let Some(r) = rounding {
+        k = k.flag(r.define());
+    }
+    if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K) {
+        k = k.flag("W2");
+    }
+    match gate {
+        Some(act) => with_activation(k, act),
+        None => k,
+    }
+}
+
+/// The tiled prefill kernel over `n_weights` weights of type `t` (`gated`: gate and up, writing
+/// the gated activation); `x4`: activations read as vec4s (rows a multiple of 4); `sg8`: the
+/// variant for lavapipe, one weight.
+pub fn matmul_kernel(
+    t: GgmlType,
+    n_weights: usize,
+    gated: Option<GateActivation>,
+    x4: bool,
+    sg8: bool,
+) -> Kernel {
+    let k = over_weights("matmul", "matmul", t, n_weights);
+    if sg8 {
+        return k.flag("SG8").entry("main_sg8");
+    }
+    let k = if x4 { k.flag("X4") } else { k };
+    match gated {
+        Some(act) => with_activation(k, act),
+        None => k,
+    }
+}
+
+pub fn embed_kernel(t: GgmlType) -> Kernel {
+    Kernel::new("embed", "embed", &[Read, Read, ReadWrite])
+        .weights(t)
+        .trusted()
+}
+
+pub fn elementwise_kernel(entry: &'static str) -> Kernel {
+    Kernel::new(entry, "elementwise", &[ReadWrite, Read])
+        .entry(entry)
+        .trusted()
+}
+
+/// `kernel` with the defines that select how it reads or writes a key cache of type `k` and a
+/// value cache of type `v` (`K_F16`, `K_Q8`, `V_F16`, `V_Q8`; f32 has none).
+fn with_caches(mut kernel: Kernel, k: CacheType, v: CacheType) -> Kernel {
+    for (ty, f16, q8) in [(k, "K_F16", "K_Q8"), (v, "V_F16", "V_Q8")] {
+        match ty {
+            CacheType::F32 => {}
+            CacheType::F16 => kernel = kernel.flag(f16),
+            CacheType::Q8_0 => kernel = kernel.flag(q8),
+        }
+    }
+    kernel
+}
+
+pub fn store_kernel(ty: CacheType) -> Kernel {
+    let k = Kernel::new("kv_store", "kv", &[Read, ReadWrite]);
+    match ty {
+        CacheType::F32 => k,
+        CacheType::F16 => k.flag("F16CACHE"),
+        CacheType::Q8_0 => k.flag("Q8CACHE").entry("store_q8"),
+    }
+}
+
+/// The GQA-folded attention (attention.wgsl `main`); `lanes`: its 8-lane sums by subgroup
+/// shuffles (`SG_LANES`, for subgroups of at least 8), else in workgroup memory.
+pub fn attention_kernel(k: CacheType, v: CacheType, lanes: bool) -> Kernel {
+    let kernel = Kernel::new(
+        "attention",
+        "attention",
+        &[Read, Read, Read, ReadWrite, ReadWrite, Read],
+    );
+    let kernel = if lanes {
+        kernel.flag("SG_LANES")
+    } else {
+        kernel
+    };
+    with_caches(kernel, k, v)
+}
+
+/// The reduce of split decode attention (attention.wgsl `reduce`; it reads no cache, so one
+/// variant serves every cache type).
+pub fn attention_reduce_kernel() -> Kernel {
+    Kernel::new(
+        "attention_reduce",
+        "attention",
+        &[Read, Read, Read, ReadWrite, ReadWrite, Read],
+    )
+    .entry("reduce")
+}
+
+/// The tiled prefill attention (attention.wgsl `prefill`): 16 query rows per workgroup.
+pub fn attention_prefill_kernel(k: CacheType, v: CacheType) -> Kernel {
+    let kernel = Kernel::new(
+        "attention_prefill",
+        "attention",
+        &[Read, Read, Read, ReadWrite, ReadWrite, Read],
+    )
+    .entry("prefill")
+    .flag("PREFILL");
+    with_caches(kernel, k, v)
+}
+
+/// A kernel whose define and entry point share the op's name, in shader file `file`.
+fn op_kernel(
+    file: &'static str,
+    op: &'static str,
+    define: &'static str,
+    bindings: &[Access],
+) -> Kernel {
+    Kernel::new(op, file, bindings).entry(op).flag(define)
+}
+
+pub fn mul_sigmoid_kernel() -> Kernel {
+    op_kernel(
+        "elementwise",
+        "mul_sigmoid",
+        "MUL_SIGMOID",
+        &[ReadWrite, Read],
+    )
+}
+
+/// The convolution step (`conv_step`) or the state update after it (`conv_state`).
+pub fn conv_kernel(entry: &'static str) -> Kernel {
+    Kernel::new(entry, "conv", &[Read, Read, ReadWrite, ReadWrite]).entry(entry)
+}
+
+pub fn moe_combine_kernel() -> Kernel {
+    op_kernel(
+        "moe",
+        "moe_combine",
+        "MOE_COMBINE",
+        &[Read, Read, ReadWrite],
+    )
+}
+
+// Audited (both): every invocation writes its block maximum before the barrier.
+pub fn round_acts_kernel() -> Kernel {
+    Kernel::new("round_acts", "round_acts", &[Read, ReadWrite]).fills_workgroup_memory()
+}
+
+/// Activations quantized to packed Q8_K blocks, the integer-dot mat-vecs' input.
+pub fn quantize_q8k_kernel() -> Kernel {
+    round_acts_kernel().flag("PACKED")
+}
+
+pub fn add_expert_bias_kernel() -> Kernel {
+    op_kernel(
+        "moe",
+        "add_expert_bias",
+        "ADD_EXPERT_BIAS",
+        &[ReadWrite, Read, Read],
+    )
+}
+
+pub fn moe_route_kernel() -> Kernel {
+    Kernel::new("moe_route", "moe", &[Read, Read, ReadWrite, ReadWrite])
+        .entry("route")
+        .flag("MOE_ROUTE")
+}
+
+/// The expert mat-vec (llama.cpp's mul_mat_id, one activation row per slot) over a stacked
+/// expert weight of type `t`: matvec.wgsl's `EXPERT` variant.
+pub fn expert_kernel(
+    t: GgmlType,
+    x4: bool,
+    layout: MatvecLayout,
+    rounding: Option<ActRounding>,
+) -> Kernel {
+    let mut k = matvec_kernel(t, 1, x4, layout, rounding);
+    k.label = "expert_matvec";
+    k.bindings.push(Read);
+    k.flag("EXPERT")
+}
+
+/// A norm's workgroup: a decode row (2-8 K values) in a few passes, not 32-128 dependent ones.
+const NORM_WG: u32 = 256;
+
+pub fn rms_norm_kernel(into: bool, packed: bool) -> Kernel {
+    let k = if into {
+        Kernel::new("rms_norm", "norm", &[ReadWrite, Read, Read]).flag("INTO")
+    } else {
+        Kernel::new("rms_norm", "norm", &[ReadWrite, Read])
+    };
+    let k = k.workgroup(NORM_WG).trusted().fills_workgroup_memory();
+    with_packed_output(k, packed)
+}
+
+// The norms are audited (`Kernel::fills_workgroup_memory`): the sum's partials and the blocks'
+// maxima are written by every invocation (subgroup) before the barrier that precedes their reads.
+
+/// A residual add fused with the next block's input norm.
+pub fn add_rms_norm_kernel(packed: bool) -> Kernel {
+    let k = Kernel::new("add_rms_norm", "norm", &[ReadWrite, Read, ReadWrite, Read])
+        .flag("ADD")
+        .workgroup(NORM_WG)
+        .trusted()
+        .fills_workgroup_memory();
+    with_packed_output(k, packed)
+}
+
+/// `packed`: the norm also writes packed Q8_K blocks, to one more binding.
+fn with_packed_output(mut k: Kernel, packed: bool) -> Kernel {
+    if packed {
+        k.bindings.push(ReadWrite);
+        let binding = k.bindings.len().to_string();
+        k.defines.insert("PACKED_BINDING", binding);
+        k = k.flag("PACKED");
+    }
+    k
+}
+
+pub fn rope_kernel() -> Kernel {
+    Kernel::new("rope", "rope", &[ReadWrite, Read]).trusted()
+}
+
+/// RoPE of a step's queries and keys with the keys' and values' append to caches of types `k`
+/// and `v`, in one dispatch.
+pub fn rope_kv_kernel(k: CacheType, v: CacheType) -> Kernel {
+    let kernel = Kernel::new(
+        "rope_kv",
+        "rope",
+        &[ReadWrite, Read, Read, Read, ReadWrite, ReadWrite],
+    )
+    .flag("ROPE_KV");
+    with_caches(kernel, k, v)
+}
+
+/// Audited: every invocation writes its best value and index before the first barrier.
+pub fn argmax_kernel() -> Kernel {
+    Kernel::new("argmax", "argmax", &[Read, ReadWrite])
+        .trusted()
+        .fills_workgroup_memory()
+}
+
+/// The copy `kiln bench` measures the device's bandwidth with.
+pub fn bandwidth_kernel() -> Kernel {
+    Kernel::new("copy_bandwidth", "bench", &[ReadWrite, Read])
+}
+
+/// Cache rows moved within the cache (a context shift): whole words.
+pub fn kv_move_kernel() -> Kernel {
+    Kernel::new("kv_move", "kv_shift", &[ReadWrite]).entry("move_rows")
+}
+
+/// 16-bit halves moved within the cache (a q8_0 cache's scales, in a context shift).
+pub fn kv_move_halves_kernel() -> Kernel {
+    Kernel::new("kv_move", "kv_shift", &[ReadWrite])
+        .entry("move_halves")
+        .flag("HALVES")
+}
+
+/// Cached keys re-rotated by a position delta (a context shift).
+pub fn kv_rope_kernel(ty: CacheType) -> Kernel {
+    let k = Kernel::new("kv_rope", "kv_shift", &[ReadWrite, Read]);
+    match ty {
+        CacheType::F32 => k.entry("rope_rows"),
+        CacheType::F16 => k.entry("rope_rows").flag("F16CACHE"),
+        CacheType::Q8_0 => k.entry("rope_q8").flag("Q8CACHE"),
+    }
+}
+
+/// The Gated DeltaNet recurrence for heads of `d` values (a pipeline per width: it sizes the
+/// state each invocation keeps).
+pub fn delta_net_kernel(d: usize) -> Kernel {
+    let mut k = Kernel::new(
+        "gated_delta_net",
+        "delta_net",
+        &[Read, Read, Read, Read, Read, ReadWrite, ReadWrite],
+    );
+    k.defines.insert("D", d.to_string());
+    k
+}
