@@ -341,7 +341,9 @@ pub fn round_acts_kernel() -> Kernel {
 
 /// Activations quantized to packed Q8_K blocks, the integer-dot mat-vecs' input.
 pub fn quantize_q8k_kernel() -> Kernel {
-    round_acts_kernel().flag("PACKED")
+    let mut k = round_acts_kernel().flag("PACKED");
+    k.label = "quantize_q8k";
+    k
 }
 
 pub fn add_expert_bias_kernel() -> Kernel {
