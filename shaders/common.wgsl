@@ -69,6 +69,23 @@ fn q8_k_values(v: vec4<f32>, amax: f32) -> vec4<f32> {
     return d * min(round(iscale * v), vec4<f32>(127.0));
 }
 
+// The same block's quants q and its d (0 for a block of zeros), for the integer-dot mat-vecs
+// (round_acts.wgsl's and norm.wgsl's PACKED variants); q8_k_values keeps its float arithmetic,
+// which the mat-vecs that round x per step would otherwise pay two conversions a value for.
+fn q8_k_quants(v: vec4<f32>, amax: f32) -> vec4<i32> {
+    if (amax == 0.0) {
+        return vec4<i32>(0);
+    }
+    return vec4<i32>(min(round((-127.0 / amax) * v), vec4<f32>(127.0)));
+}
+
+fn q8_k_d(amax: f32) -> f32 {
+    if (amax == 0.0) {
+        return 0.0;
+    }
+    return 1.0 / (-127.0 / amax);
+}
+
 // Round to nearest even bf16 (NaN kept a NaN).
 fn round_bf16(v: f32) -> f32 {
     let b = bitcast<u32>(v);

@@ -76,13 +76,8 @@ fn write_packed(o: u32, lid: u32) {
             amax = max(amax, block_max[first + i]);
         }
         workgroupBarrier();
-        var q = vec4<i32>(0);
-        var d = 0.0;
-        if (amax != 0.0) {
-            let iscale = -127.0 / amax;
-            q = vec4<i32>(min(round(iscale * v), vec4<f32>(127.0)));
-            d = 1.0 / iscale;
-        }
+        let q = q8_k_quants(v, amax);
+        let d = q8_k_d(amax);
         if (e < p.dim) {
             packed[(o + e) / 4u] = pack4xI8(q);
             if ((lid & 63u) == 0u) {

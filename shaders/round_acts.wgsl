@@ -57,13 +57,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var i = 0u; i < 64u; i++) {
         amax = max(amax, block_max[i]);
     }
-    var q = vec4<i32>(0);
-    var d = 0.0;
-    if (amax != 0.0) {
-        let iscale = -127.0 / amax;
-        q = vec4<i32>(min(round(iscale * v), vec4<f32>(127.0)));
-        d = 1.0 / iscale;
-    }
+    let q = q8_k_quants(v, amax);
+    let d = q8_k_d(amax);
     if (e < p.len) {
         y[e / 4u] = pack4xI8(q);
         if (lid == 0u) {
