@@ -131,6 +131,29 @@ impl WgpuBackend {
         }
     }
 
+    /// A norm of `rows` rows of `len` values into `out` over `buffers`, from the kernel
+    /// `kernel(packed)` held in `slots` (plain, packed): packed, its output is also written as Q8_K
+    /// blocks for the integer-dot mat-vecs after it (`packed_norm_output`), one binding more.
+    fn run_norm(
+        &self,
+        slots: (&KernelSlot, &KernelSlot),
+        kernel: impl Fn(bool) -> Kernel,
+        buffers: &[(&wgpu::Buffer, u64)],
+        (rows, len): (usize, usize),
+        eps: f32,
+        out: &GpuBuffer,
+    ) {
+        let params = [rows as u32, len as u32, eps.to_bits()];
+        let Some((packed, packed_id)) = self.packed_norm_output(rows, len) else {
+            self.run_in(slots.0, || kernel(false), &params, buffers, grid(rows));
+            return;
+        };
+        let mut with_packed = buffers.to_vec();
+        with_packed.push((&packed, packed_id));
+        self.run_in(slots.1, || kernel(true), &params, &with_packed, grid(rows));
+        self.packed_norm_written(out, rows * len);
+    }
+
     fn elementwise(
         &self,
         (slot, entry): (&KernelSlot, &'static str),
@@ -323,24 +346,14 @@ impl CoreOps for WgpuBackend {
         let Some((dev, len)) = self.vector(w, "rms_norm") else {
             return;
         };
-        let params = [rows as u32, len as u32, eps.to_bits()];
-        if let Some(packed) = self.packed_norm_output(rows, len) {
-            self.run_in(
-                &self.fixed.rms_norm_packed,
-                || kernels::rms_norm_kernel(false, true),
-                &params,
-                &[bind(&x.dev), bind(dev), (&packed.0, packed.1)],
-                grid(rows),
-            );
-            self.packed_norm_written(x, rows * len);
-            return;
-        }
-        self.run_in(
-            &self.fixed.rms_norm,
-            || kernels::rms_norm_kernel(false, false),
-            &params,
+        let f = &self.fixed;
+        self.run_norm(
+            (&f.rms_norm, &f.rms_norm_packed),
+            |packed| kernels::rms_norm_kernel(false, packed),
             &[bind(&x.dev), bind(dev)],
-            grid(rows),
+            (rows, len),
+            eps,
+            x,
         );
     }
 
@@ -357,29 +370,14 @@ impl CoreOps for WgpuBackend {
             return;
         };
         debug_assert_eq!(len, width);
-        let params = [rows as u32, len as u32, eps.to_bits()];
-        if let Some(packed) = self.packed_norm_output(rows, len) {
-            self.run_in(
-                &self.fixed.rms_norm_into_packed,
-                || kernels::rms_norm_kernel(true, true),
-                &params,
-                &[
-                    bind(&out.dev),
-                    bind(dev),
-                    bind(&x.dev),
-                    (&packed.0, packed.1),
-                ],
-                grid(rows),
-            );
-            self.packed_norm_written(out, rows * len);
-            return;
-        }
-        self.run_in(
-            &self.fixed.rms_norm_into,
-            || kernels::rms_norm_kernel(true, false),
-            &params,
+        let f = &self.fixed;
+        self.run_norm(
+            (&f.rms_norm_into, &f.rms_norm_into_packed),
+            |packed| kernels::rms_norm_kernel(true, packed),
             &[bind(&out.dev), bind(dev), bind(&x.dev)],
-            grid(rows),
+            (rows, len),
+            eps,
+            out,
         );
     }
 
@@ -397,27 +395,14 @@ impl CoreOps for WgpuBackend {
             return;
         };
         debug_assert_eq!(len, width);
-        let params = [rows as u32, len as u32, eps.to_bits()];
-        let buffers = [bind(&out.dev), bind(dev), bind(&x.dev), bind(&y.dev)];
-        if let Some(packed) = self.packed_norm_output(rows, len) {
-            let mut with_packed = buffers.to_vec();
-            with_packed.push((&packed.0, packed.1));
-            self.run_in(
-                &self.fixed.add_rms_norm_packed,
-                || kernels::add_rms_norm_kernel(true),
-                &params,
-                &with_packed,
-                grid(rows),
-            );
-            self.packed_norm_written(out, rows * len);
-            return;
-        }
-        self.run_in(
-            &self.fixed.add_rms_norm,
-            || kernels::add_rms_norm_kernel(false),
-            &params,
-            &buffers,
-            grid(rows),
+        let f = &self.fixed;
+        self.run_norm(
+            (&f.add_rms_norm, &f.add_rms_norm_packed),
+            kernels::add_rms_norm_kernel,
+            &[bind(&out.dev), bind(dev), bind(&x.dev), bind(&y.dev)],
+            (rows, len),
+            eps,
+            out,
         );
     }
 
