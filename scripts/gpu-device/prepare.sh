@@ -6,8 +6,8 @@
 #     Debian 12's Vulkan headers predate VK_EXT_layer_settings, which only the validation layers use, so the
 #     build drops that block from ggml-vulkan.cpp (a copy of the file is kept beside it);
 #   - kiln's release binary (and, with BASE=<commit>, that commit's, as kiln-base) and the GPU test binary;
-#   - the Vulkan loader's Debian packages, gguf-py's wheel, and a script that writes the 1B Llama shape
-#     (../shared/tools/make-bench-models.py without its Qwen model).
+#   - the Vulkan loader's Debian packages, gguf-py's wheel, a script that writes the 1B Llama shape
+#     (../shared/tools/make-bench-models.py without its Qwen model) and make-8b.py (the 8B shape).
 # Then, with tests/fixtures/models moved out of the tree for the call (the tree that travels must stay under
 # 64 MiB), run `bash scripts/gpu-device/run.sh` on the device with carry [".dev", ".gl"].
 set -euo pipefail
@@ -68,5 +68,5 @@ s = s[:a] + s[b:]
 s = s.replace('os.path.join(HERE, "..", "models", "llama3-vocab.gguf")', 'os.path.join(HERE, "llama3-vocab.gguf")')
 open('.dev/make-1b.py', 'w').write(s)
 PY
-cp scripts/gpu-device/run.sh .dev/run.sh
+cp scripts/gpu-device/make-8b.py .dev/
 du -sh .dev .gl

@@ -43,21 +43,30 @@ pub fn gpu_kernel_variants() -> Vec<WgpuBackend> {
     all
 }
 
-/// The adapter with the kernels hardware GPUs get and their integer-dot K-quant mat-vecs
-/// (`GpuOptions::int_dot`), the variant a switch keeps off by default.
+/// The adapter with the kernels hardware GPUs get, whose K-quant decode mat-vecs take integer
+/// dot products (on a software adapter, which otherwise gets other kernels, too).
 pub fn gpu_int_dot() -> Option<WgpuBackend> {
     gpu_with(GpuOptions {
         hardware_kernels: true,
-        int_dot: true,
         ..GpuOptions::default()
     })
 }
 
-/// `gpu_kernel_variants` and `gpu_int_dot`: what the weight kernels' tests run on.
+/// The kernels hardware GPUs get with the float K-quant mat-vecs that `KILN_WGPU_INT_DOT=0`
+/// keeps (`GpuOptions::float_matvecs`).
+pub fn gpu_float_matvecs() -> Option<WgpuBackend> {
+    gpu_with(GpuOptions {
+        hardware_kernels: true,
+        float_matvecs: true,
+        ..GpuOptions::default()
+    })
+}
+
+/// `gpu_kernel_variants` and `gpu_float_matvecs`: what the weight kernels' tests run on.
 pub fn gpu_matmul_variants() -> Vec<WgpuBackend> {
     let mut all = gpu_kernel_variants();
     if !all.is_empty() {
-        all.extend(gpu_int_dot());
+        all.extend(gpu_float_matvecs());
     }
     all
 }

@@ -117,8 +117,8 @@ fn gemma3_matches_llama_cpp_on_the_gpu() {
     real("llama-cpp.json", 2);
 }
 
-/// The integer-dot K-quant mat-vecs (`GpuOptions::int_dot`, off by default) against the same
-/// goldens: Gemma 3's Q4_K and Q6_K rows of 1024 and 2048 values take them.
+/// The integer-dot K-quant mat-vecs (the kernels hardware GPUs get; the default adapter here is
+/// a software one, which gets others) against the same goldens: Gemma 3's Q4_K and Q6_K rows of 1024 and 2048 values take them.
 #[test]
 fn gemma3_with_integer_dot_mat_vecs_matches_llama_cpp_on_the_gpu() {
     real_on(

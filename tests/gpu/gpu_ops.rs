@@ -1463,7 +1463,7 @@ fn float_weights_of_odd_widths_match_the_cpu() {
     }
 }
 
-/// A decode block's chain as the integer-dot mat-vecs see it (`GpuOptions::int_dot`): norms write
+/// A decode block's chain as the integer-dot mat-vecs see it (the hardware kernels): norms write
 /// their output as packed Q8_K blocks too, which the Q/K/V group (Q4_K and Q6_K, two dispatches)
 /// and the gated pair read instead of quantizing again; a write to the normed row after its norm
 /// (`add`) makes the blocks stale, so the next mat-vec quantizes afresh. Against the CPU.

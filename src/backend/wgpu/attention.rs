@@ -155,14 +155,18 @@ impl WgpuBackend {
             let pos = p.start_pos;
             let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
             let span = pos + 1 - lo;
-            // On a GPU a workgroup's keys are a chain of dependent loads: short chunks (16 keys)
-            // over many workgroups (up to 64 splits per KV head) keep its latency short and the
-            // GPU full; a software adapter has few cores to fill and pays per workgroup.
+            // On a GPU a workgroup's keys are a chain of dependent loads: short chunks (8 keys,
+            // one key slot of the kernel) over many workgroups (up to 64 splits per KV head) keep
+            // its latency short and the GPU full; a software adapter has few cores to fill and
+            // pays per workgroup. On an H200 (tg128, 8B and 1B Llama shapes, 2026-11-30) 8 keys
+            // gave 147 and 459 t/s, 16 keys 138 and 439, 32 keys 121 and 398, 64 keys 104 and
+            // 349. `KILN_WGPU_ATTN_KEYS` sets the chunk by hand, for measuring others.
             let (keys, max_splits) = if self.gpu.caps.software_kernels {
                 (128, 16)
             } else {
-                (16, 64)
+                (8, 64)
             };
+            let keys = self.gpu.attention_keys.unwrap_or(keys);
             let splits = span.div_ceil(keys).clamp(1, max_splits);
             (splits, span.div_ceil(splits))
         } else {

@@ -188,9 +188,13 @@ pub struct Gpu {
     pub checked_shaders: bool,
     /// Matmuls take unrounded activations (`GpuOptions::f32_activations`).
     pub f32_activations: bool,
-    /// K-quant mat-vecs take integer dot products on activations quantized once
-    /// (`GpuOptions::int_dot`).
+    /// K-quant mat-vecs take integer dot products on activations quantized once (unless
+    /// `GpuOptions::float_matvecs`).
     pub int_dot: bool,
+    /// The per-type mat-vec's shape set by hand (`GpuOptions::matvec_shape`).
+    pub matvec_shape: Option<MatvecShape>,
+    /// Keys per decode attention split set by hand (`GpuOptions::attention_keys`).
+    pub attention_keys: Option<usize>,
     /// The first failure wgpu reported asynchronously, until the session takes it.
     pub error: Arc<Mutex<Option<String>>>,
 }
@@ -205,6 +209,37 @@ fn env_bytes(name: &str) -> Result<Option<u64>> {
             .filter(|&n| n >= 16)
             .map(Some)
             .ok_or_else(|| Error::Usage(format!("{name}={v}: expected a number of bytes ≥ 16"))),
+    }
+}
+
+/// The per-type decode mat-vec's shape (matvec_blocks.wgsl), set by hand to measure one against
+/// another: invocations a workgroup and rows a workgroup, plain and gated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MatvecShape {
+    pub wg: u32,
+    pub rows: usize,
+    pub gated_rows: usize,
+}
+
+impl MatvecShape {
+    /// `WG,ROWS,GATED_ROWS`, as `KILN_WGPU_MATVEC` takes it.
+    fn parse(text: &str) -> Option<MatvecShape> {
+        let n: Vec<u32> = text
+            .split(',')
+            .map(|v| v.trim().parse().ok())
+            .collect::<Option<_>>()?;
+        let &[wg, rows, gated_rows] = n.as_slice() else {
+            return None;
+        };
+        let fits = wg % 32 == 0
+            && (32..=256).contains(&wg)
+            && (1..=4).contains(&rows)
+            && matches!(gated_rows, 2 | 4);
+        fits.then_some(MatvecShape {
+            wg,
+            rows: rows as usize,
+            gated_rows: gated_rows as usize,
+        })
     }
 }
 
@@ -230,11 +265,20 @@ pub struct GpuOptions {
     /// only in the order of float sums, as the session-property tests need (the rounding turns
     /// last-bit differences into whole 8-bit steps), and a matmul saves a dispatch.
     pub f32_activations: bool,
-    /// The Q4_K, Q5_K and Q6_K decode mat-vecs multiply the weights' integers by activations
-    /// quantized once to Q8_K blocks before the dispatch, with packed 4×8-bit integer dot
-    /// products (`KILN_WGPU_INT_DOT=1`), instead of converting each weight to a float and rounding
-    /// x in every workgroup. Off until a GPU measurement picks the default (#46).
-    pub int_dot: bool,
+    /// The Q4_K, Q5_K and Q6_K decode mat-vecs convert each weight to a float and round x in
+    /// every workgroup (`KILN_WGPU_INT_DOT=0`), instead of multiplying the weights' integers by
+    /// activations quantized once to Q8_K blocks with packed 4×8-bit integer dot products. The
+    /// integer dot products are the default: on an H200 they took tg128 from 0.54× to 0.59× of
+    /// llama.cpp's Vulkan build on the 1B Llama shape and from 0.49× to 0.63× on the 8B (#46).
+    pub float_matvecs: bool,
+    /// The per-type mat-vec's shape instead of the measured default (`KILN_WGPU_MATVEC=WG,ROWS,
+    /// GATED_ROWS`: WG a multiple of 32 up to 256, ROWS 1-4, GATED_ROWS 2 or 4), so that one GPU
+    /// run measures several.
+    pub matvec_shape: Option<MatvecShape>,
+    /// Keys per workgroup of the decode attention, whose key range is split across workgroups
+    /// (`KILN_WGPU_ATTN_KEYS=N`, 8-4096), instead of the default (8 on a GPU, 128 on a software
+    /// adapter), so that one GPU run measures several.
+    pub attention_keys: Option<usize>,
 }
 
 impl GpuOptions {
@@ -248,7 +292,30 @@ impl GpuOptions {
             checked_shaders: std::env::var_os("KILN_WGPU_CHECKED").is_some_and(|v| v == "1"),
             f32_activations: std::env::var_os("KILN_WGPU_F32_ACTIVATIONS")
                 .is_some_and(|v| v == "1"),
-            int_dot: std::env::var_os("KILN_WGPU_INT_DOT").is_some_and(|v| v == "1"),
+            float_matvecs: std::env::var_os("KILN_WGPU_INT_DOT").is_some_and(|v| v == "0"),
+            attention_keys: match std::env::var("KILN_WGPU_ATTN_KEYS") {
+                Err(_) => None,
+                Ok(v) => Some(
+                    v.trim()
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (8..=4096).contains(n))
+                        .ok_or_else(|| {
+                            Error::Usage(format!(
+                                "KILN_WGPU_ATTN_KEYS={v}: expected a number of keys from 8 to 4096"
+                            ))
+                        })?,
+                ),
+            },
+            matvec_shape: match std::env::var("KILN_WGPU_MATVEC") {
+                Err(_) => None,
+                Ok(v) => Some(MatvecShape::parse(&v).ok_or_else(|| {
+                    Error::Usage(format!(
+                        "KILN_WGPU_MATVEC={v}: expected WG,ROWS,GATED_ROWS (WG a multiple of \
+                         32 up to 256, ROWS 1-4, GATED_ROWS 2 or 4)"
+                    ))
+                })?),
+            },
         })
     }
 }
@@ -340,7 +407,9 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         device_memory,
         checked_shaders: options.checked_shaders,
         f32_activations: options.f32_activations,
-        int_dot: options.int_dot,
+        int_dot: !options.float_matvecs,
+        matvec_shape: options.matvec_shape,
+        attention_keys: options.attention_keys,
         error,
     }))
 }

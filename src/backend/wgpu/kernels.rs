@@ -168,19 +168,27 @@ pub fn blocks_matvec_reads(t: GgmlType, k: usize) -> bool {
     matches!(t, Q4_0 | Q8_0 | Q4_K | Q5_K | Q6_K) && k.is_multiple_of(256)
 }
 
-/// The per-type decode mat-vec (matvec_blocks.wgsl) over `n_weights` weights of type `t`, `rows`
-/// rows (at most 4) a workgroup of `wg` invocations (a multiple of 16, up to 256); with `gate`,
-/// gate and up writing the gated activation, `rows / 2` outputs a workgroup. `int_dot`: x comes
-/// as packed Q8_K blocks (`quantize_q8k_kernel`) and the K-quants take integer dot products.
+/// How the per-type decode mat-vec (matvec_blocks.wgsl) spreads a matrix: `rows` rows (at most
+/// 4) a workgroup of `wg` invocations (a multiple of 16, up to 256).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlocksShape {
+    pub wg: u32,
+    pub rows: usize,
+}
+
+/// The per-type decode mat-vec (matvec_blocks.wgsl) over `n_weights` weights of type `t`, shaped
+/// by `shape`; with `gate`, gate and up writing the gated activation, `rows / 2` outputs a
+/// workgroup. `int_dot`: x comes as packed Q8_K blocks (`quantize_q8k_kernel`) and the K-quants
+/// take integer dot products.
 pub fn matvec_blocks_kernel(
     t: GgmlType,
     n_weights: usize,
     gate: Option<GateActivation>,
     rounding: Option<ActRounding>,
     int_dot: bool,
-    wg: u32,
-    rows: usize,
+    shape: BlocksShape,
 ) -> Kernel {
+    let BlocksShape { wg, rows } = shape;
     // Audited: every invocation writes its maximum each step before the barrier; the sums as
     // matvec.wgsl's.
     let k = over_weights("matvec", "matvec_blocks", t, n_weights)

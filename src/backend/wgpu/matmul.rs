@@ -7,7 +7,7 @@
 //! A weight split into parts runs a dispatch per part.
 
 use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
-use super::pipelines::{self as kernels, ActRounding, Kernel, MatvecLayout};
+use super::pipelines::{self as kernels, ActRounding, BlocksShape, Kernel, MatvecLayout};
 use super::stream::grid;
 use super::{Packed, WgpuBackend};
 use crate::backend::{CoreOps, GateActivation};
@@ -91,7 +91,7 @@ impl WgpuBackend {
     }
 
     /// Whether `m`'s decode mat-vec takes integer dot products on packed Q8_K activations
-    /// (`GpuOptions::int_dot`): the per-type kernel's K-quants.
+    /// (unless `GpuOptions::float_matvecs`): the per-type kernel's K-quants.
     pub(super) fn int_dot(&self, m: &Matrix) -> bool {
         use crate::gguf::GgmlType::{Q4_K, Q5_K, Q6_K};
         self.gpu.int_dot
@@ -189,13 +189,29 @@ impl WgpuBackend {
     /// ranking within a few percent): 64 invocations and 2 rows 378-388, 128 and 2 rows 383-385,
     /// 128 and 4 rows 379-386, 128 and 1 row 368-372, 256 and 2 rows 346, 32 and 2 rows 348; rows
     /// of 4096 values or more (the down projection) on 256 invocations 383-388 against 128 on
-    /// 384; the gated pair with two outputs a workgroup 366-371 against 352-364 with one.
-    pub(super) fn blocks_matvec(&self, m: &Matrix, gated: bool) -> Option<(u32, usize)> {
-        let invocations = if m.cols >= 4096 { 256 } else { 64 };
-        let rows = if gated { 4 } else { 2 };
-        (self.matvec_layout() == MatvecLayout::Staged
-            && kernels::blocks_matvec_reads(m.dtype, m.cols))
-        .then_some((invocations, rows))
+    /// 384; the gated pair with two outputs a workgroup 366-371 against 352-364 with one. With the
+    /// integer-dot kernels (2026-11-30, `scripts/gpu-device/sweep.sh`, tg128 on the 8B and 1B
+    /// shapes): this default 137.5 and 439; (WG, rows, gated rows) 128,2,4 136.1 and 429; 64,2,4
+    /// 133.7 and 420; 256,4,4 105.6 and 302; 128,4,4 115.7 and 354. Issuing the loads of two or
+    /// four steps before their arithmetic cost 5-12 %.
+    ///
+    /// `KILN_WGPU_MATVEC` (`Gpu::matvec_shape`) sets the shape by hand, for measuring others.
+    pub(super) fn blocks_matvec(&self, m: &Matrix, gated: bool) -> Option<BlocksShape> {
+        if self.matvec_layout() != MatvecLayout::Staged
+            || !kernels::blocks_matvec_reads(m.dtype, m.cols)
+        {
+            return None;
+        }
+        Some(match self.gpu.matvec_shape {
+            Some(s) => BlocksShape {
+                wg: s.wg,
+                rows: if gated { s.gated_rows } else { s.rows },
+            },
+            None => BlocksShape {
+                wg: if m.cols >= 4096 { 256 } else { 64 },
+                rows: if gated { 4 } else { 2 },
+            },
+        })
     }
 
     /// Whether the prefill matmul takes its variant for subgroups of exactly 8 (lavapipe), which
@@ -410,7 +426,7 @@ impl WgpuBackend {
         n_weights: usize,
         gated: Option<GateActivation>,
     ) -> Kernel {
-        if let Some((wg, rows)) = self.blocks_matvec(m, gated.is_some()) {
+        if let Some(shape) = self.blocks_matvec(m, gated.is_some()) {
             let int_dot = self.int_dot(m);
             return kernels::matvec_blocks_kernel(
                 m.dtype,
@@ -418,8 +434,7 @@ impl WgpuBackend {
                 gated,
                 self.kernel_rounding(m).filter(|_| !int_dot),
                 int_dot,
-                wg,
-                rows,
+                shape,
             );
         }
         let x4 = m.cols.is_multiple_of(4);
@@ -456,11 +471,11 @@ impl WgpuBackend {
     ) -> (Vec<u32>, [u32; 3]) {
         let total: usize = rows.iter().sum();
         let blocks = self.blocks_matvec(m, gated.is_some());
-        let per_wg = blocks.map_or(self.matvec_layout().rows(), |(_, rows)| rows);
+        let per_wg = blocks.map_or(self.matvec_layout().rows(), |s| s.rows);
         let workgroups = match (gated, self.matvec_layout()) {
             // A gate row and an up row per output: one output a workgroup staged, rows / 2 in
             // the per-type kernel.
-            (Some(_), MatvecLayout::Staged) => rows[0].div_ceil(blocks.map_or(1, |(_, r)| r / 2)),
+            (Some(_), MatvecLayout::Staged) => rows[0].div_ceil(blocks.map_or(1, |s| s.rows / 2)),
             (Some(_), MatvecLayout::Direct { .. }) => rows[0].div_ceil(per_wg),
             (None, _) => total.div_ceil(per_wg),
         };

@@ -4,11 +4,11 @@
 
 use super::buffers::MATRIX_TYPES;
 use super::pipelines::{
-    ActRounding, Kernel, MatvecLayout, add_rms_norm_kernel, assemble, attention_kernel,
-    attention_prefill_kernel, attention_reduce_kernel, blocks_matvec_reads, defines, embed_kernel,
-    kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_kernel, matvec_blocks_kernel,
-    matvec_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel, rope_kv_kernel,
-    round_acts_kernel, store_kernel,
+    ActRounding, BlocksShape, Kernel, MatvecLayout, add_rms_norm_kernel, assemble,
+    attention_kernel, attention_prefill_kernel, attention_reduce_kernel, blocks_matvec_reads,
+    defines, embed_kernel, kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_kernel,
+    matvec_blocks_kernel, matvec_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel,
+    rope_kv_kernel, round_acts_kernel, store_kernel,
 };
 use crate::backend::{CacheType, GateActivation};
 use crate::gguf::GgmlType;
@@ -46,7 +46,8 @@ fn weight_kernels_validate_for_every_type() {
             for (n, gate) in [(1, None), (3, None), (2, Some(GateActivation::Silu))] {
                 let inputs = [(ActRounding::of(t), false), (None, false), (None, true)];
                 for (r, idot) in inputs.into_iter().filter(|&(_, i)| int_dot || !i) {
-                    let k = matvec_blocks_kernel(t, n, gate, r, idot, 128, 2);
+                    let shape = BlocksShape { wg: 128, rows: 2 };
+                    let k = matvec_blocks_kernel(t, n, gate, r, idot, shape);
                     for subgroups in [true, false] {
                         validate(&k, subgroups, &format!("{t} per-type "));
                     }

@@ -138,7 +138,9 @@ fn splice<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::wgpu::pipelines::{MatvecLayout, matvec_blocks_kernel, matvec_kernel};
+    use crate::backend::wgpu::pipelines::{
+        BlocksShape, MatvecLayout, matvec_blocks_kernel, matvec_kernel,
+    };
     use crate::gguf::GgmlType;
 
     #[test]
@@ -157,7 +159,8 @@ mod tests {
         // The mat-vec's sizes, without its type flag.
         let matvec = matvec_kernel(GgmlType::F32, 1, false, MatvecLayout::Staged, None);
         d.extend(matvec.defines.into_iter().filter(|(k, _)| *k != "F32"));
-        let blocks = matvec_blocks_kernel(GgmlType::Q4_K, 1, None, None, false, 64, 2);
+        let shape = BlocksShape { wg: 64, rows: 2 };
+        let blocks = matvec_blocks_kernel(GgmlType::Q4_K, 1, None, None, false, shape);
         d.extend(
             blocks
                 .defines
