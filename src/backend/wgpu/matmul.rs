@@ -191,9 +191,11 @@ impl WgpuBackend {
     /// of 4096 values or more (the down projection) on 256 invocations 383-388 against 128 on
     /// 384; the gated pair with two outputs a workgroup 366-371 against 352-364 with one. With the
     /// integer-dot kernels (2026-11-30, `scripts/gpu-device/sweep.sh`, tg128 on the 8B and 1B
-    /// shapes): this default 137.5 and 439; (WG, rows, gated rows) 128,2,4 136.1 and 429; 64,2,4
-    /// 133.7 and 420; 256,4,4 105.6 and 302; 128,4,4 115.7 and 354. Issuing the loads of two or
-    /// four steps before their arithmetic cost 5-12 %.
+    /// shapes): this default 137.5 and 439, 256 invocations for every width 136.5 and 425. The
+    /// other shapes ran only in a variant (since removed) that issued the loads of two steps
+    /// before their arithmetic, which cost the default shape 6-7 % (129.2 and 393): (WG, rows,
+    /// gated rows) 128,2,4 136.1 and 429; 64,2,4 133.7 and 420; 128,4,4 115.7 and 354; 256,4,4
+    /// 105.6 and 302. So 128,2,4 may beat the default without it: the next GPU run measures it.
     ///
     /// `KILN_WGPU_MATVEC` (`Gpu::matvec_shape`) sets the shape by hand, for measuring others.
     pub(super) fn blocks_matvec(&self, m: &Matrix, gated: bool) -> Option<BlocksShape> {
