@@ -69,6 +69,9 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode> {
         if a.timestamps {
             features.push("timestamp queries".into());
         }
+        if a.cooperative_matrix {
+            features.push("cooperative matrices (8×8 f32)".into());
+        }
         println!(
             "   features: {}",
             if features.is_empty() {

@@ -35,6 +35,10 @@ pub struct AdapterSummary {
     pub subgroups: Option<(u32, u32)>,
     pub shader_f16: bool,
     pub timestamps: bool,
+    /// wgpu's experimental cooperative matrices (`EXPERIMENTAL_COOPERATIVE_MATRIX`; in wgpu 30
+    /// only 8×8 f32 tiles, which Vulkan drivers that offer f16 16×16 ones may lack): whether a
+    /// tensor-core prefill could run through wgpu on this adapter.
+    pub cooperative_matrix: bool,
     /// Whether `--backend auto` takes this adapter.
     pub auto: bool,
     /// Its largest device-local memory heap, where the API reports it (Vulkan).
@@ -138,6 +142,7 @@ fn summary(index: usize, a: &wgpu::Adapter, auto: bool) -> AdapterSummary {
             .then_some((info.subgroup_min_size, info.subgroup_max_size)),
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
         timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+        cooperative_matrix: features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
         auto,
         device_memory: device_local_heap(a),
     }
