@@ -9,7 +9,9 @@
 #   - the Vulkan loader's Debian packages, gguf-py's wheel, a script that writes the 1B Llama shape
 #     (../shared/tools/make-bench-models.py without its Qwen model) and make-8b.py (the 8B shape).
 # Then, with tests/fixtures/models moved out of the tree for the call (the tree that travels must stay under
-# 64 MiB), run `bash scripts/gpu-device/run.sh` on the device with carry [".dev", ".gl"].
+# 64 MiB), run `bash scripts/gpu-device/run.sh` (the measurement against llama.cpp) or `sweep.sh` (kernel shapes)
+# on the device with carry [".dev", ".gl"]. On the 2-core VM the Vulkan build of llama.cpp takes about 13
+# minutes the first time, the rest about 4.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LLAMA_CPP=${LLAMA_CPP:-/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp}
