@@ -2,15 +2,15 @@
 # Runs on the lent GPU machine (see prepare.sh): kiln's GPU backend against llama.cpp's Vulkan build on the 1B
 # Llama shape, then the 8B shape, both written here and quantized to QUANT (default Q4_K_M). In order: the
 # adapter's features; the GPU op tests (while the models are written); the host's own time per token (wgpu's
-# no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the time
-# a token gains); ROUNDS rounds (default 8) on the 1B shape alternating which tool runs first, kiln-base too where
-# prepare.sh built one, and kiln with each switch of #46 against its default; kiln's decode against the copy bandwidth it measures on the
-# 8B shape, then ROUNDS8 rounds (default 5) there; the timed dispatches of a few tokens into $OUT/dispatches.txt
-# and the per-kernel profile, with and without the switches. The ratios are the medians of the rounds' ratios.
-# On an H200 the whole run takes about six minutes after the machine starts.
+# no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the
+# time a token gains); ROUNDS rounds (default 8) on the 1B shape alternating which tool runs first, kiln-base
+# too where prepare.sh built one, and kiln with each switch of #46 against its default; kiln's decode against
+# the copy bandwidth it measures on the 8B shape, then ROUNDS8 rounds (default 5) there; the timed dispatches
+# of a few tokens into $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The
+# ratios are the medians of the rounds' ratios. On an H200 the whole run takes about six minutes after the
+# machine starts.
 set -u
-cd "$(dirname "$0")/.."
-[ -d .dev ] || cd ..
+cd "$(dirname "$0")/../.."
 source scripts/gpu-device/setup.sh
 echo "== gpu_ops ($(date +%T))"
 KILN_REQUIRE_GPU=1 timeout 120 $W/gpu-tests gpu_ops --test-threads 8 2>&1 | grep -E "test result|panicked|NMSE"
