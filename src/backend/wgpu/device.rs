@@ -204,17 +204,25 @@ pub struct Gpu {
     pub error: Arc<Mutex<Option<String>>>,
 }
 
-fn env_bytes(name: &str) -> Result<Option<u64>> {
+/// The environment variable `name` as `parse` reads it (trimmed): None where it is unset, a usage
+/// error that names it and what was `expected` where `parse` rejects it.
+fn env_parsed<T>(
+    name: &str,
+    expected: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>> {
     match std::env::var(name) {
         Err(_) => Ok(None),
-        Ok(v) => v
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|&n| n >= 16)
+        Ok(v) => parse(v.trim())
             .map(Some)
-            .ok_or_else(|| Error::Usage(format!("{name}={v}: expected a number of bytes ≥ 16"))),
+            .ok_or_else(|| Error::Usage(format!("{name}={v}: expected {expected}"))),
     }
+}
+
+fn env_bytes(name: &str) -> Result<Option<u64>> {
+    env_parsed(name, "a number of bytes ≥ 16", |v| {
+        v.parse::<u64>().ok().filter(|&n| n >= 16)
+    })
 }
 
 /// The per-type decode mat-vec's shape (matvec_blocks.wgsl), set by hand to measure one against
@@ -298,29 +306,16 @@ impl GpuOptions {
             f32_activations: std::env::var_os("KILN_WGPU_F32_ACTIVATIONS")
                 .is_some_and(|v| v == "1"),
             float_matvecs: std::env::var_os("KILN_WGPU_INT_DOT").is_some_and(|v| v == "0"),
-            attention_keys: match std::env::var("KILN_WGPU_ATTN_KEYS") {
-                Err(_) => None,
-                Ok(v) => Some(
-                    v.trim()
-                        .parse::<usize>()
-                        .ok()
-                        .filter(|n| (8..=4096).contains(n))
-                        .ok_or_else(|| {
-                            Error::Usage(format!(
-                                "KILN_WGPU_ATTN_KEYS={v}: expected a number of keys from 8 to 4096"
-                            ))
-                        })?,
-                ),
-            },
-            matvec_shape: match std::env::var("KILN_WGPU_MATVEC") {
-                Err(_) => None,
-                Ok(v) => Some(MatvecShape::parse(&v).ok_or_else(|| {
-                    Error::Usage(format!(
-                        "KILN_WGPU_MATVEC={v}: expected WG,ROWS,GATED_ROWS (WG a multiple of \
-                         32 up to 256, ROWS 1-4, GATED_ROWS 2 or 4)"
-                    ))
-                })?),
-            },
+            attention_keys: env_parsed(
+                "KILN_WGPU_ATTN_KEYS",
+                "a number of keys from 8 to 4096",
+                |v| v.parse::<usize>().ok().filter(|n| (8..=4096).contains(n)),
+            )?,
+            matvec_shape: env_parsed(
+                "KILN_WGPU_MATVEC",
+                "WG,ROWS,GATED_ROWS (WG a multiple of 32 up to 256, ROWS 1-4, GATED_ROWS 2 or 4)",
+                MatvecShape::parse,
+            )?,
         })
     }
 }
