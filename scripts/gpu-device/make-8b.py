@@ -3,16 +3,19 @@
 4096, 32 layers, 32/8 heads of 128, ffn 14336, vocab 128256, separate output matrix), for speed measurements only.
 To be quick on the GPU machine it draws one random matrix per tensor shape and writes it for every layer: the
 file still holds 8 B values at their own offsets, so nothing is served from a cache that a real model would miss.
-The tokenizer is copied from llama3-vocab.gguf beside this script (prepare.sh puts it there).
+The tokenizer is copied from llama3-vocab.gguf beside this script, with the fixtures' copy_tokenizer
+(tests/fixtures/tiny_gguf.py; prepare.sh puts both in .dev/ beside it).
 Then: llama-quantize llama31-8b-shape.f16.gguf llama31-8b-shape.q4_k_m.gguf Q4_K_M
 usage: make-8b.py OUTDIR"""
 import os
 import sys
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGUFValueType, GGUFWriter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(os.path.join(HERE, "..", "..", "tests", "fixtures"))  # run from the repository
+from tiny_gguf import copy_tokenizer  # noqa: E402
 HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 4096, 32, 32, 8, 128, 14336, 128256
 U32, F32 = GGUFValueType.UINT32, GGUFValueType.FLOAT32
 rng = np.random.default_rng(0)
@@ -34,13 +37,7 @@ def main(out):
     ]:
         w.add_key_value(f"{arch}.{key}", value, kind)
     w.add_key_value("general.file_type", 1, U32)
-    for key, field in GGUFReader(os.path.join(HERE, "llama3-vocab.gguf")).fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        if field.types[0] == GGUFValueType.ARRAY:
-            w.add_array(key, field.contents())
-        else:
-            w.add_key_value(key, field.contents(), field.types[0])
+    copy_tokenizer(w, os.path.join(HERE, "llama3-vocab.gguf"))
     ones = np.ones(HIDDEN, np.float32)
     shared = {}
     for shape in [(HEADS * HEAD_DIM, HIDDEN), (KV_HEADS * HEAD_DIM, HIDDEN), (HIDDEN, HEADS * HEAD_DIM),

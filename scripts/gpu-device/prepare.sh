@@ -70,5 +70,5 @@ s = s[:a] + s[b:]
 s = s.replace('os.path.join(HERE, "..", "models", "llama3-vocab.gguf")', 'os.path.join(HERE, "llama3-vocab.gguf")')
 open('.dev/make-1b.py', 'w').write(s)
 PY
-cp scripts/gpu-device/make-8b.py .dev/
+cp scripts/gpu-device/make-8b.py tests/fixtures/tiny_gguf.py .dev/
 du -sh .dev .gl
