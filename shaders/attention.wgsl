@@ -707,4 +707,56 @@ fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
         out[qo + d] = a / l;
     }
 }
+
+#if PACKED
+// `reduce` for a decode row whose output an integer-dot mat-vec reads next, fused with the
+// quantization that mat-vec would otherwise dispatch (round_acts.wgsl's PACKED): a workgroup per
+// Q8_K block of 256 output values (whole heads, or whole blocks of a head), four values an
+// invocation, written as `reduce` writes them and again as the block's packed quants, every
+// row's quants four to a word, then every block's d. q_stride is whole blocks, head_dim a
+// multiple of 4, so an invocation's four values share a head and every invocation is live.
+@group(0) @binding(7) var<storage, read_write> packed: array<u32>;
+var<workgroup> block_max: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn reduce_packed(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = wid.y;
+    let hd = p.head_dim;
+    let e = wid.x * 256u + 4u * lid;
+    let h = e / hd;
+    let d = e % hd;
+    let base = (i * p.n_heads + h) * p.splits * (hd + 2u);
+    var mx = NEG;
+    for (var s = 0u; s < p.splits; s++) {
+        mx = max(mx, part[base + s * (hd + 2u)]);
+    }
+    var l = 0.0;
+    var a = vec4<f32>(0.0);
+    for (var s = 0u; s < p.splits; s++) {
+        let po = base + s * (hd + 2u);
+        let w = exp(part[po] - mx);
+        l += part[po + 1u] * w;
+        for (var c = 0u; c < 4u; c++) {
+            a[c] += part[po + 2u + d + c] * w;
+        }
+    }
+    l = with_sink(l, mx, h);
+    let v = a / l;
+    let o = i * p.q_stride + e;
+    for (var c = 0u; c < 4u; c++) {
+        out[o + c] = v[c];
+    }
+    let av = abs(v);
+    block_max[lid] = max(max(av.x, av.y), max(av.z, av.w));
+    workgroupBarrier();
+    var amax = 0.0;
+    for (var j = 0u; j < 64u; j++) {
+        amax = max(amax, block_max[j]);
+    }
+    packed[o / 4u] = pack4xI8(q8_k_quants(v, amax));
+    if (lid == 0u) {
+        packed[p.rows * p.q_stride / 4u + o / 256u] = bitcast<u32>(q8_k_d(amax));
+    }
+}
+#endif
 #endif

@@ -21,6 +21,10 @@ struct Params {
     first_row: u32,      // first weight row held by this part of the weight
     part_rows: u32,      // rows held by this part
     os0: u32, os1: u32, os2: u32,  // output values per input row of each weight (grids of z > 1)
+    // ROPE_KV only:
+    head_dim: u32,
+    rot_dims: u32,   // leading values of each head that rotate
+    kv_dst: u32,     // first cache value the step's keys and values go to
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -62,6 +66,70 @@ var<private> row_in: u32;
 
 #if TRACE
 #include "trace"
+#endif
+
+#if ROPE_KV
+// The decode step's Q/K/V projections with RoPE and the KV append as their epilogue
+// (`CoreOps::qkv_rope_store`): weight `sel` is the query (ROLE 0), the key (1) or the value (2)
+// projection; a query pair is rotated and written, a key pair rotated and a value pair stored
+// straight into their caches (f32, or f16 pairs packed into words: K_F16, V_F16), as rope.wgsl's
+// ROPE_KV does after a plain mat-vec. Adjacent pairs (2i, 2i + 1) only, so a workgroup's even
+// row count keeps both of a pair in its slots; one input row.
+@group(0) @binding({{TABLE_BINDING}}) var<storage, read> table: array<f32>;
+#if K_F16
+@group(0) @binding({{K_CACHE_BINDING}}) var<storage, read_write> k_cache: array<u32>;
+#else
+@group(0) @binding({{K_CACHE_BINDING}}) var<storage, read_write> k_cache: array<f32>;
+#endif
+#if V_F16
+@group(0) @binding({{V_CACHE_BINDING}}) var<storage, read_write> v_cache: array<u32>;
+#else
+@group(0) @binding({{V_CACHE_BINDING}}) var<storage, read_write> v_cache: array<f32>;
+#endif
+
+fn role(sel: u32) -> u32 {
+    if (sel == 1u) {
+        return {{ROLE1}}u;
+    }
+    if (sel == 2u) {
+        return {{ROLE2}}u;
+    }
+    return {{ROLE0}}u;
+}
+
+// Row pair (a, b) of one weight, its sums t0 and t1.
+fn rope_store(a: Slot, b: Slot, t0: f32, t1: f32) {
+    let r = role(a.sel);
+    var v0 = t0;
+    var v1 = t1;
+    let d = a.row % p.head_dim;
+    if (r != 2u && d < p.rot_dims) {
+        // Pair d / 2 of the row's table: cos at 2i = d, sin after it.
+        let c = table[d];
+        let s = table[d + 1u];
+        v0 = t0 * c - t1 * s;
+        v1 = t0 * s + t1 * c;
+    }
+    let e = p.kv_dst + a.row;
+    if (r == 0u) {
+        store(a, v0);
+        store(b, v1);
+    } else if (r == 1u) {
+#if K_F16
+        k_cache[e / 2u] = pack2x16float(vec2<f32>(v0, v1));
+#else
+        k_cache[e] = v0;
+        k_cache[e + 1u] = v1;
+#endif
+    } else {
+#if V_F16
+        v_cache[e / 2u] = pack2x16float(vec2<f32>(v0, v1));
+#else
+        v_cache[e] = v0;
+        v_cache[e + 1u] = v1;
+#endif
+    }
+}
 #endif
 
 // Row slot s of workgroup g: which weight, which row of its buffer, which output value, and
@@ -187,12 +255,22 @@ fn finish(g: u32, t: vec4<f32>) {
         }
     }
 #else
+#if ROPE_KV
+    // Every weight's rows are even, so a live even slot's partner is live and of its weight.
+    for (var s = 0u; s < ROWS; s += 2u) {
+        let a = slot(g, s);
+        if (a.live) {
+            rope_store(a, slot(g, s + 1u), t[s], t[s + 1u]);
+        }
+    }
+#else
     for (var s = 0u; s < ROWS; s++) {
         let sl = slot(g, s);
         if (sl.live) {
             store(sl, t[s]);
         }
     }
+#endif
 #endif
 }
 

@@ -4,7 +4,8 @@
 # adapter's features; the GPU op tests (while the models are written); the host's own time per token (wgpu's
 # no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the
 # time a token gains); ROUNDS rounds (default 8) on the 1B shape alternating which tool runs first, kiln-base
-# too where prepare.sh built one, and kiln with each switch of #46 against its default; kiln's decode against
+# too where prepare.sh built one, and kiln with each switch of #46 (the fusions off, the float mat-vecs) against
+# its default; kiln's decode against
 # the copy bandwidth it measures on the 8B shape, then ROUNDS8 rounds (default 5) there; the timed dispatches
 # of a few tokens into $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The
 # ratios are the medians of the rounds' ratios. On an H200 the whole run takes about six minutes after the
@@ -19,17 +20,17 @@ ls -la $M $M8
 echo "== host only (no-op backend), tg128: $(kt KILN_WGPU_NOOP=1)"
 echo "== each kernel's cost in the stream: tg128 with its dispatches run twice"
 echo "none: $(kt X=1)"
-for op in matvec attention attention_reduce add_rms_norm rope_kv; do echo "$op: $(kt KILN_WGPU_REPEAT=$op)"; done
+for op in matvec matvec_rope_kv attention attention_reduce_packed add_rms_norm quantize_q8k; do echo "$op: $(kt KILN_WGPU_REPEAT=$op)"; done
 echo "== llama warm-up: $(lb)"
-VARIANTS="kiln kiln-float=KILN_WGPU_INT_DOT=0"
+VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-float=KILN_WGPU_INT_DOT=0"
 [ -x $W/kiln-base ] && VARIANTS="kiln-base $VARIANTS"
 echo "== host only, float mat-vecs: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_INT_DOT=0)"
-echo "quantize_q8k: $(kt KILN_WGPU_REPEAT=quantize_q8k)"
+echo "== host only, unfused: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_FUSE=0)"
 echo "== 1B rounds ($(date +%T))"
 rounds "${ROUNDS:-8}"
 MODEL=$M8
 echo "== 8B: kiln's decode against the copy bandwidth it measures ($(date +%T))"
-for s in X=1 KILN_WGPU_INT_DOT=0; do
+for s in X=1 KILN_WGPU_FUSE=0 KILN_WGPU_INT_DOT=0; do
     echo "$s"; timeout 120 env $s $W/kiln bench --backend gpu -m $M8 -p 0 -n 128 -r 2 2>&1 | grep -E "tg128|model"
 done
 echo "== 8B llama warm-up: $(lb)"
@@ -40,6 +41,9 @@ echo "== profiles ($(date +%T))"
 KILN_PROFILE_DISPATCHES=1 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 0 -n 4 -r 1 --profile \
     > ${OUT:-$W}/dispatches.txt 2>&1
 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 512 -n 128 -r 1 --profile | sed -n '/^profile/,$p'
+echo "== profile with KILN_WGPU_FUSE=0"
+KILN_WGPU_FUSE=0 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 512 -n 128 -r 1 --profile |
+    sed -n '/^profile/,$p'
 echo "== profile with KILN_WGPU_INT_DOT=0"
 KILN_WGPU_INT_DOT=0 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 512 -n 128 -r 1 --profile |
     sed -n '/^profile/,$p'

@@ -452,6 +452,24 @@ pub trait CoreOps: Send + Sync {
         self.store_rows(v, v_cache, p.dst_row, rows, width);
     }
 
+    /// `matmul_many` of one row `x` by the query, key and value projections `ws` into `q`, `k`
+    /// and `v`, then `rope_store_kv`, as one op where the backend can fuse the second into the
+    /// first's epilogue (the GPU's decode mat-vecs): true when it did (`k` and `v` are left
+    /// unwritten; read the cache), false when it recorded nothing and the caller runs the two.
+    #[allow(clippy::too_many_arguments)]
+    fn qkv_rope_store(
+        &self,
+        _x: &Self::Buffer,
+        _ws: [&Self::Weight; 3],
+        _qkv: [&mut Self::Buffer; 3],
+        _table: &Self::Buffer,
+        _k_cache: &mut Self::Cache,
+        _v_cache: &mut Self::Cache,
+        _p: &KvAppend,
+    ) -> bool {
+        false
+    }
+
     /// Move `rows` rows of `width` values from row `src_row` of `cache` to row `dst_row` (the ranges
     /// may overlap): a context shift closes the gap its dropped tokens leave.
     fn move_cache_rows(

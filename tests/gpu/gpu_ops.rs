@@ -12,7 +12,7 @@ use kiln::backend::cpu::{CpuBackend, CpuCache};
 use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
 use kiln::backend::{
     AttentionParams, Backend, CacheType, CoreOps, DeltaNetParams, ExpertGating, ExpertMatmulParams,
-    GateActivation, KvAppend, MoeRouteParams, RopeLayout,
+    GateActivation, KvAppend, MoeRouteParams, Profile, RopeLayout,
 };
 use kiln::gguf::GgmlType;
 use kiln::tensor::Tensor;
@@ -1531,5 +1531,261 @@ fn norms_feed_the_integer_dot_mat_vecs_as_the_cpu() {
     );
     for ((what, w), (_, o)) in want.iter().zip(&got) {
         check(what, w, o, MATMUL_NMSE);
+    }
+}
+
+/// How many dispatches of kernel `name` a profile counted.
+fn calls(p: &Profile, name: &str) -> u64 {
+    p.ops.iter().find(|o| o.name == name).map_or(0, |o| o.calls)
+}
+
+/// One causal decode row at `start_pos` over `heads` (query, KV) of `head_dim`.
+fn decode_row(
+    start_pos: usize,
+    (n_heads, n_kv_heads): (usize, usize),
+    head_dim: usize,
+) -> AttentionParams {
+    AttentionParams {
+        start_pos,
+        rows: 1,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+        window: None,
+        softcap: None,
+        causal: true,
+    }
+}
+
+/// Random keys and values for the first `rows` rows of both caches.
+fn fill_caches<B: Backend>(
+    b: &B,
+    caches: [&mut B::Cache; 2],
+    rows: usize,
+    width: usize,
+    rng: &mut Rng,
+) {
+    for cache in caches {
+        let earlier = upload(b, &rng.vec(rows * width, 1.0));
+        b.store_rows(&earlier, cache, 0, rows, width);
+    }
+}
+
+/// A decode step's attention (the key range split over workgroups) and the output mat-vec `w`
+/// after it, as the integer-dot mat-vecs see it: the reduce writes its output as packed Q8_K blocks
+/// too, which the mat-vec reads instead of quantizing again. f16 and q8_0 caches (whose values are
+/// rotated back before the reduce). Per cache type: the attention's output and the mat-vec's.
+fn attention_then_matvec<B: Backend>(b: &B, w: &Tensor, rng: &mut Rng) -> Vec<[Vec<f32>; 2]> {
+    let (n_heads, n_kv, head_dim) = (8, 2, 64);
+    let start_pos = 300;
+    let width = n_heads * head_dim;
+    let kv_width = n_kv * head_dim;
+    let w = b.weight(w).unwrap();
+    let mut results = Vec::new();
+    for ty in [CacheType::F16, CacheType::Q8_0] {
+        let (mut kc, mut vc) = caches(b, (start_pos + 4) * kv_width, (ty, ty), head_dim);
+        fill_caches(b, [&mut kc, &mut vc], start_pos + 1, kv_width, rng);
+        let q = upload(b, &rng.vec(width, 1.0));
+        let mut out = b.buffer(width).unwrap();
+        let p = decode_row(start_pos, (n_heads, n_kv), head_dim);
+        b.attention(&q, &kc, &vc, &mut out, &p, None);
+        let mut o = b.buffer(48).unwrap();
+        b.matmul(&out, &w, 1, &mut o);
+        results.push([download(b, &out, width), download(b, &o, 48)]);
+    }
+    results
+}
+
+/// The attention against the CPU's; the mat-vec against the CPU's over the GPU's attention output
+/// (which the packed blocks must be: a value a hair from a rounding boundary may round either
+/// way after two attentions that differ in their last bits).
+#[test]
+fn attention_feeds_the_integer_dot_mat_vec_as_the_cpu() {
+    let Some(g) = common::gpu::gpu_int_dot() else {
+        return;
+    };
+    let c = cpu();
+    let w = random_weight(GgmlType::Q4_K, 48, 512, &mut Rng(31));
+    let want = attention_then_matvec(&c, &w, &mut Rng(29));
+    g.set_profiling(true);
+    let got = attention_then_matvec(&g, &w, &mut Rng(29));
+    let profile = g.profile().unwrap();
+    g.set_profiling(false);
+    for (ty, ([want_attn, _], [attn, out])) in ["f16", "q8_0"].iter().zip(want.iter().zip(&got)) {
+        check(&format!("{ty} attention"), want_attn, attn, ATTENTION_NMSE);
+        check(
+            &format!("mat-vec after {ty} attention"),
+            &matmul(&c, &w, attn, 1),
+            out,
+            MATMUL_NMSE,
+        );
+    }
+    assert_eq!(
+        calls(&profile, "attention_reduce_packed"),
+        2,
+        "{:?}",
+        profile.ops
+    );
+    assert_eq!(calls(&profile, "quantize_q8k"), 0, "{:?}", profile.ops);
+}
+
+/// One decode row's Q/K/V projections with RoPE and the KV append (`qkv_rope_store`, or where the
+/// backend does not fuse them `matmul_many` and `rope_store_kv`) into caches that hold three rows
+/// already, then attention over them: whether it fused, the rotated queries, the attention output,
+/// and the caches.
+#[allow(clippy::type_complexity)]
+fn qkv_rope_store_attention<B: Backend>(
+    b: &B,
+    types: [GgmlType; 3],
+    (k_ty, v_ty, layout, head_dim, rot_dims): (CacheType, CacheType, RopeLayout, usize, usize),
+    rng: &mut Rng,
+) -> (bool, Vec<f32>, Vec<f32>, [B::Cache; 2]) {
+    let (n_heads, n_kv, start, dim) = (4, 2, 3, 256);
+    let kv_width = n_kv * head_dim;
+    let q_len = n_heads * head_dim;
+    let (mut kc, mut vc) = caches(b, 16 * kv_width, (k_ty, v_ty), head_dim);
+    fill_caches(b, [&mut kc, &mut vc], start, kv_width, rng);
+    let table: Vec<f32> = (0..rot_dims / 2)
+        .flat_map(|i| {
+            let angle = start as f32 * 10000f32.powf(-2.0 * i as f32 / rot_dims as f32);
+            [angle.cos(), angle.sin()]
+        })
+        .chain([1.0, 0.0])
+        .collect();
+    let table = upload(b, &table);
+    let ws: Vec<B::Weight> = types
+        .iter()
+        .zip([q_len, kv_width, kv_width])
+        .map(|(&t, rows)| b.weight(&random_weight(t, rows, dim, rng)).unwrap())
+        .collect();
+    // Large activations make the queries, and so the softmax, sharp: a wrongly rotated or
+    // misplaced key moves the output far.
+    let x = upload(b, &rng.vec(dim, 4.0));
+    let (mut q, mut k, mut v) = (
+        b.buffer(q_len).unwrap(),
+        b.buffer(kv_width).unwrap(),
+        b.buffer(kv_width).unwrap(),
+    );
+    let p = KvAppend {
+        rows: 1,
+        n_heads,
+        n_kv_heads: n_kv,
+        head_dim,
+        rot_dims,
+        layout,
+        dst_row: start,
+    };
+    let ws = [&ws[0], &ws[1], &ws[2]];
+    let fused = b.qkv_rope_store(
+        &x,
+        ws,
+        [&mut q, &mut k, &mut v],
+        &table,
+        &mut kc,
+        &mut vc,
+        &p,
+    );
+    if !fused {
+        b.matmul_many(&x, &ws, 1, &mut [&mut q, &mut k, &mut v]);
+        b.rope_store_kv(&mut q, &mut k, &v, &table, &mut kc, &mut vc, &p);
+    }
+    let mut out = b.buffer(q_len).unwrap();
+    let params = decode_row(start, (n_heads, n_kv), head_dim);
+    b.attention(&q, &kc, &vc, &mut out, &params, None);
+    (
+        fused,
+        download(b, &q, q_len),
+        download(b, &out, q_len),
+        [kc, vc],
+    )
+}
+
+/// Row `row` of an f32 or f16 cache of rows of `width`, from its bytes.
+fn cache_row(bytes: &[u8], ty: CacheType, row: usize, width: usize) -> Vec<f32> {
+    let size = if ty == CacheType::F16 { 2 } else { 4 };
+    bytes[row * width * size..(row + 1) * width * size]
+        .chunks(size)
+        .map(|b| match b {
+            [a, b] => half::f16::from_le_bytes([*a, *b]).to_f32(),
+            _ => f32::from_le_bytes(b.try_into().unwrap()),
+        })
+        .collect()
+}
+
+/// The decode mat-vecs with RoPE and the KV append as their epilogue leave the queries and caches
+/// as the CPU's separate ops do: projections of one type in one dispatch or in two and three,
+/// integer-dot and float kernels, f32 and f16 caches, full, partial and no rotation. Rotate-half
+/// pairs and q8_0 caches are not fused, and run as before.
+#[test]
+fn qkv_mat_vecs_rope_and_append_as_the_cpu() {
+    use CacheType::{F16, F32, Q8_0 as Q8};
+    use GgmlType::{Q4_K, Q6_K, Q8_0};
+    let c = cpu();
+    // Weight types, cache types, head width, rotated values, whether the GPU fuses.
+    let cases = [
+        ([Q4_K, Q4_K, Q6_K], (F16, F16), 64, 64, true),
+        ([Q4_K, Q4_K, Q4_K], (F32, F16), 64, 32, true),
+        ([Q6_K, Q4_K, Q4_K], (F16, F32), 128, 128, true),
+        ([Q8_0, Q8_0, Q8_0], (F32, F32), 64, 0, true),
+        ([Q4_K, Q4_K, Q6_K], (Q8, F16), 64, 64, false),
+    ];
+    for g in [common::gpu::gpu_int_dot(), common::gpu::gpu_float_matvecs()]
+        .into_iter()
+        .flatten()
+    {
+        for (i, (types, (k_ty, v_ty), head_dim, rot_dims, fuses)) in cases.into_iter().enumerate() {
+            for layout in [RopeLayout::Interleaved, RopeLayout::Neox] {
+                let what = format!(
+                    "{types:?}, {k_ty}/{v_ty} caches, {layout:?}, {rot_dims} of {head_dim} rotated"
+                );
+                let shape = (k_ty, v_ty, layout, head_dim, rot_dims);
+                let seed = 131 + i as u64;
+                let (cpu_fused, want_q, want, want_caches) =
+                    qkv_rope_store_attention(&c, types, shape, &mut Rng(seed));
+                g.set_profiling(true);
+                let (fused, got_q, got, got_caches) =
+                    qkv_rope_store_attention(&g, types, shape, &mut Rng(seed));
+                let profile = g.profile().unwrap();
+                g.set_profiling(false);
+                assert!(!cpu_fused);
+                let fuses = fuses && layout == RopeLayout::Interleaved;
+                assert_eq!(fused, fuses, "{what}: fused");
+                let unfused = calls(&profile, "rope_kv");
+                assert_eq!(unfused, (!fuses) as u64, "{what}: {:?}", profile.ops);
+                check(&format!("{what}: queries"), &want_q, &got_q, MATMUL_NMSE);
+                check(&format!("{what}: attention"), &want, &got, ATTENTION_NMSE);
+                // The step's keys and values, row 3 of the caches (q8_0 ones: the attention).
+                for ((name, ty), (w, o)) in [("keys", k_ty), ("values", v_ty)]
+                    .into_iter()
+                    .zip(want_caches.iter().zip(&got_caches))
+                    .filter(|((_, ty), _)| *ty != CacheType::Q8_0)
+                {
+                    let (w, o) = (cpu_cache_bytes(w), g.cache_bytes(o).unwrap());
+                    let width = 2 * head_dim;
+                    check(
+                        &format!("{what}: {name}"),
+                        &cache_row(&w, ty, 3, width),
+                        &cache_row(&o, ty, 3, width),
+                        MATMUL_NMSE,
+                    );
+                }
+                // The step's keys and values, row 3 of the caches (q8_0 ones: the attention).
+                for ((name, ty), (w, o)) in [("keys", k_ty), ("values", v_ty)]
+                    .into_iter()
+                    .zip(want_caches.iter().zip(&got_caches))
+                    .filter(|((_, ty), _)| *ty != CacheType::Q8_0)
+                {
+                    let (w, o) = (cpu_cache_bytes(w), g.cache_bytes(o).unwrap());
+                    let width = 2 * head_dim;
+                    check(
+                        &format!("{what}: {name}"),
+                        &cache_row(&w, ty, 3, width),
+                        &cache_row(&o, ty, 3, width),
+                        MATMUL_NMSE,
+                    );
+                }
+            }
+        }
     }
 }

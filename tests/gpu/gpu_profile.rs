@@ -106,3 +106,144 @@ fn profile_counts_what_a_decode_step_records() {
     );
     assert!(p.ops.iter().any(|o| o.time.as_nanos() > 0), "{:?}", p.ops);
 }
+
+/// A random-weight Llama whose decode takes the fused kernels (rows of whole Q8_K blocks,
+/// K-quant projections, adjacent RoPE pairs): the keys and queries in Q4_K, the values in Q6_K
+/// (so the Q/K/V projections take two dispatches), 4 query heads and 2 KV heads of 64.
+fn fusable_llama() -> ModelFile {
+    use common::gguf_writer::{GgufWriter, array, string};
+    use common::random_weights::{Rng, random_weight};
+    use gguf_rs_lib::format::metadata::MetadataValue as V;
+    use gguf_rs_lib::format::types::GGUFValueType;
+    use kiln::gguf::GgmlType::{self, F32, Q4_K, Q6_K};
+
+    let (dim, ffn, vocab, layers) = (256usize, 512usize, 64usize, 2u32);
+    let mut rng = Rng(17);
+    let mut w = GgufWriter::default();
+    w.kv("general.architecture", string("llama"))
+        .kv("llama.block_count", V::U32(layers))
+        .kv("llama.context_length", V::U32(256))
+        .kv("llama.embedding_length", V::U32(dim as u32))
+        .kv("llama.feed_forward_length", V::U32(ffn as u32))
+        .kv("llama.attention.head_count", V::U32(4))
+        .kv("llama.attention.head_count_kv", V::U32(2))
+        .kv("llama.attention.layer_norm_rms_epsilon", V::F32(1e-5))
+        .kv("llama.rope.freq_base", V::F32(10000.0))
+        .kv(
+            "tokenizer.ggml.tokens",
+            array(
+                GGUFValueType::String,
+                (0..vocab).map(|i| string(&format!("t{i}"))).collect(),
+            ),
+        );
+    let mut weight = |w: &mut GgufWriter, name: &str, t: GgmlType, rows: usize, cols: usize| {
+        let tensor = random_weight(t, rows, cols, &mut rng);
+        w.tensor(
+            name,
+            t.id(),
+            &[cols as u64, rows as u64],
+            tensor.bytes().to_vec(),
+        );
+    };
+    weight(&mut w, "token_embd.weight", F32, vocab, dim);
+    weight(&mut w, "output.weight", Q6_K, vocab, dim);
+    // Norm weights keep the activations of random (positive-biased) K-quant weights at a real
+    // model's scale, and the logits within about ±15, where the random-weight rule
+    // (`RANDOM_QUANTIZED`) was measured.
+    w.f32_tensor("output_norm.weight", &[dim as u64], &vec![0.015; dim]);
+    for l in 0..layers {
+        let b = format!("blk.{l}");
+        for (name, t, rows, cols) in [
+            ("attn_q", Q4_K, dim, dim),
+            ("attn_k", Q4_K, 128, dim),
+            ("attn_v", Q6_K, 128, dim),
+            ("attn_output", Q4_K, dim, dim),
+            ("ffn_gate", Q4_K, ffn, dim),
+            ("ffn_up", Q4_K, ffn, dim),
+            ("ffn_down", Q6_K, dim, ffn),
+        ] {
+            weight(&mut w, &format!("{b}.{name}.weight"), t, rows, cols);
+        }
+        for norm in ["attn_norm", "ffn_norm"] {
+            w.f32_tensor(
+                &format!("{b}.{norm}.weight"),
+                &[dim as u64],
+                &vec![0.05; dim],
+            );
+        }
+    }
+    common::synth::open("fusable-llama.gguf", &w)
+}
+
+/// Decode with the fused kernels (RoPE and the KV append in the Q/K/V mat-vecs' epilogue, the
+/// attention's reduce quantizing its output for the next mat-vec) gives the logits the unfused
+/// dispatches give (`KILN_WGPU_FUSE=0`), and the CPU's within the random-weight rule, on the
+/// kernels hardware GPUs get; and it records the fewer dispatches it exists for.
+#[test]
+fn fused_decode_matches_unfused_and_the_cpu() {
+    use common::golden_run::RANDOM_QUANTIZED;
+    use kiln::backend::cpu::CpuBackend;
+    use kiln::backend::wgpu::GpuOptions;
+
+    let mf = fusable_llama();
+    let hardware = |unfused| GpuOptions {
+        hardware_kernels: true,
+        unfused,
+        ..GpuOptions::default()
+    };
+    let Some(fused) = common::gpu::gpu_with(hardware(false)) else {
+        return;
+    };
+    let unfused = common::gpu::gpu_with(hardware(true)).unwrap();
+    let cpu = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
+    let fused = Model::load(&mf, fused).unwrap();
+    let unfused = Model::load(&mf, unfused).unwrap();
+    let prompt: Vec<u32> = (0..12).map(|i| (i * 7 + 3) % 64).collect();
+    let steps = 20;
+    let (mut c, mut f, mut u) = (
+        Session::new(&cpu, 64).unwrap(),
+        Session::new(&fused, 64).unwrap(),
+        Session::new(&unfused, 64).unwrap(),
+    );
+    let mut want = c.prefill(&prompt).unwrap().to_vec();
+    f.prefill(&prompt).unwrap();
+    u.prefill(&prompt).unwrap();
+    let (mut worst_unfused, mut worst_cpu) = (0f32, 0f32);
+    let mut profile = None;
+    for step in 0..steps {
+        let t = argmax(&want);
+        fused.backend.set_profiling(step == steps - 1);
+        let got = f.decode(t).unwrap().to_vec();
+        if step == steps - 1 {
+            profile = fused.backend.profile();
+        }
+        fused.backend.set_profiling(false);
+        let apart = u.decode(t).unwrap().to_vec();
+        want = c.decode(t).unwrap().to_vec();
+        let diff = |a: &[f32], b: &[f32]| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0f32, f32::max)
+        };
+        worst_unfused = worst_unfused.max(diff(&got, &apart));
+        worst_cpu = worst_cpu.max(diff(&got, &want));
+    }
+    eprintln!(
+        "fused decode: max |Δ| {worst_unfused:e} against unfused, {worst_cpu} against the CPU"
+    );
+    assert!(
+        worst_cpu <= RANDOM_QUANTIZED.abs,
+        "against the CPU: {worst_cpu}"
+    );
+    assert_eq!(worst_unfused, 0.0, "against the unfused dispatches");
+    // The last step's dispatches: per layer two norms, the Q/K and the V mat-vec with RoPE and
+    // the append, attention and its reduce (32 keys: four splits), the output, gate/up and down
+    // mat-vecs and the down's quantization; no RoPE, no quantization after attention.
+    let p = profile.unwrap();
+    let calls = |name: &str| p.ops.iter().find(|o| o.name == name).map_or(0, |o| o.calls);
+    assert_eq!(calls("rope_kv"), 0, "{:?}", p.ops);
+    assert_eq!(calls("matvec_rope_kv"), 4, "{:?}", p.ops);
+    assert_eq!(calls("attention_reduce_packed"), 2, "{:?}", p.ops);
+    assert_eq!(calls("quantize_q8k"), 2, "{:?}", p.ops);
+}

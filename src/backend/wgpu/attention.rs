@@ -198,7 +198,27 @@ impl WgpuBackend {
             &buffers,
             [groups as u32, p.rows as u32, splits as u32],
         );
-        if splits > 1 {
+        if splits == 1 {
+            return;
+        }
+        // A decode row's output goes to a mat-vec next: as integer-dot mat-vecs read it, the
+        // reduce writes it as packed Q8_K blocks too, and no dispatch quantizes it again.
+        let width = p.n_heads * hd;
+        let packed = (self.gpu.fused && p.rows == 1 && hd.is_multiple_of(4))
+            .then(|| self.packed_output(1, width))
+            .flatten();
+        if let Some((packed, packed_id)) = &packed {
+            let mut with_packed = buffers.to_vec();
+            with_packed.push((packed, *packed_id));
+            self.run_in(
+                &self.fixed.attention_reduce_packed,
+                kernels::attention_reduce_packed_kernel,
+                &params,
+                &with_packed,
+                [(width / 256) as u32, 1, 1],
+            );
+            self.packed_written(out, width);
+        } else {
             self.run_in(
                 &self.fixed.attention_reduce,
                 kernels::attention_reduce_kernel,

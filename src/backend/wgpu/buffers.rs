@@ -143,7 +143,8 @@ pub struct Matrix {
     pub rows: usize,
     pub row_bytes: usize,
     pub parts: Vec<Part>,
-    pub kernels: MatrixKernels,
+    /// Boxed: a vector weight is the size of its buffer, not of a matrix's kernel slots.
+    pub kernels: Box<MatrixKernels>,
 }
 
 pub enum GpuWeight {
@@ -270,6 +271,6 @@ pub fn upload_weight(gpu: &Gpu, memory: &Arc<Memory>, t: &Tensor) -> Result<GpuW
         rows,
         row_bytes,
         parts,
-        kernels: MatrixKernels::default(),
+        kernels: Box::default(),
     }))
 }

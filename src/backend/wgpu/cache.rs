@@ -83,6 +83,9 @@ impl WgpuBackend {
         if self.tiled_prefill_attention() {
             kernels.push(kernels::attention_prefill_kernel(ty, ty));
         }
+        if self.gpu.fused && self.packs_outputs(1, 256) {
+            kernels.push(kernels::attention_reduce_packed_kernel());
+        }
         for k in kernels {
             self.pipelines.get(&self.gpu, &k, self.param_slot)?;
         }

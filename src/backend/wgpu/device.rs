@@ -198,6 +198,8 @@ pub struct Gpu {
     pub int_dot: bool,
     /// The per-type mat-vec's shape set by hand (`GpuOptions::matvec_shape`).
     pub matvec_shape: Option<MatvecShape>,
+    /// Decode's fused epilogues are on (unless `GpuOptions::unfused`).
+    pub fused: bool,
     /// Keys per decode attention split set by hand (`GpuOptions::attention_keys`).
     pub attention_keys: Option<usize>,
     /// The first failure wgpu reported asynchronously, until the session takes it.
@@ -292,6 +294,11 @@ pub struct GpuOptions {
     /// (`KILN_WGPU_ATTN_KEYS=N`, 8-4096), instead of the default (8 on a GPU, 128 on a software
     /// adapter), so that one GPU run measures several.
     pub attention_keys: Option<usize>,
+    /// Decode records the dispatches that the fused kernels save (`KILN_WGPU_FUSE=0`): RoPE and
+    /// the KV append after the Q/K/V mat-vecs instead of in their epilogue, and the attention's
+    /// output quantized for the integer-dot mat-vec by a dispatch of its own instead of by the
+    /// reduce. For measuring the fusions on a GPU.
+    pub unfused: bool,
 }
 
 impl GpuOptions {
@@ -306,6 +313,7 @@ impl GpuOptions {
             f32_activations: std::env::var_os("KILN_WGPU_F32_ACTIVATIONS")
                 .is_some_and(|v| v == "1"),
             float_matvecs: std::env::var_os("KILN_WGPU_INT_DOT").is_some_and(|v| v == "0"),
+            unfused: std::env::var_os("KILN_WGPU_FUSE").is_some_and(|v| v == "0"),
             attention_keys: env_parsed(
                 "KILN_WGPU_ATTN_KEYS",
                 "a number of keys from 8 to 4096",
@@ -409,6 +417,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         f32_activations: options.f32_activations,
         int_dot: !options.float_matvecs,
         matvec_shape: options.matvec_shape,
+        fused: !options.unfused,
         attention_keys: options.attention_keys,
         error,
     }))

@@ -215,6 +215,37 @@ pub fn matvec_blocks_kernel(
     }
 }
 
+/// A decode step's Q/K/V projections through `matvec_blocks_kernel` (over `roles.len()` weights,
+/// each the query (0), key (1) or value (2) projection) with RoPE and the KV append to caches of
+/// types `k` and `v` (f32 or f16) as the epilogue: three more bindings, the RoPE table and the
+/// two caches (matvec_rows.wgsl `ROPE_KV`).
+pub fn matvec_rope_kv_kernel(
+    t: GgmlType,
+    roles: &[usize],
+    rounding: Option<ActRounding>,
+    int_dot: bool,
+    shape: BlocksShape,
+    (k, v): (CacheType, CacheType),
+) -> Kernel {
+    let mut kernel = matvec_blocks_kernel(t, roles.len(), None, rounding, int_dot, shape);
+    kernel.label = "matvec_rope_kv";
+    for (i, name) in ["ROLE0", "ROLE1", "ROLE2"].into_iter().enumerate() {
+        kernel
+            .defines
+            .insert(name, roles.get(i).copied().unwrap_or(0).to_string());
+    }
+    for (name, access) in [
+        ("TABLE_BINDING", Read),
+        ("K_CACHE_BINDING", ReadWrite),
+        ("V_CACHE_BINDING", ReadWrite),
+    ] {
+        kernel.bindings.push(access);
+        let binding = kernel.bindings.len().to_string();
+        kernel.defines.insert(name, binding);
+    }
+    with_caches(kernel.flag("ROPE_KV"), k, v)
+}
+
 /// The tiled prefill kernel over `n_weights` weights of type `t` (`gated`: gate and up, writing
 /// the gated activation); `x4`: activations read as vec4s (rows a multiple of 4); `sg8`: the
 /// variant for lavapipe, one weight.
@@ -295,6 +326,19 @@ pub fn attention_reduce_kernel() -> Kernel {
         &[Read, Read, Read, ReadWrite, ReadWrite, Read],
     )
     .entry("reduce")
+}
+
+/// The reduce fused with the quantization of its output to packed Q8_K blocks, one binding more
+/// (attention.wgsl `reduce_packed`; `WgpuBackend::packed_output`).
+// Audited: every invocation writes its block maximum before the barrier that precedes the reads.
+pub fn attention_reduce_packed_kernel() -> Kernel {
+    let mut k = attention_reduce_kernel()
+        .entry("reduce_packed")
+        .flag("PACKED")
+        .fills_workgroup_memory();
+    k.bindings.push(ReadWrite);
+    k.label = "attention_reduce_packed";
+    k
 }
 
 /// The tiled prefill attention (attention.wgsl `prefill`): 16 query rows per workgroup.

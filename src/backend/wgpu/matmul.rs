@@ -273,7 +273,7 @@ impl WgpuBackend {
 
     /// Start (or end) a span in which `weight_input` quantizes an input to packed blocks once:
     /// blocks current at its start (a norm's) stay current through it, none after it.
-    fn share_packed(&self, on: bool) {
+    pub(super) fn share_packed(&self, on: bool) {
         let recorded = self.stream().recorded;
         let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
         scratch.sharing_packed = on;
@@ -283,28 +283,30 @@ impl WgpuBackend {
         };
     }
 
-    /// Where a norm of `rows` rows of `width` values writes its output a second time, as packed
-    /// Q8_K blocks, for the integer-dot mat-vecs that read it next (`GpuOptions::int_dot`, decode):
-    /// the scratch buffer `weight_input` would quantize into.
-    pub(super) fn packed_norm_output(
-        &self,
-        rows: usize,
-        width: usize,
-    ) -> Option<(wgpu::Buffer, u64)> {
-        let packs = self.gpu.int_dot
-            && !self.gpu.f32_activations
-            && rows == 1
-            && width.is_multiple_of(256)
-            && self.matvec_layout() == MatvecLayout::Staged;
-        if !packs {
+    /// Where a kernel that makes `rows` rows of `width` values (a norm, the decode attention's
+    /// reduce) writes them a second time, as packed Q8_K blocks, for the integer-dot mat-vecs that
+    /// read them next (`GpuOptions::int_dot`, decode): the scratch buffer `weight_input` would
+    /// quantize into.
+    pub(super) fn packed_output(&self, rows: usize, width: usize) -> Option<(wgpu::Buffer, u64)> {
+        if !self.packs_outputs(rows, width) {
             return None;
         }
         self.scratch_buffer(|s| &mut s.rounded, width / 4 + width / 256)
     }
 
-    /// After a norm wrote `out`'s `values` as packed blocks too: they are current until anything
-    /// else is recorded.
-    pub(super) fn packed_norm_written(&self, out: &GpuBuffer, values: usize) {
+    /// Whether kernels that make `rows` rows of `width` values write them as packed Q8_K blocks
+    /// too (`packed_output`).
+    pub(super) fn packs_outputs(&self, rows: usize, width: usize) -> bool {
+        self.gpu.int_dot
+            && !self.gpu.f32_activations
+            && rows == 1
+            && width.is_multiple_of(256)
+            && self.matvec_layout() == MatvecLayout::Staged
+    }
+
+    /// After a kernel wrote `out`'s `values` as packed blocks too (`packed_output`): they are
+    /// current until anything else is recorded.
+    pub(super) fn packed_written(&self, out: &GpuBuffer, values: usize) {
         let recorded = self.stream().recorded;
         self.scratch
             .lock()

@@ -28,6 +28,7 @@ mod matmul;
 mod moe;
 mod ops;
 mod pipelines;
+mod qkv;
 mod recurrent;
 #[cfg(test)]
 mod shader_checks;

@@ -133,7 +133,7 @@ impl WgpuBackend {
 
     /// A norm of `rows` rows of `len` values into `out` over `buffers`, from the kernel
     /// `kernel(packed)` held in `slots` (plain, packed): packed, its output is also written as Q8_K
-    /// blocks for the integer-dot mat-vecs after it (`packed_norm_output`), one binding more.
+    /// blocks for the integer-dot mat-vecs after it (`packed_output`), one binding more.
     fn run_norm(
         &self,
         slots: (&KernelSlot, &KernelSlot),
@@ -144,14 +144,14 @@ impl WgpuBackend {
         out: &GpuBuffer,
     ) {
         let params = [rows as u32, len as u32, eps.to_bits()];
-        let Some((packed, packed_id)) = self.packed_norm_output(rows, len) else {
+        let Some((packed, packed_id)) = self.packed_output(rows, len) else {
             self.run_in(slots.0, || kernel(false), &params, buffers, grid(rows));
             return;
         };
         let mut with_packed = buffers.to_vec();
         with_packed.push((&packed, packed_id));
         self.run_in(slots.1, || kernel(true), &params, &with_packed, grid(rows));
-        self.packed_norm_written(out, rows * len);
+        self.packed_written(out, rows * len);
     }
 
     fn elementwise(
@@ -297,19 +297,19 @@ impl CoreOps for WgpuBackend {
     }
 
     fn download(&self, src: &GpuBuffer, offset: usize, out: &mut [f32]) {
-        let bytes = self.stream().read(
+        let read = self.stream().read_with(
             &self.gpu,
             &src.dev.buf,
             offset as u64 * 4,
             out.len() as u64 * 4,
-        );
-        match bytes {
-            Some(b) => {
+            |b| {
                 for (o, c) in out.iter_mut().zip(b.chunks_exact(4)) {
                     *o = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
                 }
-            }
-            None => out.fill(0.0),
+            },
+        );
+        if read.is_none() {
+            out.fill(0.0);
         }
     }
 
@@ -483,6 +483,19 @@ impl CoreOps for WgpuBackend {
         p: &KvAppend,
     ) {
         self.rope_append(q, k, v, table, k_cache, v_cache, p);
+    }
+
+    fn qkv_rope_store(
+        &self,
+        x: &GpuBuffer,
+        ws: [&GpuWeight; 3],
+        qkv: [&mut GpuBuffer; 3],
+        table: &GpuBuffer,
+        k_cache: &mut GpuCache,
+        v_cache: &mut GpuCache,
+        p: &KvAppend,
+    ) -> bool {
+        self.fused_qkv_rope_store(x, ws, qkv, table, k_cache, v_cache, p)
     }
 
     fn move_cache_rows(

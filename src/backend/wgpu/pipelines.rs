@@ -176,6 +176,9 @@ pub struct MatrixKernels {
     pub matmul_gated: [KernelSlot; 2],
     pub embed: KernelSlot,
     pub expert: KernelSlot,
+    /// The mat-vec with RoPE and the KV append as its epilogue, led by this matrix (`qkv.rs`),
+    /// by the cache types: 2 · (keys f16) + (values f16).
+    pub matvec_rope_kv: [KernelSlot; 4],
 }
 
 /// The kernels a KV cache is dispatched with, held by the cache; those that read a key and a
@@ -194,7 +197,7 @@ pub struct FixedKernels {
     pub rms_norm: KernelSlot,
     pub rms_norm_into: KernelSlot,
     pub add_rms_norm: KernelSlot,
-    /// The norms writing packed Q8_K blocks too (`WgpuBackend::packed_norm_output`).
+    /// The norms writing packed Q8_K blocks too (`WgpuBackend::packed_output`).
     pub rms_norm_packed: KernelSlot,
     pub rms_norm_into_packed: KernelSlot,
     pub add_rms_norm_packed: KernelSlot,
@@ -212,6 +215,7 @@ pub struct FixedKernels {
     pub moe_route: KernelSlot,
     pub moe_combine: KernelSlot,
     pub attention_reduce: KernelSlot,
+    pub attention_reduce_packed: KernelSlot,
     pub round_acts: KernelSlot,
     pub quantize_q8k: KernelSlot,
 }

@@ -5,10 +5,11 @@
 use super::buffers::MATRIX_TYPES;
 use super::pipelines::{
     ActRounding, BlocksShape, Kernel, MatvecLayout, add_rms_norm_kernel, assemble,
-    attention_kernel, attention_prefill_kernel, attention_reduce_kernel, blocks_matvec_reads,
-    defines, embed_kernel, kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_kernel,
-    matvec_blocks_kernel, matvec_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel,
-    rope_kv_kernel, round_acts_kernel, store_kernel,
+    attention_kernel, attention_prefill_kernel, attention_reduce_kernel,
+    attention_reduce_packed_kernel, blocks_matvec_reads, defines, embed_kernel,
+    kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_kernel, matvec_blocks_kernel,
+    matvec_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel, rope_kv_kernel,
+    round_acts_kernel, store_kernel,
 };
 use crate::backend::{CacheType, GateActivation};
 use crate::gguf::GgmlType;
@@ -74,6 +75,7 @@ fn cache_and_attention_kernels_validate() {
             all.push(attention_kernel(k, v, false));
             all.push(attention_kernel(k, v, true));
             all.push(attention_reduce_kernel());
+            all.push(attention_reduce_packed_kernel());
             all.push(attention_prefill_kernel(k, v));
             all.push(rope_kv_kernel(k, v));
         }

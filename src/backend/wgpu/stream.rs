@@ -427,7 +427,7 @@ impl Stream {
         let Some(t) = &self.timing else { return };
         let period_ns = t.period_ns;
         let started = Instant::now();
-        let bytes = map_read(gpu, &t.read, labels.len() as u64 * 16);
+        let bytes = map_read(gpu, &t.read, labels.len() as u64 * 16, |b| b.to_vec());
         self.read_wait += started.elapsed();
         let Some(bytes) = bytes else {
             return;
@@ -454,6 +454,19 @@ impl Stream {
         offset: u64,
         size: u64,
     ) -> Option<Vec<u8>> {
+        self.read_with(gpu, src, offset, size, |bytes| bytes.to_vec())
+    }
+
+    /// `read`, handing the bytes to `take` where they are mapped instead of copying them out
+    /// first (a token's logits are half a megabyte on a 128k vocabulary).
+    pub fn read_with<R>(
+        &mut self,
+        gpu: &Gpu,
+        src: &wgpu::Buffer,
+        offset: u64,
+        size: u64,
+        take: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
         let size4 = size.next_multiple_of(4);
         if self.readback.as_ref().is_none_or(|b| b.size() < size4) {
             self.readback = Some(gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -471,11 +484,9 @@ impl Stream {
         self.readbacks += 1;
         let submitted = Instant::now();
         self.host += (submitted - started).saturating_sub(self.read_wait - waited);
-        let bytes = map_read(gpu, &rb, size4);
+        let taken = map_read(gpu, &rb, size4, |bytes| take(&bytes[..size as usize]));
         self.read_wait += submitted.elapsed();
-        let mut bytes = bytes?;
-        bytes.truncate(size as usize);
-        Some(bytes)
+        taken
     }
 
     pub fn set_profiling(&mut self, gpu: &Gpu, on: bool) {
@@ -566,7 +577,12 @@ fn create_bind_group(
 
 /// Map `size` bytes of a MAP_READ buffer, wait, and copy them out. None when the device failed
 /// (the failure is recorded for the session).
-fn map_read(gpu: &Gpu, buf: &wgpu::Buffer, size: u64) -> Option<Vec<u8>> {
+fn map_read<R>(
+    gpu: &Gpu,
+    buf: &wgpu::Buffer,
+    size: u64,
+    take: impl FnOnce(&[u8]) -> R,
+) -> Option<R> {
     let (tx, rx) = std::sync::mpsc::channel();
     buf.map_async(wgpu::MapMode::Read, 0..size, move |r| {
         let _ = tx.send(r);
@@ -587,7 +603,7 @@ fn map_read(gpu: &Gpu, buf: &wgpu::Buffer, size: u64) -> Option<Vec<u8>> {
         }
     }
     let out = match buf.slice(0..size).get_mapped_range() {
-        Ok(view) => view.to_vec(),
+        Ok(view) => take(&view),
         Err(e) => {
             gpu.fail(format!("reading back from the GPU failed: {e}"));
             return None;

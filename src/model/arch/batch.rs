@@ -252,7 +252,8 @@ impl<B: Backend> Step<'_, '_, B> {
     /// appended to this layer's cache, and attention of `q` into `attn`, for each sequence of the
     /// call against its own cache. A shared-KV layer (Gemma 4) rotates its queries only and
     /// attends over its source layer's cache.
-    pub(super) fn rope_store_attend(&mut self, sinks: Option<&B::Weight>) {
+    /// `stored`: `qkv_rope_store` did the RoPE and the KV append already.
+    pub(super) fn rope_store_attend(&mut self, sinks: Option<&B::Weight>, stored: bool) {
         let (m, il) = (self.model, self.il);
         let s = &mut *self.s;
         let r = m.layer_rope[il];
@@ -265,9 +266,13 @@ impl<B: Backend> Step<'_, '_, B> {
                 temperature: s.q_temperature.as_ref(),
                 attn: &mut s.attn,
             };
-            attend(m, il, io, seq, sinks);
+            attend(m, il, io, seq, sinks, stored);
             return;
         }
+        assert!(
+            !stored,
+            "qkv_rope_store fuses a single sequence's step only"
+        );
         let (b, c) = (&m.backend, &m.config);
         let mut sub = s
             .seq
@@ -302,10 +307,49 @@ impl<B: Backend> Step<'_, '_, B> {
                 temperature: s.q_temperature.as_ref().map(|_| &sub.temperature),
                 attn: &mut sub.attn,
             };
-            attend(m, il, io, seq, sinks);
+            attend(m, il, io, seq, sinks, false);
             b.copy_rows(&sub.attn, 0, &mut s.attn, first, rows, q_dim);
         }
         s.seq = Some(sub);
+    }
+
+    /// A single sequence's decode row: its Q/K/V projections of `h` by `ws` with RoPE and the KV
+    /// append, as one op where the backend fuses them (`CoreOps::qkv_rope_store`); true when it
+    /// did (then `rope_store_attend(_, true)`), false when nothing ran.
+    pub(super) fn qkv_rope_store(&mut self, ws: [&B::Weight; 3]) -> bool {
+        let (m, il) = (self.model, self.il);
+        let (b, c) = (&m.backend, &m.config);
+        let [seq] = &mut *self.seqs else {
+            return false;
+        };
+        if self.rows != 1 || c.layer_kv_source(il) != il {
+            return false;
+        }
+        let s = &mut *self.s;
+        let shape = c.layer_shape(il);
+        let append = KvAppend {
+            rows: 1,
+            n_heads: c.n_heads,
+            n_kv_heads: shape.n_kv_heads,
+            head_dim: shape.head_dim,
+            rot_dims: if c.layer_has_rope(il) {
+                shape.rope_dims
+            } else {
+                0
+            },
+            layout: c.rope_layout,
+            dst_row: seq.start_pos,
+        };
+        let (kc, vc) = &mut seq.cache.layers[il];
+        b.qkv_rope_store(
+            &s.h,
+            ws,
+            [&mut s.q, &mut s.k, &mut s.v],
+            &s.rope_tables[m.layer_rope[il]],
+            kc,
+            vc,
+            &append,
+        )
     }
 }
 
@@ -316,6 +360,7 @@ fn attend<B: Backend>(
     io: AttentionIo<B>,
     seq: &mut SeqRows<B>,
     sinks: Option<&B::Weight>,
+    stored: bool,
 ) {
     let (b, c) = (&m.backend, &m.config);
     let rows = seq.rows;
@@ -327,7 +372,9 @@ fn attend<B: Backend>(
         0
     };
     let source = c.layer_kv_source(il);
-    if source == il {
+    if stored {
+        // Rotated and appended by `qkv_rope_store`.
+    } else if source == il {
         let (kc, vc) = &mut seq.cache.layers[il];
         let append = KvAppend {
             rows,

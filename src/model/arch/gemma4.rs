@@ -300,6 +300,6 @@ fn attention<B: Backend>(f: &mut Step<B>, l: &LayerWeights<B>) {
             b.rms_norm(&mut s.v, vn, rows * shape.n_kv_heads, eps);
         }
     }
-    f.rope_store_attend(None);
+    f.rope_store_attend(None, false);
     b.matmul(&f.s.attn, &l.wo, rows, &mut f.s.o);
 }

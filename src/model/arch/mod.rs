@@ -643,13 +643,26 @@ impl<B: Backend> Step<'_, '_, B> {
     pub fn attention(&mut self, l: &LayerWeights<B>, opts: AttentionOpts) {
         let (m, rows) = (self.model, self.rows);
         let (b, c) = (&m.backend, &m.config);
-        let s = &mut *self.s;
         let wk =
             l.wk.as_ref()
                 .expect("every layer but Gemma 4's shared-KV ones loads keys");
+        let wv = l.wv.as_ref().unwrap_or(wk);
+        // Nothing between the projections and RoPE: the backend may fuse them.
+        let biased = opts.qkv_bias && [&l.bq, &l.bk, &l.bv].iter().any(|b| b.is_some());
+        let normed = opts.qk_norm && l.q_norm.is_some() && l.k_norm.is_some();
+        if !biased && !normed && self.qkv_rope_store([&l.wq, wk, wv]) {
+            self.rope_store_attend(l.sinks.as_ref(), true);
+            let s = &mut *self.s;
+            b.matmul(&s.attn, &l.wo, rows, &mut s.o);
+            if let Some(bo) = &l.bo {
+                b.add_bias(&mut s.o, bo, rows);
+            }
+            return;
+        }
+        let s = &mut *self.s;
         b.matmul_many(
             &s.h,
-            &[&l.wq, wk, l.wv.as_ref().unwrap_or(wk)],
+            &[&l.wq, wk, wv],
             rows,
             &mut [&mut s.q, &mut s.k, &mut s.v],
         );
@@ -667,7 +680,7 @@ impl<B: Backend> Step<'_, '_, B> {
             let n_kv_heads = c.layer_shape(self.il).n_kv_heads;
             b.rms_norm(&mut s.k, kn, rows * n_kv_heads, c.rms_norm_eps);
         }
-        self.rope_store_attend(l.sinks.as_ref());
+        self.rope_store_attend(l.sinks.as_ref(), false);
         b.matmul(&self.s.attn, &l.wo, rows, &mut self.s.o);
         if let Some(bo) = &l.bo {
             b.add_bias(&mut self.s.o, bo, rows);
@@ -693,7 +706,7 @@ impl<B: Backend> Step<'_, '_, B> {
         );
         b.rms_norm(&mut s.q, &l.q_norm, rows * c.n_heads, c.rms_norm_eps);
         b.rms_norm(&mut s.k, &l.k_norm, rows * c.n_kv_heads, c.rms_norm_eps);
-        self.rope_store_attend(None);
+        self.rope_store_attend(None, false);
         let s = &mut *self.s;
         let gate = &s.qwen35.as_ref().expect("Qwen3.5 scratch").q_gate;
         b.mul_sigmoid(&mut s.attn, gate, rows, c.q_dim(), c.q_dim());
