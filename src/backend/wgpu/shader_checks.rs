@@ -8,8 +8,8 @@ use super::pipelines::{
     attention_kernel, attention_prefill_kernel, attention_reduce_kernel,
     attention_reduce_packed_kernel, blocks_matvec_reads, defines, embed_kernel,
     kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_kernel, matvec_blocks_kernel,
-    matvec_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel, rope_kv_kernel,
-    round_acts_kernel, store_kernel,
+    matvec_kernel, matvec_rope_kv_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel,
+    rope_kv_kernel, round_acts_kernel, store_kernel,
 };
 use crate::backend::{CacheType, GateActivation};
 use crate::gguf::GgmlType;
@@ -52,6 +52,23 @@ fn weight_kernels_validate_for_every_type() {
                     for subgroups in [true, false] {
                         validate(&k, subgroups, &format!("{t} per-type "));
                     }
+                }
+            }
+            // With RoPE and the KV append as the epilogue: one to three projections, every pair
+            // of the caches it writes.
+            let r = ActRounding::of(t).filter(|_| !int_dot);
+            let shape = BlocksShape { wg: 64, rows: 2 };
+            for roles in [&[0, 1, 2][..], &[0, 1], &[2]] {
+                for caches in [
+                    (CacheType::F16, CacheType::F32),
+                    (CacheType::F32, CacheType::F16),
+                ] {
+                    let k = matvec_rope_kv_kernel(t, roles, r, int_dot, shape, caches);
+                    validate(
+                        &k,
+                        true,
+                        &format!("{t} per-type with RoPE and the KV append "),
+                    );
                 }
             }
         }
