@@ -1,14 +1,20 @@
 //! The GPU backend's greedy argmax on the device and its profile: greedy decoding that reads back
 //! only the device's argmax picks the tokens the logits readback picks, and `--profile`'s counts
-//! (dispatches, submits, readbacks, per-kernel calls) agree with what a decode step records.
+//! (dispatches, submits, readbacks, per-kernel calls) agree with what a decode step records; and
+//! decode's fused kernels give the logits of the dispatches they replace, in fewer dispatches.
 //! Skips without a GPU adapter unless KILN_REQUIRE_GPU=1.
 
 use crate::common;
 
+use common::golden_run::RANDOM_QUANTIZED;
 use common::golden_run::argmax;
 use common::gpu::gpu;
-use kiln::backend::CoreOps;
+use kiln::backend::cpu::CpuBackend;
+use kiln::backend::split::SplitBackend;
+use kiln::backend::wgpu::GpuOptions;
 use kiln::backend::wgpu::{DISPATCHES_PER_SUBMIT, FIRST_SUBMIT, WgpuBackend};
+use kiln::backend::{Backend, CoreOps, Profile};
+use kiln::model::placement::placement;
 use kiln::model::{Model, ModelFile, Session, Tokenizer};
 
 fn tiny() -> Option<(ModelFile, Model<WgpuBackend>)> {
@@ -175,16 +181,54 @@ fn fusable_llama() -> ModelFile {
     common::synth::open("fusable-llama.gguf", &w)
 }
 
+/// Teacher-forced decode of `steps` tokens after `prompt` on `model`, each step's logits handed
+/// to `each` beside the CPU's (`cpu`); the last step profiled.
+fn decode_beside<B: Backend>(
+    cpu: &Model<CpuBackend>,
+    model: &Model<B>,
+    prompt: &[u32],
+    steps: usize,
+    mut each: impl FnMut(&[f32], &[f32]),
+) -> Profile {
+    let (mut c, mut s) = (
+        Session::new(cpu, 64).unwrap(),
+        Session::new(model, 64).unwrap(),
+    );
+    let mut want = c.prefill(prompt).unwrap().to_vec();
+    s.prefill(prompt).unwrap();
+    let mut profile = None;
+    for step in 0..steps {
+        let t = argmax(&want);
+        model.backend.set_profiling(step == steps - 1);
+        let got = s.decode(t).unwrap().to_vec();
+        if step == steps - 1 {
+            profile = model.backend.profile();
+        }
+        model.backend.set_profiling(false);
+        want = c.decode(t).unwrap().to_vec();
+        each(&got, &want);
+    }
+    profile.unwrap()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}
+
+fn calls(p: &Profile, name: &str) -> u64 {
+    p.ops.iter().find(|o| o.name == name).map_or(0, |o| o.calls)
+}
+
 /// Decode with the fused kernels (RoPE and the KV append in the Q/K/V mat-vecs' epilogue, the
 /// attention's reduce quantizing its output for the next mat-vec) gives the logits the unfused
-/// dispatches give (`KILN_WGPU_FUSE=0`), and the CPU's within the random-weight rule, on the
-/// kernels hardware GPUs get; and it records the fewer dispatches it exists for.
+/// dispatches give (`KILN_WGPU_FUSE=0`: the same arithmetic in the same order, so the same bits),
+/// and the CPU's within the random-weight rule, on the kernels hardware GPUs get, alone and with
+/// the first layer on the CPU (`SplitBackend`); and it records the fewer dispatches it exists for.
 #[test]
 fn fused_decode_matches_unfused_and_the_cpu() {
-    use common::golden_run::RANDOM_QUANTIZED;
-    use kiln::backend::cpu::CpuBackend;
-    use kiln::backend::wgpu::GpuOptions;
-
     let mf = fusable_llama();
     let hardware = |unfused| GpuOptions {
         hardware_kernels: true,
@@ -194,41 +238,23 @@ fn fused_decode_matches_unfused_and_the_cpu() {
     let Some(fused) = common::gpu::gpu_with(hardware(false)) else {
         return;
     };
-    let unfused = common::gpu::gpu_with(hardware(true)).unwrap();
     let cpu = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
     let fused = Model::load(&mf, fused).unwrap();
-    let unfused = Model::load(&mf, unfused).unwrap();
+    let unfused = Model::load(&mf, common::gpu::gpu_with(hardware(true)).unwrap()).unwrap();
     let prompt: Vec<u32> = (0..12).map(|i| (i * 7 + 3) % 64).collect();
     let steps = 20;
-    let (mut c, mut f, mut u) = (
-        Session::new(&cpu, 64).unwrap(),
-        Session::new(&fused, 64).unwrap(),
-        Session::new(&unfused, 64).unwrap(),
-    );
-    let mut want = c.prefill(&prompt).unwrap().to_vec();
-    f.prefill(&prompt).unwrap();
-    u.prefill(&prompt).unwrap();
-    let (mut worst_unfused, mut worst_cpu) = (0f32, 0f32);
-    let mut profile = None;
-    for step in 0..steps {
-        let t = argmax(&want);
-        fused.backend.set_profiling(step == steps - 1);
-        let got = f.decode(t).unwrap().to_vec();
-        if step == steps - 1 {
-            profile = fused.backend.profile();
-        }
-        fused.backend.set_profiling(false);
-        let apart = u.decode(t).unwrap().to_vec();
-        want = c.decode(t).unwrap().to_vec();
-        let diff = |a: &[f32], b: &[f32]| {
-            a.iter()
-                .zip(b)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0f32, f32::max)
-        };
-        worst_unfused = worst_unfused.max(diff(&got, &apart));
-        worst_cpu = worst_cpu.max(diff(&got, &want));
-    }
+    let mut fused_logits = Vec::new();
+    let mut worst_cpu = 0f32;
+    let p = decode_beside(&cpu, &fused, &prompt, steps, |got, want| {
+        worst_cpu = worst_cpu.max(max_abs_diff(got, want));
+        fused_logits.push(got.to_vec());
+    });
+    let mut worst_unfused = 0f32;
+    let mut step = 0;
+    decode_beside(&cpu, &unfused, &prompt, steps, |got, _| {
+        worst_unfused = worst_unfused.max(max_abs_diff(got, &fused_logits[step]));
+        step += 1;
+    });
     eprintln!(
         "fused decode: max |Δ| {worst_unfused:e} against unfused, {worst_cpu} against the CPU"
     );
@@ -240,10 +266,27 @@ fn fused_decode_matches_unfused_and_the_cpu() {
     // The last step's dispatches: per layer two norms, the Q/K and the V mat-vec with RoPE and
     // the append, attention and its reduce (32 keys: four splits), the output, gate/up and down
     // mat-vecs and the down's quantization; no RoPE, no quantization after attention.
-    let p = profile.unwrap();
-    let calls = |name: &str| p.ops.iter().find(|o| o.name == name).map_or(0, |o| o.calls);
-    assert_eq!(calls("rope_kv"), 0, "{:?}", p.ops);
-    assert_eq!(calls("matvec_rope_kv"), 4, "{:?}", p.ops);
-    assert_eq!(calls("attention_reduce_packed"), 2, "{:?}", p.ops);
-    assert_eq!(calls("quantize_q8k"), 2, "{:?}", p.ops);
+    assert_eq!(calls(&p, "rope_kv"), 0, "{:?}", p.ops);
+    assert_eq!(calls(&p, "matvec_rope_kv"), 4, "{:?}", p.ops);
+    assert_eq!(calls(&p, "attention_reduce_packed"), 2, "{:?}", p.ops);
+    assert_eq!(calls(&p, "quantize_q8k"), 2, "{:?}", p.ops);
+
+    // Layer 0 on the CPU, layer 1 and the output on the GPU.
+    let placement = placement(&mf.config, 1, 0);
+    let gpu = common::gpu::gpu_with(hardware(false)).unwrap();
+    let split = Model::load(
+        &mf,
+        SplitBackend::new(gpu, CpuBackend::new(2).unwrap(), placement),
+    );
+    let split = split.unwrap();
+    let mut worst_split = 0f32;
+    let p = decode_beside(&cpu, &split, &prompt, steps, |got, want| {
+        worst_split = worst_split.max(max_abs_diff(got, want));
+    });
+    assert!(
+        worst_split <= RANDOM_QUANTIZED.abs,
+        "split, against the CPU: {worst_split}"
+    );
+    assert_eq!(calls(&p, "matvec_rope_kv"), 2, "{:?}", p.ops);
+    assert_eq!(calls(&p, "rope_kv"), 0, "{:?}", p.ops);
 }

@@ -492,6 +492,35 @@ impl CoreOps for SplitBackend {
         })
     }
 
+    fn qkv_rope_store(
+        &self,
+        x: &SplitBuffer,
+        ws: [&SplitWeight; 3],
+        qkv: [&mut SplitBuffer; 3],
+        table: &SplitBuffer,
+        k_cache: &mut SplitCache,
+        v_cache: &mut SplitCache,
+        p: &KvAppend,
+    ) -> bool {
+        // Fused only where the projections and the caches are on one side.
+        let side = k_cache.0.side();
+        if same_side(&ws) != Some(side) || v_cache.0.side() != side {
+            return false;
+        }
+        on_side!(self.at(side), S => {
+            let x = self.input::<S>(x);
+            let table = self.input::<S>(table);
+            let [q, k, v] = qkv;
+            let kv_len = p.rows * p.n_kv_heads * p.head_dim;
+            let q = self.output::<S>(q, p.rows * p.n_heads * p.head_dim);
+            let k = self.output::<S>(k, kv_len);
+            let v = self.output::<S>(v, kv_len);
+            let ws = ws.map(S::weight);
+            let (kc, vc) = (S::cache_mut(k_cache), S::cache_mut(v_cache));
+            S::backend(self).qkv_rope_store(&x, ws, [q, k, v], &table, kc, vc, p)
+        })
+    }
+
     fn move_cache_rows(
         &self,
         cache: &mut SplitCache,
