@@ -4,20 +4,8 @@
 
 use crate::common;
 
+pub(crate) use common::{kiln_json_on as kiln_json, kiln_on as kiln};
 use serde_json::Value;
-
-pub(crate) fn kiln(file: &str, args: &[&str]) -> std::process::Output {
-    common::kiln()
-        .args(args)
-        .arg("-m")
-        .arg(common::fixture(&format!("models/{file}")))
-        .output()
-        .unwrap()
-}
-
-pub(crate) fn kiln_json(file: &str, args: &[&str]) -> Value {
-    common::json_of(&kiln(file, args), &format!("{file} {args:?}"))
-}
 
 /// Greedy `kiln run` from each short golden prompt gives llama.cpp's tokens up to its first close
 /// call (margin below `margin`: golden_families.rs's rule for the file), with an f32 KV cache as

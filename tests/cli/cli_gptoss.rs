@@ -5,6 +5,7 @@
 //! conversation through gpt-oss's own template; `kiln info` names the experts' activation.
 
 use crate::cli_families::{letters, reasoning_runs, scripted_chat};
+use crate::common;
 
 use serde_json::Value;
 
@@ -16,11 +17,11 @@ const HARMONY_GRAMMAR: &str = "start: <|channel|> \"analysis\" <|message|> /[a-z
      <|start|> \"assistant\" <|channel|> \"final\" <|message|> /[a-z ]{4,12}/\n";
 
 fn kiln(args: &[&str]) -> std::process::Output {
-    crate::cli_families::kiln(FILE, args)
+    common::kiln_on(FILE, args)
 }
 
 fn kiln_json(args: &[&str]) -> Value {
-    crate::cli_families::kiln_json(FILE, args)
+    common::kiln_json_on(FILE, args)
 }
 
 #[test]

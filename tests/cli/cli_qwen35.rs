@@ -9,16 +9,6 @@ use serde_json::Value;
 
 const MODELS: [&str; 2] = ["qwen35-tiny.gguf", "qwen35moe-tiny.gguf"];
 
-fn kiln_json(args: &[&str], model: &str) -> Value {
-    let out = common::kiln()
-        .args(args)
-        .arg("-m")
-        .arg(common::fixture(&format!("models/{model}")))
-        .output()
-        .unwrap();
-    common::json_of(&out, &format!("{model} {args:?}"))
-}
-
 #[test]
 fn run_tokenize_bench_and_info_on_both_files() {
     let golden = common::golden("llama-cpp-qwen35.json");
@@ -37,11 +27,11 @@ fn run_tokenize_bench_and_info_on_both_files() {
             .collect();
         let n = sure.len().to_string();
         let prompt = case["prompt"].as_str().unwrap();
-        let v = kiln_json(
+        let v = common::kiln_json_on(
+            model,
             &[
                 "run", "--raw", "--temp", "0", "-n", &n, "--format", "json", prompt,
             ],
-            model,
         );
         let got: Vec<u64> = v["tokens"]
             .as_array()
@@ -52,10 +42,11 @@ fn run_tokenize_bench_and_info_on_both_files() {
         assert_eq!(got, sure, "{model}: kiln run");
 
         let text = g["tokenize"][0]["text"].as_str().unwrap();
-        let v = kiln_json(&["tokenize", "--no-bos", "--format", "json", text], model);
+        let v = common::kiln_json_on(model, &["tokenize", "--no-bos", "--format", "json", text]);
         assert_eq!(v["ids"], g["tokenize"][0]["ids"], "{model}: kiln tokenize");
 
-        let v = kiln_json(
+        let v = common::kiln_json_on(
+            model,
             &[
                 "bench",
                 "-p",
@@ -68,7 +59,6 @@ fn run_tokenize_bench_and_info_on_both_files() {
                 "-o",
                 "json",
             ],
-            model,
         );
         let tests: Vec<&str> = v
             .as_array()
@@ -78,7 +68,7 @@ fn run_tokenize_bench_and_info_on_both_files() {
             .collect();
         assert_eq!(tests, ["pp32", "tg8"], "{model}: kiln bench");
 
-        let v = kiln_json(&["info", "--format", "json"], model);
+        let v = common::kiln_json_on(model, &["info", "--format", "json"]);
         assert_eq!(v["schedule"], "RRRARRRA", "{model}");
         // 6 DeltaNet blocks × (3 conv rows × 128 channels + 4 heads × 16 × 16) × 4 bytes.
         assert_eq!(v["recurrent_state_bytes"], 6 * (3 * 128 + 4 * 16 * 16) * 4);
@@ -122,10 +112,10 @@ fn draft_mtp_gives_the_plain_greedy_output() {
     ];
     let prompt = "The quick brown fox jumps over the lazy dog. The quick brown";
     for model in ["qwen35-mtp-tiny.gguf", "qwen35moe-mtp-tiny.gguf"] {
-        let plain = kiln_json(&[&base[..], &[prompt]].concat(), model);
-        let fast = kiln_json(
-            &[&base[..], &["--spec-type", "draft-mtp", prompt]].concat(),
+        let plain = common::kiln_json_on(model, &[&base[..], &[prompt]].concat());
+        let fast = common::kiln_json_on(
             model,
+            &[&base[..], &["--spec-type", "draft-mtp", prompt]].concat(),
         );
         assert_eq!(fast["tokens"], plain["tokens"], "{model}");
         assert!(
@@ -182,7 +172,7 @@ fn draft_mtp_gives_the_plain_greedy_output() {
             flag,
             rates,
         ];
-        let rows = kiln_json(&bench, "qwen35-mtp-tiny.gguf");
+        let rows = common::kiln_json_on("qwen35-mtp-tiny.gguf", &bench);
         let row = &rows[0];
         let (drafted, kept) = (&row["draft_tokens"], &row["draft_accepted"]);
         assert!(drafted.as_u64().unwrap() > 0, "{rates}: {row}");

@@ -9,16 +9,11 @@ use serde_json::Value;
 const FILE: &str = "qwen3moe-tiny.gguf";
 
 fn kiln(args: &[&str]) -> std::process::Output {
-    common::kiln()
-        .args(args)
-        .arg("-m")
-        .arg(common::fixture(&format!("models/{FILE}")))
-        .output()
-        .unwrap()
+    common::kiln_on(FILE, args)
 }
 
 fn kiln_json(args: &[&str]) -> Value {
-    common::json_of(&kiln(args), &format!("{args:?}"))
+    common::kiln_json_on(FILE, args)
 }
 
 #[test]

@@ -93,6 +93,21 @@ pub fn json_of(out: &std::process::Output, what: &str) -> serde_json::Value {
         .unwrap_or_else(|e| panic!("{what}: stdout is not JSON ({e})"))
 }
 
+/// `kiln ARGS… -m FILE`, FILE a fixture under models/: its output, whatever its status.
+pub fn kiln_on(file: &str, args: &[&str]) -> std::process::Output {
+    kiln()
+        .args(args)
+        .arg("-m")
+        .arg(fixture(&format!("models/{file}")))
+        .output()
+        .unwrap()
+}
+
+/// `kiln_on`'s stdout as JSON (the command must succeed).
+pub fn kiln_json_on(file: &str, args: &[&str]) -> serde_json::Value {
+    json_of(&kiln_on(file, args), &format!("{file} {args:?}"))
+}
+
 /// `kiln run --format json -m MODEL ARGS…`: its JSON object (the run must succeed).
 pub fn kiln_run_json(model: &std::path::Path, args: &[&str]) -> serde_json::Value {
     let out = kiln()
