@@ -1,9 +1,13 @@
-// argmax.wgsl — per row of n values, the index of the largest (the first on ties), one workgroup
-// a row, so greedy decoding reads back 4 bytes a row instead of the logits (one row when
-// decoding, each row of a speculative verify pass).
+// argmax.wgsl — per row of n values, the index of the largest (the first on ties), so greedy
+// decoding reads back a few bytes a row instead of the logits (one row when decoding, each row of
+// a speculative verify pass). A row is scanned by `chunks` workgroups (a 128k vocabulary by one
+// workgroup was a chain of 500 loads an invocation): each writes its chunk's best value (f32 bits)
+// and index, and the host picks the best of the row's chunks, the earliest on ties.
 
 struct Params {
     n: u32,
+    chunk: u32,   // values per workgroup
+    chunks: u32,  // workgroups per row
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -15,11 +19,13 @@ var<workgroup> best_i: array<u32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: vec3<u32>) {
-    let row = wg.x;
+    let c = wg.x;
+    let row = wg.y;
     let base = row * p.n;
+    let end = min((c + 1u) * p.chunk, p.n);
     var bv = -3.4e38;
     var bi = 0xffffffffu;
-    for (var i = lid; i < p.n; i += 256u) {
+    for (var i = c * p.chunk + lid; i < end; i += 256u) {
         let v = x[base + i];
         if (v > bv) {
             bv = v;
@@ -41,6 +47,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wg: ve
         workgroupBarrier();
     }
     if (lid == 0u) {
-        result[row] = best_i[0];
+        let at = 2u * (row * p.chunks + c);
+        result[at] = bitcast<u32>(best_v[0]);
+        result[at + 1u] = best_i[0];
     }
 }

@@ -200,6 +200,9 @@ impl WgpuBackend {
     }
 }
 
+/// Values of a row one workgroup of the device's argmax scans (at most).
+const ARGMAX_CHUNK: usize = 2048;
+
 impl CoreOps for WgpuBackend {
     type Buffer = GpuBuffer;
     type Cache = GpuCache;
@@ -243,23 +246,43 @@ impl CoreOps for WgpuBackend {
         if rows == 0 || rows * len > x.len {
             return None;
         }
-        let (res, id) = self.scratch_buffer(|s| &mut s.argmax, rows)?;
+        // Workgroups of 2048 values (8 an invocation), at most 256 a row.
+        let chunks = len.div_ceil(ARGMAX_CHUNK).clamp(1, 256);
+        let chunk = len.div_ceil(chunks);
+        let (res, id) = self.scratch_buffer(|s| &mut s.argmax, 2 * rows * chunks)?;
         self.run_in(
             &self.fixed.argmax,
             kernels::argmax_kernel,
-            &[len as u32],
+            &[len as u32, chunk as u32, chunks as u32],
             &[bind(&x.dev), (&res, id)],
-            [rows as u32, 1, 1],
+            [chunks as u32, rows as u32, 1],
         );
-        let bytes = self.stream().read(&self.gpu, &res, 0, 4 * rows as u64)?;
-        let picks: Vec<u32> = bytes
-            .get(..4 * rows)?
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
+        let words = 2 * rows * chunks;
+        let best = self
+            .stream()
+            .read_with(&self.gpu, &res, 0, 4 * words as u64, |b| {
+                let word = |i: usize| {
+                    u32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
+                };
+                // Per row, the best of its chunks; chunks run in index order, so a later one wins
+                // only with a larger value (the first index on ties, as within a chunk).
+                (0..rows)
+                    .map(|r| {
+                        let mut best = (f32::MIN, u32::MAX);
+                        for c in 0..chunks {
+                            let at = 2 * (r * chunks + c);
+                            let (v, i) = (f32::from_bits(word(at)), word(at + 1));
+                            if i < len as u32 && (best.1 == u32::MAX || v > best.0) {
+                                best = (v, i);
+                            }
+                        }
+                        best.1
+                    })
+                    .collect::<Vec<u32>>()
+            })?;
         // An index past the end means no value compared greater than -3.4e38 (all NaN or -inf):
         // let the caller decide from the values.
-        picks.iter().all(|&i| i < len as u32).then_some(picks)
+        best.iter().all(|&i| i < len as u32).then_some(best)
     }
 
     fn take_error(&self) -> Option<Error> {
