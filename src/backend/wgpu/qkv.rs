@@ -3,8 +3,8 @@
 //! workgroups own both rows of each rotated pair rotate the query and key pairs and write the
 //! keys and values straight into their caches, so no `rope_kv` dispatch follows (16 fewer a token
 //! on a 16-layer model). Weights of one type and width share a dispatch, as in `matmul_many`.
-//! Where this does not apply (prefill, rotate-half (NEOX) pairs, q8_0 caches, other weight types, a shape with
-//! an odd row count a workgroup), nothing is recorded and the model runs the two ops.
+//! Where this does not apply (prefill, rotate-half pairs, q8_0 caches, other weight types, a
+//! shape with an odd row count a workgroup), nothing is recorded and the model runs the two ops.
 
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuCache, GpuWeight, Matrix, bind};
