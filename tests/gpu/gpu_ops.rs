@@ -1146,7 +1146,7 @@ fn first_largest(row: &[f32]) -> u32 {
 /// One result of an op: its name, its values and the NMSE it is held to.
 type Outcome = (String, Vec<f32>, f64);
 
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
 }
 
@@ -1535,7 +1535,7 @@ fn norms_feed_the_integer_dot_mat_vecs_as_the_cpu() {
 }
 
 /// How many dispatches of kernel `name` a profile counted.
-fn calls(p: &Profile, name: &str) -> u64 {
+pub(crate) fn calls(p: &Profile, name: &str) -> u64 {
     p.ops.iter().find(|o| o.name == name).map_or(0, |o| o.calls)
 }
 

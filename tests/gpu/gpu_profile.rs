@@ -5,6 +5,7 @@
 //! Skips without a GPU adapter unless KILN_REQUIRE_GPU=1.
 
 use crate::common;
+use crate::gpu_ops::{calls, max_abs_diff};
 
 use common::golden_run::RANDOM_QUANTIZED;
 use common::golden_run::argmax;
@@ -209,17 +210,6 @@ fn decode_beside<B: Backend>(
         each(&got, &want);
     }
     profile.unwrap()
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0f32, f32::max)
-}
-
-fn calls(p: &Profile, name: &str) -> u64 {
-    p.ops.iter().find(|o| o.name == name).map_or(0, |o| o.calls)
 }
 
 /// Decode with the fused kernels (RoPE and the KV append in the Q/K/V mat-vecs' epilogue, the
