@@ -16,7 +16,7 @@ use crate::model::arch::KvCacheTypes;
 use crate::model::generate::{DraftSource, Speculation};
 use crate::model::session::DEFAULT_BATCH;
 use crate::model::speculative::{
-    Drafter, ModelDrafter, NgramDrafter, NgramMapDrafter, check_draft_vocabulary,
+    Drafter, EditDrafter, ModelDrafter, NgramDrafter, NgramMapDrafter, check_draft_vocabulary,
 };
 use crate::model::{Session, Tokenizer};
 
@@ -26,7 +26,8 @@ pub struct SpeculationArgs {
     /// forward pass; greedy output is unchanged, sampled output distributed as without it.
     /// `ngram-simple` drafts from the text's own repeats (quotations, edits, code), `ngram-map-k`
     /// too, keyed on longer n-grams and remembering how much of each key's draft was kept,
-    /// `draft-simple` with the draft model of --spec-draft-model (the default when one is
+    /// `ngram-edit` (kiln's own) keeps its place in the text being copied and learns its edits
+    /// (a renamed variable is drafted renamed after its first use), `draft-simple` with the draft model of --spec-draft-model (the default when one is
     /// given), `draft-mtp` with the multi-token-prediction block of Qwen3.5 and GLM-4.5 files
     /// that carry one.
     /// Not with --logprobs
@@ -130,12 +131,13 @@ pub struct BenchSpeculation {
     pub rates: Vec<f64>,
 }
 
-/// llama.cpp's names for the speculative decoding kinds kiln has.
+/// llama.cpp's names for the speculative decoding kinds kiln has, and kiln's own `ngram-edit`.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SpecType {
     None,
     NgramSimple,
     NgramMapK,
+    NgramEdit,
     DraftSimple,
     DraftMtp,
 }
@@ -284,6 +286,7 @@ impl SpeculationArgs {
         Ok(match (self.kind()?, draft) {
             (SpecType::None | SpecType::DraftMtp, _) => None,
             (SpecType::NgramSimple, _) => Some(Box::new(NgramDrafter::default())),
+            (SpecType::NgramEdit, _) => Some(Box::new(EditDrafter::default())),
             (SpecType::NgramMapK, _) => Some(Box::new(NgramMapDrafter::new(
                 self.ngram_map_n,
                 self.ngram_map_m,
@@ -314,16 +317,20 @@ impl SpeculationArgs {
         let kind = self.kind()?;
         match kind {
             SpecType::None => return Ok(None),
-            SpecType::NgramSimple | SpecType::NgramMapK | SpecType::DraftMtp => {}
+            SpecType::NgramSimple
+            | SpecType::NgramMapK
+            | SpecType::NgramEdit
+            | SpecType::DraftMtp => {}
             SpecType::DraftSimple => bail!(super::FlagError(
-                "kiln bench measures --spec-type draft-mtp and ngram-simple; time a draft model \
-                 with kiln run -v"
+                "kiln bench measures --spec-type draft-mtp and the ngram types; time a draft \
+                 model with kiln run -v"
                     .into()
             )),
         };
         Ok(Some(BenchSpeculation {
             name: match kind {
                 SpecType::NgramMapK => "ngram-map-k",
+                SpecType::NgramEdit => "ngram-edit",
                 SpecType::DraftMtp => "draft-mtp",
                 _ => "ngram-simple",
             },
@@ -333,6 +340,7 @@ impl SpeculationArgs {
                     self.ngram_map_m,
                 ))),
                 SpecType::NgramSimple => Some(Rc::new(NgramDrafter::default())),
+                SpecType::NgramEdit => Some(Rc::new(EditDrafter::default())),
                 _ => None,
             },
             max_draft: self.draft_max,

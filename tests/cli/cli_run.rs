@@ -449,8 +449,8 @@ fn llama_cpp_special_values() {
     }
 }
 
-/// `--spec-type ngram-simple` and `ngram-map-k` draft from the text's own repeats and change
-/// nothing in greedy output; `--format json` counts the drafted and accepted tokens.
+/// `--spec-type ngram-simple`, `ngram-map-k` and `ngram-edit` draft from the text's own repeats
+/// and change nothing in greedy output; `--format json` counts the drafted and accepted tokens.
 #[test]
 fn speculative_decoding_gives_the_plain_greedy_output() {
     let model = common::real_model(common::REAL_MODELS[0]);
@@ -461,6 +461,7 @@ fn speculative_decoding_gives_the_plain_greedy_output() {
         ("ngram-simple", "1"),
         ("ngram-simple", "16"),
         ("ngram-map-k", "16"),
+        ("ngram-edit", "16"),
     ] {
         let mut args = base.to_vec();
         args.extend(["--spec-type", kind, "--draft-max", draft_max]);
