@@ -528,10 +528,17 @@ fn image_rows<B: Backend>(
         let img = crate::vision::image::load(path)?;
         let first = encoder.encode_image(&img)?;
         let mut samples_ns = Vec::with_capacity(args.repetitions);
+        if args.profile {
+            model.backend.set_profiling(true);
+        }
         for _ in 0..args.repetitions {
             let start = Instant::now();
             encoder.encode_image(&img)?;
             samples_ns.push(start.elapsed().as_nanos() as u64);
+        }
+        let profile = args.profile.then(|| model.backend.profile()).flatten();
+        if args.profile {
+            model.backend.set_profiling(false);
         }
         rows.push(Row {
             threads,
@@ -544,7 +551,7 @@ fn image_rows<B: Backend>(
             cache: KvCacheTypes::default(),
             samples_ns,
             weight_gbps: None,
-            profile: None,
+            profile,
             speculation: None,
         });
     }
