@@ -434,6 +434,9 @@ impl CpuBackend {
         if !(k.f32_blocks() && v.f32_blocks()) {
             return self.attention_rows(q, k, v, out, p, sinks);
         }
+        if Self::takes_wide(p, k, v, sinks) {
+            return self.attention_wide(q, k, v, out, p);
+        }
         let hd = p.head_dim;
         let call = Call {
             p,
@@ -681,3 +684,4 @@ fn accumulate(
 mod exact;
 #[cfg(test)]
 mod tests;
+mod wide;

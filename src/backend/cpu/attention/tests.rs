@@ -164,3 +164,49 @@ fn non_causal_rows_see_the_whole_call() {
         assert_ne!(bits(&causal[..nh * hd]), bits(&got[..nh * hd]));
     }
 }
+
+/// Full attention of many rows from position 0 (the vision towers' calls) takes the wide path,
+/// which agrees with the per-row path on every head size it takes (the vision towers' 72, a
+/// grouped 64, the smallest 8), key counts that are and are not whole tiles, and every level.
+#[test]
+fn wide_attention_matches_the_per_row_path() {
+    for kernels in every_level() {
+        let mut b = CpuBackend::new(2).unwrap();
+        let level = kernels.name();
+        b.kernels = kernels;
+        for (hd, nh, nkv, rows) in [
+            (72, 3, 3, 83),
+            (64, 8, 2, 64),
+            (8, 2, 1, 130),
+            (16, 2, 2, 300),
+        ] {
+            let kv_width = nkv * hd;
+            let k = filled(&b, CacheType::F32, rows, kv_width, 21 + hd as u64);
+            let v = filled(&b, CacheType::F32, rows, kv_width, 22 + hd as u64);
+            let q = activations(rows * nh * hd, 23);
+            let p = AttentionParams {
+                start_pos: 0,
+                rows,
+                n_heads: nh,
+                n_kv_heads: nkv,
+                head_dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+                window: None,
+                softcap: None,
+                causal: false,
+            };
+            assert!(CpuBackend::takes_wide(&p, &k, &v, None));
+            let mut want = vec![0f32; rows * nh * hd];
+            let mut got = vec![0f32; rows * nh * hd];
+            b.attention_rows(&q, &k, &v, &mut want, &p, None);
+            b.attention(&q, &k, &v, &mut got, &p, None);
+            let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 * scale,
+                    "{level}: hd {hd}, {rows} rows, value {i}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
