@@ -191,7 +191,7 @@ impl EditState {
             }
             self.place = None;
             // The reply leaves the source; inside a replacement, the edit was wrong.
-            let left = match place.replacing {
+            let left = match place.replacing.filter(|&(e, _)| e < self.edits.len()) {
                 Some((e, done)) => {
                     let start = place.source - self.edits[e].from.len();
                     self.edits.remove(e);

@@ -114,8 +114,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub profile: bool,
 
-    /// Generation tests with speculative decoding (`--spec-type draft-mtp`, `ngram-simple` or
-    /// `ngram-map-k`;
+    /// Generation tests with speculative decoding (`--spec-type draft-mtp`, `ngram-simple`,
+    /// `ngram-map-k` or `ngram-edit`;
     /// with `--spec-synth-rates` the drafts are kept at those rates, as llama.cpp measures it)
     #[command(flatten)]
     pub speculation: super::speculation::SpeculationArgs,
