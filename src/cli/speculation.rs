@@ -27,8 +27,8 @@ pub struct SpeculationArgs {
     /// `ngram-simple` drafts from the text's own repeats (quotations, edits, code), `ngram-map-k`
     /// too, keyed on longer n-grams and remembering how much of each key's draft was kept,
     /// `ngram-edit` (kiln's own) keeps its place in the text being copied and learns its edits
-    /// (a renamed variable is drafted renamed after its first use), `draft-simple` with the draft model of --spec-draft-model (the default when one is
-    /// given), `draft-mtp` with the multi-token-prediction block of Qwen3.5 and GLM-4.5 files
+    /// (a renamed variable is drafted renamed after its first use), `draft-simple` with the draft
+    /// model of --spec-draft-model (the default when one is given), `draft-mtp` with the multi-token-prediction block of Qwen3.5 and GLM-4.5 files
     /// that carry one.
     /// Not with --logprobs
     #[arg(long, value_enum, value_name = "TYPE")]
@@ -285,12 +285,9 @@ impl SpeculationArgs {
     ) -> Result<Option<Box<dyn Drafter + Send + 'd>>> {
         Ok(match (self.kind()?, draft) {
             (SpecType::None | SpecType::DraftMtp, _) => None,
-            (SpecType::NgramSimple, _) => Some(Box::new(NgramDrafter::default())),
-            (SpecType::NgramEdit, _) => Some(Box::new(EditDrafter::default())),
-            (SpecType::NgramMapK, _) => Some(Box::new(NgramMapDrafter::new(
-                self.ngram_map_n,
-                self.ngram_map_m,
-            ))),
+            (kind @ (SpecType::NgramSimple | SpecType::NgramEdit | SpecType::NgramMapK), _) => {
+                self.ngram_drafter(kind)
+            }
             (SpecType::DraftSimple, None) => None,
             (SpecType::DraftSimple, Some(draft)) => {
                 let p_min = self.draft_p_min;
@@ -308,6 +305,18 @@ impl SpeculationArgs {
                     AnyLoaded::Split(l) => drafter!(l),
                 })
             }
+        })
+    }
+
+    /// The drafter of an n-gram kind (None for the others).
+    fn ngram_drafter(&self, kind: SpecType) -> Option<Box<dyn Drafter + Send>> {
+        Some(match kind {
+            SpecType::NgramSimple => Box::new(NgramDrafter::default()),
+            SpecType::NgramEdit => Box::new(EditDrafter::default()),
+            SpecType::NgramMapK => {
+                Box::new(NgramMapDrafter::new(self.ngram_map_n, self.ngram_map_m))
+            }
+            _ => return None,
         })
     }
 
@@ -334,15 +343,9 @@ impl SpeculationArgs {
                 SpecType::DraftMtp => "draft-mtp",
                 _ => "ngram-simple",
             },
-            drafter: match kind {
-                SpecType::NgramMapK => Some(Rc::new(NgramMapDrafter::new(
-                    self.ngram_map_n,
-                    self.ngram_map_m,
-                ))),
-                SpecType::NgramSimple => Some(Rc::new(NgramDrafter::default())),
-                SpecType::NgramEdit => Some(Rc::new(EditDrafter::default())),
-                _ => None,
-            },
+            drafter: self
+                .ngram_drafter(kind)
+                .map(|d| Rc::from(d as Box<dyn Drafter>)),
             max_draft: self.draft_max,
             rates: self.rates().to_vec(),
         }))
