@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use crate::backend::cpu::ggml_math::gelu;
+use crate::backend::cpu::ggml_math::gelu_slice;
 
 /// LayerNorm of each row of `x` (rows of `w.len()` values), in place: (x − mean) / √(var + eps)
 /// · w + b, as llama.cpp's `ggml_norm` then `ggml_mul` and `ggml_add`.
@@ -90,7 +90,7 @@ pub fn neox_rope_2d(
 
 /// GELU (tanh approximation, through llama.cpp's f16 table) of every value.
 pub fn gelu_in_place(x: &mut [f32]) {
-    x.par_iter_mut().for_each(|v| *v = gelu(*v));
+    x.par_chunks_mut(4096).for_each(gelu_slice);
 }
 
 /// The vision RoPE of Qwen2-VL and later (llama.cpp's `GGML_ROPE_TYPE_VISION` with four equal

@@ -446,8 +446,9 @@ impl CoreOps for CpuBackend {
         let apply = |g: &mut [f32], u: &[f32]| match act {
             GateActivation::Silu => (kernels.silu_mul)(g, u),
             GateActivation::GeluTanh => {
+                ggml_math::gelu_slice(g);
                 for (gv, &uv) in g.iter_mut().zip(u) {
-                    *gv = ggml_math::gelu(*gv) * uv;
+                    *gv *= uv;
                 }
             }
             GateActivation::SwigluOai => {
@@ -540,13 +541,14 @@ mod tests {
         }
     }
 
-    /// F16 and F32 weights over many tokens (the 3×4 and four-row F16 kernels, activations rounded
-    /// once) give each token the bits it gets alone, tails of fewer than 8 values included.
+    /// F16 and F32 weights over many tokens (the F16 GEMM's 3×4 tiles split along K, activations
+    /// rounded once) give each token the bits it gets alone, tails of fewer than 8 values
+    /// included: 25 rows by 13 tokens leave a row and a token past the tiles; 100 by 70 with
+    /// K = 2,051 span two task blocks each way and three spans of K.
     #[test]
     fn unquantized_matmuls_over_many_tokens_equal_one_token_at_a_time() {
         let cpu = CpuBackend::new(2).unwrap();
-        let (rows, tokens) = (25, 13); // tasks of 4 rows: three rows by four tokens, then one token; the fourth row alone
-        for k in [64, 75] {
+        for (rows, tokens, k) in [(25, 13, 64), (25, 13, 75), (100, 70, 2051)] {
             for t in [GgmlType::F16, GgmlType::F32] {
                 let bytes: Vec<u8> = (0..rows)
                     .flat_map(|r| random_row(t, k, r as u64 + 11))
