@@ -28,8 +28,8 @@ pub struct SpeculationArgs {
     /// too, keyed on longer n-grams and remembering how much of each key's draft was kept,
     /// `ngram-edit` (kiln's own) keeps its place in the text being copied and learns its edits
     /// (a renamed variable is drafted renamed after its first use), `draft-simple` with the draft
-    /// model of --spec-draft-model (the default when one is given), `draft-mtp` with the multi-token-prediction block of Qwen3.5 and GLM-4.5 files
-    /// that carry one.
+    /// model of --spec-draft-model (the default when one is given), `draft-mtp` with the
+    /// multi-token-prediction block of Qwen3.5 and GLM-4.5 files that carry one.
     /// Not with --logprobs
     #[arg(long, value_enum, value_name = "TYPE")]
     pub spec_type: Option<SpecType>,

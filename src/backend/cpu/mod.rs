@@ -541,10 +541,10 @@ mod tests {
         }
     }
 
-    /// F16 and F32 weights over many tokens (the F16 GEMM's 3×4 tiles split along K, activations
-    /// rounded once) give each token the bits it gets alone, tails of fewer than 8 values
-    /// included: 25 rows by 13 tokens leave a row and a token past the tiles; 100 by 70 with
-    /// K = 2,051 span two task blocks each way and three spans of K.
+    /// F16 and F32 weights over many tokens (the F16 GEMM's 3×4 tiles, activations rounded once)
+    /// give each token the bits it gets alone, tails of fewer than 8 values included: 25 rows by
+    /// 13 tokens leave a row and a token past the tiles; 100 by 70 (K = 2,051) span two of the
+    /// GEMM's task blocks each way, the second with rows and tokens past its tiles.
     #[test]
     fn unquantized_matmuls_over_many_tokens_equal_one_token_at_a_time() {
         let cpu = CpuBackend::new(2).unwrap();
