@@ -542,12 +542,20 @@ mod tests {
     }
 
     /// F16 and F32 weights over many tokens (the F16 GEMM's 3×4 tiles, activations rounded once)
-    /// give each token the bits it gets alone, tails of fewer than 8 values included: 25 rows by
-    /// 13 tokens leave a row and a token past the tiles; 100 by 70 (K = 2,051) span two of the
-    /// GEMM's task blocks each way, the second with rows and tokens past its tiles.
+    /// give each token the bits it gets alone, at every level, tails shorter than a vector
+    /// included: 25 rows by 13 tokens leave a row and a token past the tiles; 100 by 70 (K =
+    /// 2,051) span two of the GEMM's task blocks each way, the second with rows and tokens past
+    /// its tiles.
     #[test]
     fn unquantized_matmuls_over_many_tokens_equal_one_token_at_a_time() {
-        let cpu = CpuBackend::new(2).unwrap();
+        for kernels in crate::backend::cpu::kernels::tests::every_level() {
+            let mut cpu = CpuBackend::new(2).unwrap();
+            cpu.kernels = kernels;
+            unquantized_matmuls_agree(&cpu);
+        }
+    }
+
+    fn unquantized_matmuls_agree(cpu: &CpuBackend) {
         for (rows, tokens, k) in [(25, 13, 64), (25, 13, 75), (100, 70, 2051)] {
             for t in [GgmlType::F16, GgmlType::F32] {
                 let bytes: Vec<u8> = (0..rows)
@@ -565,7 +573,8 @@ mod tests {
                     assert_eq!(
                         &all[i * rows..(i + 1) * rows],
                         &one[..],
-                        "{t} k={k} token {i}"
+                        "{}: {t} k={k} token {i}",
+                        cpu.kernels.name()
                     );
                 }
             }

@@ -1,12 +1,14 @@
 //! The x86-64 kernels, as llama.cpp's `ggml-cpu/arch/x86`: the instruction sets as one interface
 //! (`isa.rs`), the GEMM kernels over repacked weights (`gemm.rs`, instantiating `cpu/gemm/`), the
 //! row kernels over weights as the file holds them (`rows.rs`; `rows_iq.rs` for the grid i-quants
-//! and ternary types), attention (`attention.rs`) and the elementwise kernels (`elementwise.rs`),
+//! and ternary types), attention (`attention.rs`), the elementwise kernels (`elementwise.rs`) and
+//! the F16 weights' dot products at the AVX-512 level (`f16_avx512.rs`),
 //! each written once and instantiated per level; and here, which level this CPU runs and the
 //! kernel table of each level.
 
 mod attention;
 mod elementwise;
+mod f16_avx512;
 mod gemm;
 mod isa;
 mod rows;
@@ -62,6 +64,7 @@ pub fn detect() -> Option<Level> {
 /// instructions.
 pub unsafe fn kernels(level: Level) -> Kernels {
     let vnni = rows::rows_use_vnni(level);
+    let avx512 = level == Level::Avx512Vnni;
     let mut k = portable::kernels();
     k.level = level;
     for t in GgmlType::ALL {
@@ -87,6 +90,7 @@ pub unsafe fn kernels(level: Level) -> Kernels {
             }
             _ => match t {
                 GgmlType::F32 => TypeKernels::F32(elementwise::dot_f32_bytes),
+                GgmlType::F16 if avx512 => TypeKernels::F32(f16_avx512::dot_f16_bytes),
                 GgmlType::F16 => TypeKernels::F32(elementwise::dot_f16_bytes),
                 _ => k.types[i],
             },
@@ -94,19 +98,26 @@ pub unsafe fn kernels(level: Level) -> Kernels {
     }
     k.quantize_q8 = elementwise::quantize_q8;
     k.quantize_q8k = elementwise::quantize_q8k;
-    k.silu_mul = if level == Level::Avx512Vnni {
+    k.silu_mul = if avx512 {
         elementwise::silu_mul_avx512
     } else {
         elementwise::silu_mul
     };
     k.exp_sub = elementwise::exp_sub;
     k.round_f16 = elementwise::round_f16;
-    k.dot4_f16 = Some(elementwise::dot4_f16_bytes);
-    k.dot3x4_f16 = Some(elementwise::dot3x4_f16_bytes);
+    // The one-row F16 kernel above and these two sum in one order per level (so a tile's bits are
+    // the one-row kernel's).
+    if avx512 {
+        k.dot4_f16 = Some(f16_avx512::dot4_f16_bytes);
+        k.dot3x4_f16 = Some(f16_avx512::dot3x4_f16_bytes);
+    } else {
+        k.dot4_f16 = Some(elementwise::dot4_f16_bytes);
+        k.dot3x4_f16 = Some(elementwise::dot3x4_f16_bytes);
+    }
     k.dot_f32_f16 = elementwise::dot_f32_f16;
     k.axpy_f16 = elementwise::axpy_f16;
     k.delta_rule = elementwise::delta_rule;
-    k.attention = Some(if level == Level::Avx512Vnni {
+    k.attention = Some(if avx512 {
         attention::AVX512
     } else {
         attention::AVX2

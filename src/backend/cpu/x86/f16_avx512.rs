@@ -1,0 +1,116 @@
+//! The F16 weight kernels at the AVX-512 level: the one-row dot product and the 1×4 and 3×4 tiles
+//! of the F16 GEMM (`matmul.rs`), sixteen values a step where the AVX2 ones take eight. The
+//! three keep one order among themselves — sixteen lanes, halved to the AVX2 kernels' eight, that
+//! sum, then the tail one value at a time — so a tile's sums are the one-row kernel's bit for bit,
+//! as at the AVX2 level (the level's own order, not AVX2's).
+
+use std::arch::x86_64::*;
+
+use super::rows::{f16 as f16_at, hsum_f32};
+
+/// The sixteen lanes of `v` summed: the upper eight onto the lower, then `hsum_f32`'s order.
+#[inline(always)]
+unsafe fn hsum16(v: __m512) -> f32 {
+    unsafe {
+        let lo = _mm512_castps512_ps256(v);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+        hsum_f32(_mm256_add_ps(lo, hi))
+    }
+}
+
+/// `sum` plus, one at a time, the products of the values `from..n` of `w` (F16) and `x`.
+#[inline(always)]
+fn tail(sum: f32, w: &[u8], x: &[f32], from: usize, n: usize) -> f32 {
+    x[from..n]
+        .iter()
+        .enumerate()
+        .fold(sum, |s, (d, &v)| s + f16_at(w, 2 * (from + d)) * v)
+}
+
+/// Sixteen F16 values from `w` at value `i`, as f32.
+#[inline(always)]
+unsafe fn load16(w: &[u8], i: usize) -> __m512 {
+    unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(w.as_ptr().add(2 * i) as *const __m256i)) }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn dot_impl(w: &[u8], x: &[f32]) -> f32 {
+    unsafe {
+        let n = (w.len() / 2).min(x.len());
+        let mut s = _mm512_setzero_ps();
+        let mut i = 0;
+        while i + 16 <= n {
+            // The activations rounded to f16, as llama.cpp multiplies F16 weights.
+            let xs = _mm512_loadu_ps(x.as_ptr().add(i));
+            let xs = _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(xs));
+            s = _mm512_fmadd_ps(load16(w, i), xs, s);
+            i += 16;
+        }
+        let mut sum = hsum16(s);
+        while i < n {
+            sum += f16_at(w, 2 * i) * half::f16::from_f32(x[i]).to_f32();
+            i += 1;
+        }
+        sum
+    }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn dot4_impl(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
+    unsafe {
+        let n = x.iter().fold(w.len() / 2, |n, r| n.min(r.len()));
+        let mut s = [_mm512_setzero_ps(); 4];
+        let mut i = 0;
+        while i + 16 <= n {
+            let h = load16(w, i);
+            for t in 0..4 {
+                s[t] = _mm512_fmadd_ps(h, _mm512_loadu_ps(x[t].as_ptr().add(i)), s[t]);
+            }
+            i += 16;
+        }
+        std::array::from_fn(|t| tail(hsum16(s[t]), w, x[t], i, n))
+    }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn dot3x4_impl(w: [&[u8]; 3], x: [&[f32]; 4]) -> [[f32; 4]; 3] {
+    unsafe {
+        let n = w
+            .iter()
+            .map(|r| r.len() / 2)
+            .chain(x.iter().map(|r| r.len()))
+            .min()
+            .unwrap_or(0);
+        let mut s = [[_mm512_setzero_ps(); 4]; 3];
+        let mut i = 0;
+        while i + 16 <= n {
+            let h: [__m512; 3] = std::array::from_fn(|r| load16(w[r], i));
+            for t in 0..4 {
+                let xs = _mm512_loadu_ps(x[t].as_ptr().add(i));
+                for r in 0..3 {
+                    s[r][t] = _mm512_fmadd_ps(h[r], xs, s[r][t]);
+                }
+            }
+            i += 16;
+        }
+        std::array::from_fn(|r| std::array::from_fn(|t| tail(hsum16(s[r][t]), w[r], x[t], i, n)))
+    }
+}
+
+// SAFETY (all three): the kernel table holds these only at the AVX-512 level, which `levels`
+// lists only on a CPU with AVX-512F, AVX2, FMA and F16C.
+
+/// An F16 weight row (bytes) · `x`, the activations rounded to f16 first.
+pub fn dot_f16_bytes(w: &[u8], x: &[f32]) -> f32 {
+    unsafe { dot_impl(w, x) }
+}
+
+/// One F16 weight row · four activation rows already rounded to f16.
+pub fn dot4_f16_bytes(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
+    unsafe { dot4_impl(w, x) }
+}
+
+/// Three F16 weight rows · four activation rows already rounded to f16.
+pub fn dot3x4_f16_bytes(w: [&[u8]; 3], x: [&[f32]; 4]) -> [[f32; 4]; 3] {
+    unsafe { dot3x4_impl(w, x) }
+}
