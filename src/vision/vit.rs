@@ -147,6 +147,8 @@ pub(super) struct Buffers<B: Backend> {
     pub t: B::Buffer,
     keys: B::Cache,
     values: B::Cache,
+    /// Room on the host for one of Q, K and V on its way to the backend.
+    part: Vec<f32>,
 }
 
 impl<B: Backend> Buffers<B> {
@@ -156,6 +158,7 @@ impl<B: Backend> Buffers<B> {
             t: backend.buffer(len)?,
             keys: backend.cache(n * width, CacheType::F32, 1)?,
             values: backend.cache(n * width, CacheType::F32, 1)?,
+            part: Vec::new(),
         })
     }
 
@@ -171,17 +174,22 @@ impl<B: Backend> Buffers<B> {
         scale: f32,
     ) {
         let e = heads * head_dim;
-        let part = |k: usize| -> Vec<f32> {
-            qkv.chunks_exact(3 * e)
-                .flat_map(|row| &row[k * e..(k + 1) * e])
-                .copied()
-                .collect()
+        // Q, K or V (k = 0, 1, 2) of every row into `self.part`.
+        let part = |k: usize, part: &mut Vec<f32>| {
+            part.clear();
+            part.extend(
+                qkv.chunks_exact(3 * e)
+                    .flat_map(|row| &row[k * e..(k + 1) * e]),
+            );
         };
-        backend.upload(&mut self.t, &part(1));
+        part(1, &mut self.part);
+        backend.upload(&mut self.t, &self.part);
         backend.store_rows(&self.t, &mut self.keys, 0, n, e);
-        backend.upload(&mut self.t, &part(2));
+        part(2, &mut self.part);
+        backend.upload(&mut self.t, &self.part);
         backend.store_rows(&self.t, &mut self.values, 0, n, e);
-        backend.upload(&mut self.x, &part(0));
+        part(0, &mut self.part);
+        backend.upload(&mut self.x, &self.part);
         let p = AttentionParams {
             start_pos: 0,
             rows: n,

@@ -179,6 +179,7 @@ fn wide_attention_matches_the_per_row_path() {
             (64, 8, 2, 64),
             (8, 2, 1, 130),
             (16, 2, 2, 300),
+            (72, 2, 1, 75),
         ] {
             let kv_width = nkv * hd;
             let k = filled(&b, CacheType::F32, rows, kv_width, 21 + hd as u64);

@@ -1,10 +1,11 @@
 //! Full (non-causal) attention of many rows from position 0, as the vision towers run it: every
 //! query sees every key, so a block of queries' scores are one matrix product with the head's
 //! keys (packed transposed once per call), then each row's softmax, then one product with the
-//! values. Register tiles of 4 queries by 16 keys (scores) and 4 queries by up to 24 values
-//! (weighted sum) broadcast one operand and stream the other, where the chunked path sums each
-//! score across a vector (a 1,536-patch image's tower makes 2.4 million scores per head and
-//! layer). The softmax is exact over the whole row, as llama.cpp's without flash attention.
+//! values. Register tiles of 6 queries by 16 keys (scores) and 4 queries by up to 24 values
+//! (weighted sum), compiled for AVX2 and for AVX-512, broadcast one operand and stream the other,
+//! where the chunked path sums each score across a vector (a 1,536-patch image's tower makes 2.4
+//! million scores per head and layer). The softmax is exact over the whole row, as llama.cpp's
+//! without flash attention.
 
 use super::super::{CpuBackend, CpuCache};
 use super::Shared;
@@ -12,10 +13,14 @@ use crate::backend::AttentionParams;
 
 /// Fewest rows worth packing the keys for.
 const WIDE_MIN_ROWS: usize = 64;
-/// Queries per task: their scores against every key stay in L2 (1,536 keys: 192 KB).
-const BLOCK_ROWS: usize = 32;
-/// Queries a register tile covers.
-const TILE_ROWS: usize = 4;
+/// Queries per task: their scores against every key stay in L2 (1,536 keys: 216 KB). A multiple
+/// of both tiles' rows.
+const BLOCK_ROWS: usize = 36;
+/// Queries a score tile covers: 6 × 2 vectors of sums, the key panel's two and a query value
+/// fill AVX2's 16 registers.
+const SCORE_ROWS: usize = 6;
+/// Queries a value tile covers: 4 × 3 vectors of sums, three of values and a weight.
+const VALUE_ROWS: usize = 4;
 /// Keys a score tile covers (two AVX2 vectors).
 const TILE_KEYS: usize = 16;
 /// Keys per pass of the block's tiles: the transposed keys' share (72 values: 72 KB) stays in
@@ -26,7 +31,12 @@ const SCORE_CHUNK: usize = 256;
 const VALUE_CHUNK: usize = 64;
 
 thread_local! {
+    /// Each worker's room for its block's scores.
     static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The calling thread's packed keys and values, kept between calls: a tower's layers repack
+    /// the same 14 MB (1,536 rows of width 1,152), and fresh pages cost more than the packing.
+    static PACKED: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// a·b + c, fused where the target has it (`F`), else rounded twice.
@@ -35,13 +45,14 @@ fn madd<const F: bool>(a: f32, b: f32, c: f32) -> f32 {
     if F { a.mul_add(b, c) } else { a * b + c }
 }
 
-/// `s[r][j0..j0 + 16] = q_r · k_j` for `R` queries of `hd` values and the 16 keys from `j0`, whose
+/// `s[r][j0..j0 + 16] = (q_r · k_j) · scale` for `R` queries of `hd` values and the 16 keys from `j0`, whose
 /// panel `kt` holds them transposed (value c of the 16 keys at `16·c`).
 #[inline(always)]
 fn score_tile<const F: bool, const R: usize>(
     q: &[&[f32]; R],
     kt: &[f32],
     j0: usize,
+    scale: f32,
     s: &mut [&mut [f32]; R],
 ) {
     let hd = q[0].len();
@@ -58,7 +69,9 @@ fn score_tile<const F: bool, const R: usize>(
         }
     }
     for r in 0..R {
-        s[r][j0..j0 + TILE_KEYS].copy_from_slice(&acc[r]);
+        for (s, a) in s[r][j0..j0 + TILE_KEYS].iter_mut().zip(acc[r]) {
+            *s = a * scale;
+        }
     }
 }
 
@@ -99,8 +112,10 @@ struct Keys<'a, V> {
 
 /// One block of queries: `q(i)` and `out(i)` are query `i`'s values and output row, `s` room
 /// for the block's scores. Tiles of `R` rows (the last of fewer) take every pass.
+/// `COPY` only tells the target-feature wrappers' copies apart: each must get its own closures,
+/// which take the wrapper's features only where inlined into it.
 #[inline(always)]
-fn block<'q, 'v, const F: bool>(
+fn block<'q, 'v, const F: bool, const COPY: u8>(
     backend: &CpuBackend,
     rows: std::ops::Range<usize>,
     q: &impl Fn(usize) -> &'q [f32],
@@ -122,14 +137,14 @@ fn block<'q, 'v, const F: bool>(
     // Scores, a share of keys at a time for every tile.
     for k0 in (0..npad).step_by(SCORE_CHUNK) {
         let k1 = (k0 + SCORE_CHUNK).min(npad);
-        for_tiles(rows.clone(), &mut |i, r| {
+        for_tiles(rows.clone(), SCORE_ROWS, &mut |i, r| {
             macro_rules! scores {
                 ($r:literal) => {{
                     let qs: [&[f32]; $r] = std::array::from_fn(|t| q(i + t));
                     let mut ss: [&mut [f32]; $r] = std::array::from_fn(|t| line(i + t));
                     for j0 in (k0..k1).step_by(TILE_KEYS) {
                         let panel = &kt[j0 * hd..][..TILE_KEYS * hd];
-                        score_tile::<F, $r>(&qs, panel, j0, &mut ss);
+                        score_tile::<F, $r>(&qs, panel, j0, scale, &mut ss);
                     }
                 }};
             }
@@ -137,14 +152,15 @@ fn block<'q, 'v, const F: bool>(
                 1 => scores!(1),
                 2 => scores!(2),
                 3 => scores!(3),
-                _ => scores!(4),
+                4 => scores!(4),
+                5 => scores!(5),
+                _ => scores!(6),
             }
         });
     }
     let mut sums = [0f64; BLOCK_ROWS];
     for i in rows.clone() {
         let valid = &mut line(i)[..n];
-        valid.iter_mut().for_each(|x| *x *= scale);
         let max = valid.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         sums[i - rows.start] = (backend.kernels.exp_sub)(valid, max);
         out(i).fill(0.0);
@@ -152,7 +168,7 @@ fn block<'q, 'v, const F: bool>(
     // Weighted values, a share of keys at a time for every tile and column block.
     for k0 in (0..n).step_by(VALUE_CHUNK) {
         let ks = k0..(k0 + VALUE_CHUNK).min(n);
-        for_tiles(rows.clone(), &mut |i, r| {
+        for_tiles(rows.clone(), VALUE_ROWS, &mut |i, r| {
             macro_rules! values {
                 ($r:literal) => {{
                     let ps: [&mut [f32]; $r] = std::array::from_fn(|t| line(i + t));
@@ -184,12 +200,12 @@ fn block<'q, 'v, const F: bool>(
     }
 }
 
-/// `f(first row, rows)` for each tile of up to `TILE_ROWS` rows of `rows`.
+/// `f(first row, rows)` for each tile of up to `tile` rows of `rows`.
 #[inline(always)]
-fn for_tiles(rows: std::ops::Range<usize>, f: &mut impl FnMut(usize, usize)) {
+fn for_tiles(rows: std::ops::Range<usize>, tile: usize, f: &mut impl FnMut(usize, usize)) {
     let mut i = rows.start;
     while i < rows.end {
-        let r = (rows.end - i).min(TILE_ROWS);
+        let r = (rows.end - i).min(tile);
         f(i, r);
         i += r;
     }
@@ -205,7 +221,20 @@ unsafe fn block_fma<'q, 'v>(
     keys: &Keys<'_, impl Fn(usize) -> &'v [f32]>,
     s: &mut [f32],
 ) {
-    block::<true>(backend, rows, q, out, keys, s)
+    block::<true, 1>(backend, rows, q, out, keys, s)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn block_avx512<'q, 'v>(
+    backend: &CpuBackend,
+    rows: std::ops::Range<usize>,
+    q: &impl Fn(usize) -> &'q [f32],
+    out: &impl Fn(usize) -> &'q mut [f32],
+    keys: &Keys<'_, impl Fn(usize) -> &'v [f32]>,
+    s: &mut [f32],
+) {
+    block::<true, 2>(backend, rows, q, out, keys, s)
 }
 
 impl CpuBackend {
@@ -241,37 +270,62 @@ impl CpuBackend {
             unreachable!("takes_wide admits f32 caches only")
         };
         let (n, hd) = (p.rows, p.head_dim);
-        let (q_width, kv_width) = (p.n_heads * hd, p.n_kv_heads * hd);
-        let group = p.n_heads / p.n_kv_heads;
+        let kv_width = p.n_kv_heads * hd;
         let npad = n.next_multiple_of(TILE_KEYS);
         // Each KV head's keys in panels of 16, transposed (value c of the panel's keys side by
-        // side, zero past the last key), and its values as consecutive rows: the tiles read both
+        // side; past the last key, whatever the buffer held: those scores are never read), and
+        // its values as consecutive rows: the tiles read both
         // in order (a value row of the cache is `kv_width` values from the next, which puts a
         // tile's rows in few L1 sets).
-        let mut kt = vec![0f32; p.n_kv_heads * hd * npad];
-        let mut vs = vec![0f32; p.n_kv_heads * n * hd];
-        let (kt_out, vs_out) = (Shared(kt.as_mut_ptr()), Shared(vs.as_mut_ptr()));
-        self.pool.run(p.n_kv_heads, &|h| {
-            // SAFETY: each task writes only its own head's share of each buffer.
-            let (kt, vs) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(kt_out.get().add(h * hd * npad), hd * npad),
-                    std::slice::from_raw_parts_mut(vs_out.get().add(h * n * hd), n * hd),
-                )
-            };
-            for j in 0..n {
-                let key = &k[j * kv_width + h * hd..][..hd];
-                let panel = &mut kt[(j / TILE_KEYS) * TILE_KEYS * hd..][..TILE_KEYS * hd];
-                for (c, &x) in key.iter().enumerate() {
-                    panel[c * TILE_KEYS + j % TILE_KEYS] = x;
+        PACKED.with(|packed| {
+            let (kt, vs) = &mut *packed.borrow_mut();
+            kt.resize(p.n_kv_heads * hd * npad, 0.0);
+            vs.resize(p.n_kv_heads * n * hd, 0.0);
+            let (kt_out, vs_out) = (Shared(kt.as_mut_ptr()), Shared(vs.as_mut_ptr()));
+            self.pool.run(p.n_kv_heads, &|h| {
+                // SAFETY: each task writes only its own head's share of each buffer.
+                let (kt, vs) = unsafe {
+                    (
+                        std::slice::from_raw_parts_mut(kt_out.get().add(h * hd * npad), hd * npad),
+                        std::slice::from_raw_parts_mut(vs_out.get().add(h * n * hd), n * hd),
+                    )
+                };
+                for j in 0..n {
+                    let panel = &mut kt[(j / TILE_KEYS) * TILE_KEYS * hd..][..TILE_KEYS * hd];
+                    let key = &k[j * kv_width + h * hd..][..hd];
+                    for (c, &x) in key.iter().enumerate() {
+                        panel[c * TILE_KEYS + j % TILE_KEYS] = x;
+                    }
+                    vs[j * hd..][..hd].copy_from_slice(&v[j * kv_width + h * hd..][..hd]);
                 }
-                vs[j * hd..][..hd].copy_from_slice(&v[j * kv_width + h * hd..][..hd]);
-            }
+            });
+            self.attend_blocks(q, out, p, kt, vs, npad);
         });
+    }
+
+    /// Every (head, block of queries) task of `attention_wide`, over keys packed in `kt` and values
+    /// in `vs`.
+    fn attend_blocks(
+        &self,
+        q: &[f32],
+        out: &mut [f32],
+        p: &AttentionParams,
+        kt: &[f32],
+        vs: &[f32],
+        npad: usize,
+    ) {
+        let (n, hd) = (p.rows, p.head_dim);
+        let q_width = p.n_heads * hd;
+        let group = p.n_heads / p.n_kv_heads;
         let blocks = n.div_ceil(BLOCK_ROWS);
         let shared = Shared(out.as_mut_ptr());
+        // AVX-512 where the backend runs that level (its 32 registers hold the tiles' sums at
+        // twice the width), else AVX2 with FMA where the CPU has them, whatever the level.
         #[cfg(target_arch = "x86_64")]
-        let fma = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma");
+        let (avx512, fma) = (
+            self.kernels.level == crate::backend::cpu::kernels::Level::Avx512Vnni,
+            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+        );
         self.pool.run(p.n_heads * blocks, &|t| {
             let (h, b) = (t / blocks, t % blocks);
             let kvh = h / group;
@@ -295,11 +349,16 @@ impl CpuBackend {
                     s.resize(BLOCK_ROWS * npad, 0.0);
                 }
                 #[cfg(target_arch = "x86_64")]
+                if avx512 {
+                    // SAFETY: the backend runs the AVX-512 level only on a CPU that has it.
+                    return unsafe { block_avx512(self, rows, &q, &out, &keys, &mut s) };
+                }
+                #[cfg(target_arch = "x86_64")]
                 if fma {
                     // SAFETY: the CPU has AVX2 and FMA (checked above).
                     return unsafe { block_fma(self, rows, &q, &out, &keys, &mut s) };
                 }
-                block::<{ cfg!(target_arch = "aarch64") }>(self, rows, &q, &out, &keys, &mut s);
+                block::<{ cfg!(target_arch = "aarch64") }, 0>(self, rows, &q, &out, &keys, &mut s);
             });
         });
     }
