@@ -7,7 +7,9 @@ preprocessing included, a few ms); llama.cpp's is the "mtmd batch encoding done 
 turns it on for the vision tower (LLAMA_ARGS="-fa off" times it without; kiln's tower has none). Both then decode
 one token, untimed. Prints each round's times, then per projector the median ratio kiln / llama.cpp with its range.
 Inputs: scripts/bench-models/make-qwen35-vision-shape.py (random Qwen3.5-shaped towers, a 768×512 image: 384
-tokens) and a text model whose width is the projectors' projection_dim. Run nothing else meanwhile.
+tokens) and a text model whose width is the projectors' projection_dim; or make-gemma3-vision-shape.py (Gemma 3's
+SigLIP-400M towers, its text model and an 896×896 image: 4096 patches, 256 tokens), given as TEXT_MODEL, MMPROJ and
+IMAGE (its docstring has the line). Run nothing else meanwhile.
 
 usage: scripts/bench-vision.py   (env only)
 env:   LLAMA_BIN (folder with llama-mtmd-cli), KILN (target/release/kiln),

@@ -33,8 +33,9 @@ const VALUE_CHUNK: usize = 64;
 thread_local! {
     /// Each worker's room for its block's scores.
     static SCORES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-    /// The calling thread's packed keys and values, kept between calls: a tower's layers repack
-    /// the same 14 MB (1,536 rows of width 1,152), and fresh pages cost more than the packing.
+    /// The calling thread's packed keys and values, kept between calls (and held until the
+    /// thread ends): a tower's layers repack the same 14 MB (1,536 rows of width 1,152), and
+    /// fresh pages cost more than the packing.
     static PACKED: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
@@ -45,8 +46,8 @@ fn madd<const F: bool>(a: f32, b: f32, c: f32) -> f32 {
     if F { a.mul_add(b, c) } else { a * b + c }
 }
 
-/// `s[r][j0..j0 + 16] = (q_r · k_j) · scale` for `R` queries of `hd` values and the 16 keys from `j0`, whose
-/// panel `kt` holds them transposed (value c of the 16 keys at `16·c`).
+/// `s[r][j0..j0 + 16] = (q_r · k_j) · scale` for `R` queries of `hd` values and the 16 keys from
+/// `j0`, whose panel `kt` holds them transposed (value c of the 16 keys at `16·c`).
 #[inline(always)]
 fn score_tile<const F: bool, const R: usize>(
     q: &[&[f32]; R],
@@ -274,9 +275,8 @@ impl CpuBackend {
         let npad = n.next_multiple_of(TILE_KEYS);
         // Each KV head's keys in panels of 16, transposed (value c of the panel's keys side by
         // side; past the last key, whatever the buffer held: those scores are never read), and
-        // its values as consecutive rows: the tiles read both
-        // in order (a value row of the cache is `kv_width` values from the next, which puts a
-        // tile's rows in few L1 sets).
+        // its values as consecutive rows: the tiles read both in order (a value row of the cache
+        // is `kv_width` values from the next, which puts a tile's rows in few L1 sets).
         PACKED.with(|packed| {
             let (kt, vs) = &mut *packed.borrow_mut();
             kt.resize(p.n_kv_heads * hd * npad, 0.0);
