@@ -138,7 +138,11 @@ fn block<'q, 'v, const F: bool, const COPY: u8>(
     // Scores, a share of keys at a time for every tile.
     for k0 in (0..npad).step_by(SCORE_CHUNK) {
         let k1 = (k0 + SCORE_CHUNK).min(npad);
-        for_tiles(rows.clone(), SCORE_ROWS, &mut |i, r| {
+        // Loops, not closures: a closure takes the target features of its wrapper (`COPY`) only
+        // where inlined into it, and one left out of line runs every product as a call to fmaf.
+        let mut i = rows.start;
+        while i < rows.end {
+            let r = (rows.end - i).min(SCORE_ROWS);
             macro_rules! scores {
                 ($r:literal) => {{
                     let qs: [&[f32]; $r] = std::array::from_fn(|t| q(i + t));
@@ -157,7 +161,8 @@ fn block<'q, 'v, const F: bool, const COPY: u8>(
                 5 => scores!(5),
                 _ => scores!(6),
             }
-        });
+            i += r;
+        }
     }
     let mut sums = [0f64; BLOCK_ROWS];
     for i in rows.clone() {
@@ -169,7 +174,9 @@ fn block<'q, 'v, const F: bool, const COPY: u8>(
     // Weighted values, a share of keys at a time for every tile and column block.
     for k0 in (0..n).step_by(VALUE_CHUNK) {
         let ks = k0..(k0 + VALUE_CHUNK).min(n);
-        for_tiles(rows.clone(), VALUE_ROWS, &mut |i, r| {
+        let mut i = rows.start;
+        while i < rows.end {
+            let r = (rows.end - i).min(VALUE_ROWS);
             macro_rules! values {
                 ($r:literal) => {{
                     let ps: [&mut [f32]; $r] = std::array::from_fn(|t| line(i + t));
@@ -192,23 +199,13 @@ fn block<'q, 'v, const F: bool, const COPY: u8>(
                 3 => values!(3),
                 _ => values!(4),
             }
-        });
+            i += r;
+        }
     }
     for i in rows.clone() {
         let sum = sums[i - rows.start];
         let inv = if sum > 0.0 { (1.0 / sum) as f32 } else { 0.0 };
         out(i).iter_mut().for_each(|x| *x *= inv);
-    }
-}
-
-/// `f(first row, rows)` for each tile of up to `tile` rows of `rows`.
-#[inline(always)]
-fn for_tiles(rows: std::ops::Range<usize>, tile: usize, f: &mut impl FnMut(usize, usize)) {
-    let mut i = rows.start;
-    while i < rows.end {
-        let r = (rows.end - i).min(tile);
-        f(i, r);
-        i += r;
     }
 }
 
