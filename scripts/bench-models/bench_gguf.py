@@ -1,11 +1,14 @@
 """What the random-weight bench files (make-*-shape.py) share: a GGUF file whose tensors are declared first and drawn
 only as they are written, one at a time, so that a file of a model's size streams to disk with no more than one
 tensor in memory; quantized tensors are random blocks with sane scales, made directly (no F16 intermediate); the
-stand-in tokenizer; the `[--layers N] OUT.gguf` command line. Each script keeps its own family's keys, tensor names
-and shapes, and its own seed, so the bytes of the file it writes are those of the script alone."""
+stand-in tokenizer; the `[--layers N] OUT.gguf` command line; the vision towers' mmproj files (`write_mmproj`). Each
+script keeps its own family's keys, tensor names and shapes, and its own seed, so the bytes of the file it writes are
+those of the script alone."""
+import os
+
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, TokenType
-from gguf.quants import quant_shape_to_byte_shape
+from gguf.quants import quant_shape_to_byte_shape, quantize
 
 Q4_0, Q8_0, MXFP4 = GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q8_0, GGMLQuantizationType.MXFP4
 
@@ -117,3 +120,38 @@ class BenchFile:
             w.write_tensor_data(a)
             del a
         w.close()
+
+
+def write_mmproj(path, name, projector, seed, q8, vision_keys, tensors, draw, quantized):
+    """A vision tower's mmproj file (`general.architecture` clip) at `path`: `projector`, GELU, the clip.vision.*
+    keys `vision_keys` ((suffix, value) in order: a float as F32, an int as U32), mean and std 0.5, then `tensors`
+    ((name, NumPy shape,
+    kind) in file order) drawn by `draw(rng, shape, kind)` from `seed`: kinds 'matrix' and 'projection' are F16, or
+    Q8_0 where `q8` and the name ends with one of `quantized` (gguf-py's quantizer, so the Q8_0 file holds the F16
+    file's values quantized); the other kinds F32. Prints the file's size."""
+    f = BenchFile(path, "clip", seed)
+    w = f.w
+    w.add_type("mmproj")
+    w.add_name(name)
+    w.add_file_type(7 if q8 else 1)  # MOSTLY_Q8_0 / MOSTLY_F16
+    w.add_string("clip.projector_type", projector)
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_bool("clip.use_gelu", True)
+    for key, value in vision_keys:
+        (w.add_float32 if isinstance(value, float) else w.add_uint32)("clip.vision." + key, value)
+    w.add_array("clip.vision.image_mean", [0.5] * 3)
+    w.add_array("clip.vision.image_std", [0.5] * 3)
+    total = 0
+    for tensor, shape, kind in tensors:
+        total += int(np.prod(shape))
+        make = lambda shape=shape, kind=kind: draw(f.rng, shape, kind)
+        if kind not in ("matrix", "projection"):
+            f.add(tensor, shape, np.float32, make)
+        elif q8 and tensor.endswith(quantized):
+            byte_shape = (*shape[:-1], shape[-1] // 32 * 34)
+            f.add(tensor, byte_shape, np.uint8, lambda make=make: quantize(make(), Q8_0), Q8_0)
+        else:
+            f.add(tensor, shape, np.float16, lambda make=make: make().astype(np.float16))
+    f.write()
+    print(f"wrote {path}: {len(tensors)} tensors, {total} params ({os.path.getsize(path) / 2**20:.0f} MiB)",
+          flush=True)

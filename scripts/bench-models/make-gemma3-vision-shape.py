@@ -41,9 +41,8 @@ import os
 import sys
 
 import numpy as np
-from gguf import GGMLQuantizationType
-from gguf.quants import quantize
 
+import bench_gguf
 from bench_gguf import BenchFile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -56,7 +55,6 @@ IMAGE_SIZE, PATCH, POOL = 896, 14, 4
 PROJ = 2560
 EPS = 1e-6
 SEED = 3_1152
-Q8_0 = GGMLQuantizationType.Q8_0
 QUANTIZED = ("attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_out.weight", "ffn_up.weight",
              "mm.input_projection.weight")
 # The text model.
@@ -99,39 +97,11 @@ def draw(rng, shape, kind):
 
 
 def write_mmproj(path, q8):
-    f = BenchFile(path, "clip", SEED)
-    w = f.w
-    w.add_type("mmproj")
-    w.add_name("gemma3-vision-shape")
-    w.add_file_type(7 if q8 else 1)  # MOSTLY_Q8_0 / MOSTLY_F16
-    w.add_string("clip.projector_type", "gemma3")
-    w.add_bool("clip.has_vision_encoder", True)
-    w.add_bool("clip.use_gelu", True)
-    w.add_uint32("clip.vision.embedding_length", E)
-    w.add_uint32("clip.vision.attention.head_count", HEADS)
-    w.add_uint32("clip.vision.feed_forward_length", FF)
-    w.add_uint32("clip.vision.block_count", LAYERS)
-    w.add_uint32("clip.vision.projection_dim", PROJ)
-    w.add_float32("clip.vision.attention.layer_norm_epsilon", EPS)
-    w.add_uint32("clip.vision.image_size", IMAGE_SIZE)
-    w.add_uint32("clip.vision.patch_size", PATCH)
-    w.add_uint32("clip.vision.projector.scale_factor", POOL)
-    w.add_array("clip.vision.image_mean", [0.5] * 3)
-    w.add_array("clip.vision.image_std", [0.5] * 3)
-    total = 0
-    for name, shape, kind in tensors():
-        total += int(np.prod(shape))
-        make = lambda shape=shape, kind=kind: draw(f.rng, shape, kind)
-        if kind not in ("matrix", "projection"):
-            f.add(name, shape, np.float32, make)
-        elif q8 and name.endswith(QUANTIZED):
-            byte_shape = (*shape[:-1], shape[-1] // 32 * 34)
-            f.add(name, byte_shape, np.uint8, lambda make=make: quantize(make(), Q8_0), Q8_0)
-        else:
-            f.add(name, shape, np.float16, lambda make=make: make().astype(np.float16))
-    f.write()
-    print(f"wrote {path}: {len(tensors())} tensors, {total} params ({os.path.getsize(path) / 2**20:.0f} MiB)",
-          flush=True)
+    keys = [("embedding_length", E), ("attention.head_count", HEADS), ("feed_forward_length", FF),
+            ("block_count", LAYERS), ("projection_dim", PROJ), ("attention.layer_norm_epsilon", EPS),
+            ("image_size", IMAGE_SIZE), ("patch_size", PATCH), ("projector.scale_factor", POOL)]
+    bench_gguf.write_mmproj(path, "gemma3-vision-shape", "gemma3", SEED, q8, keys, tensors(), draw,
+                            QUANTIZED)
 
 
 def write_text_model(path):

@@ -41,10 +41,8 @@ import os
 import sys
 
 import numpy as np
-from gguf import GGMLQuantizationType
-from gguf.quants import quantize
 
-from bench_gguf import BenchFile
+import bench_gguf
 
 # The test picture and PNG writer of the tiny vision fixture (one copy of both).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures"))
@@ -53,11 +51,8 @@ from make_qwen35_vision import image, png_bytes  # noqa: E402
 E, HEADS, FF, LAYERS = 1152, 16, 4304, 27
 IMAGE_SIZE, PATCH, MERGE = 768, 16, 2
 EPS = 1e-6
-MEAN = [0.5, 0.5, 0.5]
-STD = [0.5, 0.5, 0.5]
 SEED = 35_1152
 IMAGE_W, IMAGE_H = 768, 512
-Q8_0 = GGMLQuantizationType.Q8_0
 # the 2-D block matrices the Q8_0 file quantizes (ffn_down is not there: 4304 % 32 != 0)
 QUANTIZED = ("attn_qkv.weight", "attn_out.weight", "ffn_up.weight", "mm.0.weight", "mm.2.weight")
 
@@ -96,39 +91,11 @@ def draw(rng, shape, kind):
 
 
 def write_mmproj(path, proj_dim, q8):
-    f = BenchFile(path, "clip", SEED)
-    w = f.w
-    w.add_type("mmproj")
-    w.add_name("qwen35-vision-shape")
-    w.add_file_type(7 if q8 else 1)  # MOSTLY_Q8_0 / MOSTLY_F16
-    w.add_string("clip.projector_type", "qwen3vl_merger")
-    w.add_bool("clip.has_vision_encoder", True)
-    w.add_bool("clip.use_gelu", True)
-    w.add_uint32("clip.vision.embedding_length", E)
-    w.add_uint32("clip.vision.attention.head_count", HEADS)
-    w.add_uint32("clip.vision.feed_forward_length", FF)
-    w.add_uint32("clip.vision.block_count", LAYERS)
-    w.add_uint32("clip.vision.projection_dim", proj_dim)
-    w.add_float32("clip.vision.attention.layer_norm_epsilon", EPS)
-    w.add_uint32("clip.vision.image_size", IMAGE_SIZE)
-    w.add_uint32("clip.vision.patch_size", PATCH)
-    w.add_uint32("clip.vision.spatial_merge_size", MERGE)
-    w.add_array("clip.vision.image_mean", MEAN)
-    w.add_array("clip.vision.image_std", STD)
-    total = 0
-    for name, shape, kind in tensors(proj_dim):
-        total += int(np.prod(shape))
-        make = lambda shape=shape, kind=kind: draw(f.rng, shape, kind)
-        if kind != "matrix":
-            f.add(name, shape, np.float32, make)
-        elif q8 and name.endswith(QUANTIZED):
-            byte_shape = (*shape[:-1], shape[-1] // 32 * 34)
-            f.add(name, byte_shape, np.uint8, lambda make=make: quantize(make(), Q8_0), Q8_0)
-        else:
-            f.add(name, shape, np.float16, lambda make=make: make().astype(np.float16))
-    f.write()
-    print(f"wrote {path}: {len(tensors(proj_dim))} tensors, {total} params ({os.path.getsize(path) / 2**20:.0f} MiB)",
-          flush=True)
+    keys = [("embedding_length", E), ("attention.head_count", HEADS), ("feed_forward_length", FF),
+            ("block_count", LAYERS), ("projection_dim", proj_dim), ("attention.layer_norm_epsilon", EPS),
+            ("image_size", IMAGE_SIZE), ("patch_size", PATCH), ("spatial_merge_size", MERGE)]
+    bench_gguf.write_mmproj(path, "qwen35-vision-shape", "qwen3vl_merger", SEED, q8, keys,
+                            tensors(proj_dim), draw, QUANTIZED)
 
 
 def main():
