@@ -42,11 +42,42 @@ make_gemma4_tiny.py's gemma4-tiny.gguf (width 64, so its images are decoded non-
 and 2560, E2B and E4B, are causal in mtmd). Images keep their aspect in whole 8×8-pixel tokens between 70 and
 1120 (81, 77, 77 and 80 tokens); the begin and end texts are <|image> and <image|>.
 
+Qwen3-VL with deepstack (CASE qwen3vl: golden/llama-cpp-vision-qwen3vl.json): make_qwen3vl_vision.py's tower
+(qwen3vl-mmproj-tiny.gguf: 3 blocks, deepstack mergers on blocks 0 and 2) in front of its text model
+qwen3vl-tiny.gguf (architecture qwen3vl, n_deepstack_layers 2, IMROPE sections [3, 3, 2, 0], qwen35-tiny's
+vocabulary). Each embedding row is 192 wide (n_embd in "images"): the merger's 64, then block 0's and block
+2's deepstack features, 64 each; the text model adds the second slice to an image row's residual after its
+block 0 and the third after its block 1 (text rows carry zeros there). Images, token counts, n_pos, prompt
+and chunks as qwen35: mtmd picks M-RoPE positions from the text model's rope type (IMROPE), so the image's
+rows sit at (p, p + row, p + column) and the text after it continues at p + max(nx_tokens, ny_tokens) (44
+prompt tokens, 32 positions). Logits after vision-32x32.png, margins 2.37, 3.75, 0.72, 0.62, 3.20, 4.24,
+0.185, 1.27 (after vision-48x32.png one step's margin is 0.017). Fed through llama.cpp with the image's
+embeddings altered before decoding (a variant of the driver, not kept), teacher-forced on the golden path,
+the top-5 logits move per step by: the deepstack slices zeroed (the same as an mmproj with both fc2 zeroed)
+1.4 to 4.6; the two slices exchanged (each added after the other layer) 1.8 to 5.7; only block 0's slice
+kept 0.33 to 2.5, only block 2's 0.76 to 3.9; the image's row and column positions exchanged 1.1 to 7.6; and
+with an mmproj whose block-2 merger sits on block 1 (v.deepstack.1) 0.11 to 0.67. The float64 tower
+(scripts/reference/qwen3vl_f64.py, golden/f64-qwen3vl-deepstack.json) is 2.0e-3 to 3.3e-3 from these
+embeddings (4.9e-4 to 7.8e-4 with llama.cpp's f16 roundings reproduced).
+
+Qwen3-VL MoE (CASE qwen3vlmoe: golden/llama-cpp-vision-qwen3vlmoe.json): the same tower and images in front of
+make_qwen3vl_vision.py's qwen3vlmoe-tiny.gguf (architecture qwen3vlmoe, src/models/qwen3vlmoe.cpp: qwen3vl-tiny's
+attention shapes, IMROPE sections and deepstack, each block's feed-forward qwen3moe's mixture of 8 experts of
+width 32, 2 used, softmax router with the top two renormalized). "images" are the qwen3vl case's, bit for bit.
+Logits after vision-48x32.png (24 tokens, a 6×4 grid, so the row and column axes differ; 52 prompt tokens at 34
+positions), margins 0.283, 0.437, 1.505, 8.595, 0.473, 0.486, 0.491, 2.433 (the smallest after vision-32x32.png is
+0.113, after 45x29 0.19, after 20x70 0.269). On that run the router's top two experts hold on average 55 %, 63 %
+and 67 % of its probability in blocks 0, 1 and 2 (36 % to 89 % per token; read through a cb_eval variant of the
+driver, not kept). The same file with expert_used_count 1 (8) puts 21934 at 20.47 (2595 at 12.82) first at step 0
+instead of 27605 at 13.64, four (five) of the five top-5 ids new, and the greedy path differs from its first
+token.
+
 Run: python3 scripts/reference/make_vision_goldens.py DRIVER MADE OUT [CASE]
 (DRIVER: llama_cpp_vision.cpp built as its header says, e.g. /tmp/lc/vision; MADE: the directory
-make_qwen35_vision.py and make_gemma3_vision.py wrote, tests/fixtures/made; OUT:
-tests/fixtures/golden/llama-cpp-vision.json, or llama-cpp-vision-CASE.json with CASE gemma3 or gemma4
-(default qwen35); run from the repository root, which holds tests/fixtures/models/qwen35-tiny.gguf)
+make_qwen35_vision.py, make_gemma3_vision.py, make_gemma4_vision.py, make_gemma4_tiny.py and
+make_qwen3vl_vision.py wrote, tests/fixtures/made; OUT: tests/fixtures/golden/llama-cpp-vision.json, or
+llama-cpp-vision-CASE.json with CASE gemma3, gemma4, qwen3vl or qwen3vlmoe (default qwen35); run from the
+repository root, which holds tests/fixtures/models/qwen35-tiny.gguf)
 """
 import json
 import math
@@ -77,6 +108,20 @@ CASES = {
         "model": "gemma4-tiny.gguf",
         "mmproj": "gemma4-mmproj-tiny.gguf",
         "images": {"vision-32x32.png": 81, "vision-48x32.png": 77, "vision-45x29.png": 77, "vision-20x70.png": 80},
+        "prompt": "<|im_start|>user\n" + MARKER + "What do you see?<|im_end|>\n<|im_start|>assistant\n",
+        "logits_image": "vision-48x32.png",
+    },
+    "qwen3vl": {
+        "model": "qwen3vl-tiny.gguf",
+        "mmproj": "qwen3vl-mmproj-tiny.gguf",
+        "images": {"vision-32x32.png": 16, "vision-48x32.png": 24, "vision-45x29.png": 24, "vision-20x70.png": 27},
+        "prompt": "<|im_start|>user\n" + MARKER + "What do you see?<|im_end|>\n<|im_start|>assistant\n",
+        "logits_image": "vision-32x32.png",
+    },
+    "qwen3vlmoe": {
+        "model": "qwen3vlmoe-tiny.gguf",
+        "mmproj": "qwen3vl-mmproj-tiny.gguf",
+        "images": {"vision-32x32.png": 16, "vision-48x32.png": 24, "vision-45x29.png": 24, "vision-20x70.png": 27},
         "prompt": "<|im_start|>user\n" + MARKER + "What do you see?<|im_end|>\n<|im_start|>assistant\n",
         "logits_image": "vision-48x32.png",
     },

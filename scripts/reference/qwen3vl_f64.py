@@ -39,8 +39,21 @@ gives bit-identical embeddings to the 45×29 and 20×70 originals.
 no-rope, rope-swap (x and y sections exchanged), no-pos-interp (nearest instead of bilinear for the
 position grid), no-pos-embd, no-patch1 (second temporal kernel dropped), merge-order (row-major token
 order instead of 2×2 blocks), gelu-erf (erf GELU in place of tanh GELU everywhere), no-letterbox (stretch
-to the target instead of PAD_CEIL). --compare FILE prints, per image, max |Δ| against another file of
-this schema (e.g. llama.cpp's) and max |value|.
+to the target instead of PAD_CEIL), no-deepstack (the deepstack features left out, written as zeros so the
+width stays), deepstack-by-order (the k-th deepstack merger fed block k's output instead of its own block's:
+blocks 0 and 1 for mergers on blocks 0 and 2). --compare FILE prints, per image, max |Δ| against another file
+of this schema (e.g. llama.cpp's) and max |value|.
+
+Deepstack (make_qwen3vl_vision.py's qwen3vl-mmproj-tiny.gguf: 3 blocks, mergers on blocks 0 and 2, rows of
+64 × 3; golden/f64-qwen3vl-deepstack.json, exact): against llama.cpp's golden/llama-cpp-vision-qwen3vl.json
+max |Δ| 3.3e-3, 2.5e-3, 2.0e-3, 2.3e-3 on 32×32, 48×32, 45×29, 20×70 (values reach 2.6 to 3.0; per 64-column
+slice, main / block 0 / block 2: at most 3.1e-3 / 1.4e-3 / 3.3e-3); with both flags 7.8e-4, 5.8e-4, 5.8e-4,
+4.9e-4. Mutants, max |Δ| against llama.cpp: no-deepstack 2.3 to 3.0 (the main 64 columns alone still match to
+3.1e-3: a tower that drops the deepstack features is only caught by the other 128), deepstack-by-order 0.97
+to 1.24 (only the last 64 columns move; llama.cpp fed an mmproj with that merger renamed v.deepstack.1 agrees
+with this mutant to 3.2e-3), no-rope 1.7 to 2.6, rope-swap 1.5 to 1.7, no-pos-interp 1.0 to 1.7 (on the
+three non-native sizes), no-patch1 2.2 to 2.4, merge-order 2.9 to 3.5, no-letterbox 1.7 and 3.0 (on the two
+resized images); gelu-erf 2.1e-3 to 3.6e-3, no further from llama.cpp than the exact pass.
 
 Output JSON: {"source", "mmproj", "images": {basename: {"nx", "ny" (after preprocessing), "nx_tokens",
 "ny_tokens", "n_tokens", "n_embd", "embd" (row-major n_tokens × n_embd)}}}.
@@ -50,6 +63,8 @@ Run: target/fixtures-venv/bin/python scripts/reference/qwen3vl_f64.py \\
          tests/fixtures/made/vision-32x32.png tests/fixtures/made/vision-48x32.png \\
          tests/fixtures/made/vision-45x29.png tests/fixtures/made/vision-20x70.png \\
          [--mutant NAME] [--gelu-table] [--llama-f16-conv] [--compare tests/fixtures/golden/llama-cpp-vision.json]
+(the deepstack golden: tests/fixtures/made/qwen3vl-mmproj-tiny.gguf, tests/fixtures/golden/f64-qwen3vl-deepstack.json,
+the same four images, --compare tests/fixtures/golden/llama-cpp-vision-qwen3vl.json)
 """
 import json
 import math
@@ -63,7 +78,7 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 MUTANTS = ["no-rope", "rope-swap", "no-pos-interp", "no-pos-embd", "no-patch1", "merge-order", "gelu-erf",
-           "no-letterbox"]
+           "no-letterbox", "no-deepstack", "deepstack-by-order"]
 
 
 # ---------------------------------------------------------------- PNG (8-bit, non-interlaced)
@@ -419,8 +434,12 @@ def encode(hp, g, img, mutant=None, gelu_table=False, f16_conv=False):
     if g["pre_w"] is not None:
         x = layer_norm(x, g["pre_w"], g["pre_b"], eps)
 
+    # The deepstack mergers by the block whose output they read: their own block, or, as the mutant
+    # deepstack-by-order, the k-th merger after block k (blocks 0 and 1 for mergers on blocks 0 and 2).
+    ds_blocks = [i for i, lw in enumerate(g["layers"]) if lw["ds_fc1.w"] is not None]
+    ds_at = {(k if mutant == "deepstack-by-order" else i): g["layers"][i] for k, i in enumerate(ds_blocks)}
     deep = []
-    for lw in g["layers"]:
+    for il, lw in enumerate(g["layers"]):
         h = layer_norm(x, lw["ln1.w"], lw["ln1.b"], eps)
         qkv = lin(h, lw["attn_qkv.w"], lw["attn_qkv.b"])
         q, k, v = (qkv[:, i * E:(i + 1) * E].reshape(N, H, d) for i in range(3))
@@ -432,9 +451,12 @@ def encode(hp, g, img, mutant=None, gelu_table=False, f16_conv=False):
         x = x + lin(o, lw["attn_out.w"], lw["attn_out.b"])
         h = layer_norm(x, lw["ln2.w"], lw["ln2.b"], eps)
         x = x + lin(act(lin(h, lw["ffn_up.w"], lw["ffn_up.b"])), lw["ffn_down.w"], lw["ffn_down.b"])
-        if lw["ds_fc1.w"] is not None:
-            f = layer_norm(x.reshape(N // 4, 4 * E), lw["ds_norm.w"], lw["ds_norm.b"], eps)
-            deep.append(lin(gelu(lin(f, lw["ds_fc1.w"], lw["ds_fc1.b"])), lw["ds_fc2.w"], lw["ds_fc2.b"]))
+        if il in ds_at:
+            dw = ds_at[il]
+            f = layer_norm(x.reshape(N // 4, 4 * E), dw["ds_norm.w"], dw["ds_norm.b"], eps)
+            deep.append(lin(gelu(lin(f, dw["ds_fc1.w"], dw["ds_fc1.b"])), dw["ds_fc2.w"], dw["ds_fc2.b"]))
+    if mutant == "no-deepstack":  # the deepstack features left out (as zeros, so the width stays comparable)
+        deep = [np.zeros_like(d) for d in deep]
 
     if g["post_w"] is not None:
         x = layer_norm(x, g["post_w"], g["post_b"], eps)

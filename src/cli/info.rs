@@ -533,6 +533,12 @@ fn print_hybrid(c: &ModelConfig) {
             c.rope_dims, c.head_dim
         );
     }
+    if c.deepstack_layers > 0 {
+        println!(
+            "  deepstack layers    {0} (an image's features join the first {0} layers' outputs)",
+            c.deepstack_layers
+        );
+    }
     if let (Some(d), Some(schedule)) = (&c.delta_net, schedule(c)) {
         let attention = layers_where(c, |l| !c.layer_is_recurrent(l));
         println!(

@@ -112,7 +112,7 @@ impl VisionArgs {
         let mut file = Mmproj::open(&path)?;
         file.config
             .set_token_limits(self.image_min_tokens, self.image_max_tokens)?;
-        file.check_text_width(model.config.hidden_size)?;
+        file.check_text_width(model.config.hidden_size, model.config.deepstack_layers)?;
         Ok(ImageEncoder {
             markers: ImageMarkers::for_projector(&file.config.projector),
             encoder: VisionEncoder::load(&file, &model.backend)?,
@@ -283,6 +283,7 @@ pub fn describe_mmproj(path: &Path, json: bool) -> Result<std::process::ExitCode
                 "min_tokens": c.min_tokens,
                 "max_tokens": c.max_tokens,
                 "projection_dim": c.projection_dim,
+                "deepstack_blocks": c.deepstack,
             },
             "runs": c.runnable().is_none(),
         });

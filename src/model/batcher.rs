@@ -263,7 +263,7 @@ impl<'m, B: Backend> Batcher<'m, B> {
                     start_pos: c.start_pos,
                     inputs: RowInputs {
                         embedded: c.embedded.as_ref().map(|(first, e, from)| {
-                            let n = (c.ids.len() - first) * m.config.hidden_size;
+                            let n = (c.ids.len() - first) * m.config.embedding_width();
                             (*first, &e[*from..*from + n])
                         }),
                         positions: c.positions.as_deref(),

@@ -265,8 +265,9 @@ impl<'m, B: Backend> Session<'m, B> {
         Ok(&self.logits)
     }
 
-    /// Run an image after the context: `rows × cols` embeddings of the hidden size (row-major, in
-    /// reading order), which take the place of token embeddings. Under multi-axis RoPE (Qwen3.5)
+    /// Run an image after the context: `rows × cols` embeddings of the model's embedding width
+    /// (the hidden size, and Qwen3-VL's deepstack slices; row-major, in reading order), which
+    /// take the place of token embeddings. Under multi-axis RoPE (Qwen3.5, Qwen3-VL)
     /// its rows sit at (p, p + row, p + column) and the text after it at p + max(rows, cols), as
     /// llama.cpp's mtmd places them; otherwise one position per row. `tokens()` shows its rows
     /// as `EMBEDDED_ROW`. With `image.bidirectional` its rows attend to each other both ways
@@ -275,10 +276,11 @@ impl<'m, B: Backend> Session<'m, B> {
     pub fn prefill_embeddings(&mut self, image: &ImageInput) -> Result<&[f32]> {
         let (cols, rows, embeddings) = (image.cols, image.rows, image.embeddings.clone());
         let n = cols * rows;
-        let width = self.model.config.hidden_size;
+        let width = self.model.config.embedding_width();
         if n == 0 || embeddings.len() != n * width {
             return Err(Error::Usage(format!(
-                "{} embedding values are not {rows} × {cols} rows of the model's width {width}",
+                "{} embedding values are not {rows} × {cols} rows of the model's embedding width \
+                 {width}",
                 embeddings.len()
             )));
         }
@@ -682,7 +684,7 @@ impl<'m, B: Backend> Session<'m, B> {
         }
         let start_pos = self.tokens.len();
         let positions = self.positions(start_pos, ids.len());
-        let width = self.model.config.hidden_size;
+        let width = self.model.config.embedding_width();
         let media = self
             .media
             .iter()
@@ -720,7 +722,7 @@ impl<'m, B: Backend> Session<'m, B> {
     fn run_batched(&mut self, ids: &[u32], all_rows: bool) -> Result<Vec<f32>> {
         let batcher = self.batcher.expect("a batched session has its batcher");
         let start_pos = self.tokens.len();
-        let width = self.model.config.hidden_size;
+        let width = self.model.config.embedding_width();
         let media = self
             .media
             .iter()

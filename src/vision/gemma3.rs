@@ -111,7 +111,8 @@ impl<B: Backend> Gemma3Tower<B> {
         backend.add_bias(&mut h, &self.patch_bias, n);
         backend.upload(&mut buf.t, &self.positions);
         backend.add(&mut h, &buf.t, n * e);
-        self.blocks.run(backend, c, &mut h, n, None, &mut buf);
+        self.blocks
+            .run(backend, c, &mut h, n, None, &mut buf, |_, _, _| {});
         let mut states = vec![0f32; n * e];
         backend.download(&h, 0, &mut states);
         ops::layer_norm(&mut states, &self.post_ln.0, &self.post_ln.1, c.eps);

@@ -69,6 +69,10 @@ pub struct VisionConfig {
     pub n_layer: usize,
     /// Width of the embeddings handed to the text model.
     pub projection_dim: usize,
+    /// Blocks whose output also feeds the text model (Qwen3-VL's deepstack: `v.deepstack.{i}.*`
+    /// tensors, known by their presence as llama.cpp knows them), in order: each image row
+    /// carries one more `projection_dim` slice per block.
+    pub deepstack: Vec<usize>,
     pub eps: f32,
     /// The side of the square images the position grid was learned for.
     pub image_size: usize,
@@ -206,6 +210,7 @@ impl VisionConfig {
             n_ff: size("clip.vision.feed_forward_length", 4 * MAX_WIDTH)?,
             n_layer: size("clip.vision.block_count", MAX_LAYERS)?,
             projection_dim: size("clip.vision.projection_dim", MAX_WIDTH)?,
+            deepstack: Vec::new(),
             eps,
             image_size,
             patch_size,
@@ -362,8 +367,15 @@ impl Mmproj {
                 "this projector has no vision encoder (clip.has_vision_encoder is not true)",
             ));
         }
-        let config = VisionConfig::from_metadata(&gguf.metadata).map_err(|e| e.in_file(&path))?;
-        let tensors = Tensor::all_in(&gguf).map(|t| (t.name.clone(), t)).collect();
+        let mut config =
+            VisionConfig::from_metadata(&gguf.metadata).map_err(|e| e.in_file(&path))?;
+        let tensors: BTreeMap<String, Tensor> =
+            Tensor::all_in(&gguf).map(|t| (t.name.clone(), t)).collect();
+        if config.projector == Projector::Qwen3VlMerger {
+            config.deepstack = (0..config.n_layer)
+                .filter(|i| tensors.contains_key(&format!("v.deepstack.{i}.fc1.weight")))
+                .collect();
+        }
         Ok(Mmproj {
             path,
             config,
@@ -390,15 +402,27 @@ impl Mmproj {
         Ok(t)
     }
 
-    /// Check that this projector feeds a text model of width `n_embd`.
-    pub fn check_text_width(&self, n_embd: usize) -> Result<()> {
-        if self.config.projection_dim != n_embd {
+    /// Check that this projector feeds a text model of width `n_embd` that takes
+    /// `deepstack_layers` deepstack slices per image row (Qwen3-VL).
+    pub fn check_text_width(&self, n_embd: usize, deepstack_layers: usize) -> Result<()> {
+        let c = &self.config;
+        if c.projection_dim != n_embd {
             return Err(Error::invalid(
                 &self.path,
                 format!(
                     "this projector makes embeddings of width {}, but the model's hidden size is \
                      {n_embd}: it belongs to another model",
-                    self.config.projection_dim
+                    c.projection_dim
+                ),
+            ));
+        }
+        if c.deepstack.len() != deepstack_layers {
+            return Err(Error::invalid(
+                &self.path,
+                format!(
+                    "this projector has {} deepstack layers, but the model takes {deepstack_layers} \
+                     (n_deepstack_layers): it belongs to another model",
+                    c.deepstack.len()
                 ),
             ));
         }
@@ -458,7 +482,17 @@ impl Mmproj {
             ),
             (
                 "embeddings".to_string(),
-                format!("width {}", c.projection_dim),
+                if c.deepstack.is_empty() {
+                    format!("width {}", c.projection_dim)
+                } else {
+                    let blocks: Vec<String> = c.deepstack.iter().map(|i| i.to_string()).collect();
+                    format!(
+                        "width {}, and {} deepstack slices of it (from blocks {})",
+                        c.projection_dim,
+                        c.deepstack.len(),
+                        blocks.join(", ")
+                    )
+                },
             ),
         ];
         if let Some(why) = c.runnable() {

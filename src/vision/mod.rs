@@ -35,7 +35,8 @@ pub struct Encoded {
     /// The preprocessed image's size in pixels.
     pub width: usize,
     pub height: usize,
-    /// `rows × cols` embeddings of the text model's width, row-major, in reading order.
+    /// `rows × cols` embeddings of the text model's width (with Qwen3-VL's deepstack slices after
+    /// each: `ModelConfig::embedding_width`), row-major, in reading order.
     pub embeddings: Vec<f32>,
     /// The text model attends over the image's rows both ways (Gemma 3).
     pub bidirectional: bool,

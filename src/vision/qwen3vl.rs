@@ -3,7 +3,10 @@
 //! (a still image goes through both), patches ordered by 2×2 merge group, the patch bias and the
 //! learned position grid resampled to the image's patch grid; blocks of LayerNorm, fused QKV with
 //! bias, 2-D RoPE, full attention and a GELU MLP; the final LayerNorm; every 2×2 group's four
-//! states side by side into the merger MLP, one embedding per group.
+//! states side by side into the merger MLP, one embedding per group. Qwen3-VL's deepstack
+//! blocks (`v.deepstack.{i}.*`) also hand their output to the text model: each group's four
+//! states through that block's own LayerNorm and GELU MLP, side by side after the embedding in
+//! the same row.
 //!
 //! The matrix products run on the backend; the norms, RoPE and attention on the host (`ops.rs`).
 //! The patch convolution multiplies in f16, as llama.cpp's does.
@@ -27,6 +30,9 @@ pub struct Qwen3VlTower<B: Backend> {
     blocks: Blocks<B>,
     post_ln: Norm,
     merger: [Linear<B>; 2],
+    /// Per deepstack block (`config.deepstack`, in order): its norm over a merge group's states
+    /// side by side, and its MLP.
+    deepstack: Vec<(Norm, [Linear<B>; 2])>,
 }
 
 impl<B: Backend> Qwen3VlTower<B> {
@@ -66,12 +72,27 @@ impl<B: Backend> Qwen3VlTower<B> {
                 l.linear("mm.0", merged, merged)?,
                 l.linear("mm.2", merged, c.projection_dim)?,
             ],
+            deepstack: c
+                .deepstack
+                .iter()
+                .map(|i| {
+                    let d = format!("v.deepstack.{i}");
+                    Ok((
+                        l.norm(&format!("{d}.norm"), merged)?,
+                        [
+                            l.linear(&format!("{d}.fc1"), merged, merged)?,
+                            l.linear(&format!("{d}.fc2"), merged, c.projection_dim)?,
+                        ],
+                    ))
+                })
+                .collect::<Result<_>>()?,
             config: c,
         })
     }
 
-    /// Embeddings (`n_tokens × projection_dim`, row-major) of a preprocessed image: `pixels`
-    /// normalized, 3 values per pixel, `width × height` in whole merge groups of patches.
+    /// Embeddings (`n_tokens` rows of `projection_dim × (1 + deepstack blocks)`, row-major) of a
+    /// preprocessed image: `pixels` normalized, 3 values per pixel, `width × height` in whole
+    /// merge groups of patches.
     pub fn encode(
         &self,
         backend: &B,
@@ -122,26 +143,81 @@ impl<B: Backend> Qwen3VlTower<B> {
         backend.add(&mut h, &buf.t, n * e);
 
         let rope_pos: Vec<(u32, u32)> = order.iter().map(|&(y, x)| (y as u32, x as u32)).collect();
-        self.blocks
-            .run(backend, c, &mut h, n, Some(&rope_pos), &mut buf);
-        let mut normed = vec![0f32; n * e];
-        backend.download(&h, 0, &mut normed);
-        ops::layer_norm(&mut normed, &self.post_ln.0, &self.post_ln.1, c.eps);
-        // Each merge group's states are consecutive rows: as rows of m·m·e they are the merger's input.
+        // Each merge group's states are consecutive rows: as rows of m·m·e they are a merger's
+        // input.
         let groups = n / (m * m);
-        let merged = e * m * m;
-        backend.upload(&mut buf.x, &normed);
-        self.merger[0].apply(backend, &buf.x, groups, &mut buf.t);
-        let mut mid = vec![0f32; groups * merged];
-        backend.download(&buf.t, 0, &mut mid);
-        ops::gelu_in_place(&mut mid);
-        backend.upload(&mut buf.x, &mid);
-        self.merger[1].apply(backend, &buf.x, groups, &mut buf.t);
-        let mut out = vec![0f32; groups * c.projection_dim];
-        backend.download(&buf.t, 0, &mut out);
+        let mut states = vec![0f32; n * e];
+        let mut slices = Vec::with_capacity(self.deepstack.len());
+        let mut next = self.deepstack.iter().zip(&c.deepstack).peekable();
+        self.blocks.run(
+            backend,
+            c,
+            &mut h,
+            n,
+            Some(&rope_pos),
+            &mut buf,
+            |i, h, buf| {
+                if let Some(((norm, mlp), _)) = next.next_if(|(_, block)| **block == i) {
+                    backend.download(h, 0, &mut states);
+                    ops::layer_norm(&mut states, &norm.0, &norm.1, c.eps);
+                    slices.push(merger_mlp(
+                        backend,
+                        mlp,
+                        &states,
+                        groups,
+                        c.projection_dim,
+                        buf,
+                    ));
+                }
+            },
+        );
+        backend.download(&h, 0, &mut states);
+        ops::layer_norm(&mut states, &self.post_ln.0, &self.post_ln.1, c.eps);
+        let main = merger_mlp(
+            backend,
+            &self.merger,
+            &states,
+            groups,
+            c.projection_dim,
+            &mut buf,
+        );
         if let Some(e) = backend.take_error() {
             return Err(e);
         }
+        if slices.is_empty() {
+            return Ok(main);
+        }
+        // Side by side in each row: the embedding, then each deepstack block's slice.
+        let d = c.projection_dim;
+        let mut out = Vec::with_capacity(groups * d * (1 + slices.len()));
+        for g in 0..groups {
+            for part in std::iter::once(&main).chain(&slices) {
+                out.extend_from_slice(&part[g * d..(g + 1) * d]);
+            }
+        }
         Ok(out)
     }
+}
+
+/// `fc[1](gelu(fc[0](input)))` over `groups` rows of host values (a merge group's states side by
+/// side, normed; `fc[0]` keeps their width), `out_width` values a row back on the host.
+fn merger_mlp<B: Backend>(
+    backend: &B,
+    fc: &[Linear<B>; 2],
+    input: &[f32],
+    groups: usize,
+    out_width: usize,
+    buf: &mut Buffers<B>,
+) -> Vec<f32> {
+    let width = input.len() / groups;
+    backend.upload(&mut buf.x, input);
+    fc[0].apply(backend, &buf.x, groups, &mut buf.t);
+    let mut mid = vec![0f32; groups * width];
+    backend.download(&buf.t, 0, &mut mid);
+    ops::gelu_in_place(&mut mid);
+    backend.upload(&mut buf.x, &mid);
+    fc[1].apply(backend, &buf.x, groups, &mut buf.t);
+    let mut out = vec![0f32; groups * out_width];
+    backend.download(&buf.t, 0, &mut out);
+    out
 }

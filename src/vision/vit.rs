@@ -248,7 +248,9 @@ impl<B: Backend> Blocks<B> {
 
     /// Every block over the `n` rows of `h` (the residual stream, on the backend), in place; with
     /// `rope`, each row's (row, column) patch position turns its queries and keys by the 2-D
-    /// vision RoPE. `buf` holds at least `n × max(3·width, n_ff)` values each.
+    /// vision RoPE. `buf` holds at least `n × max(3·width, n_ff)` values each. After block `i`,
+    /// `after_block(i, h, buf)` sees the residual stream (`buf` is free to use then).
+    #[allow(clippy::too_many_arguments)]
     pub fn run(
         &self,
         backend: &B,
@@ -257,6 +259,7 @@ impl<B: Backend> Blocks<B> {
         n: usize,
         rope: Option<&[(u32, u32)]>,
         buf: &mut Buffers<B>,
+        mut after_block: impl FnMut(usize, &B::Buffer, &mut Buffers<B>),
     ) {
         let e = c.n_embd;
         let scale = 1.0 / (c.head_dim as f32).sqrt();
@@ -264,7 +267,7 @@ impl<B: Backend> Blocks<B> {
         let mut qkv = vec![0f32; n * 3 * e];
         let mut part = vec![0f32; n * e];
         let mut ffn = vec![0f32; n * c.n_ff];
-        for b in &self.blocks {
+        for (i, b) in self.blocks.iter().enumerate() {
             // Attention: h += out(attention(rope(qkv(ln1(h))))).
             backend.download(h, 0, &mut normed);
             ops::layer_norm(&mut normed, &b.ln1.0, &b.ln1.1, c.eps);
@@ -302,6 +305,7 @@ impl<B: Backend> Blocks<B> {
             backend.upload(&mut buf.x, &ffn);
             b.down.apply(backend, &buf.x, n, &mut buf.t);
             backend.add(h, &buf.t, n * e);
+            after_block(i, h, buf);
         }
     }
 }

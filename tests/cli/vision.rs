@@ -1,7 +1,8 @@
 //! `kiln run --image` as a real process: the tiny Qwen3.5 model with its tiny projector
-//! (tests/fixtures/make_qwen35_vision.py), and the tiny Gemma 3 pair (make_gemma3_vision.py),
-//! continue a prompt with an image as llama.cpp's mtmd does (golden/llama-cpp-vision*.json), the projector is found beside the model, and bad images
-//! and projectors are clear errors (exit code 1), never a panic.
+//! (tests/fixtures/make_qwen35_vision.py), and the tiny Qwen3-VL, Gemma 3 and Gemma 4 pairs
+//! (make_qwen3vl_vision.py, make_gemma3_vision.py, make_gemma4_vision.py), continue a prompt with
+//! an image as llama.cpp's mtmd does (golden/llama-cpp-vision*.json), the projector is found
+//! beside the model, and bad images and projectors are clear errors (exit code 1), never a panic.
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +26,16 @@ fn image(name: &str) -> PathBuf {
 #[test]
 fn run_with_an_image_generates_llama_cpps_tokens() {
     generates_llama_cpps_tokens("llama-cpp-vision.json", &model(), &mmproj());
+}
+
+/// The same for Qwen3-VL's deepstack projector and text model.
+#[test]
+fn run_with_a_qwen3vl_image_generates_llama_cpps_tokens() {
+    generates_llama_cpps_tokens(
+        "llama-cpp-vision-qwen3vl.json",
+        &common::fixture("models/qwen3vl-tiny.gguf"),
+        &common::fixture("models/qwen3vl-mmproj-tiny.gguf"),
+    );
 }
 
 /// The same for Gemma 3's projector and text model (the image's rows attended both ways; the
@@ -168,7 +179,7 @@ fn bad_images_and_projectors_are_clear_errors() {
     bmp.extend_from_slice(&[0; 24]);
     let huge = dir.path().join("huge.bmp");
     std::fs::write(&huge, &bmp).unwrap();
-    let cases: [(&Path, PathBuf, PathBuf, &str); 5] = [
+    let cases: [(&Path, PathBuf, PathBuf, &str); 7] = [
         (&truncated, model(), mmproj(), "cannot decode"),
         (&text, model(), mmproj(), "not an image"),
         (&huge, model(), mmproj(), "too large"),
@@ -184,6 +195,19 @@ fn bad_images_and_projectors_are_clear_errors() {
             common::fixture("models/tiny-qwen3.gguf"),
             mmproj(),
             "belongs to another model",
+        ),
+        // The widths agree, the deepstack layers do not (Qwen3.5's projector has none).
+        (
+            &image("vision-32x32.png"),
+            common::fixture("models/qwen3vl-tiny.gguf"),
+            mmproj(),
+            "has 0 deepstack layers, but the model takes 2",
+        ),
+        (
+            &image("vision-32x32.png"),
+            model(),
+            common::fixture("models/qwen3vl-mmproj-tiny.gguf"),
+            "has 2 deepstack layers, but the model takes 0",
         ),
     ];
     for (img, model, mmproj, want) in cases {
@@ -374,24 +398,7 @@ fn batch_requests_take_image_content_parts() {
         .collect();
     assert_eq!(results.len(), 5);
 
-    let alone = common::kiln()
-        .arg("run")
-        .args(common_args)
-        .args(["--format", "json", "-m"])
-        .arg(model())
-        .arg("--mmproj")
-        .arg(mmproj())
-        .arg("--image")
-        .arg(&path)
-        .arg("What do you see?")
-        .output()
-        .unwrap();
-    assert!(
-        alone.status.success(),
-        "{}",
-        String::from_utf8_lossy(&alone.stderr)
-    );
-    let want: serde_json::Value = serde_json::from_slice(&alone.stdout).unwrap();
+    let want = run_alone(&common_args, &model(), &mmproj(), &path);
     for i in [0, 1, 3] {
         let r = &results[i];
         assert_eq!(r["tokens"], want["tokens"], "request {}: {r}", i + 1);
@@ -414,4 +421,75 @@ fn batch_requests_take_image_content_parts() {
         err.contains("image 1") && err.contains("not an image"),
         "{err}"
     );
+}
+
+/// Qwen3-VL's images in a batch of three sequences at a time (`--parallel 3`): two requests with
+/// different images and a text-only one between them. Each image request gives the tokens
+/// `kiln run --image` gives alone (greedy). (tests/model/vision.rs checks images that share one
+/// forward call row by row.)
+#[test]
+fn batch_runs_qwen3vl_images_side_by_side() {
+    let (model, mmproj) = (
+        common::fixture("models/qwen3vl-tiny.gguf"),
+        common::fixture("models/qwen3vl-mmproj-tiny.gguf"),
+    );
+    let images = ["vision-48x32.png", "vision-20x70.png"];
+    let with_image = |name: &str| {
+        serde_json::json!({"messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": image(name).display().to_string()}},
+            {"type": "text", "text": "What do you see?"},
+        ]}]})
+    };
+    let lines = [
+        with_image(images[0]),
+        serde_json::json!({"messages": [{"role": "user", "content": "Hello there"}]}),
+        with_image(images[1]),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let requests = dir.path().join("requests.jsonl");
+    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    std::fs::write(&requests, text.join("\n") + "\n").unwrap();
+    let common_args = ["--temp", "0", "-n", "6", "-c", "256"];
+    let out = common::kiln()
+        .arg("run")
+        .args(common_args)
+        .args(["--parallel", "3", "-m"])
+        .arg(&model)
+        .arg("--mmproj")
+        .arg(&mmproj)
+        .arg("--batch")
+        .arg(&requests)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let results: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 3, "{stderr}");
+    for (r, name) in [(&results[0], images[0]), (&results[2], images[1])] {
+        let want = run_alone(&common_args, &model, &mmproj, &image(name));
+        assert_eq!(r["tokens"], want["tokens"], "{name}: {r}");
+        assert_eq!(r["image_tokens"], want["image_tokens"], "{name}");
+    }
+}
+
+/// `kiln run --format json` with `args`, one image and batch's question: its JSON line.
+fn run_alone(args: &[&str], model: &Path, mmproj: &Path, img: &Path) -> serde_json::Value {
+    let out = common::kiln()
+        .arg("run")
+        .args(args)
+        .args(["--format", "json", "-m"])
+        .arg(model)
+        .arg("--mmproj")
+        .arg(mmproj)
+        .arg("--image")
+        .arg(img)
+        .arg("What do you see?")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    serde_json::from_slice(&out.stdout).unwrap()
 }

@@ -1,5 +1,5 @@
 //! The vision tests' shared parts (tests/model/vision.rs on the CPU, tests/gpu/gpu_vision.rs on
-//! the GPU): the tiny projectors (Qwen3.5's, Gemma 3's and Gemma 4's) and their images, llama.cpp's and
+//! the GPU): the tiny projectors (Qwen3.5's, Qwen3-VL's, Gemma 3's and Gemma 4's) and their images, llama.cpp's and
 //! the float64 towers' embeddings of them, and llama.cpp's greedy steps after a prompt with
 //! an image.
 
@@ -33,6 +33,24 @@ pub const QWEN35: Case = Case {
     model: "models/qwen35-tiny.gguf",
     f64_golden: "f64-qwen3vl.json",
     grid: true,
+};
+
+/// Qwen3-VL: the Qwen3.5 tower's kind with deepstack blocks, before a `qwen3vl` text model
+/// (tests/fixtures/make_qwen3vl_vision.py).
+pub const QWEN3VL: Case = Case {
+    golden: "llama-cpp-vision-qwen3vl.json",
+    mmproj: "models/qwen3vl-mmproj-tiny.gguf",
+    model: "models/qwen3vl-tiny.gguf",
+    f64_golden: "f64-qwen3vl-deepstack.json",
+    grid: true,
+};
+
+/// Qwen3-VL MoE: the same projector before a `qwen3vlmoe` text model (its embeddings are
+/// Qwen3-VL's).
+pub const QWEN3VL_MOE: Case = Case {
+    golden: "llama-cpp-vision-qwen3vlmoe.json",
+    model: "models/qwen3vlmoe-tiny.gguf",
+    ..QWEN3VL
 };
 
 pub const GEMMA3: Case = Case {

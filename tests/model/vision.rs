@@ -3,7 +3,8 @@
 //! images (golden/llama-cpp-vision.json, scripts/reference/make_vision_goldens.py) and against a
 //! float64 NumPy tower written apart from both (golden/f64-qwen3vl.json,
 //! scripts/reference/qwen3vl_f64.py), and the text model after an image against llama.cpp's
-//! greedy steps (tests/common/vision.rs). Two images are at sizes the tower takes as they are (the
+//! greedy steps (tests/common/vision.rs); likewise Qwen3-VL's tower with deepstack blocks and its
+//! text model (tests/fixtures/make_qwen3vl_vision.py), Gemma 3's and Gemma 4's. Two images are at sizes the tower takes as they are (the
 //! native 32×32, and 48×32, whose position grid is resampled); two take llama.cpp's resize and
 //! letterbox.
 
@@ -11,15 +12,17 @@ use crate::common;
 
 use common::golden_run;
 use common::vision::{
-    Case, GEMMA3, GEMMA4, QWEN35, check_embeddings, encode_all, encoder, golden_embeddings,
-    max_diff, prefill_prompt, steps_after_image,
+    Case, GEMMA3, GEMMA4, QWEN3VL, QWEN3VL_MOE, QWEN35, check_embeddings, encode_all, encoder,
+    golden_embeddings, max_diff, prefill_prompt, steps_after_image,
 };
 use std::sync::Arc;
 
 use kiln::backend::cpu::CpuBackend;
+use kiln::model::arch::{BatchSeq, KvCacheTypes, RowInputs};
 use kiln::model::chat::{ChatTemplate, Message};
 use kiln::model::conversation::Conversation;
 use kiln::model::multimodal::{ImageInput, ImageMarkers, PromptPiece, render_pieces};
+use kiln::model::session::DEFAULT_BATCH;
 use kiln::model::{Model, ModelFile, Session, Tokenizer};
 use kiln::vision::{Mmproj, image};
 
@@ -39,31 +42,148 @@ fn qwen3vl_embeddings_match_llama_cpp_and_the_f64_tower() {
 /// section).
 #[test]
 fn logits_after_an_image_match_llama_cpp() {
-    let golden = common::golden("llama-cpp-vision.json");
+    logits_after_an_image(&QWEN35, "Qwen3.5");
+}
+
+/// Qwen3-VL's tower with deepstack blocks (0 and 2 of its 3): each image row carries the merger's
+/// embedding and the two blocks' features side by side, against llama.cpp's embeddings and the
+/// float64 tower's.
+#[test]
+fn qwen3vl_deepstack_embeddings_match_llama_cpp_and_the_f64_tower() {
+    let backend = CpuBackend::new(2).unwrap();
+    check_embeddings(&QWEN3VL, &encode_all(&QWEN3VL, &backend), "CPU");
+}
+
+/// The Qwen3-VL text model after an image, as the Qwen3.5 one above, its image rows' deepstack
+/// slices added after its first two layers; with those slices zeroed, or swapped between the
+/// layers, the logits move past any rule: the test sees where each goes.
+#[test]
+fn logits_after_a_qwen3vl_image_match_llama_cpp() {
+    let (model, embeddings) = logits_after_an_image(&QWEN3VL, "Qwen3-VL");
+    let (e, width) = (model.config.hidden_size, model.config.embedding_width());
+    assert_eq!(width, 3 * e, "two deepstack slices");
+    let (_, want) = prefill_prompt(&QWEN3VL, &model, embeddings.clone(), None);
+    let mut zeroed = embeddings.clone();
+    let mut swapped = embeddings;
+    for (z, s) in zeroed
+        .chunks_exact_mut(width)
+        .zip(swapped.chunks_exact_mut(width))
+    {
+        z[e..].fill(0.0);
+        let (first, second) = s[e..].split_at_mut(e);
+        first.swap_with_slice(second);
+    }
+    for (what, mutant) in [("zeroed", zeroed), ("swapped", swapped)] {
+        let (_, got) = prefill_prompt(&QWEN3VL, &model, mutant, None);
+        let moved = max_diff(&got, &want);
+        eprintln!("deepstack slices {what}: the logits move by {moved:.3}");
+        assert!(
+            moved > 0.5,
+            "deepstack slices {what} moved the logits by {moved}"
+        );
+    }
+}
+
+/// Two Qwen3-VL sequences with images in one forward call, a text-only one between them: each
+/// sequence's last logits are those it gets alone, so each image's deepstack slices land on its
+/// own rows.
+#[test]
+fn qwen3vl_images_in_one_batched_call_match_each_alone() {
+    let mf = ModelFile::open(&common::fixture(QWEN3VL.model)).unwrap();
+    let model = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
+    let tower = encoder(&QWEN3VL, &model.backend);
+    let embed = |name: &str| {
+        let img = image::load(&common::fixture(&format!("models/{name}"))).unwrap();
+        tower.encode(&model.backend, &img).unwrap().embeddings
+    };
+    let width = model.config.embedding_width();
+    let images = [embed("vision-48x32.png"), embed("vision-20x70.png")];
+    let text: Vec<u32> = (100..110).collect();
+    let ids = [
+        vec![0; images[0].len() / width],
+        text,
+        vec![0; images[1].len() / width],
+    ];
+    let inputs = |i: usize| RowInputs {
+        embedded: match i {
+            0 => Some((0, &images[0][..])),
+            2 => Some((0, &images[1][..])),
+            _ => None,
+        },
+        positions: None,
+        bidirectional: false,
+    };
+    let vocab = model.config.vocab_size;
+    let run = |which: &[usize]| -> Vec<f32> {
+        let mut caches: Vec<_> = which
+            .iter()
+            .map(|_| model.new_cache(128, KvCacheTypes::default()).unwrap())
+            .collect();
+        let mut seqs: Vec<BatchSeq<CpuBackend>> = which
+            .iter()
+            .zip(caches.iter_mut())
+            .map(|(&i, cache)| BatchSeq {
+                ids: &ids[i],
+                start_pos: 0,
+                cache,
+                inputs: inputs(i),
+                all_rows: false,
+            })
+            .collect();
+        let mut scratch = model.new_scratch(64).unwrap();
+        let mut logits = Vec::new();
+        model
+            .forward_batch(&mut seqs, &mut scratch, &mut logits)
+            .unwrap();
+        logits
+    };
+    let together = run(&[0, 1, 2]);
+    for i in 0..3 {
+        let alone = run(&[i]);
+        let d = max_diff(&together[i * vocab..(i + 1) * vocab], &alone);
+        eprintln!("sequence {i}: |Δ| {d:.1e} from alone");
+        assert!(d <= 1e-4, "sequence {i}: {d} from its logits alone");
+    }
+}
+
+/// Qwen3-VL MoE's text model (Qwen3 MoE's experts under the same multi-axis RoPE and deepstack)
+/// after an image, as the dense one.
+#[test]
+fn logits_after_a_qwen3vl_moe_image_match_llama_cpp() {
+    logits_after_an_image(&QWEN3VL_MOE, "Qwen3-VL MoE");
+}
+
+/// `case`'s greedy steps after its image against llama.cpp's: given llama.cpp's embeddings by
+/// the tight rule, given kiln's by the GELU models' rule. Returns the model and llama.cpp's
+/// embeddings.
+fn logits_after_an_image(case: &Case, name: &str) -> (Model<CpuBackend>, Vec<f32>) {
+    let golden = common::golden(case.golden);
     let image_name = golden["logits"]["image"].as_str().unwrap();
-    let mf = ModelFile::open(&common::fixture("models/qwen35-tiny.gguf")).unwrap();
+    let mf = ModelFile::open(&common::fixture(case.model)).unwrap();
     let model = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
     let llama_embeddings = golden_embeddings(&golden, image_name).2;
     steps_after_image(
-        &QWEN35,
+        case,
         &model,
-        llama_embeddings,
+        llama_embeddings.clone(),
         &golden_run::EXACT_F32,
-        "llama.cpp's embeddings",
+        &format!("{name}, llama.cpp's embeddings"),
     );
-    let file = Mmproj::open(&common::fixture("models/qwen35-mmproj-tiny.gguf")).unwrap();
-    file.check_text_width(model.config.hidden_size).unwrap();
+    let file = Mmproj::open(&common::fixture(case.mmproj)).unwrap();
+    file.check_text_width(model.config.hidden_size, model.config.deepstack_layers)
+        .unwrap();
     let img = image::load(&common::fixture(&format!("models/{image_name}"))).unwrap();
-    let encoded = encoder(&QWEN35, &model.backend)
+    let encoded = encoder(case, &model.backend)
         .encode(&model.backend, &img)
         .unwrap();
     steps_after_image(
-        &QWEN35,
+        case,
         &model,
         encoded.embeddings,
         &golden_run::GELU_TABLE_F32,
-        "kiln's embeddings",
+        &format!("{name}, kiln's embeddings"),
     );
+    (model, llama_embeddings)
 }
 
 /// Gemma 3's tower (SigLIP blocks, 2×2 average pooling here, the soft-embedding RMSNorm and the
@@ -147,13 +267,24 @@ fn logits_after_a_bidirectional_image(case: &Case, name: &str) {
 /// session that runs the whole rendered conversation, image included.
 #[test]
 fn chat_with_an_image_reuses_it_across_turns() {
-    let mf = ModelFile::open(&common::fixture("models/qwen35-tiny.gguf")).unwrap();
+    chat_with_an_image(&QWEN35, DEFAULT_BATCH);
+}
+
+/// The same with Qwen3-VL's deepstack, in chunks of 5 rows, so the image's 24 rows (and their
+/// deepstack slices) are split across forward calls.
+#[test]
+fn qwen3vl_chat_with_an_image_in_small_chunks_reuses_it_across_turns() {
+    chat_with_an_image(&QWEN3VL, 5);
+}
+
+fn chat_with_an_image(case: &Case, batch: usize) {
+    let mf = ModelFile::open(&common::fixture(case.model)).unwrap();
     let tok = Tokenizer::from_model(&mf).unwrap();
     let model = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
-    let file = Mmproj::open(&common::fixture("models/qwen35-mmproj-tiny.gguf")).unwrap();
+    let file = Mmproj::open(&common::fixture(case.mmproj)).unwrap();
     let markers = ImageMarkers::for_projector(&file.config.projector);
     let img = image::load(&common::fixture("models/vision-48x32.png")).unwrap();
-    let e = encoder(&QWEN35, &model.backend)
+    let e = encoder(case, &model.backend)
         .encode(&model.backend, &img)
         .unwrap();
     let image = ImageInput {
@@ -163,7 +294,8 @@ fn chat_with_an_image_reuses_it_across_turns() {
         bidirectional: e.bidirectional,
     };
     let template = ChatTemplate::for_model(&tok, mf.config.arch);
-    let mut conv = Conversation::new(Session::new(&model, 512).unwrap(), template.clone(), None);
+    let session = Session::with_batch(&model, 512, batch).unwrap();
+    let mut conv = Conversation::new(session, template.clone(), None);
     conv.set_image_markers(markers);
     let turns = ["What is in this picture?", "What colour is it?", "Thanks."];
     let reply = "A small test pattern.";

@@ -4,7 +4,7 @@
 //! and positions; so do the convolution and recurrence of Qwen3.5's DeltaNet blocks, each
 //! sequence on its own state (`delta_net.rs`). A call over one sequence is the plain forward pass.
 
-use super::rows::RowInputs;
+use super::rows::{RowInputs, SeqRows};
 use super::{KvCache, Model, Scratch, Step, VerifyScratch};
 use crate::backend::{AttentionParams, Backend, KvAppend};
 use crate::error::{Error, Result};
@@ -18,17 +18,6 @@ pub struct BatchSeq<'c, B: Backend> {
     pub inputs: RowInputs<'c>,
     /// Every row's logits (a verify pass), else the last row's.
     pub all_rows: bool,
-}
-
-/// A sequence's rows inside one forward call: `rows` rows from row `first` of the scratch
-/// buffers, at positions `start_pos..` of `cache`.
-pub(super) struct SeqRows<'c, B: Backend> {
-    pub cache: &'c mut KvCache<B>,
-    pub start_pos: usize,
-    pub first: usize,
-    pub rows: usize,
-    /// False: the rows attend to each other both ways (`RowInputs::bidirectional`).
-    pub causal: bool,
 }
 
 /// Room for one sequence's attention inputs and output, copied out of and back into the call's

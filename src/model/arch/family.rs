@@ -1,8 +1,8 @@
 //! What kiln knows about an architecture family besides its layer code: the names files give it,
 //! its own GGUF and config.json keys, its layer, and its quirks. Each family file (llama.rs,
-//! smollm3.rs, qwen.rs, qwen3moe.rs, gemma2.rs, gemma3.rs, qwen35.rs, gpt_oss.rs, mistral3.rs,
-//! glm4moe.rs, phi3.rs, glm4.rs, gemma4.rs) fills in a `Family`; `FAMILIES` in arch/mod.rs
-//! lists them, and the lookups here search that list.
+//! smollm3.rs, qwen.rs, qwen3moe.rs, qwen3vl.rs, gemma2.rs, gemma3.rs, qwen35.rs, gpt_oss.rs,
+//! mistral3.rs, glm4moe.rs, phi3.rs, glm4.rs, gemma4.rs) fills in a `Family`; `FAMILIES` in
+//! arch/mod.rs lists them, and the lookups here search that list.
 
 use super::{AttentionOpts, FAMILIES};
 use crate::error::{Error, Result};

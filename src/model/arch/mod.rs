@@ -2,7 +2,8 @@
 //! (a `Family`, family.rs: the names files give it, its own GGUF and config.json keys, its quirks)
 //! and its layer: `llama.rs` (Llama, SmolLM2, Mistral; its layer also serves Qwen), `qwen.rs`
 //! (Qwen2, Qwen3), `qwen3moe.rs` (Qwen3 MoE: Qwen3's layer over the mixture of experts in
-//! `moe.rs`), `smollm3.rs` (Llama's layer, NoPE every fourth), `gemma3.rs` (its layer also serves
+//! `moe.rs`), `qwen3vl.rs` (Qwen3-VL and its MoE: those layers under multi-axis RoPE, with the
+//! image's deepstack features added after the first layers), `smollm3.rs` (Llama's layer, NoPE every fourth), `gemma3.rs` (its layer also serves
 //! `gemma2.rs`, which soft-caps attention scores and logits), `qwen35.rs` (Qwen3.5, over the Gated
 //! DeltaNet block in `delta_net.rs` and the experts in `moe.rs`), `gpt_oss.rs` (Llama's layer with
 //! attention sinks and biased experts), `mistral3.rs` (Llama's layer with YaRN and query
@@ -33,6 +34,7 @@ mod phi3;
 mod qwen;
 mod qwen35;
 mod qwen3moe;
+mod qwen3vl;
 mod rows;
 mod smollm3;
 
@@ -44,20 +46,23 @@ use super::weights::{Block, Ffn, GatedAttentionWeights, LayerWeights, Weights};
 use crate::backend::{Backend, CacheType, GateActivation};
 use crate::error::{Error, Result};
 pub use batch::BatchSeq;
-use batch::{SeqRows, SeqScratch};
+use batch::SeqScratch;
 use family::{Family, LayerKind};
 pub use mtp::MtpState;
 pub use rows::RowInputs;
+use rows::SeqRows;
 
 /// Every family kiln runs, searched by GGUF `general.architecture` and config.json `model_type`.
 /// A new family is its own file (which fills in a `Family`), its `mod` line at the top of this
 /// file, one line here, and its `Arch` variant (config/mod.rs).
-pub(crate) const FAMILIES: [&Family; 15] = [
+pub(crate) const FAMILIES: [&Family; 17] = [
     &llama::LLAMA,
     &smollm3::SMOLLM3,
     &qwen::QWEN2,
     &qwen::QWEN3,
     &qwen3moe::QWEN3_MOE,
+    &qwen3vl::QWEN3_VL,
+    &qwen3vl::QWEN3_VL_MOE,
     &gemma2::GEMMA2,
     &gemma3::GEMMA3,
     &qwen35::QWEN35,
@@ -112,6 +117,8 @@ pub struct Scratch<B: Backend> {
     /// One RoPE table per entry of `Model::ropes`.
     rope_tables: Vec<B::Buffer>,
     rope_host: Vec<f32>,
+    /// Room on the host for slices of embedded rows on their way to the backend (deepstack).
+    embedded_host: Vec<f32>,
     last: B::Buffer,
     logits: B::Buffer,
     /// Each row's query temperature (`ModelConfig::attn_temperature`), where the model has one.
@@ -335,6 +342,7 @@ impl<B: Backend> Model<B> {
                 .map(|_| b.buffer(rows * c.max_head_dim()))
                 .collect::<Result<_>>()?,
             rope_host: Vec::new(),
+            embedded_host: Vec::new(),
             last: b.buffer(c.hidden_size)?,
             logits: b.buffer(c.vocab_size)?,
             q_temperature: match c.attn_temperature {
@@ -501,15 +509,8 @@ impl<B: Backend> Model<B> {
             c.embedding_scale.unwrap_or(1.0),
             &mut s.x,
         );
-        for (q, inputs) in seqs.iter().zip(inputs) {
-            if let Some((first, embeddings)) = inputs.embedded {
-                // Unscaled, as llama.cpp takes embeddings (only token rows get the embedding scale).
-                let n = embeddings.len() / c.hidden_size;
-                assert!(first + n <= q.rows);
-                b.upload(&mut s.h, embeddings);
-                b.copy_rows(&s.h, 0, &mut s.x, q.first + first, n, c.hidden_size);
-            }
-        }
+        self.place_embeddings(inputs, seqs, s);
+        let deepstack = c.deepstack_layers > 0 && inputs.iter().any(|i| i.embedded.is_some());
         if let Some(g) = &mut s.gemma4 {
             b.copy_rows(&s.x, 0, &mut g.x0, 0, rows, c.hidden_size);
             g.ids.clear();
@@ -553,6 +554,9 @@ impl<B: Backend> Model<B> {
                 (LayerKind::Qwen35, Block::Standard(_)) => {
                     unreachable!("Qwen3.5 weights load as Qwen3.5 blocks")
                 }
+            }
+            if deepstack && il < c.deepstack_layers {
+                self.add_deepstack(il, inputs, seqs, rows, s);
             }
         }
         if std::mem::take(&mut s.pending_residual) {

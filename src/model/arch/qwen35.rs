@@ -139,7 +139,10 @@ fn delta_net(keys: &GgufKeys, recurrent: Vec<bool>) -> Result<DeltaNetConfig> {
 
 /// How many leading dimensions of each head RoPE rotates, and their IMRoPE sections (in rotary
 /// pairs).
-fn partial_rope(keys: &GgufKeys, head_dim: usize) -> Result<(usize, Option<[usize; 4]>)> {
+pub(super) fn partial_rope(
+    keys: &GgufKeys,
+    head_dim: usize,
+) -> Result<(usize, Option<[usize; 4]>)> {
     let rope_dims = gguf_rope_dims(keys, head_dim)?;
     let Some(v) = keys.i64_array("rope.dimension_sections")? else {
         return Ok((rope_dims, None));

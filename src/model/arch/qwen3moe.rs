@@ -21,7 +21,7 @@ pub(crate) const QWEN3_MOE: Family = Family {
     hf_model_types: &[],
     hf_text_config_of: None,
     hf_head_dim: None,
-    gguf_keys,
+    gguf_keys: |keys, c| experts_keys(keys, c, "qwen3moe"),
     // Never called: no config.json model_type reads as Qwen3 MoE.
     hf_keys: |_, _| Ok(()),
     hf_tensor_names: &[],
@@ -36,20 +36,20 @@ pub(crate) const QWEN3_MOE: Family = Family {
     chat_template: &CHATML,
 };
 
-/// The experts (required: llama.cpp refuses a qwen3moe file without them), and the checks
-/// llama.cpp makes on the head shapes.
-fn gguf_keys(keys: &GgufKeys, c: &mut ModelConfig) -> Result<()> {
+/// The experts (required: llama.cpp refuses a `family` file without them), and the checks
+/// llama.cpp makes on the head shapes (Qwen3-VL MoE's too: qwen3vl.rs).
+pub(super) fn experts_keys(keys: &GgufKeys, c: &mut ModelConfig, family: &str) -> Result<()> {
     c.qk_norm = true;
     // llama.cpp asserts that values, keys and RoPE all span the whole head.
     require_whole_heads(
         keys,
         c,
         &["attention.value_length", "rope.dimension_count"],
-        "qwen3moe",
+        family,
     )?;
     let m = gguf_experts(keys, SharedExpert::No)?.ok_or_else(|| {
         Error::Format(format!(
-            "{} must be positive: every qwen3moe block is a mixture of experts",
+            "{} must be positive: every {family} block is a mixture of experts",
             keys.key("expert_count")
         ))
     })?;

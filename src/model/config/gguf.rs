@@ -170,6 +170,7 @@ impl ModelConfig {
             first_shared_kv_layer: None,
             ffn_widths: None,
             per_layer_embedding: 0,
+            deepstack_layers: 0,
         };
         (family.gguf_keys)(&keys, &mut cfg)?;
         if let Some(per_layer) = kv_heads_per_layer

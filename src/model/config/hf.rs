@@ -79,6 +79,7 @@ impl ModelConfig {
             first_shared_kv_layer: None,
             ffn_widths: None,
             per_layer_embedding: 0,
+            deepstack_layers: 0,
         };
         (family.hf_keys)(&keys, &mut cfg)?;
         cfg.validate()?;

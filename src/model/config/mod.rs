@@ -30,6 +30,11 @@ pub enum Arch {
     /// Qwen3 mixture of experts (Qwen3-30B-A3B, Qwen3-Coder-30B-A3B): Qwen3's attention, routed
     /// experts in every block and no shared expert.
     Qwen3Moe,
+    /// Qwen3-VL dense: Qwen3's layer under multi-axis RoPE, image features joining its first
+    /// layers' outputs (deepstack).
+    Qwen3Vl,
+    /// Qwen3-VL mixture of experts (Qwen3-VL-30B-A3B): Qwen3 MoE's layer, the same way.
+    Qwen3VlMoe,
     /// Gemma 2: Gemma 3's layer without QK-norm, with soft-capped attention scores and logits.
     Gemma2,
     /// SmolLM3: Llama's layer with no RoPE in every fourth layer.
@@ -298,9 +303,19 @@ pub struct ModelConfig {
     /// Width of each layer's slice of the per-layer token embeddings (Gemma 4 E2B/E4B:
     /// `embedding_length_per_layer_input`); 0 without them.
     pub per_layer_embedding: usize,
+    /// Qwen3-VL's deepstack: an image row carries this many more slices of the hidden size after
+    /// its embedding, and slice `i + 1` joins the residual stream after layer `i`
+    /// (`n_deepstack_layers`); 0 elsewhere.
+    pub deepstack_layers: usize,
 }
 
 impl ModelConfig {
+    /// The values an embedded row (an image's) carries: the hidden size, and one slice of it per
+    /// deepstack layer after it (llama.cpp's `n_embd_inp`).
+    pub fn embedding_width(&self) -> usize {
+        self.hidden_size * (1 + self.deepstack_layers)
+    }
+
     /// True when layer `layer` attends through the sliding window.
     pub fn layer_is_local(&self, layer: usize) -> bool {
         match (
