@@ -283,6 +283,12 @@ impl VisionConfig {
         self.patch_size * self.merge
     }
 
+    /// The values each image token carries: the embedding, then a slice as wide per deepstack
+    /// block.
+    pub fn embedding_width(&self) -> usize {
+        self.projection_dim * (1 + self.deepstack.len())
+    }
+
     /// Whether images keep their aspect ratio and take a number of tokens within the limits
     /// (Qwen), rather than being resized to the native square (Gemma 3).
     pub fn dynamic_size(&self) -> bool {

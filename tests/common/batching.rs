@@ -126,16 +126,20 @@ pub fn threads_match_alone<B: Backend>(
 ) -> (usize, usize) {
     let truth = alone(model, prompts, n);
     let batcher = Batcher::new(model, 64).unwrap();
+    // Every sequence takes its seat before any generates, so that a busy machine's late thread
+    // still finds the others waiting for it (the batcher waits for seated sequences).
+    let seated = std::sync::Barrier::new(prompts.len());
     let got: Vec<Vec<u32>> = std::thread::scope(|scope| {
         let handles: Vec<_> = prompts
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let batcher = &batcher;
+                let (batcher, seated) = (&batcher, &seated);
                 scope.spawn(move || {
                     let mut s =
                         Session::batched(batcher, 128, 16, KvCacheTypes::default()).unwrap();
                     let _seat = batcher.seat();
+                    seated.wait();
                     let greedy = SamplerConfig {
                         temperature: 0.0,
                         ..SamplerConfig::default()

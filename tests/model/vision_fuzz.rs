@@ -58,8 +58,9 @@ const HANG: Duration = if cfg!(debug_assertions) {
 };
 const DEFAULT_SEED: u64 = 0x6b69_6c6e_5649_5331;
 
-const MMPROJ: [&str; 3] = [
+const MMPROJ: [&str; 4] = [
     "models/qwen35-mmproj-tiny.gguf",
+    "models/qwen3vl-mmproj-tiny.gguf",
     "models/gemma3-mmproj-tiny.gguf",
     "models/gemma4-mmproj-tiny.gguf",
 ];
@@ -760,7 +761,7 @@ fn run_job(ctx: &Ctx, job: &Job, out: &Sender<Msg>, stage: &Mutex<&'static str>)
             }
             call(out, stage, what, || {
                 let encoded = encoder.encode(&ctx.backend, &img)?;
-                check_encoded(&encoded, encoder.config().projection_dim);
+                check_encoded(&encoded, encoder.config().embedding_width());
                 assert_eq!(encoded.tokens(), n, "tokens against input_size's");
                 Ok(())
             });
@@ -789,7 +790,7 @@ fn run_job(ctx: &Ctx, job: &Job, out: &Sender<Msg>, stage: &Mutex<&'static str>)
             let img = &ctx.images[*image];
             call(out, stage, "encode", || {
                 let encoded = encoder.encode(&ctx.backend, img)?;
-                check_encoded(&encoded, file.config.projection_dim);
+                check_encoded(&encoded, file.config.embedding_width());
                 Ok(())
             });
         }
