@@ -166,7 +166,8 @@ pub(crate) fn hf_nests_text_config(model_type: &str) -> bool {
 fn unsupported(name: &str) -> Error {
     Error::Unsupported(format!(
         "architecture '{name}' is not supported (kiln runs llama, mistral, smollm3, qwen2, qwen3, \
-         gemma2, gemma3, and qwen3moe, qwen35, qwen35moe, gpt-oss, mistral3, glm4, glm4moe, phi3 and gemma4 from GGUF)"
+         gemma2, gemma3, and qwen3moe, qwen3vl, qwen3vlmoe, qwen35, qwen35moe, gpt-oss, mistral3, \
+         glm4, glm4moe, phi3 and gemma4 from GGUF)"
     ))
 }
 
