@@ -44,6 +44,11 @@ impl Scratch for BlockQ8K {
     }
 }
 
+thread_local! {
+    /// The calling thread's activations rounded to f16 for the F16 GEMM, kept between calls.
+    static ROUNDED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Activation rows per tile: a tile of quantized activations stays in cache while each weight row
 /// of a chunk is multiplied against it.
 const ROW_TILE: usize = 16;
@@ -161,17 +166,6 @@ impl CpuBackend {
                     .dot4_f16
                     .filter(|_| rows >= 4 && ws.iter().all(|w| is_f16(w)));
                 let dot3x4 = self.kernels.dot3x4_f16.filter(|_| dot4_f16.is_some());
-                let rounded: Vec<f32>;
-                let x = match dot4_f16 {
-                    Some(_) => {
-                        let mut r = x.to_vec();
-                        self.pool
-                            .for_each_chunk(&mut r[..], k, &|_, row| (self.kernels.round_f16)(row));
-                        rounded = r;
-                        &rounded[..]
-                    }
-                    None => x,
-                };
                 let jobs: Vec<Job<f32>> = jobs
                     .iter()
                     .map(|&(w, out)| Job {
@@ -183,10 +177,23 @@ impl CpuBackend {
                         tiled: None,
                     })
                     .collect();
-                match dot3x4 {
-                    Some(dot3x4) => self.run_f16_tiles(&jobs, dot3x4, rows, x, k),
-                    None => self.run_jobs(&jobs, rows, x, k),
+                if dot4_f16.is_none() {
+                    return self.run_jobs(&jobs, rows, x, k);
                 }
+                // Into a buffer kept between calls: a tower's activations are tens of MB, and
+                // fresh pages cost the kernel's zeroing on every call.
+                ROUNDED.with(|rounded| {
+                    let mut rounded = rounded.borrow_mut();
+                    rounded.clear();
+                    rounded.extend_from_slice(x);
+                    self.pool.for_each_chunk(&mut rounded[..], k, &|_, row| {
+                        (self.kernels.round_f16)(row)
+                    });
+                    match dot3x4 {
+                        Some(dot3x4) => self.run_f16_tiles(&jobs, dot3x4, rows, &rounded, k),
+                        None => self.run_jobs(&jobs, rows, &rounded, k),
+                    }
+                });
             }
             ActFormat::Q8 => self.quantized_pass::<BlockQ8>(x, k, rows, &jobs),
             ActFormat::Q8K => self.quantized_pass::<BlockQ8K>(x, k, rows, &jobs),

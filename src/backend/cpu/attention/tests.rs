@@ -211,3 +211,60 @@ fn wide_attention_matches_the_per_row_path() {
         }
     }
 }
+
+/// The wide attention's AVX-512 tiles (wide/avx512.rs) take each sum in the AVX2 tiles' order
+/// (one fused multiply-add per term, then the scale), and the AVX-512 `exp_sub` sums as AVX2's:
+/// the two levels' outputs are the same bits. (A CPU without AVX-512 has one x86 level to run.)
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn wide_attention_is_the_same_bits_at_the_avx2_and_avx512_levels() {
+    use super::super::kernels::Level;
+    let find = |l: Level| every_level().into_iter().find(|k| k.level == l);
+    let (Some(avx2), Some(avx512)) = (find(Level::Avx2), find(Level::Avx512Vnni)) else {
+        eprintln!("this CPU runs no AVX-512 level: nothing to compare");
+        return;
+    };
+    let run = |l: Level, hd: usize, nh: usize, rows: usize| {
+        let mut b = CpuBackend::new(2).unwrap();
+        b.kernels = find(l).expect("the level is there");
+        let k = filled(&b, CacheType::F32, rows, nh * hd, 31 + hd as u64);
+        let v = filled(&b, CacheType::F32, rows, nh * hd, 32 + hd as u64);
+        let q = activations(rows * nh * hd, 33);
+        let p = AttentionParams {
+            start_pos: 0,
+            rows,
+            n_heads: nh,
+            n_kv_heads: nh,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window: None,
+            softcap: None,
+            causal: false,
+        };
+        let mut out = vec![0f32; rows * nh * hd];
+        b.attention(&q, &k, &v, &mut out, &p, None);
+        out
+    };
+    // Head sizes of 8, 16, 24, 40, 64, 72 and 80 values (every value-tile width), and key counts
+    // that end in a 16-key panel.
+    for (hd, rows) in [
+        (72, 83),
+        (8, 130),
+        (16, 75),
+        (24, 64),
+        (40, 100),
+        (64, 97),
+        (80, 70),
+    ] {
+        let (a, b) = (
+            run(Level::Avx2, hd, 2, rows),
+            run(Level::Avx512Vnni, hd, 2, rows),
+        );
+        let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+        assert!(same, "hd {hd}, {rows} rows: AVX2 and AVX-512 differ");
+    }
+    let xs: Vec<f32> = (0..4133).map(|i| (i as f32 - 2000.0) * 0.011).collect();
+    let (mut a, mut b) = (xs.clone(), xs);
+    let (sa, sb) = ((avx2.exp_sub)(&mut a, 3.0), (avx512.exp_sub)(&mut b, 3.0));
+    assert_eq!(sa.to_bits(), sb.to_bits(), "exp_sub's sums");
+}

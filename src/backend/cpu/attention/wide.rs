@@ -9,7 +9,12 @@
 
 use super::super::{CpuBackend, CpuCache};
 use super::Shared;
+
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 use crate::backend::AttentionParams;
+#[cfg(target_arch = "x86_64")]
+use avx512 as x512;
 
 /// Fewest rows worth packing the keys for.
 const WIDE_MIN_ROWS: usize = 64;
@@ -39,6 +44,9 @@ thread_local! {
     static PACKED: std::cell::RefCell<(Vec<f32>, Vec<f32>)> =
         const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
+
+/// `block`'s `COPY` for the AVX-512 wrapper, which takes the intrinsics tiles (wide/avx512.rs).
+const AVX512: u8 = 2;
 
 /// a·b + c, fused where the target has it (`F`), else rounded twice.
 #[inline(always)]
@@ -147,6 +155,33 @@ fn block<'q, 'v, const F: bool, const COPY: u8>(
                 ($r:literal) => {{
                     let qs: [&[f32]; $r] = std::array::from_fn(|t| q(i + t));
                     let mut ss: [&mut [f32]; $r] = std::array::from_fn(|t| line(i + t));
+                    #[cfg(target_arch = "x86_64")]
+                    if COPY == AVX512 {
+                        let mut j0 = k0;
+                        while j0 < k1 {
+                            let panels = &kt[j0 * hd..];
+                            // SAFETY: `block_avx512` runs only on a CPU with AVX-512F; the
+                            // panels are whole (npad keys), the queries `hd` values and the
+                            // score lines `npad`.
+                            let p = ((k1 - j0) / TILE_KEYS).min(2);
+                            unsafe {
+                                macro_rules! tile {
+                                    ($p:literal) => {
+                                        x512::score_tile::<$r, $p>(&qs, panels, j0, scale, &mut ss)
+                                    };
+                                }
+                                match p {
+                                    1 => tile!(1),
+                                    2 => tile!(2),
+                                    3 => tile!(3),
+                                    _ => tile!(4),
+                                }
+                            }
+                            j0 += p * TILE_KEYS;
+                        }
+                        i += $r;
+                        continue;
+                    }
                     for j0 in (k0..k1).step_by(TILE_KEYS) {
                         let panel = &kt[j0 * hd..][..TILE_KEYS * hd];
                         score_tile::<F, $r>(&qs, panel, j0, scale, &mut ss);
@@ -181,6 +216,46 @@ fn block<'q, 'v, const F: bool, const COPY: u8>(
                 ($r:literal) => {{
                     let ps: [&mut [f32]; $r] = std::array::from_fn(|t| line(i + t));
                     let mut os: [&mut [f32]; $r] = std::array::from_fn(|t| out(i + t));
+                    #[cfg(target_arch = "x86_64")]
+                    if COPY == AVX512 {
+                        let mut c0 = 0;
+                        while c0 < hd {
+                            let (v, ks) = (&keys.v, ks.clone());
+                            // Whole vectors of 16, and a last 8 where the rest is odd eights.
+                            let rest = hd - c0;
+                            let (v16, half) = if rest >= 64 {
+                                (4, false)
+                            } else if rest >= 16 {
+                                (rest / 16, false)
+                            } else {
+                                (0, true)
+                            };
+                            // SAFETY: `block_avx512` runs only on a CPU with AVX-512F; value and
+                            // output rows hold `hd` values (a multiple of 8), the weight lines
+                            // every key's.
+                            unsafe {
+                                macro_rules! tile {
+                                    ($v:literal, $h:literal) => {
+                                        x512::value_tile::<$r, $v, $h>(&ps, v, ks, c0, &mut os)
+                                    };
+                                }
+                                match (v16, half) {
+                                    (0, _) => tile!(0, true),
+                                    (1, false) => tile!(1, false),
+                                    (1, true) => tile!(1, true),
+                                    (2, false) => tile!(2, false),
+                                    (2, true) => tile!(2, true),
+                                    (3, false) => tile!(3, false),
+                                    (3, true) => tile!(3, true),
+                                    (_, false) => tile!(4, false),
+                                    (_, true) => tile!(4, true),
+                                }
+                            }
+                            c0 += 16 * v16 + 8 * half as usize;
+                        }
+                        i += $r;
+                        continue;
+                    }
                     let mut c0 = 0;
                     while c0 < hd {
                         let ks = ks.clone();
@@ -232,7 +307,7 @@ unsafe fn block_avx512<'q, 'v>(
     keys: &Keys<'_, impl Fn(usize) -> &'v [f32]>,
     s: &mut [f32],
 ) {
-    block::<true, 2>(backend, rows, q, out, keys, s)
+    block::<true, AVX512>(backend, rows, q, out, keys, s)
 }
 
 impl CpuBackend {

@@ -308,11 +308,38 @@ unsafe fn silu_mul_avx512_impl(gate: &mut [f32], up: &[f32]) {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn exp_sub_impl(x: &mut [f32], max: f32) -> f64 {
+    unsafe { exp_sub_from(x, max, 0, 0.0) }
+}
+
+/// `exp_sub` at the AVX-512 level: sixteen exponentials at a time, summed as two eights in
+/// order, so the sum is `exp_sub_impl`'s bit for bit.
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn exp_sub_avx512_impl(x: &mut [f32], max: f32) -> f64 {
+    unsafe {
+        let n = x.len();
+        let m = _mm512_set1_ps(max);
+        let mut sum = 0.0f64;
+        let mut i = 0;
+        while i + 16 <= n {
+            let e = expf16(_mm512_sub_ps(_mm512_loadu_ps(x.as_ptr().add(i)), m));
+            _mm512_storeu_ps(x.as_mut_ptr().add(i), e);
+            let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e)));
+            sum += hsum_f32(_mm512_castps512_ps256(e)) as f64;
+            sum += hsum_f32(hi) as f64;
+            i += 16;
+        }
+        exp_sub_from(x, max, i, sum)
+    }
+}
+
+/// `exp_sub` of `x[from..]`, its sum added on to `sum` in order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn exp_sub_from(x: &mut [f32], max: f32, from: usize, mut sum: f64) -> f64 {
     unsafe {
         let n = x.len();
         let m = _mm256_set1_ps(max);
-        let mut sum = 0.0f64;
-        let mut i = 0;
+        let mut i = from;
         while i + 8 <= n {
             let e = expf8(_mm256_sub_ps(_mm256_loadu_ps(x.as_ptr().add(i)), m));
             _mm256_storeu_ps(x.as_mut_ptr().add(i), e);
@@ -447,6 +474,11 @@ unsafe fn delta_rule_rows<const R: usize>(
 pub fn exp_sub(x: &mut [f32], max: f32) -> f64 {
     // SAFETY: as above.
     unsafe { exp_sub_impl(x, max) }
+}
+
+pub fn exp_sub_avx512(x: &mut [f32], max: f32) -> f64 {
+    // SAFETY: handed out by `Kernels` only at the AVX-512 VNNI level.
+    unsafe { exp_sub_avx512_impl(x, max) }
 }
 
 pub fn round_f16(x: &mut [f32]) {

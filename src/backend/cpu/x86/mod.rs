@@ -103,7 +103,11 @@ pub unsafe fn kernels(level: Level) -> Kernels {
     } else {
         elementwise::silu_mul
     };
-    k.exp_sub = elementwise::exp_sub;
+    k.exp_sub = if avx512 {
+        elementwise::exp_sub_avx512
+    } else {
+        elementwise::exp_sub
+    };
     k.round_f16 = elementwise::round_f16;
     // The one-row F16 kernel above and these two sum in one order per level (so a tile's bits are
     // the one-row kernel's).
