@@ -162,6 +162,26 @@ impl<B: Backend> Buffers<B> {
         })
     }
 
+    /// Full attention of `n` rows whose queries, keys and values are separate maps of `self.x`
+    /// (SigLIP's), each kept on the backend: the keys and values go straight into the caches.
+    /// The output lands in `self.x` (the maps' input, read by then).
+    pub fn attend_split(
+        &mut self,
+        backend: &B,
+        maps: &[Linear<B>; 3],
+        n: usize,
+        (heads, head_dim, scale): (usize, usize, f32),
+    ) {
+        let e = heads * head_dim;
+        maps[1].apply(backend, &self.x, n, &mut self.t);
+        backend.store_rows(&self.t, &mut self.keys, 0, n, e);
+        maps[2].apply(backend, &self.x, n, &mut self.t);
+        backend.store_rows(&self.t, &mut self.values, 0, n, e);
+        maps[0].apply(backend, &self.x, n, &mut self.t);
+        let p = full_attention(n, heads, head_dim, scale);
+        backend.attention(&self.t, &self.keys, &self.values, &mut self.x, &p, None);
+    }
+
     /// Full (bidirectional) attention of `n` rows on the backend's attention kernels: `qkv` (host)
     /// holds each row's queries, keys and values side by side; the output lands in `self.t`.
     pub fn attend(
@@ -190,18 +210,23 @@ impl<B: Backend> Buffers<B> {
         backend.store_rows(&self.t, &mut self.values, 0, n, e);
         part(0, &mut self.part);
         backend.upload(&mut self.x, &self.part);
-        let p = AttentionParams {
-            start_pos: 0,
-            rows: n,
-            n_heads: heads,
-            n_kv_heads: heads,
-            head_dim,
-            scale,
-            window: None,
-            softcap: None,
-            causal: false,
-        };
+        let p = full_attention(n, heads, head_dim, scale);
         backend.attention(&self.x, &self.keys, &self.values, &mut self.t, &p, None);
+    }
+}
+
+/// Attention of `n` rows over all `n`, both ways: a vision tower's.
+fn full_attention(n: usize, heads: usize, head_dim: usize, scale: f32) -> AttentionParams {
+    AttentionParams {
+        start_pos: 0,
+        rows: n,
+        n_heads: heads,
+        n_kv_heads: heads,
+        head_dim,
+        scale,
+        window: None,
+        softcap: None,
+        causal: false,
     }
 }
 
@@ -272,6 +297,15 @@ impl<B: Backend> Blocks<B> {
             backend.download(h, 0, &mut normed);
             ops::layer_norm(&mut normed, &b.ln1.0, &b.ln1.1, c.eps);
             backend.upload(&mut buf.x, &normed);
+            if let (Qkv::Split(maps), None) = (&b.qkv, rope) {
+                // Nothing to turn on the host: Q, K and V stay on the backend.
+                buf.attend_split(backend, maps, n, (c.n_head, c.head_dim, scale));
+                b.out.apply(backend, &buf.x, n, &mut buf.t);
+                backend.add(h, &buf.t, n * e);
+                self.feed_forward(backend, c, b, h, n, (&mut normed, &mut ffn), buf);
+                after_block(i, h, buf);
+                continue;
+            }
             match &b.qkv {
                 Qkv::Fused(map) => {
                     map.apply(backend, &buf.x, n, &mut buf.t);
@@ -295,17 +329,31 @@ impl<B: Backend> Blocks<B> {
             buf.attend(backend, &qkv, n, c.n_head, c.head_dim, scale);
             b.out.apply(backend, &buf.t, n, &mut buf.x);
             backend.add(h, &buf.x, n * e);
-            // Feed-forward: h += down(gelu(up(ln2(h)))).
-            backend.download(h, 0, &mut normed);
-            ops::layer_norm(&mut normed, &b.ln2.0, &b.ln2.1, c.eps);
-            backend.upload(&mut buf.x, &normed);
-            b.up.apply(backend, &buf.x, n, &mut buf.t);
-            backend.download(&buf.t, 0, &mut ffn);
-            ops::gelu_in_place(&mut ffn);
-            backend.upload(&mut buf.x, &ffn);
-            b.down.apply(backend, &buf.x, n, &mut buf.t);
-            backend.add(h, &buf.t, n * e);
+            self.feed_forward(backend, c, b, h, n, (&mut normed, &mut ffn), buf);
             after_block(i, h, buf);
         }
+    }
+
+    /// A block's feed-forward: h += down(gelu(up(ln2(h)))), through host room `normed` and `ffn`.
+    #[allow(clippy::too_many_arguments)]
+    fn feed_forward(
+        &self,
+        backend: &B,
+        c: &VisionConfig,
+        b: &Block<B>,
+        h: &mut B::Buffer,
+        n: usize,
+        (normed, ffn): (&mut Vec<f32>, &mut Vec<f32>),
+        buf: &mut Buffers<B>,
+    ) {
+        backend.download(h, 0, normed);
+        ops::layer_norm(normed, &b.ln2.0, &b.ln2.1, c.eps);
+        backend.upload(&mut buf.x, normed);
+        b.up.apply(backend, &buf.x, n, &mut buf.t);
+        backend.download(&buf.t, 0, ffn);
+        ops::gelu_in_place(ffn);
+        backend.upload(&mut buf.x, ffn);
+        b.down.apply(backend, &buf.x, n, &mut buf.t);
+        backend.add(h, &buf.t, n * c.n_embd);
     }
 }
