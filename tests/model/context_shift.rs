@@ -240,6 +240,12 @@ fn re_rotated_keys_equal_keys_rotated_afresh() {
             "llama32-synth".into(),
             common::synth::llama32_synth(&smollm2),
         ),
+        // Multi-axis RoPE on text (Qwen3-VL: IMRoPE sections [3, 3, 2, 0] over all 8 pairs, a
+        // text row at one position in each), heads of 16.
+        (
+            "qwen3vl-tiny".into(),
+            ModelFile::open(&common::fixture("models/qwen3vl-tiny.gguf")).unwrap(),
+        ),
         // Partial NEOX RoPE (GLM-4.5 MoE: 16 of 32 dims).
         (
             "glm4moe-tiny".into(),
