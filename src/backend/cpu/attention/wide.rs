@@ -46,6 +46,7 @@ thread_local! {
 }
 
 /// `block`'s `COPY` for the AVX-512 wrapper, which takes the intrinsics tiles (wide/avx512.rs).
+#[cfg(target_arch = "x86_64")]
 const AVX512: u8 = 2;
 
 /// a·b + c, fused where the target has it (`F`), else rounded twice.
