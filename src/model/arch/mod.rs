@@ -1,17 +1,18 @@
-//! The architecture families and the forward pass. Each family has one file that owns its facts
-//! (a `Family`, family.rs: the names files give it, its own GGUF and config.json keys, its quirks)
-//! and its layer: `llama.rs` (Llama, SmolLM2, Mistral; its layer also serves Qwen), `qwen.rs`
-//! (Qwen2, Qwen3), `qwen3moe.rs` (Qwen3 MoE: Qwen3's layer over the mixture of experts in
-//! `moe.rs`), `qwen3vl.rs` (Qwen3-VL and its MoE: those layers under multi-axis RoPE, with the
-//! image's deepstack features added after the first layers), `smollm3.rs` (Llama's layer, NoPE every fourth), `gemma3.rs` (its layer also serves
-//! `gemma2.rs`, which soft-caps attention scores and logits), `qwen35.rs` (Qwen3.5, over the Gated
-//! DeltaNet block in `delta_net.rs` and the experts in `moe.rs`), `gpt_oss.rs` (Llama's layer with
-//! attention sinks and biased experts), `mistral3.rs` (Llama's layer with YaRN and query
-//! temperature), `glm4moe.rs` (Llama's layer, partial RoPE, leading dense blocks, then
-//! sigmoid-routed experts with a shared one), `phi3.rs` (Llama's layer, partial RoPE, LongRoPE,
-//! fused projections split at load), `glm4.rs` (Gemma's sandwich layer with SiLU, biases and
-//! partial RoPE), `gemma4.rs` (Gemma's sandwich layer with per-layer head shapes, shared KV
-//! caches, experts beside the MLP and per-layer embeddings). `FAMILIES` below lists them.
+//! The architecture families and the forward pass. Each family has one file that owns its facts (a
+//! `Family`, family.rs: the names files give it, its own GGUF and config.json keys, its quirks) and
+//! its layer: `llama.rs` (Llama, SmolLM2, Mistral; its layer also serves Qwen), `qwen.rs` (Qwen2,
+//! Qwen3), `qwen3moe.rs` (Qwen3 MoE: Qwen3's layer over the mixture of experts in `moe.rs`),
+//! `qwen3vl.rs` (Qwen3-VL and its MoE: those layers under multi-axis RoPE, with the image's
+//! deepstack features added after the first layers), `smollm3.rs` (Llama's layer, NoPE every
+//! fourth), `gemma3.rs` (its layer also serves `gemma2.rs`, which soft-caps attention scores and
+//! logits), `qwen35.rs` (Qwen3.5, over the Gated DeltaNet block in `delta_net.rs` and the experts
+//! in `moe.rs`), `gpt_oss.rs` (Llama's layer with attention sinks and biased experts),
+//! `mistral3.rs` (Llama's layer with YaRN and query temperature), `glm4moe.rs` (Llama's layer,
+//! partial RoPE, leading dense blocks, then sigmoid-routed experts with a shared one), `phi3.rs`
+//! (Llama's layer, partial RoPE, LongRoPE, fused projections split at load), `glm4.rs` (Gemma's
+//! sandwich layer with SiLU, biases and partial RoPE), `gemma4.rs` (Gemma's sandwich layer with
+//! per-layer head shapes, shared KV caches, experts beside the MLP and per-layer embeddings).
+//! `FAMILIES` below lists them.
 //!
 //! `Model` holds the weights on a backend; `Step` is one batched forward call over a chunk of
 //! tokens, with the shared building blocks (norms, attention, feed-forward, residual) that each
