@@ -355,23 +355,17 @@ fn batch_requests_take_image_content_parts() {
     use base64::Engine;
     let path = image("vision-48x32.png");
     let data = base64::engine::general_purpose::STANDARD.encode(std::fs::read(&path).unwrap());
-    let with_image = |url: String| {
-        serde_json::json!({"messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": url}},
-            {"type": "text", "text": "What do you see?"},
-        ]}]})
-    };
-    let lines = [
-        with_image(format!("data:image/png;base64,{data}")),
-        with_image(path.display().to_string()),
-        serde_json::json!({"messages": [{"role": "user", "content": "Hello there"}]}),
-        with_image(format!("file://{}", path.display())),
-        with_image("data:image/png;base64,AAAA".to_string()),
-    ];
     let dir = tempfile::tempdir().unwrap();
-    let requests = dir.path().join("requests.jsonl");
-    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    std::fs::write(&requests, text.join("\n") + "\n").unwrap();
+    let requests = write_requests(
+        dir.path(),
+        &[
+            image_request(&format!("data:image/png;base64,{data}")),
+            image_request(&path.display().to_string()),
+            text_request("Hello there"),
+            image_request(&format!("file://{}", path.display())),
+            image_request("data:image/png;base64,AAAA"),
+        ],
+    );
     let common_args = ["--temp", "0", "-n", "6", "-c", "256"];
     // One sequence: each request meets the cache the one before it left.
     let out = common::kiln()
@@ -434,21 +428,15 @@ fn batch_runs_qwen3vl_images_side_by_side() {
         common::fixture("models/qwen3vl-mmproj-tiny.gguf"),
     );
     let images = ["vision-48x32.png", "vision-20x70.png"];
-    let with_image = |name: &str| {
-        serde_json::json!({"messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": image(name).display().to_string()}},
-            {"type": "text", "text": "What do you see?"},
-        ]}]})
-    };
-    let lines = [
-        with_image(images[0]),
-        serde_json::json!({"messages": [{"role": "user", "content": "Hello there"}]}),
-        with_image(images[1]),
-    ];
     let dir = tempfile::tempdir().unwrap();
-    let requests = dir.path().join("requests.jsonl");
-    let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
-    std::fs::write(&requests, text.join("\n") + "\n").unwrap();
+    let requests = write_requests(
+        dir.path(),
+        &[
+            image_request(&image(images[0]).display().to_string()),
+            text_request("Hello there"),
+            image_request(&image(images[1]).display().to_string()),
+        ],
+    );
     let common_args = ["--temp", "0", "-n", "6", "-c", "256"];
     let out = common::kiln()
         .arg("run")
@@ -492,4 +480,25 @@ fn run_alone(args: &[&str], model: &Path, mmproj: &Path, img: &Path) -> serde_js
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// A batch request: one user message with the image at `url` and batch's question.
+fn image_request(url: &str) -> serde_json::Value {
+    serde_json::json!({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}},
+        {"type": "text", "text": "What do you see?"},
+    ]}]})
+}
+
+/// A batch request of one user message of text.
+fn text_request(text: &str) -> serde_json::Value {
+    serde_json::json!({"messages": [{"role": "user", "content": text}]})
+}
+
+/// `requests` as a JSONL file in `dir`.
+fn write_requests(dir: &Path, requests: &[serde_json::Value]) -> PathBuf {
+    let path = dir.join("requests.jsonl");
+    let lines: Vec<String> = requests.iter().map(|r| r.to_string()).collect();
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
 }
