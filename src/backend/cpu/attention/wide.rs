@@ -2,7 +2,8 @@
 //! query sees every key, so a block of queries' scores are one matrix product with the head's
 //! keys (packed transposed once per call), then each row's softmax, then one product with the
 //! values. Register tiles of 6 queries by 16 keys (scores) and 4 queries by up to 24 values
-//! (weighted sum), compiled for AVX2 and for AVX-512, broadcast one operand and stream the other,
+//! (weighted sum), compiled for AVX2 (at the AVX-512 level, wider ones in intrinsics:
+//! wide/avx512.rs, the same sums), broadcast one operand and stream the other,
 //! where the chunked path sums each score across a vector (a 1,536-patch image's tower makes 2.4
 //! million scores per head and layer). The softmax is exact over the whole row, as llama.cpp's
 //! without flash attention.
@@ -222,15 +223,9 @@ fn block<'q, 'v, const F: bool, const COPY: u8>(
                         let mut c0 = 0;
                         while c0 < hd {
                             let (v, ks) = (&keys.v, ks.clone());
-                            // Whole vectors of 16, and a last 8 where the rest is odd eights.
-                            let rest = hd - c0;
-                            let (v16, half) = if rest >= 64 {
-                                (4, false)
-                            } else if rest >= 16 {
-                                (rest / 16, false)
-                            } else {
-                                (0, true)
-                            };
+                            // Up to 4 vectors of 16 a pass, and a last 8 where the rest is odd
+                            // eights.
+                            let v16 = ((hd - c0) / 16).min(4);
                             // SAFETY: `block_avx512` runs only on a CPU with AVX-512F; value and
                             // output rows hold `hd` values (a multiple of 8), the weight lines
                             // every key's.
@@ -240,19 +235,15 @@ fn block<'q, 'v, const F: bool, const COPY: u8>(
                                         x512::value_tile::<$r, $v, $h>(&ps, v, ks, c0, &mut os)
                                     };
                                 }
-                                match (v16, half) {
-                                    (0, _) => tile!(0, true),
-                                    (1, false) => tile!(1, false),
-                                    (1, true) => tile!(1, true),
-                                    (2, false) => tile!(2, false),
-                                    (2, true) => tile!(2, true),
-                                    (3, false) => tile!(3, false),
-                                    (3, true) => tile!(3, true),
-                                    (_, false) => tile!(4, false),
-                                    (_, true) => tile!(4, true),
+                                match v16 {
+                                    0 => tile!(0, true),
+                                    1 => tile!(1, false),
+                                    2 => tile!(2, false),
+                                    3 => tile!(3, false),
+                                    _ => tile!(4, false),
                                 }
                             }
-                            c0 += 16 * v16 + 8 * half as usize;
+                            c0 += if v16 == 0 { 8 } else { 16 * v16 };
                         }
                         i += $r;
                         continue;

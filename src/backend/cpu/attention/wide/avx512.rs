@@ -1,7 +1,8 @@
 //! The wide attention's register tiles at the AVX-512 level (../wide.rs), in intrinsics: scores of
-//! up to 6 queries by 64 keys (24 vectors of sums) and weighted values of up to 4 queries by 72
-//! values (16 vectors and 4 of half width), where the portable tiles compiled for AVX-512 keep 6 and 8 vectors and
-//! spend as many instructions on addresses and register moves as on products. Each sum is taken
+//! up to 6 queries by 32 keys (12 vectors of sums) and weighted values of up to 4 queries by 64
+//! values (16 vectors), or by 8 (a head size of odd eights' last 8), where the portable tiles
+//! compiled for AVX-512 keep 6 and 8 vectors and spend as many instructions on addresses and
+//! register moves as on products. Each sum is taken
 //! in the portable tiles' order — one fused multiply-add per key value or key, in order, then
 //! the scale — so the results are theirs, bit for bit.
 
@@ -53,8 +54,8 @@ pub(super) unsafe fn score_tile<const R: usize, const P: usize>(
 }
 
 /// `o[r][c0..c0 + w] += Σ_{j in keys} p[r][j] · v_j[c0..c0 + w]` for `R` queries, where
-/// `w = 16·V`, plus 8 more values with `HALF` (a head size of odd eights: 72 as 64 + 8, each
-/// weight broadcast once for both).
+/// `w = 16·V`, plus 8 more values with `HALF`. wide.rs takes the 8 alone (`V` = 0): one tile of
+/// 64 + 8 values, each weight broadcast once for both, measured slower than the two apart.
 ///
 /// # Safety
 /// The CPU has AVX-512F; every `v(j)` and `o[r]` holds `c0 + w` values, every `p[r]` the keys'
