@@ -5,7 +5,8 @@
 //! 64-byte weight line is loaded once and multiplied, as integers, with every token's 8-bit
 //! activations, so prefill is a real GEMM rather than a loop of dot products. A register holds
 //! `LANES` rows (16 with AVX-512; AVX2 takes the 16 rows as two halves of 8, or for one token as
-//! pairs of registers; NEON as four quarters of 4).
+//! pairs of registers; NEON as four quarters of 4). How a call walks its group (tiles, spans,
+//! weights fetched ahead) is `group.rs`; here are the kernels of each type.
 //!
 //! Integer arithmetic is exact and each token's float operations are the same whatever the tile
 //! size, so a row's result does not depend on how many tokens were batched with it. Generation on
@@ -15,13 +16,13 @@
 //! the repacked layout can make decoding cheaper (Q6_K's six-bit lines).
 #![allow(clippy::needless_range_loop)] // tile kernels index parallel arrays with one index
 
-use std::ops::Range;
+mod group;
 
 use super::isa::Isa;
-use crate::backend::cpu::kernels::{ActBlock, BlockQ8, BlockQ8K, GroupCall, Level, PackedKernel};
-use crate::backend::cpu::repack::{self, BlockPlace, ROWS, chunk_blocks, chunk_bytes};
+use crate::backend::cpu::kernels::{ActBlock, BlockQ8, BlockQ8K, Level, PackedKernel};
 use crate::gguf::GgmlType;
 use crate::gguf::iq::{KVALUES_IQ4NL, KVALUES_MXFP4};
+pub(crate) use group::{Kernel, Tile, run_group};
 
 /// Four activation bytes at `p` as one i32 (for broadcasting).
 #[inline(always)]
@@ -35,54 +36,6 @@ unsafe fn pair<V: Isa>(lo: V::I, hi: V::I) -> V::I {
     unsafe { V::or(V::and32(lo, 0xFFFF), V::shl32::<16>(hi)) }
 }
 
-/// Where one tile's operands are: the group's sections, the rows of this part (the group's 16
-/// rows in registers of `LANES`), and per token its activation blocks and, for Q8 activations,
-/// their integer sums.
-pub(crate) struct Tile<A, const T: usize> {
-    /// Where each section starts in the group's first chunk.
-    pub sec: [*const u8; 6],
-    pub blocks: usize,
-    /// log2 of the blocks per chunk (one or two), and the chunk's size.
-    pub chunk_shift: u32,
-    pub chunk_bytes: usize,
-    /// Byte offset of this part's rows in a line.
-    pub line: usize,
-    /// Index of this part's first row in a plane.
-    pub lane: usize,
-    /// Bit offset of this part's rows in a quad mask.
-    pub shift: usize,
-    pub x: [*const A; T],
-    pub xsum: [*const i32; T],
-}
-
-impl<A, const T: usize> Tile<A, T> {
-    /// Byte `i` of block `b`'s part of section `s`, whose parts are `size` bytes.
-    #[inline(always)]
-    pub unsafe fn at(&self, s: usize, size: usize, b: usize, i: usize) -> *const u8 {
-        let chunk = b >> self.chunk_shift;
-        let within = b & ((1 << self.chunk_shift) - 1);
-        unsafe { self.sec[s].add(chunk * self.chunk_bytes + within * size + i) }
-    }
-
-    /// The quad mask at byte `i` of block `b`'s part of section `s` (`size` bytes per block),
-    /// for this part's rows.
-    #[inline(always)]
-    unsafe fn mask(&self, s: usize, size: usize, b: usize, i: usize) -> u64 {
-        unsafe { (self.at(s, size, b, i) as *const u64).read_unaligned() >> self.shift }
-    }
-
-    /// Token `t`'s activation block `b`.
-    #[inline(always)]
-    pub unsafe fn x(&self, t: usize, b: usize) -> &A {
-        unsafe { &*self.x[t].add(b) }
-    }
-}
-
-/// One weight type's kernel: `acc[t] += ` the tile's rows · token t, over all blocks.
-pub(crate) trait Kernel<A> {
-    unsafe fn run<V: Isa, const T: usize>(tile: &Tile<A, T>, acc: &mut [V::F; T]);
-}
-
 /// Q4_K (and Q5_K with `Q5`): eight 32-value sub-blocks with 6-bit scales and minimums.
 pub struct KQ4<const Q5: bool>;
 
@@ -94,6 +47,7 @@ impl<const Q5: bool> Kernel<BlockQ8K> for KQ4<Q5> {
             // Q5_K's sub-blocks are 256 bytes of lines and then 64 of their masks.
             let (region, unit) = if Q5 { (2560, 320) } else { (2048, 256) };
             for b in 0..tile.blocks {
+                tile.fetch_ahead(b);
                 let mut acc_s = [V::zero(); T];
                 // Q4_K with 32-bit unsigned-by-signed dot products (VNNI) takes its high nibbles
                 // in place, as 16 times their value (one operation less per line), summed apart
@@ -227,6 +181,7 @@ impl Kernel<BlockQ8K> for KQ6 {
     unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
         unsafe {
             for b in 0..tile.blocks {
+                tile.fetch_ahead(b);
                 let mut acc_s = [V::zero(); T];
                 for s in 0..16 {
                     // Sub-block s: its three six-bit lines, quad k in line k's low six bits
@@ -308,6 +263,7 @@ impl Kernel<BlockQ8K> for KQ2 {
     unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
         unsafe {
             for b in 0..tile.blocks {
+                tile.fetch_ahead(b);
                 let acc_s = sixteen_sub_blocks::<V, T>(tile, b, |s| {
                     (
                         two_bit::<V>(V::load(tile.at(0, 1024, b, s * 64 + tile.line))),
@@ -343,6 +299,7 @@ impl Kernel<BlockQ8K> for KQ3 {
     unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
         unsafe {
             for b in 0..tile.blocks {
+                tile.fetch_ahead(b);
                 let scale = |s: usize| V::i8s(tile.at(2, 256, b, 16 * s + tile.lane));
                 let acc_s = sixteen_sub_blocks::<V, T>(tile, b, |s| {
                     // Sub-blocks 2p and 2p + 1: their two lines, then their eight masks.
@@ -392,6 +349,7 @@ impl Kernel<BlockQ8K> for KIQ4XS {
     unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8K, T>, acc: &mut [V::F; T]) {
         unsafe {
             for b in 0..tile.blocks {
+                tile.fetch_ahead(b);
                 let mut acc_s = [V::zero(); T];
                 for j in 0..8 {
                     let mut acc_j = [V::zero(); T];
@@ -470,6 +428,7 @@ impl<const KIND: u8> Kernel<BlockQ8> for K32<KIND> {
             let d_sec = if q5 { 2 } else { 1 };
             let region = if q5 { 320 } else { 256 };
             for b in 0..tile.blocks {
+                tile.fetch_ahead(b);
                 let mut acc_j = [V::zero(); T];
                 if KIND == Q8_0 {
                     for q in 0..8 {
@@ -541,6 +500,7 @@ impl Kernel<BlockQ8> for KQ1 {
     unsafe fn run<V: Isa, const T: usize>(tile: &Tile<BlockQ8, T>, acc: &mut [V::F; T]) {
         unsafe {
             for b in 0..tile.blocks {
+                tile.fetch_ahead(b);
                 let mut sums = [V::fzero(); T];
                 for q in 0..4 {
                     let xb = 4 * b + q;
@@ -568,150 +528,6 @@ impl Kernel<BlockQ8> for KQ1 {
                 }
             }
         }
-    }
-}
-
-/// Values of K per span of a GEMM call over several tiles: every token tile passes over one span
-/// of the group's 16 rows (a few KB of weights, which stay in L1) before the next, and the next
-/// span's weights are fetched while it does (a down projection's whole rows, 100+ KB, would not
-/// stay in L1 between tiles).
-const SPAN_VALUES: usize = 1024;
-
-#[inline(always)]
-pub(crate) unsafe fn run_group<V: Isa, A: ActBlock, K: Kernel<A>, const TILE: usize>(
-    c: &GroupCall<A>,
-) {
-    unsafe {
-        let base = c.p.group(c.group).as_ptr();
-        let dtype = c.p.dtype;
-        let n_sec = repack::sections(dtype).map_or(0, |s| s.len());
-        let first = BlockPlace::new(dtype, 0);
-        let mut sec = [base; 6];
-        for (s, p) in sec.iter_mut().enumerate().take(n_sec) {
-            *p = base.add(first.at(s, 0));
-        }
-        // The chunk sizes, looked up once here: per tile they cost a share of a prefill.
-        let (per_chunk, bytes_per_chunk) = (chunk_blocks(dtype), chunk_bytes(dtype));
-        let chunks = (per_chunk.trailing_zeros(), bytes_per_chunk);
-        // One span for a single tile (generation); spans of whole chunks otherwise.
-        let span = if c.tokens.len() <= TILE {
-            c.p.blocks
-        } else {
-            (SPAN_VALUES / dtype.block_len()).next_multiple_of(per_chunk)
-        };
-        let skip = |b: usize| (b / per_chunk) * bytes_per_chunk;
-        let tiles = c.tokens.len().div_ceil(TILE) * (ROWS / V::LANES);
-        let mut b0 = 0;
-        while b0 < c.p.blocks {
-            let blocks = b0..(b0 + span).min(c.p.blocks);
-            let sec_b = sec.map(|p| p.add(skip(b0)));
-            // The weights the next span reads (the next group's first span after the last one),
-            // fetched a share per tile while this span computes, so that the next span's first
-            // tile does not wait for memory. (1B shape, Q6_K, 2 threads, pp128: 466 t/s without,
-            // 533-540 with.) Not for a call of one token tile (a verify pass of 2-4 rows): its
-            // one span is the whole row, read in order, which the hardware's prefetcher follows
-            // as it does decode's; the burst of a whole group's prefetches there cost more than
-            // it saved (1B shape, Q4_K_M, 2 threads, 8 alternating rounds: a 4-row verify pass
-            // 1.52 decode steps without, 1.69 with; 2 rows 1.27 against 1.40; 8 rows unchanged).
-            let next = if blocks.end < c.p.blocks {
-                let end = (blocks.end + span).min(c.p.blocks);
-                Some((base.add(skip(blocks.end)), skip(end) - skip(blocks.end)))
-            } else if tiles > 1 && c.tokens.len() > TILE && c.group + 1 < c.p.groups() {
-                let bytes = skip(span.min(c.p.blocks));
-                Some((base.add(c.p.group_bytes), bytes.min(c.p.group_bytes)))
-            } else {
-                None
-            };
-            let share = next.map_or(0, |(_, bytes)| bytes.div_ceil(tiles).next_multiple_of(64));
-            let mut fetched = 0;
-            for h in 0..ROWS / V::LANES {
-                let mut t0 = c.tokens.start;
-                while t0 < c.tokens.end {
-                    if let Some((at, bytes)) = next {
-                        let end = (fetched + share).min(bytes);
-                        while fetched < end {
-                            prefetch(at.add(fetched));
-                            fetched += 64;
-                        }
-                    }
-                    let n = (c.tokens.end - t0).min(TILE);
-                    // A short tile computes only its tokens: a verify pass of 2 or 3 rows (or a
-                    // tile of 4 and 2) would otherwise pay for a whole tile.
-                    let b = blocks.clone();
-                    match n {
-                        1 => tile::<V, A, K, 1>(c, &sec_b, chunks, h, t0, 1, b),
-                        2 if TILE > 2 => tile::<V, A, K, 2>(c, &sec_b, chunks, h, t0, 2, b),
-                        3 if TILE > 3 => tile::<V, A, K, 3>(c, &sec_b, chunks, h, t0, 3, b),
-                        _ => tile::<V, A, K, TILE>(c, &sec_b, chunks, h, t0, n, b),
-                    }
-                    t0 += n;
-                }
-            }
-            b0 = blocks.end;
-        }
-    }
-}
-
-/// `n` tokens from `t0` (padded to `T` by repeating the last one) against half `h` of the group,
-/// over `blocks` (whose weights start at `sec`). A span after the first adds to the outputs the
-/// spans before it left, so each output's float operations run in the same order as in one span.
-#[inline(always)]
-unsafe fn tile<V: Isa, A: ActBlock, K: Kernel<A>, const T: usize>(
-    c: &GroupCall<A>,
-    sec: &[*const u8; 6],
-    (chunk_shift, chunk_bytes): (u32, usize),
-    h: usize,
-    t0: usize,
-    n: usize,
-    blocks: Range<usize>,
-) {
-    unsafe {
-        let mut x = [c.x.as_ptr(); T];
-        let mut xsum = [c.xsum.as_ptr(); T];
-        // Activation blocks per weight block (four for Q1_0's 128 values, else one).
-        let first = blocks.start * (c.p.dtype.block_len() / A::LEN);
-        for t in 0..T {
-            let tok = t0 + t.min(n - 1);
-            x[t] = c.x.as_ptr().add(tok * c.stride + first);
-            if !c.xsum.is_empty() {
-                xsum[t] = c.xsum.as_ptr().add(tok * c.stride + first);
-            }
-        }
-        let tile = Tile {
-            sec: *sec,
-            blocks: blocks.len(),
-            chunk_shift,
-            chunk_bytes,
-            line: h * 4 * V::LANES,
-            lane: h * V::LANES,
-            shift: h * 4 * V::LANES,
-            x,
-            xsum,
-        };
-        let mut acc = [V::fzero(); T];
-        if blocks.start > 0 {
-            for t in 0..n {
-                acc[t] = V::loadf(c.out.add((t0 + t) * c.m + h * V::LANES));
-            }
-        }
-        K::run::<V, T>(&tile, &mut acc);
-        for t in 0..n {
-            V::store(c.out.add((t0 + t) * c.m + h * V::LANES), acc[t]);
-        }
-    }
-}
-
-/// Where the next weights are read from: fetch the 64-byte line at `p` into L1.
-#[inline(always)]
-unsafe fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    unsafe {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>(p as *const i8)
-    }
-    #[cfg(target_arch = "aarch64")]
-    unsafe {
-        std::arch::asm!("prfm pldl1keep, [{p}]", p = in(reg) p, options(nostack, preserves_flags, readonly))
     }
 }
 

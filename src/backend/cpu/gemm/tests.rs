@@ -3,11 +3,11 @@
 
 use super::*;
 use crate::backend::cpu::kernels::tests::every_level;
-use crate::backend::cpu::kernels::{Kernels, TypeKernels};
+use crate::backend::cpu::kernels::{GroupCall, Kernels, TypeKernels};
 use crate::backend::cpu::portable::tests::{activations, random_row};
 use crate::backend::cpu::portable::{self, quantize_q8, quantize_q8k};
 use crate::backend::cpu::portable_iq;
-use crate::backend::cpu::repack::{Packed, tests::pack_serial};
+use crate::backend::cpu::repack::{Packed, ROWS, tests::pack_serial};
 
 /// The GEMM kernels of type `t` in a level's table: (against Q8_0 blocks, against Q8_K blocks).
 fn kernels_of(
@@ -91,7 +91,7 @@ fn largest_k_quant_sums_stay_exact() {
 
 /// Every packed kernel, on every instruction set this CPU has, agrees with the portable dot
 /// products on the original blocks (integer parts exactly, so only float summation order
-/// differs), and gives each token the same bits whether it ran alone, in calls of two or three
+/// differs), and gives each token the same bits whether it ran alone, in calls of two, three or four
 /// tokens (short tiles of their own: verify passes) or in a tile (rows long enough for a tile to
 /// run in spans, the last one short).
 #[test]
@@ -114,8 +114,9 @@ fn packed_kernels_match_the_portable_dot_products() {
             let mut reference = vec![0f32; n * m];
             let mut tiled = vec![0f32; n * m];
             let mut alone = vec![0f32; n * m];
-            let mut pairs = vec![0f32; n * m];
-            let mut triples = vec![0f32; n * m];
+            // Calls of `CALLS[c]` tokens each, into `calls[c]`.
+            const CALLS: [usize; 3] = [2, 3, 4];
+            let mut calls = vec![vec![0f32; n * m]; CALLS.len()];
             if let Some(kernel) = k8 {
                 let nb = k / 32;
                 let mut q = vec![BlockQ8::default(); n * nb];
@@ -139,20 +140,10 @@ fn packed_kernels_match_the_portable_dot_products() {
                 run(kernel, &p, &q, nb, &xsum, n, 0..n, &mut tiled);
                 for i in 0..n {
                     run(kernel, &p, &q, nb, &xsum, n, i..i + 1, &mut alone);
-                    if i % 2 == 0 {
-                        run(kernel, &p, &q, nb, &xsum, n, i..(i + 2).min(n), &mut pairs);
-                    }
-                    if i % 3 == 0 {
-                        run(
-                            kernel,
-                            &p,
-                            &q,
-                            nb,
-                            &xsum,
-                            n,
-                            i..(i + 3).min(n),
-                            &mut triples,
-                        );
+                    for (&size, out) in CALLS.iter().zip(&mut calls) {
+                        if i % size == 0 {
+                            run(kernel, &p, &q, nb, &xsum, n, i..(i + size).min(n), out);
+                        }
                     }
                 }
             } else if let Some(kernel) = k8k {
@@ -170,11 +161,10 @@ fn packed_kernels_match_the_portable_dot_products() {
                 run(kernel, &p, &q, nb, &[], n, 0..n, &mut tiled);
                 for i in 0..n {
                     run(kernel, &p, &q, nb, &[], n, i..i + 1, &mut alone);
-                    if i % 2 == 0 {
-                        run(kernel, &p, &q, nb, &[], n, i..(i + 2).min(n), &mut pairs);
-                    }
-                    if i % 3 == 0 {
-                        run(kernel, &p, &q, nb, &[], n, i..(i + 3).min(n), &mut triples);
+                    for (&size, out) in CALLS.iter().zip(&mut calls) {
+                        if i % size == 0 {
+                            run(kernel, &p, &q, nb, &[], n, i..(i + size).min(n), out);
+                        }
                     }
                 }
             }
@@ -194,18 +184,14 @@ fn packed_kernels_match_the_portable_dot_products() {
                 "{t} {}: tiled and one-token results differ",
                 table.name()
             );
-            assert_eq!(
-                pairs.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{t} {}: two-token and one-token results differ",
-                table.name()
-            );
-            assert_eq!(
-                triples.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{t} {}: three-token and one-token results differ",
-                table.name()
-            );
+            for (&size, out) in CALLS.iter().zip(&calls) {
+                assert_eq!(
+                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{t} {}: {size}-token and one-token results differ",
+                    table.name()
+                );
+            }
         }
     }
 }

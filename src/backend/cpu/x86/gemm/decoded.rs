@@ -69,6 +69,8 @@ unsafe fn run<V: Isa, const TILE: usize>(c: &TiledCall<BlockQ8K>) {
                     shift: 0,
                     x,
                     xsum: [std::ptr::null(); TILE],
+                    start: base,
+                    ahead: 0, // the decoded rows are in L2
                 };
                 let mut acc = [V::fzero(); TILE];
                 KDecoded::run::<V, TILE>(&tile, &mut acc);
