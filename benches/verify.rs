@@ -1,10 +1,12 @@
 //! The cost of speculative decoding's verify pass per row count, against one decode step, on a
 //! model file: `KILN_BENCH_MODEL=FILE cargo bench --bench verify` (`KILN_BENCH_GPU=1` runs it on
-//! the best wgpu adapter, lavapipe included, instead of the CPU; `KILN_BENCH_THREADS`, default 2; `KILN_BENCH_ROUNDS`, default 15; `KILN_BENCH_PROFILE=N`
-//! prints the CPU's per-op times of the last round's N-row pass). Each round times a decode
-//! step and a verify pass of 2, 3, 4, 6 and 8 rows after a 64-token context, each followed by the
-//! truncation that rejects the rows past the first (what a pass whose drafts all fail costs), and
-//! prints the median time of each and its ratio to the decode step's.
+//! the best wgpu adapter, lavapipe included, instead of the CPU; `KILN_BENCH_NO_REPACK=1` runs the
+//! CPU's row kernels, as `--no-repack`; `KILN_BENCH_THREADS`, default 2; `KILN_BENCH_ROUNDS`,
+//! default 15; `KILN_BENCH_PROFILE=N` prints the CPU's per-op times of the last round's N-row
+//! pass). Each round times a decode step and a verify pass of 2, 3, 4, 6 and 8 rows after a
+//! 64-token context, each followed by the truncation that rejects the rows past the first (what a
+//! pass whose drafts all fail costs), and prints the median time of each and its ratio to the
+//! decode step's.
 //! The model files: `../shared/tools/make-bench-models.py`, `scripts/bench-models/`.
 
 use std::time::{Duration, Instant};
@@ -42,7 +44,8 @@ fn main() -> anyhow::Result<()> {
         let model = Model::load(&file, WgpuBackend::new(AdapterChoice::Best)?)?;
         measure(&model, &format!("{what} (GPU)"), rounds)
     } else {
-        let model = Model::load(&file, CpuBackend::new(threads)?)?;
+        let repack = std::env::var_os("KILN_BENCH_NO_REPACK").is_none();
+        let model = Model::load(&file, CpuBackend::new(threads)?.with_repacking(repack))?;
         measure(&model, &format!("{what} ({threads} threads)"), rounds)
     }
 }

@@ -584,7 +584,8 @@ mod tests {
 
     /// The backend's matmul passes run these types through the table on the row kernels (with
     /// repacking off, as it is for all but Q1_0 on x86 and for all on other CPUs): one token,
-    /// prefills of five and thirteen (the eight-, four- and one-row kernels in turn), and expert
+    /// prefills of five and thirteen (the eight-, four- and one-row kernels in turn), verify
+    /// passes of two, three and six (the grid types' short tails as one padded call), and expert
     /// matmuls of up to ten slots per expert; each output has the bits of the row kernel on its
     /// input row. Then a pass mixing Q1_0 with Q4_0 (both on Q8_0 activations) on a backend that
     /// repacks where the CPU has the GEMM, within the GEMM tests' 1e-4 relative.
@@ -600,7 +601,7 @@ mod tests {
                 .collect();
             let tensor = Tensor::from_bytes("w", t, vec![k, m], bytes);
             let w = be.weight(&tensor).unwrap();
-            for tokens in [1, 5, 13] {
+            for tokens in [1, 2, 3, 5, 6, 13] {
                 let x = activations(tokens * k, 3);
                 let mut out = vec![0.0; tokens * m];
                 be.matmul(&x, &w, tokens, &mut out);
