@@ -8,8 +8,8 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use super::kernels::{
-    ActBlock, ActFormat, BlockQ8, BlockQ8K, DECODED_BLOCK, Dot, Dot3x4, Dot4, Dot8, GroupCall,
-    PackedKernel, Tiled, TiledCall,
+    ActBlock, ActFormat, BlockQ8, BlockQ8K, DECODED_BLOCK, Dot, Dot4, Dot8, DotTile, F16Tile,
+    GroupCall, PackedKernel, Tiled, TiledCall,
 };
 use super::{CpuBackend, CpuWeight, SharedOut, repack};
 
@@ -54,8 +54,8 @@ thread_local! {
 const ROW_TILE: usize = 16;
 
 /// The F16 GEMM's blocks (`run_f16_tiles`): a task multiplies `F16_ROWS` weight rows by
-/// `F16_TOKENS` tokens, four tokens at a time in L1 as the block's weight rows pass over them;
-/// at K = 1152 the task's weights and activations (0.2 + 0.3 MB) stay in L2 meanwhile.
+/// `F16_TOKENS` tokens (60 with six-token tiles), a tile's tokens at a time in L1 as the block's
+/// weight rows pass over them; at K = 1152 the task's weights and activations (0.2 + 0.3 MB) stay in L2 meanwhile.
 /// Against the order before it (each weight block in L2 while every token passes over it), at the
 /// vision tower's shapes, 1,536 tokens, 2 threads, medians of 3 alternating rounds: K = 4304 to
 /// 1152 rows 33 → 49 GMAC/s; 1152 to 3456, 45 → 50; 1152 to 4304, 41 → 48. Splitting K into
@@ -159,13 +159,13 @@ impl CpuBackend {
         match self.kernels.of(ws[0].tensor.dtype).format() {
             ActFormat::F32 => {
                 // F16 weights over several rows: the activations rounded to f16 once (as the
-                // one-row kernel rounds them), then three weight rows by four of them at a time.
+                // one-row kernel rounds them), then the level's tile of weight rows by tokens.
                 let is_f16 = |w: &CpuWeight| w.tensor.dtype == crate::gguf::GgmlType::F16;
                 let dot4_f16 = self
                     .kernels
                     .dot4_f16
                     .filter(|_| rows >= 4 && ws.iter().all(|w| is_f16(w)));
-                let dot3x4 = self.kernels.dot3x4_f16.filter(|_| dot4_f16.is_some());
+                let tile = self.kernels.f16_tile.filter(|_| dot4_f16.is_some());
                 let jobs: Vec<Job<f32>> = jobs
                     .iter()
                     .map(|&(w, out)| Job {
@@ -189,8 +189,13 @@ impl CpuBackend {
                     self.pool.for_each_chunk(&mut rounded[..], k, &|_, row| {
                         (self.kernels.round_f16)(row)
                     });
-                    match dot3x4 {
-                        Some(dot3x4) => self.run_f16_tiles(&jobs, dot3x4, rows, &rounded, k),
+                    match tile {
+                        Some(F16Tile::Rows3x4(t)) => {
+                            self.run_f16_tiles(&jobs, t, rows, &rounded, k)
+                        }
+                        Some(F16Tile::Rows4x6(t)) => {
+                            self.run_f16_tiles(&jobs, t, rows, &rounded, k)
+                        }
                         None => self.run_jobs(&jobs, rows, &rounded, k),
                     }
                 });
@@ -356,39 +361,40 @@ impl CpuBackend {
     }
 
     /// F16 weights over several activation rows rounded to f16: tasks of `F16_ROWS` weight rows
-    /// by `F16_TOKENS` tokens, each run as tiles of three rows by four tokens (`Dot3x4`, the
-    /// one-row kernel's bits). Rows and tokens past the whole tiles take `dot`.
-    fn run_f16_tiles(
+    /// by `F16_TOKENS` tokens (whole tiles of them), each run as tiles of `R` rows by `T` tokens
+    /// (`DotTile`, the one-row kernel's bits). Rows and tokens past the whole tiles take `dot`.
+    fn run_f16_tiles<const R: usize, const T: usize>(
         &self,
         jobs: &[Job<f32>],
-        dot3x4: Dot3x4<f32>,
+        tile: DotTile<f32, R, T>,
         rows: usize,
         acts: &[f32],
         k: usize,
     ) {
+        let task_tokens = F16_TOKENS / T * T;
         let tasks: Vec<(usize, usize, usize)> = jobs
             .iter()
             .enumerate()
             .flat_map(|(ji, j)| {
                 (0..j.w.rows)
                     .step_by(F16_ROWS)
-                    .flat_map(move |r0| (0..rows).step_by(F16_TOKENS).map(move |t0| (ji, r0, t0)))
+                    .flat_map(move |r0| (0..rows).step_by(task_tokens).map(move |t0| (ji, r0, t0)))
             })
             .collect();
         let act = |i: usize| &acts[i * k..(i + 1) * k];
         self.pool.run(tasks.len(), &|task| {
             let (ji, r0, t0) = tasks[task];
             let Job { w, out, dot, .. } = &jobs[ji];
-            let (r1, t1) = ((r0 + F16_ROWS).min(w.rows), (t0 + F16_TOKENS).min(rows));
-            let (r_tiled, t_tiled) = (r0 + (r1 - r0) / 3 * 3, t0 + (t1 - t0) / 4 * 4);
+            let (r1, t1) = ((r0 + F16_ROWS).min(w.rows), (t0 + task_tokens).min(rows));
+            let (r_tiled, t_tiled) = (r0 + (r1 - r0) / R * R, t0 + (t1 - t0) / T * T);
             let m = w.rows;
             // SAFETY: each (i, r) of a job's output is written by exactly one task (r in its rows,
             // i in its tokens) and i·m + r < rows·m ≤ that output's length.
             let put = |i: usize, r: usize, v: f32| unsafe { *out.get().add(i * m + r) = v };
-            for i in (t0..t_tiled).step_by(4) {
-                let x = [act(i), act(i + 1), act(i + 2), act(i + 3)];
-                for r in (r0..r_tiled).step_by(3) {
-                    let v = dot3x4([w.row(r), w.row(r + 1), w.row(r + 2)], x);
+            for i in (t0..t_tiled).step_by(T) {
+                let x: [&[f32]; T] = std::array::from_fn(|d| act(i + d));
+                for r in (r0..r_tiled).step_by(R) {
+                    let v = tile(std::array::from_fn(|d| w.row(r + d)), x);
                     for (dr, vr) in v.iter().enumerate() {
                         for (dt, &vt) in vr.iter().enumerate() {
                             put(i + dt, r + dr, vt);

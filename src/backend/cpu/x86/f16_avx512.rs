@@ -1,4 +1,4 @@
-//! The F16 weight kernels at the AVX-512 level: the one-row dot product and the 1×4 and 3×4 tiles
+//! The F16 weight kernels at the AVX-512 level: the one-row dot product and the 1×4 and 4×6 tiles
 //! of the F16 GEMM (`matmul.rs`), sixteen values a step where the AVX2 ones take eight. The
 //! three keep one order among themselves — sixteen lanes, halved to the AVX2 kernels' eight, that
 //! sum, then the tail one value at a time — so a tile's sums are the one-row kernel's bit for bit,
@@ -79,7 +79,7 @@ unsafe fn dot4_impl(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
 }
 
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn dot3x4_impl(w: [&[u8]; 3], x: [&[f32]; 4]) -> [[f32; 4]; 3] {
+unsafe fn dot4x6_impl(w: [&[u8]; 4], x: [&[f32]; 6]) -> [[f32; 6]; 4] {
     unsafe {
         let n = w
             .iter()
@@ -87,19 +87,24 @@ unsafe fn dot3x4_impl(w: [&[u8]; 3], x: [&[f32]; 4]) -> [[f32; 4]; 3] {
             .chain(x.iter().map(|r| r.len()))
             .min()
             .unwrap_or(0);
-        let mut s = [[_mm512_setzero_ps(); 4]; 3];
+        let mut s = [[_mm512_setzero_ps(); 6]; 4];
         let mut i = 0;
         while i + 16 <= n {
-            let h = [load16(w[0], i), load16(w[1], i), load16(w[2], i)];
-            for t in 0..4 {
+            let h = [
+                load16(w[0], i),
+                load16(w[1], i),
+                load16(w[2], i),
+                load16(w[3], i),
+            ];
+            for t in 0..6 {
                 let xs = _mm512_loadu_ps(x[t].as_ptr().add(i));
-                for r in 0..3 {
+                for r in 0..4 {
                     s[r][t] = _mm512_fmadd_ps(h[r], xs, s[r][t]);
                 }
             }
             i += 16;
         }
-        let mut out = [[0f32; 4]; 3];
+        let mut out = [[0f32; 6]; 4];
         for ((o, s), w) in out.iter_mut().zip(s).zip(w) {
             for ((o, s), x) in o.iter_mut().zip(s).zip(x) {
                 *o = tail(hsum16(s), w, x, i, n);
@@ -122,7 +127,7 @@ pub fn dot4_f16_bytes(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
     unsafe { dot4_impl(w, x) }
 }
 
-/// Three F16 weight rows · four activation rows already rounded to f16.
-pub fn dot3x4_f16_bytes(w: [&[u8]; 3], x: [&[f32]; 4]) -> [[f32; 4]; 3] {
-    unsafe { dot3x4_impl(w, x) }
+/// Four F16 weight rows · six activation rows already rounded to f16.
+pub fn dot4x6_f16_bytes(w: [&[u8]; 4], x: [&[f32]; 6]) -> [[f32; 6]; 4] {
+    unsafe { dot4x6_impl(w, x) }
 }

@@ -14,7 +14,7 @@ mod isa;
 mod rows;
 mod rows_iq;
 
-use super::kernels::{Kernels, Level, Tiled, TypeKernels};
+use super::kernels::{F16Tile, Kernels, Level, Tiled, TypeKernels};
 use super::portable;
 use crate::gguf::GgmlType;
 
@@ -113,10 +113,10 @@ pub unsafe fn kernels(level: Level) -> Kernels {
     // the one-row kernel's).
     if avx512 {
         k.dot4_f16 = Some(f16_avx512::dot4_f16_bytes);
-        k.dot3x4_f16 = Some(f16_avx512::dot3x4_f16_bytes);
+        k.f16_tile = Some(F16Tile::Rows4x6(f16_avx512::dot4x6_f16_bytes));
     } else {
         k.dot4_f16 = Some(elementwise::dot4_f16_bytes);
-        k.dot3x4_f16 = Some(elementwise::dot3x4_f16_bytes);
+        k.f16_tile = Some(F16Tile::Rows3x4(elementwise::dot3x4_f16_bytes));
     }
     k.dot_f32_f16 = elementwise::dot_f32_f16;
     k.axpy_f16 = elementwise::axpy_f16;
