@@ -298,6 +298,15 @@ pub trait CoreOps: Send + Sync {
 
     /// A zeroed buffer of `len` values; an error (not an abort) when memory runs out.
     fn buffer(&self, len: usize) -> Result<Self::Buffer>;
+    /// The values of `b` where they are the host's own memory (the CPU's buffers), for host code
+    /// to read in place; None where they live elsewhere (a GPU's): read them with `download`.
+    fn host_values<'a>(&self, _b: &'a Self::Buffer) -> Option<&'a [f32]> {
+        None
+    }
+    /// `host_values`, to change in place instead of through `download` and `upload`.
+    fn host_values_mut<'a>(&self, _b: &'a mut Self::Buffer) -> Option<&'a mut [f32]> {
+        None
+    }
     fn upload(&self, dst: &mut Self::Buffer, src: &[f32]);
     /// Copy `out.len()` values starting at `offset` back to the host.
     fn download(&self, src: &Self::Buffer, offset: usize, out: &mut [f32]);

@@ -13,21 +13,34 @@ use crate::backend::cpu::ggml_math::gelu_slice;
 /// LayerNorm of each row of `x` (rows of `w.len()` values), in place: (x − mean) / √(var + eps)
 /// · w + b, as llama.cpp's `ggml_norm` then `ggml_mul` and `ggml_add`.
 pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    x.par_chunks_mut(w.len())
+        .for_each(|row| layer_norm_row(row, w, b, eps));
+}
+
+/// `layer_norm` of `src` into `dst` (of the same length), the same values.
+pub fn layer_norm_into(src: &[f32], dst: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
+    dst.par_chunks_mut(w.len())
+        .zip(src.par_chunks(w.len()))
+        .for_each(|(row, from)| {
+            row.copy_from_slice(from);
+            layer_norm_row(row, w, b, eps)
+        });
+}
+
+fn layer_norm_row(row: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     let width = w.len();
-    x.par_chunks_mut(width).for_each(|row| {
-        let sum: f64 = row.iter().map(|&v| v as f64).sum();
-        let mean = sum as f32 / width as f32;
-        let mut squares = 0f64;
-        for v in row.iter_mut() {
-            *v -= mean;
-            squares += (*v * *v) as f64;
-        }
-        let variance = (squares / width as f64) as f32;
-        let scale = 1.0 / (variance + eps).sqrt();
-        for ((v, &wi), &bi) in row.iter_mut().zip(w).zip(b) {
-            *v = *v * scale * wi + bi;
-        }
-    });
+    let sum: f64 = row.iter().map(|&v| v as f64).sum();
+    let mean = sum as f32 / width as f32;
+    let mut squares = 0f64;
+    for v in row.iter_mut() {
+        *v -= mean;
+        squares += (*v * *v) as f64;
+    }
+    let variance = (squares / width as f64) as f32;
+    let scale = 1.0 / (variance + eps).sqrt();
+    for ((v, &wi), &bi) in row.iter_mut().zip(w).zip(b) {
+        *v = *v * scale * wi + bi;
+    }
 }
 
 /// RMSNorm of each row of `x` (rows of `width` values), in place: x / √(mean(x²) + eps), times

@@ -3,10 +3,12 @@
 //! Q, K and V as SigLIP's), each with its bias, and a GELU MLP; the weights' loading from an
 //! mmproj file, and the patch convolution's kernel as llama.cpp multiplies it (in f16).
 //!
-//! The matrix products run on the backend; LayerNorm, RoPE, attention and GELU on the host
-//! (`ops.rs`), between them.
+//! The matrix products and attention run on the backend; LayerNorm, RoPE and GELU on the host
+//! (`ops.rs`), between them: in place where the backend's buffers are the host's memory (the
+//! CPU's), else on values read back and sent again.
 
 use half::f16;
+use rayon::prelude::*;
 
 use crate::backend::{AttentionParams, Backend, CacheType};
 use crate::error::Result;
@@ -215,6 +217,91 @@ impl<B: Backend> Buffers<B> {
     }
 }
 
+impl<B: Backend> Buffers<B> {
+    /// Full attention of `n` rows whose queries, keys and values sit side by side in each row of
+    /// `self.t` (a fused map's output), with `rope`'s 2-D vision RoPE on the queries and keys
+    /// first; the output lands in `self.t`. Where the backend's buffers are the host's memory, the
+    /// three are copied apart in place; elsewhere they go through `room` on the host (`attend`).
+    pub fn attend_fused(
+        &mut self,
+        backend: &B,
+        n: usize,
+        (heads, head_dim, scale): (usize, usize, f32),
+        rope: Option<&[(u32, u32)]>,
+        room: &mut Vec<f32>,
+    ) {
+        let e = heads * head_dim;
+        let turn = |qkv: &mut [f32]| {
+            if let Some(pos) = rope {
+                // Q and K of a row sit side by side: both rotate, as 2 × heads heads.
+                ops::vision_rope(qkv, 3 * e, 2 * heads, head_dim, pos);
+            }
+        };
+        if backend.host_values(&self.x).is_none() {
+            room.resize(n * 3 * e, 0.0);
+            backend.download(&self.t, 0, room);
+            turn(room);
+            return self.attend(backend, room, n, heads, head_dim, scale);
+        }
+        if let Some(qkv) = backend.host_values_mut(&mut self.t) {
+            turn(&mut qkv[..n * 3 * e]);
+        }
+        // Q, K or V (k = 0, 1, 2) of every row of `t` into `x`.
+        let part = |k: usize, t: &B::Buffer, x: &mut B::Buffer| {
+            if let (Some(qkv), Some(x)) = (backend.host_values(t), backend.host_values_mut(x)) {
+                x[..n * e]
+                    .par_chunks_mut(e)
+                    .zip(qkv.par_chunks(3 * e))
+                    .for_each(|(dst, row)| dst.copy_from_slice(&row[k * e..(k + 1) * e]));
+            }
+        };
+        part(1, &self.t, &mut self.x);
+        backend.store_rows(&self.x, &mut self.keys, 0, n, e);
+        part(2, &self.t, &mut self.x);
+        backend.store_rows(&self.x, &mut self.values, 0, n, e);
+        part(0, &self.t, &mut self.x);
+        let p = full_attention(n, heads, head_dim, scale);
+        backend.attention(&self.x, &self.keys, &self.values, &mut self.t, &p, None);
+    }
+}
+
+/// `f` on the first `len` values of `b`, in place: in the backend's own memory where that is the
+/// host's (the CPU), else read back into `room` and sent again.
+fn on_host<B: Backend>(
+    backend: &B,
+    b: &mut B::Buffer,
+    len: usize,
+    room: &mut Vec<f32>,
+    f: impl FnOnce(&mut [f32]),
+) {
+    if let Some(values) = backend.host_values_mut(b) {
+        return f(&mut values[..len]);
+    }
+    room.resize(len, 0.0);
+    backend.download(b, 0, room);
+    f(room);
+    backend.upload(b, room);
+}
+
+/// `dst` = LayerNorm(`src`) over the first `len` values (rows of the norm's width): in place where
+/// the backend's buffers are the host's memory, else through `room`.
+fn layer_norm_into<B: Backend>(
+    backend: &B,
+    (src, dst): (&B::Buffer, &mut B::Buffer),
+    len: usize,
+    (w, b): &Norm,
+    eps: f32,
+    room: &mut Vec<f32>,
+) {
+    if let (Some(from), Some(to)) = (backend.host_values(src), backend.host_values_mut(dst)) {
+        return ops::layer_norm_into(&from[..len], &mut to[..len], w, b, eps);
+    }
+    room.resize(len, 0.0);
+    backend.download(src, 0, room);
+    ops::layer_norm(room, w, b, eps);
+    backend.upload(dst, room);
+}
+
 /// Attention of `n` rows over all `n`, both ways: a vision tower's.
 fn full_attention(n: usize, heads: usize, head_dim: usize, scale: f32) -> AttentionParams {
     AttentionParams {
@@ -288,15 +375,12 @@ impl<B: Backend> Blocks<B> {
     ) {
         let e = c.n_embd;
         let scale = 1.0 / (c.head_dim as f32).sqrt();
-        let mut normed = vec![0f32; n * e];
-        let mut qkv = vec![0f32; n * 3 * e];
+        // Host room, for backends whose buffers are not the host's memory (grown as needed).
+        let (mut normed, mut qkv, mut ffn) = (Vec::new(), Vec::new(), Vec::new());
         let mut part = vec![0f32; n * e];
-        let mut ffn = vec![0f32; n * c.n_ff];
         for (i, b) in self.blocks.iter().enumerate() {
             // Attention: h += out(attention(rope(qkv(ln1(h))))).
-            backend.download(h, 0, &mut normed);
-            ops::layer_norm(&mut normed, &b.ln1.0, &b.ln1.1, c.eps);
-            backend.upload(&mut buf.x, &normed);
+            layer_norm_into(backend, (h, &mut buf.x), n * e, &b.ln1, c.eps, &mut normed);
             if let (Qkv::Split(maps), None) = (&b.qkv, rope) {
                 // Nothing to turn on the host: Q, K and V stay on the backend.
                 buf.attend_split(backend, maps, n, (c.n_head, c.head_dim, scale));
@@ -309,10 +393,12 @@ impl<B: Backend> Blocks<B> {
             match &b.qkv {
                 Qkv::Fused(map) => {
                     map.apply(backend, &buf.x, n, &mut buf.t);
-                    backend.download(&buf.t, 0, &mut qkv);
+                    let shape = (c.n_head, c.head_dim, scale);
+                    buf.attend_fused(backend, n, shape, rope, &mut qkv);
                 }
                 Qkv::Split(maps) => {
                     // Side by side in each row, as the fused map writes them.
+                    qkv.resize(n * 3 * e, 0.0);
                     for (k, map) in maps.iter().enumerate() {
                         map.apply(backend, &buf.x, n, &mut buf.t);
                         backend.download(&buf.t, 0, &mut part);
@@ -320,13 +406,12 @@ impl<B: Backend> Blocks<B> {
                             dst[k * e..(k + 1) * e].copy_from_slice(src);
                         }
                     }
+                    if let Some(pos) = rope {
+                        ops::vision_rope(&mut qkv, 3 * e, 2 * c.n_head, c.head_dim, pos);
+                    }
+                    buf.attend(backend, &qkv, n, c.n_head, c.head_dim, scale);
                 }
             }
-            if let Some(pos) = rope {
-                // Q and K of a row sit side by side: both rotate, as 2 × heads heads.
-                ops::vision_rope(&mut qkv, 3 * e, 2 * c.n_head, c.head_dim, pos);
-            }
-            buf.attend(backend, &qkv, n, c.n_head, c.head_dim, scale);
             b.out.apply(backend, &buf.t, n, &mut buf.x);
             backend.add(h, &buf.x, n * e);
             self.feed_forward(backend, c, b, h, n, (&mut normed, &mut ffn), buf);
@@ -346,14 +431,17 @@ impl<B: Backend> Blocks<B> {
         (normed, ffn): (&mut Vec<f32>, &mut Vec<f32>),
         buf: &mut Buffers<B>,
     ) {
-        backend.download(h, 0, normed);
-        ops::layer_norm(normed, &b.ln2.0, &b.ln2.1, c.eps);
-        backend.upload(&mut buf.x, normed);
+        layer_norm_into(
+            backend,
+            (h, &mut buf.x),
+            n * c.n_embd,
+            &b.ln2,
+            c.eps,
+            normed,
+        );
         b.up.apply(backend, &buf.x, n, &mut buf.t);
-        backend.download(&buf.t, 0, ffn);
-        ops::gelu_in_place(ffn);
-        backend.upload(&mut buf.x, ffn);
-        b.down.apply(backend, &buf.x, n, &mut buf.t);
-        backend.add(h, &buf.t, n * c.n_embd);
+        on_host(backend, &mut buf.t, n * c.n_ff, ffn, ops::gelu_in_place);
+        b.down.apply(backend, &buf.t, n, &mut buf.x);
+        backend.add(h, &buf.x, n * c.n_embd);
     }
 }

@@ -251,6 +251,14 @@ impl CoreOps for CpuBackend {
         out.copy_from_slice(&src[offset..offset + out.len()]);
     }
 
+    fn host_values<'a>(&self, b: &'a Vec<f32>) -> Option<&'a [f32]> {
+        Some(b)
+    }
+
+    fn host_values_mut<'a>(&self, b: &'a mut Vec<f32>) -> Option<&'a mut [f32]> {
+        Some(b)
+    }
+
     fn embed(&self, table: &CpuWeight, ids: &[u32], scale: f32, out: &mut Vec<f32>) {
         let _span = self.profiler.span("embed");
         let dim = table.cols;
