@@ -215,9 +215,7 @@ impl<B: Backend> Buffers<B> {
         let p = full_attention(n, heads, head_dim, scale);
         backend.attention(&self.x, &self.keys, &self.values, &mut self.t, &p, None);
     }
-}
 
-impl<B: Backend> Buffers<B> {
     /// Full attention of `n` rows whose queries, keys and values sit side by side in each row of
     /// `self.t` (a fused map's output), with `rope`'s 2-D vision RoPE on the queries and keys
     /// first; the output lands in `self.t`. Where the backend's buffers are the host's memory, the
@@ -376,8 +374,8 @@ impl<B: Backend> Blocks<B> {
         let e = c.n_embd;
         let scale = 1.0 / (c.head_dim as f32).sqrt();
         // Host room, for backends whose buffers are not the host's memory (grown as needed).
-        let (mut normed, mut qkv, mut ffn) = (Vec::new(), Vec::new(), Vec::new());
-        let mut part = vec![0f32; n * e];
+        let (mut normed, mut qkv, mut ffn, mut part) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (i, b) in self.blocks.iter().enumerate() {
             // Attention: h += out(attention(rope(qkv(ln1(h))))).
             layer_norm_into(backend, (h, &mut buf.x), n * e, &b.ln1, c.eps, &mut normed);
@@ -399,6 +397,7 @@ impl<B: Backend> Blocks<B> {
                 Qkv::Split(maps) => {
                     // Side by side in each row, as the fused map writes them.
                     qkv.resize(n * 3 * e, 0.0);
+                    part.resize(n * e, 0.0);
                     for (k, map) in maps.iter().enumerate() {
                         map.apply(backend, &buf.x, n, &mut buf.t);
                         backend.download(&buf.t, 0, &mut part);

@@ -55,7 +55,8 @@ const ROW_TILE: usize = 16;
 
 /// The F16 GEMM's blocks (`run_f16_tiles`): a task multiplies `F16_ROWS` weight rows by
 /// `F16_TOKENS` tokens (60 with six-token tiles), a tile's tokens at a time in L1 as the block's
-/// weight rows pass over them; at K = 1152 the task's weights and activations (0.2 + 0.3 MB) stay in L2 meanwhile.
+/// weight rows pass over them; at K = 1152 the task's weights and activations (0.2 + 0.3 MB) stay
+/// in L2 meanwhile.
 /// Against the order before it (each weight block in L2 while every token passes over it), at the
 /// vision tower's shapes, 1,536 tokens, 2 threads, medians of 3 alternating rounds: K = 4304 to
 /// 1152 rows 33 → 49 GMAC/s; 1152 to 3456, 45 → 50; 1152 to 4304, 41 → 48. Splitting K into
@@ -323,8 +324,8 @@ impl CpuBackend {
                 let t1 = (t0 + ROW_TILE).min(rows);
                 for r in r0..r1 {
                     let wrow = w.row(r);
-                    // Rows from `i` (`n` of them, up to the kernel's count), the last repeated
-                    // to fill it.
+                    // A kernel's activation rows from `i`: the tile's last one repeated past its
+                    // end.
                     let last = t1 - 1;
                     let from = |i: usize| move |k: usize| act((i + k).min(last));
                     // A type whose block decoding costs more than its products (one with an
