@@ -4,7 +4,8 @@
 //! llama.cpp's to float rounding. (Attention runs on the backend: `vit::Buffers::attend`.)
 //!
 //! The matrix products, which are nearly all of a tower's work, run on the backend; these run
-//! between them on rows read back from it.
+//! between them, on its buffers in place where they are the host's memory (the CPU's), else on
+//! rows read back from it.
 
 use rayon::prelude::*;
 
@@ -13,8 +14,12 @@ use crate::backend::cpu::ggml_math::gelu_slice;
 /// LayerNorm of each row of `x` (rows of `w.len()` values), in place: (x − mean) / √(var + eps)
 /// · w + b, as llama.cpp's `ggml_norm` then `ggml_mul` and `ggml_add`.
 pub fn layer_norm(x: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
-    x.par_chunks_mut(w.len())
-        .for_each(|row| layer_norm_row(row, w, b, eps));
+    x.par_chunks_mut(w.len()).for_each(|row| {
+        let (mean, scale) = mean_and_scale(row, eps);
+        for ((v, &wi), &bi) in row.iter_mut().zip(w).zip(b) {
+            *v = (*v - mean) * scale * wi + bi;
+        }
+    });
 }
 
 /// `layer_norm` of `src` into `dst` (of the same length), the same values.
@@ -22,25 +27,43 @@ pub fn layer_norm_into(src: &[f32], dst: &mut [f32], w: &[f32], b: &[f32], eps: 
     dst.par_chunks_mut(w.len())
         .zip(src.par_chunks(w.len()))
         .for_each(|(row, from)| {
-            row.copy_from_slice(from);
-            layer_norm_row(row, w, b, eps)
+            let (mean, scale) = mean_and_scale(from, eps);
+            for (((v, &x), &wi), &bi) in row.iter_mut().zip(from).zip(w).zip(b) {
+                *v = (x - mean) * scale * wi + bi;
+            }
         });
 }
 
-fn layer_norm_row(row: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
-    let width = w.len();
-    let sum: f64 = row.iter().map(|&v| v as f64).sum();
-    let mean = sum as f32 / width as f32;
-    let mut squares = 0f64;
-    for v in row.iter_mut() {
-        *v -= mean;
-        squares += (*v * *v) as f64;
+/// A row's mean and 1 / √(variance + eps), the sums in f64 as llama.cpp's `ggml_norm` takes them
+/// (of the values, then of the squared differences from the mean, each rounded to f32 first) but
+/// in eight partial sums, which the compiler keeps in one vector register: one sum through 1,152
+/// values waits on each addition in turn.
+fn mean_and_scale(row: &[f32], eps: f32) -> (f32, f32) {
+    let sum = sum_f64(row, |v| v as f64);
+    let mean = sum as f32 / row.len() as f32;
+    let squares = sum_f64(row, |v| {
+        let d = v - mean;
+        (d * d) as f64
+    });
+    let variance = (squares / row.len() as f64) as f32;
+    (mean, 1.0 / (variance + eps).sqrt())
+}
+
+/// Σ f(v) over `row` in eight partial sums (value i into sum i mod 8), then those in order.
+#[inline(always)]
+fn sum_f64(row: &[f32], f: impl Fn(f32) -> f64) -> f64 {
+    let mut lanes = [0f64; 8];
+    let chunks = row.chunks_exact(8);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane += f(v);
+        }
     }
-    let variance = (squares / width as f64) as f32;
-    let scale = 1.0 / (variance + eps).sqrt();
-    for ((v, &wi), &bi) in row.iter_mut().zip(w).zip(b) {
-        *v = *v * scale * wi + bi;
+    for (lane, &v) in lanes.iter_mut().zip(tail) {
+        *lane += f(v);
     }
+    lanes.iter().sum()
 }
 
 /// RMSNorm of each row of `x` (rows of `width` values), in place: x / √(mean(x²) + eps), times
