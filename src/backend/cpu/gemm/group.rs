@@ -50,7 +50,7 @@ impl<A, const T: usize> Tile<A, T> {
         unsafe { (self.at(s, size, b, i) as *const u64).read_unaligned() >> self.shift }
     }
 
-    /// Fetches into L1 one block's worth of weights `ahead` bytes past where block `b`'s start,
+    /// Fetches into L1 one block's worth of weights `ahead` bytes past the start of block `b`'s,
     /// so that the block that far on does not wait for memory when its turn comes.
     #[inline(always)]
     pub unsafe fn fetch_ahead(&self, b: usize) {
