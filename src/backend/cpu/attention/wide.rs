@@ -231,16 +231,16 @@ fn block<'q, 'v, const F: bool, const COPY: u8>(
                             // every key's.
                             unsafe {
                                 macro_rules! tile {
-                                    ($v:literal, $h:literal) => {
-                                        x512::value_tile::<$r, $v, $h>(&ps, v, ks, c0, &mut os)
+                                    ($v:literal) => {
+                                        x512::value_tile::<$r, $v>(&ps, v, ks, c0, &mut os)
                                     };
                                 }
                                 match v16 {
-                                    0 => tile!(0, true),
-                                    1 => tile!(1, false),
-                                    2 => tile!(2, false),
-                                    3 => tile!(3, false),
-                                    _ => tile!(4, false),
+                                    0 => tile!(0),
+                                    1 => tile!(1),
+                                    2 => tile!(2),
+                                    3 => tile!(3),
+                                    _ => tile!(4),
                                 }
                             }
                             c0 += if v16 == 0 { 8 } else { 16 * v16 };

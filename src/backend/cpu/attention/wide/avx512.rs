@@ -54,15 +54,15 @@ pub(super) unsafe fn score_tile<const R: usize, const P: usize>(
 }
 
 /// `o[r][c0..c0 + w] += Σ_{j in keys} p[r][j] · v_j[c0..c0 + w]` for `R` queries, where
-/// `w = 16·V`, plus 8 more values with `HALF`. wide.rs takes the 8 alone (`V` = 0): one tile of
-/// 64 + 8 values, each weight broadcast once for both, measured slower than the two apart.
+/// `w = 16·V`, or with `V` = 0 the 8 values of a head size of odd eights' last 8 (one tile of
+/// 64 + 8 values, each weight broadcast once for both, measured slower than the two apart).
 ///
 /// # Safety
 /// The CPU has AVX-512F; every `v(j)` and `o[r]` holds `c0 + w` values, every `p[r]` the keys'
 /// weights.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-pub(super) unsafe fn value_tile<'v, const R: usize, const V: usize, const HALF: bool>(
+pub(super) unsafe fn value_tile<'v, const R: usize, const V: usize>(
     p: &[&mut [f32]; R],
     v: &impl Fn(usize) -> &'v [f32],
     keys: std::ops::Range<usize>,
@@ -70,6 +70,7 @@ pub(super) unsafe fn value_tile<'v, const R: usize, const V: usize, const HALF: 
     o: &mut [&mut [f32]; R],
 ) {
     unsafe {
+        let half = V == 0;
         let mut acc = [[_mm512_setzero_ps(); V]; R];
         let mut acc8 = [_mm256_setzero_ps(); R];
         for r in 0..R {
@@ -77,7 +78,7 @@ pub(super) unsafe fn value_tile<'v, const R: usize, const V: usize, const HALF: 
             for (x, a) in acc[r].iter_mut().enumerate() {
                 *a = _mm512_loadu_ps(at.add(16 * x));
             }
-            if HALF {
+            if half {
                 acc8[r] = _mm256_loadu_ps(at.add(16 * V));
             }
         }
@@ -87,7 +88,7 @@ pub(super) unsafe fn value_tile<'v, const R: usize, const V: usize, const HALF: 
             for (x, val) in vals.iter_mut().enumerate() {
                 *val = _mm512_loadu_ps(row.add(16 * x));
             }
-            let val8 = if HALF {
+            let val8 = if half {
                 _mm256_loadu_ps(row.add(16 * V))
             } else {
                 _mm256_setzero_ps()
@@ -97,7 +98,7 @@ pub(super) unsafe fn value_tile<'v, const R: usize, const V: usize, const HALF: 
                 for x in 0..V {
                     acc[r][x] = _mm512_fmadd_ps(w, vals[x], acc[r][x]);
                 }
-                if HALF {
+                if half {
                     acc8[r] = _mm256_fmadd_ps(_mm512_castps512_ps256(w), val8, acc8[r]);
                 }
             }
@@ -107,7 +108,7 @@ pub(super) unsafe fn value_tile<'v, const R: usize, const V: usize, const HALF: 
             for (x, a) in acc[r].iter().enumerate() {
                 _mm512_storeu_ps(at.add(16 * x), *a);
             }
-            if HALF {
+            if half {
                 _mm256_storeu_ps(at.add(16 * V), acc8[r]);
             }
         }
