@@ -14,6 +14,7 @@ use std::ops::Range;
 
 use half::f16;
 
+use super::gemm::f16::PanelGemm;
 use super::repack::Packed;
 use crate::gguf::GgmlType;
 
@@ -120,21 +121,6 @@ pub type Dot4<A> = fn(&[u8], [&[A]; 4]) -> [f32; 4];
 /// The same with eight activation rows, for kernels whose block decoding costs more than its
 /// products (the grid i-quants): decoded once per eight tokens of a prefill.
 pub type Dot8<A> = fn(&[u8], [&[A]; 8]) -> [f32; 8];
-/// `R` weight rows · `T` activation rows (`[row][token]`): each activation value loaded once
-/// feeds `R` rows and each weight value `T` tokens, so a prefill's products load a fraction of
-/// what the one-row kernel loads.
-pub type DotTile<A, const R: usize, const T: usize> = fn([&[u8]; R], [&[A]; T]) -> [[f32; T]; R];
-
-/// The F16 GEMM's tile at a level, as large as its registers hold: three rows by four tokens
-/// (twelve sums) in AVX2's sixteen, four by six (twenty-four) in AVX-512's thirty-two. (Qwen3.5's
-/// F16 vision tower, a 768×512 image, 2 threads of a Zen 5: 4×6 encodes 67.2 → 72.6 image tokens
-/// a second against AVX-512's 3×4, medians of 3 alternating rounds.)
-#[derive(Clone, Copy)]
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // ARM has no F16 tile yet
-pub enum F16Tile {
-    Rows3x4(DotTile<f32, 3, 4>),
-    Rows4x6(DotTile<f32, 4, 6>),
-}
 /// f32 values → activation blocks (the same values as the portable quantizer).
 pub type Quantize<A> = fn(&[f32], &mut [A]);
 /// A GEMM kernel over repacked weights (`gemm/`). Unsafe: the call's ranges must lie within
@@ -411,9 +397,9 @@ pub struct Kernels {
     /// weights converted once for all four, each row's sum in the order of the one-row F16
     /// kernel, so its bits are that kernel's. None where the level has none.
     pub dot4_f16: Option<Dot4<f32>>,
-    /// The F16 GEMM's tile over activation rows rounded to f16, each sum in the one-row F16
-    /// kernel's order (so its bits).
-    pub f16_tile: Option<F16Tile>,
+    /// The F16 GEMM over weights repacked in panels (`gemm/f16.rs`), which F16 matrices take
+    /// where it exists: every token count, decode too, in its one order.
+    pub f16_panels: Option<PanelGemm>,
     /// Σ a·b with b in f16 (attention scores against an f16 key cache).
     pub dot_f32_f16: fn(a: &[f32], b: &[f16]) -> f32,
     /// y += a·x with x in f16 (attention output from an f16 value cache).

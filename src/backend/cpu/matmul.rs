@@ -7,9 +7,10 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
+use super::gemm::f16::PanelCall;
 use super::kernels::{
-    ActBlock, ActFormat, BlockQ8, BlockQ8K, DECODED_BLOCK, Dot, Dot4, Dot8, DotTile, F16Tile,
-    GroupCall, PackedKernel, Tiled, TiledCall,
+    ActBlock, ActFormat, BlockQ8, BlockQ8K, DECODED_BLOCK, Dot, Dot4, Dot8, GroupCall,
+    PackedKernel, Tiled, TiledCall,
 };
 use super::{CpuBackend, CpuWeight, SharedOut, repack};
 
@@ -53,16 +54,10 @@ thread_local! {
 /// of a chunk is multiplied against it.
 const ROW_TILE: usize = 16;
 
-/// The F16 GEMM's blocks (`run_f16_tiles`): a task multiplies `F16_ROWS` weight rows by
-/// `F16_TOKENS` tokens (60 with six-token tiles), a tile's tokens at a time in L1 as the block's
-/// weight rows pass over them; at K = 1152 the task's weights and activations (0.2 + 0.3 MB) stay
-/// in L2 meanwhile.
-/// Against the order before it (each weight block in L2 while every token passes over it), at the
-/// vision tower's shapes, 1,536 tokens, 2 threads, medians of 3 alternating rounds: K = 4304 to
-/// 1152 rows 33 → 49 GMAC/s; 1152 to 3456, 45 → 50; 1152 to 4304, 41 → 48. Splitting K into
-/// spans (the tiles' lanes carried between them) measured slower at both K.
-const F16_ROWS: usize = 96;
-const F16_TOKENS: usize = 64;
+/// The F16 panel GEMM's tasks (`f16_panel_pass`): 96 rows (their weights stay in L2 while the
+/// task's tokens pass) by 60 tokens (five tiles of twelve).
+const PANEL_GROUPS: usize = 6;
+const PANEL_TOKENS: usize = 60;
 
 /// Bytes of weights a generation thread streams between checks for its share of a matmul pass
 /// (`SpinPool::run_split`).
@@ -136,7 +131,8 @@ impl CpuBackend {
 
     /// Whether weights of type `t` are repacked at load (the CPU has GEMM kernels for it).
     pub(super) fn packs(&self, t: crate::gguf::GgmlType) -> bool {
-        self.repack && self.kernels.of(t).packs()
+        let panels = t == crate::gguf::GgmlType::F16 && self.kernels.f16_panels.is_some();
+        self.repack && (panels || self.kernels.of(t).packs())
     }
 
     /// Matmuls of one input by weights that take the same activation format: the input is
@@ -159,51 +155,132 @@ impl CpuBackend {
         let jobs: Vec<(&CpuWeight, SharedOut)> = ws.iter().copied().zip(outs).collect();
         match self.kernels.of(ws[0].tensor.dtype).format() {
             ActFormat::F32 => {
-                // F16 weights over several rows: the activations rounded to f16 once (as the
-                // one-row kernel rounds them), then the level's tile of weight rows by tokens.
-                let is_f16 = |w: &CpuWeight| w.tensor.dtype == crate::gguf::GgmlType::F16;
-                let dot4_f16 = self
-                    .kernels
-                    .dot4_f16
-                    .filter(|_| rows >= 4 && ws.iter().all(|w| is_f16(w)));
-                let tile = self.kernels.f16_tile.filter(|_| dot4_f16.is_some());
-                let jobs: Vec<Job<f32>> = jobs
-                    .iter()
-                    .map(|&(w, out)| Job {
-                        w,
-                        out,
-                        dot: self.kernels.dot_f32(w.tensor.dtype),
-                        dot4: dot4_f16,
-                        dot8: None,
-                        tiled: None,
-                    })
-                    .collect();
-                if dot4_f16.is_none() {
-                    return self.run_jobs(&jobs, rows, x, k);
+                let (panels, plain): (Vec<_>, Vec<_>) =
+                    jobs.iter().copied().partition(|(w, _)| w.packed.is_some());
+                if !panels.is_empty() {
+                    self.f16_panel_pass(x, k, rows, &panels);
                 }
-                // Into a buffer kept between calls: a tower's activations are tens of MB, and
-                // fresh pages cost the kernel's zeroing on every call.
-                ROUNDED.with(|rounded| {
-                    let mut rounded = rounded.borrow_mut();
-                    rounded.clear();
-                    rounded.extend_from_slice(x);
-                    self.pool.for_each_chunk(&mut rounded[..], k, &|_, row| {
-                        (self.kernels.round_f16)(row)
-                    });
-                    match tile {
-                        Some(F16Tile::Rows3x4(t)) => {
-                            self.run_f16_tiles(&jobs, t, rows, &rounded, k)
-                        }
-                        Some(F16Tile::Rows4x6(t)) => {
-                            self.run_f16_tiles(&jobs, t, rows, &rounded, k)
-                        }
-                        None => self.run_jobs(&jobs, rows, &rounded, k),
-                    }
-                });
+                if !plain.is_empty() {
+                    self.f32_format_pass(x, k, rows, &plain);
+                }
             }
             ActFormat::Q8 => self.quantized_pass::<BlockQ8>(x, k, rows, &jobs),
             ActFormat::Q8K => self.quantized_pass::<BlockQ8K>(x, k, rows, &jobs),
         }
+    }
+
+    /// A pass over weights whose kernels take f32 activations and are not in panels (F32, BF16,
+    /// F16 without a panel GEMM or with rows not in groups of 16): F16 weights over several rows
+    /// take the activations rounded to f16 once (as the one-row kernel rounds them) and the
+    /// four-token kernel; the rest their row kernels.
+    fn f32_format_pass(&self, x: &[f32], k: usize, rows: usize, jobs: &[(&CpuWeight, SharedOut)]) {
+        let is_f16 = |w: &CpuWeight| w.tensor.dtype == crate::gguf::GgmlType::F16;
+        let dot4_f16 = self
+            .kernels
+            .dot4_f16
+            .filter(|_| rows >= 4 && jobs.iter().all(|(w, _)| is_f16(w)));
+        let jobs: Vec<Job<f32>> = jobs
+            .iter()
+            .map(|&(w, out)| Job {
+                w,
+                out,
+                dot: self.kernels.dot_f32(w.tensor.dtype),
+                dot4: dot4_f16,
+                dot8: None,
+                tiled: None,
+            })
+            .collect();
+        if dot4_f16.is_none() {
+            return self.run_jobs(&jobs, rows, x, k);
+        }
+        // Into a buffer kept between calls: a tower's activations are tens of MB, and
+        // fresh pages cost the kernel's zeroing on every call.
+        ROUNDED.with(|rounded| {
+            let mut rounded = rounded.borrow_mut();
+            rounded.clear();
+            rounded.extend_from_slice(x);
+            self.pool
+                .for_each_chunk(&mut rounded[..], k, &|_, row| (self.kernels.round_f16)(row));
+            self.run_jobs(&jobs, rows, &rounded, k)
+        });
+    }
+
+    /// F16 weights in panels (`gemm/f16.rs`): the activations rounded to f16 once, then the
+    /// panel GEMM in tasks of `PANEL_GROUPS` row groups by `PANEL_TOKENS` tokens, or for one
+    /// token, each thread streaming its share of all the weights' groups.
+    fn f16_panel_pass(&self, x: &[f32], k: usize, rows: usize, jobs: &[(&CpuWeight, SharedOut)]) {
+        let gemm = self
+            .kernels
+            .f16_panels
+            .expect("F16 weights are in panels only where the panel GEMM runs them");
+        // One token's activations row after row; several tokens' in the kernel's tiles.
+        let width = if rows == 1 { 1 } else { gemm.width };
+        ROUNDED.with(|rounded| {
+            let mut rounded = rounded.borrow_mut();
+            rounded.resize(rows.next_multiple_of(width) * k, 0.0);
+            self.pool
+                .for_each_chunk(&mut rounded[..], width * k, &|tile, dst| {
+                    // Lanes past the last token keep what the buffer held: their sums are
+                    // never stored.
+                    for (t, row) in x[tile * width * k..].chunks(k).take(width).enumerate() {
+                        for (col, &v) in row.iter().enumerate() {
+                            dst[col * width + t] = v;
+                        }
+                    }
+                    (self.kernels.round_f16)(dst)
+                });
+            let acts = &rounded[..];
+            let call = |ji: usize, groups: Range<usize>, tokens: Range<usize>| {
+                let (w, out) = &jobs[ji];
+                let call = PanelCall {
+                    p: w.packed.as_ref().expect("packed job"),
+                    groups,
+                    x: acts,
+                    width,
+                    k,
+                    tokens,
+                    out: out.get(),
+                    m: w.rows,
+                };
+                // SAFETY: the call covers groups of this job and tokens within `rows` (from a
+                // whole tile), whose outputs no other call writes; the activations hold the
+                // tiles of `rows` tokens and the output `rows × m` values.
+                unsafe { (gemm.run)(&call) }
+            };
+            let groups_of = |ji: usize| jobs[ji].0.rows / repack::ROWS;
+            if rows == 1 {
+                // Streamed as `run_packed` streams one token.
+                let starts = list_starts((0..jobs.len()).map(groups_of));
+                let largest = jobs.iter().map(|(w, _)| w.cols * 2 * repack::ROWS).max();
+                let grain = (STREAM_PIECE / largest.unwrap_or(1).max(1)).max(1);
+                let total = (0..jobs.len()).map(groups_of).sum();
+                self.pool.run_split(total, grain, &|items| {
+                    let mut i = items.start;
+                    while i < items.end {
+                        let (ji, g) = locate(&starts, i);
+                        let n = (items.end - i).min(groups_of(ji) - g);
+                        call(ji, g..g + n, 0..1);
+                        i += n;
+                    }
+                });
+                return;
+            }
+            let task_tokens = PANEL_TOKENS.next_multiple_of(width);
+            let tasks: Vec<(usize, usize, usize)> = (0..jobs.len())
+                .flat_map(|ji| {
+                    (0..groups_of(ji))
+                        .step_by(PANEL_GROUPS)
+                        .flat_map(move |g0| {
+                            (0..rows).step_by(task_tokens).map(move |t0| (ji, g0, t0))
+                        })
+                })
+                .collect();
+            self.pool.run(tasks.len(), &|task| {
+                let (ji, g0, t0) = tasks[task];
+                let groups = g0..(g0 + PANEL_GROUPS).min(groups_of(ji));
+                call(ji, groups, t0..(t0 + task_tokens).min(rows));
+            });
+        });
     }
 
     /// A pass over weights of a quantized format `A`: the input quantized into the thread's
@@ -356,57 +433,6 @@ impl CpuBackend {
                     for i in i..t1 {
                         put(i, r, dot(wrow, act(i)));
                     }
-                }
-            }
-        });
-    }
-
-    /// F16 weights over several activation rows rounded to f16: tasks of `F16_ROWS` weight rows
-    /// by `F16_TOKENS` tokens (whole tiles of them), each run as tiles of `R` rows by `T` tokens
-    /// (`DotTile`, the one-row kernel's bits). Rows and tokens past the whole tiles take `dot`.
-    fn run_f16_tiles<const R: usize, const T: usize>(
-        &self,
-        jobs: &[Job<f32>],
-        tile: DotTile<f32, R, T>,
-        rows: usize,
-        acts: &[f32],
-        k: usize,
-    ) {
-        let task_tokens = F16_TOKENS / T * T;
-        let tasks: Vec<(usize, usize, usize)> = jobs
-            .iter()
-            .enumerate()
-            .flat_map(|(ji, j)| {
-                (0..j.w.rows)
-                    .step_by(F16_ROWS)
-                    .flat_map(move |r0| (0..rows).step_by(task_tokens).map(move |t0| (ji, r0, t0)))
-            })
-            .collect();
-        let act = |i: usize| &acts[i * k..(i + 1) * k];
-        self.pool.run(tasks.len(), &|task| {
-            let (ji, r0, t0) = tasks[task];
-            let Job { w, out, dot, .. } = &jobs[ji];
-            let (r1, t1) = ((r0 + F16_ROWS).min(w.rows), (t0 + task_tokens).min(rows));
-            let (r_tiled, t_tiled) = (r0 + (r1 - r0) / R * R, t0 + (t1 - t0) / T * T);
-            let m = w.rows;
-            // SAFETY: each (i, r) of a job's output is written by exactly one task (r in its rows,
-            // i in its tokens) and i·m + r < rows·m ≤ that output's length.
-            let put = |i: usize, r: usize, v: f32| unsafe { *out.get().add(i * m + r) = v };
-            for i in (t0..t_tiled).step_by(T) {
-                let x: [&[f32]; T] = std::array::from_fn(|d| act(i + d));
-                for r in (r0..r_tiled).step_by(R) {
-                    let v = tile(std::array::from_fn(|d| w.row(r + d)), x);
-                    for (dr, vr) in v.iter().enumerate() {
-                        for (dt, &vt) in vr.iter().enumerate() {
-                            put(i + dt, r + dr, vt);
-                        }
-                    }
-                }
-            }
-            for i in t0..t1 {
-                let first = if i < t_tiled { r_tiled } else { r0 };
-                for r in first..r1 {
-                    put(i, r, dot(w.row(r), act(i)));
                 }
             }
         });

@@ -197,7 +197,9 @@ impl CoreOps for CpuBackend {
         // two experts; expert matmuls then run on the packed kernels too (moe.rs).
         let matrix =
             t.dims.len() == 2 || (t.dims.len() == 3 && t.dims[1].is_multiple_of(repack::ROWS));
-        let packed = if matrix && self.packs(t.dtype) {
+        // F16 stacks of experts stay as they are: the expert passes have no panel kernel.
+        let panels_only_2d = t.dtype != crate::gguf::GgmlType::F16 || t.dims.len() == 2;
+        let packed = if matrix && panels_only_2d && self.packs(t.dtype) {
             repack::pack(t.dtype, t.bytes(), rows, cols, &|out, group_bytes, f| {
                 let per_slice = ((8 << 20) / group_bytes).max(1);
                 for (i, slice) in out.chunks_mut(per_slice * group_bytes).enumerate() {
@@ -528,6 +530,7 @@ mod tests {
             GgmlType::Q8_0,
             GgmlType::Q4_K,
             GgmlType::Q6_K,
+            GgmlType::F16,
         ] {
             let bytes: Vec<u8> = (0..rows)
                 .flat_map(|r| random_row(t, k, r as u64 + 3))
@@ -564,7 +567,7 @@ mod tests {
     }
 
     fn unquantized_matmuls_agree(cpu: &CpuBackend) {
-        for (rows, tokens, k) in [(25, 13, 64), (25, 13, 75), (100, 70, 2051)] {
+        for (rows, tokens, k) in [(25, 13, 64), (25, 13, 75), (100, 70, 2051), (96, 70, 2051)] {
             for t in [GgmlType::F16, GgmlType::F32] {
                 let bytes: Vec<u8> = (0..rows)
                     .flat_map(|r| random_row(t, k, r as u64 + 11))

@@ -517,7 +517,8 @@ mod tests {
         let w = be.weight(&stacked).unwrap();
         assert_eq!(
             w.packed.is_some(),
-            be.packs(t) && stride.is_multiple_of(16),
+            // F16 stacks stay as mapped: the expert passes have no panel kernel.
+            be.packs(t) && stride.is_multiple_of(16) && t != GgmlType::F16,
             "{t}: repacked when groups fit the experts"
         );
         // Token t uses experts (t + 2j) mod 4: every expert serves at least four slots.

@@ -28,7 +28,7 @@ pub fn kernels() -> Kernels {
         exp_sub,
         round_f16,
         dot4_f16: None,
-        f16_tile: None,
+        f16_panels: None,
         dot_f32_f16,
         axpy_f16,
         axpy_q8_0,

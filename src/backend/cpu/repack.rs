@@ -32,6 +32,9 @@
 //!
 //! The original bytes stay the reference: `unpack_row` decodes a packed row back to them, and the
 //! tests check that it does for every type.
+//!
+//! F16 matrices go in groups of 16 rows too, as panels of plain values (`repack/f16.rs`), for the
+//! F16 GEMM (`gemm/f16.rs`).
 
 #![allow(clippy::needless_range_loop)] // codes, planes and lines are indexed together
 
@@ -215,7 +218,7 @@ impl BlockPlace {
 
 /// Whether `t` has a repacked layout for a matrix of `rows` rows of `cols` values.
 pub fn packable(t: GgmlType, rows: usize, cols: usize) -> bool {
-    sections(t).is_some()
+    (sections(t).is_some() || t == GgmlType::F16)
         && rows.is_multiple_of(ROWS)
         && cols.is_multiple_of(t.block_len())
         && rows > 0
@@ -242,12 +245,18 @@ pub fn pack(
     if data.len() != rows * row_bytes {
         return None;
     }
-    let group_bytes = group_bytes(t, blocks);
+    let group_bytes = match t {
+        GgmlType::F16 => f16::group_bytes(cols),
+        _ => group_bytes(t, blocks),
+    };
     let mut data_out = AlignedBytes::zeroed(group_bytes * (rows / ROWS))?;
     par(data_out.as_mut_slice(), group_bytes, &|g, out| {
         let rows: [&[u8]; ROWS] =
             std::array::from_fn(|r| &data[(g * ROWS + r) * row_bytes..][..row_bytes]);
-        pack_group(t, &rows, blocks, out);
+        match t {
+            GgmlType::F16 => f16::pack_group(&rows, out),
+            _ => pack_group(t, &rows, blocks, out),
+        }
     });
     Some(Packed {
         dtype: t,
@@ -761,39 +770,18 @@ pub fn unpack_row(p: &Packed, row: usize, out: &mut [u8]) {
     let t = p.dtype;
     let bb = t.block_bytes();
     let group = p.group(row / ROWS);
+    if t == GgmlType::F16 {
+        return f16::unpack_row(group, row % ROWS, out);
+    }
     for (b, block) in out.chunks_exact_mut(bb).enumerate().take(p.blocks) {
         encode(t, &get_block(t, group, b, row % ROWS), block);
     }
 }
 
-/// A zeroed, page-aligned byte buffer: an anonymous mapping of its own, in transparent huge pages
-/// where the system allows them: generation streams the whole model per token, and with 4 KiB
-/// pages every page is a TLB miss and a restart of the hardware prefetcher. The cost is at load,
-/// rarely more than a fraction of a second: when the kernel has to compact memory for free huge
-/// pages.
-struct AlignedBytes {
-    map: memmap2::MmapMut,
-    len: usize,
-}
+mod f16;
+mod memory;
 
-impl AlignedBytes {
-    /// None when the allocation fails.
-    fn zeroed(len: usize) -> Option<AlignedBytes> {
-        let map = memmap2::MmapMut::map_anon(len.max(1)).ok()?;
-        // Advice only: where huge pages are off or unsupported the buffer works as it is.
-        #[cfg(target_os = "linux")]
-        let _ = map.advise(memmap2::Advice::HugePage);
-        Some(AlignedBytes { map, len })
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        &self.map[..self.len]
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.map[..self.len]
-    }
-}
+use memory::AlignedBytes;
 
 #[cfg(test)]
 pub(crate) mod tests;

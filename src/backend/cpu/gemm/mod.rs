@@ -16,6 +16,7 @@
 //! the repacked layout can make decoding cheaper (Q6_K's six-bit lines).
 #![allow(clippy::needless_range_loop)] // tile kernels index parallel arrays with one index
 
+pub(crate) mod f16;
 mod group;
 
 use super::isa::Isa;

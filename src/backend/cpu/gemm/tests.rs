@@ -212,3 +212,78 @@ fn gemm_levels_pack_every_repackable_type() {
         assert_eq!(packed.len(), want, "{}: {packed:?}", table.name());
     }
 }
+
+/// The F16 panel GEMM (`f16.rs`) through the backend's passes, at every level that has it, sums
+/// each output as one chain of fused multiply-adds in column order over the activations rounded
+/// to f16 — the bits of a scalar loop written apart — for every tile shape (1 to 4 tokens, whole
+/// and padded tiles, the last vectors of a task), one token's streamed decode, and two weights in
+/// one pass (a fused projection, whose groups one thread's share may straddle).
+#[test]
+fn f16_panels_sum_each_output_in_column_order() {
+    use crate::backend::CoreOps;
+    use crate::backend::cpu::CpuBackend;
+    use crate::tensor::Tensor;
+    let t = GgmlType::F16;
+    let mut tested = 0;
+    for kernels in every_level() {
+        if kernels.f16_panels.is_none() {
+            continue;
+        }
+        let mut cpu = CpuBackend::new(2).unwrap();
+        cpu.kernels = kernels;
+        for (rows, tokens, k) in [
+            (16, 1, 1),
+            (48, 2, 17),
+            (32, 3, 16),
+            (80, 4, 33),
+            (16, 5, 64),
+            (112, 13, 75),
+            (160, 1, 300),
+            (96, 30, 40),
+            (208, 61, 24),
+        ] {
+            let ws: Vec<_> = [rows, 2 * rows]
+                .iter()
+                .enumerate()
+                .map(|(i, &m)| {
+                    let bytes: Vec<u8> = (0..m)
+                        .flat_map(|r| random_row(t, k, (r + 100 * i) as u64))
+                        .collect();
+                    cpu.weight(&Tensor::from_bytes("w", t, vec![k, m], bytes))
+                        .unwrap()
+                })
+                .collect();
+            assert!(ws.iter().all(|w| w.packed.is_some()), "in panels");
+            let x = activations(tokens * k, 3);
+            let mut outs = [vec![0.0; tokens * rows], vec![0.0; tokens * 2 * rows]];
+            let [a, b] = &mut outs;
+            cpu.matmul_many(&x, &[&ws[0], &ws[1]], tokens, &mut [a, b]);
+            for (w, out) in ws.iter().zip(&outs) {
+                let m = w.rows;
+                for i in 0..tokens {
+                    for r in 0..m {
+                        let row = w.row(r);
+                        let want = (0..k).fold(0f32, |acc, c| {
+                            let wv = half::f16::from_le_bytes([row[2 * c], row[2 * c + 1]]);
+                            let xv = half::f16::from_f32(x[i * k + c]);
+                            wv.to_f32().mul_add(xv.to_f32(), acc)
+                        });
+                        assert_eq!(
+                            out[i * m + r].to_bits(),
+                            want.to_bits(),
+                            "{}: {m}x{k}, {tokens} tokens, token {i} row {r}",
+                            cpu.kernels.name()
+                        );
+                    }
+                }
+            }
+            tested += 1;
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        assert!(tested > 0, "no level ran the panel GEMM");
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = tested; // ARM has no panel GEMM yet
+}

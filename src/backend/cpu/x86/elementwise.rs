@@ -561,50 +561,6 @@ unsafe fn dot4_f16_bytes_impl(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
     }
 }
 
-/// Three F16 weight rows · four activation rows whose values are f16 already: twelve independent
-/// sums (both FMA units busy and each load feeding three or four of them; 16 registers in all),
-/// each the one-row kernel's, in its order, so the bits are that kernel's.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot3x4_f16_bytes_impl(w: [&[u8]; 3], x: [&[f32]; 4]) -> [[f32; 4]; 3] {
-    unsafe {
-        let n = w
-            .iter()
-            .map(|r| r.len() / 2)
-            .chain(x.iter().map(|r| r.len()));
-        let n = n.min().unwrap_or(0);
-        let mut s = [[_mm256_setzero_ps(); 4]; 3];
-        let mut i = 0;
-        while i + 8 <= n {
-            let h: [__m256; 3] = std::array::from_fn(|r| {
-                _mm256_cvtph_ps(_mm_loadu_si128(w[r].as_ptr().add(2 * i) as *const __m128i))
-            });
-            for t in 0..4 {
-                let xs = _mm256_loadu_ps(x[t].as_ptr().add(i));
-                for r in 0..3 {
-                    s[r][t] = _mm256_fmadd_ps(h[r], xs, s[r][t]);
-                }
-            }
-            i += 8;
-        }
-        let mut out = [[0f32; 4]; 3];
-        for r in 0..3 {
-            for t in 0..4 {
-                let mut sum = hsum_f32(s[r][t]);
-                for j in i..n {
-                    sum += f16_at(w[r], 2 * j) * x[t][j];
-                }
-                out[r][t] = sum;
-            }
-        }
-        out
-    }
-}
-
-pub fn dot3x4_f16_bytes(w: [&[u8]; 3], x: [&[f32]; 4]) -> [[f32; 4]; 3] {
-    // SAFETY: as above.
-    unsafe { dot3x4_f16_bytes_impl(w, x) }
-}
-
 pub fn dot4_f16_bytes(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
     // SAFETY: as above.
     unsafe { dot4_f16_bytes_impl(w, x) }

@@ -1,8 +1,8 @@
-//! The F16 weight kernels at the AVX-512 level: the one-row dot product and the 1×4 and 4×6 tiles
-//! of the F16 GEMM (`matmul.rs`), sixteen values a step where the AVX2 ones take eight. The
-//! three keep one order among themselves — sixteen lanes, halved to the AVX2 kernels' eight, that
-//! sum, then the tail one value at a time — so a tile's sums are the one-row kernel's bit for bit,
-//! as at the AVX2 level (the level's own order, not AVX2's).
+//! The F16 weight row kernels at the AVX-512 level, for F16 weights not in panels (the panel GEMM,
+//! `gemm/f16.rs`, takes the rest): the one-row dot product and its 1×4 tile, sixteen values a
+//! step where the AVX2 ones take eight. The two keep one order — sixteen lanes, halved to the
+//! AVX2 kernels' eight, that sum, then the tail one value at a time — so the tile's sums are the
+//! one-row kernel's bit for bit, as at the AVX2 level (the level's own order, not AVX2's).
 
 use std::arch::x86_64::*;
 
@@ -78,43 +78,7 @@ unsafe fn dot4_impl(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
     }
 }
 
-#[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn dot4x6_impl(w: [&[u8]; 4], x: [&[f32]; 6]) -> [[f32; 6]; 4] {
-    unsafe {
-        let n = w
-            .iter()
-            .map(|r| r.len() / 2)
-            .chain(x.iter().map(|r| r.len()))
-            .min()
-            .unwrap_or(0);
-        let mut s = [[_mm512_setzero_ps(); 6]; 4];
-        let mut i = 0;
-        while i + 16 <= n {
-            let h = [
-                load16(w[0], i),
-                load16(w[1], i),
-                load16(w[2], i),
-                load16(w[3], i),
-            ];
-            for t in 0..6 {
-                let xs = _mm512_loadu_ps(x[t].as_ptr().add(i));
-                for r in 0..4 {
-                    s[r][t] = _mm512_fmadd_ps(h[r], xs, s[r][t]);
-                }
-            }
-            i += 16;
-        }
-        let mut out = [[0f32; 6]; 4];
-        for ((o, s), w) in out.iter_mut().zip(s).zip(w) {
-            for ((o, s), x) in o.iter_mut().zip(s).zip(x) {
-                *o = tail(hsum16(s), w, x, i, n);
-            }
-        }
-        out
-    }
-}
-
-// SAFETY (all three): the kernel table holds these only at the AVX-512 level, which `levels`
+// SAFETY (both): the kernel table holds these only at the AVX-512 level, which `levels`
 // lists only on a CPU with AVX-512F, AVX2, FMA and F16C.
 
 /// An F16 weight row (bytes) · `x`, the activations rounded to f16 first.
@@ -125,9 +89,4 @@ pub fn dot_f16_bytes(w: &[u8], x: &[f32]) -> f32 {
 /// One F16 weight row · four activation rows already rounded to f16.
 pub fn dot4_f16_bytes(w: &[u8], x: [&[f32]; 4]) -> [f32; 4] {
     unsafe { dot4_impl(w, x) }
-}
-
-/// Four F16 weight rows · six activation rows already rounded to f16.
-pub fn dot4x6_f16_bytes(w: [&[u8]; 4], x: [&[f32]; 6]) -> [[f32; 6]; 4] {
-    unsafe { dot4x6_impl(w, x) }
 }

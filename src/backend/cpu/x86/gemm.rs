@@ -4,6 +4,7 @@
 //! (`decoded.rs`), which only x86 has.
 
 use super::isa::{Avx2, Avx2Pair, Avx512};
+use crate::backend::cpu::gemm::f16::{PanelCall, PanelGemm, run_panels};
 use crate::backend::cpu::gemm::{self, Instantiate, Kernel, run_group};
 use crate::backend::cpu::kernels::{ActBlock, BlockQ8, BlockQ8K, GroupCall, Level, PackedKernel};
 use crate::gguf::GgmlType;
@@ -33,6 +34,28 @@ unsafe fn group_avxvnni<A: ActBlock, K: Kernel<A>>(c: &GroupCall<A>) {
             run_group::<Avx2<true>, A, K, 4>(c)
         }
     }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")]
+unsafe fn panels_avx512(c: &PanelCall) {
+    // 2 × 12 sums of the 32 registers; 8 chains for one token.
+    unsafe { run_panels::<Avx512, 2, 12, 8>(c) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn panels_avx2(c: &PanelCall) {
+    // 2 × 6 sums of the 16 registers (a group of 16 rows by 6 tokens).
+    unsafe { run_panels::<Avx2<false>, 2, 6, 8>(c) }
+}
+
+/// The F16 GEMM over panels at `level`, where there is one.
+pub fn f16_panel_kernel(level: Level) -> Option<PanelGemm> {
+    let (run, width): (unsafe fn(&PanelCall), usize) = match level {
+        Level::Avx512Vnni => (panels_avx512, 12),
+        Level::AvxVnni | Level::Avx2 => (panels_avx2, 6),
+        Level::Portable => return None,
+    };
+    Some(PanelGemm { run, width })
 }
 
 struct X86;

@@ -14,7 +14,7 @@ mod isa;
 mod rows;
 mod rows_iq;
 
-use super::kernels::{F16Tile, Kernels, Level, Tiled, TypeKernels};
+use super::kernels::{Kernels, Level, Tiled, TypeKernels};
 use super::portable;
 use crate::gguf::GgmlType;
 
@@ -109,15 +109,14 @@ pub unsafe fn kernels(level: Level) -> Kernels {
         elementwise::exp_sub
     };
     k.round_f16 = elementwise::round_f16;
-    // The one-row F16 kernel above and these two sum in one order per level (so a tile's bits are
-    // the one-row kernel's).
+    // The one-row F16 kernel above and this tile sum in one order per level (so the tile's bits
+    // are the one-row kernel's).
     if avx512 {
         k.dot4_f16 = Some(f16_avx512::dot4_f16_bytes);
-        k.f16_tile = Some(F16Tile::Rows4x6(f16_avx512::dot4x6_f16_bytes));
     } else {
         k.dot4_f16 = Some(elementwise::dot4_f16_bytes);
-        k.f16_tile = Some(F16Tile::Rows3x4(elementwise::dot3x4_f16_bytes));
     }
+    k.f16_panels = gemm::f16_panel_kernel(level);
     k.dot_f32_f16 = elementwise::dot_f32_f16;
     k.axpy_f16 = elementwise::axpy_f16;
     k.delta_rule = elementwise::delta_rule;
