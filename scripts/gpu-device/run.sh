@@ -4,7 +4,8 @@
 # adapter's features; the GPU op tests (while the models are written); the host's own time per token (wgpu's
 # no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the
 # time a token gains); ROUNDS rounds (default 8) on the 1B shape alternating which tool runs first, kiln-base
-# too where prepare.sh built one, and kiln with each switch of #46 (the fusions off, the float mat-vecs) against
+# too where prepare.sh built one, and kiln with each switch of #46 (the fusions off, the float mat-vecs, read-backs
+# that spin 300 µs before they block) against
 # its default; kiln's decode against
 # the copy bandwidth it measures on the 8B shape, then ROUNDS8 rounds (default 5) there; the timed dispatches
 # of a few tokens into $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The
@@ -22,7 +23,7 @@ echo "== each kernel's cost in the stream: tg128 with its dispatches run twice"
 echo "none: $(kt X=1)"
 for op in matvec matvec_rope_kv attention attention_reduce_packed add_rms_norm quantize_q8k; do echo "$op: $(kt KILN_WGPU_REPEAT=$op)"; done
 echo "== llama warm-up: $(lb)"
-VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-float=KILN_WGPU_INT_DOT=0"
+VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-float=KILN_WGPU_INT_DOT=0 kiln-spin=KILN_WGPU_SPIN_US=300"
 [ -x $W/kiln-base ] && VARIANTS="kiln-base $VARIANTS"
 echo "== host only, float mat-vecs: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_INT_DOT=0)"
 echo "== host only, unfused: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_FUSE=0)"

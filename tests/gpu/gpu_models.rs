@@ -130,6 +130,31 @@ fn gemma3_with_integer_dot_mat_vecs_matches_llama_cpp_on_the_gpu() {
     );
 }
 
+/// Read-backs that poll the device without blocking before they block (`KILN_WGPU_SPIN_US`,
+/// #46) read what blocking ones read: the tiny Llama against llama.cpp's goldens, every
+/// read-back spinning up to 200 ms (so that lavapipe, which shares the 2 cores with the spinning
+/// thread, finishes them within the spin: none of 17 did within 10 ms in one run, all within 200).
+#[test]
+fn spinning_read_backs_match_llama_cpp_on_the_gpu() {
+    let options = GpuOptions {
+        spin_us: 200_000,
+        ..GpuOptions::default()
+    };
+    let Some(g) = gpu_with(options) else { return };
+    let golden = common::golden("llama-cpp-tiny.json");
+    let entry = &golden["models"]["tiny-llama.gguf"];
+    let entry = with_cases(entry, &[longest_case(entry, 64)]);
+    let mf = ModelFile::open(&common::fixture("models/tiny-llama.gguf")).unwrap();
+    let model = Model::load(&mf, g).unwrap();
+    let cache = KvCacheTypes {
+        k: CacheType::F16,
+        v: CacheType::F16,
+    };
+    let report = check_model_with(&model, &entry, &EXACT_F32, cache);
+    report.assert_all("tiny-llama.gguf, spinning read-backs");
+    assert_eq!(report.steps, golden_steps(&entry), "every step checked");
+}
+
 const Q8_0_CACHE: KvCacheTypes = KvCacheTypes {
     k: CacheType::Q8_0,
     v: CacheType::Q8_0,

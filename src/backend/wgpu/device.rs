@@ -198,6 +198,8 @@ pub struct Gpu {
     pub int_dot: bool,
     /// The per-type mat-vec's shape set by hand (`GpuOptions::matvec_shape`).
     pub matvec_shape: Option<MatvecShape>,
+    /// How long a read-back polls without blocking before it blocks (`GpuOptions::spin`).
+    pub spin: std::time::Duration,
     /// Decode's fused epilogues are on (unless `GpuOptions::unfused`).
     pub fused: bool,
     /// Keys per decode attention split set by hand (`GpuOptions::attention_keys`).
@@ -299,6 +301,11 @@ pub struct GpuOptions {
     /// output quantized for the integer-dot mat-vec by a dispatch of its own instead of by the
     /// reduce. For measuring the fusions on a GPU.
     pub unfused: bool,
+    /// A read-back (a decode step's logits or argmax) polls the device without blocking for up
+    /// to this many microseconds before it blocks (`KILN_WGPU_SPIN_US=N`, 0-10000; default 0:
+    /// block at once), for measuring whether a blocking wait's wake-up costs a token time on a
+    /// GPU. The spin holds a core meanwhile.
+    pub spin_us: u64,
 }
 
 impl GpuOptions {
@@ -314,6 +321,12 @@ impl GpuOptions {
                 .is_some_and(|v| v == "1"),
             float_matvecs: std::env::var_os("KILN_WGPU_INT_DOT").is_some_and(|v| v == "0"),
             unfused: std::env::var_os("KILN_WGPU_FUSE").is_some_and(|v| v == "0"),
+            spin_us: env_parsed(
+                "KILN_WGPU_SPIN_US",
+                "a number of microseconds from 0 to 10000",
+                |v| v.parse::<u64>().ok().filter(|n| *n <= 10_000),
+            )?
+            .unwrap_or(0),
             attention_keys: env_parsed(
                 "KILN_WGPU_ATTN_KEYS",
                 "a number of keys from 8 to 4096",
@@ -417,6 +430,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         f32_activations: options.f32_activations,
         int_dot: !options.float_matvecs,
         matvec_shape: options.matvec_shape,
+        spin: std::time::Duration::from_micros(options.spin_us),
         fused: !options.unfused,
         attention_keys: options.attention_keys,
         error,

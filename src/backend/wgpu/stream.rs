@@ -587,11 +587,25 @@ fn map_read<R>(
     buf.map_async(wgpu::MapMode::Read, 0..size, move |r| {
         let _ = tx.send(r);
     });
-    if let Err(e) = gpu.device.poll(wgpu::PollType::wait_indefinitely()) {
+    // Polls without blocking first, for up to `Gpu::spin` (a blocking wait's wake-up may cost
+    // more than the wait); the map's callback runs inside a poll once the copy is done.
+    let spun = Instant::now();
+    let mut mapped = None;
+    while mapped.is_none() && spun.elapsed() < gpu.spin {
+        if let Err(e) = gpu.device.poll(wgpu::PollType::Poll) {
+            gpu.fail(format!("waiting for the GPU failed: {e}"));
+            return None;
+        }
+        mapped = rx.try_recv().ok();
+        std::hint::spin_loop();
+    }
+    if mapped.is_none()
+        && let Err(e) = gpu.device.poll(wgpu::PollType::wait_indefinitely())
+    {
         gpu.fail(format!("waiting for the GPU failed: {e}"));
         return None;
     }
-    match rx.recv() {
+    match mapped.map_or_else(|| rx.recv(), Ok) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
             gpu.fail(format!("reading back from the GPU failed: {e}"));
