@@ -220,14 +220,14 @@ impl CpuBackend {
             rounded.resize(rows.next_multiple_of(width) * k, 0.0);
             self.pool
                 .for_each_chunk(&mut rounded[..], width * k, &|tile, dst| {
+                    let tokens = &x[tile * width * k..((tile + 1) * width).min(rows) * k];
+                    if width == 1 {
+                        dst.copy_from_slice(tokens);
+                        return (self.kernels.round_f16)(dst);
+                    }
                     // Lanes past the last token keep what the buffer held: their sums are
                     // never stored.
-                    for (t, row) in x[tile * width * k..].chunks(k).take(width).enumerate() {
-                        for (col, &v) in row.iter().enumerate() {
-                            dst[col * width + t] = v;
-                        }
-                    }
-                    (self.kernels.round_f16)(dst)
+                    (gemm.tile)(tokens, k, width, dst)
                 });
             let acts = &rounded[..];
             let call = |ji: usize, groups: Range<usize>, tokens: Range<usize>| {

@@ -4,11 +4,13 @@
 //! multiply-adds in column order from zero, so a tile's results are those of any other tile and of
 //! any vector width, bit for bit: a prefill and the decode steps after it agree.
 //!
-//! The row kernels' tiles it replaces (`matmul.rs`, still run where weights are not in panels)
-//! read each weight row once per tile of tokens and end each output in a horizontal sum. Qwen3.5's
-//! F16 vision tower, a 768×512 image on 2 threads of a Zen 5, µs per image token: the products
-//! other than the down projection 5,460 → 4,470 (203 → 248 GMAC/s), the down projection 2,850 →
-//! 2,380 (187 → 224 GMAC/s); the 1B Llama shape in F16, pp64 141 → 226 t/s, tg32 16 → 22 t/s.
+//! The row kernels' tiles it replaced (F16 weights not in panels still take the row kernels)
+//! read each weight row once per tile of tokens and ended each output in a horizontal sum; the
+//! activations here come in tiles of the kernel's tokens (`PanelCall::x`), so a column's values
+//! for the whole tile are one line. Qwen3.5's F16 vision tower, a 768×512 image on 2 threads of a
+//! Zen 5, µs per image token: the products other than the down projection 5,460 → 4,620 (about
+//! 250 GMAC/s, 90 % of the FMA peak), the down projection 2,850 → 2,460 (217 GMAC/s); the 1B
+//! Llama shape in F16, pp64 141 → 226 t/s and tg32 16 → 22 t/s (llama.cpp: 185 and 17-23).
 #![allow(clippy::needless_range_loop)] // tiles index parallel arrays with one index
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // ARM has no panel GEMM yet
 
@@ -40,6 +42,9 @@ pub struct PanelCall<'a> {
 pub struct PanelGemm {
     pub run: unsafe fn(&PanelCall),
     pub width: usize,
+    /// Up to `width` tokens' activations (rows of k values) rounded to f16 into one tile of
+    /// that layout: `tile(x, k, width, dst)`; lanes past the tokens are left as they were.
+    pub tile: fn(&[f32], usize, usize, &mut [f32]),
 }
 
 /// The call in tiles of `G` vectors of rows by up to `T` tokens (`T` the activations' width), or

@@ -48,6 +48,58 @@ unsafe fn panels_avx2(c: &PanelCall) {
     unsafe { run_panels::<Avx2<false>, 2, 6, 8>(c) }
 }
 
+/// `x`'s tokens (rows of `k` values, at most `width` of them) rounded to f16 into one tile of
+/// the panel GEMM's activations (`PanelCall::x`): value `col` of token t at `dst[col·width + t]`.
+/// Four columns of four tokens at a time, transposed in registers.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_acts_impl(x: &[f32], k: usize, width: usize, dst: &mut [f32]) {
+    use std::arch::x86_64::*;
+    unsafe {
+        let n = x.len() / k;
+        assert!(n <= width && dst.len() >= width * k);
+        // A macro, not a closure: a closure's intrinsics take this function's features only
+        // where it is inlined.
+        macro_rules! rounded4 {
+            ($p:expr) => {
+                _mm_cvtph_ps(_mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_loadu_ps($p)))
+            };
+        }
+        let (quads, cols4) = (n / 4 * 4, k / 4 * 4);
+        for t0 in (0..quads).step_by(4) {
+            let src = x.as_ptr().add(t0 * k);
+            for col in (0..cols4).step_by(4) {
+                let r = [
+                    rounded4!(src.add(col)),
+                    rounded4!(src.add(k + col)),
+                    rounded4!(src.add(2 * k + col)),
+                    rounded4!(src.add(3 * k + col)),
+                ];
+                // Rows t0..t0 + 4 of columns col..col + 4, as columns of those rows.
+                let (a, b) = (_mm_unpacklo_ps(r[0], r[1]), _mm_unpacklo_ps(r[2], r[3]));
+                let (c, d) = (_mm_unpackhi_ps(r[0], r[1]), _mm_unpackhi_ps(r[2], r[3]));
+                let out = dst.as_mut_ptr().add(col * width + t0);
+                _mm_storeu_ps(out, _mm_movelh_ps(a, b));
+                _mm_storeu_ps(out.add(width), _mm_movehl_ps(b, a));
+                _mm_storeu_ps(out.add(2 * width), _mm_movelh_ps(c, d));
+                _mm_storeu_ps(out.add(3 * width), _mm_movehl_ps(d, c));
+            }
+        }
+        // The columns past the last four, and the tokens past the last four, one at a time.
+        let rounded = |v: f32| half::f16::from_f32(v).to_f32();
+        for t in 0..n {
+            let from = if t < quads { cols4 } else { 0 };
+            for col in from..k {
+                dst[col * width + t] = rounded(x[t * k + col]);
+            }
+        }
+    }
+}
+
+fn tile_acts(x: &[f32], k: usize, width: usize, dst: &mut [f32]) {
+    // SAFETY: the kernel table holds this only at levels that have AVX2, FMA and F16C.
+    unsafe { tile_acts_impl(x, k, width, dst) }
+}
+
 /// The F16 GEMM over panels at `level`, where there is one.
 pub fn f16_panel_kernel(level: Level) -> Option<PanelGemm> {
     let (run, width): (unsafe fn(&PanelCall), usize) = match level {
@@ -55,7 +107,11 @@ pub fn f16_panel_kernel(level: Level) -> Option<PanelGemm> {
         Level::AvxVnni | Level::Avx2 => (panels_avx2, 6),
         Level::Portable => return None,
     };
-    Some(PanelGemm { run, width })
+    Some(PanelGemm {
+        run,
+        width,
+        tile: tile_acts,
+    })
 }
 
 struct X86;
