@@ -303,12 +303,18 @@ pub fn store_kernel(ty: CacheType) -> Kernel {
 
 /// The GQA-folded attention (attention.wgsl `main`); `lanes`: its 8-lane sums by subgroup
 /// shuffles (`SG_LANES`, for subgroups of at least 8), else in workgroup memory.
+// Audited (#46): every workgroup value it reads was written first, before a barrier: the queries
+// (`hx`, the first nh·hd values, all it reads; rotated and their q8 scales and quants derived
+// from them in place), each tile's scores for every filled key slot of its heads (`ss`, NEG past
+// the last key), the lanes' partial sums (all 512, or 128 of the maxima and sums), and the
+// per-head `talpha`, `tm`, `tl` of heads below nh, the only ones read.
 pub fn attention_kernel(k: CacheType, v: CacheType, lanes: bool) -> Kernel {
     let kernel = Kernel::new(
         "attention",
         "attention",
         &[Read, Read, Read, ReadWrite, ReadWrite, Read],
-    );
+    )
+    .fills_workgroup_memory();
     let kernel = if lanes {
         kernel.flag("SG_LANES")
     } else {
@@ -318,7 +324,7 @@ pub fn attention_kernel(k: CacheType, v: CacheType, lanes: bool) -> Kernel {
 }
 
 /// The reduce of split decode attention (attention.wgsl `reduce`; it reads no cache, so one
-/// variant serves every cache type).
+/// variant serves every cache type). It uses no workgroup memory: nothing to fill.
 pub fn attention_reduce_kernel() -> Kernel {
     Kernel::new(
         "attention_reduce",
@@ -326,6 +332,7 @@ pub fn attention_reduce_kernel() -> Kernel {
         &[Read, Read, Read, ReadWrite, ReadWrite, Read],
     )
     .entry("reduce")
+    .fills_workgroup_memory()
 }
 
 /// The reduce fused with the quantization of its output to packed Q8_K blocks, one binding more
