@@ -135,6 +135,31 @@ impl CpuBackend {
         self.repack && (panels || self.kernels.of(t).packs())
     }
 
+    /// A pass of one token, which reads each weight byte once, at memory speed: each thread
+    /// streams a contiguous share of the items (rows or row groups) of all the lists (`lens`
+    /// items each, of at most `item_bytes` bytes), in pieces of ~`STREAM_PIECE` bytes so that the
+    /// threads finish together (a task start costs a stream restart, so pieces must not be many
+    /// separate tasks); `f(list, items)` runs each piece's items of each list.
+    fn stream_one_token(
+        &self,
+        lens: &[usize],
+        item_bytes: usize,
+        f: &(dyn Fn(usize, Range<usize>) + Sync),
+    ) {
+        let starts = list_starts(lens.iter().copied());
+        let total = lens.iter().sum();
+        let grain = (STREAM_PIECE / item_bytes.max(1)).max(1);
+        self.pool.run_split(total, grain, &|items| {
+            let mut i = items.start;
+            while i < items.end {
+                let (list, first) = locate(&starts, i);
+                let n = (items.end - i).min(lens[list] - first);
+                f(list, first..first + n);
+                i += n;
+            }
+        });
+    }
+
     /// Matmuls of one input by weights that take the same activation format: the input is
     /// quantized once and all the weights' rows run in one parallel pass (two when some weights
     /// are repacked and some are not).
@@ -249,21 +274,10 @@ impl CpuBackend {
             };
             let groups_of = |ji: usize| jobs[ji].0.rows / repack::ROWS;
             if rows == 1 {
-                // Streamed as `run_packed` streams one token.
-                let starts = list_starts((0..jobs.len()).map(groups_of));
+                let lens: Vec<usize> = (0..jobs.len()).map(groups_of).collect();
                 let largest = jobs.iter().map(|(w, _)| w.cols * 2 * repack::ROWS).max();
-                let grain = (STREAM_PIECE / largest.unwrap_or(1).max(1)).max(1);
-                let total = (0..jobs.len()).map(groups_of).sum();
-                self.pool.run_split(total, grain, &|items| {
-                    let mut i = items.start;
-                    while i < items.end {
-                        let (ji, g) = locate(&starts, i);
-                        let n = (items.end - i).min(groups_of(ji) - g);
-                        call(ji, g..g + n, 0..1);
-                        i += n;
-                    }
-                });
-                return;
+                let stream = |ji, groups| call(ji, groups, 0..1);
+                return self.stream_one_token(&lens, largest.unwrap_or(1), &stream);
             }
             let task_tokens = PANEL_TOKENS.next_multiple_of(width);
             let tasks: Vec<(usize, usize, usize)> = (0..jobs.len())
@@ -347,21 +361,18 @@ impl CpuBackend {
         let total: usize = jobs.iter().map(|j| j.w.rows).sum();
         let act = |i: usize| &acts[i * act_stride..(i + 1) * act_stride];
         if rows == 1 {
-            // Streamed like the GEMM passes (`run_packed`).
-            let starts = list_starts(jobs.iter().map(|j| j.w.rows));
+            let lens: Vec<usize> = jobs.iter().map(|j| j.w.rows).collect();
             let largest = jobs.iter().map(|j| j.w.tensor.row_bytes()).max();
-            let grain = (STREAM_PIECE / largest.unwrap_or(1).max(1)).max(1);
-            self.pool.run_split(total, grain, &|items| {
-                for item in items {
-                    let (ji, r) = locate(&starts, item);
-                    let Job { w, out, dot, .. } = &jobs[ji];
+            let stream = |ji: usize, rows: Range<usize>| {
+                let Job { w, out, dot, .. } = &jobs[ji];
+                for r in rows {
                     let v = dot(w.row(r), act(0));
                     // SAFETY: each row r of a job's output is written once (its item is taken
                     // once), and r < m, the output's length for one activation row.
                     unsafe { *out.get().add(r) = v };
                 }
-            });
-            return;
+            };
+            return self.stream_one_token(&lens, largest.unwrap_or(1), &stream);
         }
         if rows >= TILED_MIN_TOKENS && jobs.iter().any(|j| tiles(j).is_some()) {
             let (tiled, plain): (Vec<&Job<A>>, Vec<&Job<A>>) =
@@ -529,24 +540,14 @@ impl CpuBackend {
             unsafe { kernels[ji](&call) }
         };
         if rows == 1 {
-            // One token reads each weight byte once, at memory speed: each thread streams a
-            // contiguous share of all the weights' groups, in pieces of ~64 KB so that the
-            // threads finish together (a task start costs a stream restart, so pieces must not
-            // be many separate tasks).
-            let starts = list_starts(jobs.iter().map(|(w, _)| w.rows / repack::ROWS));
+            let lens: Vec<usize> = jobs.iter().map(|(w, _)| w.rows / repack::ROWS).collect();
             let largest = jobs
                 .iter()
                 .filter_map(|(w, _)| w.packed.as_ref().map(|p| p.group_bytes))
-                .max()
-                .unwrap_or(1);
-            self.pool
-                .run_split(groups, (STREAM_PIECE / largest).max(1), &|items| {
-                    for item in items {
-                        let (ji, group) = locate(&starts, item);
-                        call(ji, group, 0..1);
-                    }
-                });
-            return;
+                .max();
+            let stream =
+                |ji: usize, groups: Range<usize>| groups.for_each(|group| call(ji, group, 0..1));
+            return self.stream_one_token(&lens, largest.unwrap_or(1), &stream);
         }
         // Prefill: each thread walks its own contiguous share of (token block, group) items, so
         // the group a kernel call fetches ahead is the one its thread runs next, and threads that
