@@ -18,6 +18,7 @@
 // taken as bytes and multiplied by x's with dot4I8Packed, its sub-block sums scaled as integers,
 // one or two int→float conversions per 16 weights (llama.cpp's mul_mat_vecq).
 // The per-invocation sums are exact integers as the CPU's; only the float sums after differ.
+// GLU_PACK: the gated activation is also written as packed Q8_K blocks (matvec_rows.wgsl).
 
 #include "common"
 #include "matvec_rows"
@@ -384,4 +385,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 #endif
     }
     finish_workgroup(g, acc, lid, sg_lane, sg_id, n_sg);
+#if GLU_PACK
+    pack_gated_block(g, lid);
+#endif
 }

@@ -132,6 +132,60 @@ fn rope_store(a: Slot, b: Slot, t0: f32, t1: f32) {
 }
 #endif
 
+#if GLU_PACK
+// The gated activation quantized where it is made, as packed Q8_K blocks for the integer-dot
+// mat-vec that reads it next (the down projection), so no dispatch quantizes it again: each
+// workgroup adds its outputs to its block's count, and the one that completes a block (256
+// outputs) quantizes it as round_acts.wgsl's PACKED variant does, bit for bit, and sets the count
+// back to 0 for the next dispatch. storageBarrier is a device-scope acquire-release fence (naga's
+// SPIR-V), so the outputs other workgroups wrote before their count are visible to the last one
+// after it reads the count (CUDA's threadfence reduction). One input row; m0 whole blocks.
+@group(0) @binding(6) var<storage, read_write> packed: array<u32>;
+@group(0) @binding(7) var<storage, read_write> block_count: array<atomic<u32>>;
+var<workgroup> completes: u32;
+var<workgroup> pack_max: array<f32, {{WG}}>;
+
+fn pack_gated_block(g: u32, lid: u32) {
+    storageBarrier();
+    let first = g * (ROWS / 2u);
+    let blk = first / 256u;
+    if (lid == 0u) {
+        var done = 0u;
+        if (first < p.m0) {
+            let mine = min(ROWS / 2u, p.m0 - first);
+            done = select(0u, 1u, atomicAdd(&block_count[blk], mine) + mine == 256u);
+        }
+        completes = done;
+    }
+    if (workgroupUniformLoad(&completes) == 0u) {
+        return;
+    }
+    storageBarrier();
+    let base = p.off0 + 256u * blk;
+    var m = 0.0;
+    for (var i = lid; i < 64u; i += {{WG}}u) {
+        let a = abs(vec4<f32>(out0[base + 4u * i], out0[base + 4u * i + 1u], out0[base + 4u * i + 2u],
+            out0[base + 4u * i + 3u]));
+        m = max(m, max(max(a.x, a.y), max(a.z, a.w)));
+    }
+    pack_max[lid] = m;
+    workgroupBarrier();
+    var amax = 0.0;
+    for (var i = 0u; i < min({{WG}}u, 64u); i++) {
+        amax = max(amax, pack_max[i]);
+    }
+    for (var i = lid; i < 64u; i += {{WG}}u) {
+        let v = vec4<f32>(out0[base + 4u * i], out0[base + 4u * i + 1u], out0[base + 4u * i + 2u],
+            out0[base + 4u * i + 3u]);
+        packed[64u * blk + i] = pack4xI8(q8_k_quants(v, amax));
+    }
+    if (lid == 0u) {
+        packed[p.m0 / 4u + blk] = bitcast<u32>(q8_k_d(amax));
+        atomicStore(&block_count[blk], 0u);
+    }
+}
+#endif
+
 // Row slot s of workgroup g: which weight, which row of its buffer, which output value, and
 // whether there is such a row.
 struct Slot {

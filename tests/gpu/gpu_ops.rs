@@ -1465,7 +1465,8 @@ fn float_weights_of_odd_widths_match_the_cpu() {
 
 /// A decode block's chain as the integer-dot mat-vecs see it (the hardware kernels): norms write
 /// their output as packed Q8_K blocks too, which the Q/K/V group (Q4_K and Q6_K, two dispatches)
-/// and the gated pair read instead of quantizing again; a write to the normed row after its norm
+/// and the gated pair read instead of quantizing again; the gated pair writes its output as
+/// packed blocks too, which the down projection reads; a write to the normed row after its norm
 /// (`add`) makes the blocks stale, so the next mat-vec quantizes afresh. Against the CPU.
 fn norm_then_matvecs<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> {
     use GgmlType::{Q4_K, Q6_K};
@@ -1479,17 +1480,21 @@ fn norm_then_matvecs<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)
         random_weight(Q6_K, 24, dim, rng),
     ];
     let qkv: Vec<B::Weight> = qkv.iter().map(|w| b.weight(w).unwrap()).collect();
+    // Two blocks of gated outputs, each completed by many workgroups.
+    let ffn = 512;
     let (gate, up) = (
-        b.weight(&random_weight(Q4_K, 64, dim, rng)).unwrap(),
-        b.weight(&random_weight(Q4_K, 64, dim, rng)).unwrap(),
+        b.weight(&random_weight(Q4_K, ffn, dim, rng)).unwrap(),
+        b.weight(&random_weight(Q4_K, ffn, dim, rng)).unwrap(),
     );
+    let down = b.weight(&random_weight(Q6_K, dim, ffn, rng)).unwrap();
     let head = b.weight(&random_weight(Q6_K, 96, dim, rng)).unwrap();
     let x = upload(b, &rng.vec(dim, 3.0));
     let mut residual = upload(b, &rng.vec(dim, 3.0));
     let later = upload(b, &rng.vec(dim, 1.0));
     let mut normed = b.buffer(dim).unwrap();
     let mut outs: Vec<B::Buffer> = [40, 24, 24].map(|n| b.buffer(n).unwrap()).into();
-    let (mut g, mut u) = (b.buffer(64).unwrap(), b.buffer(64).unwrap());
+    let (mut g, mut u) = (b.buffer(ffn).unwrap(), b.buffer(ffn).unwrap());
+    let mut ffn_out = b.buffer(dim).unwrap();
     let mut logits = b.buffer(96).unwrap();
     let mut results = Vec::new();
 
@@ -1506,12 +1511,17 @@ fn norm_then_matvecs<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)
         &gate,
         &up,
         1,
-        64,
+        ffn,
         GateActivation::Silu,
         &mut g,
         &mut u,
     );
-    results.push(("gated after add_rms_norm_into".into(), download(b, &g, 64)));
+    b.matmul(&g, &down, 1, &mut ffn_out);
+    results.push(("gated after add_rms_norm_into".into(), download(b, &g, ffn)));
+    results.push((
+        "down after the gated pair".into(),
+        download(b, &ffn_out, dim),
+    ));
     b.rms_norm(&mut residual, &norm, 1, 1e-6);
     b.add(&mut residual, &later, dim);
     b.matmul(&residual, &head, 1, &mut logits);

@@ -254,12 +254,13 @@ fn fused_decode_matches_unfused_and_the_cpu() {
     );
     assert_eq!(worst_unfused, 0.0, "against the unfused dispatches");
     // The last step's dispatches: per layer two norms, the Q/K and the V mat-vec with RoPE and
-    // the append, attention and its reduce (32 keys: four splits), the output, gate/up and down
-    // mat-vecs and the down's quantization; no RoPE, no quantization after attention.
+    // the append, attention and its reduce (32 keys: four splits), the output, the gate/up
+    // mat-vec quantizing its output and the down mat-vec; no RoPE, no quantization dispatch.
     assert_eq!(calls(&p, "rope_kv"), 0, "{:?}", p.ops);
     assert_eq!(calls(&p, "matvec_rope_kv"), 4, "{:?}", p.ops);
     assert_eq!(calls(&p, "attention_reduce_packed"), 2, "{:?}", p.ops);
-    assert_eq!(calls(&p, "quantize_q8k"), 2, "{:?}", p.ops);
+    assert_eq!(calls(&p, "matvec_gated_packed"), 2, "{:?}", p.ops);
+    assert_eq!(calls(&p, "quantize_q8k"), 0, "{:?}", p.ops);
 
     // Layer 0 on the CPU, layer 1 and the output on the GPU.
     let placement = placement(&mf.config, 1, 0);

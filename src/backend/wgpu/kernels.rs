@@ -215,6 +215,16 @@ pub fn matvec_blocks_kernel(
     }
 }
 
+/// `k` (a gated `matvec_blocks_kernel`) also writing the gated activation as packed Q8_K blocks,
+/// two bindings more: the blocks and a count per block (matvec_rows.wgsl `GLU_PACK`).
+// Audited: `completes` is written by invocation 0 before the uniform load that reads it, and every
+// invocation writes its `pack_max` before the barrier that precedes the reads.
+pub fn with_gated_packing(mut k: Kernel) -> Kernel {
+    k.bindings.extend([ReadWrite, ReadWrite]);
+    k.label = "matvec_gated_packed";
+    k.flag("GLU_PACK")
+}
+
 /// A decode step's Q/K/V projections through `matvec_blocks_kernel` (over `roles.len()` weights,
 /// each the query (0), key (1) or value (2) projection) with RoPE and the KV append to caches of
 /// types `k` and `v` (f32 or f16) as the epilogue: three more bindings, the RoPE table and the

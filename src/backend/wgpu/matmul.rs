@@ -17,6 +17,10 @@ use crate::backend::{CoreOps, GateActivation};
 /// Q4_K_M, a verify pass of 2 rows cost 11.6 decode steps with the tiled kernel.
 const SOFTWARE_MATVEC_MAX_ROWS: usize = 8;
 
+/// Storage buffers the gate/up mat-vec binds when it also packs its output: x, two weights, two
+/// outputs, the packed blocks and their counts.
+const GATED_PACKING_BUFFERS: u32 = 7;
+
 /// The kind of kernel that reads a matmul's activations (`WgpuBackend::weight_input`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Reader {
@@ -44,20 +48,26 @@ impl WgpuBackend {
     ) -> Option<(wgpu::Buffer, u64)> {
         if reader == Reader::Matvec && self.int_dot(m) {
             let words = values / 4 + values / 256;
-            let (buf, id) = self.scratch_buffer(|s| &mut s.rounded, words)?;
             let recorded = self.stream().recorded;
             let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
-            let current = scratch.packed.is_some_and(|p| {
-                p.input == (x.dev.id, values) && p.at.is_none_or(|at| at == recorded)
-            });
-            if current {
-                return Some((buf, id));
+            let current = scratch
+                .packed
+                .filter(|p| p.input == (x.dev.id, values) && p.at.is_none_or(|at| at == recorded));
+            if let Some(current) = current {
+                drop(scratch);
+                return if current.gated {
+                    self.scratch_buffer(|s| &mut s.gated_packed, words)
+                } else {
+                    self.scratch_buffer(|s| &mut s.rounded, words)
+                };
             }
             scratch.packed = scratch.sharing_packed.then_some(Packed {
                 input: (x.dev.id, values),
+                gated: false,
                 at: None,
             });
             drop(scratch);
+            let (buf, id) = self.scratch_buffer(|s| &mut s.rounded, words)?;
             self.run_in(
                 &self.fixed.quantize_q8k,
                 kernels::quantize_q8k_kernel,
@@ -307,14 +317,43 @@ impl WgpuBackend {
     /// After a kernel wrote `out`'s `values` as packed blocks too (`packed_output`): they are
     /// current until anything else is recorded.
     pub(super) fn packed_written(&self, out: &GpuBuffer, values: usize) {
+        self.mark_packed(out, values, false);
+    }
+
+    /// `out`'s `values` are current as packed blocks in `Scratch::gated_packed` (true) or
+    /// `rounded`, until anything else is recorded.
+    fn mark_packed(&self, out: &GpuBuffer, values: usize, gated: bool) {
         let recorded = self.stream().recorded;
         self.scratch
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .packed = Some(Packed {
             input: (out.dev.id, values),
+            gated,
             at: Some(recorded),
         });
+    }
+
+    /// Where the gate/up mat-vec over `g` for one row writes its gated activation (`width`
+    /// values) as packed Q8_K blocks too (`kernels::with_gated_packing`), with the blocks'
+    /// completion counts; None where the down projection's integer-dot mat-vec would not read
+    /// them, or the fusions are off.
+    fn gated_packing(
+        &self,
+        g: &Matrix,
+        width: usize,
+    ) -> Option<((wgpu::Buffer, u64), (wgpu::Buffer, u64))> {
+        let applies = self.gpu.fused
+            && self.int_dot(g)
+            && self.packs_outputs(1, width)
+            && self.gpu.limits.max_storage_buffers_per_shader_stage >= GATED_PACKING_BUFFERS;
+        if !applies {
+            return None;
+        }
+        let packed = self.scratch_buffer(|s| &mut s.gated_packed, width / 4 + width / 256)?;
+        // New buffers start zeroed (wgpu's guarantee), and each dispatch leaves its counts at 0.
+        let counts = self.scratch_buffer(|s| &mut s.block_counts, width / 256)?;
+        Some((packed, counts))
     }
 
     /// Two or three matrices of one type and width, each in one part, over the same input.
@@ -402,6 +441,20 @@ impl WgpuBackend {
         if self.runs_matvec(rows) {
             let (params, groups) =
                 self.matvec_call_rows(g, each, [0; 3], Some(act), rows, [width, 0, 0]);
+            let packing = (rows == 1).then(|| self.gated_packing(g, width)).flatten();
+            if let Some(((packed, packed_id), (counts, counts_id))) = &packing {
+                let mut with_packed = buffers.to_vec();
+                with_packed.extend([(packed, *packed_id), (counts, *counts_id)]);
+                self.run_in(
+                    &g.kernels.gated_packed[act as usize],
+                    || kernels::with_gated_packing(self.matvec_kernel_of(g, 2, Some(act))),
+                    &params,
+                    &with_packed,
+                    groups,
+                );
+                self.mark_packed(gate_out, width, true);
+                return;
+            }
             self.run_in(
                 &g.kernels.gated[act as usize],
                 || self.matvec_kernel_of(g, 2, Some(act)),

@@ -62,7 +62,12 @@ struct Scratch {
     argmax: Option<GpuBuffer>,
     /// Activations rounded for a matmul (`WgpuBackend::weight_input`).
     rounded: Option<GpuBuffer>,
-    /// Whose packed Q8_K blocks `rounded` holds, while they are current (`WgpuBackend::weight_input`).
+    /// The gated activation's packed Q8_K blocks, written by the gate/up mat-vec beside its input
+    /// (which `rounded` may hold), and a completion count per block (`with_gated_packing`).
+    gated_packed: Option<GpuBuffer>,
+    block_counts: Option<GpuBuffer>,
+    /// Whose packed Q8_K blocks `rounded` (or `gated_packed`) holds, while they are current
+    /// (`WgpuBackend::weight_input`).
     packed: Option<Packed>,
     /// Inside one `matmul_many`, whose mat-vecs read x and write only their outputs.
     sharing_packed: bool,
@@ -73,6 +78,8 @@ struct Scratch {
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Packed {
     input: (u64, usize),
+    /// Whether they are in `Scratch::gated_packed` rather than `rounded`.
+    gated: bool,
     /// Current while the stream has recorded this many commands (nothing written since), or
     /// (None) until the `matmul_many` span that made them ends.
     at: Option<u64>,

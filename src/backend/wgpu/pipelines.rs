@@ -171,6 +171,8 @@ pub struct MatrixKernels {
     pub matvec: [KernelSlot; 3],
     /// Gate/up mat-vec with SiLU and with GELU as its epilogue.
     pub gated: [KernelSlot; 2],
+    /// The same, also writing the gated activation as packed Q8_K blocks (`with_gated_packing`).
+    pub gated_packed: [KernelSlot; 2],
     /// The tiled kernel over this matrix and 0-2 more, and gated.
     pub matmul: [KernelSlot; 3],
     pub matmul_gated: [KernelSlot; 2],
