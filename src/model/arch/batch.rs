@@ -150,6 +150,7 @@ impl<B: Backend> Model<B> {
                 });
             }
             self.forward_seqs(&ids, &inputs, &mut parts, s);
+            self.finish_residual(ids.len(), s);
             let mut first = 0;
             for q in seqs.iter() {
                 out += self.gather_rows(s, &mut v, first, q, out);
@@ -158,6 +159,7 @@ impl<B: Backend> Model<B> {
         } else {
             for q in seqs.iter_mut() {
                 self.forward_layers(q.ids, &q.inputs, q.start_pos, q.cache, s);
+                self.finish_residual(q.ids.len(), s);
                 out += self.gather_rows(s, &mut v, 0, q, out);
             }
         }

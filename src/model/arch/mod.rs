@@ -460,16 +460,34 @@ impl<B: Backend> Model<B> {
         self.last_logits(ids.len(), s);
     }
 
-    /// The logits of row `rows − 1` of the residual stream into `s.logits`.
+    /// The logits of row `rows − 1` of the residual stream into `s.logits`, after the last
+    /// block's residual add (`forward_seqs` leaves it pending): for one row, the add and the
+    /// output norm are one op, as between layers.
     fn last_logits(&self, rows: usize, s: &mut Scratch<B>) {
         let c = &self.config;
         let b = &self.backend;
-        b.copy_row(&s.x, rows - 1, &mut s.last, c.hidden_size);
-        b.rms_norm(&mut s.last, &self.weights.output_norm, 1, c.rms_norm_eps);
+        let (width, eps, norm) = (c.hidden_size, c.rms_norm_eps, &self.weights.output_norm);
+        if rows == 1 && std::mem::take(&mut s.pending_residual) {
+            b.add_rms_norm_into(&mut s.x, &s.o, norm, 1, width, eps, &mut s.last);
+        } else {
+            self.finish_residual(rows, s);
+            b.copy_row(&s.x, rows - 1, &mut s.last, width);
+            b.rms_norm(&mut s.last, norm, 1, eps);
+        }
         b.matmul(&s.last, self.lm_head(), 1, &mut s.logits);
     }
 
-    /// Every layer over `ids`, leaving the residual stream of each row in `s.x`.
+    /// The last block's residual add, which `forward_seqs` leaves pending, so that `s.x` holds
+    /// the residual stream of each row.
+    fn finish_residual(&self, rows: usize, s: &mut Scratch<B>) {
+        if std::mem::take(&mut s.pending_residual) {
+            self.backend
+                .add(&mut s.x, &s.o, rows * self.config.hidden_size);
+        }
+    }
+
+    /// Every layer over `ids`, leaving the residual stream of each row in `s.x`, but for the last
+    /// block's residual add (`finish_residual`).
     fn forward_layers(
         &self,
         ids: &[u32],
@@ -489,7 +507,8 @@ impl<B: Backend> Model<B> {
     }
 
     /// Every layer over the rows of `seqs` (their ids one after another in `ids`, each
-    /// sequence's `RowInputs` in `inputs`), leaving the residual stream of each row in `s.x`.
+    /// sequence's `RowInputs` in `inputs`), leaving the residual stream of each row in `s.x`,
+    /// but for the last block's residual add (`finish_residual`).
     fn forward_seqs(
         &self,
         ids: &[u32],
@@ -560,9 +579,8 @@ impl<B: Backend> Model<B> {
                 self.add_deepstack(il, inputs, seqs, rows, s);
             }
         }
-        if std::mem::take(&mut s.pending_residual) {
-            b.add(&mut s.x, &s.o, rows * c.hidden_size);
-        }
+        // The last block's residual add stays pending: `last_logits` fuses it with the output
+        // norm, other callers run `finish_residual`.
     }
 }
 
