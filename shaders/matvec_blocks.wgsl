@@ -93,12 +93,12 @@ struct Words {
 
 #if Q4_0 || Q8_0
 // Half t % 2 of block t / 2: 16 consecutive values.
-fn part_value(t: u32, q: u32) -> u32 {
+fn part_value_legacy(t: u32, q: u32) -> u32 {
     return 16u * t + 4u * q;
 }
 
 // The part's 16 quants (Q4_0: 16 bytes of nibbles, read a half of each) and the block's scale.
-fn fetch(sel: u32, b: u32, t: u32) -> Words {
+fn fetch_legacy(sel: u32, b: u32, t: u32) -> Words {
 #if Q4_0
     let blk = b + 18u * (t >> 1u);
     let q = blk + 2u;
@@ -113,7 +113,7 @@ fn fetch(sel: u32, b: u32, t: u32) -> Words {
 #endif
 
 #if Q4_0
-fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+fn part_dot_legacy(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
     let sh = 4u * (t & 1u);  // the low nibbles are values 0-15, the high ones 16-31
     let v = dot(nibbles(w.a.x, sh) - 8.0, x0) + dot(nibbles(w.a.y, sh) - 8.0, x1)
         + dot(nibbles(w.a.z, sh) - 8.0, x2) + dot(nibbles(w.a.w, sh) - 8.0, x3);
@@ -126,7 +126,7 @@ fn ibytes4(w: u32) -> vec4<f32> {
     return vec4<f32>(bitcast<vec4<i32>>(vec4<u32>(w) << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
 }
 
-fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+fn part_dot_legacy(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
     let v = dot(ibytes4(w.a.x), x0) + dot(ibytes4(w.a.y), x1) + dot(ibytes4(w.a.z), x2) + dot(ibytes4(w.a.w), x3);
     return unpack2x16float(w.b.x).x * v;
 }
@@ -135,7 +135,7 @@ fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: v
 #if Q4_K || Q5_K
 // Value index (within its superblock) of the first of x's vec4 `q` (< 4) for part `t` (< 16):
 // group t / 4, bytes 8 (t % 4) .. of it, the low nibbles (q < 2) then the high ones.
-fn part_value(t: u32, q: u32) -> u32 {
+fn part_value_k45(t: u32, q: u32) -> u32 {
     return 64u * (t >> 2u) + 8u * (t & 3u) + 32u * (q >> 1u) + 4u * (q & 1u);
 }
 
@@ -156,7 +156,7 @@ fn scale_min(s: vec4<u32>, j: u32) -> vec2<f32> {
 
 // a: d and dmin, then the three scale words; b: the part's 8 bytes of nibbles, then (Q5_K) its
 // 8 bytes of fifth bits. 144- and 176-byte blocks are read 8 bytes at a time (W2).
-fn fetch(sel: u32, b: u32, t: u32) -> Words {
+fn fetch_k45(sel: u32, b: u32, t: u32) -> Words {
     let u = b >> 3u;
     let a = vec4<u32>(wload_unit(sel, u), wload_unit(sel, u + 1u));
 #if Q4_K
@@ -174,7 +174,7 @@ fn bits(w: u32, j: u32) -> vec4<f32> {
     return vec4<f32>((vec4<u32>(w) >> vec4<u32>(j, j + 8u, j + 16u, j + 24u)) & vec4<u32>(1u));
 }
 
-fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+fn part_dot_k45(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
     let c = t >> 2u;
     let dm = unpack2x16float(w.a.x);
     let lo = scale_min(w.a, 2u * c);
@@ -201,7 +201,7 @@ fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: v
 // part_dot on packed Q8_K quants (xq: the part's 16, as x0..x3), without x's d: both sub-blocks'
 // integer sums scaled and added as integers, two conversions a part. Q5_K's fifth bits join
 // their nibbles as bit 4 of each byte.
-fn part_idot(w: Words, t: u32, xq: vec4<u32>) -> f32 {
+fn part_idot_k45(w: Words, t: u32, xq: vec4<u32>) -> f32 {
     let c = t >> 2u;
     let dm = unpack2x16float(w.a.x);
     let lo = scale_min_int(w.a, 2u * c);
@@ -230,7 +230,7 @@ fn part_idot(w: Words, t: u32, xq: vec4<u32>) -> f32 {
 
 #if Q6_K
 // Half t / 8 of the superblock, positions 4 (t % 8) .. of its quarter q.
-fn part_value(t: u32, q: u32) -> u32 {
+fn part_value_q6k(t: u32, q: u32) -> u32 {
     return 128u * (t >> 3u) + 32u * q + 4u * (t & 7u);
 }
 
@@ -240,7 +240,7 @@ fn sext8(v: u32) -> f32 {
 
 // a: the low nibbles of quarters 0 and 2, of 1 and 3, the high bits, the half's first four
 // scales; b: its last four, the block's d.
-fn fetch(sel: u32, b: u32, t: u32) -> Words {
+fn fetch_q6k(sel: u32, b: u32, t: u32) -> Words {
     let h = t >> 3u;
     let i0 = 4u * (t & 7u);
     let a = vec4<u32>(u32_at2(sel, b + 64u * h + i0), u32_at2(sel, b + 64u * h + 32u + i0),
@@ -249,7 +249,7 @@ fn fetch(sel: u32, b: u32, t: u32) -> Words {
     return Words(a, vec4<u32>(u32_at2(sel, b + 196u + 8u * h), d, 0u, 0u));
 }
 
-fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+fn part_dot_q6k(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
     let is = 8u * ((t & 7u) >> 2u);  // this run's scale of a pair, as a shift
     let high = vec4<u32>(w.a.z) >> vec4<u32>(0u, 8u, 16u, 24u);
     let v0 = nibbles(w.a.x, 0u) + 16.0 * vec4<f32>(high & vec4<u32>(3u)) - 32.0;
@@ -269,7 +269,7 @@ fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: v
 // part_dot on packed Q8_K quants, without x's d: each quarter's 6-bit values joined as bytes
 // (0..63), their offset of 32 taken off through x's sum, the four scaled sums added as integers
 // and converted once.
-fn part_idot(w: Words, t: u32, xq: vec4<u32>) -> f32 {
+fn part_idot_q6k(w: Words, t: u32, xq: vec4<u32>) -> f32 {
     let is = 8u * ((t & 7u) >> 2u);
     let m4 = 0x0f0f0f0fu;
     let m2 = 0x03030303u;
@@ -288,6 +288,61 @@ fn part_idot(w: Words, t: u32, xq: vec4<u32>) -> f32 {
     return unpack2x16float(w.b.y).x * f32(q);
 }
 #endif
+#endif
+
+// The decoder of weight `sel`: the kernel's type's (DEC0: legacy, k45 or q6k), or with MIXED (the
+// Q/K/V epilogue's weights of two K-quant families, integer dot products only) DEC1 for weights
+// SECOND on, whose rows are RUN_BYTES1 a run and `p.row_bytes1` a row. A workgroup's rows are all
+// of one weight, so every branch on the type is uniform.
+fn second_type(sel: u32) -> bool {
+#if MIXED
+    return sel >= {{SECOND}}u;
+#else
+    return false;
+#endif
+}
+
+fn part_value(sel: u32, t: u32, q: u32) -> u32 {
+#if MIXED
+    if (second_type(sel)) {
+        return part_value_{{DEC1}}(t, q);
+    }
+#endif
+    return part_value_{{DEC0}}(t, q);
+}
+
+// Where run `blk` of row `row` of weight `sel` starts.
+fn run_start(sel: u32, row: u32, blk: u32) -> u32 {
+#if MIXED
+    if (second_type(sel)) {
+        return row * p.row_bytes1 + blk * {{RUN_BYTES1}}u;
+    }
+#endif
+    return row * p.row_bytes + blk * RUN_BYTES;
+}
+
+fn fetch(sel: u32, b: u32, t: u32) -> Words {
+#if MIXED
+    if (second_type(sel)) {
+        return fetch_{{DEC1}}(sel, b, t);
+    }
+#endif
+    return fetch_{{DEC0}}(sel, b, t);
+}
+
+#if IDOT
+fn part_idot(sel: u32, w: Words, t: u32, xq: vec4<u32>) -> f32 {
+#if MIXED
+    if (second_type(sel)) {
+        return part_idot_{{DEC1}}(w, t, xq);
+    }
+#endif
+    return part_idot_{{DEC0}}(w, t, xq);
+}
+#else
+fn part_dot(w: Words, t: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    return part_dot_{{DEC0}}(w, t, x0, x1, x2, x3);
+}
 #endif
 
 #if IDOT
@@ -321,6 +376,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     var acc = vec4<f32>(0.0);
     var turn = 0u;
     var words: array<Words, ROWS>;
+    // The weight of the workgroup's rows (MIXED: all of one type).
+    let sel0 = slot(g, 0u).sel;
 #if IDOT
     // Where this input row's block scales start: after every input row's quants.
     let x_scales = nwg.z * (p.k / 4u) + x_first / 256u;
@@ -331,7 +388,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         for (var s = 0u; s < ROWS; s++) {
             let sl = slot(g, s);
             if (live && sl.live) {
-                words[s] = fetch(sl.sel, sl.row * p.row_bytes + blk * RUN_BYTES, t);
+                words[s] = fetch(sl.sel, run_start(sl.sel, sl.row, blk), t);
             }
         }
 #if IDOT
@@ -339,12 +396,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var xd = 0.0;
         if (live) {
             let first = 256u * blk;
-            xq = vec4<u32>(xword(first + part_value(t, 0u)), xword(first + part_value(t, 1u)),
-                xword(first + part_value(t, 2u)), xword(first + part_value(t, 3u)));
+            xq = vec4<u32>(xword(first + part_value(sel0, t, 0u)), xword(first + part_value(sel0, t, 1u)),
+                xword(first + part_value(sel0, t, 2u)), xword(first + part_value(sel0, t, 3u)));
             xd = bitcast<f32>(x[x_scales + blk]);
             for (var s = 0u; s < ROWS; s++) {
                 if (slot(g, s).live) {
-                    acc[s] += xd * part_idot(words[s], t, xq);
+                    acc[s] += xd * part_idot(sel0, words[s], t, xq);
                 }
             }
         }
@@ -355,10 +412,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         var x3 = vec4<f32>(0.0);
         if (live) {
             let first = 256u * blk;
-            x0 = xload(first + part_value(t, 0u));
-            x1 = xload(first + part_value(t, 1u));
-            x2 = xload(first + part_value(t, 2u));
-            x3 = xload(first + part_value(t, 3u));
+            x0 = xload(first + part_value(sel0, t, 0u));
+            x1 = xload(first + part_value(sel0, t, 1u));
+            x2 = xload(first + part_value(sel0, t, 2u));
+            x3 = xload(first + part_value(sel0, t, 3u));
         }
 #if ROUND_Q8K || ROUND_Q8_0
         let a = max(max(abs(x0), abs(x1)), max(abs(x2), abs(x3)));

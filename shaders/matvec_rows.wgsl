@@ -25,6 +25,8 @@ struct Params {
     head_dim: u32,
     rot_dims: u32,   // leading values of each head that rotate
     kv_dst: u32,     // first cache value the step's keys and values go to
+    // MIXED only (matvec_blocks.wgsl):
+    row_bytes1: u32, // bytes per row of the weights of the second type
 }
 
 @group(0) @binding(0) var<uniform> p: Params;

@@ -1651,7 +1651,8 @@ fn qkv_rope_store_attention<B: Backend>(
     (k_ty, v_ty, layout, head_dim, rot_dims): (CacheType, CacheType, RopeLayout, usize, usize),
     rng: &mut Rng,
 ) -> (bool, Vec<f32>, Vec<f32>, [B::Cache; 2]) {
-    let (n_heads, n_kv, start, dim) = (4, 2, 3, 256);
+    // Two blocks a row, so a run's place in a row counts.
+    let (n_heads, n_kv, start, dim) = (4, 2, 3, 512);
     let kv_width = n_kv * head_dim;
     let q_len = n_heads * head_dim;
     let (mut kc, mut vc) = caches(b, 16 * kv_width, (k_ty, v_ty), head_dim);
@@ -1724,9 +1725,10 @@ fn cache_row(bytes: &[u8], ty: CacheType, row: usize, width: usize) -> Vec<f32> 
 }
 
 /// The decode mat-vecs with RoPE and the KV append as their epilogue leave the queries and caches
-/// as the CPU's separate ops do: projections of one type in one dispatch or in two and three,
-/// integer-dot and float kernels, f32 and f16 caches, full, partial and no rotation. Rotate-half
-/// pairs and q8_0 caches are not fused, and run as before.
+/// as the CPU's separate ops do: projections of one type in one dispatch or in two and three
+/// (integer-dot K-quants of two families in one), integer-dot and float kernels, f32 and f16
+/// caches, full, partial and no rotation. Rotate-half pairs and q8_0 caches are not fused, and
+/// run as before.
 #[test]
 fn qkv_mat_vecs_rope_and_append_as_the_cpu() {
     use CacheType::{F16, F32, Q8_0 as Q8};
@@ -1740,9 +1742,10 @@ fn qkv_mat_vecs_rope_and_append_as_the_cpu() {
         ([Q8_0, Q8_0, Q8_0], (F32, F32), 64, 0, true),
         ([Q4_K, Q4_K, Q6_K], (Q8, F16), 64, 64, false),
     ];
-    for g in [common::gpu::gpu_int_dot(), common::gpu::gpu_float_matvecs()]
+    for (int_dot, g) in [common::gpu::gpu_int_dot(), common::gpu::gpu_float_matvecs()]
         .into_iter()
-        .flatten()
+        .zip([true, false])
+        .filter_map(|(g, int_dot)| Some((int_dot, g?)))
     {
         for (i, (types, (k_ty, v_ty), head_dim, rot_dims, fuses)) in cases.into_iter().enumerate() {
             for layout in [RopeLayout::Interleaved, RopeLayout::Neox] {
@@ -1763,6 +1766,16 @@ fn qkv_mat_vecs_rope_and_append_as_the_cpu() {
                 assert_eq!(fused, fuses, "{what}: fused");
                 let unfused = calls(&profile, "rope_kv");
                 assert_eq!(unfused, (!fuses) as u64, "{what}: {:?}", profile.ops);
+                // A dispatch per run of one type, but one for Q4_K with Q6_K on integer dots.
+                let runs = 1 + types.windows(2).filter(|w| w[0] != w[1]).count() as u64;
+                let mixes = int_dot && types.iter().all(|t| matches!(t, Q4_K | Q6_K));
+                let dispatches = match (fuses, mixes) {
+                    (false, _) => 0,
+                    (true, true) => 1,
+                    (true, false) => runs,
+                };
+                let fused_calls = calls(&profile, "matvec_rope_kv");
+                assert_eq!(fused_calls, dispatches, "{what}: {:?}", profile.ops);
                 check(&format!("{what}: queries"), &want_q, &got_q, MATMUL_NMSE);
                 check(&format!("{what}: attention"), &want, &got, ATTENTION_NMSE);
                 // The step's keys and values, row 3 of the caches (q8_0 ones: the attention).

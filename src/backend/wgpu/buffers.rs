@@ -226,9 +226,10 @@ pub fn upload_weight(gpu: &Gpu, memory: &Arc<Memory>, t: &Tensor) -> Result<GpuW
             t.name
         )));
     };
-    // Four spare bytes let the kernels read a word past a 2-byte-aligned end.
+    // Four spare bytes (and up to four more, to whole 8-byte units) let the kernels read a word
+    // past a 2-byte-aligned end.
     let rows_per_part =
-        ((gpu.weight_binding as usize).saturating_sub(4) / row_bytes.max(1)).min(rows);
+        ((gpu.weight_binding as usize).saturating_sub(8) / row_bytes.max(1)).min(rows);
     if rows_per_part == 0 {
         return Err(Error::Unsupported(format!(
             "a row of tensor '{}' takes {row_bytes} bytes, more than the GPU can bind ({} bytes); try --backend cpu",
@@ -257,7 +258,10 @@ pub fn upload_weight(gpu: &Gpu, memory: &Arc<Memory>, t: &Tensor) -> Result<GpuW
         } else {
             t.name.clone()
         };
-        let dev = create(gpu, memory, &what, bytes.len() as u64 + 4, Some(bytes))?;
+        // Whole 8-byte units, so the kernels that read weights 8 bytes at a time (W2) reach the
+        // spare word too.
+        let size = (bytes.len() as u64 + 4).next_multiple_of(8);
+        let dev = create(gpu, memory, &what, size, Some(bytes))?;
         parts.push(Part {
             dev,
             first_row: first,

@@ -202,6 +202,9 @@ pub struct Gpu {
     pub spin: std::time::Duration,
     /// Decode's fused epilogues are on (unless `GpuOptions::unfused`).
     pub fused: bool,
+    /// Q/K/V projections of two K-quant families share one dispatch (unless
+    /// `GpuOptions::unmixed`).
+    pub mixed: bool,
     /// Keys per decode attention split set by hand (`GpuOptions::attention_keys`).
     pub attention_keys: Option<usize>,
     /// The first failure wgpu reported asynchronously, until the session takes it.
@@ -299,8 +302,13 @@ pub struct GpuOptions {
     /// Decode records the dispatches that the fused kernels save (`KILN_WGPU_FUSE=0`): RoPE and
     /// the KV append after the Q/K/V mat-vecs instead of in their epilogue, and the attention's
     /// output quantized for the integer-dot mat-vec by a dispatch of its own instead of by the
-    /// reduce. For measuring the fusions on a GPU.
+    /// reduce, and the gated activation's by a dispatch of its own instead of by the gate/up
+    /// mat-vec. For measuring the fusions on a GPU.
     pub unfused: bool,
+    /// Q/K/V projections of two K-quant families (a Q4_K_M file's Q4_K query and key with a Q6_K
+    /// value) run as two dispatches (`KILN_WGPU_MIX=0`) instead of one whose workgroups branch on
+    /// their weight's type. For measuring the mixed kernel on a GPU.
+    pub unmixed: bool,
     /// A read-back (a decode step's logits or argmax) polls the device without blocking for up
     /// to this many microseconds before it blocks (`KILN_WGPU_SPIN_US=N`, 0-10000; default 0:
     /// block at once), for measuring whether a blocking wait's wake-up costs a token time on a
@@ -321,6 +329,7 @@ impl GpuOptions {
                 .is_some_and(|v| v == "1"),
             float_matvecs: std::env::var_os("KILN_WGPU_INT_DOT").is_some_and(|v| v == "0"),
             unfused: std::env::var_os("KILN_WGPU_FUSE").is_some_and(|v| v == "0"),
+            unmixed: std::env::var_os("KILN_WGPU_MIX").is_some_and(|v| v == "0"),
             spin_us: env_parsed(
                 "KILN_WGPU_SPIN_US",
                 "a number of microseconds from 0 to 10000",
@@ -432,6 +441,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         matvec_shape: options.matvec_shape,
         spin: std::time::Duration::from_micros(options.spin_us),
         fused: !options.unfused,
+        mixed: !options.unmixed,
         attention_keys: options.attention_keys,
         error,
     }))

@@ -168,6 +168,30 @@ pub fn blocks_matvec_reads(t: GgmlType, k: usize) -> bool {
     matches!(t, Q4_0 | Q8_0 | Q4_K | Q5_K | Q6_K) && k.is_multiple_of(256)
 }
 
+/// The per-type mat-vec's decoder family for type `t` (matvec_blocks.wgsl's function suffixes).
+fn blocks_decoder(t: GgmlType) -> &'static str {
+    match t {
+        GgmlType::Q4_K | GgmlType::Q5_K => "k45",
+        GgmlType::Q6_K => "q6k",
+        _ => "legacy",
+    }
+}
+
+/// Bytes of a run of 256 values of a row of type `t` (a whole number of blocks).
+fn run_bytes(t: GgmlType) -> usize {
+    256 / t.block_len() * t.block_bytes()
+}
+
+/// Whether the per-type mat-vec with integer dot products can take weights of types `a` and `b`
+/// in one dispatch (`matvec_rope_kv_kernel`'s `second`): K-quants of two decoder families, so
+/// each keeps its own functions.
+pub fn blocks_mix(a: GgmlType, b: GgmlType) -> bool {
+    use GgmlType::{Q4_K, Q5_K, Q6_K};
+    matches!(a, Q4_K | Q5_K | Q6_K)
+        && matches!(b, Q4_K | Q5_K | Q6_K)
+        && blocks_decoder(a) != blocks_decoder(b)
+}
+
 /// How the per-type decode mat-vec (matvec_blocks.wgsl) spreads a matrix: `rows` rows (at most
 /// 4) a workgroup of `wg` invocations (a multiple of 16, up to 256).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,8 +224,8 @@ pub fn matvec_blocks_kernel(
         k.flag("X4")
     };
     k.defines.insert("ROWS", rows.to_string());
-    let run_bytes = 256 / t.block_len() * t.block_bytes();
-    k.defines.insert("RUN_BYTES", run_bytes.to_string());
+    k.defines.insert("RUN_BYTES", run_bytes(t).to_string());
+    k.defines.insert("DEC0", blocks_decoder(t).into());
     k.defines.insert("PART_WORDS", (2 * wg).to_string());
     if let Some(r) = rounding {
         k = k.flag(r.define());
@@ -228,7 +252,8 @@ pub fn with_gated_packing(mut k: Kernel) -> Kernel {
 /// A decode step's Q/K/V projections through `matvec_blocks_kernel` (over `roles.len()` weights,
 /// each the query (0), key (1) or value (2) projection) with RoPE and the KV append to caches of
 /// types `k` and `v` (f32 or f16) as the epilogue: three more bindings, the RoPE table and the
-/// two caches (matvec_rows.wgsl `ROPE_KV`).
+/// two caches (matvec_rows.wgsl `ROPE_KV`). `second`: the weights from index `.1` on are of type
+/// `.0` (integer dot products only, `blocks_mix`; matvec_blocks.wgsl `MIXED`).
 pub fn matvec_rope_kv_kernel(
     t: GgmlType,
     roles: &[usize],
@@ -236,9 +261,22 @@ pub fn matvec_rope_kv_kernel(
     int_dot: bool,
     shape: BlocksShape,
     (k, v): (CacheType, CacheType),
+    second: Option<(GgmlType, usize)>,
 ) -> Kernel {
     let mut kernel = matvec_blocks_kernel(t, roles.len(), None, rounding, int_dot, shape);
     kernel.label = "matvec_rope_kv";
+    if let Some((t1, first)) = second {
+        assert!(int_dot && blocks_mix(t, t1), "{t} and {t1} do not mix");
+        kernel = kernel.flag("MIXED").flag(t1.name());
+        if blocks_decoder(t1) == "k45" {
+            kernel = kernel.flag("W2");
+        }
+        kernel.defines.insert("DEC1", blocks_decoder(t1).into());
+        kernel.defines.insert("SECOND", first.to_string());
+        kernel
+            .defines
+            .insert("RUN_BYTES1", run_bytes(t1).to_string());
+    }
     for (i, name) in ["ROLE0", "ROLE1", "ROLE2"].into_iter().enumerate() {
         kernel
             .defines

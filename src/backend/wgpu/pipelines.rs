@@ -181,6 +181,9 @@ pub struct MatrixKernels {
     /// The mat-vec with RoPE and the KV append as its epilogue, led by this matrix (`qkv.rs`),
     /// by the cache types: 2 · (keys f16) + (values f16).
     pub matvec_rope_kv: [KernelSlot; 4],
+    /// The same with the weights after this one's group of another K-quant family
+    /// (`kernels::blocks_mix`: a Q4_K query and key with a Q6_K value).
+    pub matvec_rope_kv_mixed: [KernelSlot; 4],
 }
 
 /// The kernels a KV cache is dispatched with, held by the cache; those that read a key and a

@@ -11,6 +11,7 @@ use super::buffers::{GpuBuffer, GpuCache, GpuWeight, Matrix, bind};
 use super::matmul::Reader;
 use super::pipelines as kernels;
 use crate::backend::{CacheType, KvAppend, RopeLayout};
+use crate::gguf::GgmlType;
 
 /// Storage buffers the epilogue's widest dispatch binds: x, three weights and outputs, the RoPE
 /// table and the two caches.
@@ -69,13 +70,48 @@ impl WgpuBackend {
         }
         let [q, k, v] = outs;
         let outs = [&*q, &*k, &*v];
+        if let Some(second) = self.mixed_group(&ms, &groups) {
+            self.rope_store_group(
+                x,
+                &ms,
+                &[0, 1, 2],
+                outs,
+                table,
+                (k_cache, v_cache),
+                p,
+                Some(second),
+            );
+            return true;
+        }
         // Packed activations made for the first group serve the next.
         self.share_packed(true);
         for roles in &groups {
-            self.rope_store_group(x, &ms, roles, outs, table, (k_cache, v_cache), p);
+            self.rope_store_group(x, &ms, roles, outs, table, (k_cache, v_cache), p, None);
         }
         self.share_packed(false);
         true
+    }
+
+    /// Where the projections fall in two groups of K-quants that one integer-dot dispatch can
+    /// take (`kernels::blocks_mix`: a Q4_K_M file's Q4_K query and key with its Q6_K value): the
+    /// second group's first weight (its type and index), unless the fusions are off. Each
+    /// workgroup's rows must all be of one weight, so the first group's rows are a whole number
+    /// of workgroups.
+    fn mixed_group(&self, ms: &[&Matrix; 3], groups: &[Vec<usize>]) -> Option<(GgmlType, usize)> {
+        let [a, b] = groups else {
+            return None;
+        };
+        let (first, second) = (ms[a[0]], ms[b[0]]);
+        let shape = self.blocks_matvec(first, false)?;
+        let rows_before: usize = a.iter().map(|&i| ms[i].rows).sum();
+        let mixes = self.gpu.fused
+            && self.gpu.mixed
+            && self.int_dot(first)
+            && self.int_dot(second)
+            && kernels::blocks_mix(first.dtype, second.dtype)
+            && self.blocks_matvec(second, false) == Some(shape)
+            && rows_before.is_multiple_of(shape.rows);
+        mixes.then_some((second.dtype, a.len()))
     }
 
     /// One dispatch of the projections `roles` (indices into `ms`: 0 query, 1 key, 2 value).
@@ -89,6 +125,7 @@ impl WgpuBackend {
         table: &GpuBuffer,
         (k_cache, v_cache): (&GpuCache, &GpuCache),
         p: &KvAppend,
+        second: Option<(GgmlType, usize)>,
     ) {
         let first = ms[roles[0]];
         let Some(shape) = self.blocks_matvec(first, false) else {
@@ -115,12 +152,19 @@ impl WgpuBackend {
             p.rot_dims as u32,
             (p.dst_row * p.n_kv_heads * p.head_dim) as u32,
         ]);
+        if let Some((_, at)) = second {
+            params.push(ms[roles[at]].row_bytes as u32);
+        }
         let int_dot = self.int_dot(first);
         let caches = (k_cache.ty, v_cache.ty);
         let slot =
             2 * (k_cache.ty == CacheType::F16) as usize + (v_cache.ty == CacheType::F16) as usize;
+        let slots = match second {
+            Some(_) => &first.kernels.matvec_rope_kv_mixed,
+            None => &first.kernels.matvec_rope_kv,
+        };
         self.run_in(
-            &first.kernels.matvec_rope_kv[slot],
+            &slots[slot],
             || {
                 kernels::matvec_rope_kv_kernel(
                     first.dtype,
@@ -129,6 +173,7 @@ impl WgpuBackend {
                     int_dot,
                     shape,
                     caches,
+                    second,
                 )
             },
             &params,

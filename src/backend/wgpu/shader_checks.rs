@@ -6,10 +6,10 @@ use super::buffers::MATRIX_TYPES;
 use super::pipelines::{
     ActRounding, BlocksShape, Kernel, MatvecLayout, add_rms_norm_kernel, assemble,
     attention_kernel, attention_prefill_kernel, attention_reduce_kernel,
-    attention_reduce_packed_kernel, blocks_matvec_reads, defines, embed_kernel,
+    attention_reduce_packed_kernel, blocks_matvec_reads, blocks_mix, defines, embed_kernel,
     kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_kernel, matvec_blocks_kernel,
     matvec_kernel, matvec_rope_kv_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel,
-    rope_kv_kernel, round_acts_kernel, store_kernel,
+    rope_kv_kernel, round_acts_kernel, store_kernel, with_gated_packing,
 };
 use crate::backend::{CacheType, GateActivation};
 use crate::gguf::GgmlType;
@@ -52,6 +52,12 @@ fn weight_kernels_validate_for_every_type() {
                     for subgroups in [true, false] {
                         validate(&k, subgroups, &format!("{t} per-type "));
                     }
+                    // The gated pair packing its output (integer-dot mat-vecs only).
+                    if gate.is_some() && idot {
+                        for subgroups in [true, false] {
+                            validate(&with_gated_packing(k.clone()), subgroups, "gated packed ");
+                        }
+                    }
                 }
             }
             // With RoPE and the KV append as the epilogue: one to three projections, every pair
@@ -63,12 +69,29 @@ fn weight_kernels_validate_for_every_type() {
                     (CacheType::F16, CacheType::F32),
                     (CacheType::F32, CacheType::F16),
                 ] {
-                    let k = matvec_rope_kv_kernel(t, roles, r, int_dot, shape, caches);
+                    let k = matvec_rope_kv_kernel(t, roles, r, int_dot, shape, caches, None);
                     validate(
                         &k,
                         true,
                         &format!("{t} per-type with RoPE and the KV append "),
                     );
+                    // With the value projection (or key and value) of another K-quant family.
+                    for other in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+                        if roles.len() == 3 && int_dot && blocks_mix(t, other) {
+                            for at in [1, 2] {
+                                let k = matvec_rope_kv_kernel(
+                                    t,
+                                    roles,
+                                    None,
+                                    true,
+                                    shape,
+                                    caches,
+                                    Some((other, at)),
+                                );
+                                validate(&k, true, &format!("{t} mixed with {other} "));
+                            }
+                        }
+                    }
                 }
             }
         }
