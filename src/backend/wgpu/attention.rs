@@ -7,6 +7,7 @@
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuCache, GpuWeight, bind};
 use super::pipelines as kernels;
+use super::stream::bindings;
 use crate::backend::{AttentionParams, CacheType};
 
 /// The widest attention head the kernels take (8 values per invocation of 64; Gemma 4's global
@@ -208,8 +209,7 @@ impl WgpuBackend {
             .then(|| self.packed_output(1, width))
             .flatten();
         if let Some((packed, packed_id)) = &packed {
-            let mut with_packed = buffers.to_vec();
-            with_packed.push((packed, *packed_id));
+            let with_packed = bindings(&buffers, &[(packed, *packed_id)]);
             self.run_in(
                 &self.fixed.attention_reduce_packed,
                 kernels::attention_reduce_packed_kernel,

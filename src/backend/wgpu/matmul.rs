@@ -8,7 +8,7 @@
 
 use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
 use super::pipelines::{self as kernels, ActRounding, BlocksShape, Kernel, MatvecLayout};
-use super::stream::grid;
+use super::stream::{Bindings, ParamWords, bindings, grid};
 use super::{Packed, WgpuBackend};
 use crate::backend::{CoreOps, GateActivation};
 
@@ -365,7 +365,8 @@ impl WgpuBackend {
         else {
             return;
         };
-        let mut buffers = vec![(&input, input_id)];
+        let mut buffers = Bindings::new();
+        buffers.push((&input, input_id));
         for (m, out) in ms.iter().zip(outs) {
             buffers.push(bind(&m.parts[0].dev));
             buffers.push(bind(&out.dev));
@@ -443,8 +444,7 @@ impl WgpuBackend {
                 self.matvec_call_rows(g, each, [0; 3], Some(act), rows, [width, 0, 0]);
             let packing = (rows == 1).then(|| self.gated_packing(g, width)).flatten();
             if let Some(((packed, packed_id), (counts, counts_id))) = &packing {
-                let mut with_packed = buffers.to_vec();
-                with_packed.extend([(packed, *packed_id), (counts, *counts_id)]);
+                let with_packed = bindings(&buffers, &[(packed, *packed_id), (counts, *counts_id)]);
                 self.run_in(
                     &g.kernels.gated_packed[act as usize],
                     || kernels::with_gated_packing(self.matvec_kernel_of(g, 2, Some(act))),
@@ -525,7 +525,7 @@ impl WgpuBackend {
         gated: Option<GateActivation>,
         inputs: usize,
         strides: [usize; 3],
-    ) -> (Vec<u32>, [u32; 3]) {
+    ) -> (ParamWords, [u32; 3]) {
         let total: usize = rows.iter().sum();
         let blocks = self.blocks_matvec(m, gated.is_some());
         let per_wg = blocks.map_or(self.matvec_layout().rows(), |s| s.rows);
@@ -536,7 +536,8 @@ impl WgpuBackend {
             (Some(_), MatvecLayout::Direct { .. }) => rows[0].div_ceil(per_wg),
             (None, _) => total.div_ceil(per_wg),
         };
-        let mut params = vec![m.cols as u32, m.row_bytes as u32];
+        let mut params = ParamWords::new();
+        params.extend([m.cols as u32, m.row_bytes as u32]);
         params.extend(rows.iter().map(|&r| r as u32));
         params.push(total as u32);
         params.extend(offsets.iter().map(|&o| o as u32));

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::buffers::{self, DeviceBuf, GpuBuffer, GpuCache, GpuWeight, Matrix, bind};
 use super::pipelines::{self as kernels, Kernel, KernelSlot, Pipeline};
-use super::stream::{grid, words};
+use super::stream::{bindings, grid, words};
 use super::{Scratch, WgpuBackend};
 use crate::backend::{
     AttentionParams, CacheType, CoreOps, GateActivation, KvAppend, Profile, RopeLayout,
@@ -148,8 +148,7 @@ impl WgpuBackend {
             self.run_in(slots.0, || kernel(false), &params, buffers, grid(rows));
             return;
         };
-        let mut with_packed = buffers.to_vec();
-        with_packed.push((&packed, packed_id));
+        let with_packed = bindings(buffers, &[(&packed, packed_id)]);
         self.run_in(slots.1, || kernel(true), &params, &with_packed, grid(rows));
         self.packed_written(out, rows * len);
     }

@@ -6,10 +6,13 @@
 //! Where this does not apply (prefill, rotate-half pairs, q8_0 caches, other weight types, a
 //! shape with an odd row count a workgroup), nothing is recorded and the model runs the two ops.
 
+use arrayvec::ArrayVec;
+
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuCache, GpuWeight, Matrix, bind};
 use super::matmul::Reader;
 use super::pipelines as kernels;
+use super::stream::Bindings;
 use crate::backend::{CacheType, KvAppend, RopeLayout};
 use crate::gguf::GgmlType;
 
@@ -61,11 +64,11 @@ impl WgpuBackend {
         }
         // Consecutive projections of one type and row width share a dispatch.
         let key = |m: &Matrix| (m.dtype, m.row_bytes);
-        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut groups: ArrayVec<ArrayVec<usize, 3>, 3> = ArrayVec::new();
         for (i, m) in ms.iter().enumerate() {
             match groups.last_mut() {
                 Some(g) if key(ms[g[0]]) == key(m) => g.push(i),
-                _ => groups.push(vec![i]),
+                _ => groups.push([i].into_iter().collect()),
             }
         }
         let [q, k, v] = outs;
@@ -97,7 +100,11 @@ impl WgpuBackend {
     /// second group's first weight (its type and index), unless the fusions are off. Each
     /// workgroup's rows must all be of one weight, so the first group's rows are a whole number
     /// of workgroups.
-    fn mixed_group(&self, ms: &[&Matrix; 3], groups: &[Vec<usize>]) -> Option<(GgmlType, usize)> {
+    fn mixed_group(
+        &self,
+        ms: &[&Matrix; 3],
+        groups: &[ArrayVec<usize, 3>],
+    ) -> Option<(GgmlType, usize)> {
         let [a, b] = groups else {
             return None;
         };
@@ -135,7 +142,8 @@ impl WgpuBackend {
         else {
             return;
         };
-        let mut buffers = vec![(&input, input_id)];
+        let mut buffers = Bindings::new();
+        buffers.push((&input, input_id));
         let mut rows = [0; 3];
         for (slot, &r) in roles.iter().enumerate() {
             buffers.push(bind(&ms[r].parts[0].dev));

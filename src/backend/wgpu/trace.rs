@@ -196,7 +196,7 @@ fn trace_matvec(b: &WgpuBackend, w: &Tensor) -> (Vec<u32>, usize) {
     let wg = kernel.defines.get("WG").map_or(Ok(64), |w| w.parse());
     let (params, groups) = b.matvec_call_rows(m, [m.rows, 0, 0], [0; 3], None, 1, [0; 3]);
     let buffers = [&x.dev, &m.parts[0].dev, &out.dev];
-    run_traced(b, kernel, params, &buffers, groups, wg.unwrap())
+    run_traced(b, kernel, params.to_vec(), &buffers, groups, wg.unwrap())
 }
 
 /// The trace of the prefill kernel over `w` for `n` activation rows.
