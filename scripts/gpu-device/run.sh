@@ -4,10 +4,11 @@
 # adapter's features; the GPU op tests (while the models are written); the host's own time per token (wgpu's
 # no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the
 # time a token gains); ROUNDS rounds (default 8) on the 1B shape alternating which tool runs first, kiln-base
-# too where prepare.sh built one, and kiln with each switch of #46 (the fusions off, the float mat-vecs, read-backs
-# that spin 300 µs before they block) against
+# too where prepare.sh built one, and kiln with each switch of #46 (the fusions off, Q4_K and Q6_K Q/K/V as two
+# dispatches, the float mat-vecs, read-backs that spin 300 µs before they block) against
 # its default; kiln's decode against
-# the copy bandwidth it measures on the 8B shape, then ROUNDS8 rounds (default 5) there; the timed dispatches
+# the copy bandwidth it measures on the 8B shape, then ROUNDS8 rounds (default 5) there, and each kind of mat-vec
+# over the 8B shape's layers (`kiln bench --kernels`) with the default, float and 128,2,4 shapes; the timed dispatches
 # of a few tokens into $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The
 # ratios are the medians of the rounds' ratios. On an H200 the whole run takes about six minutes after the
 # machine starts.
@@ -21,9 +22,9 @@ ls -la $M $M8
 echo "== host only (no-op backend), tg128: $(kt KILN_WGPU_NOOP=1)"
 echo "== each kernel's cost in the stream: tg128 with its dispatches run twice"
 echo "none: $(kt X=1)"
-for op in matvec matvec_rope_kv attention attention_reduce_packed add_rms_norm quantize_q8k; do echo "$op: $(kt KILN_WGPU_REPEAT=$op)"; done
+for op in matvec matvec_rope_kv matvec_gated_packed attention attention_reduce_packed add_rms_norm quantize_q8k; do echo "$op: $(kt KILN_WGPU_REPEAT=$op)"; done
 echo "== llama warm-up: $(lb)"
-VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-float=KILN_WGPU_INT_DOT=0 kiln-spin=KILN_WGPU_SPIN_US=300"
+VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-float=KILN_WGPU_INT_DOT=0 kiln-spin=KILN_WGPU_SPIN_US=300"
 [ -x $W/kiln-base ] && VARIANTS="kiln-base $VARIANTS"
 echo "== host only, float mat-vecs: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_INT_DOT=0)"
 echo "== host only, unfused: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_FUSE=0)"
@@ -37,6 +38,10 @@ done
 echo "== 8B llama warm-up: $(lb)"
 echo "== 8B rounds ($(date +%T))"
 rounds "${ROUNDS8:-5}"
+echo "== 8B mat-vecs by kind over every layer (bench --kernels), default, float, 128,2,4 ($(date +%T))"
+for s in X=1 KILN_WGPU_INT_DOT=0 KILN_WGPU_MATVEC=128,2,4; do
+    echo "$s"; timeout 90 env $s $W/kiln bench --backend gpu -m $M8 --kernels -r 5 2>&1 | grep "^|"
+done
 MODEL=$M
 echo "== profiles ($(date +%T))"
 KILN_PROFILE_DISPATCHES=1 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 0 -n 4 -r 1 --profile \

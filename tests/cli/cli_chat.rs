@@ -337,6 +337,14 @@ fn bench_profile_accounts_for_the_measured_time() {
     assert!(text.contains("| matmul attn_qkv"), "{text}");
 }
 
+/// `--kernels` on the CPU: every kind of mat-vec over both layers, with the profile's split.
+#[test]
+fn bench_kernels_times_each_mat_vec() {
+    let model = common::fixture("models/tiny-llama.gguf");
+    let kernels = common::bench_kernels::check(&model, &["-t", "2"], 2);
+    assert!(kernels[0].1.starts_with("matmul attn_qkv"), "{kernels:?}");
+}
+
 #[test]
 fn bench_markdown_table_and_bad_flags() {
     let model = common::fixture("models/tiny-llama.gguf");

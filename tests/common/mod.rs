@@ -69,6 +69,7 @@ pub fn hex_bytes(s: &str) -> Vec<u8> {
 }
 
 pub mod batching;
+pub mod bench_kernels;
 pub mod gguf_writer;
 pub mod golden_run;
 #[cfg(feature = "gpu")]

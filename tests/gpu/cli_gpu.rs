@@ -110,6 +110,20 @@ fn a_headless_run_keeps_stderr_clean() {
     }
 }
 
+/// `--kernels` on the GPU: the profile names the mat-vec kernels each case dispatches.
+#[test]
+fn bench_kernels_on_the_gpu() {
+    if !have_gpu() {
+        return;
+    }
+    let model = common::fixture("models/tiny-llama.gguf");
+    let kernels = common::bench_kernels::check(&model, &["--backend", "gpu"], 2);
+    assert!(
+        kernels.iter().all(|(_, k)| k.contains("matvec")),
+        "{kernels:?}"
+    );
+}
+
 #[test]
 fn devices_check_and_bench_on_the_gpu() {
     if !have_gpu() {

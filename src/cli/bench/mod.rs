@@ -4,6 +4,7 @@
 //! bandwidth, measured at start. Token ids are random; tokenization and sampling are outside the
 //! timed region. stdout holds only the report; progress goes to stderr.
 
+mod kernels;
 mod report;
 
 use std::io::Write;
@@ -108,6 +109,13 @@ pub struct BenchArgs {
     /// Skip measuring the machine's memory read bandwidth (the roofline columns)
     #[arg(long)]
     pub no_roofline: bool,
+
+    /// Instead of the tests, time each kind of decode mat-vec (Q/K/V, attention output, gate/up,
+    /// down, output head) over every layer's own weights: µs a call and weight GB/s, by the wall
+    /// clock and by the backend's profile (GPU timestamps where the adapter has them), split by
+    /// kernel; -r passes over the layers
+    #[arg(long, conflicts_with_all = ["profile", "n_gpu_layers", "n_cpu_moe"])]
+    pub kernels: bool,
 
     /// Time each kind of backend operation during the timed runs and report where a token's
     /// time goes (the timing itself costs a little speed)
@@ -558,6 +566,33 @@ fn image_rows<B: Backend>(
     Ok(rows)
 }
 
+/// `--kernels`: the model whole on the GPU (or the CPU), its mat-vecs timed.
+fn run_kernels(args: &BenchArgs, file: &ModelFile) -> Result<ExitCode> {
+    let rows_on = |describe: String, rows: Vec<kernels::KernelRow>| -> Result<ExitCode> {
+        kernels::markdown(&mut std::io::stdout().lock(), &describe, &rows)?;
+        Ok(ExitCode::SUCCESS)
+    };
+    match super::choose_gpu(args.backend, args.gpu)? {
+        Some(gpu) => {
+            let model = Model::load(file, gpu)?;
+            let rows = kernels::measure(&model, file, args.repetitions)?;
+            rows_on(model.backend.describe(), rows)
+        }
+        None => {
+            let threads = args
+                .threads
+                .iter()
+                .max()
+                .copied()
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let cpu = CpuBackend::new(threads)?.with_repacking(!args.no_repack);
+            let model = Model::load(file, cpu)?;
+            let rows = kernels::measure(&model, file, args.repetitions)?;
+            rows_on(model.backend.describe(), rows)
+        }
+    }
+}
+
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
     if args.repetitions == 0 {
         bail!("-r must be at least 1");
@@ -565,6 +600,9 @@ pub fn run(args: BenchArgs) -> Result<ExitCode> {
     let speculation = args.speculation.for_bench()?;
     args.speculation.validate()?;
     let mut file = args.model.open()?;
+    if args.kernels {
+        return run_kernels(&args, &file);
+    }
     file.load_mtp = args.speculation.wants_mtp();
     let threads = if args.threads.is_empty() {
         vec![std::thread::available_parallelism().map_or(1, |n| n.get())]

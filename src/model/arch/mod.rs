@@ -28,6 +28,7 @@ mod glm4;
 mod glm4moe;
 mod gpt_oss;
 mod llama;
+mod matrices;
 mod mistral3;
 mod moe;
 mod mtp;
@@ -39,16 +40,17 @@ mod qwen3vl;
 mod rows;
 mod smollm3;
 
-use super::config::{Activation, ModelConfig};
+use super::config::ModelConfig;
 use super::loader::ModelFile;
 use super::recurrent::RecurrentState;
 use super::rope::RopeFreqs;
 use super::weights::{Block, Ffn, GatedAttentionWeights, LayerWeights, Weights};
-use crate::backend::{Backend, CacheType, GateActivation};
+use crate::backend::{Backend, CacheType};
 use crate::error::{Error, Result};
 pub use batch::BatchSeq;
 use batch::SeqScratch;
 use family::{Family, LayerKind};
+pub use matrices::LayerMatrices;
 pub use mtp::MtpState;
 pub use rows::RowInputs;
 use rows::SeqRows;
@@ -748,10 +750,7 @@ impl<B: Backend> Step<'_, '_, B> {
     pub fn gated_ffn(&mut self, gate: &B::Weight, up: &B::Weight, down: &B::Weight) {
         let (b, c) = (&self.model.backend, &self.model.config);
         let s = &mut *self.s;
-        let act = match c.activation {
-            Activation::Silu => GateActivation::Silu,
-            Activation::GeluTanh => GateActivation::GeluTanh,
-        };
+        let act = self.model.gate_activation();
         let (rows, width) = (self.rows, c.layer_ff(self.il));
         b.matmul_gated(&s.h, gate, up, rows, width, act, &mut s.gate, &mut s.up);
         b.matmul(&s.gate, down, self.rows, &mut s.o);
