@@ -165,7 +165,7 @@ mod tests {
             blocks
                 .defines
                 .into_iter()
-                .filter(|(k, _)| ["RUN_BYTES", "PART_WORDS"].contains(k)),
+                .filter(|(k, _)| ["RUN_BYTES", "PART_WORDS", "DEC0"].contains(k)),
         );
         for (name, _) in SOURCES {
             let text = assemble(name, &d).unwrap();
