@@ -678,6 +678,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
         }
     }
+#if FUSED_REDUCE
+    reduce_completed(h0, nh, i, lid);
+#endif
 }
 
 // Combine the splits of each (head, query row): rescale each by e^(m_s − m) and normalize.
@@ -715,14 +718,14 @@ fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
 // invocation, written as `reduce` writes them and again as the block's packed quants, every
 // row's quants four to a word, then every block's d. q_stride is whole blocks, head_dim a
 // multiple of 4, so an invocation's four values share a head and every invocation is live.
+// FUSED_REDUCE: `main` itself runs it for each block its splits complete (below).
 @group(0) @binding(7) var<storage, read_write> packed: array<u32>;
 var<workgroup> block_max: array<f32, 64>;
 
-@compute @workgroup_size(64)
-fn reduce_packed(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = wid.y;
+// Block `b` of query row `i`, reduced and packed by the workgroup's 64 invocations.
+fn reduce_block(b: u32, i: u32, lid: u32) {
     let hd = p.head_dim;
-    let e = wid.x * 256u + 4u * lid;
+    let e = b * 256u + 4u * lid;
     let h = e / hd;
     let d = e % hd;
     let base = (i * p.n_heads + h) * p.splits * (hd + 2u);
@@ -756,6 +759,53 @@ fn reduce_packed(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
     packed[o / 4u] = pack4xI8(q8_k_quants(v, amax));
     if (lid == 0u) {
         packed[p.rows * p.q_stride / 4u + o / 256u] = bitcast<u32>(q8_k_d(amax));
+    }
+}
+
+@compute @workgroup_size(64)
+fn reduce_packed(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    reduce_block(wid.x, wid.y, lid);
+}
+#endif
+#if FUSED_REDUCE
+// The reduce without a dispatch of its own: each of `main`'s workgroups adds the values its
+// splits wrote to their blocks' counts, and the one that completes a block (256 values × the
+// splits) reduces and packs it, then sets the count back to 0 for the next dispatch, as
+// matvec_rows.wgsl's GLU_PACK (storageBarrier: device-scope fences around the count).
+@group(0) @binding(8) var<storage, read_write> block_count: array<atomic<u32>>;
+var<workgroup> completed: array<u32, 16>;  // blocks this workgroup completed (at most 9)
+var<workgroup> n_completed: u32;
+
+// After `main` wrote the parts of heads h0..h0 + nh of query row i.
+fn reduce_completed(h0: u32, nh: u32, i: u32, lid: u32) {
+    storageBarrier();
+    let per_row = p.q_stride / 256u;
+    if (lid == 0u) {
+        let lo = h0 * p.head_dim;
+        let hi = (h0 + nh) * p.head_dim;
+        var n = 0u;
+        for (var b = lo / 256u; b * 256u < hi; b++) {
+            let mine = min(hi, (b + 1u) * 256u) - max(lo, b * 256u);
+            let g = i * per_row + b;
+            if (atomicAdd(&block_count[g], mine) + mine == 256u * p.splits) {
+                completed[n] = g;
+                n++;
+            }
+        }
+        n_completed = n;
+    }
+    let n = workgroupUniformLoad(&n_completed);
+    if (n == 0u) {
+        return;
+    }
+    storageBarrier();
+    for (var c = 0u; c < n; c++) {
+        let g = completed[c];
+        reduce_block(g % per_row, g / per_row, lid);
+        if (lid == 0u) {
+            atomicStore(&block_count[g], 0u);
+        }
+        workgroupBarrier();
     }
 }
 #endif

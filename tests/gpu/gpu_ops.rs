@@ -1583,11 +1583,19 @@ fn fill_caches<B: Backend>(
 }
 
 /// A decode step's attention (the key range split over workgroups) and the output mat-vec `w`
-/// after it, as the integer-dot mat-vecs see it: the reduce writes its output as packed Q8_K blocks
-/// too, which the mat-vec reads instead of quantizing again. f16 and q8_0 caches (whose values are
-/// rotated back before the reduce). Per cache type: the attention's output and the mat-vec's.
-fn attention_then_matvec<B: Backend>(b: &B, w: &Tensor, rng: &mut Rng) -> Vec<[Vec<f32>; 2]> {
-    let (n_heads, n_kv, head_dim) = (8, 2, 64);
+/// after it, as the integer-dot mat-vecs see it: the attention's splits are combined (by the
+/// workgroup that completes each block, or by a reduce) into its output, written as packed Q8_K
+/// blocks too, which the mat-vec reads instead of quantizing again. f16 and q8_0 caches (whose
+/// values are rotated back before the reduce); `heads` (query, KV) of `head_dim`, whose workgroups
+/// may cover parts of blocks (heads of 96). Per cache type: the attention's output and the
+/// mat-vec's.
+fn attention_then_matvec<B: Backend>(
+    b: &B,
+    w: &Tensor,
+    (n_heads, n_kv): (usize, usize),
+    head_dim: usize,
+    rng: &mut Rng,
+) -> Vec<[Vec<f32>; 2]> {
     let start_pos = 300;
     let width = n_heads * head_dim;
     let kv_width = n_kv * head_dim;
@@ -1610,34 +1618,50 @@ fn attention_then_matvec<B: Backend>(b: &B, w: &Tensor, rng: &mut Rng) -> Vec<[V
 /// The attention against the CPU's; the mat-vec against the CPU's over the GPU's attention output
 /// (which the packed blocks must be: a value a hair from a rounding boundary may round either
 /// way after two attentions that differ in their last bits).
+/// With the splits combined in the attention and by a reduce of their own
+/// (`KILN_WGPU_ATTN_REDUCE=1`).
 #[test]
 fn attention_feeds_the_integer_dot_mat_vec_as_the_cpu() {
-    let Some(g) = common::gpu::gpu_int_dot() else {
-        return;
-    };
     let c = cpu();
-    let w = random_weight(GgmlType::Q4_K, 48, 512, &mut Rng(31));
-    let want = attention_then_matvec(&c, &w, &mut Rng(29));
-    g.set_profiling(true);
-    let got = attention_then_matvec(&g, &w, &mut Rng(29));
-    let profile = g.profile().unwrap();
-    g.set_profiling(false);
-    for (ty, ([want_attn, _], [attn, out])) in ["f16", "q8_0"].iter().zip(want.iter().zip(&got)) {
-        check(&format!("{ty} attention"), want_attn, attn, ATTENTION_NMSE);
-        check(
-            &format!("mat-vec after {ty} attention"),
-            &matmul(&c, &w, attn, 1),
-            out,
-            MATMUL_NMSE,
-        );
+    for (separate_reduce, kernel) in [
+        (false, "attention_packed"),
+        (true, "attention_reduce_packed"),
+    ] {
+        let Some(g) = common::gpu::gpu_with(GpuOptions {
+            hardware_kernels: true,
+            separate_reduce,
+            ..GpuOptions::default()
+        }) else {
+            return;
+        };
+        for (heads, head_dim) in [((8, 2), 64), ((8, 8), 96)] {
+            let width = heads.0 * head_dim;
+            let w = random_weight(GgmlType::Q4_K, 48, width, &mut Rng(31));
+            let want = attention_then_matvec(&c, &w, heads, head_dim, &mut Rng(29));
+            g.set_profiling(true);
+            let got = attention_then_matvec(&g, &w, heads, head_dim, &mut Rng(29));
+            let profile = g.profile().unwrap();
+            g.set_profiling(false);
+            let pairs = ["f16", "q8_0"].iter().zip(want.iter().zip(&got));
+            for (ty, ([want_attn, _], [attn, out])) in pairs {
+                let what = format!("{kernel}, heads {heads:?} of {head_dim}, {ty}");
+                check(
+                    &format!("{what}: attention"),
+                    want_attn,
+                    attn,
+                    ATTENTION_NMSE,
+                );
+                check(
+                    &format!("{what}: mat-vec after it"),
+                    &matmul(&c, &w, attn, 1),
+                    out,
+                    MATMUL_NMSE,
+                );
+            }
+            assert_eq!(calls(&profile, kernel), 2, "{:?}", profile.ops);
+            assert_eq!(calls(&profile, "quantize_q8k"), 0, "{:?}", profile.ops);
+        }
     }
-    assert_eq!(
-        calls(&profile, "attention_reduce_packed"),
-        2,
-        "{:?}",
-        profile.ops
-    );
-    assert_eq!(calls(&profile, "quantize_q8k"), 0, "{:?}", profile.ops);
 }
 
 /// One decode row's Q/K/V projections with RoPE and the KV append (`qkv_rope_store`, or where the

@@ -213,8 +213,9 @@ fn decode_beside<B: Backend>(
 }
 
 /// Decode with the fused kernels (RoPE and the KV append in the Q/K/V mat-vecs' epilogue, the
-/// query and key in Q4_K with the value in Q6_K as one dispatch, the attention's reduce and the
-/// gate/up mat-vec quantizing their outputs for the next mat-vec) gives the logits the unfused
+/// query and key in Q4_K with the value in Q6_K as one dispatch, the attention combining its
+/// splits, it and the gate/up mat-vec quantizing their outputs for the next mat-vec) gives the
+/// logits the unfused
 /// dispatches give (`KILN_WGPU_FUSE=0`: the same arithmetic in the same order, so the same bits),
 /// and the CPU's within the random-weight rule, on the kernels hardware GPUs get, alone and with
 /// the first layer on the CPU (`SplitBackend`); and it records the fewer dispatches it exists for.
@@ -255,12 +256,13 @@ fn fused_decode_matches_unfused_and_the_cpu() {
     );
     assert_eq!(worst_unfused, 0.0, "against the unfused dispatches");
     // The last step's dispatches: per layer two norms, one Q/K/V mat-vec (Q4_K and Q6_K) with
-    // RoPE and the append, attention and its reduce (32 keys: four splits), the output, the
-    // gate/up mat-vec quantizing its output and the down mat-vec; no RoPE, no quantization
-    // dispatch.
+    // RoPE and the append, attention combining its four splits (32 keys) and quantizing its
+    // output, the output, the gate/up mat-vec quantizing its output and the down mat-vec; no
+    // RoPE, no reduce, no quantization dispatch.
     assert_eq!(calls(&p, "rope_kv"), 0, "{:?}", p.ops);
     assert_eq!(calls(&p, "matvec_rope_kv"), 2, "{:?}", p.ops);
-    assert_eq!(calls(&p, "attention_reduce_packed"), 2, "{:?}", p.ops);
+    assert_eq!(calls(&p, "attention_packed"), 2, "{:?}", p.ops);
+    assert_eq!(calls(&p, "attention_reduce_packed"), 0, "{:?}", p.ops);
     assert_eq!(calls(&p, "matvec_gated_packed"), 2, "{:?}", p.ops);
     assert_eq!(calls(&p, "quantize_q8k"), 0, "{:?}", p.ops);
 

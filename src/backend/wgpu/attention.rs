@@ -22,6 +22,10 @@ fn heads_per_group(head_dim: usize) -> usize {
     if head_dim > 256 { 4 } else { 8 }
 }
 
+/// Storage buffers the decode attention binds when it reduces and packs its output itself: q,
+/// the two caches, the output, the partials, the sinks, the packed blocks and their counts.
+const ATTENTION_PACKING_BUFFERS: u32 = 8;
+
 /// Query rows per workgroup of the tiled prefill attention.
 const PREFILL_ATTENTION_ROWS: usize = 16;
 /// Workgroup memory the tiled prefill attention needs (16 query rows of up to 256 values, a tile
@@ -192,22 +196,47 @@ impl WgpuBackend {
         ];
         // A workgroup per (KV head, up to `heads_per_group` of its query heads).
         let groups = p.n_kv_heads * (p.n_heads / p.n_kv_heads).div_ceil(heads_per_group(hd));
+        let grid = [groups as u32, p.rows as u32, splits as u32];
+        // A decode row's output goes to a mat-vec next: as integer-dot mat-vecs read it, it is
+        // written as packed Q8_K blocks too, and no dispatch quantizes it again; by the attention
+        // itself (the workgroup that completes a block), else by the reduce.
+        let width = p.n_heads * hd;
+        let packed = (self.gpu.fused && p.rows == 1 && splits > 1 && hd.is_multiple_of(4))
+            .then(|| self.packed_output(1, width))
+            .flatten();
+        if let Some((packed, packed_id)) = &packed
+            && self.gpu.merged_reduce
+            && self.gpu.limits.max_storage_buffers_per_shader_stage >= ATTENTION_PACKING_BUFFERS
+            && let Some((counts, counts_id)) =
+                self.scratch_buffer(|s| &mut s.block_counts, width / 256)
+        {
+            let with_packed = bindings(&buffers, &[(packed, *packed_id), (&counts, counts_id)]);
+            self.run_in(
+                &k_cache.kernels.attention_packing[v_cache.ty as usize],
+                || {
+                    kernels::attention_packing_kernel(
+                        k_cache.ty,
+                        v_cache.ty,
+                        self.attention_lanes(),
+                    )
+                },
+                &params,
+                &with_packed,
+                grid,
+            );
+            self.packed_written(out, width);
+            return;
+        }
         self.run_in(
             &k_cache.kernels.attention[v_cache.ty as usize],
             || kernels::attention_kernel(k_cache.ty, v_cache.ty, self.attention_lanes()),
             &params,
             &buffers,
-            [groups as u32, p.rows as u32, splits as u32],
+            grid,
         );
         if splits == 1 {
             return;
         }
-        // A decode row's output goes to a mat-vec next: as integer-dot mat-vecs read it, the
-        // reduce writes it as packed Q8_K blocks too, and no dispatch quantizes it again.
-        let width = p.n_heads * hd;
-        let packed = (self.gpu.fused && p.rows == 1 && hd.is_multiple_of(4))
-            .then(|| self.packed_output(1, width))
-            .flatten();
         if let Some((packed, packed_id)) = &packed {
             let with_packed = bindings(&buffers, &[(packed, *packed_id)]);
             self.run_in(

@@ -205,6 +205,9 @@ pub struct Gpu {
     /// Q/K/V projections of two K-quant families share one dispatch (unless
     /// `GpuOptions::unmixed`).
     pub mixed: bool,
+    /// The decode attention's workgroups combine its splits (unless
+    /// `GpuOptions::separate_reduce`).
+    pub merged_reduce: bool,
     /// Keys per decode attention split set by hand (`GpuOptions::attention_keys`).
     pub attention_keys: Option<usize>,
     /// The first failure wgpu reported asynchronously, until the session takes it.
@@ -309,6 +312,10 @@ pub struct GpuOptions {
     /// value) run as two dispatches (`KILN_WGPU_MIX=0`) instead of one whose workgroups branch on
     /// their weight's type. For measuring the mixed kernel on a GPU.
     pub unmixed: bool,
+    /// A decode row's attention splits are combined (and its output packed) by a dispatch of
+    /// their own (`KILN_WGPU_ATTN_REDUCE=1`) instead of by the attention's workgroup that finishes
+    /// the last split of each block of the output. For measuring on a GPU.
+    pub separate_reduce: bool,
     /// A read-back (a decode step's logits or argmax) polls the device without blocking for up
     /// to this many microseconds before it blocks (`KILN_WGPU_SPIN_US=N`, 0-10000; default 0:
     /// block at once), for measuring whether a blocking wait's wake-up costs a token time on a
@@ -330,6 +337,7 @@ impl GpuOptions {
             float_matvecs: std::env::var_os("KILN_WGPU_INT_DOT").is_some_and(|v| v == "0"),
             unfused: std::env::var_os("KILN_WGPU_FUSE").is_some_and(|v| v == "0"),
             unmixed: std::env::var_os("KILN_WGPU_MIX").is_some_and(|v| v == "0"),
+            separate_reduce: std::env::var_os("KILN_WGPU_ATTN_REDUCE").is_some_and(|v| v == "1"),
             spin_us: env_parsed(
                 "KILN_WGPU_SPIN_US",
                 "a number of microseconds from 0 to 10000",
@@ -442,6 +450,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         spin: std::time::Duration::from_micros(options.spin_us),
         fused: !options.unfused,
         mixed: !options.unmixed,
+        merged_reduce: !options.separate_reduce,
         attention_keys: options.attention_keys,
         error,
     }))

@@ -371,6 +371,22 @@ pub fn attention_kernel(k: CacheType, v: CacheType, lanes: bool) -> Kernel {
     with_caches(kernel, k, v)
 }
 
+/// `attention_kernel` for a split decode row whose workgroups also reduce the splits and write
+/// the output as packed Q8_K blocks, the workgroup that completes a block doing it, with no reduce
+/// dispatch after (attention.wgsl `FUSED_REDUCE`): two bindings more, the blocks and a count per
+/// block.
+// Audited: `completed` and `n_completed` are written by invocation 0 before the uniform load that
+// reads the count (a barrier); `block_max` as in `attention_reduce_packed_kernel`, with a barrier
+// before each next block.
+pub fn attention_packing_kernel(k: CacheType, v: CacheType, lanes: bool) -> Kernel {
+    let mut kernel = attention_kernel(k, v, lanes)
+        .flag("PACKED")
+        .flag("FUSED_REDUCE");
+    kernel.bindings.extend([ReadWrite, ReadWrite]);
+    kernel.label = "attention_packed";
+    kernel
+}
+
 /// The reduce of split decode attention (attention.wgsl `reduce`; it reads no cache, so one
 /// variant serves every cache type). It uses no workgroup memory: nothing to fill.
 pub fn attention_reduce_kernel() -> Kernel {

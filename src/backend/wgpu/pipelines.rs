@@ -192,6 +192,8 @@ pub struct MatrixKernels {
 pub struct CacheKernels {
     pub store: KernelSlot,
     pub attention: [KernelSlot; 3],
+    /// The decode attention reducing its splits and packing its output (`attention_packing_kernel`).
+    pub attention_packing: [KernelSlot; 3],
     pub attention_prefill: [KernelSlot; 3],
     pub rope_kv: [KernelSlot; 3],
 }

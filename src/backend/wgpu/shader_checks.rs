@@ -5,7 +5,7 @@
 use super::buffers::MATRIX_TYPES;
 use super::pipelines::{
     ActRounding, BlocksShape, Kernel, MatvecLayout, add_rms_norm_kernel, assemble,
-    attention_kernel, attention_prefill_kernel, attention_reduce_kernel,
+    attention_kernel, attention_packing_kernel, attention_prefill_kernel, attention_reduce_kernel,
     attention_reduce_packed_kernel, blocks_matvec_reads, blocks_mix, defines, embed_kernel,
     kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_kernel, matvec_blocks_kernel,
     matvec_kernel, matvec_rope_kv_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel,
@@ -114,6 +114,8 @@ fn cache_and_attention_kernels_validate() {
         for v in CacheType::ALL {
             all.push(attention_kernel(k, v, false));
             all.push(attention_kernel(k, v, true));
+            all.push(attention_packing_kernel(k, v, false));
+            all.push(attention_packing_kernel(k, v, true));
             all.push(attention_reduce_kernel());
             all.push(attention_reduce_packed_kernel());
             all.push(attention_prefill_kernel(k, v));
