@@ -336,8 +336,9 @@ impl WgpuBackend {
 
     /// Where the gate/up mat-vec over `g` for one row writes its gated activation (`width`
     /// values) as packed Q8_K blocks too (`kernels::with_gated_packing`), with the blocks'
-    /// completion counts; None where the down projection's integer-dot mat-vec would not read
-    /// them, or the fusions are off.
+    /// completion counts: where that mat-vec takes integer dot products (a K-quant gate, whose
+    /// down projection's mat-vec then reads the blocks; one of another type quantizes its input
+    /// afresh and the blocks go unread), unless the fusions are off.
     fn gated_packing(
         &self,
         g: &Matrix,

@@ -57,12 +57,18 @@ pub fn measure<B: Backend>(
             .get(name)
             .ok_or_else(|| anyhow::anyhow!("--kernels: the model has no tensor '{name}'"))
     };
-    let rows_of = |name: String| tensor(&name).map(|t| t.n_rows());
-    let first = layers[0].layer;
-    let q_len = rows_of(format!("blk.{first}.attn_q.weight"))?;
-    let kv_len = rows_of(format!("blk.{first}.attn_k.weight"))?;
-    let v_len = rows_of(format!("blk.{first}.attn_v.weight"))?;
-    let attn_len = tensor(&format!("blk.{first}.attn_output.weight"))?.row_len();
+    // The buffers hold the widest layer's (Gemma 4's global layers are wider than its local ones).
+    let widest = |role: &str, len: fn(&crate::tensor::Tensor) -> usize| -> Result<usize> {
+        let mut most = 0;
+        for m in &layers {
+            most = most.max(len(tensor(&format!("blk.{}.{role}.weight", m.layer))?));
+        }
+        Ok(most)
+    };
+    let q_len = widest("attn_q", |t| t.n_rows())?;
+    let kv_len = widest("attn_k", |t| t.n_rows())?;
+    let v_len = widest("attn_v", |t| t.n_rows())?;
+    let attn_len = widest("attn_output", |t| t.row_len())?;
     let ffn = (0..c.n_layers).map(|l| c.layer_ff(l)).max().unwrap_or(0);
     let mut rng = Rng::new(7);
     let mut random = |len: usize| -> Result<B::Buffer> {
