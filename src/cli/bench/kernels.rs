@@ -88,11 +88,15 @@ pub fn measure<B: Backend>(
         b.buffer(v_len)?,
         b.buffer(c.vocab_size)?,
     ]);
-    let names = |l: usize, roles: &[&str]| -> Vec<String> {
-        roles
-            .iter()
-            .map(|r| format!("blk.{l}.{r}.weight"))
-            .collect()
+    // Per layer, the tensors of `roles` a call reads.
+    let per_layer = |roles: &[&str]| -> Vec<Vec<String>> {
+        let names = |l: usize| {
+            roles
+                .iter()
+                .map(|r| format!("blk.{l}.{r}.weight"))
+                .collect()
+        };
+        layers.iter().map(|m| names(m.layer)).collect()
     };
     let act = model.gate_activation();
     let head = if file.tensors.contains_key("output.weight") {
@@ -103,10 +107,7 @@ pub fn measure<B: Backend>(
     let cases: Vec<Case> = vec![
         Case {
             name: "attn_qkv",
-            tensors: layers
-                .iter()
-                .map(|m| names(m.layer, &["attn_q", "attn_k", "attn_v"]))
-                .collect(),
+            tensors: per_layer(&["attn_q", "attn_k", "attn_v"]),
             run: Box::new(|i| {
                 let mut outs = out.borrow_mut();
                 let [q, k, v, _] = &mut *outs;
@@ -115,18 +116,12 @@ pub fn measure<B: Backend>(
         },
         Case {
             name: "attn_output",
-            tensors: layers
-                .iter()
-                .map(|m| names(m.layer, &["attn_output"]))
-                .collect(),
+            tensors: per_layer(&["attn_output"]),
             run: Box::new(|i| b.matmul(&attn_out, layers[i].wo, 1, &mut out.borrow_mut()[0])),
         },
         Case {
             name: "ffn_gate_up",
-            tensors: layers
-                .iter()
-                .map(|m| names(m.layer, &["ffn_gate", "ffn_up"]))
-                .collect(),
+            tensors: per_layer(&["ffn_gate", "ffn_up"]),
             run: Box::new(|i| {
                 let m = &layers[i];
                 let mut outs = out.borrow_mut();
@@ -136,10 +131,7 @@ pub fn measure<B: Backend>(
         },
         Case {
             name: "ffn_down",
-            tensors: layers
-                .iter()
-                .map(|m| names(m.layer, &["ffn_down"]))
-                .collect(),
+            tensors: per_layer(&["ffn_down"]),
             run: Box::new(|i| b.matmul(&gated, layers[i].down, 1, &mut out.borrow_mut()[0])),
         },
         Case {

@@ -568,29 +568,23 @@ fn image_rows<B: Backend>(
 
 /// `--kernels`: the model whole on the GPU (or the CPU), its mat-vecs timed.
 fn run_kernels(args: &BenchArgs, file: &ModelFile) -> Result<ExitCode> {
-    let rows_on = |describe: String, rows: Vec<kernels::KernelRow>| -> Result<ExitCode> {
-        kernels::markdown(&mut std::io::stdout().lock(), &describe, &rows)?;
+    fn on<B: Backend>(model: Model<B>, file: &ModelFile, repetitions: usize) -> Result<ExitCode> {
+        let rows = kernels::measure(&model, file, repetitions)?;
+        kernels::markdown(
+            &mut std::io::stdout().lock(),
+            &model.backend.describe(),
+            &rows,
+        )?;
         Ok(ExitCode::SUCCESS)
-    };
-    match super::choose_gpu(args.backend, args.gpu)? {
-        Some(gpu) => {
-            let model = Model::load(file, gpu)?;
-            let rows = kernels::measure(&model, file, args.repetitions)?;
-            rows_on(model.backend.describe(), rows)
-        }
-        None => {
-            let threads = args
-                .threads
-                .iter()
-                .max()
-                .copied()
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            let cpu = CpuBackend::new(threads)?.with_repacking(!args.no_repack);
-            let model = Model::load(file, cpu)?;
-            let rows = kernels::measure(&model, file, args.repetitions)?;
-            rows_on(model.backend.describe(), rows)
-        }
     }
+    if let Some(gpu) = super::choose_gpu(args.backend, args.gpu)? {
+        return on(Model::load(file, gpu)?, file, args.repetitions);
+    }
+    let threads = args.threads.iter().max().copied();
+    let threads =
+        threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let cpu = CpuBackend::new(threads)?.with_repacking(!args.no_repack);
+    on(Model::load(file, cpu)?, file, args.repetitions)
 }
 
 pub fn run(args: BenchArgs) -> Result<ExitCode> {
