@@ -14,7 +14,15 @@
 // g..g+31 and up rows g..g+31, which the same invocations sum, and writes act(gate) · up only.
 //
 // `main_sg8` (`SG8`, subgroups of exactly 8: lavapipe): one weight; see below.
+// `main_coop` (`COOP`): the same tiles multiplied by cooperative matrices (tensor cores) in f16;
+// `COOP_EMU` computes the same fragments in plain WGSL, for testing without them. See below.
 
+#if COOP || COOP_EMU
+enable f16;
+#endif
+#if COOP
+enable wgpu_cooperative_matrix;
+#endif
 #include "common"
 
 struct Params {
@@ -80,6 +88,8 @@ const BK: u32 = 32u;
 
 #if SG8
 #else
+#if COOP || COOP_EMU
+#else
 // [BK][16] vec4s: four consecutive weight (activation) rows per vec4, slots swizzled by `at`.
 var<workgroup> wt: array<vec4<f32>, 512>;
 var<workgroup> xt: array<vec4<f32>, 512>;
@@ -88,6 +98,7 @@ var<workgroup> xt: array<vec4<f32>, 512>;
 fn at(kk: u32, s: u32) -> u32 {
     return kk * 16u + (s ^ ((kk >> 2u) & 7u));
 }
+#endif
 
 // Tile `t`'s weight and first row; a row r of the tile is weight row first + r (GLU: r < 32 a
 // gate row first + r, else the up row first + r - 32).
@@ -198,6 +209,8 @@ fn store4(tl: Tile, n: u32, r: u32, v: vec4<f32>) {
     }
 }
 
+#if COOP || COOP_EMU
+#else
 @compute @workgroup_size(128)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -291,6 +304,201 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     store4(tl, n + 3u, 32u + 4u * tm, b3);
 #endif
 }
+#else
+// `main_coop`: the tile of `main` (64 weight rows × 64 activation rows, 32 values of k a step,
+// up to three weights, the gated pair) multiplied by cooperative matrices: each step's weights
+// and activations are stored in workgroup memory as f16 (as llama.cpp's coopmat matmul does) and
+// each of four subgroups (`COOP`: {{WG}} invocations, subgroups of {{WG}} / 4) multiplies its
+// quarter of the tile, 32 activation rows × 32 weight rows, as 2 × 2 fragments of 16 × 16 in f32,
+// two fragment steps of 16 values of k a step. The fragments are staged in workgroup memory and
+// written with the bounds and epilogue of `main`.
+// `COOP_EMU`: the same kernel with the fragments' loads, multiply-adds and stores written out in
+// WGSL over the same workgroup memory (invocations 32q..32q+31 standing for subgroup q), so that
+// an adapter without cooperative matrices (lavapipe, in CI) runs every other line of it.
+
+// Row strides of the f16 tiles ([row][k]: BK values and 8 of padding, rows 80 bytes apart, a
+// multiple of 16 as fragment loads want, and staggered across banks) and of the staged outputs
+// ([activation row][weight row]: 64 and 4, 272 bytes).
+const XS: u32 = 40u;
+const SS: u32 = 68u;
+const CWG: u32 = {{WG}}u;
+// Vec4s of each tile an invocation loads a step.
+const LOADS: u32 = 512u / CWG;
+
+var<workgroup> xs: array<f16, 2560>;    // [BN][XS]: activations
+var<workgroup> ws: array<f16, 2560>;    // [BM][XS]: weights
+var<workgroup> stage: array<f32, 4352>; // [BN][SS]: outputs
+
+// f16 as the tiles hold it, clamped to its range.
+fn half4(v: vec4<f32>) -> vec4<f16> {
+    return vec4<f16>(clamp(v, vec4<f32>(-65504.0), vec4<f32>(65504.0)));
+}
+
+#if COOP_EMU
+// A 16 × 16 f32 fragment as the 32 invocations standing for a subgroup hold it: invocation l
+// holds elements (2t + l / 16, l % 16), t < 8.
+alias Frag = array<f32, 8>;
+
+// c + A · B for the A fragment at xs[a] (row-major, stride XS) and the B fragment at ws[b]
+// (column-major: column j is weight row j), as coopMultiplyAdd of coopLoadT and coopLoad.
+fn mma(a: u32, b: u32, c: Frag, l: u32) -> Frag {
+    var r = c;
+    let col = b + (l % 16u) * XS;
+    for (var t = 0u; t < 8u; t++) {
+        let row = a + (2u * t + l / 16u) * XS;
+        var s = 0.0;
+        for (var kk = 0u; kk < 16u; kk++) {
+            s += f32(xs[row + kk]) * f32(ws[col + kk]);
+        }
+        r[t] += s;
+    }
+    return r;
+}
+
+// coopStoreT of the fragment to stage[at..] (row-major, stride SS).
+fn frag_store(c: Frag, at: u32, l: u32) {
+    for (var t = 0u; t < 8u; t++) {
+        stage[at + (2u * t + l / 16u) * SS + l % 16u] = c[t];
+    }
+}
+#endif
+
+// Output of tile row r for activation row n.
+fn store1(tl: Tile, n: u32, r: u32, v: f32) {
+    let row = tl.first + r;
+    let s = tl.sel;
+    if (n >= p.n || row >= rows_of(s)) {
+        return;
+    }
+    if (s == 0u) {
+        out0[n * p.stride0 + p.off0 + row] = v;
+    }
+#if NW2 || NW3
+    if (s == 1u) {
+        out1[n * p.stride1 + p.off1 + row] = v;
+    }
+#endif
+#if NW3
+    if (s == 2u) {
+        out2[n * p.stride2 + p.off2 + row] = v;
+    }
+#endif
+}
+
+@compute @workgroup_size({{WG}})
+fn main_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32
+#if COOP
+             , @builtin(subgroup_id) sg: u32
+#endif
+             ) {
+    let tl = tile(wid.x);
+    let n0 = wid.y * BN;
+#if COOP
+    let quarter = sg;
+#else
+    let quarter = lid / 32u;
+    let lane = lid % 32u;
+#endif
+    // This subgroup's quarter: activation rows 32qn.., weight rows 32qm.. of the tile.
+    let qn = quarter / 2u;
+    let qm = quarter % 2u;
+#if COOP
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+#else
+    var c00 = Frag();
+    var c01 = Frag();
+    var c10 = Frag();
+    var c11 = Frag();
+#endif
+    // This step's loads, held in registers until stored: vec4 e = lid + CWG j of each tile is
+    // row e / 8, values 4(e % 8).. of the step (eight invocations read a row's 32 values).
+    var w = array<vec4<f32>, LOADS>();
+    var v = array<vec4<f32>, LOADS>();
+    for (var j = 0u; j < LOADS; j++) {
+        let e = lid + CWG * j;
+        w[j] = weight4(tl, e / 8u, 4u * (e % 8u));
+        v[j] = act4(n0 + e / 8u, 4u * (e % 8u));
+    }
+    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+        for (var j = 0u; j < LOADS; j++) {
+            let e = lid + CWG * j;
+            let at = (e / 8u) * XS + 4u * (e % 8u);
+            let hw = half4(w[j]);
+            let hx = half4(v[j]);
+            for (var i = 0u; i < 4u; i++) {
+                ws[at + i] = hw[i];
+                xs[at + i] = hx[i];
+            }
+        }
+        workgroupBarrier();
+        // The next step's loads go out before this step's products.
+        if (k0 + BK < p.k) {
+            for (var j = 0u; j < LOADS; j++) {
+                let e = lid + CWG * j;
+                w[j] = weight4(tl, e / 8u, k0 + BK + 4u * (e % 8u));
+                v[j] = act4(n0 + e / 8u, k0 + BK + 4u * (e % 8u));
+            }
+        }
+        for (var kk = 0u; kk < BK; kk += 16u) {
+            let a0 = qn * 32u * XS + kk;
+            let a1 = a0 + 16u * XS;
+            let b0 = qm * 32u * XS + kk;
+            let b1 = b0 + 16u * XS;
+#if COOP
+            let fa0 = coopLoadT<coop_mat16x16<f16, A>>(&xs[a0], XS);
+            let fa1 = coopLoadT<coop_mat16x16<f16, A>>(&xs[a1], XS);
+            let fb0 = coopLoad<coop_mat16x16<f16, B>>(&ws[b0], XS);
+            let fb1 = coopLoad<coop_mat16x16<f16, B>>(&ws[b1], XS);
+            c00 = coopMultiplyAdd(fa0, fb0, c00);
+            c01 = coopMultiplyAdd(fa0, fb1, c01);
+            c10 = coopMultiplyAdd(fa1, fb0, c10);
+            c11 = coopMultiplyAdd(fa1, fb1, c11);
+#else
+            c00 = mma(a0, b0, c00, lane);
+            c01 = mma(a0, b1, c01, lane);
+            c10 = mma(a1, b0, c10, lane);
+            c11 = mma(a1, b1, c11, lane);
+#endif
+        }
+        workgroupBarrier();
+    }
+    let s00 = qn * 32u * SS + qm * 32u;
+    let s01 = s00 + 16u;
+    let s10 = s00 + 16u * SS;
+    let s11 = s10 + 16u;
+#if COOP
+    coopStoreT(c00, &stage[s00], SS);
+    coopStoreT(c01, &stage[s01], SS);
+    coopStoreT(c10, &stage[s10], SS);
+    coopStoreT(c11, &stage[s11], SS);
+#else
+    frag_store(c00, s00, lane);
+    frag_store(c01, s01, lane);
+    frag_store(c10, s10, lane);
+    frag_store(c11, s11, lane);
+#endif
+    workgroupBarrier();
+    // Consecutive invocations write consecutive outputs of an activation row.
+#if GLU_SILU || GLU_GELU
+    // Gate rows in the tile's weight rows 0..31, the up rows of the same outputs in 32..63.
+    let gl = Tile(0u, tl.first);
+    for (var e = lid; e < BN * 32u; e += CWG) {
+        let n = e / 32u;
+        let m = e % 32u;
+        store1(gl, n0 + n, m, act(stage[n * SS + m]) * stage[n * SS + 32u + m]);
+    }
+#else
+    for (var e = lid; e < BN * BM; e += CWG) {
+        let n = e / BM;
+        let m = e % BM;
+        store1(tl, n0 + n, m, stage[n * SS + m]);
+    }
+#endif
+}
+#endif
 #endif
 
 #if SG8

@@ -5,8 +5,8 @@
 # no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the
 # time a token gains); ROUNDS rounds (default 8) on the 1B shape alternating which tool runs first, kiln-base
 # too where prepare.sh built one, and kiln with each switch of #46 (the fusions off, Q4_K and Q6_K Q/K/V as two
-# dispatches, the attention's reduce as a dispatch of its own, the float mat-vecs, read-backs that spin 300 µs before they block) against
-# its default; kiln's decode against
+# dispatches, the attention's reduce as a dispatch of its own, the float mat-vecs, the prefill GEMM on cooperative
+# matrices, first checked against the CPU) against its default; kiln's decode against
 # the copy bandwidth it measures on the 8B shape, then ROUNDS8 rounds (default 5) there, and each kind of mat-vec
 # over the 8B shape's layers (`kiln bench --kernels`) with the default, float and 128,2,4 shapes; the timed dispatches
 # of a few tokens into $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The
@@ -17,6 +17,9 @@ cd "$(dirname "$0")/../.."
 source scripts/gpu-device/setup.sh
 echo "== gpu_ops ($(date +%T))"
 KILN_REQUIRE_GPU=1 timeout 120 $W/gpu-tests gpu_ops --test-threads 8 2>&1 | grep -E "test result|panicked|NMSE"
+echo "== the prefill GEMM on the tensor cores (KILN_WGPU_COOP=1) against the CPU"
+KILN_WGPU_COOP=1 KILN_REQUIRE_GPU=1 timeout 60 $W/gpu-tests cooperative_matmul 2>&1 |
+    grep -E "test result|panicked|NMSE|matmul_coop"
 wait
 ls -la $M $M8
 echo "== host only (no-op backend), tg128: $(kt KILN_WGPU_NOOP=1)"
@@ -24,10 +27,16 @@ echo "== each kernel's cost in the stream: tg128 with its dispatches run twice"
 echo "none: $(kt X=1)"
 for op in matvec matvec_rope_kv matvec_gated_packed attention attention_packed attention_reduce_packed add_rms_norm quantize_q8k; do echo "$op: $(kt KILN_WGPU_REPEAT=$op)"; done
 echo "== llama warm-up: $(lb)"
-VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-float=KILN_WGPU_INT_DOT=0 kiln-spin=KILN_WGPU_SPIN_US=300"
+VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-float=KILN_WGPU_INT_DOT=0 kiln-coop=KILN_WGPU_COOP=1"
 [ -x $W/kiln-base ] && VARIANTS="kiln-base $VARIANTS"
 echo "== host only, float mat-vecs: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_INT_DOT=0)"
 echo "== host only, unfused: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_FUSE=0)"
+P="The history of the city begins in the third century, when a small settlement of fishermen grew along the river and"
+for c in 0 1; do
+    echo "== kiln check, 1B shape, KILN_WGPU_COOP=$c: $(KILN_WGPU_COOP=$c timeout 60 $W/kiln check --backend gpu -m $M \
+        -n 16 --format json "$P" 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin)
+print("rms", d["rms"], "top-1", d["top1_agreement"], "pass", d["pass"])' 2>&1 | tail -1)"
+done
 echo "== 1B rounds ($(date +%T))"
 rounds "${ROUNDS:-8}"
 MODEL=$M8
@@ -49,6 +58,9 @@ KILN_PROFILE_DISPATCHES=1 timeout 60 $W/kiln bench --backend gpu -m $M --no-roof
 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 512 -n 128 -r 1 --profile | sed -n '/^profile/,$p'
 echo "== profile with KILN_WGPU_FUSE=0"
 KILN_WGPU_FUSE=0 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 512 -n 128 -r 1 --profile |
+    sed -n '/^profile/,$p'
+echo "== profile with KILN_WGPU_COOP=1"
+KILN_WGPU_COOP=1 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 512 -n 128 -r 1 --profile |
     sed -n '/^profile/,$p'
 echo "== profile with KILN_WGPU_INT_DOT=0"
 KILN_WGPU_INT_DOT=0 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 512 -n 128 -r 1 --profile |

@@ -69,8 +69,11 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode> {
         if a.timestamps {
             features.push("timestamp queries".into());
         }
-        if a.cooperative_matrix {
-            features.push("cooperative matrices (8×8 f32)".into());
+        if !a.cooperative_matrices.is_empty() {
+            features.push(format!(
+                "cooperative matrices ({})",
+                a.cooperative_matrices.join(", ")
+            ));
         }
         println!(
             "   features: {}",

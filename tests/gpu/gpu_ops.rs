@@ -9,7 +9,7 @@ use crate::common;
 use common::gpu::{gpu, gpu_kernel_variants, gpu_matmul_variants, gpu_with};
 use common::random_weights::{Rng, random_weight};
 use kiln::backend::cpu::{CpuBackend, CpuCache};
-use kiln::backend::wgpu::{GpuOptions, WgpuBackend};
+use kiln::backend::wgpu::{CoopChoice, GpuOptions, WgpuBackend};
 use kiln::backend::{
     AttentionParams, Backend, CacheType, CoreOps, DeltaNetParams, ExpertGating, ExpertMatmulParams,
     GateActivation, KvAppend, MoeRouteParams, Profile, RopeLayout,
@@ -234,6 +234,107 @@ fn gated_matmul_matches_the_cpu() {
             }
         }
     }
+}
+
+/// The cooperative-matrix GEMM rounds each weight and activation to f16 (a relative error up to
+/// 2⁻¹¹ each, ~2⁻¹¹/√3 on average) before it sums their products in f32: on random values an
+/// NMSE near 2 · (2⁻¹¹)² / 3 ≈ 1.6e-7. Measured on lavapipe (emulated): 3e-8 where the weights
+/// are exact in f16 (ternary, MXFP4) and 6e-8-1.1e-7 for the others; 2e-14 for F16 weights,
+/// whose activations the CPU rounds to f16 too. llama.cpp's f16 coopmat tiles round the same;
+/// its test-backend-ops holds matmuls to 5e-4. A wrong fragment or tile index gives ~1.
+const COOP_NMSE: f64 = 1e-6;
+
+/// The prefill GEMM on cooperative matrices (`KILN_WGPU_COOP`), in its emulated build, which
+/// runs every line of it but the fragment operations on any adapter with f16 shaders (lavapipe
+/// in CI; on the hardware's fragments with `KILN_WGPU_COOP=1`, as `scripts/gpu-device/run.sh`
+/// runs it), against the CPU: every weight type it takes, rows that fill no tile (67 weight rows;
+/// 9, 37 and 70 activation rows), rows of 2304 values, rows whose width is no multiple of 4,
+/// two and three weights in one dispatch, and the gated pair; and it is the kernel that ran.
+#[test]
+fn cooperative_matmul_matches_the_cpu() {
+    let hardware = std::env::var_os("KILN_WGPU_COOP").is_some_and(|v| v == "1");
+    let Some(g) = gpu_with(GpuOptions {
+        coop: if hardware {
+            CoopChoice::On
+        } else {
+            CoopChoice::Emulate
+        },
+        ..GpuOptions::default()
+    }) else {
+        return;
+    };
+    let c = cpu();
+    let mut rng = Rng(23);
+    g.set_profiling(true);
+    use GgmlType::{Q4_K, Q6_K, Q8_0};
+    let coop_types = TYPES
+        .into_iter()
+        .filter(|t| !matches!(t, GgmlType::F32 | GgmlType::BF16));
+    let long_rows = [(2304, Q4_K, 9), (2304, Q6_K, 9)];
+    for (k, t, n) in coop_types
+        .flat_map(|t| [9, 37, 70].map(|n| (256, t, n)))
+        .chain(long_rows)
+    {
+        {
+            let w = random_weight(t, 67, k, &mut rng);
+            let x = rng.vec(n * k, 1.0);
+            let what = format!("cooperative matmul {t} {n}×{k} · (67×{k})ᵀ");
+            check(
+                &what,
+                &matmul(&c, &w, &x, n),
+                &matmul(&g, &w, &x, n),
+                COOP_NMSE,
+            );
+        }
+    }
+    let w = random_weight(GgmlType::F16, 67, 250, &mut rng);
+    let x = rng.vec(37 * 250, 1.0);
+    let (want, got) = (matmul(&c, &w, &x, 37), matmul(&g, &w, &x, 37));
+    check("cooperative matmul F16 37×250", &want, &got, COOP_NMSE);
+    for types in [[Q8_0; 3], [Q4_K, Q4_K, Q6_K]] {
+        let ws = [
+            random_weight(types[0], 40, 256, &mut rng),
+            random_weight(types[1], 24, 256, &mut rng),
+            random_weight(types[2], 24, 256, &mut rng),
+        ];
+        let x = rng.vec(20 * 256, 1.0);
+        let (want, got) = (matmul_many(&c, &ws, &x, 20), matmul_many(&g, &ws, &x, 20));
+        for (i, (w, o)) in want.iter().zip(&got).enumerate() {
+            check(
+                &format!("cooperative {types:?} output {i}"),
+                w,
+                o,
+                COOP_NMSE,
+            );
+        }
+    }
+    let (gate, up) = (
+        random_weight(Q4_K, 72, 512, &mut rng),
+        random_weight(Q4_K, 72, 512, &mut rng),
+    );
+    for act in [GateActivation::Silu, GateActivation::GeluTanh] {
+        for n in [9, 70] {
+            let x = rng.vec(n * 512, 1.0);
+            check(
+                &format!("cooperative gated {act:?} n={n}"),
+                &matmul_gated(&c, (&gate, &up), &x, n, act),
+                &matmul_gated(&g, (&gate, &up), &x, n, act),
+                COOP_NMSE,
+            );
+        }
+    }
+    let p = g.profile().unwrap();
+    let calls = |name: &str| {
+        p.ops
+            .iter()
+            .filter(|o| o.name == name)
+            .map(|o| o.calls)
+            .sum::<u64>()
+    };
+    // 24 types × 3 and 2 long rows, F16, one dispatch for the Q8_0 triple and two for the Q4_K_M
+    // one, 4 gated.
+    assert_eq!(calls("matmul_coop"), 24 * 3 + 2 + 1 + 3 + 4, "{:?}", p.ops);
+    assert_eq!(calls("matmul"), 0, "{:?}", p.ops);
 }
 
 fn embed<B: Backend>(b: &B, table: &Tensor, ids: &[u32], scale: f32) -> Vec<f32> {

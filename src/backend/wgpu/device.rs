@@ -35,10 +35,10 @@ pub struct AdapterSummary {
     pub subgroups: Option<(u32, u32)>,
     pub shader_f16: bool,
     pub timestamps: bool,
-    /// wgpu's experimental cooperative matrices (`EXPERIMENTAL_COOPERATIVE_MATRIX`; in wgpu 30
-    /// only 8×8 f32 tiles, which Vulkan drivers that offer f16 16×16 ones may lack): whether a
-    /// tensor-core prefill could run through wgpu on this adapter.
-    pub cooperative_matrix: bool,
+    /// The cooperative-matrix (tensor-core) configurations wgpu offers on this adapter
+    /// (`EXPERIMENTAL_COOPERATIVE_MATRIX`), as `M×N×K A→C` ("16×16×16 f16→f32": the one the
+    /// prefill's `KILN_WGPU_COOP=1` takes).
+    pub cooperative_matrices: Vec<String>,
     /// Whether `--backend auto` takes this adapter.
     pub auto: bool,
     /// Its largest device-local memory heap, where the API reports it (Vulkan).
@@ -142,7 +142,21 @@ fn summary(index: usize, a: &wgpu::Adapter, auto: bool) -> AdapterSummary {
             .then_some((info.subgroup_min_size, info.subgroup_max_size)),
         shader_f16: features.contains(wgpu::Features::SHADER_F16),
         timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
-        cooperative_matrix: features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
+        cooperative_matrices: if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        {
+            a.cooperative_matrix_properties()
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}×{}×{} {:?}→{:?}",
+                        c.m_size, c.n_size, c.k_size, c.ab_type, c.cr_type
+                    )
+                    .to_lowercase()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
         auto,
         device_memory: device_local_heap(a),
     }
@@ -210,6 +224,9 @@ pub struct Gpu {
     pub merged_reduce: bool,
     /// Keys per decode attention split set by hand (`GpuOptions::attention_keys`).
     pub attention_keys: Option<usize>,
+    /// How the prefill GEMM multiplies on cooperative matrices, where it does
+    /// (`GpuOptions::coop`).
+    pub coop: Option<Coop>,
     /// The first failure wgpu reported asynchronously, until the session takes it.
     pub error: Arc<Mutex<Option<String>>>,
 }
@@ -266,6 +283,32 @@ impl MatvecShape {
     }
 }
 
+/// Whether the prefill GEMM multiplies f16 tiles on cooperative matrices (`KILN_WGPU_COOP`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CoopChoice {
+    /// The SIMT GEMM (the default until a GPU run measures the cooperative one).
+    #[default]
+    Off,
+    /// Cooperative matrices where the adapter offers f16 16×16×16 into f32 with one subgroup
+    /// size (`1`); the SIMT GEMM elsewhere.
+    On,
+    /// The cooperative GEMM with its fragment operations emulated in WGSL, on any adapter with
+    /// f16 shaders (`emulate`): for testing it where there are no cooperative matrices.
+    Emulate,
+}
+
+/// How the prefill GEMM multiplies on cooperative matrices (`Gpu::coop`): with subgroups of
+/// `subgroup` invocations, or emulated in plain WGSL (for testing where there are none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Coop {
+    Hardware { subgroup: u32 },
+    Emulated,
+}
+
+/// Bytes of workgroup memory the cooperative GEMM takes: two 64 × 40 f16 tiles and 64 × 68 f32
+/// staged outputs.
+const COOP_WORKGROUP_BYTES: u32 = 2 * 64 * 40 * 2 + 64 * 68 * 4;
+
 /// Settings of a device beyond the adapter's own; the environment's by default.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GpuOptions {
@@ -321,6 +364,8 @@ pub struct GpuOptions {
     /// block at once), for measuring whether a blocking wait's wake-up costs a token time on a
     /// GPU. The spin holds a core meanwhile.
     pub spin_us: u64,
+    /// Whether the prefill GEMM runs on cooperative matrices (`KILN_WGPU_COOP=0|1|emulate`).
+    pub coop: CoopChoice,
 }
 
 impl GpuOptions {
@@ -344,6 +389,13 @@ impl GpuOptions {
                 |v| v.parse::<u64>().ok().filter(|n| *n <= 10_000),
             )?
             .unwrap_or(0),
+            coop: env_parsed("KILN_WGPU_COOP", "0, 1 or emulate", |v| match v {
+                "0" => Some(CoopChoice::Off),
+                "1" => Some(CoopChoice::On),
+                "emulate" => Some(CoopChoice::Emulate),
+                _ => None,
+            })?
+            .unwrap_or_default(),
             attention_keys: env_parsed(
                 "KILN_WGPU_ATTN_KEYS",
                 "a number of keys from 8 to 4096",
@@ -391,10 +443,26 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
     let device_memory = device_local_heap(adapter);
     let limits = adapter.limits();
     let available = adapter.features();
-    // The kernels compute in f32 (f16 only as storage, through pack2x16float), so SHADER_F16 is
-    // not requested.
-    let wanted = wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+    // The kernels compute in f32 (f16 only as storage, through pack2x16float); SHADER_F16 and
+    // cooperative matrices only for the cooperative GEMM, where it is asked for.
+    let mut wanted = wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+    let coop = coop_of(adapter, &info, &limits, options);
+    match coop {
+        Some(Coop::Hardware { .. }) => {
+            wanted |= wgpu::Features::SHADER_F16 | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        }
+        Some(Coop::Emulated) => wanted |= wgpu::Features::SHADER_F16,
+        None => {}
+    }
     let features = available & wanted;
+    let experimental_features = if features.intersects(wgpu::Features::all_experimental_mask()) {
+        // SAFETY: the one experimental feature is cooperative matrices, asked for only with
+        // KILN_WGPU_COOP=1; its kernel is validated by naga (shader_checks) and its every other
+        // line runs in CI through the emulated build.
+        unsafe { wgpu::ExperimentalFeatures::enabled() }
+    } else {
+        wgpu::ExperimentalFeatures::disabled()
+    };
     let caps = Capabilities {
         subgroups: features.contains(wgpu::Features::SUBGROUP) && !options.no_subgroups,
         timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
@@ -406,7 +474,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         label: Some("kiln"),
         required_features: features,
         required_limits: limits.clone(),
-        experimental_features: wgpu::ExperimentalFeatures::disabled(),
+        experimental_features,
         memory_hints: wgpu::MemoryHints::Performance,
         trace: wgpu::Trace::Off,
     }))
@@ -452,8 +520,45 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         mixed: !options.unmixed,
         merged_reduce: !options.separate_reduce,
         attention_keys: options.attention_keys,
+        coop,
         error,
     }))
+}
+
+/// How the prefill GEMM multiplies on cooperative matrices on `adapter`, as `options` ask: on
+/// them where wgpu offers f16 16×16×16 fragments into f32, subgroups have one size (so a
+/// workgroup of four is four subgroups) and the tiles fit; emulated where f16 shaders and the
+/// tiles fit; else None (the SIMT GEMM).
+fn coop_of(
+    adapter: &wgpu::Adapter,
+    info: &wgpu::AdapterInfo,
+    limits: &wgpu::Limits,
+    options: GpuOptions,
+) -> Option<Coop> {
+    use wgpu::CooperativeScalarType::{F16, F32};
+    let features = adapter.features();
+    let fits = |invocations: u32| {
+        features.contains(wgpu::Features::SHADER_F16)
+            && limits.max_compute_workgroup_storage_size >= COOP_WORKGROUP_BYTES
+            && limits.max_compute_invocations_per_workgroup >= invocations
+            && limits.max_compute_workgroup_size_x >= invocations
+    };
+    match options.coop {
+        CoopChoice::Off => None,
+        CoopChoice::Emulate => fits(128).then_some(Coop::Emulated),
+        CoopChoice::On => {
+            let subgroup = info.subgroup_min_size;
+            let offered = features.contains(
+                wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SUBGROUP,
+            ) && !options.no_subgroups
+                && subgroup == info.subgroup_max_size
+                && (8..=128).contains(&subgroup)
+                && adapter.cooperative_matrix_properties().iter().any(|c| {
+                    (c.m_size, c.n_size, c.k_size, c.ab_type, c.cr_type) == (16, 16, 16, F16, F32)
+                });
+            (offered && fits(4 * subgroup)).then_some(Coop::Hardware { subgroup })
+        }
+    }
 }
 
 /// The size of `adapter`'s largest device-local memory heap, read from Vulkan (wgpu reports no

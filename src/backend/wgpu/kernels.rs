@@ -2,6 +2,7 @@
 //! `Kernel` the pipeline cache (`pipelines.rs`) builds. Kernels that read weights take the type's
 //! name (`GgmlType::name`) as the define that selects its block decoder in quants.wgsl.
 
+use super::device::Coop;
 use super::pipelines::Access::{self, Read, ReadWrite};
 use super::pipelines::Kernel;
 use crate::backend::cpu::{ActFormat, activation_format};
@@ -308,6 +309,37 @@ pub fn matmul_kernel(
     if sg8 {
         return k.flag("SG8").entry("main_sg8");
     }
+    let k = if x4 { k.flag("X4") } else { k };
+    match gated {
+        Some(act) => with_activation(k, act),
+        None => k,
+    }
+}
+
+/// Whether the cooperative-matrix GEMM takes weights of type `t`: those whose values f16 holds
+/// (f16 itself and the block types), not f32 or bf16 ones.
+pub fn coop_reads(t: GgmlType) -> bool {
+    !matches!(t, GgmlType::F32 | GgmlType::BF16)
+}
+
+/// The tiled prefill kernel on cooperative matrices (matmul.wgsl's `main_coop`), otherwise as
+/// `matmul_kernel`: four subgroups a workgroup, or 128 invocations emulating them.
+pub fn matmul_coop_kernel(
+    t: GgmlType,
+    n_weights: usize,
+    gated: Option<GateActivation>,
+    x4: bool,
+    coop: Coop,
+) -> Kernel {
+    // Every workgroup-memory value main_coop reads it wrote first: the tiles' rows 0..63,
+    // values 0..31 each step and the staged outputs' 64 × 64.
+    let k = over_weights("matmul_coop", "matmul", t, n_weights)
+        .entry("main_coop")
+        .fills_workgroup_memory();
+    let k = match coop {
+        Coop::Hardware { subgroup } => k.flag("COOP").workgroup(4 * subgroup),
+        Coop::Emulated => k.flag("COOP_EMU").workgroup(128),
+    };
     let k = if x4 { k.flag("X4") } else { k };
     match gated {
         Some(act) => with_activation(k, act),

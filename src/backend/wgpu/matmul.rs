@@ -230,7 +230,8 @@ impl WgpuBackend {
     /// shares activations between lanes instead of reading them from workgroup memory per lane.
     pub(super) fn matmul_sg8(&self) -> bool {
         let info = &self.gpu.info;
-        self.gpu.caps.software_kernels
+        self.gpu.coop.is_none()
+            && self.gpu.caps.software_kernels
             && self.gpu.caps.subgroups
             && info.subgroup_min_size == 8
             && info.subgroup_max_size == 8
@@ -564,6 +565,9 @@ impl WgpuBackend {
         gated: Option<GateActivation>,
     ) -> Kernel {
         let x4 = m.cols.is_multiple_of(4);
+        if let Some(coop) = self.gpu.coop.filter(|_| kernels::coop_reads(m.dtype)) {
+            return kernels::matmul_coop_kernel(m.dtype, n_weights, gated, x4, coop);
+        }
         kernels::matmul_kernel(m.dtype, n_weights, gated, x4, self.matmul_sg8())
     }
 

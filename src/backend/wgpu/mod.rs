@@ -41,7 +41,8 @@ use std::sync::{Arc, Mutex};
 
 pub use buffers::{GpuBuffer, GpuCache, GpuWeight};
 pub use device::{
-    AdapterChoice, AdapterSummary, GpuOptions, MatvecShape, hardware_adapter_present, list_adapters,
+    AdapterChoice, AdapterSummary, CoopChoice, GpuOptions, MatvecShape, hardware_adapter_present,
+    list_adapters,
 };
 pub use stream::{CHUNK as DISPATCHES_PER_SUBMIT, FIRST_CHUNK as FIRST_SUBMIT};
 

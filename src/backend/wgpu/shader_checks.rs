@@ -3,13 +3,15 @@
 //! compute is the CPU's.
 
 use super::buffers::MATRIX_TYPES;
+use super::device::Coop;
 use super::pipelines::{
     ActRounding, BlocksShape, Kernel, MatvecLayout, add_rms_norm_kernel, assemble,
     attention_kernel, attention_packing_kernel, attention_prefill_kernel, attention_reduce_kernel,
-    attention_reduce_packed_kernel, blocks_matvec_reads, blocks_mix, defines, embed_kernel,
-    kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_kernel, matvec_blocks_kernel,
-    matvec_kernel, matvec_rope_kv_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel,
-    rope_kv_kernel, round_acts_kernel, store_kernel, with_gated_packing,
+    attention_reduce_packed_kernel, blocks_matvec_reads, blocks_mix, coop_reads, defines,
+    embed_kernel, kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_coop_kernel,
+    matmul_kernel, matvec_blocks_kernel, matvec_kernel, matvec_rope_kv_kernel, quantize_q8k_kernel,
+    rms_norm_kernel, rope_kernel, rope_kv_kernel, round_acts_kernel, store_kernel,
+    with_gated_packing,
 };
 use crate::backend::{CacheType, GateActivation};
 use crate::gguf::GgmlType;
@@ -99,6 +101,54 @@ fn weight_kernels_validate_for_every_type() {
             for subgroups in [true, false].into_iter().take(1 + *without as usize) {
                 validate(k, subgroups, &format!("{t} "));
             }
+        }
+    }
+}
+
+/// The cooperative-matrix GEMM, on the hardware's fragments and emulated, for every weight type
+/// it takes, one to three weights and the gated pair, validates; the hardware variant also
+/// compiles to SPIR-V, as wgpu's Vulkan backend compiles it (no adapter in CI has cooperative
+/// matrices: this and the emulated build's runs are its checks there).
+#[test]
+fn cooperative_matmul_validates_and_compiles_to_spirv() {
+    use wgpu::naga;
+    for t in MATRIX_TYPES.into_iter().filter(|&t| coop_reads(t)) {
+        for (n, gated) in [(1, None), (3, None), (2, Some(GateActivation::GeluTanh))] {
+            for coop in [Coop::Hardware { subgroup: 32 }, Coop::Emulated] {
+                let k = matmul_coop_kernel(t, n, gated, n != 3, coop);
+                validate(&k, true, &format!("{t} cooperative "));
+            }
+            let k = matmul_coop_kernel(t, n, gated, true, Coop::Hardware { subgroup: 64 });
+            let src = assemble(k.file, &defines(&k, true)).unwrap();
+            let module = naga::front::wgsl::parse_str(&src).unwrap();
+            let info = naga::valid::Validator::new(
+                naga::valid::ValidationFlags::all(),
+                naga::valid::Capabilities::all(),
+            )
+            .validate(&module)
+            .unwrap();
+            let options = naga::back::spv::Options {
+                lang_version: (1, 3),
+                ..Default::default()
+            };
+            let pipeline = naga::back::spv::PipelineOptions {
+                shader_stage: naga::ShaderStage::Compute,
+                entry_point: k.entry.to_string(),
+            };
+            let words = naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
+                .unwrap_or_else(|e| panic!("{t} cooperative to SPIR-V: {e}"));
+            // The fragments' loads, multiply-adds and stores (OpCooperativeMatrixLoadKHR,
+            // -StoreKHR, -MulAddKHR), as the WGSL writes them.
+            let mut ops = [0; 3];
+            let mut at = 5;
+            while at < words.len() {
+                let (len, op) = ((words[at] >> 16) as usize, words[at] & 0xffff);
+                if let Some(i) = (4457..=4459).position(|o| o == op) {
+                    ops[i] += 1;
+                }
+                at += len.max(1);
+            }
+            assert_eq!(ops, [4, 4, 4], "{t}: fragment loads, stores, multiply-adds");
         }
     }
 }
