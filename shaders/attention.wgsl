@@ -19,8 +19,8 @@ struct Params {
     start_pos: u32,
     rows: u32,
     n_heads: u32,
-    group: u32,      // query heads per KV head
-    head_dim: u32,
+    group: u32,      // query heads per KV head (the GROUP define: this, or a constant)
+    head_dim: u32,   // (the HEAD_DIM define: this, or a constant)
     kv_stride: u32,  // values per cached position (KV heads × head_dim)
     q_stride: u32,   // values per query row (heads × head_dim)
     window: u32,     // 0: none
@@ -156,7 +156,7 @@ var<workgroup> q8_id: array<f32, 128>;
 
 // Four rows' query values at offset o of a row (hx[row · head_dim + o]).
 fn q4(r0: u32, o: u32) -> vec4<f32> {
-    let hd = p.head_dim;
+    let hd = {{HEAD_DIM}};
     return vec4<f32>(hx[r0 * hd + o], hx[(r0 + 1u) * hd + o], hx[(r0 + 2u) * hd + o],
                      hx[(r0 + 3u) * hd + o]);
 }
@@ -165,8 +165,8 @@ fn q4(r0: u32, o: u32) -> vec4<f32> {
 fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let h = wid.x;
     let i0 = wid.y * BQ;
-    let hd = p.head_dim;
-    let ko = (h / p.group) * hd;
+    let hd = {{HEAD_DIM}};
+    let ko = (h / {{GROUP}}) * hd;
     let nrows = min(BQ, p.rows - i0);
     for (var e = lid; e < BQ * hd; e += 64u) {
         let r = e / hd;
@@ -388,11 +388,11 @@ const GMAX: u32 = 8u;
 // Query heads per workgroup, and dimensions per invocation (of 64) per head: their product is
 // at most 32, the invocation's accumulators.
 fn heads_per_group() -> u32 {
-    return select(GMAX, GMAX / 2u, p.head_dim > 256u);
+    return select(GMAX, GMAX / 2u, {{HEAD_DIM}} > 256u);
 }
 
 fn dims_per_lane() -> u32 {
-    return (p.head_dim + 63u) / 64u;
+    return ({{HEAD_DIM}} + 63u) / 64u;
 }
 const TILE: u32 = 64u;
 
@@ -434,7 +434,7 @@ var<workgroup> lanes: array<f32, 512>;
 // key row at cache value e).
 fn k_partial(e: u32, l8: u32, nh: u32) -> array<f32, 8> {
     var part: array<f32, 8>;
-    let hd = p.head_dim;
+    let hd = {{HEAD_DIM}};
 #if K_Q8
     for (var w = l8; w < hd / 4u; w += 8u) {
         let kw = kc[e / 4u + w];
@@ -483,14 +483,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let l8 = v % 8u;  // the lane within it
     let gmax = heads_per_group();
     let nr = dims_per_lane();
-    let chunks = (p.group + gmax - 1u) / gmax;
+    let chunks = ({{GROUP}} + gmax - 1u) / gmax;
     let kvh = wid.x / chunks;
     let c0 = (wid.x % chunks) * gmax;
-    let nh = min(gmax, p.group - c0);
-    let h0 = kvh * p.group + c0;
+    let nh = min(gmax, {{GROUP}} - c0);
+    let h0 = kvh * {{GROUP}} + c0;
     let i = wid.y;
     let s = wid.z;
-    let hd = p.head_dim;
+    let hd = {{HEAD_DIM}};
     let pos = p.start_pos + i;
     var lo = 0u;
     if (p.window > 0u && pos + 1u > p.window) {
@@ -688,7 +688,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let h = wid.x;
     let i = wid.y;
-    let hd = p.head_dim;
+    let hd = {{HEAD_DIM}};
     let base = (i * p.n_heads + h) * p.splits * (hd + 2u);
     var mx = NEG;
     for (var s = 0u; s < p.splits; s++) {
@@ -724,7 +724,7 @@ var<workgroup> block_max: array<f32, 64>;
 
 // Block `b` of query row `i`, reduced and packed by the workgroup's 64 invocations.
 fn reduce_block(b: u32, i: u32, lid: u32) {
-    let hd = p.head_dim;
+    let hd = {{HEAD_DIM}};
     let e = b * 256u + 4u * lid;
     let h = e / hd;
     let d = e % hd;
@@ -781,8 +781,8 @@ fn reduce_completed(h0: u32, nh: u32, i: u32, lid: u32) {
     storageBarrier();
     let per_row = p.q_stride / 256u;
     if (lid == 0u) {
-        let lo = h0 * p.head_dim;
-        let hi = (h0 + nh) * p.head_dim;
+        let lo = h0 * {{HEAD_DIM}};
+        let hi = (h0 + nh) * {{HEAD_DIM}};
         var n = 0u;
         for (var b = lo / 256u; b * 256u < hi; b++) {
             let mine = min(hi, (b + 1u) * 256u) - max(lo, b * 256u);

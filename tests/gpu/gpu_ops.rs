@@ -577,6 +577,71 @@ fn attention<B: Backend>(b: &B, c: &AttnCase, rng: &mut Rng) -> Vec<f32> {
     download(b, &out, q_len)
 }
 
+/// Decode attention at position 19 over caches of 40 positions shared by two layouts of query
+/// heads (4 and 8 over the same 2 KV heads of 64 values): the outputs, in order.
+fn attention_two_shapes<B: Backend>(b: &B) -> Vec<Vec<f32>> {
+    let mut rng = Rng(77);
+    let (kv_width, positions) = (2 * 64, 20);
+    let (mut kc, mut vc) = caches(b, 40 * kv_width, (CacheType::F16, CacheType::F16), 64);
+    let k = upload(b, &rng.vec(positions * kv_width, 1.0));
+    let v = upload(b, &rng.vec(positions * kv_width, 1.0));
+    b.store_rows(&k, &mut kc, 0, positions, kv_width);
+    b.store_rows(&v, &mut vc, 0, positions, kv_width);
+    let mut outs = Vec::new();
+    for n_heads in [4, 8] {
+        let q = upload(b, &rng.vec(n_heads * 64, 1.0));
+        let mut out = b.buffer(n_heads * 64).unwrap();
+        let p = AttentionParams {
+            start_pos: positions - 1,
+            rows: 1,
+            n_heads,
+            n_kv_heads: 2,
+            head_dim: 64,
+            scale: 0.125,
+            window: None,
+            softcap: None,
+            causal: true,
+        };
+        b.attention(&q, &kc, &vc, &mut out, &p, None);
+        outs.push(download(b, &out, n_heads * 64));
+    }
+    outs
+}
+
+/// The decode attention built for a layer's head size and group serves a cache that another
+/// shape then reads (its pipeline looked up rather than the cache's), and a call whose positions
+/// overrun its caches, which the trusted kernel would read past, is an error that says so.
+#[test]
+fn attention_serves_a_second_shape_and_checks_its_sizes() {
+    let Some(g) = gpu_with(GpuOptions {
+        hardware_kernels: true,
+        ..GpuOptions::default()
+    }) else {
+        return;
+    };
+    let (want, got) = (attention_two_shapes(&cpu()), attention_two_shapes(&g));
+    for (i, (w, o)) in want.iter().zip(&got).enumerate() {
+        check(&format!("attention shape {i}"), w, o, ATTENTION_NMSE);
+    }
+    let (kc, vc) = caches(&g, 8 * 64, (CacheType::F32, CacheType::F32), 64);
+    let q = upload(&g, &[0.5; 64]);
+    let mut out = g.buffer(64).unwrap();
+    let p = AttentionParams {
+        start_pos: 8,
+        rows: 1,
+        n_heads: 1,
+        n_kv_heads: 1,
+        head_dim: 64,
+        scale: 0.125,
+        window: None,
+        softcap: None,
+        causal: true,
+    };
+    g.attention(&q, &kc, &vc, &mut out, &p, None);
+    let e = g.take_error().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("caches 512 and 512; it needs 64 and 576"), "{e}");
+}
+
 fn compare_attention(g: &WgpuBackend, cases: &[AttnCase]) {
     compare_attention_within(g, cases, ATTENTION_NMSE);
 }
@@ -1080,16 +1145,16 @@ fn norms_rope_and_elementwise_ops_match_the_cpu() {
 
 #[test]
 fn attention_matches_the_cpu() {
-    // Software and GPU kernel choices alike (a GPU splits decode keys 16 at a time).
-    for g in gpu_kernel_variants() {
+    // Software and GPU kernel choices alike (a GPU splits decode keys 16 at a time), and the
+    // decode kernel reading its head size and group from its parameters
+    // (`KILN_WGPU_ATTN_CONST=0`) instead of built for them.
+    let parameters = gpu_with(GpuOptions {
+        attention_parameters: true,
+        hardware_kernels: true,
+        ..GpuOptions::default()
+    });
+    for g in gpu_kernel_variants().into_iter().chain(parameters) {
         compare_attention(&g, &attention_cases());
-    }
-}
-
-#[test]
-fn gqa_attention_matches_the_cpu() {
-    // Software and GPU kernel choices alike (a GPU splits decode keys 16 at a time).
-    for g in gpu_kernel_variants() {
         compare_attention(&g, &gqa_attention_cases());
     }
 }

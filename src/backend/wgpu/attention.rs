@@ -6,7 +6,7 @@
 
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuCache, GpuWeight, bind};
-use super::pipelines as kernels;
+use super::pipelines::{self as kernels, Kernel, KernelSlot};
 use super::stream::bindings;
 use crate::backend::{AttentionParams, CacheType};
 
@@ -116,6 +116,25 @@ impl WgpuBackend {
             ));
             return;
         }
+        // The kernels are trusted (built without bounds checks): their every index is bounded by
+        // these sizes (see `kernels::attention_kernel`).
+        let q_len = p.rows * p.n_heads * hd;
+        let kv_len = (p.start_pos + p.rows) * p.n_kv_heads * hd;
+        if q.len < q_len || out.len < q_len || k_cache.len < kv_len || v_cache.len < kv_len {
+            self.gpu.fail(format!(
+                "attention of {} rows from position {} ({} query and {} KV heads of {hd}): \
+                 queries of {} values, output {}, caches {} and {}; it needs {q_len} and {kv_len}",
+                p.rows,
+                p.start_pos,
+                p.n_heads,
+                p.n_kv_heads,
+                q.len,
+                out.len,
+                k_cache.len,
+                v_cache.len
+            ));
+            return;
+        }
         // A q8_0 cache's rotation runs lie within a head.
         for c in [k_cache, v_cache] {
             if c.ty == CacheType::Q8_0 && !hd.is_multiple_of(c.rotation.max(32)) {
@@ -204,6 +223,28 @@ impl WgpuBackend {
         let packed = (self.gpu.fused && p.rows == 1 && splits > 1 && hd.is_multiple_of(4))
             .then(|| self.packed_output(1, width))
             .flatten();
+        // The decode kernel built for this layer's head size and group (unless
+        // `GpuOptions::attention_parameters`), held by the cache; a cache of another shape (none
+        // today: a cache is a layer's) looks its pipeline up instead.
+        let shape = (hd, p.n_heads / p.n_kv_heads);
+        let constants = self.gpu.attention_constants;
+        let in_slots =
+            !constants || *k_cache.kernels.attention_shape.get_or_init(|| shape) == shape;
+        let shaped = |k: Kernel| {
+            if constants {
+                kernels::with_attention_shape(k, shape)
+            } else {
+                k
+            }
+        };
+        let run =
+            |slot: &KernelSlot, make: &dyn Fn() -> Kernel, buffers: &[(&wgpu::Buffer, u64)]| {
+                if in_slots {
+                    self.run_in(slot, || shaped(make()), &params, buffers, grid);
+                } else {
+                    self.run(&shaped(make()), &params, buffers, grid);
+                }
+            };
         if let Some((packed, packed_id)) = &packed
             && self.gpu.merged_reduce
             && self.gpu.limits.max_storage_buffers_per_shader_stage >= ATTENTION_PACKING_BUFFERS
@@ -211,28 +252,24 @@ impl WgpuBackend {
                 self.scratch_buffer(|s| &mut s.block_counts, width / 256)
         {
             let with_packed = bindings(&buffers, &[(packed, *packed_id), (&counts, counts_id)]);
-            self.run_in(
+            run(
                 &k_cache.kernels.attention_packing[v_cache.ty as usize],
-                || {
+                &|| {
                     kernels::attention_packing_kernel(
                         k_cache.ty,
                         v_cache.ty,
                         self.attention_lanes(),
                     )
                 },
-                &params,
                 &with_packed,
-                grid,
             );
             self.packed_written(out, width);
             return;
         }
-        self.run_in(
+        run(
             &k_cache.kernels.attention[v_cache.ty as usize],
-            || kernels::attention_kernel(k_cache.ty, v_cache.ty, self.attention_lanes()),
-            &params,
+            &|| kernels::attention_kernel(k_cache.ty, v_cache.ty, self.attention_lanes()),
             &buffers,
-            grid,
         );
         if splits == 1 {
             return;

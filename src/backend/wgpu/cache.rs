@@ -77,9 +77,12 @@ impl WgpuBackend {
         )?;
         let mut kernels = vec![
             kernels::store_kernel(ty),
-            kernels::attention_kernel(ty, ty, self.attention_lanes()),
             kernels::attention_reduce_kernel(),
         ];
+        // Built for the layer's head size and group at its first call, where they are constants.
+        if !self.gpu.attention_constants {
+            kernels.push(kernels::attention_kernel(ty, ty, self.attention_lanes()));
+        }
         if self.tiled_prefill_attention() {
             kernels.push(kernels::attention_prefill_kernel(ty, ty));
         }

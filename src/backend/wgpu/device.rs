@@ -224,6 +224,9 @@ pub struct Gpu {
     pub merged_reduce: bool,
     /// Keys per decode attention split set by hand (`GpuOptions::attention_keys`).
     pub attention_keys: Option<usize>,
+    /// The decode attention is built for each layer's head size and group as constants (unless
+    /// `GpuOptions::attention_parameters`).
+    pub attention_constants: bool,
     /// How the prefill GEMM multiplies on cooperative matrices, where it does
     /// (`GpuOptions::coop`).
     pub coop: Option<Coop>,
@@ -366,6 +369,11 @@ pub struct GpuOptions {
     pub spin_us: u64,
     /// Whether the prefill GEMM runs on cooperative matrices (`KILN_WGPU_COOP=0|1|emulate`).
     pub coop: CoopChoice,
+    /// The decode attention reads its head size and GQA group from its parameters
+    /// (`KILN_WGPU_ATTN_CONST=0`) instead of being built for each layer's as constants, which
+    /// let the compiler unroll its loops over heads and dimensions and keep its per-head sums in
+    /// registers. For measuring on a GPU.
+    pub attention_parameters: bool,
 }
 
 impl GpuOptions {
@@ -383,6 +391,8 @@ impl GpuOptions {
             unfused: std::env::var_os("KILN_WGPU_FUSE").is_some_and(|v| v == "0"),
             unmixed: std::env::var_os("KILN_WGPU_MIX").is_some_and(|v| v == "0"),
             separate_reduce: std::env::var_os("KILN_WGPU_ATTN_REDUCE").is_some_and(|v| v == "1"),
+            attention_parameters: std::env::var_os("KILN_WGPU_ATTN_CONST")
+                .is_some_and(|v| v == "0"),
             spin_us: env_parsed(
                 "KILN_WGPU_SPIN_US",
                 "a number of microseconds from 0 to 10000",
@@ -520,6 +530,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         mixed: !options.unmixed,
         merged_reduce: !options.separate_reduce,
         attention_keys: options.attention_keys,
+        attention_constants: !options.attention_parameters,
         coop,
         error,
     }))

@@ -388,19 +388,40 @@ pub fn store_kernel(ty: CacheType) -> Kernel {
 // from them in place), each tile's scores for every filled key slot of its heads (`ss`, NEG past
 // the last key), the lanes' partial sums (all 512, or 128 of the maxima and sums), and the
 // per-head `talpha`, `tm`, `tl` of heads below nh, the only ones read.
+// Trusted (#46), given what `WgpuBackend::attend` checks (head_dim even and ≤ 512, a multiple of
+// the q8_0 rotation, queries and output of rows · heads · head_dim values, caches of (start_pos
+// + rows) · KV heads · head_dim, sinks for every head, partials sized by the splits): queries and
+// outputs are read at row i < rows, head < n_heads, dimension < head_dim; keys and values at
+// positions below key_end ≤ start_pos + rows (q8_0 scales at their positions' blocks); partials
+// at ((i · heads + h) · splits + s) · (head_dim + 2) + 2 + d. In workgroup memory nh · head_dim
+// ≤ 2048 (8 heads to 256 values, 4 to 512) bounds `hx` and, by 4 and 32, `qw`, `q8_d`, `q8_id`;
+// heads < 8 and key slots < 64 bound `ss`, `lanes`, `talpha`, `tm`, `tl`; the sums `acc` take
+// nh · ⌈head_dim / 64⌉ ≤ 32. Hadamard indices stay inside each head (rotations are powers of
+// two dividing head_dim). FUSED_REDUCE: its blocks and counts are those of one row
+// (`packed_output`), a workgroup completes at most 9 blocks (`completed` holds 16).
 pub fn attention_kernel(k: CacheType, v: CacheType, lanes: bool) -> Kernel {
     let kernel = Kernel::new(
         "attention",
         "attention",
         &[Read, Read, Read, ReadWrite, ReadWrite, Read],
     )
-    .fills_workgroup_memory();
+    .fills_workgroup_memory()
+    .trusted();
     let kernel = if lanes {
         kernel.flag("SG_LANES")
     } else {
         kernel
     };
     with_caches(kernel, k, v)
+}
+
+/// `kernel` (an attention.wgsl one) built for heads of `head_dim` values in groups of `group`
+/// query heads per KV head, as constants instead of parameters, so that the compiler sizes and
+/// unrolls its loops over heads and dimensions and keeps the per-head sums in registers.
+pub fn with_attention_shape(mut kernel: Kernel, (head_dim, group): (usize, usize)) -> Kernel {
+    kernel.defines.insert("HEAD_DIM", format!("{head_dim}u"));
+    kernel.defines.insert("GROUP", format!("{group}u"));
+    kernel
 }
 
 /// `attention_kernel` for a split decode row whose workgroups also reduce the splits and write
@@ -421,6 +442,8 @@ pub fn attention_packing_kernel(k: CacheType, v: CacheType, lanes: bool) -> Kern
 
 /// The reduce of split decode attention (attention.wgsl `reduce`; it reads no cache, so one
 /// variant serves every cache type). It uses no workgroup memory: nothing to fill.
+// Trusted: it reads the partials and writes the output of (row < rows, head < n_heads), as
+// `attention_kernel`; PACKED, the one row's blocks, `block_max` by invocation (< 64).
 pub fn attention_reduce_kernel() -> Kernel {
     Kernel::new(
         "attention_reduce",
@@ -429,6 +452,7 @@ pub fn attention_reduce_kernel() -> Kernel {
     )
     .entry("reduce")
     .fills_workgroup_memory()
+    .trusted()
 }
 
 /// The reduce fused with the quantization of its output to packed Q8_K blocks, one binding more
@@ -445,6 +469,10 @@ pub fn attention_reduce_packed_kernel() -> Kernel {
 }
 
 /// The tiled prefill attention (attention.wgsl `prefill`): 16 query rows per workgroup.
+// Trusted: as `attention_kernel`, with head_dim a multiple of 32 and ≤ 256 (`attend` runs it only
+// then): rows below `nrows` are read and written, keys clamped below key_end; `hx` holds 16
+// rows of ≤ 256, `ts` 16 × 64 scores, `tmax` and `tsum` one per invocation, `acc_a`/`acc_b`
+// head_dim / 32 ≤ 8 vec4s.
 pub fn attention_prefill_kernel(k: CacheType, v: CacheType) -> Kernel {
     let kernel = Kernel::new(
         "attention_prefill",
@@ -452,7 +480,8 @@ pub fn attention_prefill_kernel(k: CacheType, v: CacheType) -> Kernel {
         &[Read, Read, Read, ReadWrite, ReadWrite, Read],
     )
     .entry("prefill")
-    .flag("PREFILL");
+    .flag("PREFILL")
+    .trusted();
     with_caches(kernel, k, v)
 }
 

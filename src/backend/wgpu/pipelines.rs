@@ -196,6 +196,9 @@ pub struct CacheKernels {
     pub attention_packing: [KernelSlot; 3],
     pub attention_prefill: [KernelSlot; 3],
     pub rope_kv: [KernelSlot; 3],
+    /// The head size and group `attention` and `attention_packing` were built for, as constants
+    /// (`Gpu::attention_constants`): a cache serves one layer's shape.
+    pub attention_shape: OnceLock<(usize, usize)>,
 }
 
 /// The kernels that do not depend on a weight's or a cache's type, held by the backend.
@@ -252,6 +255,11 @@ impl Pipelines {
 pub(super) fn defines(k: &Kernel, subgroups: bool) -> BTreeMap<&'static str, String> {
     let mut defines = k.defines.clone();
     defines.entry("WG").or_insert_with(|| "64".into());
+    // The attention's head size and group: its parameters', unless built for constants.
+    defines
+        .entry("HEAD_DIM")
+        .or_insert_with(|| "p.head_dim".into());
+    defines.entry("GROUP").or_insert_with(|| "p.group".into());
     if k.grid.is_some() {
         defines.insert("GRID_BINDING", (k.bindings.len() + 1).to_string());
     }

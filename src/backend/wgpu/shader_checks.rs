@@ -11,7 +11,7 @@ use super::pipelines::{
     embed_kernel, kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_coop_kernel,
     matmul_kernel, matvec_blocks_kernel, matvec_kernel, matvec_rope_kv_kernel, quantize_q8k_kernel,
     rms_norm_kernel, rope_kernel, rope_kv_kernel, round_acts_kernel, store_kernel,
-    with_gated_packing,
+    with_attention_shape, with_gated_packing,
 };
 use crate::backend::{CacheType, GateActivation};
 use crate::gguf::GgmlType;
@@ -166,6 +166,14 @@ fn cache_and_attention_kernels_validate() {
             all.push(attention_kernel(k, v, true));
             all.push(attention_packing_kernel(k, v, false));
             all.push(attention_packing_kernel(k, v, true));
+            // Built for a layer's head size and group: heads of 64-512 values, groups of 1-16.
+            for shape in [(64, 4), (96, 3), (128, 8), (256, 1), (512, 16)] {
+                all.push(with_attention_shape(attention_kernel(k, v, true), shape));
+                all.push(with_attention_shape(
+                    attention_packing_kernel(k, v, false),
+                    shape,
+                ));
+            }
             all.push(attention_reduce_kernel());
             all.push(attention_reduce_packed_kernel());
             all.push(attention_prefill_kernel(k, v));

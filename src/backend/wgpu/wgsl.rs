@@ -153,6 +153,8 @@ mod tests {
             ("SG_LOCALS", ""),
             ("D", "16"),
             ("TRACE_BINDING", "9"),
+            ("HEAD_DIM", "p.head_dim"),
+            ("GROUP", "p.group"),
         ] {
             d.insert(k, v.to_string());
         }
