@@ -298,6 +298,10 @@ pub fn matvec_rope_kv_kernel(
 /// The tiled prefill kernel over `n_weights` weights of type `t` (`gated`: gate and up, writing
 /// the gated activation); `x4`: activations read as vec4s (rows a multiple of 4); `sg8`: the
 /// variant for lavapipe, one weight.
+// Audited (#46): each step writes every value of its tiles before the barrier that precedes the
+// reads: `main`'s 128 invocations four rows (r = lid / 8 + 16j) × four k (4 · lid % 8 + i) each,
+// all 512 vec4 slots of `wt` and `xt` and their four lanes; `main_sg8`'s 64 eight k of a weight
+// row each, all of `wsg`, and `xsg` by a loop over all 4096.
 pub fn matmul_kernel(
     t: GgmlType,
     n_weights: usize,
@@ -305,7 +309,7 @@ pub fn matmul_kernel(
     x4: bool,
     sg8: bool,
 ) -> Kernel {
-    let k = over_weights("matmul", "matmul", t, n_weights);
+    let k = over_weights("matmul", "matmul", t, n_weights).fills_workgroup_memory();
     if sg8 {
         return k.flag("SG8").entry("main_sg8");
     }
@@ -472,7 +476,10 @@ pub fn attention_reduce_packed_kernel() -> Kernel {
 // Trusted: as `attention_kernel`, with head_dim a multiple of 32 and ≤ 256 (`attend` runs it only
 // then): rows below `nrows` are read and written, keys clamped below key_end; `hx` holds 16
 // rows of ≤ 256, `ts` 16 × 64 scores, `tmax` and `tsum` one per invocation, `acc_a`/`acc_b`
-// head_dim / 32 ≤ 8 vec4s.
+// head_dim / 32 ≤ 8 vec4s. Its workgroup memory is written before it is read (audited, #46):
+// `hx`'s 16 rows (zeros past the last), each tile's 16 × 64 scores, `tmax` and `tsum` by every
+// invocation, `talpha` and `tl` for all 16 rows, the q8 scales of every block of `hx`, and (q8_0
+// values) all of `hx` again before it is rotated back.
 pub fn attention_prefill_kernel(k: CacheType, v: CacheType) -> Kernel {
     let kernel = Kernel::new(
         "attention_prefill",
@@ -481,7 +488,8 @@ pub fn attention_prefill_kernel(k: CacheType, v: CacheType) -> Kernel {
     )
     .entry("prefill")
     .flag("PREFILL")
-    .trusted();
+    .trusted()
+    .fills_workgroup_memory();
     with_caches(kernel, k, v)
 }
 
