@@ -609,8 +609,9 @@ fn attention_two_shapes<B: Backend>(b: &B) -> Vec<Vec<f32>> {
 }
 
 /// The decode attention built for a layer's head size and group serves a cache that another
-/// shape then reads (its pipeline looked up rather than the cache's), and a call whose positions
-/// overrun its caches, which the trusted kernel would read past, is an error that says so.
+/// shape then reads (its pipeline looked up rather than the cache's); a store or an attention
+/// call whose positions overrun its caches, which the trusted kernels would write or read past,
+/// is an error that says so.
 #[test]
 fn attention_serves_a_second_shape_and_checks_its_sizes() {
     let Some(g) = gpu_with(GpuOptions {
@@ -623,8 +624,11 @@ fn attention_serves_a_second_shape_and_checks_its_sizes() {
     for (i, (w, o)) in want.iter().zip(&got).enumerate() {
         check(&format!("attention shape {i}"), w, o, ATTENTION_NMSE);
     }
-    let (kc, vc) = caches(&g, 8 * 64, (CacheType::F32, CacheType::F32), 64);
+    let (mut kc, vc) = caches(&g, 8 * 64, (CacheType::F32, CacheType::F32), 64);
     let q = upload(&g, &[0.5; 64]);
+    g.store_rows(&q, &mut kc, 8, 1, 64);
+    let e = g.take_error().map(|e| e.to_string()).unwrap_or_default();
+    assert!(e.contains("values 512..576 of a cache of 512"), "{e}");
     let mut out = g.buffer(64).unwrap();
     let p = AttentionParams {
         start_pos: 8,

@@ -124,6 +124,16 @@ impl WgpuBackend {
         start: usize,
         len: usize,
     ) {
+        // The store kernel is trusted: it writes values start..start + len and reads len.
+        if start + len > dst.len || len > src.len {
+            self.gpu.fail(format!(
+                "store_rows: values {start}..{} of a cache of {} from {} values",
+                start + len,
+                dst.len,
+                src.len
+            ));
+            return;
+        }
         let (params, groups) = match dst.ty {
             CacheType::F32 => (vec![len as u32, start as u32], len),
             CacheType::F16 => (vec![len as u32, start as u32], len / 2),

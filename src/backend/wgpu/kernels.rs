@@ -376,8 +376,11 @@ fn with_caches(mut kernel: Kernel, k: CacheType, v: CacheType) -> Kernel {
     kernel
 }
 
+// Trusted: it writes cache values dst_off..dst_off + len (q8_0: the 256-value spans and scales
+// of those, whole rotation runs) and reads len source values, which `store_cache_rows` checks;
+// `hx`, `q8_d` and `q8_id` are indexed by invocation (< 256) and its blocks (< 8).
 pub fn store_kernel(ty: CacheType) -> Kernel {
-    let k = Kernel::new("kv_store", "kv", &[Read, ReadWrite]);
+    let k = Kernel::new("kv_store", "kv", &[Read, ReadWrite]).trusted();
     match ty {
         CacheType::F32 => k,
         CacheType::F16 => k.flag("F16CACHE"),
@@ -526,9 +529,14 @@ pub fn moe_combine_kernel() -> Kernel {
     )
 }
 
-// Audited (both): every invocation writes its block maximum before the barrier.
+// Audited (both): every invocation writes its block maximum before the barrier. Trusted as the
+// matmuls are: it reads and writes the `len` values of the matmul's input (rows × width, sized
+// by the model from validated shapes) and, packed, the scratch buffer `weight_input` sizes for
+// them (len / 4 words and a d per 256); `block_max` by invocation.
 pub fn round_acts_kernel() -> Kernel {
-    Kernel::new("round_acts", "round_acts", &[Read, ReadWrite]).fills_workgroup_memory()
+    Kernel::new("round_acts", "round_acts", &[Read, ReadWrite])
+        .fills_workgroup_memory()
+        .trusted()
 }
 
 /// Activations quantized to packed Q8_K blocks, the integer-dot mat-vecs' input.
