@@ -112,6 +112,21 @@ fn profile_counts_what_a_decode_step_records() {
         "{per_step} dispatches a step"
     );
     assert!(p.ops.iter().any(|o| o.time.as_nanos() > 0), "{:?}", p.ops);
+    // Vulkan writes timestamps between the dispatches of a pass, each when the work before it is
+    // done: the dispatches' times add up to the GPU's span of each submit, less the moments
+    // between one's end and the next one's start.
+    let span = p
+        .counters
+        .iter()
+        .find(|c| c.0.starts_with("GPU µs from each submit"));
+    if b.describe().contains("Vulkan") {
+        let span = span.expect("timestamps inside the pass").1 as f64;
+        let sum: f64 = p.ops.iter().map(|o| o.time.as_secs_f64() * 1e6).sum();
+        assert!(
+            sum <= span + dispatches as f64 && sum >= 0.9 * span,
+            "dispatches {sum} µs against the submits' span {span} µs"
+        );
+    }
 }
 
 /// A random-weight Llama whose decode takes the fused kernels (rows of whole Q8_K blocks,

@@ -182,6 +182,9 @@ pub fn hardware_adapter_present() -> bool {
 pub struct Capabilities {
     pub subgroups: bool,
     pub timestamps: bool,
+    /// Timestamps may be written between dispatches of one compute pass
+    /// (`TIMESTAMP_QUERY_INSIDE_PASSES`): a profile times the stream as it runs.
+    pub timestamps_in_passes: bool,
     /// The adapter is a CPU (lavapipe, WARP) and kernels take their variants for one.
     pub software_kernels: bool,
 }
@@ -455,7 +458,9 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
     let available = adapter.features();
     // The kernels compute in f32 (f16 only as storage, through pack2x16float); SHADER_F16 and
     // cooperative matrices only for the cooperative GEMM, where it is asked for.
-    let mut wanted = wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY;
+    let mut wanted = wgpu::Features::SUBGROUP
+        | wgpu::Features::TIMESTAMP_QUERY
+        | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
     let coop = coop_of(adapter, &info, &limits, options);
     match coop {
         Some(Coop::Hardware { .. }) => {
@@ -476,6 +481,9 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
     let caps = Capabilities {
         subgroups: features.contains(wgpu::Features::SUBGROUP) && !options.no_subgroups,
         timestamps: features.contains(wgpu::Features::TIMESTAMP_QUERY),
+        timestamps_in_passes: features.contains(
+            wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES,
+        ),
         software_kernels: info.device_type == wgpu::DeviceType::Cpu
             && !options.hardware_kernels
             && !noop(),

@@ -10,9 +10,11 @@
 //! the same way and is copied in stream order. Bind groups are built once per (pipeline, buffers)
 //! and reused: buffers never move, so a decode step builds none. Each pipeline keeps its own
 //! list, searched from the entry after the last one used: a decode step dispatches in the same
-//! order every token, so the first entry looked at is the one wanted and nothing is hashed. While profiling, each dispatch
-//! gets its own pass with timestamp writes where the adapter has timestamp queries; elsewhere its
-//! own submit, timed on the host from submit to completion.
+//! order every token, so the first entry looked at is the one wanted and nothing is hashed. While
+//! profiling, the stream runs as it otherwise does, one pass, with a timestamp between dispatches
+//! where the adapter writes timestamps inside passes; else each dispatch gets its own pass with
+//! timestamp writes where the adapter has timestamp queries; elsewhere its own submit, timed on
+//! the host from submit to completion.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -80,6 +82,9 @@ pub struct Stream {
     op_times: Vec<OpTime>,
     /// When the last submit went out (host-side timing without timestamp queries).
     submitted_at: Option<Instant>,
+    /// With timestamps inside passes: the GPU's time from the first dispatch of each submit to
+    /// its last, summed.
+    gpu_span: Duration,
     /// Host time spent building, recording and submitting dispatches, and waiting for reads.
     host: Duration,
     read_wait: Duration,
@@ -167,6 +172,7 @@ impl Stream {
             timing: None,
             op_times: Vec::new(),
             submitted_at: None,
+            gpu_span: Duration::ZERO,
             host: Duration::ZERO,
             read_wait: Duration::ZERO,
         }
@@ -355,6 +361,10 @@ impl Stream {
             }
         }
         let timed = self.profiling && self.timing.is_some();
+        // Timestamps between the dispatches of one pass (`Capabilities::timestamps_in_passes`):
+        // each written when all work before it is done (Vulkan's bottom of pipe), so a
+        // dispatch's time is from its predecessor's end to its own, as the stream runs it.
+        let in_pass = timed && gpu.caps.timestamps_in_passes;
         let mut labels: Vec<&'static str> = Vec::new();
         let mut encoder = gpu
             .device
@@ -370,7 +380,7 @@ impl Stream {
                     slot,
                     groups,
                 } => {
-                    if timed {
+                    if timed && !in_pass {
                         drop(pass.take());
                         let t = self
                             .timing
@@ -395,9 +405,23 @@ impl Stream {
                             .begin_compute_pass(&wgpu::ComputePassDescriptor::default())
                             .forget_lifetime()
                     });
+                    let stamp = match &self.timing {
+                        Some(t) if in_pass => {
+                            let i = 2 * labels.len() as u32;
+                            labels.push(pipeline.label);
+                            Some((&t.queries, i))
+                        }
+                        _ => None,
+                    };
+                    if let Some((queries, i)) = stamp {
+                        p.write_timestamp(queries, i);
+                    }
                     p.set_pipeline(&pipeline.pipeline);
                     p.set_bind_group(0, &bind_group, &[slot * self.param_slot as u32]);
                     p.dispatch_workgroups(groups[0], groups[1], groups[2]);
+                    if let Some((queries, i)) = stamp {
+                        p.write_timestamp(queries, i + 1);
+                    }
                 }
                 Cmd::Upload {
                     staging_offset,
@@ -438,11 +462,11 @@ impl Stream {
         self.staging.clear();
         self.dispatches_pending = 0;
         if timed && !labels.is_empty() {
-            self.collect_times(gpu, &labels);
+            self.collect_times(gpu, &labels, in_pass);
         }
     }
 
-    fn collect_times(&mut self, gpu: &Gpu, labels: &[&'static str]) {
+    fn collect_times(&mut self, gpu: &Gpu, labels: &[&'static str], in_pass: bool) {
         let Some(t) = &self.timing else { return };
         let period_ns = t.period_ns;
         let started = Instant::now();
@@ -453,9 +477,13 @@ impl Stream {
         };
         // Each timed dispatch on stderr, in order (`KILN_PROFILE_DISPATCHES=1`).
         let dump = std::env::var_os("KILN_PROFILE_DISPATCHES").is_some();
+        let at =
+            |k: usize| u64::from_le_bytes(bytes[k * 8..k * 8 + 8].try_into().unwrap_or([0; 8]));
+        if in_pass {
+            let ticks = at(2 * labels.len() - 1).saturating_sub(at(0));
+            self.gpu_span += Duration::from_nanos((ticks as f64 * period_ns) as u64);
+        }
         for (i, label) in labels.iter().enumerate() {
-            let at =
-                |k: usize| u64::from_le_bytes(bytes[k * 8..k * 8 + 8].try_into().unwrap_or([0; 8]));
             let ticks = at(2 * i + 1).saturating_sub(at(2 * i));
             let time = Duration::from_nanos((ticks as f64 * period_ns) as u64);
             if dump {
@@ -515,6 +543,7 @@ impl Stream {
         self.readbacks = 0;
         self.host = Duration::ZERO;
         self.read_wait = Duration::ZERO;
+        self.gpu_span = Duration::ZERO;
         self.op_times.clear();
         if on && gpu.caps.timestamps && self.timing.is_none() {
             let n = 2 * CHUNK as u64;
@@ -545,21 +574,28 @@ impl Stream {
         if !self.profiling {
             return None;
         }
+        let mut counters = vec![
+            ("dispatches", self.dispatches),
+            ("submits", self.submits),
+            ("readbacks", self.readbacks),
+            (
+                "host µs (recording, submitting)",
+                self.host.as_micros() as u64,
+            ),
+            (
+                "host µs waiting for reads",
+                self.read_wait.as_micros() as u64,
+            ),
+        ];
+        if !self.gpu_span.is_zero() {
+            counters.push((
+                "GPU µs from each submit's first dispatch to its last",
+                self.gpu_span.as_micros() as u64,
+            ));
+        }
         Some(Profile {
             ops: self.op_times.clone(),
-            counters: vec![
-                ("dispatches", self.dispatches),
-                ("submits", self.submits),
-                ("readbacks", self.readbacks),
-                (
-                    "host µs (recording, submitting)",
-                    self.host.as_micros() as u64,
-                ),
-                (
-                    "host µs waiting for reads",
-                    self.read_wait.as_micros() as u64,
-                ),
-            ],
+            counters,
         })
     }
 }

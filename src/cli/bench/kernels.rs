@@ -2,9 +2,9 @@
 //! activation, down, output head) timed over every layer's own weights in turn, so no weight is
 //! served from a cache between its calls: µs a call and the weight bytes read per second, from
 //! the wall clock (calls recorded back to back, as decode records them) and from the backend's
-//! profile (per dispatch: GPU timestamps where the adapter has them, else each dispatch submitted
-//! and waited for alone), with the profile's time split by kernel (a mat-vec and the dispatch
-//! that quantizes its input, say). Inputs are random; one activation row.
+//! profile (per dispatch: GPU timestamps, inside one pass where the adapter can; else each
+//! dispatch submitted and waited for alone), with the profile's time split by kernel (a mat-vec
+//! and the dispatch that quantizes its input, say). Inputs are random; one activation row.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
