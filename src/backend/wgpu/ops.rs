@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::buffers::{self, DeviceBuf, GpuBuffer, GpuCache, GpuWeight, Matrix, bind};
+use super::device::Coop;
 use super::pipelines::{self as kernels, Kernel, KernelSlot, Pipeline};
 use super::stream::{bindings, grid, words};
 use super::{Scratch, WgpuBackend};
@@ -224,6 +225,11 @@ impl CoreOps for WgpuBackend {
         }
         if self.gpu.int_dot {
             extras.push("integer-dot mat-vecs".into());
+        }
+        match self.gpu.coop {
+            Some(Coop::Hardware { .. }) => extras.push("cooperative-matrix prefill".into()),
+            Some(Coop::Emulated) => extras.push("cooperative-matrix prefill, emulated".into()),
+            None => {}
         }
         let extras = if extras.is_empty() {
             String::new()
