@@ -426,6 +426,19 @@ pub trait CoreOps: Send + Sync {
         self.cache(len, ty, rotation)
     }
 
+    /// Ready `k` and `v` (a layer's caches) for attention with `n_heads` query heads over
+    /// `n_kv_heads`, of `head_dim` values: a backend whose kernels are built for the shape builds
+    /// them now, at load, rather than at the first token. Nothing by default.
+    fn prepare_attention(
+        &self,
+        _k: &Self::Cache,
+        _v: &Self::Cache,
+        _head_dim: usize,
+        _n_heads: usize,
+        _n_kv_heads: usize,
+    ) {
+    }
+
     /// Store `rows × width` values of `src` into `dst` from row `dst_row` (KV cache append),
     /// rounded to the cache's type.
     fn store_rows(

@@ -578,7 +578,8 @@ fn attention<B: Backend>(b: &B, c: &AttnCase, rng: &mut Rng) -> Vec<f32> {
 }
 
 /// Decode attention at position 19 over caches of 40 positions shared by two layouts of query
-/// heads (4 and 8 over the same 2 KV heads of 64 values): the outputs, in order.
+/// heads (4 and 8 over the same 2 KV heads of 64 values), the caches readied at load for the
+/// second (`prepare_attention`): the outputs, in order.
 fn attention_two_shapes<B: Backend>(b: &B) -> Vec<Vec<f32>> {
     let mut rng = Rng(77);
     let (kv_width, positions) = (2 * 64, 20);
@@ -587,6 +588,7 @@ fn attention_two_shapes<B: Backend>(b: &B) -> Vec<Vec<f32>> {
     let v = upload(b, &rng.vec(positions * kv_width, 1.0));
     b.store_rows(&k, &mut kc, 0, positions, kv_width);
     b.store_rows(&v, &mut vc, 0, positions, kv_width);
+    b.prepare_attention(&kc, &vc, 64, 8, 2);
     let mut outs = Vec::new();
     for n_heads in [4, 8] {
         let q = upload(b, &rng.vec(n_heads * 64, 1.0));
@@ -608,21 +610,28 @@ fn attention_two_shapes<B: Backend>(b: &B) -> Vec<Vec<f32>> {
     outs
 }
 
-/// The decode attention built for a layer's head size and group serves a cache that another
-/// shape then reads (its pipeline looked up rather than the cache's); a store or an attention
+/// The decode attention built for a layer's head size and group at load serves its shape, and a
+/// cache that another shape reads too (its pipeline looked up rather than the cache's); a store or an attention
 /// call whose positions overrun its caches, which the trusted kernels would write or read past,
 /// is an error that says so.
 #[test]
 fn attention_serves_a_second_shape_and_checks_its_sizes() {
-    let Some(g) = gpu_with(GpuOptions {
+    // Fused, the decode kernel that also combines its splits and packs its output; unfused, the
+    // plain one.
+    let hardware = |unfused| GpuOptions {
         hardware_kernels: true,
+        unfused,
         ..GpuOptions::default()
-    }) else {
+    };
+    let Some(g) = gpu_with(hardware(false)) else {
         return;
     };
-    let (want, got) = (attention_two_shapes(&cpu()), attention_two_shapes(&g));
-    for (i, (w, o)) in want.iter().zip(&got).enumerate() {
-        check(&format!("attention shape {i}"), w, o, ATTENTION_NMSE);
+    let want = attention_two_shapes(&cpu());
+    for b in [&g, &gpu_with(hardware(true)).unwrap()] {
+        let got = attention_two_shapes(b);
+        for (i, (w, o)) in want.iter().zip(&got).enumerate() {
+            check(&format!("attention shape {i}"), w, o, ATTENTION_NMSE);
+        }
     }
     let (mut kc, vc) = caches(&g, 8 * 64, (CacheType::F32, CacheType::F32), 64);
     let q = upload(&g, &[0.5; 64]);

@@ -458,6 +458,20 @@ impl CoreOps for SplitBackend {
         self.cache_on(self.placement.layer(layer), len, ty, rotation)
     }
 
+    fn prepare_attention(
+        &self,
+        k: &SplitCache,
+        v: &SplitCache,
+        head_dim: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+    ) {
+        if let (Either::Gpu(k), Either::Gpu(v)) = (&k.0, &v.0) {
+            self.gpu
+                .prepare_attention(k, v, head_dim, n_heads, n_kv_heads);
+        }
+    }
+
     fn store_rows(
         &self,
         src: &SplitBuffer,

@@ -39,6 +39,40 @@ impl WgpuBackend {
         self.gpu.caps.subgroups && self.gpu.info.subgroup_min_size >= 8
     }
 
+    /// Build the decode attention for a layer's caches and shape (head size, group), whose output
+    /// rows are `width` values (`CoreOps::prepare_attention`), where it is built for its shape
+    /// (`Gpu::attention_constants`): the kernel `attend` takes, and the one that also combines
+    /// its splits and packs its output where decode would take that.
+    pub(super) fn build_attention(
+        &self,
+        k: &GpuCache,
+        v: &GpuCache,
+        shape: (usize, usize),
+        width: usize,
+    ) {
+        if !self.gpu.attention_constants
+            || *k.kernels.attention_shape.get_or_init(|| shape) != shape
+        {
+            return;
+        }
+        let lanes = self.attention_lanes();
+        let slots = &k.kernels;
+        self.pipeline_in(&slots.attention[v.ty as usize], || {
+            kernels::with_attention_shape(kernels::attention_kernel(k.ty, v.ty, lanes), shape)
+        });
+        let packing = self.gpu.fused
+            && self.gpu.merged_reduce
+            && shape.0.is_multiple_of(4)
+            && self.packs_outputs(1, width)
+            && self.gpu.limits.max_storage_buffers_per_shader_stage >= ATTENTION_PACKING_BUFFERS;
+        if packing {
+            self.pipeline_in(&slots.attention_packing[v.ty as usize], || {
+                let kernel = kernels::attention_packing_kernel(k.ty, v.ty, lanes);
+                kernels::with_attention_shape(kernel, shape)
+            });
+        }
+    }
+
     /// Whether the adapter has the workgroup memory the tiled prefill attention needs.
     pub(super) fn tiled_prefill_attention(&self) -> bool {
         self.gpu.limits.max_compute_workgroup_storage_size >= PREFILL_ATTENTION_SHARED

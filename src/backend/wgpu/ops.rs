@@ -489,6 +489,20 @@ impl CoreOps for WgpuBackend {
         self.new_cache(len, ty, rotation)
     }
 
+    fn prepare_attention(
+        &self,
+        k: &GpuCache,
+        v: &GpuCache,
+        head_dim: usize,
+        n_heads: usize,
+        n_kv_heads: usize,
+    ) {
+        if n_kv_heads > 0 && n_heads.is_multiple_of(n_kv_heads) {
+            let shape = (head_dim, n_heads / n_kv_heads);
+            self.build_attention(k, v, shape, n_heads * head_dim);
+        }
+    }
+
     fn store_rows(
         &self,
         src: &GpuBuffer,

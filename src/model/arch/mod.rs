@@ -224,10 +224,12 @@ impl<B: Backend> Model<B> {
                 let len = ctx.checked_mul(width).ok_or_else(|| {
                     Error::Usage(format!("a context of {ctx} tokens is too large"))
                 })?;
-                Ok((
-                    b.layer_cache(il, len, types.k, types.k.key_rotation(hd))?,
-                    b.layer_cache(il, len, types.v, types.v.value_rotation(hd))?,
-                ))
+                let k = b.layer_cache(il, len, types.k, types.k.key_rotation(hd))?;
+                let v = b.layer_cache(il, len, types.v, types.v.value_rotation(hd))?;
+                if len > 0 {
+                    b.prepare_attention(&k, &v, hd, c.n_heads, c.layer_shape(il).n_kv_heads);
+                }
+                Ok((k, v))
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(KvCache {
