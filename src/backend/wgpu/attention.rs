@@ -35,14 +35,55 @@ const PREFILL_ATTENTION_SHARED: u32 = 24 << 10;
 impl WgpuBackend {
     /// Whether the GQA-folded kernel sums its 8-lane partials with subgroup shuffles: subgroups
     /// of at least 8 keep each key's lanes in one.
-    pub(super) fn attention_lanes(&self) -> bool {
+    fn attention_lanes(&self) -> bool {
         self.gpu.caps.subgroups && self.gpu.info.subgroup_min_size >= 8
     }
 
+    /// The decode attention over caches of types `k` and `v` (`packing`: the variant that also
+    /// combines its splits and packs its output), built for `shape` (head size, group) where
+    /// `Gpu::attention_constants` says so.
+    fn decode_attention_kernel(
+        &self,
+        k: CacheType,
+        v: CacheType,
+        packing: bool,
+        shape: (usize, usize),
+    ) -> Kernel {
+        let lanes = self.attention_lanes();
+        let kernel = if packing {
+            kernels::attention_packing_kernel(k, v, lanes)
+        } else {
+            kernels::attention_kernel(k, v, lanes)
+        };
+        if self.gpu.attention_constants {
+            kernels::with_attention_shape(kernel, shape)
+        } else {
+            kernel
+        }
+    }
+
+    /// Whether `k`'s kernel slots hold the decode attention for `shape` (the first shape asked
+    /// for, where the kernel is built for it; every shape where it reads parameters).
+    fn attention_slots_fit(&self, k: &GpuCache, shape: (usize, usize)) -> bool {
+        !self.gpu.attention_constants || *k.kernels.attention_shape.get_or_init(|| shape) == shape
+    }
+
+    /// Whether a decode row's attention output of `width` values (heads of `head_dim`) is written
+    /// as packed Q8_K blocks too, for the integer-dot mat-vec that reads it next.
+    fn attention_packs_output(&self, head_dim: usize, width: usize) -> bool {
+        self.gpu.fused && head_dim.is_multiple_of(4) && self.packs_outputs(1, width)
+    }
+
+    /// Whether the decode attention's workgroups combine its splits themselves (and pack the
+    /// output), rather than a reduce dispatch after.
+    fn attention_merges_reduce(&self) -> bool {
+        self.gpu.merged_reduce
+            && self.gpu.limits.max_storage_buffers_per_shader_stage >= ATTENTION_PACKING_BUFFERS
+    }
+
     /// Build the decode attention for a layer's caches and shape (head size, group), whose output
-    /// rows are `width` values (`CoreOps::prepare_attention`), where it is built for its shape
-    /// (`Gpu::attention_constants`): the kernel `attend` takes, and the one that also combines
-    /// its splits and packs its output where decode would take that.
+    /// rows are `width` values (`CoreOps::prepare_attention`): the kernel `attend` takes, and the
+    /// one that also combines its splits and packs its output where decode takes that.
     pub(super) fn build_attention(
         &self,
         k: &GpuCache,
@@ -50,25 +91,15 @@ impl WgpuBackend {
         shape: (usize, usize),
         width: usize,
     ) {
-        if !self.gpu.attention_constants
-            || *k.kernels.attention_shape.get_or_init(|| shape) != shape
-        {
+        if !self.attention_slots_fit(k, shape) {
             return;
         }
-        let lanes = self.attention_lanes();
-        let slots = &k.kernels;
-        self.pipeline_in(&slots.attention[v.ty as usize], || {
-            kernels::with_attention_shape(kernels::attention_kernel(k.ty, v.ty, lanes), shape)
+        self.pipeline_in(&k.kernels.attention[v.ty as usize], || {
+            self.decode_attention_kernel(k.ty, v.ty, false, shape)
         });
-        let packing = self.gpu.fused
-            && self.gpu.merged_reduce
-            && shape.0.is_multiple_of(4)
-            && self.packs_outputs(1, width)
-            && self.gpu.limits.max_storage_buffers_per_shader_stage >= ATTENTION_PACKING_BUFFERS;
-        if packing {
-            self.pipeline_in(&slots.attention_packing[v.ty as usize], || {
-                let kernel = kernels::attention_packing_kernel(k.ty, v.ty, lanes);
-                kernels::with_attention_shape(kernel, shape)
+        if self.attention_packs_output(shape.0, width) && self.attention_merges_reduce() {
+            self.pipeline_in(&k.kernels.attention_packing[v.ty as usize], || {
+                self.decode_attention_kernel(k.ty, v.ty, true, shape)
             });
         }
     }
@@ -254,57 +285,38 @@ impl WgpuBackend {
         // written as packed Q8_K blocks too, and no dispatch quantizes it again; by the attention
         // itself (the workgroup that completes a block), else by the reduce.
         let width = p.n_heads * hd;
-        let packed = (self.gpu.fused && p.rows == 1 && splits > 1 && hd.is_multiple_of(4))
+        let packed = (p.rows == 1 && splits > 1 && self.attention_packs_output(hd, width))
             .then(|| self.packed_output(1, width))
             .flatten();
-        // The decode kernel built for this layer's head size and group (unless
+        // The decode kernel (built for this layer's head size and group unless
         // `GpuOptions::attention_parameters`), held by the cache; a cache of another shape (none
         // today: a cache is a layer's) looks its pipeline up instead.
         let shape = (hd, p.n_heads / p.n_kv_heads);
-        let constants = self.gpu.attention_constants;
-        let in_slots =
-            !constants || *k_cache.kernels.attention_shape.get_or_init(|| shape) == shape;
-        let shaped = |k: Kernel| {
-            if constants {
-                kernels::with_attention_shape(k, shape)
+        let in_slots = self.attention_slots_fit(k_cache, shape);
+        let (kt, vt) = (k_cache.ty, v_cache.ty);
+        let run = |slot: &KernelSlot, packing: bool, buffers: &[(&wgpu::Buffer, u64)]| {
+            let make = || self.decode_attention_kernel(kt, vt, packing, shape);
+            if in_slots {
+                self.run_in(slot, make, &params, buffers, grid);
             } else {
-                k
+                self.run(&make(), &params, buffers, grid);
             }
         };
-        let run =
-            |slot: &KernelSlot, make: &dyn Fn() -> Kernel, buffers: &[(&wgpu::Buffer, u64)]| {
-                if in_slots {
-                    self.run_in(slot, || shaped(make()), &params, buffers, grid);
-                } else {
-                    self.run(&shaped(make()), &params, buffers, grid);
-                }
-            };
         if let Some((packed, packed_id)) = &packed
-            && self.gpu.merged_reduce
-            && self.gpu.limits.max_storage_buffers_per_shader_stage >= ATTENTION_PACKING_BUFFERS
+            && self.attention_merges_reduce()
             && let Some((counts, counts_id)) =
                 self.scratch_buffer(|s| &mut s.block_counts, width / 256)
         {
             let with_packed = bindings(&buffers, &[(packed, *packed_id), (&counts, counts_id)]);
             run(
-                &k_cache.kernels.attention_packing[v_cache.ty as usize],
-                &|| {
-                    kernels::attention_packing_kernel(
-                        k_cache.ty,
-                        v_cache.ty,
-                        self.attention_lanes(),
-                    )
-                },
+                &k_cache.kernels.attention_packing[vt as usize],
+                true,
                 &with_packed,
             );
             self.packed_written(out, width);
             return;
         }
-        run(
-            &k_cache.kernels.attention[v_cache.ty as usize],
-            &|| kernels::attention_kernel(k_cache.ty, v_cache.ty, self.attention_lanes()),
-            &buffers,
-        );
+        run(&k_cache.kernels.attention[vt as usize], false, &buffers);
         if splits == 1 {
             return;
         }

@@ -75,14 +75,11 @@ impl WgpuBackend {
             ty.row_bytes(len) as u64,
             None,
         )?;
+        // The decode attention is built for the layer's shape (`CoreOps::prepare_attention`).
         let mut kernels = vec![
             kernels::store_kernel(ty),
             kernels::attention_reduce_kernel(),
         ];
-        // Built for the layer's head size and group at its first call, where they are constants.
-        if !self.gpu.attention_constants {
-            kernels.push(kernels::attention_kernel(ty, ty, self.attention_lanes()));
-        }
         if self.tiled_prefill_attention() {
             kernels.push(kernels::attention_prefill_kernel(ty, ty));
         }

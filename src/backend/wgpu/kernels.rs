@@ -313,6 +313,12 @@ pub fn matmul_kernel(
     if sg8 {
         return k.flag("SG8").entry("main_sg8");
     }
+    with_tile_input(k, x4, gated)
+}
+
+/// A tiled prefill kernel reading activations as vec4s (`x4`), and writing the gated activation
+/// of a gate/up pair (`gated`).
+fn with_tile_input(k: Kernel, x4: bool, gated: Option<GateActivation>) -> Kernel {
     let k = if x4 { k.flag("X4") } else { k };
     match gated {
         Some(act) => with_activation(k, act),
@@ -344,11 +350,7 @@ pub fn matmul_coop_kernel(
         Coop::Hardware { subgroup } => k.flag("COOP").workgroup(4 * subgroup),
         Coop::Emulated => k.flag("COOP_EMU").workgroup(128),
     };
-    let k = if x4 { k.flag("X4") } else { k };
-    match gated {
-        Some(act) => with_activation(k, act),
-        None => k,
-    }
+    with_tile_input(k, x4, gated)
 }
 
 pub fn embed_kernel(t: GgmlType) -> Kernel {
