@@ -162,8 +162,9 @@ fn moe_combine(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
 
 #if ADD_EXPERT_BIAS
 struct Params {
-    len: u32,    // slots × width
+    len: u32,      // slots × width
     width: u32,
+    experts: u32,  // bias rows
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -178,6 +179,8 @@ fn add_expert_bias(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
         return;
     }
     let e = u32(selected[i / p.width]);
-    x[i] += bias[e * p.width + i % p.width];
+    if (e < p.experts) {
+        x[i] += bias[e * p.width + i % p.width];
+    }
 }
 #endif

@@ -12,7 +12,7 @@ use kiln::backend::cpu::{CpuBackend, CpuCache};
 use kiln::backend::wgpu::{CoopChoice, GpuOptions, WgpuBackend};
 use kiln::backend::{
     AttentionParams, Backend, CacheType, CoreOps, DeltaNetParams, ExpertGating, ExpertMatmulParams,
-    GateActivation, KvAppend, MoeRouteParams, Profile, RopeLayout,
+    GateActivation, KvAppend, MoeOps, MoeRouteParams, Profile, RecurrentOps, RopeLayout,
 };
 use kiln::gguf::GgmlType;
 use kiln::tensor::Tensor;
@@ -2014,4 +2014,258 @@ fn qkv_mat_vecs_rope_and_append_as_the_cpu() {
             }
         }
     }
+}
+
+/// The error `call` leaves on `g`, which must have none before it.
+fn error_of(g: &WgpuBackend, call: impl FnOnce()) -> String {
+    assert!(g.take_error().is_none(), "an error left by the case before");
+    call();
+    g.take_error().map(|e| e.to_string()).unwrap_or_default()
+}
+
+/// Every kernel runs trusted (no bounds checks in the shader), so every op checks the buffers it
+/// binds first: each call here is given one buffer a value (or a row) short of what it reaches,
+/// and must fail with an error that names the op and that buffer, having dispatched nothing.
+#[test]
+fn trusted_kernels_refuse_short_buffers() {
+    let Some(g) = gpu() else {
+        return;
+    };
+    let buf = |len: usize| g.buffer(len).unwrap();
+    let vector = |len: usize| {
+        g.weight(&Tensor::from_f32("v", vec![len], &vec![0.5; len]))
+            .unwrap()
+    };
+    let matrix = |rows: usize, cols: usize| {
+        let w = Tensor::from_f32("w", vec![cols, rows], &vec![0.25; rows * cols]);
+        g.weight(&w).unwrap()
+    };
+    let (w64, w32x64) = (vector(64), matrix(32, 64));
+    let mut cases: Vec<(&str, String)> = Vec::new();
+    let mut case = |wanted: &'static str, e: String| cases.push((wanted, e));
+
+    case(
+        "add: 63 values in y where 64 are needed",
+        error_of(&g, || g.add(&mut buf(64), &buf(63), 64)),
+    );
+    case(
+        "add_bias: 127 values in x where 128 are needed",
+        error_of(&g, || g.add_bias(&mut buf(127), &w64, 2)),
+    );
+    case(
+        "scale_rows: 1 values in scales where 2 are needed",
+        error_of(&g, || g.scale_rows(&mut buf(128), &buf(1), 2, 64)),
+    );
+    case(
+        "gated_activation: 63 values in up",
+        error_of(&g, || {
+            g.gated_activation(&mut buf(64), &buf(63), 64, GateActivation::Silu)
+        }),
+    );
+    case(
+        "copy_rows: 191 values in the source where 192 are needed",
+        error_of(&g, || g.copy_rows(&buf(191), 1, &mut buf(128), 0, 2, 64)),
+    );
+    case(
+        "rms_norm: 127 values in x where 128 are needed",
+        error_of(&g, || g.rms_norm(&mut buf(127), &w64, 2, 1e-6)),
+    );
+    case(
+        "rms_norm_into: 127 values in out",
+        error_of(&g, || {
+            g.rms_norm_into(&buf(128), &w64, 2, 64, 1e-6, &mut buf(127))
+        }),
+    );
+    case(
+        "add_rms_norm_into: 127 values in y",
+        error_of(&g, || {
+            g.add_rms_norm_into(&mut buf(128), &buf(127), &w64, 2, 64, 1e-6, &mut buf(128))
+        }),
+    );
+    case(
+        "rope: 63 values in the table where 64 are needed",
+        error_of(&g, || {
+            g.rope_partial(&mut buf(256), &buf(63), 2, 2, 64, 32, RopeLayout::Neox)
+        }),
+    );
+    case(
+        "rope: 66 rotated values of heads of 64",
+        error_of(&g, || {
+            g.rope_partial(&mut buf(256), &buf(132), 2, 2, 64, 66, RopeLayout::Neox)
+        }),
+    );
+    case(
+        "mul_sigmoid: 3 values in the gate where 4 are needed",
+        error_of(&g, || g.mul_sigmoid(&mut buf(128), &buf(3), 2, 64, 2)),
+    );
+    case(
+        "embed: 127 values in out where 128 are needed",
+        error_of(&g, || g.embed(&matrix(4, 64), &[0, 3], 1.0, &mut buf(127))),
+    );
+    case(
+        "matmul: 127 values in the input where 128 are needed",
+        error_of(&g, || g.matmul(&buf(127), &w32x64, 2, &mut buf(64))),
+    );
+    case(
+        "matmul: 63 values in the output where 64 are needed",
+        error_of(&g, || g.matmul(&buf(128), &w32x64, 2, &mut buf(63))),
+    );
+    case(
+        "matmul_many: 31 values in an output where 32 are needed",
+        error_of(&g, || {
+            g.matmul_many(
+                &buf(64),
+                &[&w32x64, &w32x64],
+                1,
+                &mut [&mut buf(32), &mut buf(31)],
+            )
+        }),
+    );
+    case(
+        "matmul_gated: 31 values in the up output",
+        error_of(&g, || {
+            let (mut gate, mut up) = (buf(32), buf(31));
+            g.matmul_gated(
+                &buf(64),
+                &w32x64,
+                &w32x64,
+                1,
+                32,
+                GateActivation::Silu,
+                &mut gate,
+                &mut up,
+            )
+        }),
+    );
+    let taps = g
+        .weight(&Tensor::from_f32("taps", vec![4, 16], &[0.1; 64]))
+        .unwrap();
+    case(
+        "conv_step: 47 values in the state where 48 are needed",
+        error_of(&g, || {
+            g.conv_step(&buf(32), &taps, &mut buf(47), &mut buf(32), 2, 16)
+        }),
+    );
+    let dn = DeltaNetParams {
+        rows: 2,
+        n_k_heads: 1,
+        n_v_heads: 2,
+        head_dim: 16,
+        eps: 1e-6,
+    };
+    case(
+        "gated_delta_net: 511 values in the state where 512 are needed",
+        error_of(&g, || {
+            let (a, dt) = (vector(2), vector(2));
+            g.gated_delta_net(
+                &buf(128),
+                &buf(4),
+                &buf(4),
+                &a,
+                &dt,
+                &mut buf(511),
+                &mut buf(64),
+                &dn,
+            )
+        }),
+    );
+    let route = MoeRouteParams {
+        rows: 2,
+        n_expert: 8,
+        n_used: 2,
+        gating: ExpertGating::Softmax,
+        normalize: true,
+        scale: 1.0,
+    };
+    case(
+        "moe_route: 15 values in the logits where 16 are needed",
+        error_of(&g, || {
+            g.moe_route(&buf(15), None, &route, &mut buf(4), &mut buf(4))
+        }),
+    );
+    let experts = {
+        let mut w = Tensor::from_f32("experts", vec![64, 32 * 4], &vec![0.25; 4 * 32 * 64]);
+        w.dims = vec![64, 32, 4];
+        g.weight(&w).unwrap()
+    };
+    let slots = ExpertMatmulParams {
+        rows: 1,
+        n_used: 2,
+        per_slot_input: false,
+        expert_rows: 32,
+        expert_stride: 32,
+        row_offset: 0,
+    };
+    case(
+        "expert_matmul: 63 values in out where 64 are needed",
+        error_of(&g, || {
+            g.expert_matmul(
+                &buf(64),
+                &experts,
+                &upload(&g, &[0.0, 3.0]),
+                &mut buf(63),
+                &slots,
+            )
+        }),
+    );
+    case(
+        "add_expert_bias: 1 values in selected where 2 are needed",
+        error_of(&g, || g.add_expert_bias(&mut buf(64), &w64, &buf(1), 2, 32)),
+    );
+    case(
+        "moe_combine: 191 values in y where 192 are needed",
+        error_of(&g, || {
+            g.moe_combine(&buf(191), &buf(6), 2, 3, 32, &mut buf(64))
+        }),
+    );
+    let kv = |rows: usize| caches(&g, rows * 64, (CacheType::F16, CacheType::F32), 64);
+    let append = KvAppend {
+        rows: 1,
+        n_heads: 2,
+        n_kv_heads: 1,
+        head_dim: 64,
+        rot_dims: 64,
+        layout: RopeLayout::Interleaved,
+        dst_row: 4,
+    };
+    // A step's RoPE and append with queries of `q_len` values into caches of `rows` rows.
+    let append_into = |q_len: usize, rows: usize| {
+        error_of(&g, || {
+            let (mut kc, mut vc) = kv(rows);
+            let (mut q, mut k, v, table) = (buf(q_len), buf(64), buf(64), buf(64));
+            g.rope_store_kv(&mut q, &mut k, &v, &table, &mut kc, &mut vc, &append)
+        })
+    };
+    case(
+        "rope_store_kv: 256 values in the key cache where 320 are needed",
+        append_into(128, 4),
+    );
+    case(
+        "rope_store_kv: 127 values in the queries where 128 are needed",
+        append_into(127, 8),
+    );
+    case(
+        "move_cache_rows: 128 values in the cache, counted in 32-bit words, where 160 are needed",
+        error_of(&g, || {
+            // An f16 cache of 4 rows of 64 holds 128 words; rows 3..5 reach word 160.
+            g.move_cache_rows(&mut kv(4).0, 1, 3, 2, 64)
+        }),
+    );
+    case(
+        "rope_cache: 256 values in the cache where 320 are needed",
+        error_of(&g, || {
+            g.rope_cache(&mut kv(4).0, &buf(64), 3, 2, 1, 64, 64, RopeLayout::Neox)
+        }),
+    );
+    for (wanted, e) in &cases {
+        assert!(e.contains(wanted), "wanted {wanted:?}, got {e:?}");
+    }
+    // And the same calls with the sizes they need run without one (a sample of the above).
+    let e = error_of(&g, || {
+        g.add(&mut buf(64), &buf(64), 64);
+        g.moe_combine(&buf(192), &buf(6), 2, 3, 32, &mut buf(64));
+        g.move_cache_rows(&mut kv(5).0, 1, 3, 2, 64);
+        g.rope_cache(&mut kv(5).0, &buf(64), 3, 2, 1, 64, 64, RopeLayout::Neox);
+    });
+    assert!(e.is_empty(), "{e}");
 }

@@ -173,6 +173,27 @@ impl WgpuBackend {
         let q_pairs = p.rows * p.n_heads * p.rot_dims / 2;
         let kv_len = p.rows * kv_width;
         let dst_off = p.dst_row * kv_width;
+        // Pairs stay inside their head, and the f32 and f16 stores take whole pairs (even heads
+        // and offsets).
+        if !p.rot_dims.is_multiple_of(2) || p.rot_dims > p.head_dim || !p.head_dim.is_multiple_of(2)
+        {
+            self.gpu.fail(format!(
+                "rope_store_kv: {} rotated values of heads of {} (even numbers, at most the head)",
+                p.rot_dims, p.head_dim
+            ));
+            return;
+        }
+        let sizes = [
+            ("the queries", q.len, p.rows * p.n_heads * p.head_dim),
+            ("the table", table.len, p.rows * p.rot_dims),
+            ("the keys", k.len, kv_len),
+            ("the values", v.len, kv_len),
+            ("the key cache", k_cache.len, dst_off + kv_len),
+            ("the value cache", v_cache.len, dst_off + kv_len),
+        ];
+        if !self.holds("rope_store_kv", &sizes) {
+            return;
+        }
         // Workgroups of 256 per cache: a 256-value span each for q8_0, else 512 values (two per
         // invocation).
         let mut groups = [0; 2];
@@ -266,6 +287,17 @@ impl WgpuBackend {
         if gap == 0 || rows == 0 {
             return;
         }
+        // The cache's words (or halves), quants and scales together.
+        let held = (cache.dev.buf.size() / if halves { 2 } else { 4 }) as usize;
+        let end = base + (src_row.max(dst_row) + rows) * per_row;
+        let what = if halves {
+            "the cache, counted in 16-bit halves,"
+        } else {
+            "the cache, counted in 32-bit words,"
+        };
+        if !self.holds("move_cache_rows", &[(what, held, end)]) {
+            return;
+        }
         let k = if halves {
             kernels::kv_move_halves_kernel()
         } else {
@@ -323,6 +355,21 @@ impl WgpuBackend {
         let k = kernels::kv_rope_kernel(cache.ty);
         let neox = (layout == RopeLayout::Neox) as u32;
         let start = first_row * n_heads * head_dim;
+        // Pairs stay inside their head; an f16 cache's heads are whole words.
+        if !rot_dims.is_multiple_of(2) || rot_dims > head_dim || !head_dim.is_multiple_of(2) {
+            self.gpu.fail(format!(
+                "rope_cache: {rot_dims} rotated values of heads of {head_dim} (even numbers, at \
+                 most the head)"
+            ));
+            return;
+        }
+        let sizes = [
+            ("the cache", cache.len, start + heads * head_dim),
+            ("the table", table.len, rot_dims),
+        ];
+        if !self.holds("rope_cache", &sizes) {
+            return;
+        }
         if cache.ty != CacheType::Q8_0 {
             self.run(
                 &k,
@@ -346,7 +393,7 @@ impl WgpuBackend {
         // A workgroup per span of whole heads, rotation runs and scale words (64 values).
         let span = head_dim / gcd(head_dim, 64) * 64;
         let len = heads * head_dim;
-        if !head_dim.is_multiple_of(cache.rotation) || span > 512 || start + len > cache.len {
+        if !head_dim.is_multiple_of(cache.rotation) || span > 512 {
             self.gpu.fail(format!(
                 "rope_cache: heads of {head_dim} values in a q8_0 cache stored in rotations of {} \
                  (the GPU re-rotates heads of up to 256 values, multiples of the rotation)",

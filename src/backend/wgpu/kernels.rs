@@ -508,6 +508,8 @@ fn op_kernel(
     Kernel::new(op, file, bindings).entry(op).flag(define)
 }
 
+// Trusted: x at i < len = rows · width, the gate at row · gate_width + (i % width) / group <
+// rows · gate_width (gate_width divides width); `mul_sigmoid` checks both lengths.
 pub fn mul_sigmoid_kernel() -> Kernel {
     op_kernel(
         "elementwise",
@@ -515,13 +517,21 @@ pub fn mul_sigmoid_kernel() -> Kernel {
         "MUL_SIGMOID",
         &[ReadWrite, Read],
     )
+    .trusted()
 }
 
 /// The convolution step (`conv_step`) or the state update after it (`conv_state`).
+// Trusted: (token, channel) below (rows, channels) reads x and writes out at token · channels +
+// channel, the state at rows below taps − 1, the taps at channel · taps + j (taps · channels of
+// them); `conv_step` checks every length.
 pub fn conv_kernel(entry: &'static str) -> Kernel {
-    Kernel::new(entry, "conv", &[Read, Read, ReadWrite, ReadWrite]).entry(entry)
+    Kernel::new(entry, "conv", &[Read, Read, ReadWrite, ReadWrite])
+        .entry(entry)
+        .trusted()
 }
 
+// Trusted: out at i < rows · width, y at rows (token · n_used + j < rows · n_used) of width
+// values, weights at slots below rows · n_used (n_used ≥ 1); `moe_combine` checks them.
 pub fn moe_combine_kernel() -> Kernel {
     op_kernel(
         "moe",
@@ -529,6 +539,7 @@ pub fn moe_combine_kernel() -> Kernel {
         "MOE_COMBINE",
         &[Read, Read, ReadWrite],
     )
+    .trusted()
 }
 
 // Audited (both): every invocation writes its block maximum before the barrier. Trusted as the
@@ -548,6 +559,8 @@ pub fn quantize_q8k_kernel() -> Kernel {
     k
 }
 
+// Trusted: x at i < slots · width and `selected` at its slot, as `add_expert_bias` checks; a bias
+// row only for experts below the rows the bias holds (the kernel tests the index it reads).
 pub fn add_expert_bias_kernel() -> Kernel {
     op_kernel(
         "moe",
@@ -555,12 +568,20 @@ pub fn add_expert_bias_kernel() -> Kernel {
         "ADD_EXPERT_BIAS",
         &[ReadWrite, Read, Read],
     )
+    .trusted()
 }
 
+// Trusted: a workgroup per token below rows reads its n_expert logits (and the bias's, checked
+// to hold n_expert) and writes n_used choices and weights, as `moe_route` checks; in workgroup
+// memory, experts below n_expert ≤ 1024 and one best per invocation. Audited: the scores and taken
+// flags of every expert below n_expert (all it reads) and every invocation's best are written
+// before the barriers that precede their reads; the reductions' scratch as in the norms.
 pub fn moe_route_kernel() -> Kernel {
     Kernel::new("moe_route", "moe", &[Read, Read, ReadWrite, ReadWrite])
         .entry("route")
         .flag("MOE_ROUTE")
+        .trusted()
+        .fills_workgroup_memory()
 }
 
 /// The expert mat-vec (llama.cpp's mul_mat_id, one activation row per slot) over a stacked
@@ -620,13 +641,20 @@ pub fn rope_kernel() -> Kernel {
 
 /// RoPE of a step's queries and keys with the keys' and values' append to caches of types `k`
 /// and `v`, in one dispatch.
+// Trusted: as `rope_kernel` for the queries; the keys and values read below kv_len (a partner
+// stays in its head: rot_dims even and at most head_dim), the caches written at dst_off ..
+// dst_off + kv_len (q8_0: whole rotation runs, the scales of those blocks), all of which
+// `rope_append` checks. Audited (q8_0): `hx` (256 values) is written by every invocation, and
+// `q8_d` / `q8_id` for all 8 blocks, before the barriers that precede their reads.
 pub fn rope_kv_kernel(k: CacheType, v: CacheType) -> Kernel {
     let kernel = Kernel::new(
         "rope_kv",
         "rope",
         &[ReadWrite, Read, Read, Read, ReadWrite, ReadWrite],
     )
-    .flag("ROPE_KV");
+    .flag("ROPE_KV")
+    .trusted()
+    .fills_workgroup_memory();
     with_caches(kernel, k, v)
 }
 
@@ -638,13 +666,18 @@ pub fn argmax_kernel() -> Kernel {
 }
 
 /// The copy `kiln bench` measures the device's bandwidth with.
+// Trusted: `measure_bandwidth` sizes both buffers for the len vec4s it copies.
 pub fn bandwidth_kernel() -> Kernel {
-    Kernel::new("copy_bandwidth", "bench", &[ReadWrite, Read])
+    Kernel::new("copy_bandwidth", "bench", &[ReadWrite, Read]).trusted()
 }
 
 /// Cache rows moved within the cache (a context shift): whole words.
+// Trusted (both moves): every word (half) read or written lies below the furthest row moved,
+// which `move_units` checks against the cache buffer's size.
 pub fn kv_move_kernel() -> Kernel {
-    Kernel::new("kv_move", "kv_shift", &[ReadWrite]).entry("move_rows")
+    Kernel::new("kv_move", "kv_shift", &[ReadWrite])
+        .entry("move_rows")
+        .trusted()
 }
 
 /// 16-bit halves moved within the cache (a q8_0 cache's scales, in a context shift).
@@ -652,11 +685,20 @@ pub fn kv_move_halves_kernel() -> Kernel {
     Kernel::new("kv_move", "kv_shift", &[ReadWrite])
         .entry("move_halves")
         .flag("HALVES")
+        .trusted()
 }
 
 /// Cached keys re-rotated by a position delta (a context shift).
+// Trusted: heads below the count, from value src_off, a pair inside its head (rot_dims even and
+// at most head_dim), the table's first rot_dims values: `rope_cached_keys` checks the cache and
+// the table hold them. q8_0: values read and written only inside [src_off, src_off + len), the
+// scales of those blocks; `hx` by span ≤ 512 (checked), `q8_d` / `q8_id` by its blocks ≤ 16.
+// Audited (q8_0): the span's values of `hx` (all it reads) and its blocks' scales are written
+// before the barriers that precede their reads.
 pub fn kv_rope_kernel(ty: CacheType) -> Kernel {
-    let k = Kernel::new("kv_rope", "kv_shift", &[ReadWrite, Read]);
+    let k = Kernel::new("kv_rope", "kv_shift", &[ReadWrite, Read])
+        .trusted()
+        .fills_workgroup_memory();
     match ty {
         CacheType::F32 => k.entry("rope_rows"),
         CacheType::F16 => k.entry("rope_rows").flag("F16CACHE"),
@@ -666,12 +708,18 @@ pub fn kv_rope_kernel(ty: CacheType) -> Kernel {
 
 /// The Gated DeltaNet recurrence for heads of `d` values (a pipeline per width: it sizes the
 /// state each invocation keeps).
+// Trusted: head h below n_v and column j below D read the state at (h · D + j) · D + i, qkv in
+// the token's row (key head h mod n_k), alpha and beta at token · n_v + h, A and dt_bias at h, and
+// write out at (token · n_v + h) · D + j: `gated_delta_net` checks every length. Audited: `qs`
+// and `ks` (D values, all it reads) are written each token before the sums' barriers.
 pub fn delta_net_kernel(d: usize) -> Kernel {
     let mut k = Kernel::new(
         "gated_delta_net",
         "delta_net",
         &[Read, Read, Read, Read, Read, ReadWrite, ReadWrite],
-    );
+    )
+    .trusted()
+    .fills_workgroup_memory();
     k.defines.insert("D", d.to_string());
     k
 }

@@ -46,6 +46,9 @@ impl WgpuBackend {
         values: usize,
         reader: Reader,
     ) -> Option<(wgpu::Buffer, u64)> {
+        if !self.holds("matmul", &[("the input", x.len, values)]) {
+            return None;
+        }
         if reader == Reader::Matvec && self.int_dot(m) {
             let words = values / 4 + values / 256;
             let recorded = self.stream().recorded;
@@ -135,6 +138,9 @@ impl WgpuBackend {
     }
 
     pub(super) fn matmul_part(&self, x: &GpuBuffer, m: &Matrix, rows: usize, out: &GpuBuffer) {
+        if !self.holds("matmul", &[("the output", out.len, rows * m.rows)]) {
+            return;
+        }
         let Some((input, input_id)) = self.weight_input(x, m, rows * m.cols, self.reader(rows))
         else {
             return;
@@ -362,6 +368,12 @@ impl WgpuBackend {
     fn fused_matmuls(&self, x: &GpuBuffer, ms: &[&Matrix], rows: usize, outs: &[&GpuBuffer]) {
         let rows_of = |i: usize| ms.get(i).map_or(0, |m| m.rows);
         let each = [rows_of(0), rows_of(1), rows_of(2)];
+        let outputs: Vec<_> = (ms.iter().zip(outs))
+            .map(|(m, out)| ("an output", out.len, rows * m.rows))
+            .collect();
+        if !self.holds("matmul_many", &outputs) {
+            return;
+        }
         let Some((input, input_id)) =
             self.weight_input(x, ms[0], rows * ms[0].cols, self.reader(rows))
         else {
@@ -429,6 +441,13 @@ impl WgpuBackend {
         let (Some(g), Some(u)) = (gate.matrix(), up.matrix()) else {
             return;
         };
+        let sizes = [
+            ("the gate's output", gate_out.len, rows * width),
+            ("the up output", up_out.len, rows * width),
+        ];
+        if !self.holds("matmul_gated", &sizes) {
+            return;
+        }
         let Some((input, input_id)) = self.weight_input(x, g, rows * g.cols, self.reader(rows))
         else {
             return;

@@ -66,6 +66,14 @@ impl MoeOps for WgpuBackend {
             },
             None => &logits.dev,
         };
+        let sizes = [
+            ("the logits", logits.len, p.rows * n_expert),
+            ("selected", selected.len, p.rows * n_used),
+            ("weights", weights.len, p.rows * n_used),
+        ];
+        if !self.holds("moe_route", &sizes) {
+            return;
+        }
         let gating = match p.gating {
             ExpertGating::Softmax => 0,
             ExpertGating::Sigmoid => 1,
@@ -110,6 +118,15 @@ impl MoeOps for WgpuBackend {
             ));
             return;
         }
+        // The kernel reads a slot's expert rows only inside the weight part it binds, whatever
+        // `selected` holds.
+        let sizes = [
+            ("selected", selected.len, slots),
+            ("out", out.len, slots * p.expert_rows),
+        ];
+        if !self.holds("expert_matmul", &sizes) {
+            return;
+        }
         let per_wg = self.matvec_layout().rows();
         let inputs = if p.per_slot_input { slots } else { p.rows };
         let Some((input, input_id)) = self.weight_input(x, m, inputs * m.cols, Reader::Expert)
@@ -152,14 +169,20 @@ impl MoeOps for WgpuBackend {
         slots: usize,
         width: usize,
     ) {
-        let Some((dev, _)) = self.vector(bias, "add_expert_bias") else {
+        let Some((dev, bias_len)) = self.vector(bias, "add_expert_bias") else {
             return;
         };
         let len = slots * width;
+        let sizes = [("x", x.len, len), ("selected", selected.len, slots)];
+        if width == 0 || !self.holds("add_expert_bias", &sizes) {
+            return;
+        }
+        // A slot whose expert has no bias row (past `experts`) is left as it is.
+        let experts = bias_len / width;
         self.run_in(
             &self.fixed.add_expert_bias,
             kernels::add_expert_bias_kernel,
-            &[len as u32, width as u32],
+            &[len as u32, width as u32, experts as u32],
             &[bind(&x.dev), bind(dev), bind(&selected.dev)],
             grid(len.div_ceil(256)),
         );
@@ -175,6 +198,19 @@ impl MoeOps for WgpuBackend {
         out: &mut GpuBuffer,
     ) {
         let len = rows * width;
+        let sizes = [
+            ("y", y.len, rows * n_used * width),
+            ("weights", weights.len, rows * n_used),
+            ("out", out.len, len),
+        ];
+        if n_used == 0 {
+            self.gpu
+                .fail("moe_combine: no expert slots per token".into());
+            return;
+        }
+        if !self.holds("moe_combine", &sizes) {
+            return;
+        }
         self.run_in(
             &self.fixed.moe_combine,
             kernels::moe_combine_kernel,

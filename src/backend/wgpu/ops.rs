@@ -112,6 +112,25 @@ impl WgpuBackend {
         m
     }
 
+    /// Whether every buffer an op binds holds the values its kernel indexes: `needs` lists, per
+    /// buffer, its name, the values it holds and the values the op reaches. Kernels run trusted
+    /// (no bounds checks in the shader), so each op asks this before it dispatches; a short
+    /// buffer is an error naming it, not a read or write past its end.
+    pub(super) fn holds(&self, op: &str, needs: &[(&str, usize, usize)]) -> bool {
+        let short: Vec<String> = needs
+            .iter()
+            .filter(|(_, held, needed)| held < needed)
+            .map(|(what, held, needed)| {
+                format!("{held} values in {what} where {needed} are needed")
+            })
+            .collect();
+        if short.is_empty() {
+            return true;
+        }
+        self.gpu.fail(format!("{op}: {}", short.join("; ")));
+        false
+    }
+
     /// Build ahead the pipelines a weight of type `t` will use.
     fn prepare_matrix(&self, m: &Matrix) -> Result<()> {
         let mut ready = (1..=3).all(|n| {
@@ -349,6 +368,10 @@ impl CoreOps for WgpuBackend {
             return;
         };
         self.stream().upload(&ids_buf, 0, &words(ids));
+        // Ids past the table are skipped by the kernel (each part checks its rows).
+        if !self.holds("embed", &[("out", out.len, ids.len() * m.cols)]) {
+            return;
+        }
         let groups = m.cols.div_ceil(16);
         for part in &m.parts {
             let params = [
@@ -374,6 +397,9 @@ impl CoreOps for WgpuBackend {
         let Some((dev, len)) = self.vector(w, "rms_norm") else {
             return;
         };
+        if !self.holds("rms_norm", &[("x", x.len, rows * len)]) {
+            return;
+        }
         let f = &self.fixed;
         self.run_norm(
             (&f.rms_norm, &f.rms_norm_packed),
@@ -398,6 +424,10 @@ impl CoreOps for WgpuBackend {
             return;
         };
         debug_assert_eq!(len, width);
+        let n = rows * len;
+        if !self.holds("rms_norm_into", &[("x", x.len, n), ("out", out.len, n)]) {
+            return;
+        }
         let f = &self.fixed;
         self.run_norm(
             (&f.rms_norm_into, &f.rms_norm_into_packed),
@@ -423,6 +453,11 @@ impl CoreOps for WgpuBackend {
             return;
         };
         debug_assert_eq!(len, width);
+        let n = rows * len;
+        let sizes = [("x", x.len, n), ("y", y.len, n), ("out", out.len, n)];
+        if !self.holds("add_rms_norm_into", &sizes) {
+            return;
+        }
         let f = &self.fixed;
         self.run_norm(
             (&f.add_rms_norm, &f.add_rms_norm_packed),
@@ -468,6 +503,9 @@ impl CoreOps for WgpuBackend {
         let Some((dev, len)) = self.vector(b, "add_bias") else {
             return;
         };
+        if !self.holds("add_bias", &[("x", x.len, rows * len)]) {
+            return;
+        }
         self.elementwise(
             (&self.fixed.add_bias, "add_bias"),
             x,
@@ -477,6 +515,10 @@ impl CoreOps for WgpuBackend {
     }
 
     fn scale_rows(&self, x: &mut GpuBuffer, scales: &GpuBuffer, rows: usize, width: usize) {
+        let sizes = [("x", x.len, rows * width), ("scales", scales.len, rows)];
+        if !self.holds("scale_rows", &sizes) {
+            return;
+        }
         self.elementwise(
             (&self.fixed.scale_rows, "scale_rows"),
             x,
@@ -590,10 +632,19 @@ impl CoreOps for WgpuBackend {
             GateActivation::GeluTanh => (&self.fixed.gelu_mul, "gelu_mul"),
             GateActivation::SwigluOai => (&self.fixed.swiglu_oai_mul, "swiglu_oai_mul"),
         };
+        if !self.holds(
+            "gated_activation",
+            &[("gate", gate.len, len), ("up", up.len, len)],
+        ) {
+            return;
+        }
         self.elementwise(entry, gate, &up.dev, [len as u32, 0, 0, 0]);
     }
 
     fn add(&self, x: &mut GpuBuffer, y: &GpuBuffer, len: usize) {
+        if !self.holds("add", &[("x", x.len, len), ("y", y.len, len)]) {
+            return;
+        }
         self.elementwise((&self.fixed.add, "add"), x, &y.dev, [len as u32, 0, 0, 0]);
     }
 
@@ -606,6 +657,16 @@ impl CoreOps for WgpuBackend {
         rows: usize,
         width: usize,
     ) {
+        if rows * width == 0 {
+            return;
+        }
+        let sizes = [
+            ("the source", src.len, (src_row + rows) * width),
+            ("the destination", dst.len, (dst_row + rows) * width),
+        ];
+        if !self.holds("copy_rows", &sizes) {
+            return;
+        }
         self.elementwise(
             (&self.fixed.copy, "copy"),
             dst,
@@ -629,6 +690,20 @@ impl CoreOps for WgpuBackend {
         rot_dims: usize,
         layout: RopeLayout,
     ) {
+        // Pairs stay inside their head: rot_dims even and at most head_dim.
+        if !rot_dims.is_multiple_of(2) || rot_dims > head_dim {
+            self.gpu.fail(format!(
+                "rope: {rot_dims} rotated values of heads of {head_dim} (an even number, at most the head)"
+            ));
+            return;
+        }
+        let sizes = [
+            ("x", x.len, rows * n_heads * head_dim),
+            ("the table", table.len, rows * rot_dims),
+        ];
+        if !self.holds("rope", &sizes) {
+            return;
+        }
         let pairs = rows * n_heads * rot_dims / 2;
         self.run_in(
             &self.fixed.rope,
@@ -660,6 +735,10 @@ impl CoreOps for WgpuBackend {
             return;
         }
         let len = rows * width;
+        let sizes = [("x", x.len, len), ("the gate", gate.len, rows * gate_width)];
+        if !self.holds("mul_sigmoid", &sizes) {
+            return;
+        }
         self.run_in(
             &self.fixed.mul_sigmoid,
             kernels::mul_sigmoid_kernel,

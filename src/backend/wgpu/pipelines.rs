@@ -291,9 +291,10 @@ fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
             source: wgpu::ShaderSource::Wgsl(source.into()),
         };
         let module = if k.trusted && !gpu.checked_shaders {
-            // SAFETY: a trusted kernel's every buffer and array index is bounded by its op's
-            // sizes (audited per kernel: see the `.trusted()` calls below and the shaders' own
-            // notes), and its loops are bounded by them too.
+            // SAFETY: a trusted kernel's every buffer and array index is bounded by the sizes
+            // its op checks before it dispatches (`WgpuBackend::holds` and the ops' own checks;
+            // audited per kernel beside its `.trusted()` in kernels.rs and in the shaders' notes),
+            // and its loops are bounded by them too.
             unsafe {
                 gpu.device
                     .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())

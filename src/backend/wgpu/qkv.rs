@@ -50,6 +50,7 @@ impl WgpuBackend {
                 .all(|c| c.ty != CacheType::Q8_0 && dst_off + kv_width <= c.len)
             && wq.rows == p.n_heads * p.head_dim
             && outs[0].len >= wq.rows
+            && outs[1..].iter().all(|o| o.len >= kv_width)
             && [wk, wv].iter().all(|m| m.rows == kv_width)
             && self.gpu.limits.max_storage_buffers_per_shader_stage >= EPILOGUE_STORAGE_BUFFERS
             && ms.iter().all(|m| {

@@ -52,6 +52,14 @@ impl RecurrentOps for WgpuBackend {
             ));
             return;
         }
+        let sizes = [
+            ("x", x.len, rows * channels),
+            ("the state", state.len, (k - 1) * channels),
+            ("out", out.len, rows * channels),
+        ];
+        if !self.holds("conv_step", &sizes) {
+            return;
+        }
         let params = [rows as u32, channels as u32, k as u32];
         let buffers = [bind(&x.dev), bind(taps), bind(&state.dev), bind(&out.dev)];
         self.run(
@@ -79,7 +87,7 @@ impl RecurrentOps for WgpuBackend {
         out: &mut GpuBuffer,
         p: &DeltaNetParams,
     ) {
-        let (Some((a, _)), Some((dt_bias, _))) = (
+        let (Some((a, a_len)), Some((dt_bias, dt_bias_len))) = (
             self.vector(a, "gated_delta_net"),
             self.vector(dt_bias, "gated_delta_net"),
         ) else {
@@ -92,7 +100,25 @@ impl RecurrentOps for WgpuBackend {
             ));
             return;
         }
+        if p.n_k_heads == 0 {
+            self.gpu
+                .fail("Gated DeltaNet: no key heads for the value heads to share".into());
+            return;
+        }
         let qkv_width = (2 * p.n_k_heads + p.n_v_heads) * d;
+        let (rows, n_v) = (p.rows, p.n_v_heads);
+        let sizes = [
+            ("qkv", qkv.len, rows * qkv_width),
+            ("alpha", alpha.len, rows * n_v),
+            ("beta", beta.len, rows * n_v),
+            ("A", a_len, n_v),
+            ("dt_bias", dt_bias_len, n_v),
+            ("the state", state.len, n_v * d * d),
+            ("out", out.len, rows * n_v * d),
+        ];
+        if !self.holds("gated_delta_net", &sizes) {
+            return;
+        }
         self.run(
             &kernels::delta_net_kernel(d),
             &[
