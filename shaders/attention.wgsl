@@ -373,6 +373,146 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 #endif
 }
 #else
+// The query heads of workgroup x (of a decode grid): KV head `kv`, and `n` of its group's query
+// heads from `h0` (up to `gmax`: a larger group takes several workgroups); heads of a group are
+// consecutive in the query row.
+struct Heads {
+    kv: u32,
+    h0: u32,
+    n: u32,
+}
+
+fn heads_of(x: u32, gmax: u32) -> Heads {
+    let chunks = ({{GROUP}} + gmax - 1u) / gmax;
+    let kv = x / chunks;
+    let c0 = (x % chunks) * gmax;
+    return Heads(kv, kv * {{GROUP}} + c0, min(gmax, {{GROUP}} - c0));
+}
+
+// The keys [x, y) that split s of query row i reads: its chunk of the row's window.
+fn split_keys(i: u32, s: u32) -> vec2<u32> {
+    let pos = p.start_pos + i;
+    var lo = 0u;
+    if (p.window > 0u && pos + 1u > p.window) {
+        lo = pos + 1u - p.window;
+    }
+    let kbeg = lo + s * p.chunk;
+    return vec2<u32>(kbeg, min(kbeg + p.chunk, key_end(i)));
+}
+
+// Query heads per workgroup: 8, or 4 past heads of 256 values.
+const GMAX: u32 = 8u;
+
+fn heads_per_group() -> u32 {
+    return select(GMAX, GMAX / 2u, {{HEAD_DIM}} > 256u);
+}
+
+#if V2
+// Decode attention v2 (`GpuOptions::attention_v2`; f32 and f16 caches, built for the layer's
+// shape and the adapter's one subgroup size SG): the workgroups of `main` (64 invocations per KV
+// head, query row and split, for up to 8 of its query heads), but each of their NSG subgroups
+// walks keys of its own (kbeg + subgroup, then every NSG-th) with no barrier: a lane holds RP
+// pairs of each head's query and sums (dimensions 2(lane + SG·r) and the next), a key's q·k is
+// one subgroup sum, and each head's online softmax runs in registers, uniform across the
+// subgroup. So a key's and a value's loads wait on nothing before them, and nothing waits on
+// workgroup memory. Each subgroup writes its (maximum, sum, unnormalized output) as a split of
+// its own, split s · NSG + subgroup of `p.splits` = NSG × the workgroups', which `reduce` (or
+// FUSED_REDUCE's blocks) combines as any splits.
+const SG: u32 = {{SG}}u;
+const NSG: u32 = 64u / SG;
+const RP: u32 = {{RP}}u;  // query pairs per lane and head: ⌈head_dim / 2 / SG⌉
+const NQ: u32 = {{NQ}}u;  // most heads a workgroup takes: the group, at most 8 (4 past 256)
+
+@compute @workgroup_size(64)
+fn main_v2(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
+    {{SG_LOCALS}}
+    let heads = heads_of(wid.x, heads_per_group());
+    let kvh = heads.kv;
+    let h0 = heads.h0;
+    let nh = heads.n;
+    let i = wid.y;
+    let hd = {{HEAD_DIM}};
+    let half = hd / 2u;
+    let keys = split_keys(i, wid.z);
+    let kbeg = keys.x;
+    let kend = keys.y;
+    // The lane's query pairs (rounded to f16 against an f16 key cache, as `main`), zeros past
+    // the head and the workgroup's heads.
+    let qo = i * p.q_stride + h0 * hd;
+    var qv: array<vec2<f32>, {{NQRP}}>;
+    var acc: array<vec2<f32>, {{NQRP}}>;
+    var m_run: array<f32, NQ>;
+    var l_run: array<f32, NQ>;
+    for (var qh = 0u; qh < NQ; qh++) {
+        m_run[qh] = NEG;
+        for (var r = 0u; r < RP; r++) {
+            let pr = sg_lane + SG * r;
+            var x = vec2<f32>(0.0);
+            if (qh < nh && pr < half) {
+                let e = qo + qh * hd + 2u * pr;
+                x = vec2<f32>(q[e], q[e + 1u]);
+#if K_F16
+                x = vec2<f32>(round_f16(x.x), round_f16(x.y));
+#endif
+            }
+            qv[qh * RP + r] = x;
+        }
+    }
+    let ko = kvh * hd;
+    for (var j = kbeg + sg_id; j < kend; j += NSG) {
+        // The key's and the value's pairs first: neither waits on the scores.
+        let e0 = j * p.kv_stride + ko;
+        var kp: array<vec2<f32>, RP>;
+        var vp: array<vec2<f32>, RP>;
+        for (var r = 0u; r < RP; r++) {
+            let pr = sg_lane + SG * r;
+            if (pr < half) {
+                kp[r] = k_pair(e0 + 2u * pr);
+                vp[r] = v_pair(e0 + 2u * pr);
+            }
+        }
+        for (var qh = 0u; qh < NQ; qh++) {
+            if (qh < nh) {
+                var d = 0.0;
+                for (var r = 0u; r < RP; r++) {
+                    d += dot(qv[qh * RP + r], kp[r]);
+                }
+                let sc = score(subgroupAdd(d));
+                let m_new = max(m_run[qh], sc);
+                let alpha = exp(m_run[qh] - m_new);
+                let pj = exp(sc - m_new);
+                l_run[qh] = l_run[qh] * alpha + pj;
+                m_run[qh] = m_new;
+                for (var r = 0u; r < RP; r++) {
+                    acc[qh * RP + r] = acc[qh * RP + r] * alpha + pj * vp[r];
+                }
+            }
+        }
+    }
+    // The subgroup's part (a subgroup without keys writes a maximum of NEG and a sum of 0, which
+    // the reduce weighs at 0).
+    let s = wid.z * NSG + sg_id;
+    for (var qh = 0u; qh < NQ; qh++) {
+        if (qh < nh) {
+            let po = ((i * p.n_heads + h0 + qh) * p.splits + s) * (hd + 2u);
+            if (sg_lane == 0u) {
+                part[po] = m_run[qh];
+                part[po + 1u] = l_run[qh];
+            }
+            for (var r = 0u; r < RP; r++) {
+                let pr = sg_lane + SG * r;
+                if (pr < half) {
+                    part[po + 2u + 2u * pr] = acc[qh * RP + r].x;
+                    part[po + 3u + 2u * pr] = acc[qh * RP + r].y;
+                }
+            }
+        }
+    }
+#if FUSED_REDUCE
+    reduce_completed(h0, nh, i, lid, NSG);
+#endif
+}
+#else
 // Decode (and prefill where the tiled kernel cannot run), GQA-folded: one workgroup of 64 per
 // (KV head, query row, split) for up to GMAX of the KV head's query heads (a larger group takes
 // several workgroups), so each key and value row is read once for all of them, as llama.cpp's
@@ -383,14 +523,8 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
 // accumulates dimensions lid, lid + 64, … of every head over the tile's values (consecutive lanes,
 // consecutive values). Heads of up to 256 values take 8 query heads per workgroup; wider ones (up
 // to 512: Gemma 4's global layers) take 4, so that the queries and sums fit the same memory.
-const GMAX: u32 = 8u;
-
-// Query heads per workgroup, and dimensions per invocation (of 64) per head: their product is
-// at most 32, the invocation's accumulators.
-fn heads_per_group() -> u32 {
-    return select(GMAX, GMAX / 2u, {{HEAD_DIM}} > 256u);
-}
-
+// Dimensions per invocation (of 64) per head: times `heads_per_group`, at most 32, the
+// invocation's accumulators.
 fn dims_per_lane() -> u32 {
     return ({{HEAD_DIM}} + 63u) / 64u;
 }
@@ -481,24 +615,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 #endif
     let ks = v / 8u;  // scores: the key slot (of 8); softmax: the head
     let l8 = v % 8u;  // the lane within it
-    let gmax = heads_per_group();
     let nr = dims_per_lane();
-    let chunks = ({{GROUP}} + gmax - 1u) / gmax;
-    let kvh = wid.x / chunks;
-    let c0 = (wid.x % chunks) * gmax;
-    let nh = min(gmax, {{GROUP}} - c0);
-    let h0 = kvh * {{GROUP}} + c0;
+    let heads = heads_of(wid.x, heads_per_group());
+    let kvh = heads.kv;
+    let h0 = heads.h0;
+    let nh = heads.n;
     let i = wid.y;
     let s = wid.z;
     let hd = {{HEAD_DIM}};
-    let pos = p.start_pos + i;
-    var lo = 0u;
-    if (p.window > 0u && pos + 1u > p.window) {
-        lo = pos + 1u - p.window;
-    }
-    let kbeg = lo + s * p.chunk;
-    let kend = min(kbeg + p.chunk, key_end(i));
-    // The group's heads are consecutive in the query row.
+    let keys = split_keys(i, s);
+    let kbeg = keys.x;
+    let kend = keys.y;
     let qo = i * p.q_stride + h0 * hd;
     for (var e = lid; e < nh * hd; e += 64u) {
 #if K_F16
@@ -679,9 +806,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
 #if FUSED_REDUCE
-    reduce_completed(h0, nh, i, lid);
+    reduce_completed(h0, nh, i, lid, 1u);
 #endif
 }
+
+#endif
 
 // Combine the splits of each (head, query row): rescale each by e^(m_s − m) and normalize.
 @compute @workgroup_size(64)
@@ -776,8 +905,9 @@ fn reduce_packed(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocatio
 var<workgroup> completed: array<u32, 16>;  // blocks this workgroup completed (at most 9)
 var<workgroup> n_completed: u32;
 
-// After `main` wrote the parts of heads h0..h0 + nh of query row i.
-fn reduce_completed(h0: u32, nh: u32, i: u32, lid: u32) {
+// After `main` wrote the parts of heads h0..h0 + nh of query row i, `parts` splits of them
+// (`main_v2`: one a subgroup).
+fn reduce_completed(h0: u32, nh: u32, i: u32, lid: u32, parts: u32) {
     storageBarrier();
     let per_row = p.q_stride / 256u;
     if (lid == 0u) {
@@ -785,7 +915,7 @@ fn reduce_completed(h0: u32, nh: u32, i: u32, lid: u32) {
         let hi = (h0 + nh) * {{HEAD_DIM}};
         var n = 0u;
         for (var b = lo / 256u; b * 256u < hi; b++) {
-            let mine = min(hi, (b + 1u) * 256u) - max(lo, b * 256u);
+            let mine = (min(hi, (b + 1u) * 256u) - max(lo, b * 256u)) * parts;
             let g = i * per_row + b;
             if (atomicAdd(&block_count[g], mine) + mine == 256u * p.splits) {
                 completed[n] = g;

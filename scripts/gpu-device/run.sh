@@ -6,8 +6,8 @@
 # time a token gains); ROUNDS rounds (default 8) on the 1B shape alternating which tool runs first, kiln-base
 # too where prepare.sh built one, and kiln with each switch of #46 (the fusions off, Q4_K and Q6_K Q/K/V as two
 # dispatches, the attention's reduce as a dispatch of its own, the float mat-vecs, the prefill GEMM on cooperative
-# matrices, first checked against the CPU, the decode attention reading its shape from parameters) against its
-# default; kiln's decode against
+# matrices, first checked against the CPU, the decode attention reading its shape from parameters, the decode
+# attention v2 with its subgroups walking keys of their own) against its default; kiln's decode against
 # the copy bandwidth it measures on the 8B shape, then ROUNDS8 rounds (default 5) there, and each kind of mat-vec
 # over the 8B shape's layers (`kiln bench --kernels`) with the default, float and 128,2,4 shapes; the timed dispatches
 # of a few tokens into $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The
@@ -27,8 +27,10 @@ echo "== host only (no-op backend), tg128: $(kt KILN_WGPU_NOOP=1)"
 echo "== each kernel's cost in the stream: tg128 with its dispatches run twice"
 echo "none: $(kt X=1)"
 for op in matvec matvec_rope_kv matvec_gated_packed attention attention_packed attention_reduce_packed add_rms_norm quantize_q8k; do echo "$op: $(kt KILN_WGPU_REPEAT=$op)"; done
+echo "attention_v2_packed (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1 KILN_WGPU_REPEAT=attention_v2_packed)"
+echo "none (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1)"
 echo "== llama warm-up: $(lb)"
-VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-float=KILN_WGPU_INT_DOT=0 kiln-coop=KILN_WGPU_COOP=1 kiln-attnparam=KILN_WGPU_ATTN_CONST=0"
+VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-float=KILN_WGPU_INT_DOT=0 kiln-coop=KILN_WGPU_COOP=1 kiln-attnparam=KILN_WGPU_ATTN_CONST=0 kiln-attnv2=KILN_WGPU_ATTN_V2=1"
 [ -x $W/kiln-base ] && VARIANTS="kiln-base $VARIANTS"
 echo "== host only, float mat-vecs: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_INT_DOT=0)"
 echo "== host only, unfused: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_FUSE=0)"

@@ -112,6 +112,24 @@ fn smollm2_matches_llama_cpp_on_the_gpu() {
     real("llama-cpp.json", 0);
 }
 
+/// The decode attention v2 (`KILN_WGPU_ATTN_V2=1`, with a GPU's splits) against the same goldens:
+/// SmolLM2's heads of 64 in groups of 3 take it on lavapipe (subgroups of 8).
+#[test]
+fn smollm2_with_attention_v2_matches_llama_cpp_on_the_gpu() {
+    let options = GpuOptions {
+        attention_v2: true,
+        hardware_kernels: true,
+        ..GpuOptions::default()
+    };
+    real_on(
+        gpu_with(options),
+        "llama-cpp.json",
+        0,
+        KvCacheTypes::default(),
+        Some(ONE_PROMPT),
+    );
+}
+
 #[test]
 fn gemma3_matches_llama_cpp_on_the_gpu() {
     real("llama-cpp.json", 2);

@@ -324,17 +324,20 @@ fn cooperative_matmul_matches_the_cpu() {
         }
     }
     let p = g.profile().unwrap();
-    let calls = |name: &str| {
-        p.ops
-            .iter()
-            .filter(|o| o.name == name)
-            .map(|o| o.calls)
-            .sum::<u64>()
-    };
+    let calls = |name: &str| dispatches(&p, name);
     // 24 types × 3 and 2 long rows, F16, one dispatch for the Q8_0 triple and two for the Q4_K_M
     // one, 4 gated.
     assert_eq!(calls("matmul_coop"), 24 * 3 + 2 + 1 + 3 + 4, "{:?}", p.ops);
     assert_eq!(calls("matmul"), 0, "{:?}", p.ops);
+}
+
+/// The dispatches of kernel `name` a profile counted.
+fn dispatches(p: &Profile, name: &str) -> u64 {
+    p.ops
+        .iter()
+        .filter(|o| o.name == name)
+        .map(|o| o.calls)
+        .sum()
 }
 
 fn embed<B: Backend>(b: &B, table: &Tensor, ids: &[u32], scale: f32) -> Vec<f32> {
@@ -1169,6 +1172,43 @@ fn attention_matches_the_cpu() {
     for g in gpu_kernel_variants().into_iter().chain(parameters) {
         compare_attention(&g, &attention_cases());
         compare_attention(&g, &gqa_attention_cases());
+    }
+}
+
+/// The decode attention v2 (`KILN_WGPU_ATTN_V2=1`: each subgroup walks keys of its own and writes
+/// its part as a split) on every attention case, fused reduce and separate, with a GPU's split
+/// sizes and a software adapter's; where the adapter has
+/// one subgroup size of at most 32 (lavapipe's 8, NVIDIA's 32), the f32 and f16 caches' decode
+/// rows must take it.
+#[test]
+fn attention_v2_matches_the_cpu() {
+    let v2 = |hardware_kernels, separate_reduce| GpuOptions {
+        attention_v2: true,
+        hardware_kernels,
+        separate_reduce,
+        ..GpuOptions::default()
+    };
+    let Some(g) = gpu_with(v2(true, false)) else {
+        return;
+    };
+    let others = [v2(true, true), v2(false, false)].map(|o| gpu_with(o).unwrap());
+    for (i, g) in std::iter::once(g).chain(others).enumerate() {
+        g.set_profiling(true);
+        compare_attention(&g, &attention_cases());
+        compare_attention(&g, &gqa_attention_cases());
+        compare_attention(&g, &softcap_attention_cases());
+        compare_attention(&g, &sink_attention_cases());
+        let p = g.profile().unwrap();
+        let v2_calls = dispatches(&p, "attention_v2") + dispatches(&p, "attention_v2_packed");
+        let described = g.describe();
+        let single = ["8", "16", "32"]
+            .iter()
+            .any(|s| described.contains(&format!("subgroups {s}-{s}")));
+        assert!(!single || v2_calls > 0, "{described}: {:?}", p.ops);
+        // The first (a GPU's kernels, fused) also combines and packs its splits in v2's
+        // workgroups where the output feeds an integer-dot mat-vec (rows of 256 values).
+        let packed = dispatches(&p, "attention_v2_packed");
+        assert!(!single || i > 0 || packed > 0, "{described}: {:?}", p.ops);
     }
 }
 

@@ -55,10 +55,48 @@ impl WgpuBackend {
         } else {
             kernels::attention_kernel(k, v, lanes)
         };
-        if self.gpu.attention_constants {
-            kernels::with_attention_shape(kernel, shape)
-        } else {
-            kernel
+        if !self.gpu.attention_constants {
+            return kernel;
+        }
+        let kernel = kernels::with_attention_shape(kernel, shape);
+        match self.attention_v2_registers(k, v, shape) {
+            Some(registers) => {
+                let subgroup = self.gpu.info.subgroup_min_size as usize;
+                kernels::with_attention_v2(kernel, subgroup, registers)
+            }
+            None => kernel,
+        }
+    }
+
+    /// Where the decode attention over caches of types `k` and `v` runs as v2
+    /// (`GpuOptions::attention_v2`) for `shape` (head size, group): a lane's query pairs per head
+    /// and the heads a workgroup takes, their product (the lane's sums, as many again of query
+    /// values) at most 32 pairs.
+    fn attention_v2_registers(
+        &self,
+        k: CacheType,
+        v: CacheType,
+        (head_dim, group): (usize, usize),
+    ) -> Option<(usize, usize)> {
+        let info = &self.gpu.info;
+        let subgroup = info.subgroup_min_size as usize;
+        let applies = self.gpu.attention_v2
+            && self.gpu.attention_constants
+            && self.gpu.caps.subgroups
+            && info.subgroup_max_size == info.subgroup_min_size
+            && subgroup.is_power_of_two()
+            && (4..=32).contains(&subgroup)
+            && ![k, v].contains(&CacheType::Q8_0);
+        let pairs = (head_dim / 2).div_ceil(subgroup.max(1));
+        let heads = group.min(heads_per_group(head_dim));
+        (applies && pairs * heads <= 32).then_some((pairs, heads))
+    }
+
+    /// The parts each decode-attention workgroup writes: one, or with v2 one a subgroup.
+    fn attention_parts(&self, k: CacheType, v: CacheType, shape: (usize, usize)) -> usize {
+        match self.attention_v2_registers(k, v, shape) {
+            Some(_) => 64 / self.gpu.info.subgroup_min_size as usize,
+            None => 1,
         }
     }
 
@@ -261,15 +299,18 @@ impl WgpuBackend {
         } else {
             (1, 1 << 30)
         };
-        let part_len = if splits > 1 {
-            p.rows * p.n_heads * splits * (hd + 2)
+        // Each workgroup's part is one split, or with v2 one a subgroup.
+        let shape = (hd, p.n_heads / p.n_kv_heads);
+        let parts = splits * self.attention_parts(k_cache.ty, v_cache.ty, shape);
+        let part_len = if parts > 1 {
+            p.rows * p.n_heads * parts * (hd + 2)
         } else {
             1
         };
         let Some(partials) = self.scratch_buffer(|s| &mut s.partials, part_len) else {
             return;
         };
-        let params = self.attention_params(p, k_cache, v_cache, splits, chunk, sinks.is_some());
+        let params = self.attention_params(p, k_cache, v_cache, parts, chunk, sinks.is_some());
         let buffers = [
             bind(&q.dev),
             bind(&k_cache.dev),
@@ -285,13 +326,12 @@ impl WgpuBackend {
         // written as packed Q8_K blocks too, and no dispatch quantizes it again; by the attention
         // itself (the workgroup that completes a block), else by the reduce.
         let width = p.n_heads * hd;
-        let packed = (p.rows == 1 && splits > 1 && self.attention_packs_output(hd, width))
+        let packed = (p.rows == 1 && parts > 1 && self.attention_packs_output(hd, width))
             .then(|| self.packed_output(1, width))
             .flatten();
         // The decode kernel (built for this layer's head size and group unless
         // `GpuOptions::attention_parameters`), held by the cache; a cache of another shape (none
         // today: a cache is a layer's) looks its pipeline up instead.
-        let shape = (hd, p.n_heads / p.n_kv_heads);
         let in_slots = self.attention_slots_fit(k_cache, shape);
         let (kt, vt) = (k_cache.ty, v_cache.ty);
         let run = |slot: &KernelSlot, packing: bool, buffers: &[(&wgpu::Buffer, u64)]| {
@@ -317,7 +357,7 @@ impl WgpuBackend {
             return;
         }
         run(&k_cache.kernels.attention[vt as usize], false, &buffers);
-        if splits == 1 {
+        if parts == 1 {
             return;
         }
         if let Some((packed, packed_id)) = &packed {

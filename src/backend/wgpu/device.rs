@@ -230,6 +230,9 @@ pub struct Gpu {
     /// The decode attention is built for each layer's head size and group as constants (unless
     /// `GpuOptions::attention_parameters`).
     pub attention_constants: bool,
+    /// The decode attention's subgroups walk keys of their own, each writing a split
+    /// (`GpuOptions::attention_v2`).
+    pub attention_v2: bool,
     /// How the prefill GEMM multiplies on cooperative matrices, where it does
     /// (`GpuOptions::coop`).
     pub coop: Option<Coop>,
@@ -377,6 +380,12 @@ pub struct GpuOptions {
     /// let the compiler unroll its loops over heads and dimensions and keep its per-head sums in
     /// registers. For measuring on a GPU.
     pub attention_parameters: bool,
+    /// The decode attention v2 (`KILN_WGPU_ATTN_V2=1`; attention.wgsl `main_v2`): each subgroup
+    /// of a workgroup walks keys of its own with its heads' softmax in registers, no barrier and
+    /// no workgroup memory, its part combined as a split of its own; where the caches are f32 or
+    /// f16, the subgroups have one size of 4 to 32 and the kernel is built for the layer's shape.
+    /// For measuring on a GPU.
+    pub attention_v2: bool,
 }
 
 impl GpuOptions {
@@ -396,6 +405,7 @@ impl GpuOptions {
             separate_reduce: std::env::var_os("KILN_WGPU_ATTN_REDUCE").is_some_and(|v| v == "1"),
             attention_parameters: std::env::var_os("KILN_WGPU_ATTN_CONST")
                 .is_some_and(|v| v == "0"),
+            attention_v2: std::env::var_os("KILN_WGPU_ATTN_V2").is_some_and(|v| v == "1"),
             spin_us: env_parsed(
                 "KILN_WGPU_SPIN_US",
                 "a number of microseconds from 0 to 10000",
@@ -539,6 +549,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         merged_reduce: !options.separate_reduce,
         attention_keys: options.attention_keys,
         attention_constants: !options.attention_parameters,
+        attention_v2: options.attention_v2,
         coop,
         error,
     }))

@@ -433,6 +433,34 @@ pub fn with_attention_shape(mut kernel: Kernel, (head_dim, group): (usize, usize
     kernel
 }
 
+/// `kernel` (a decode attention built `with_attention_shape`) as v2 (attention.wgsl `main_v2`)
+/// for subgroups of `subgroup` lanes: `pairs` of each head's query values a lane, `heads` heads
+/// a workgroup at most.
+// Trusted as `attention_kernel`: a lane's pairs below head_dim / 2, heads below nh, keys below
+// key_end, and its parts at split s · NSG + subgroup < `p.splits`, the partials `attend` sizes for
+// them. It declares no workgroup memory beyond FUSED_REDUCE's and PACKED's (audited there).
+pub fn with_attention_v2(
+    kernel: Kernel,
+    subgroup: usize,
+    (pairs, heads): (usize, usize),
+) -> Kernel {
+    let mut k = kernel.flag("V2").entry("main_v2");
+    for (name, value) in [
+        ("SG", subgroup),
+        ("RP", pairs),
+        ("NQ", heads),
+        ("NQRP", heads * pairs),
+    ] {
+        k.defines.insert(name, value.to_string());
+    }
+    k.label = if k.label == "attention_packed" {
+        "attention_v2_packed"
+    } else {
+        "attention_v2"
+    };
+    k
+}
+
 /// `attention_kernel` for a split decode row whose workgroups also reduce the splits and write
 /// the output as packed Q8_K blocks, the workgroup that completes a block doing it, with no reduce
 /// dispatch after (attention.wgsl `FUSED_REDUCE`): two bindings more, the blocks and a count per

@@ -11,7 +11,7 @@ use super::pipelines::{
     embed_kernel, kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_coop_kernel,
     matmul_kernel, matvec_blocks_kernel, matvec_kernel, matvec_rope_kv_kernel, quantize_q8k_kernel,
     rms_norm_kernel, rope_kernel, rope_kv_kernel, round_acts_kernel, store_kernel,
-    with_attention_shape, with_gated_packing,
+    with_attention_shape, with_attention_v2, with_gated_packing,
 };
 use crate::backend::{CacheType, GateActivation};
 use crate::gguf::GgmlType;
@@ -173,6 +173,23 @@ fn cache_and_attention_kernels_validate() {
                     attention_packing_kernel(k, v, false),
                     shape,
                 ));
+            }
+            // v2, for f32 and f16 caches, subgroups of 8 (lavapipe) and 32 (NVIDIA).
+            if ![k, v].contains(&CacheType::Q8_0) {
+                for ((head_dim, group), subgroup) in
+                    [((64usize, 4usize), 8usize), ((96, 3), 32), ((128, 8), 32)]
+                {
+                    let registers = ((head_dim / 2).div_ceil(subgroup), group.min(8));
+                    for packing in [false, true] {
+                        let kernel = if packing {
+                            attention_packing_kernel(k, v, true)
+                        } else {
+                            attention_kernel(k, v, true)
+                        };
+                        let shaped = with_attention_shape(kernel, (head_dim, group));
+                        all.push(with_attention_v2(shaped, subgroup, registers));
+                    }
+                }
             }
             all.push(attention_reduce_kernel());
             all.push(attention_reduce_packed_kernel());
