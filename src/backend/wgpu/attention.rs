@@ -41,13 +41,14 @@ impl WgpuBackend {
 
     /// The decode attention over caches of types `k` and `v` (`packing`: the variant that also
     /// combines its splits and packs its output), built for `shape` (head size, group) where
-    /// `Gpu::attention_constants` says so.
+    /// `Gpu::attention_constants` says so; for one query row (`decode`) v2 where it applies.
     fn decode_attention_kernel(
         &self,
         k: CacheType,
         v: CacheType,
         packing: bool,
         shape: (usize, usize),
+        decode: bool,
     ) -> Kernel {
         let lanes = self.attention_lanes();
         let kernel = if packing {
@@ -59,7 +60,7 @@ impl WgpuBackend {
             return kernel;
         }
         let kernel = kernels::with_attention_shape(kernel, shape);
-        match self.attention_v2_registers(k, v, shape) {
+        match self.attention_v2_registers(k, v, shape).filter(|_| decode) {
             Some(registers) => {
                 let subgroup = self.gpu.info.subgroup_min_size as usize;
                 kernels::with_attention_v2(kernel, subgroup, registers)
@@ -90,14 +91,6 @@ impl WgpuBackend {
         let pairs = (head_dim / 2).div_ceil(subgroup.max(1));
         let heads = group.min(heads_per_group(head_dim));
         (applies && pairs * heads <= 32).then_some((pairs, heads))
-    }
-
-    /// The parts each decode-attention workgroup writes: one, or with v2 one a subgroup.
-    fn attention_parts(&self, k: CacheType, v: CacheType, shape: (usize, usize)) -> usize {
-        match self.attention_v2_registers(k, v, shape) {
-            Some(_) => 64 / self.gpu.info.subgroup_min_size as usize,
-            None => 1,
-        }
     }
 
     /// Whether `k`'s kernel slots hold the decode attention for `shape` (the first shape asked
@@ -133,11 +126,11 @@ impl WgpuBackend {
             return;
         }
         self.pipeline_in(&k.kernels.attention[v.ty as usize], || {
-            self.decode_attention_kernel(k.ty, v.ty, false, shape)
+            self.decode_attention_kernel(k.ty, v.ty, false, shape, true)
         });
         if self.attention_packs_output(shape.0, width) && self.attention_merges_reduce() {
             self.pipeline_in(&k.kernels.attention_packing[v.ty as usize], || {
-                self.decode_attention_kernel(k.ty, v.ty, true, shape)
+                self.decode_attention_kernel(k.ty, v.ty, true, shape, true)
             });
         }
     }
@@ -299,9 +292,18 @@ impl WgpuBackend {
         } else {
             (1, 1 << 30)
         };
-        // Each workgroup's part is one split, or with v2 one a subgroup.
+        // Each workgroup's part is one split, or with v2 (a decode row only: several rows' parts
+        // would take rows × heads × subgroups × head_dim values) one a subgroup.
         let shape = (hd, p.n_heads / p.n_kv_heads);
-        let parts = splits * self.attention_parts(k_cache.ty, v_cache.ty, shape);
+        let (kt, vt) = (k_cache.ty, v_cache.ty);
+        let v2_shape = self.attention_v2_registers(kt, vt, shape).is_some();
+        let v2 = v2_shape && p.rows == 1;
+        let parts = splits
+            * if v2 {
+                64 / self.gpu.info.subgroup_min_size as usize
+            } else {
+                1
+            };
         let part_len = if parts > 1 {
             p.rows * p.n_heads * parts * (hd + 2)
         } else {
@@ -331,11 +333,11 @@ impl WgpuBackend {
             .flatten();
         // The decode kernel (built for this layer's head size and group unless
         // `GpuOptions::attention_parameters`), held by the cache; a cache of another shape (none
-        // today: a cache is a layer's) looks its pipeline up instead.
-        let in_slots = self.attention_slots_fit(k_cache, shape);
-        let (kt, vt) = (k_cache.ty, v_cache.ty);
+        // today: a cache is a layer's), or several rows where the cache holds v2, look their
+        // pipeline up instead.
+        let in_slots = self.attention_slots_fit(k_cache, shape) && v2 == v2_shape;
         let run = |slot: &KernelSlot, packing: bool, buffers: &[(&wgpu::Buffer, u64)]| {
-            let make = || self.decode_attention_kernel(kt, vt, packing, shape);
+            let make = || self.decode_attention_kernel(kt, vt, packing, shape, v2);
             if in_slots {
                 self.run_in(slot, make, &params, buffers, grid);
             } else {
