@@ -312,6 +312,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 // quarter of the tile, 32 activation rows × 32 weight rows, as 2 × 2 fragments of 16 × 16 in f32,
 // two fragment steps of 16 values of k a step. The fragments are staged in workgroup memory and
 // written with the bounds and epilogue of `main`.
+// `COOP_WIDE`: 128 activation rows a tile (each dequantized weight serves twice the rows), a
+// quarter 64 × 32 as 4 × 2 fragments, staged and written in two halves of 32 rows a quarter.
 // `COOP_EMU`: the same kernel with the fragments' loads, multiply-adds and stores written out in
 // WGSL over the same workgroup memory (invocations 32q..32q+31 standing for subgroup q), so that
 // an adapter without cooperative matrices (lavapipe, in CI) runs every other line of it.
@@ -322,12 +324,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 const XS: u32 = 40u;
 const SS: u32 = 68u;
 const CWG: u32 = {{WG}}u;
-// Vec4s of each tile an invocation loads a step.
+#if COOP_WIDE
+const CBN: u32 = 128u;
+#else
+const CBN: u32 = 64u;
+#endif
+// Vec4s of the weight and of the activation tile an invocation loads a step.
 const LOADS: u32 = 512u / CWG;
+const XLOADS: u32 = CBN * 8u / CWG;
 
-var<workgroup> xs: array<f16, 2560>;    // [BN][XS]: activations
+var<workgroup> xs: array<f16, CBN * XS>; // [CBN][XS]: activations
 var<workgroup> ws: array<f16, 2560>;    // [BM][XS]: weights
-var<workgroup> stage: array<f32, 4352>; // [BN][SS]: outputs
+var<workgroup> stage: array<f32, 4352>; // [64][SS]: outputs (of half the rows, COOP_WIDE)
 
 // f16 as the tiles hold it, clamped to its range.
 fn half4(v: vec4<f32>) -> vec4<f16> {
@@ -385,6 +393,29 @@ fn store1(tl: Tile, n: u32, r: u32, v: f32) {
 #endif
 }
 
+// Writes the staged outputs of half `h` of the tile's activation rows (COOP_WIDE; else all of
+// them, h = 0): stage row s holds the tile's activation row (s / 32) · CBN / 2 + 32h + s % 32.
+// Consecutive invocations write consecutive outputs of an activation row.
+fn write_stage(tl: Tile, n0: u32, lid: u32, h: u32) {
+#if GLU_SILU || GLU_GELU
+    // Gate rows in the tile's weight rows 0..31, the up rows of the same outputs in 32..63.
+    let gl = Tile(0u, tl.first);
+    for (var e = lid; e < 64u * 32u; e += CWG) {
+        let s = e / 32u;
+        let m = e % 32u;
+        let n = n0 + (s / 32u) * (CBN / 2u) + 32u * h + s % 32u;
+        store1(gl, n, m, act(stage[s * SS + m]) * stage[s * SS + 32u + m]);
+    }
+#else
+    for (var e = lid; e < 64u * BM; e += CWG) {
+        let s = e / BM;
+        let m = e % BM;
+        let n = n0 + (s / 32u) * (CBN / 2u) + 32u * h + s % 32u;
+        store1(tl, n, m, stage[s * SS + m]);
+    }
+#endif
+}
+
 @compute @workgroup_size({{WG}})
 fn main_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32
 #if COOP
@@ -392,14 +423,15 @@ fn main_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
 #endif
              ) {
     let tl = tile(wid.x);
-    let n0 = wid.y * BN;
+    let n0 = wid.y * CBN;
 #if COOP
     let quarter = sg;
 #else
     let quarter = lid / 32u;
     let lane = lid % 32u;
 #endif
-    // This subgroup's quarter: activation rows 32qn.., weight rows 32qm.. of the tile.
+    // This subgroup's quarter: activation rows qn · CBN / 2.., weight rows 32qm.. of the tile;
+    // fragment cij holds its activation rows 16i.. and weight rows 16j...
     let qn = quarter / 2u;
     let qm = quarter % 2u;
 #if COOP
@@ -407,19 +439,34 @@ fn main_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     var c01 = coop_mat16x16<f32, C>();
     var c10 = coop_mat16x16<f32, C>();
     var c11 = coop_mat16x16<f32, C>();
+#if COOP_WIDE
+    var c20 = coop_mat16x16<f32, C>();
+    var c21 = coop_mat16x16<f32, C>();
+    var c30 = coop_mat16x16<f32, C>();
+    var c31 = coop_mat16x16<f32, C>();
+#endif
 #else
     var c00 = Frag();
     var c01 = Frag();
     var c10 = Frag();
     var c11 = Frag();
+#if COOP_WIDE
+    var c20 = Frag();
+    var c21 = Frag();
+    var c30 = Frag();
+    var c31 = Frag();
+#endif
 #endif
     // This step's loads, held in registers until stored: vec4 e = lid + CWG j of each tile is
     // row e / 8, values 4(e % 8).. of the step (eight invocations read a row's 32 values).
     var w = array<vec4<f32>, LOADS>();
-    var v = array<vec4<f32>, LOADS>();
+    var v = array<vec4<f32>, XLOADS>();
     for (var j = 0u; j < LOADS; j++) {
         let e = lid + CWG * j;
         w[j] = weight4(tl, e / 8u, 4u * (e % 8u));
+    }
+    for (var j = 0u; j < XLOADS; j++) {
+        let e = lid + CWG * j;
         v[j] = act4(n0 + e / 8u, 4u * (e % 8u));
     }
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
@@ -427,9 +474,15 @@ fn main_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             let e = lid + CWG * j;
             let at = (e / 8u) * XS + 4u * (e % 8u);
             let hw = half4(w[j]);
-            let hx = half4(v[j]);
             for (var i = 0u; i < 4u; i++) {
                 ws[at + i] = hw[i];
+            }
+        }
+        for (var j = 0u; j < XLOADS; j++) {
+            let e = lid + CWG * j;
+            let at = (e / 8u) * XS + 4u * (e % 8u);
+            let hx = half4(v[j]);
+            for (var i = 0u; i < 4u; i++) {
                 xs[at + i] = hx[i];
             }
         }
@@ -439,32 +492,50 @@ fn main_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
             for (var j = 0u; j < LOADS; j++) {
                 let e = lid + CWG * j;
                 w[j] = weight4(tl, e / 8u, k0 + BK + 4u * (e % 8u));
+            }
+            for (var j = 0u; j < XLOADS; j++) {
+                let e = lid + CWG * j;
                 v[j] = act4(n0 + e / 8u, k0 + BK + 4u * (e % 8u));
             }
         }
         for (var kk = 0u; kk < BK; kk += 16u) {
-            let a0 = qn * 32u * XS + kk;
+            let a0 = qn * (CBN / 2u) * XS + kk;
             let a1 = a0 + 16u * XS;
             let b0 = qm * 32u * XS + kk;
             let b1 = b0 + 16u * XS;
 #if COOP
-            let fa0 = coopLoadT<coop_mat16x16<f16, A>>(&xs[a0], XS);
-            let fa1 = coopLoadT<coop_mat16x16<f16, A>>(&xs[a1], XS);
             let fb0 = coopLoad<coop_mat16x16<f16, B>>(&ws[b0], XS);
             let fb1 = coopLoad<coop_mat16x16<f16, B>>(&ws[b1], XS);
+            let fa0 = coopLoadT<coop_mat16x16<f16, A>>(&xs[a0], XS);
+            let fa1 = coopLoadT<coop_mat16x16<f16, A>>(&xs[a1], XS);
             c00 = coopMultiplyAdd(fa0, fb0, c00);
             c01 = coopMultiplyAdd(fa0, fb1, c01);
             c10 = coopMultiplyAdd(fa1, fb0, c10);
             c11 = coopMultiplyAdd(fa1, fb1, c11);
+#if COOP_WIDE
+            let fa2 = coopLoadT<coop_mat16x16<f16, A>>(&xs[a0 + 32u * XS], XS);
+            let fa3 = coopLoadT<coop_mat16x16<f16, A>>(&xs[a0 + 48u * XS], XS);
+            c20 = coopMultiplyAdd(fa2, fb0, c20);
+            c21 = coopMultiplyAdd(fa2, fb1, c21);
+            c30 = coopMultiplyAdd(fa3, fb0, c30);
+            c31 = coopMultiplyAdd(fa3, fb1, c31);
+#endif
 #else
             c00 = mma(a0, b0, c00, lane);
             c01 = mma(a0, b1, c01, lane);
             c10 = mma(a1, b0, c10, lane);
             c11 = mma(a1, b1, c11, lane);
+#if COOP_WIDE
+            c20 = mma(a0 + 32u * XS, b0, c20, lane);
+            c21 = mma(a0 + 32u * XS, b1, c21, lane);
+            c30 = mma(a0 + 48u * XS, b0, c30, lane);
+            c31 = mma(a0 + 48u * XS, b1, c31, lane);
+#endif
 #endif
         }
         workgroupBarrier();
     }
+    // The stage holds 32 activation rows of each quarter at a time: rows 32qn.. of it.
     let s00 = qn * 32u * SS + qm * 32u;
     let s01 = s00 + 16u;
     let s10 = s00 + 16u * SS;
@@ -481,21 +552,23 @@ fn main_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     frag_store(c11, s11, lane);
 #endif
     workgroupBarrier();
-    // Consecutive invocations write consecutive outputs of an activation row.
-#if GLU_SILU || GLU_GELU
-    // Gate rows in the tile's weight rows 0..31, the up rows of the same outputs in 32..63.
-    let gl = Tile(0u, tl.first);
-    for (var e = lid; e < BN * 32u; e += CWG) {
-        let n = e / 32u;
-        let m = e % 32u;
-        store1(gl, n0 + n, m, act(stage[n * SS + m]) * stage[n * SS + 32u + m]);
-    }
+    write_stage(tl, n0, lid, 0u);
+#if COOP_WIDE
+    // Every invocation has read the first half before the second overwrites it.
+    workgroupBarrier();
+#if COOP
+    coopStoreT(c20, &stage[s00], SS);
+    coopStoreT(c21, &stage[s01], SS);
+    coopStoreT(c30, &stage[s10], SS);
+    coopStoreT(c31, &stage[s11], SS);
 #else
-    for (var e = lid; e < BN * BM; e += CWG) {
-        let n = e / BM;
-        let m = e % BM;
-        store1(tl, n0 + n, m, stage[n * SS + m]);
-    }
+    frag_store(c20, s00, lane);
+    frag_store(c21, s01, lane);
+    frag_store(c30, s10, lane);
+    frag_store(c31, s11, lane);
+#endif
+    workgroupBarrier();
+    write_stage(tl, n0, lid, 1u);
 #endif
 }
 #endif

@@ -247,65 +247,88 @@ const COOP_NMSE: f64 = 1e-6;
 /// The prefill GEMM on cooperative matrices (`KILN_WGPU_COOP`), in its emulated build, which
 /// runs every line of it but the fragment operations on any adapter with f16 shaders (lavapipe
 /// in CI; on the hardware's fragments with `KILN_WGPU_COOP=1`, as `scripts/gpu-device/run.sh`
-/// runs it), against the CPU: every weight type it takes, rows that fill no tile (67 weight rows;
-/// 9, 37 and 70 activation rows), rows of 2304 values, rows whose width is no multiple of 4,
-/// two and three weights in one dispatch, and the gated pair; and it is the kernel that ran.
+/// runs it), against the CPU, with tiles of 64 and of 128 activation rows: every weight type it
+/// takes, rows that fill no tile (67 weight rows; 9, 37 and 70 activation rows, or 9, 70 and 130
+/// for the tiles of 128, whose rows come out in two halves), rows of 2304 values, rows whose
+/// width is no multiple of 4, two and three weights in one dispatch, and the gated pair; and it
+/// is the kernel that ran.
 #[test]
 fn cooperative_matmul_matches_the_cpu() {
     let hardware = std::env::var_os("KILN_WGPU_COOP").is_some_and(|v| v == "1");
-    let Some(g) = gpu_with(GpuOptions {
-        coop: if hardware {
-            CoopChoice::On
-        } else {
-            CoopChoice::Emulate
-        },
-        ..GpuOptions::default()
-    }) else {
-        return;
-    };
+    for tile_rows in [64, 128] {
+        let Some(g) = gpu_with(GpuOptions {
+            coop: if hardware {
+                CoopChoice::On
+            } else {
+                CoopChoice::Emulate
+            },
+            coop_rows: Some(tile_rows),
+            ..GpuOptions::default()
+        }) else {
+            return;
+        };
+        cooperative_matmul_case(&g, tile_rows);
+    }
+}
+
+fn cooperative_matmul_case(g: &WgpuBackend, tile_rows: u32) {
     let c = cpu();
     let mut rng = Rng(23);
     g.set_profiling(true);
-    use GgmlType::{Q4_K, Q6_K, Q8_0};
-    let coop_types = TYPES
-        .into_iter()
-        .filter(|t| !matches!(t, GgmlType::F32 | GgmlType::BF16));
-    let long_rows = [(2304, Q4_K, 9), (2304, Q6_K, 9)];
+    use GgmlType::{Q4_0, Q4_K, Q6_K, Q8_0};
+    // Every type with tiles of 64 rows; the decoders are the same with 128, which change only
+    // how activation rows are tiled, so three types there (an emulated run is slow).
+    let coop_types: Vec<GgmlType> = match tile_rows {
+        128 => vec![Q4_0, Q4_K, Q8_0],
+        _ => TYPES
+            .into_iter()
+            .filter(|t| !matches!(t, GgmlType::F32 | GgmlType::BF16))
+            .collect(),
+    };
+    let ns = if tile_rows == 128 {
+        [9, 70, 130]
+    } else {
+        [9, 37, 70]
+    };
+    let long_rows = [(2304, Q4_K, 9), (2304, Q6_K, ns[2])];
     for (k, t, n) in coop_types
-        .flat_map(|t| [9, 37, 70].map(|n| (256, t, n)))
+        .iter()
+        .flat_map(|&t| ns.map(|n| (256, t, n)))
         .chain(long_rows)
     {
-        {
-            let w = random_weight(t, 67, k, &mut rng);
-            let x = rng.vec(n * k, 1.0);
-            let what = format!("cooperative matmul {t} {n}×{k} · (67×{k})ᵀ");
-            check(
-                &what,
-                &matmul(&c, &w, &x, n),
-                &matmul(&g, &w, &x, n),
-                COOP_NMSE,
-            );
-        }
+        let w = random_weight(t, 67, k, &mut rng);
+        let x = rng.vec(n * k, 1.0);
+        let what = format!("cooperative matmul ({tile_rows}) {t} {n}×{k} · (67×{k})ᵀ");
+        check(
+            &what,
+            &matmul(&c, &w, &x, n),
+            &matmul(g, &w, &x, n),
+            COOP_NMSE,
+        );
     }
     let w = random_weight(GgmlType::F16, 67, 250, &mut rng);
     let x = rng.vec(37 * 250, 1.0);
-    let (want, got) = (matmul(&c, &w, &x, 37), matmul(&g, &w, &x, 37));
-    check("cooperative matmul F16 37×250", &want, &got, COOP_NMSE);
+    let (want, got) = (matmul(&c, &w, &x, 37), matmul(g, &w, &x, 37));
+    check(
+        &format!("cooperative matmul ({tile_rows}) F16 37×250"),
+        &want,
+        &got,
+        COOP_NMSE,
+    );
     for types in [[Q8_0; 3], [Q4_K, Q4_K, Q6_K]] {
         let ws = [
             random_weight(types[0], 40, 256, &mut rng),
             random_weight(types[1], 24, 256, &mut rng),
             random_weight(types[2], 24, 256, &mut rng),
         ];
-        let x = rng.vec(20 * 256, 1.0);
-        let (want, got) = (matmul_many(&c, &ws, &x, 20), matmul_many(&g, &ws, &x, 20));
+        let x = rng.vec(ns[2] * 256, 1.0);
+        let (want, got) = (
+            matmul_many(&c, &ws, &x, ns[2]),
+            matmul_many(g, &ws, &x, ns[2]),
+        );
         for (i, (w, o)) in want.iter().zip(&got).enumerate() {
-            check(
-                &format!("cooperative {types:?} output {i}"),
-                w,
-                o,
-                COOP_NMSE,
-            );
+            let what = format!("cooperative ({tile_rows}) {types:?} output {i}");
+            check(&what, w, o, COOP_NMSE);
         }
     }
     let (gate, up) = (
@@ -313,22 +336,25 @@ fn cooperative_matmul_matches_the_cpu() {
         random_weight(Q4_K, 72, 512, &mut rng),
     );
     for act in [GateActivation::Silu, GateActivation::GeluTanh] {
-        for n in [9, 70] {
+        for n in [9, ns[2]] {
             let x = rng.vec(n * 512, 1.0);
             check(
-                &format!("cooperative gated {act:?} n={n}"),
+                &format!("cooperative ({tile_rows}) gated {act:?} n={n}"),
                 &matmul_gated(&c, (&gate, &up), &x, n, act),
-                &matmul_gated(&g, (&gate, &up), &x, n, act),
+                &matmul_gated(g, (&gate, &up), &x, n, act),
                 COOP_NMSE,
             );
         }
     }
     let p = g.profile().unwrap();
     let calls = |name: &str| dispatches(&p, name);
-    // 24 types × 3 and 2 long rows, F16, one dispatch for the Q8_0 triple and two for the Q4_K_M
-    // one, 4 gated.
-    assert_eq!(calls("matmul_coop"), 24 * 3 + 2 + 1 + 3 + 4, "{:?}", p.ops);
+    // The types × 3 and 2 long rows, F16, one dispatch for the Q8_0 triple and two for the
+    // Q4_K_M one, 4 gated.
+    let want = coop_types.len() * 3 + 2 + 1 + 3 + 4;
+    assert_eq!(calls("matmul_coop") as usize, want, "{:?}", p.ops);
     assert_eq!(calls("matmul"), 0, "{:?}", p.ops);
+    let wide = g.describe().contains("in tiles of 128 rows");
+    assert_eq!(wide, tile_rows == 128, "{}", g.describe());
 }
 
 /// The dispatches of kernel `name` a profile counted.

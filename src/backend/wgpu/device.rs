@@ -236,6 +236,8 @@ pub struct Gpu {
     /// How the prefill GEMM multiplies on cooperative matrices, where it does
     /// (`GpuOptions::coop`).
     pub coop: Option<Coop>,
+    /// Activation rows of a cooperative GEMM tile, 64 or 128 (`GpuOptions::coop_rows`).
+    pub coop_rows: u32,
     /// The first failure wgpu reported asynchronously, until the session takes it.
     pub error: Arc<Mutex<Option<String>>>,
 }
@@ -314,9 +316,12 @@ pub enum Coop {
     Emulated,
 }
 
-/// Bytes of workgroup memory the cooperative GEMM takes: two 64 × 40 f16 tiles and 64 × 68 f32
-/// staged outputs.
-const COOP_WORKGROUP_BYTES: u32 = 2 * 64 * 40 * 2 + 64 * 68 * 4;
+/// Bytes of workgroup memory the cooperative GEMM takes with tiles of `rows` activation rows:
+/// f16 tiles of 64 weight rows and of the activation rows, 40 values each, and 64 × 68 f32
+/// staged outputs (32 KiB with 128 rows, wgpu's default limit).
+fn coop_workgroup_bytes(rows: u32) -> u32 {
+    (64 + rows) * 40 * 2 + 64 * 68 * 4
+}
 
 /// Settings of a device beyond the adapter's own; the environment's by default.
 #[derive(Debug, Clone, Copy, Default)]
@@ -375,6 +380,10 @@ pub struct GpuOptions {
     pub spin_us: u64,
     /// Whether the prefill GEMM runs on cooperative matrices (`KILN_WGPU_COOP=0|1|emulate`).
     pub coop: CoopChoice,
+    /// Activation rows of a cooperative GEMM tile (`KILN_WGPU_COOP_ROWS=64|128`; 64 unless set):
+    /// 128 dequantizes each weight once for twice the rows, in half as many workgroups. For
+    /// measuring on a GPU.
+    pub coop_rows: Option<u32>,
     /// The decode attention reads its head size and GQA group from its parameters
     /// (`KILN_WGPU_ATTN_CONST=0`) instead of being built for each layer's as constants, which
     /// let the compiler unroll its loops over heads and dimensions and keep its per-head sums in
@@ -419,6 +428,11 @@ impl GpuOptions {
                 _ => None,
             })?
             .unwrap_or_default(),
+            coop_rows: env_parsed("KILN_WGPU_COOP_ROWS", "64 or 128", |v| match v {
+                "64" => Some(64),
+                "128" => Some(128),
+                _ => None,
+            })?,
             attention_keys: env_parsed(
                 "KILN_WGPU_ATTN_KEYS",
                 "a number of keys from 8 to 4096",
@@ -472,6 +486,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         | wgpu::Features::TIMESTAMP_QUERY
         | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
     let coop = coop_of(adapter, &info, &limits, options);
+    let coop_rows = options.coop_rows.unwrap_or(64);
     match coop {
         Some(Coop::Hardware { .. }) => {
             wanted |= wgpu::Features::SHADER_F16 | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
@@ -551,6 +566,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         attention_constants: !options.attention_parameters,
         attention_v2: options.attention_v2,
         coop,
+        coop_rows,
         error,
     }))
 }
@@ -567,9 +583,10 @@ fn coop_of(
 ) -> Option<Coop> {
     use wgpu::CooperativeScalarType::{F16, F32};
     let features = adapter.features();
+    let rows = options.coop_rows.unwrap_or(64);
     let fits = |invocations: u32| {
         features.contains(wgpu::Features::SHADER_F16)
-            && limits.max_compute_workgroup_storage_size >= COOP_WORKGROUP_BYTES
+            && limits.max_compute_workgroup_storage_size >= coop_workgroup_bytes(rows)
             && limits.max_compute_invocations_per_workgroup >= invocations
             && limits.max_compute_workgroup_size_x >= invocations
     };

@@ -333,19 +333,23 @@ pub fn coop_reads(t: GgmlType) -> bool {
 }
 
 /// The tiled prefill kernel on cooperative matrices (matmul.wgsl's `main_coop`), otherwise as
-/// `matmul_kernel`: four subgroups a workgroup, or 128 invocations emulating them.
+/// `matmul_kernel`: four subgroups a workgroup, or 128 invocations emulating them; tiles of
+/// `rows` activation rows, 64 or 128 (`COOP_WIDE`).
 pub fn matmul_coop_kernel(
     t: GgmlType,
     n_weights: usize,
     gated: Option<GateActivation>,
     x4: bool,
     coop: Coop,
+    rows: u32,
 ) -> Kernel {
-    // Every workgroup-memory value main_coop reads it wrote first: the tiles' rows 0..63,
-    // values 0..31 each step and the staged outputs' 64 × 64.
+    // Every workgroup-memory value main_coop reads it wrote first: the tiles' rows (64 weight
+    // rows, `rows` activation rows), values 0..31 each step and the staged outputs' 64 × 64
+    // (each half, with a barrier between a half's reads and the next's stores).
     let k = over_weights("matmul_coop", "matmul", t, n_weights)
         .entry("main_coop")
         .fills_workgroup_memory();
+    let k = if rows == 128 { k.flag("COOP_WIDE") } else { k };
     let k = match coop {
         Coop::Hardware { subgroup } => k.flag("COOP").workgroup(4 * subgroup),
         Coop::Emulated => k.flag("COOP_EMU").workgroup(128),

@@ -586,7 +586,8 @@ impl WgpuBackend {
     ) -> Kernel {
         let x4 = m.cols.is_multiple_of(4);
         if let Some(coop) = self.gpu.coop.filter(|_| kernels::coop_reads(m.dtype)) {
-            return kernels::matmul_coop_kernel(m.dtype, n_weights, gated, x4, coop);
+            let rows = self.gpu.coop_rows;
+            return kernels::matmul_coop_kernel(m.dtype, n_weights, gated, x4, coop, rows);
         }
         kernels::matmul_kernel(m.dtype, n_weights, gated, x4, self.matmul_sg8())
     }
@@ -604,13 +605,23 @@ impl WgpuBackend {
         gated: Option<GateActivation>,
     ) -> (Vec<u32>, [u32; 3]) {
         let tiles = rows.map(|r| r.div_ceil(64));
+        // Activation rows a tile: the cooperative GEMM's, else 64 (128 in `main_sg8`).
+        let tile_rows = match self.gpu.coop.filter(|_| kernels::coop_reads(m.dtype)) {
+            Some(_) => self.gpu.coop_rows as usize,
+            None if self.matmul_sg8() => 128,
+            None => 64,
+        };
         let groups = if self.matmul_sg8() {
-            [tiles[0] as u32, n.div_ceil(128) as u32, 1]
+            [tiles[0] as u32, n.div_ceil(tile_rows) as u32, 1]
         } else if gated.is_some() {
             // A tile of 32 gate rows and the 32 up rows of the same outputs.
-            [rows[0].div_ceil(32) as u32, n.div_ceil(64) as u32, 1]
+            [rows[0].div_ceil(32) as u32, n.div_ceil(tile_rows) as u32, 1]
         } else {
-            [tiles.iter().sum::<usize>() as u32, n.div_ceil(64) as u32, 1]
+            [
+                tiles.iter().sum::<usize>() as u32,
+                n.div_ceil(tile_rows) as u32,
+                1,
+            ]
         };
         let mut params = vec![
             m.cols as u32,

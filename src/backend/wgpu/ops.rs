@@ -245,9 +245,17 @@ impl CoreOps for WgpuBackend {
         if self.gpu.int_dot {
             extras.push("integer-dot mat-vecs".into());
         }
+        let tiles = match self.gpu.coop_rows {
+            64 => String::new(),
+            rows => format!(" in tiles of {rows} rows"),
+        };
         match self.gpu.coop {
-            Some(Coop::Hardware { .. }) => extras.push("cooperative-matrix prefill".into()),
-            Some(Coop::Emulated) => extras.push("cooperative-matrix prefill, emulated".into()),
+            Some(Coop::Hardware { .. }) => {
+                extras.push(format!("cooperative-matrix prefill{tiles}"))
+            }
+            Some(Coop::Emulated) => {
+                extras.push(format!("cooperative-matrix prefill{tiles}, emulated"))
+            }
             None => {}
         }
         let extras = if extras.is_empty() {

@@ -106,19 +106,21 @@ fn weight_kernels_validate_for_every_type() {
 }
 
 /// The cooperative-matrix GEMM, on the hardware's fragments and emulated, for every weight type
-/// it takes, one to three weights and the gated pair, validates; the hardware variant also
+/// it takes, one to three weights and the gated pair, tiles of 64 and 128 activation rows,
+/// validates; the hardware variant also
 /// compiles to SPIR-V, as wgpu's Vulkan backend compiles it (no adapter in CI has cooperative
 /// matrices: this and the emulated build's runs are its checks there).
 #[test]
 fn cooperative_matmul_validates_and_compiles_to_spirv() {
     use wgpu::naga;
     for t in MATRIX_TYPES.into_iter().filter(|&t| coop_reads(t)) {
-        for (n, gated) in [(1, None), (3, None), (2, Some(GateActivation::GeluTanh))] {
+        let shapes = [(1, None), (3, None), (2, Some(GateActivation::GeluTanh))];
+        for ((n, gated), rows) in shapes.into_iter().flat_map(|s| [(s, 64), (s, 128)]) {
             for coop in [Coop::Hardware { subgroup: 32 }, Coop::Emulated] {
-                let k = matmul_coop_kernel(t, n, gated, n != 3, coop);
-                validate(&k, true, &format!("{t} cooperative "));
+                let k = matmul_coop_kernel(t, n, gated, n != 3, coop, rows);
+                validate(&k, true, &format!("{t} cooperative {rows} rows "));
             }
-            let k = matmul_coop_kernel(t, n, gated, true, Coop::Hardware { subgroup: 64 });
+            let k = matmul_coop_kernel(t, n, gated, true, Coop::Hardware { subgroup: 64 }, rows);
             let src = assemble(k.file, &defines(&k, true)).unwrap();
             let module = naga::front::wgsl::parse_str(&src).unwrap();
             let info = naga::valid::Validator::new(
@@ -148,7 +150,12 @@ fn cooperative_matmul_validates_and_compiles_to_spirv() {
                 }
                 at += len.max(1);
             }
-            assert_eq!(ops, [4, 4, 4], "{t}: fragment loads, stores, multiply-adds");
+            // 128 rows: two more activation fragments a step, four more outputs.
+            let want = if rows == 128 { [6, 8, 8] } else { [4, 4, 4] };
+            assert_eq!(
+                ops, want,
+                "{t} {rows} rows: fragment loads, stores, multiply-adds"
+            );
         }
     }
 }
