@@ -7,7 +7,8 @@
 # too where prepare.sh built one, and kiln with each switch of #46 (the fusions off, Q4_K and Q6_K Q/K/V as two
 # dispatches, the attention's reduce as a dispatch of its own, the float mat-vecs, the prefill GEMM on cooperative
 # matrices (tiles of 64 activation rows, and of 128), first checked against the CPU, the decode attention reading its shape from parameters, the decode
-# attention v2 with its subgroups walking keys of their own) against its default; kiln's decode against
+# attention v2 with its subgroups walking keys of their own, and so with splits of 4 keys: twice the
+# subgroups over a decode row's keys, what 128-invocation workgroups would give) against its default; kiln's decode against
 # the copy bandwidth it measures on the 8B shape, then ROUNDS8 rounds (default 5) there, and each kind of mat-vec
 # over the 8B shape's layers (`kiln bench --kernels`) with the default, float and 128,2,4 shapes; the timed dispatches
 # of a few tokens into $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The
@@ -30,7 +31,7 @@ for op in matvec matvec_rope_kv matvec_gated_packed attention attention_packed a
 echo "attention_v2_packed (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1 KILN_WGPU_REPEAT=attention_v2_packed)"
 echo "none (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1)"
 echo "== llama warm-up: $(lb)"
-VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-float=KILN_WGPU_INT_DOT=0 kiln-coop=KILN_WGPU_COOP=1 kiln-coop128=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ROWS=128 kiln-attnparam=KILN_WGPU_ATTN_CONST=0 kiln-attnv2=KILN_WGPU_ATTN_V2=1"
+VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-float=KILN_WGPU_INT_DOT=0 kiln-coop=KILN_WGPU_COOP=1 kiln-coop128=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ROWS=128 kiln-attnparam=KILN_WGPU_ATTN_CONST=0 kiln-attnv2=KILN_WGPU_ATTN_V2=1 kiln-attnv2k4=KILN_WGPU_ATTN_V2=1+KILN_WGPU_ATTN_KEYS=4"
 [ -x $W/kiln-base ] && VARIANTS="kiln-base $VARIANTS"
 echo "== host only, float mat-vecs: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_INT_DOT=0)"
 echo "== host only, unfused: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_FUSE=0)"

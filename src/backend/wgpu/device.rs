@@ -356,7 +356,7 @@ pub struct GpuOptions {
     /// run measures several.
     pub matvec_shape: Option<MatvecShape>,
     /// Keys per workgroup of the decode attention, whose key range is split across workgroups
-    /// (`KILN_WGPU_ATTN_KEYS=N`, 8-4096), instead of the default (8 on a GPU, 128 on a software
+    /// (`KILN_WGPU_ATTN_KEYS=N`, 1-4096), instead of the default (8 on a GPU, 128 on a software
     /// adapter), so that one GPU run measures several.
     pub attention_keys: Option<usize>,
     /// Decode records the dispatches that the fused kernels save (`KILN_WGPU_FUSE=0`): RoPE and
@@ -435,8 +435,8 @@ impl GpuOptions {
             })?,
             attention_keys: env_parsed(
                 "KILN_WGPU_ATTN_KEYS",
-                "a number of keys from 8 to 4096",
-                |v| v.parse::<usize>().ok().filter(|n| (8..=4096).contains(n)),
+                "a number of keys from 1 to 4096",
+                |v| v.parse::<usize>().ok().filter(|n| (1..=4096).contains(n)),
             )?,
             matvec_shape: env_parsed(
                 "KILN_WGPU_MATVEC",
