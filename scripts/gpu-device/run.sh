@@ -3,17 +3,20 @@
 # Llama shape, then the 8B shape, both written here and quantized to QUANT (default Q4_K_M). In order: the
 # adapter's features; the GPU op tests (while the models are written); the host's own time per token (wgpu's
 # no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the
-# time a token gains); ROUNDS rounds (default 8) on the 1B shape alternating which tool runs first, kiln-base
-# too where prepare.sh built one, and kiln with each switch of #46 (the fusions off, Q4_K and Q6_K Q/K/V as two
-# dispatches, the attention's reduce as a dispatch of its own, the float mat-vecs, the prefill GEMM on cooperative
-# matrices (tiles of 64 activation rows, and of 128), first checked against the CPU, the decode attention reading its shape from parameters, the decode
-# attention v2 with its subgroups walking keys of their own, and so with splits of 4 keys: twice the
-# subgroups over a decode row's keys, what 128-invocation workgroups would give) against its default; kiln's decode against
-# the copy bandwidth it measures on the 8B shape, then ROUNDS8 rounds (default 5) there, and each kind of mat-vec
-# over the 8B shape's layers (`kiln bench --kernels`) with the default, float and 128,2,4 shapes; the timed dispatches
-# of a few tokens into $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The
-# ratios are the medians of the rounds' ratios. On an H200 the whole run takes about six minutes after the
-# machine starts.
+# time a token gains); `kiln check` against the CPU with the prefill GEMM on cooperative matrices (tiles of 64
+# and 128 activation rows) and without; ROUNDS rounds (default 8) on the 1B shape alternating which tool runs
+# first: kiln-base too where prepare.sh built one, and kiln with each switch of #46 against its default (the
+# fusions off, Q4_K and Q6_K Q/K/V as two dispatches, the attention's reduce as a dispatch of its own, the float
+# mat-vecs, the cooperative GEMM in tiles of 64 and of 128 rows, the decode attention reading its shape from
+# parameters, the decode attention v2 with its subgroups walking keys of their own, v2 over splits of 4 keys:
+# twice the subgroups over a decode row's keys, what 128-invocation workgroups would give), and the switches
+# that are off by default together (kiln-coopv2); kiln's decode against the copy bandwidth it measures on the
+# 8B shape, then ROUNDS8 rounds (default 5) there of VARIANTS8 (default: the default and the switches that are
+# off by default); each kind of mat-vec over the 8B shape's layers (`kiln bench --kernels`) with the default,
+# float and 128,2,4 shapes; the timed dispatches of a few tokens into $OUT/dispatches.txt and the per-kernel
+# profile, with and without the switches. The ratios are the medians of the rounds' ratios. On an H200 the run
+# took about six minutes after the machine started with nine variants; with the eleven here (twelve with kiln-base), expect about eight
+# (ROUNDS=6 or a shorter VARIANTS8 where device time is short).
 set -u
 cd "$(dirname "$0")/../.."
 source scripts/gpu-device/setup.sh
@@ -32,7 +35,17 @@ echo "attention_v2_packed (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1 KILN_W
 echo "none (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1)"
 echo "== llama warm-up: $(lb)"
 VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-float=KILN_WGPU_INT_DOT=0 kiln-coop=KILN_WGPU_COOP=1 kiln-coop128=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ROWS=128 kiln-attnparam=KILN_WGPU_ATTN_CONST=0 kiln-attnv2=KILN_WGPU_ATTN_V2=1 kiln-attnv2k4=KILN_WGPU_ATTN_V2=1+KILN_WGPU_ATTN_KEYS=4"
+# The switches that are off by default, together.
+TOGETHER="kiln-coopv2=KILN_WGPU_COOP=1+KILN_WGPU_ATTN_V2=1"
+VARIANTS="$VARIANTS $TOGETHER"
 [ -x $W/kiln-base ] && VARIANTS="kiln-base $VARIANTS"
+# On the 8B shape (longer runs) the variants VARIANTS8 names: by default kiln-base, the default and the switches
+# that are off by default.
+VARIANTS8=$(for v in $VARIANTS; do
+    case " ${VARIANTS8:-kiln-base kiln kiln-coop kiln-coop128 kiln-attnv2 kiln-attnv2k4 kiln-coopv2} " in
+        *" ${v%%=*} "*) echo "$v" ;;
+    esac
+done)
 echo "== host only, float mat-vecs: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_INT_DOT=0)"
 echo "== host only, unfused: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_FUSE=0)"
 P="The history of the city begins in the third century, when a small settlement of fishermen grew along the river and"
@@ -51,6 +64,7 @@ for s in X=1 KILN_WGPU_FUSE=0 KILN_WGPU_INT_DOT=0; do
 done
 echo "== 8B llama warm-up: $(lb)"
 echo "== 8B rounds ($(date +%T))"
+VARIANTS=$VARIANTS8
 rounds "${ROUNDS8:-5}"
 echo "== 8B mat-vecs by kind over every layer (bench --kernels), default, float, 128,2,4 ($(date +%T))"
 for s in X=1 KILN_WGPU_INT_DOT=0 KILN_WGPU_MATVEC=128,2,4; do
