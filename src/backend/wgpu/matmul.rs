@@ -7,6 +7,7 @@
 //! A weight split into parts runs a dispatch per part.
 
 use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
+use super::device::Coop;
 use super::pipelines::{self as kernels, ActRounding, BlocksShape, Kernel, MatvecLayout};
 use super::stream::{Bindings, ParamWords, bindings, grid};
 use super::{Packed, WgpuBackend};
@@ -575,6 +576,12 @@ impl WgpuBackend {
         (params, groups)
     }
 
+    /// How the tiled kernel over weights of type `t` multiplies on cooperative matrices, where
+    /// it does: `matmul_kernel_of` and `matmul_call`'s grid ask the same question.
+    fn coop_for(&self, t: crate::gguf::GgmlType) -> Option<Coop> {
+        self.gpu.coop.filter(|_| kernels::coop_reads(t))
+    }
+
     /// The tiled kernel over `m` and `n_weights - 1` more weights of its type and width (`gated`:
     /// as for `matvec_kernel_of`); on a software adapter with subgroups of 8, its variant for
     /// one weight.
@@ -585,7 +592,7 @@ impl WgpuBackend {
         gated: Option<GateActivation>,
     ) -> Kernel {
         let x4 = m.cols.is_multiple_of(4);
-        if let Some(coop) = self.gpu.coop.filter(|_| kernels::coop_reads(m.dtype)) {
+        if let Some(coop) = self.coop_for(m.dtype) {
             let rows = self.gpu.coop_rows;
             return kernels::matmul_coop_kernel(m.dtype, n_weights, gated, x4, coop, rows);
         }
@@ -606,7 +613,7 @@ impl WgpuBackend {
     ) -> (Vec<u32>, [u32; 3]) {
         let tiles = rows.map(|r| r.div_ceil(64));
         // Activation rows a tile: the cooperative GEMM's, else 64 (128 in `main_sg8`).
-        let tile_rows = match self.gpu.coop.filter(|_| kernels::coop_reads(m.dtype)) {
+        let tile_rows = match self.coop_for(m.dtype) {
             Some(_) => self.gpu.coop_rows as usize,
             None if self.matmul_sg8() => 128,
             None => 64,
