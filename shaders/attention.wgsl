@@ -8,8 +8,10 @@
 // rounded to f16; with a q8_0 one q is rotated as the keys are and quantized to 8 bits, and q·k
 // is taken block by block in integers (dot4I8Packed in `main`; sums of integers in f32, exact, in
 // the tiled prefill) times the two scales; q8_0 values are expanded as they are read, and the
-// output rotated back (q8.wgsl).
+// output rotated back (q8.wgsl). `PREFILL_COOP`: the prefill on cooperative matrices, over f16
+// caches (attention_coop.wgsl).
 
+#include "coop"
 #include "common"
 #if K_Q8 || V_Q8
 #include "q8"
@@ -133,6 +135,9 @@ fn v_pair(e: u32) -> vec2<f32> {
 }
 
 #if PREFILL
+#if PREFILL_COOP
+#include "attention_coop"
+#else
 // Prefill, tiled: a workgroup of 64 per (head, block of 16 query rows), over tiles of 64 keys.
 // Scores: each invocation computes 4 rows × 4 keys; softmax: 4 invocations per row; output:
 // each invocation accumulates 4 rows × (head_dim / 16) dimensions. Every cached value read serves
@@ -372,6 +377,7 @@ fn prefill(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_inde
     }
 #endif
 }
+#endif
 #else
 // The query heads of workgroup x (of a decode grid): KV head `kv`, and `n` of its group's query
 // heads from `h0` (up to `gmax`: a larger group takes several workgroups); heads of a group are

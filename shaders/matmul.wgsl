@@ -17,12 +17,7 @@
 // `main_coop` (`COOP`): the same tiles multiplied by cooperative matrices (tensor cores) in f16;
 // `COOP_EMU` computes the same fragments in plain WGSL, for testing without them. See below.
 
-#if COOP || COOP_EMU
-enable f16;
-#endif
-#if COOP
-enable wgpu_cooperative_matrix;
-#endif
+#include "coop"
 #include "common"
 
 struct Params {
@@ -343,10 +338,6 @@ fn half4(v: vec4<f32>) -> vec4<f16> {
 }
 
 #if COOP_EMU
-// A 16 × 16 f32 fragment as the 32 invocations standing for a subgroup hold it: invocation l
-// holds elements (2t + l / 16, l % 16), t < 8.
-alias Frag = array<f32, 8>;
-
 // c + A · B for the A fragment at xs[a] (row-major, stride XS) and the B fragment at ws[b]
 // (column-major: column j is weight row j), as coopMultiplyAdd of coopLoadT and coopLoad.
 fn mma(a: u32, b: u32, c: Frag, l: u32) -> Frag {
@@ -363,12 +354,6 @@ fn mma(a: u32, b: u32, c: Frag, l: u32) -> Frag {
     return r;
 }
 
-// coopStoreT of the fragment to stage[at..] (row-major, stride SS).
-fn frag_store(c: Frag, at: u32, l: u32) {
-    for (var t = 0u; t < 8u; t++) {
-        stage[at + (2u * t + l / 16u) * SS + l % 16u] = c[t];
-    }
-}
 #endif
 
 // Output of tile row r for activation row n.

@@ -4,10 +4,10 @@
 # adapter's features; the GPU op tests (while the models are written); the host's own time per token (wgpu's
 # no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the
 # time a token gains); `kiln check` against the CPU with the prefill GEMM on cooperative matrices (tiles of 64
-# and 128 activation rows) and without; ROUNDS rounds (default 8) on the 1B shape alternating which tool runs
+# and 128 activation rows, the prefill attention on them too and not) and without; ROUNDS rounds (default 8) on the 1B shape alternating which tool runs
 # first: kiln-base too where prepare.sh built one, and kiln with each switch of #46 against its default (the
 # fusions off, Q4_K and Q6_K Q/K/V as two dispatches, the attention's reduce as a dispatch of its own, the float
-# mat-vecs, the cooperative GEMM in tiles of 64 and of 128 rows, the decode attention reading its shape from
+# mat-vecs, the cooperative GEMM and attention in tiles of 64 and of 128 rows, the GEMM alone, the decode attention reading its shape from
 # parameters, the decode attention v2 with its subgroups walking keys of their own, v2 over splits of 4 keys:
 # twice the subgroups over a decode row's keys, what 128-invocation workgroups would give, a read-back's 300 µs
 # spin before it blocks), and the cooperative GEMM with v2 (kiln-coopv2, the switches that are off by default
@@ -16,16 +16,16 @@
 # each kind of mat-vec over the 8B shape's layers (`kiln bench --kernels`) with the default, float and 128,2,4
 # shapes; the timed dispatches of a few tokens into $OUT/dispatches.txt and the per-kernel profile, with and
 # without the switches. The ratios are the medians of the rounds' ratios. On an H200 the run took about six
-# minutes after the machine started with nine variants; with the thirteen here, expect about eight (ROUNDS=6 or
-# a shorter VARIANTS8 where device time is short).
+# minutes after the machine started with nine variants; with the fourteen here, expect about eight and a half
+# (ROUNDS=6 or a shorter VARIANTS8 where device time is short).
 set -u
 cd "$(dirname "$0")/../.."
 source scripts/gpu-device/setup.sh
 echo "== gpu_ops ($(date +%T))"
 KILN_REQUIRE_GPU=1 timeout 120 $W/gpu-tests gpu_ops --test-threads 8 2>&1 | grep -E "test result|panicked|NMSE"
-echo "== the prefill GEMM on the tensor cores (KILN_WGPU_COOP=1) against the CPU"
-KILN_WGPU_COOP=1 KILN_REQUIRE_GPU=1 timeout 60 $W/gpu-tests cooperative_matmul 2>&1 |
-    grep -E "test result|panicked|NMSE|matmul_coop"
+echo "== the prefill GEMM and attention on the tensor cores (KILN_WGPU_COOP=1) against the CPU"
+KILN_WGPU_COOP=1 KILN_REQUIRE_GPU=1 timeout 60 $W/gpu-tests cooperative_ 2>&1 |
+    grep -E "test result|panicked|NMSE|_coop"
 wait
 ls -la $M $M8
 echo "== host only (no-op backend), tg128: $(kt KILN_WGPU_NOOP=1)"
@@ -35,7 +35,7 @@ for op in matvec matvec_rope_kv matvec_gated_packed attention attention_packed a
 echo "attention_v2_packed (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1 KILN_WGPU_REPEAT=attention_v2_packed)"
 echo "none (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1)"
 echo "== llama warm-up: $(lb)"
-VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-float=KILN_WGPU_INT_DOT=0 kiln-coop=KILN_WGPU_COOP=1 kiln-coop128=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ROWS=128 kiln-attnparam=KILN_WGPU_ATTN_CONST=0 kiln-attnv2=KILN_WGPU_ATTN_V2=1 kiln-attnv2k4=KILN_WGPU_ATTN_V2=1+KILN_WGPU_ATTN_KEYS=4 kiln-spin=KILN_WGPU_SPIN_US=300"
+VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-float=KILN_WGPU_INT_DOT=0 kiln-coop=KILN_WGPU_COOP=1 kiln-coopgemm=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ATTN=0 kiln-coop128=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ROWS=128 kiln-attnparam=KILN_WGPU_ATTN_CONST=0 kiln-attnv2=KILN_WGPU_ATTN_V2=1 kiln-attnv2k4=KILN_WGPU_ATTN_V2=1+KILN_WGPU_ATTN_KEYS=4 kiln-spin=KILN_WGPU_SPIN_US=300"
 # The cooperative GEMM and the decode attention v2 together.
 TOGETHER="kiln-coopv2=KILN_WGPU_COOP=1+KILN_WGPU_ATTN_V2=1"
 VARIANTS="$VARIANTS $TOGETHER"
@@ -50,9 +50,10 @@ done)
 echo "== host only, float mat-vecs: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_INT_DOT=0)"
 echo "== host only, unfused: $(kt KILN_WGPU_NOOP=1 KILN_WGPU_FUSE=0)"
 P="The history of the city begins in the third century, when a small settlement of fishermen grew along the river and"
-for cr in 0,64 1,64 1,128; do
-    c=${cr%,*} rows=${cr#*,}
-    echo "== kiln check, 1B shape, KILN_WGPU_COOP=$c, $rows rows: $(KILN_WGPU_COOP=$c KILN_WGPU_COOP_ROWS=$rows timeout 60 $W/kiln check --backend gpu -m $M \
+for cr in 0,64,1 1,64,0 1,64,1 1,128,1; do
+    IFS=, read -r c rows attn <<< "$cr"
+    echo "== kiln check, 1B shape, KILN_WGPU_COOP=$c, $rows rows, KILN_WGPU_COOP_ATTN=$attn: $(KILN_WGPU_COOP=$c \
+        KILN_WGPU_COOP_ROWS=$rows KILN_WGPU_COOP_ATTN=$attn timeout 60 $W/kiln check --backend gpu -m $M \
         -n 16 --format json "$P" 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin)
 print("rms", d["rms"], "top-1", d["top1_agreement"], "pass", d["pass"])' 2>&1 | tail -1)"
 done

@@ -357,6 +357,66 @@ fn cooperative_matmul_case(g: &WgpuBackend, tile_rows: u32) {
     assert_eq!(wide, tile_rows == 128, "{}", g.describe());
 }
 
+/// The prefill attention on cooperative matrices (`KILN_WGPU_COOP`, f16 caches), emulated as
+/// the GEMM is above (on the hardware's fragments with `KILN_WGPU_COOP=1`), against the CPU:
+/// heads of 64, 128 and 256 values in groups of 1 to 16, several blocks of 16 query rows and
+/// partial ones, tiles of 64 keys (the last partial), windows starting inside a tile, a soft cap,
+/// sinks, a call that sees itself whole; it is the kernel that ran for each of them, and heads of
+/// 96 and f32 caches keep the tiled SIMT kernel. Its f16 probabilities move the NMSE by about
+/// (2⁻¹¹)² / 3 against the CPU's f32 ones; the test-backend-ops threshold holds.
+#[test]
+fn cooperative_prefill_attention_matches_the_cpu() {
+    use CacheType::{F16, F32};
+    let hardware = std::env::var_os("KILN_WGPU_COOP").is_some_and(|v| v == "1");
+    let Some(g) = gpu_with(GpuOptions {
+        coop: if hardware {
+            CoopChoice::On
+        } else {
+            CoopChoice::Emulate
+        },
+        ..GpuOptions::default()
+    }) else {
+        return;
+    };
+    let case = attn_case;
+    let coop_cases = vec![
+        case((F16, F16), (4, 2), 0, 9, 64, None),
+        case((F16, F16), (4, 2), 40, 70, 256, None),
+        case((F16, F16), (8, 2), 100, 50, 128, Some(70)),
+        case((F16, F16), (16, 1), 0, 33, 64, None),
+        case((F16, F16), (3, 3), 130, 17, 128, Some(3)),
+        AttnCase {
+            softcap: Some(0.75),
+            ..case((F16, F16), (4, 2), 40, 70, 64, Some(16))
+        },
+        AttnCase {
+            sinks: true,
+            ..case((F16, F16), (8, 2), 40, 70, 64, Some(16))
+        },
+        AttnCase {
+            causal: false,
+            ..case((F16, F16), (4, 2), 10, 40, 64, None)
+        },
+    ];
+    let simt_cases = vec![
+        case((F16, F16), (4, 2), 2, 20, 96, None),
+        case((F32, F16), (4, 2), 0, 9, 64, None),
+    ];
+    g.set_profiling(true);
+    compare_attention(&g, &coop_cases);
+    compare_attention(&g, &simt_cases);
+    let p = g.profile().unwrap();
+    let coop = dispatches(&p, "attention_prefill_coop");
+    assert_eq!(coop as usize, coop_cases.len(), "{:?}", p.ops);
+    let simt = dispatches(&p, "attention_prefill");
+    assert_eq!(simt as usize, simt_cases.len(), "{:?}", p.ops);
+    assert!(
+        g.describe().contains("prefill and attention"),
+        "{}",
+        g.describe()
+    );
+}
+
 /// The dispatches of kernel `name` a profile counted.
 fn dispatches(p: &Profile, name: &str) -> u64 {
     p.ops
@@ -557,6 +617,29 @@ struct AttnCase {
     causal: bool,
 }
 
+/// A causal case over caches of types `k` and `v` with `heads` (query, KV), no soft cap or sinks.
+fn attn_case(
+    (k, v): (CacheType, CacheType),
+    heads: (usize, usize),
+    start_pos: usize,
+    rows: usize,
+    head_dim: usize,
+    window: Option<usize>,
+) -> AttnCase {
+    AttnCase {
+        k,
+        v,
+        start_pos,
+        rows,
+        head_dim,
+        window,
+        heads,
+        softcap: None,
+        sinks: false,
+        causal: true,
+    }
+}
+
 /// Key and value caches of `len` values, stored in the rotations models use for heads of
 /// `head_dim` (none for f32 and f16).
 fn caches<B: Backend>(
@@ -717,17 +800,8 @@ fn compare_attention_within(g: &WgpuBackend, cases: &[AttnCase], limit: f64) {
 
 fn attention_cases() -> Vec<AttnCase> {
     use CacheType::{F16, F32};
-    let case = |k, v, start_pos, rows, head_dim, window| AttnCase {
-        k,
-        v,
-        start_pos,
-        rows,
-        head_dim,
-        window,
-        heads: (4, 2),
-        softcap: None,
-        sinks: false,
-        causal: true,
+    let case = |k, v, start_pos, rows, head_dim, window| {
+        attn_case((k, v), (4, 2), start_pos, rows, head_dim, window)
     };
     vec![
         // Prefill (tiled over keys), every cache-type pair.
@@ -753,17 +827,8 @@ fn attention_cases() -> Vec<AttnCase> {
 /// decode split and reduced, the tiled prefill, windows.
 fn q8_0_attention_cases() -> Vec<AttnCase> {
     use CacheType::{F16, F32, Q8_0};
-    let case = |k, v, start_pos, rows, head_dim, window| AttnCase {
-        k,
-        v,
-        start_pos,
-        rows,
-        head_dim,
-        window,
-        heads: (4, 2),
-        softcap: None,
-        sinks: false,
-        causal: true,
+    let case = |k, v, start_pos, rows, head_dim, window| {
+        attn_case((k, v), (4, 2), start_pos, rows, head_dim, window)
     };
     vec![
         case(Q8_0, Q8_0, 300, 1, 64, None),
@@ -787,18 +852,7 @@ fn q8_0_attention_cases() -> Vec<AttnCase> {
 /// windows; prefill rows where the tiled kernel does not apply (heads not a multiple of 32).
 fn gqa_attention_cases() -> Vec<AttnCase> {
     use CacheType::{F16, F32, Q8_0};
-    let case = |(k, v), heads, start_pos, rows, head_dim, window| AttnCase {
-        k,
-        v,
-        start_pos,
-        rows,
-        head_dim,
-        window,
-        heads,
-        softcap: None,
-        sinks: false,
-        causal: true,
-    };
+    let case = attn_case;
     vec![
         case((F32, F32), (1, 1), 50, 1, 64, None),
         case((F16, F16), (4, 4), 300, 1, 128, None),
@@ -828,17 +882,9 @@ fn gqa_attention_cases() -> Vec<AttnCase> {
 /// kernel's prefill rows, decode split and reduced, and a q8_0 cache.
 fn softcap_attention_cases() -> Vec<AttnCase> {
     use CacheType::{F16, F32, Q8_0};
-    let case = |(k, v), heads, start_pos, rows, head_dim, window| AttnCase {
-        k,
-        v,
-        start_pos,
-        rows,
-        head_dim,
-        window,
-        heads,
+    let case = |kv, heads, start_pos, rows, head_dim, window| AttnCase {
         softcap: Some(0.75),
-        sinks: false,
-        causal: true,
+        ..attn_case(kv, heads, start_pos, rows, head_dim, window)
     };
     vec![
         case((F32, F32), (4, 2), 40, 70, 64, Some(16)),
@@ -855,17 +901,9 @@ fn softcap_attention_cases() -> Vec<AttnCase> {
 /// q8_0 cache.
 fn sink_attention_cases() -> Vec<AttnCase> {
     use CacheType::{F16, F32, Q8_0};
-    let case = |(k, v), heads, start_pos, rows, head_dim, window| AttnCase {
-        k,
-        v,
-        start_pos,
-        rows,
-        head_dim,
-        window,
-        heads,
-        softcap: None,
+    let case = |kv, heads, start_pos, rows, head_dim, window| AttnCase {
         sinks: true,
-        causal: true,
+        ..attn_case(kv, heads, start_pos, rows, head_dim, window)
     };
     vec![
         case((F32, F32), (8, 2), 40, 70, 64, Some(16)),
@@ -1256,17 +1294,9 @@ fn attention_with_sinks_matches_the_cpu() {
 #[test]
 fn non_causal_attention_matches_the_cpu() {
     use CacheType::{F16, F32, Q8_0};
-    let case = |(k, v), heads, start_pos, rows, head_dim, window| AttnCase {
-        k,
-        v,
-        start_pos,
-        rows,
-        head_dim,
-        window,
-        heads,
-        softcap: None,
-        sinks: false,
+    let case = |kv, heads, start_pos, rows, head_dim, window| AttnCase {
         causal: false,
+        ..attn_case(kv, heads, start_pos, rows, head_dim, window)
     };
     let cases = [
         case((F16, F16), (4, 2), 40, 70, 64, None),

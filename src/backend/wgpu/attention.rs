@@ -2,10 +2,13 @@
 //! workgroup, where the adapter has the workgroup memory; otherwise the GQA-folded kernel, a
 //! workgroup per (KV head, row) for up to 8 of its query heads (each key and value row read once
 //! for them), and for one decode row the key range split across workgroups and reduced after.
-//! Every pair of cache types (f32, f16, q8_0) has its variant.
+//! Every pair of cache types (f32, f16, q8_0) has its variant. Where the prefill GEMM runs on
+//! cooperative matrices (`KILN_WGPU_COOP`), so does the prefill attention over f16 caches: flash
+//! attention on f16 fragments (attention_coop.wgsl), 16 query rows per workgroup as the tiled one.
 
 use super::WgpuBackend;
 use super::buffers::{GpuBuffer, GpuCache, GpuWeight, bind};
+use super::device::Coop;
 use super::pipelines::{self as kernels, Kernel, KernelSlot};
 use super::stream::bindings;
 use crate::backend::{AttentionParams, CacheType};
@@ -32,7 +35,39 @@ const PREFILL_ATTENTION_ROWS: usize = 16;
 /// of 16 × 64 scores, and a few reductions), with room to spare.
 const PREFILL_ATTENTION_SHARED: u32 = 24 << 10;
 
+/// Workgroup memory the prefill attention on cooperative matrices takes for heads of `head_dim`
+/// in workgroups of `invocations` (attention_coop.wgsl: the f16 queries, staged keys or values and
+/// probabilities; the f32 staged fragments, the invocations' maxima, two values a row).
+fn coop_prefill_attention_bytes(head_dim: usize, invocations: u32) -> u32 {
+    let halves = 16 * (head_dim as u32 + 8) + 64 * 72 + 16 * 72;
+    halves * 2 + (16 * 68 + invocations + 32) * 4
+}
+
 impl WgpuBackend {
+    /// How the prefill attention of `p` runs on cooperative matrices (attention_coop.wgsl), where
+    /// it does: where the GEMM does (`Gpu::coop_attention`), over f16 caches, for heads of a
+    /// multiple of 64 values up to 256 that the adapter's workgroup memory holds.
+    fn coop_prefill_attention(
+        &self,
+        k: CacheType,
+        v: CacheType,
+        p: &AttentionParams,
+    ) -> Option<Coop> {
+        let coop = self.gpu.coop.filter(|_| self.gpu.coop_attention)?;
+        let invocations = match coop {
+            Coop::Hardware { subgroup } => 4 * subgroup,
+            Coop::Emulated => 128,
+        };
+        let fits = self.gpu.limits.max_compute_workgroup_storage_size
+            >= coop_prefill_attention_bytes(p.head_dim, invocations);
+        let applies = p.rows > 1
+            && k == CacheType::F16
+            && v == CacheType::F16
+            && p.head_dim.is_multiple_of(64)
+            && p.head_dim <= MAX_TILED_HEAD_DIM;
+        (applies && fits).then_some(coop)
+    }
+
     /// Whether the GQA-folded kernel sums its 8-lane partials with subgroup shuffles: subgroups
     /// of at least 8 keep each key's lanes in one.
     fn attention_lanes(&self) -> bool {
@@ -241,33 +276,47 @@ impl WgpuBackend {
                 return;
             }
         }
-        if p.rows > 1
+        // Prefill in blocks of 16 query rows a workgroup: on cooperative matrices, or tiled.
+        let coop = self.coop_prefill_attention(k_cache.ty, v_cache.ty, p);
+        let tiled = p.rows > 1
             && hd.is_multiple_of(32)
             && hd <= MAX_TILED_HEAD_DIM
-            && self.tiled_prefill_attention()
-        {
+            && self.tiled_prefill_attention();
+        if coop.is_some() || tiled {
             let params = self.attention_params(p, k_cache, v_cache, 1, 1 << 30, sinks.is_some());
             let Some(partials) = self.scratch_buffer(|s| &mut s.partials, 1) else {
                 return;
             };
-            self.run_in(
-                &k_cache.kernels.attention_prefill[v_cache.ty as usize],
-                || kernels::attention_prefill_kernel(k_cache.ty, v_cache.ty),
-                &params,
-                &[
-                    bind(&q.dev),
-                    bind(&k_cache.dev),
-                    bind(&v_cache.dev),
-                    bind(&out.dev),
-                    (&partials.0, partials.1),
-                    bind(sinks_dev),
-                ],
-                [
-                    p.n_heads as u32,
-                    p.rows.div_ceil(PREFILL_ATTENTION_ROWS) as u32,
-                    1,
-                ],
-            );
+            let buffers = [
+                bind(&q.dev),
+                bind(&k_cache.dev),
+                bind(&v_cache.dev),
+                bind(&out.dev),
+                (&partials.0, partials.1),
+                bind(sinks_dev),
+            ];
+            let grid = [
+                p.n_heads as u32,
+                p.rows.div_ceil(PREFILL_ATTENTION_ROWS) as u32,
+                1,
+            ];
+            let (kt, vt) = (k_cache.ty, v_cache.ty);
+            let Some(coop) = coop else {
+                let slot = &k_cache.kernels.attention_prefill[vt as usize];
+                let make = || kernels::attention_prefill_kernel(kt, vt);
+                self.run_in(slot, make, &params, &buffers, grid);
+                return;
+            };
+            let shape = (hd, p.n_heads / p.n_kv_heads);
+            let make = || kernels::attention_prefill_coop_kernel(coop, shape);
+            // Built for the layer's shape (even where the decode attention reads its
+            // parameters): held by the cache where that is the cache's.
+            if *k_cache.kernels.attention_shape.get_or_init(|| shape) == shape {
+                let slot = &k_cache.kernels.attention_prefill_coop;
+                self.run_in(slot, make, &params, &buffers, grid);
+            } else {
+                self.run(&make(), &params, &buffers, grid);
+            }
             return;
         }
         // Decode splits the key range across workgroups; prefill has a workgroup per row already.

@@ -238,6 +238,9 @@ pub struct Gpu {
     pub coop: Option<Coop>,
     /// Activation rows of a cooperative GEMM tile, 64 or 128 (`GpuOptions::coop_rows`).
     pub coop_rows: u32,
+    /// The prefill attention over f16 caches runs on cooperative matrices too, where the GEMM
+    /// does (`coop`), unless `GpuOptions::simt_prefill_attention`.
+    pub coop_attention: bool,
     /// The first failure wgpu reported asynchronously, until the session takes it.
     pub error: Arc<Mutex<Option<String>>>,
 }
@@ -384,6 +387,10 @@ pub struct GpuOptions {
     /// 128 dequantizes each weight once for twice the rows, in half as many workgroups. For
     /// measuring on a GPU.
     pub coop_rows: Option<u32>,
+    /// The prefill attention keeps its SIMT kernel where the GEMM runs on cooperative matrices
+    /// (`KILN_WGPU_COOP_ATTN=0`), instead of flash attention on them over f16 caches. For
+    /// measuring the two apart on a GPU.
+    pub simt_prefill_attention: bool,
     /// The decode attention reads its head size and GQA group from its parameters
     /// (`KILN_WGPU_ATTN_CONST=0`) instead of being built for each layer's as constants, which
     /// let the compiler unroll its loops over heads and dimensions and keep its per-head sums in
@@ -415,6 +422,8 @@ impl GpuOptions {
             attention_parameters: std::env::var_os("KILN_WGPU_ATTN_CONST")
                 .is_some_and(|v| v == "0"),
             attention_v2: std::env::var_os("KILN_WGPU_ATTN_V2").is_some_and(|v| v == "1"),
+            simt_prefill_attention: std::env::var_os("KILN_WGPU_COOP_ATTN")
+                .is_some_and(|v| v == "0"),
             spin_us: env_parsed(
                 "KILN_WGPU_SPIN_US",
                 "a number of microseconds from 0 to 10000",
@@ -567,6 +576,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         attention_v2: options.attention_v2,
         coop,
         coop_rows,
+        coop_attention: coop.is_some() && !options.simt_prefill_attention,
         error,
     }))
 }

@@ -530,6 +530,31 @@ pub fn attention_prefill_kernel(k: CacheType, v: CacheType) -> Kernel {
     with_caches(kernel, k, v)
 }
 
+/// The prefill attention on cooperative matrices over f16 caches (attention_coop.wgsl
+/// `prefill_coop`), built for heads of `shape` (head size, group): four subgroups a workgroup, or
+/// 128 invocations emulating them, per query head and 16 query rows, as `attention_prefill_kernel`.
+// Trusted as `attention_prefill_kernel`, with head_dim a multiple of 64 and ≤ 256 (`attend` runs
+// it only then): queries and outputs of rows below `nrows`, keys and values of positions clamped
+// below key_end, values ko + 64c + (0..64) of a row of kv_stride ≥ ko + head_dim. In workgroup
+// memory `qs` holds 16 rows of head_dim + 8, `kvs` 64 × 72, `ps` 16 × 72, `stage` 16 × 68, `cmax`
+// one per invocation, `calpha` and `cl` 16; fragments are loaded and stored inside them (rows
+// 16g.., values 64c + kk.. of 16). Every value it reads it wrote first (audited): each chunk's
+// whole 64 × 64 of `kvs`, all 16 rows of `qs` (zeros past the last) and of `ps`, each fragment's
+// 16 × 16 of `stage` (four of them cover 16 × 64), `cmax` by every invocation, `calpha` and `cl`
+// for every row.
+pub fn attention_prefill_coop_kernel(coop: Coop, shape: (usize, usize)) -> Kernel {
+    let kernel = attention_prefill_kernel(CacheType::F16, CacheType::F16)
+        .entry("prefill_coop")
+        .flag("PREFILL_COOP");
+    let kernel = match coop {
+        Coop::Hardware { subgroup } => kernel.flag("COOP").workgroup(4 * subgroup),
+        Coop::Emulated => kernel.flag("COOP_EMU").workgroup(128),
+    };
+    let mut kernel = with_attention_shape(kernel, shape);
+    kernel.label = "attention_prefill_coop";
+    kernel
+}
+
 /// A kernel whose define and entry point share the op's name, in shader file `file`.
 fn op_kernel(
     file: &'static str,

@@ -249,13 +249,18 @@ impl CoreOps for WgpuBackend {
             64 => String::new(),
             rows => format!(" in tiles of {rows} rows"),
         };
+        let attention = if self.gpu.coop_attention {
+            " and attention"
+        } else {
+            ""
+        };
         match self.gpu.coop {
             Some(Coop::Hardware { .. }) => {
-                extras.push(format!("cooperative-matrix prefill{tiles}"))
+                extras.push(format!("cooperative-matrix prefill{tiles}{attention}"))
             }
-            Some(Coop::Emulated) => {
-                extras.push(format!("cooperative-matrix prefill{tiles}, emulated"))
-            }
+            Some(Coop::Emulated) => extras.push(format!(
+                "cooperative-matrix prefill{tiles}{attention}, emulated"
+            )),
             None => {}
         }
         let extras = if extras.is_empty() {

@@ -195,6 +195,9 @@ pub struct CacheKernels {
     /// The decode attention reducing its splits and packing its output (`attention_packing_kernel`).
     pub attention_packing: [KernelSlot; 3],
     pub attention_prefill: [KernelSlot; 3],
+    /// The prefill attention on cooperative matrices (f16 caches; `attention_prefill_coop_kernel`),
+    /// built for `attention_shape`.
+    pub attention_prefill_coop: KernelSlot,
     pub rope_kv: [KernelSlot; 3],
     /// The head size and group `attention` and `attention_packing` were built for, as constants
     /// (`Gpu::attention_constants`): a cache serves one layer's shape.

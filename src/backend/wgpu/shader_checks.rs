@@ -6,12 +6,13 @@ use super::buffers::MATRIX_TYPES;
 use super::device::Coop;
 use super::pipelines::{
     ActRounding, BlocksShape, Kernel, MatvecLayout, add_rms_norm_kernel, assemble,
-    attention_kernel, attention_packing_kernel, attention_prefill_kernel, attention_reduce_kernel,
-    attention_reduce_packed_kernel, blocks_matvec_reads, blocks_mix, coop_reads, defines,
-    embed_kernel, kv_move_halves_kernel, kv_move_kernel, kv_rope_kernel, matmul_coop_kernel,
-    matmul_kernel, matvec_blocks_kernel, matvec_kernel, matvec_rope_kv_kernel, quantize_q8k_kernel,
-    rms_norm_kernel, rope_kernel, rope_kv_kernel, round_acts_kernel, store_kernel,
-    with_attention_shape, with_attention_v2, with_gated_packing,
+    attention_kernel, attention_packing_kernel, attention_prefill_coop_kernel,
+    attention_prefill_kernel, attention_reduce_kernel, attention_reduce_packed_kernel,
+    blocks_matvec_reads, blocks_mix, coop_reads, defines, embed_kernel, kv_move_halves_kernel,
+    kv_move_kernel, kv_rope_kernel, matmul_coop_kernel, matmul_kernel, matvec_blocks_kernel,
+    matvec_kernel, matvec_rope_kv_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel,
+    rope_kv_kernel, round_acts_kernel, store_kernel, with_attention_shape, with_attention_v2,
+    with_gated_packing,
 };
 use crate::backend::{CacheType, GateActivation};
 use crate::gguf::GgmlType;
@@ -112,7 +113,6 @@ fn weight_kernels_validate_for_every_type() {
 /// matrices: this and the emulated build's runs are its checks there).
 #[test]
 fn cooperative_matmul_validates_and_compiles_to_spirv() {
-    use wgpu::naga;
     for t in MATRIX_TYPES.into_iter().filter(|&t| coop_reads(t)) {
         let shapes = [(1, None), (3, None), (2, Some(GateActivation::GeluTanh))];
         for ((n, gated), rows) in shapes.into_iter().flat_map(|s| [(s, 64), (s, 128)]) {
@@ -121,35 +121,7 @@ fn cooperative_matmul_validates_and_compiles_to_spirv() {
                 validate(&k, true, &format!("{t} cooperative {rows} rows "));
             }
             let k = matmul_coop_kernel(t, n, gated, true, Coop::Hardware { subgroup: 64 }, rows);
-            let src = assemble(k.file, &defines(&k, true)).unwrap();
-            let module = naga::front::wgsl::parse_str(&src).unwrap();
-            let info = naga::valid::Validator::new(
-                naga::valid::ValidationFlags::all(),
-                naga::valid::Capabilities::all(),
-            )
-            .validate(&module)
-            .unwrap();
-            let options = naga::back::spv::Options {
-                lang_version: (1, 3),
-                ..Default::default()
-            };
-            let pipeline = naga::back::spv::PipelineOptions {
-                shader_stage: naga::ShaderStage::Compute,
-                entry_point: k.entry.to_string(),
-            };
-            let words = naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
-                .unwrap_or_else(|e| panic!("{t} cooperative to SPIR-V: {e}"));
-            // The fragments' loads, multiply-adds and stores (OpCooperativeMatrixLoadKHR,
-            // -StoreKHR, -MulAddKHR), as the WGSL writes them.
-            let mut ops = [0; 3];
-            let mut at = 5;
-            while at < words.len() {
-                let (len, op) = ((words[at] >> 16) as usize, words[at] & 0xffff);
-                if let Some(i) = (4457..=4459).position(|o| o == op) {
-                    ops[i] += 1;
-                }
-                at += len.max(1);
-            }
+            let ops = fragment_ops(&k, &format!("{t} cooperative"));
             // 128 rows: two more activation fragments a step, four more outputs.
             let want = if rows == 128 { [6, 8, 8] } else { [4, 4, 4] };
             assert_eq!(
@@ -157,6 +129,62 @@ fn cooperative_matmul_validates_and_compiles_to_spirv() {
                 "{t} {rows} rows: fragment loads, stores, multiply-adds"
             );
         }
+    }
+}
+
+/// The fragments' loads, stores and multiply-adds (OpCooperativeMatrixLoadKHR, -StoreKHR,
+/// -MulAddKHR) in the SPIR-V that `k` (a kernel on cooperative matrices) compiles to, as wgpu's
+/// Vulkan backend compiles it, after naga's validation.
+fn fragment_ops(k: &Kernel, what: &str) -> [usize; 3] {
+    use wgpu::naga;
+    let src = assemble(k.file, &defines(k, true)).unwrap();
+    let module = naga::front::wgsl::parse_str(&src)
+        .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&src)));
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&src)));
+    let options = naga::back::spv::Options {
+        lang_version: (1, 3),
+        ..Default::default()
+    };
+    let pipeline = naga::back::spv::PipelineOptions {
+        shader_stage: naga::ShaderStage::Compute,
+        entry_point: k.entry.to_string(),
+    };
+    let words = naga::back::spv::write_vec(&module, &info, &options, Some(&pipeline))
+        .unwrap_or_else(|e| panic!("{what} to SPIR-V: {e}"));
+    let mut ops = [0; 3];
+    let mut at = 5;
+    while at < words.len() {
+        let (len, op) = ((words[at] >> 16) as usize, words[at] & 0xffff);
+        if let Some(i) = (4457..=4459).position(|o| o == op) {
+            ops[i] += 1;
+        }
+        at += len.max(1);
+    }
+    ops
+}
+
+/// The prefill attention on cooperative matrices, on the hardware's fragments (subgroups of 32
+/// and 64) and emulated, for heads of 64, 128 and 256 values in groups of 1 to 8, validates; the
+/// hardware variant compiles to SPIR-V with the fragment operations the WGSL writes: the scores'
+/// query and key loads, multiply-add and store, and the same for P·V.
+#[test]
+fn cooperative_prefill_attention_validates_and_compiles_to_spirv() {
+    for shape in [(64, 1), (128, 4), (256, 8)] {
+        for coop in [Coop::Hardware { subgroup: 32 }, Coop::Emulated] {
+            validate(&attention_prefill_coop_kernel(coop, shape), true, "");
+        }
+        let k = attention_prefill_coop_kernel(Coop::Hardware { subgroup: 64 }, shape);
+        let ops = fragment_ops(&k, &format!("cooperative attention {shape:?}"));
+        assert_eq!(
+            ops,
+            [4, 2, 2],
+            "{shape:?}: fragment loads, stores, multiply-adds"
+        );
     }
 }
 

@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 23] = [
+const SOURCES: [(&str, &str); 25] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
+    ("coop", include_str!("../../../shaders/coop.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
     ("q8", include_str!("../../../shaders/q8.wgsl")),
     ("trace", include_str!("../../../shaders/trace.wgsl")),
@@ -35,6 +36,10 @@ const SOURCES: [(&str, &str); 23] = [
     ("kv", include_str!("../../../shaders/kv.wgsl")),
     ("kv_shift", include_str!("../../../shaders/kv_shift.wgsl")),
     ("attention", include_str!("../../../shaders/attention.wgsl")),
+    (
+        "attention_coop",
+        include_str!("../../../shaders/attention_coop.wgsl"),
+    ),
     ("bench", include_str!("../../../shaders/bench.wgsl")),
     ("argmax", include_str!("../../../shaders/argmax.wgsl")),
     ("conv", include_str!("../../../shaders/conv.wgsl")),
