@@ -415,8 +415,9 @@ fn heads_per_group() -> u32 {
 
 #if V2
 // Decode attention v2 (`GpuOptions::attention_v2`; f32 and f16 caches, built for the layer's
-// shape and the adapter's one subgroup size SG): the workgroups of `main` (64 invocations per KV
-// head, query row and split, for up to 8 of its query heads), but each of their NSG subgroups
+// shape and the adapter's one subgroup size SG): the workgroups of `main` (per KV head, query
+// row and split, for up to 8 of its query heads; of WG invocations, 64 or 128,
+// `KILN_WGPU_ATTN_V2_WG`), but each of their NSG subgroups
 // walks keys of its own (kbeg + subgroup, then every NSG-th) with no barrier: a lane holds RP
 // pairs of each head's query and sums (dimensions 2(lane + SG·r) and the next), a key's q·k is
 // one subgroup sum, and each head's online softmax runs in registers, uniform across the
@@ -425,11 +426,11 @@ fn heads_per_group() -> u32 {
 // its own, split s · NSG + subgroup of `p.splits` = NSG × the workgroups', which `reduce` (or
 // FUSED_REDUCE's blocks) combines as any splits.
 const SG: u32 = {{SG}}u;
-const NSG: u32 = 64u / SG;
+const NSG: u32 = {{WG}}u / SG;
 const RP: u32 = {{RP}}u;  // query pairs per lane and head: ⌈head_dim / 2 / SG⌉
 const NQ: u32 = {{NQ}}u;  // most heads a workgroup takes: the group, at most 8 (4 past 256)
 
-@compute @workgroup_size(64)
+@compute @workgroup_size({{WG}})
 fn main_v2(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32 {{SG_ARGS}}) {
     {{SG_LOCALS}}
     let heads = heads_of(wid.x, heads_per_group());
@@ -857,43 +858,49 @@ fn reduce(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index
 @group(0) @binding(7) var<storage, read_write> packed: array<u32>;
 var<workgroup> block_max: array<f32, 64>;
 
-// Block `b` of query row `i`, reduced and packed by the workgroup's 64 invocations.
+// Block `b` of query row `i`, reduced and packed by the workgroup's first 64 invocations (the
+// rest of main_v2's wider workgroups only keep the barrier).
 fn reduce_block(b: u32, i: u32, lid: u32) {
     let hd = {{HEAD_DIM}};
     let e = b * 256u + 4u * lid;
-    let h = e / hd;
-    let d = e % hd;
-    let base = (i * p.n_heads + h) * p.splits * (hd + 2u);
-    var mx = NEG;
-    for (var s = 0u; s < p.splits; s++) {
-        mx = max(mx, part[base + s * (hd + 2u)]);
-    }
-    var l = 0.0;
-    var a = vec4<f32>(0.0);
-    for (var s = 0u; s < p.splits; s++) {
-        let po = base + s * (hd + 2u);
-        let w = exp(part[po] - mx);
-        l += part[po + 1u] * w;
-        for (var c = 0u; c < 4u; c++) {
-            a[c] += part[po + 2u + d + c] * w;
-        }
-    }
-    l = with_sink(l, mx, h);
-    let v = a / l;
     let o = i * p.q_stride + e;
-    for (var c = 0u; c < 4u; c++) {
-        out[o + c] = v[c];
+    var v = vec4<f32>(0.0);
+    if (lid < 64u) {
+        let h = e / hd;
+        let d = e % hd;
+        let base = (i * p.n_heads + h) * p.splits * (hd + 2u);
+        var mx = NEG;
+        for (var s = 0u; s < p.splits; s++) {
+            mx = max(mx, part[base + s * (hd + 2u)]);
+        }
+        var l = 0.0;
+        var a = vec4<f32>(0.0);
+        for (var s = 0u; s < p.splits; s++) {
+            let po = base + s * (hd + 2u);
+            let w = exp(part[po] - mx);
+            l += part[po + 1u] * w;
+            for (var c = 0u; c < 4u; c++) {
+                a[c] += part[po + 2u + d + c] * w;
+            }
+        }
+        l = with_sink(l, mx, h);
+        v = a / l;
+        for (var c = 0u; c < 4u; c++) {
+            out[o + c] = v[c];
+        }
+        let av = abs(v);
+        block_max[lid] = max(max(av.x, av.y), max(av.z, av.w));
     }
-    let av = abs(v);
-    block_max[lid] = max(max(av.x, av.y), max(av.z, av.w));
     workgroupBarrier();
-    var amax = 0.0;
-    for (var j = 0u; j < 64u; j++) {
-        amax = max(amax, block_max[j]);
-    }
-    packed[o / 4u] = pack4xI8(q8_k_quants(v, amax));
-    if (lid == 0u) {
-        packed[p.rows * p.q_stride / 4u + o / 256u] = bitcast<u32>(q8_k_d(amax));
+    if (lid < 64u) {
+        var amax = 0.0;
+        for (var j = 0u; j < 64u; j++) {
+            amax = max(amax, block_max[j]);
+        }
+        packed[o / 4u] = pack4xI8(q8_k_quants(v, amax));
+        if (lid == 0u) {
+            packed[p.rows * p.q_stride / 4u + o / 256u] = bitcast<u32>(q8_k_d(amax));
+        }
     }
 }
 

@@ -98,7 +98,8 @@ impl WgpuBackend {
         match self.attention_v2_registers(k, v, shape).filter(|_| decode) {
             Some(registers) => {
                 let subgroup = self.gpu.info.subgroup_min_size as usize;
-                kernels::with_attention_v2(kernel, subgroup, registers)
+                let invocations = self.gpu.attention_v2_invocations;
+                kernels::with_attention_v2(kernel, invocations, subgroup, registers)
             }
             None => kernel,
         }
@@ -349,7 +350,7 @@ impl WgpuBackend {
         let v2 = v2_shape && p.rows == 1;
         let parts = splits
             * if v2 {
-                64 / self.gpu.info.subgroup_min_size as usize
+                (self.gpu.attention_v2_invocations / self.gpu.info.subgroup_min_size) as usize
             } else {
                 1
             };

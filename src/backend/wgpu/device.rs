@@ -233,6 +233,8 @@ pub struct Gpu {
     /// The decode attention's subgroups walk keys of their own, each writing a split
     /// (`GpuOptions::attention_v2`).
     pub attention_v2: bool,
+    /// Invocations of a v2 workgroup, 64 or 128 (`GpuOptions::attention_v2_invocations`).
+    pub attention_v2_invocations: u32,
     /// How the prefill GEMM multiplies on cooperative matrices, where it does
     /// (`GpuOptions::coop`).
     pub coop: Option<Coop>,
@@ -402,6 +404,10 @@ pub struct GpuOptions {
     /// f16, the subgroups have one size of 4 to 32 and the kernel is built for the layer's shape.
     /// For measuring on a GPU.
     pub attention_v2: bool,
+    /// Invocations of a v2 workgroup (`KILN_WGPU_ATTN_V2_WG=64|128`; 64 unless set): 128 puts
+    /// twice the subgroups on a split's keys, as llama.cpp's decode flash attention does. For
+    /// measuring on a GPU.
+    pub attention_v2_invocations: Option<u32>,
 }
 
 impl GpuOptions {
@@ -422,6 +428,15 @@ impl GpuOptions {
             attention_parameters: std::env::var_os("KILN_WGPU_ATTN_CONST")
                 .is_some_and(|v| v == "0"),
             attention_v2: std::env::var_os("KILN_WGPU_ATTN_V2").is_some_and(|v| v == "1"),
+            attention_v2_invocations: env_parsed(
+                "KILN_WGPU_ATTN_V2_WG",
+                "64 or 128",
+                |v| match v {
+                    "64" => Some(64),
+                    "128" => Some(128),
+                    _ => None,
+                },
+            )?,
             simt_prefill_attention: std::env::var_os("KILN_WGPU_COOP_ATTN")
                 .is_some_and(|v| v == "0"),
             spin_us: env_parsed(
@@ -574,6 +589,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         attention_keys: options.attention_keys,
         attention_constants: !options.attention_parameters,
         attention_v2: options.attention_v2,
+        attention_v2_invocations: options.attention_v2_invocations.unwrap_or(64),
         coop,
         coop_rows,
         coop_attention: coop.is_some() && !options.simt_prefill_attention,

@@ -438,17 +438,19 @@ pub fn with_attention_shape(mut kernel: Kernel, (head_dim, group): (usize, usize
 }
 
 /// `kernel` (a decode attention built `with_attention_shape`) as v2 (attention.wgsl `main_v2`)
-/// for subgroups of `subgroup` lanes: `pairs` of each head's query values a lane, `heads` heads
-/// a workgroup at most.
+/// in workgroups of `invocations` (64 or 128) for subgroups of `subgroup` lanes: `pairs` of each
+/// head's query values a lane, `heads` heads a workgroup at most.
 // Trusted as `attention_kernel`: a lane's pairs below head_dim / 2, heads below nh, keys below
 // key_end, and its parts at split s · NSG + subgroup < `p.splits`, the partials `attend` sizes for
-// them. It declares no workgroup memory beyond FUSED_REDUCE's and PACKED's (audited there).
+// them. It declares no workgroup memory beyond FUSED_REDUCE's and PACKED's (audited there; their
+// block is reduced by the first 64 invocations).
 pub fn with_attention_v2(
     kernel: Kernel,
+    invocations: u32,
     subgroup: usize,
     (pairs, heads): (usize, usize),
 ) -> Kernel {
-    let mut k = kernel.flag("V2").entry("main_v2");
+    let mut k = kernel.flag("V2").entry("main_v2").workgroup(invocations);
     for (name, value) in [
         ("SG", subgroup),
         ("RP", pairs),

@@ -209,11 +209,14 @@ fn cache_and_attention_kernels_validate() {
                     shape,
                 ));
             }
-            // v2, for f32 and f16 caches, subgroups of 8 (lavapipe) and 32 (NVIDIA).
+            // v2, for f32 and f16 caches, subgroups of 8 (lavapipe) and 32 (NVIDIA), workgroups
+            // of 64 and 128.
             if ![k, v].contains(&CacheType::Q8_0) {
-                for ((head_dim, group), subgroup) in
-                    [((64usize, 4usize), 8usize), ((96, 3), 32), ((128, 8), 32)]
-                {
+                for ((head_dim, group), subgroup, invocations) in [
+                    ((64usize, 4usize), 8usize, 64),
+                    ((96, 3), 32, 128),
+                    ((128, 8), 32, 64),
+                ] {
                     let registers = ((head_dim / 2).div_ceil(subgroup), group.min(8));
                     for packing in [false, true] {
                         let kernel = if packing {
@@ -222,7 +225,7 @@ fn cache_and_attention_kernels_validate() {
                             attention_kernel(k, v, true)
                         };
                         let shaped = with_attention_shape(kernel, (head_dim, group));
-                        all.push(with_attention_v2(shaped, subgroup, registers));
+                        all.push(with_attention_v2(shaped, invocations, subgroup, registers));
                     }
                 }
             }
