@@ -6,10 +6,12 @@
 # time a token gains); `kiln check` against the CPU with the prefill GEMM on cooperative matrices (tiles of 64
 # and 128 activation rows, the prefill attention on them too and not) and without; ROUNDS rounds (default 8) on the 1B shape alternating which tool runs
 # first: kiln-base too where prepare.sh built one, and kiln with each switch of #46 against its default (the
-# fusions off, Q4_K and Q6_K Q/K/V as two dispatches, the attention's reduce as a dispatch of its own, the float
-# mat-vecs, the cooperative GEMM and attention in tiles of 64 and of 128 rows, the GEMM alone, the decode attention reading its shape from
+# fusions off, Q4_K and Q6_K Q/K/V as two dispatches, the attention's reduce as a dispatch of its own, the
+# cooperative GEMM and attention in tiles of 64 and of 128 rows, the GEMM alone, the decode attention reading its shape from
 # parameters, the decode attention v2 with its subgroups walking keys of their own, v2 in workgroups of 128
-# invocations: twice the subgroups on a split's keys, a read-back's 300 µs spin before it blocks), and the cooperative GEMM with v2 (kiln-coopv2, the switches that are off by default
+# invocations: twice the subgroups on a split's keys, the decode attention's splits sized to two workgroups a
+# compute unit, a read-back's 300 µs spin before it blocks; the float mat-vecs, measured before, only in the
+# kernel costs and a profile), and the cooperative GEMM with v2 (kiln-coopv2, the switches that are off by default
 # together); kiln's decode against the copy bandwidth it measures on the 8B shape, then ROUNDS8 rounds (default
 # 5) there of the variants VARIANTS8 names (default: kiln-base, kiln, and those of the cooperative GEMM and v2);
 # each kind of mat-vec over the 8B shape's layers (`kiln bench --kernels`) with the default, float and 128,2,4
@@ -34,7 +36,7 @@ for op in matvec matvec_rope_kv matvec_gated_packed attention attention_packed a
 echo "attention_v2_packed (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1 KILN_WGPU_REPEAT=attention_v2_packed)"
 echo "none (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1)"
 echo "== llama warm-up: $(lb)"
-VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-float=KILN_WGPU_INT_DOT=0 kiln-coop=KILN_WGPU_COOP=1 kiln-coopgemm=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ATTN=0 kiln-coop128=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ROWS=128 kiln-attnparam=KILN_WGPU_ATTN_CONST=0 kiln-attnv2=KILN_WGPU_ATTN_V2=1 kiln-attnv2w128=KILN_WGPU_ATTN_V2=1+KILN_WGPU_ATTN_V2_WG=128 kiln-spin=KILN_WGPU_SPIN_US=300"
+VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-coop=KILN_WGPU_COOP=1 kiln-coopgemm=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ATTN=0 kiln-coop128=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ROWS=128 kiln-attnparam=KILN_WGPU_ATTN_CONST=0 kiln-attnv2=KILN_WGPU_ATTN_V2=1 kiln-attnv2w128=KILN_WGPU_ATTN_V2=1+KILN_WGPU_ATTN_V2_WG=128 kiln-attncores=KILN_WGPU_ATTN_SPLITS=cores kiln-spin=KILN_WGPU_SPIN_US=300"
 # The cooperative GEMM and the decode attention v2 together.
 TOGETHER="kiln-coopv2=KILN_WGPU_COOP=1+KILN_WGPU_ATTN_V2=1"
 VARIANTS="$VARIANTS $TOGETHER"

@@ -47,6 +47,9 @@ pub fn run(args: DevicesArgs) -> Result<ExitCode> {
                 super::placement::size(m)
             );
         }
+        if let Some(n) = a.compute_units {
+            println!("   compute units: {n}");
+        }
         println!(
             "   limits: storage binding {}, buffer {}, workgroup memory {} KiB, {} invocations, offset alignment {} B",
             mib(a.max_storage_binding),

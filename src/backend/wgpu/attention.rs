@@ -29,6 +29,16 @@ fn heads_per_group(head_dim: usize) -> usize {
 /// the two caches, the output, the partials, the sinks, the packed blocks and their counts.
 const ATTENTION_PACKING_BUFFERS: u32 = 8;
 
+/// The most splits of a decode row's keys sized by compute units (`Gpu::attention_splits_by_cores`):
+/// two workgroups a unit of the largest GPUs' 200 or so, over one KV head.
+const MAX_CORE_SPLITS: usize = 512;
+
+/// Splits of a decode row's `span` keys that give two workgroups to each of `units` compute units
+/// where a split takes `groups` workgroups, at least a key each (`Gpu::attention_splits_by_cores`).
+fn core_splits(units: u32, groups: usize, span: usize) -> usize {
+    (2 * units as usize / groups.max(1)).clamp(1, span.clamp(1, MAX_CORE_SPLITS))
+}
+
 /// Query rows per workgroup of the tiled prefill attention.
 const PREFILL_ATTENTION_ROWS: usize = 16;
 /// Workgroup memory the tiled prefill attention needs (16 query rows of up to 256 values, a tile
@@ -66,6 +76,12 @@ impl WgpuBackend {
             && p.head_dim.is_multiple_of(64)
             && p.head_dim <= MAX_TILED_HEAD_DIM;
         (applies && fits).then_some(coop)
+    }
+
+    /// Workgroups of the GQA-folded attention per query row and split: one per (KV head, up to
+    /// `heads_per_group` of its query heads).
+    fn decode_attention_groups(&self, p: &AttentionParams) -> usize {
+        p.n_kv_heads * (p.n_heads / p.n_kv_heads).div_ceil(heads_per_group(p.head_dim))
     }
 
     /// Whether the GQA-folded kernel sums its 8-lane partials with subgroup shuffles: subgroups
@@ -337,7 +353,14 @@ impl WgpuBackend {
                 (8, 64)
             };
             let keys = self.gpu.attention_keys.unwrap_or(keys);
-            let splits = span.div_ceil(keys).clamp(1, max_splits);
+            let splits = match self.gpu.compute_units {
+                // Two workgroups a compute unit (`KILN_WGPU_ATTN_SPLITS=cores`), as llama.cpp's
+                // Vulkan flash attention splits its keys, at least a key each.
+                Some(units) if self.gpu.attention_splits_by_cores => {
+                    core_splits(units, self.decode_attention_groups(p), span)
+                }
+                _ => span.div_ceil(keys).clamp(1, max_splits),
+            };
             (splits, span.div_ceil(splits))
         } else {
             (1, 1 << 30)
@@ -371,8 +394,7 @@ impl WgpuBackend {
             (&partials.0, partials.1),
             bind(sinks_dev),
         ];
-        // A workgroup per (KV head, up to `heads_per_group` of its query heads).
-        let groups = p.n_kv_heads * (p.n_heads / p.n_kv_heads).div_ceil(heads_per_group(hd));
+        let groups = self.decode_attention_groups(p);
         let grid = [groups as u32, p.rows as u32, splits as u32];
         // A decode row's output goes to a mat-vec next: as integer-dot mat-vecs read it, it is
         // written as packed Q8_K blocks too, and no dispatch quantizes it again; by the attention
@@ -431,5 +453,23 @@ impl WgpuBackend {
                 [p.n_heads as u32, p.rows as u32, 1],
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::core_splits;
+
+    /// Two workgroups a compute unit, as llama.cpp's Vulkan flash attention: an H200's 132 SMs
+    /// over the 8 workgroups a split of the 1B and 8B Llama shapes takes (8 KV heads) give 33
+    /// splits; never more than the keys, nor fewer than one, nor more than MAX_CORE_SPLITS.
+    #[test]
+    fn core_splits_give_two_workgroups_a_unit() {
+        assert_eq!(core_splits(132, 8, 128), 33);
+        assert_eq!(core_splits(132, 8, 10), 10);
+        assert_eq!(core_splits(132, 64, 1000), 4);
+        assert_eq!(core_splits(4, 64, 100), 1);
+        assert_eq!(core_splits(4096, 1, 100_000), 512);
+        assert_eq!(core_splits(132, 0, 0), 1);
     }
 }

@@ -43,6 +43,8 @@ pub struct AdapterSummary {
     pub auto: bool,
     /// Its largest device-local memory heap, where the API reports it (Vulkan).
     pub device_memory: Option<u64>,
+    /// Its compute units (SMs, CUs), where the driver reports them (Vulkan on NVIDIA and AMD).
+    pub compute_units: Option<u32>,
 }
 
 /// `KILN_WGPU_NOOP=1`: wgpu's no-op backend instead of the real ones, an adapter that records and
@@ -159,6 +161,7 @@ fn summary(index: usize, a: &wgpu::Adapter, auto: bool) -> AdapterSummary {
         },
         auto,
         device_memory: device_local_heap(a),
+        compute_units: compute_units(a),
     }
 }
 
@@ -235,6 +238,10 @@ pub struct Gpu {
     pub attention_v2: bool,
     /// Invocations of a v2 workgroup, 64 or 128 (`GpuOptions::attention_v2_invocations`).
     pub attention_v2_invocations: u32,
+    /// The adapter's compute units where the driver reports them (`compute_units`), and whether
+    /// the decode attention sizes its splits by them (`GpuOptions::attention_splits_by_cores`).
+    pub compute_units: Option<u32>,
+    pub attention_splits_by_cores: bool,
     /// How the prefill GEMM multiplies on cooperative matrices, where it does
     /// (`GpuOptions::coop`).
     pub coop: Option<Coop>,
@@ -408,6 +415,11 @@ pub struct GpuOptions {
     /// twice the subgroups on a split's keys, as llama.cpp's decode flash attention does. For
     /// measuring on a GPU.
     pub attention_v2_invocations: Option<u32>,
+    /// The decode attention splits a row's keys into as many workgroups as make two per compute
+    /// unit of the adapter (`KILN_WGPU_ATTN_SPLITS=cores`, where the driver reports them: Vulkan on
+    /// NVIDIA and AMD), as llama.cpp's Vulkan flash attention does, instead of 8 keys a split. For
+    /// measuring on a GPU.
+    pub attention_splits_by_cores: bool,
 }
 
 impl GpuOptions {
@@ -428,6 +440,10 @@ impl GpuOptions {
             attention_parameters: std::env::var_os("KILN_WGPU_ATTN_CONST")
                 .is_some_and(|v| v == "0"),
             attention_v2: std::env::var_os("KILN_WGPU_ATTN_V2").is_some_and(|v| v == "1"),
+            attention_splits_by_cores: env_parsed("KILN_WGPU_ATTN_SPLITS", "cores", |v| {
+                (v == "cores").then_some(true)
+            })?
+            .unwrap_or(false),
             attention_v2_invocations: env_parsed(
                 "KILN_WGPU_ATTN_V2_WG",
                 "64 or 128",
@@ -590,6 +606,8 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         attention_constants: !options.attention_parameters,
         attention_v2: options.attention_v2,
         attention_v2_invocations: options.attention_v2_invocations.unwrap_or(64),
+        compute_units: compute_units(adapter),
+        attention_splits_by_cores: options.attention_splits_by_cores,
         coop,
         coop_rows,
         coop_attention: coop.is_some() && !options.simt_prefill_attention,
@@ -655,6 +673,50 @@ fn device_local_heap(adapter: &wgpu::Adapter) -> Option<u64> {
 
 #[cfg(target_arch = "wasm32")]
 fn device_local_heap(_adapter: &wgpu::Adapter) -> Option<u64> {
+    None
+}
+
+/// The adapter's compute units (NVIDIA's SMs, AMD's CUs), read from Vulkan where the driver
+/// reports them (`VK_NV_shader_sm_builtins`, `VK_AMD_shader_core_properties`, as llama.cpp's
+/// Vulkan backend reads them to size its decode attention's splits); None elsewhere (wgpu reports
+/// no such count).
+#[cfg(not(target_arch = "wasm32"))]
+fn compute_units(adapter: &wgpu::Adapter) -> Option<u32> {
+    use ash::vk;
+    // SAFETY: as `device_local_heap`: the raw handles serve read-only queries while the adapter
+    // lives, and are not kept.
+    let hal = unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }?;
+    let shared = hal.shared_instance();
+    if shared.instance_api_version() < vk::API_VERSION_1_1 {
+        return None;
+    }
+    let caps = hal.physical_device_capabilities();
+    let instance = shared.raw_instance();
+    let device = hal.raw_physical_device();
+    if caps.supports_extension(vk::NV_SHADER_SM_BUILTINS_NAME) {
+        let mut sm = vk::PhysicalDeviceShaderSMBuiltinsPropertiesNV::default();
+        let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut sm);
+        // SAFETY: a valid physical device of this (Vulkan 1.1) instance, whose driver lists the
+        // extension of the chained structure.
+        unsafe { instance.get_physical_device_properties2(device, &mut props) };
+        return Some(sm.shader_sm_count).filter(|&n| n > 0);
+    }
+    if caps.supports_extension(vk::AMD_SHADER_CORE_PROPERTIES_NAME) {
+        let mut core = vk::PhysicalDeviceShaderCorePropertiesAMD::default();
+        let mut props = vk::PhysicalDeviceProperties2::default().push_next(&mut core);
+        // SAFETY: as above.
+        unsafe { instance.get_physical_device_properties2(device, &mut props) };
+        let units = core
+            .shader_engine_count
+            .saturating_mul(core.shader_arrays_per_engine_count)
+            .saturating_mul(core.compute_units_per_shader_array);
+        return Some(units).filter(|&n| n > 0);
+    }
+    None
+}
+
+#[cfg(target_arch = "wasm32")]
+fn compute_units(_adapter: &wgpu::Adapter) -> Option<u32> {
     None
 }
 
