@@ -40,16 +40,18 @@ var<workgroup> cmax: array<f32, CWG>;       // the invocations' row maxima, then
 var<workgroup> calpha: array<f32, 16>;      // each row's rescale this tile
 var<workgroup> cl: array<f32, 16>;          // each row's denominator
 
-// Stages values 64c..64c+63 of keys (or values: `cache`) t0..t0+63 into kvs as f16; positions at
+// Stages values 64c..64c+63 of keys (or `values`) t0..t0+63 into kvs as f16; positions at
 // or past `kend` repeat the last one, whose scores are masked (and probabilities 0).
 fn stage_chunk(values: bool, t0: u32, kend: u32, ko: u32, c: u32, lid: u32) {
     for (var w = lid; w < 64u * 32u; w += CWG) {
         let key = w / 32u;
         let pair = w % 32u;
         let e = (min(t0 + key, kend - 1u) * p.kv_stride + ko + 64u * c) / 2u + pair;
-        var bits = kc[e];
+        var bits: u32;
         if (values) {
             bits = vc[e];
+        } else {
+            bits = kc[e];
         }
         let v = unpack2x16float(bits);
         kvs[key * KS + 2u * pair] = f16(v.x);
