@@ -4,21 +4,22 @@
 # adapter's features; the GPU op tests (while the models are written); the host's own time per token (wgpu's
 # no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the
 # time a token gains); `kiln check` against the CPU with the prefill GEMM on cooperative matrices (tiles of 64
-# and 128 activation rows, the prefill attention on them too and not) and without; ROUNDS rounds (default 8) on the 1B shape alternating which tool runs
-# first: kiln-base too where prepare.sh built one, and kiln with each switch of #46 against its default (the
-# fusions off, Q4_K and Q6_K Q/K/V as two dispatches, the attention's reduce as a dispatch of its own, the
-# cooperative GEMM and attention in tiles of 64 and of 128 rows, the GEMM alone, the decode attention reading its shape from
-# parameters, the decode attention v2 with its subgroups walking keys of their own, v2 in workgroups of 128
-# invocations: twice the subgroups on a split's keys, the decode attention's splits sized to two workgroups a
-# compute unit, a read-back's 300 µs spin before it blocks; the float mat-vecs, measured before, only in the
-# kernel costs and a profile), and the cooperative GEMM with v2 (kiln-coopv2, the switches that are off by default
-# together); kiln's decode against the copy bandwidth it measures on the 8B shape, then ROUNDS8 rounds (default
-# 5) there of the variants VARIANTS8 names (default: kiln-base, kiln, and those of the cooperative GEMM and v2);
-# each kind of mat-vec over the 8B shape's layers (`kiln bench --kernels`) with the default, float and 128,2,4
-# shapes; the timed dispatches of a few tokens into $OUT/dispatches.txt and the per-kernel profile, with and
-# without the switches. The ratios are the medians of the rounds' ratios. On an H200 the run took about six
-# minutes after the machine started with nine variants; with the fourteen here, expect about eight and a half
-# (ROUNDS=6 or a shorter VARIANTS8 where device time is short).
+# and 128 activation rows, the prefill attention on them too and not) and without; ROUNDS rounds (default 8) on
+# the 1B shape alternating which tool runs first: kiln-base too where prepare.sh built one, and kiln with each
+# switch of #46 against its default (the fusions off, Q4_K and Q6_K Q/K/V as two dispatches, the attention's
+# reduce as a dispatch of its own, the cooperative GEMM and attention in tiles of 64 and of 128 rows, the GEMM
+# alone, the decode attention reading its shape from parameters, the decode attention v2 with its subgroups
+# walking keys of their own, v2 in workgroups of 128 invocations: twice the subgroups on a split's keys, the
+# decode attention's splits sized to two workgroups a compute unit, a read-back's 300 µs spin before it blocks;
+# the float mat-vecs, measured before, only in the kernel costs and a profile), and the cooperative GEMM with v2
+# (kiln-coopv2, the switches that are off by default together); kiln's decode against the copy bandwidth it
+# measures on the 8B shape, then ROUNDS8 rounds (default 5) there of the variants VARIANTS8 names (default:
+# kiln-base, kiln, and those of the cooperative GEMM and v2); each kind of mat-vec over the 8B shape's layers
+# (`kiln bench --kernels`) with the default, float and 128,2,4 shapes; the timed dispatches of a few tokens into
+# $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The ratios are the medians of
+# the rounds' ratios. On an H200 the run took about six minutes after the machine started with nine variants;
+# with the fourteen here, expect about eight and a half (ROUNDS=6 or a shorter VARIANTS8 where device time is
+# short).
 set -u
 cd "$(dirname "$0")/../.."
 source scripts/gpu-device/setup.sh
