@@ -1,8 +1,8 @@
 // attention_coop.wgsl — the prefill attention on cooperative matrices (tensor cores), spliced into
 // attention.wgsl (`PREFILL_COOP`, beside `PREFILL`, whose Params, bindings, masks and scores it
 // shares): flash attention over f16 key and value caches, as llama.cpp's coopmat1 flash
-// attention (`flash_attn_cm1.comp`) does it. A workgroup of four subgroups (`COOP`: {{WG}}
-// invocations) per (query head, 16 query rows), over tiles of 64 keys:
+// attention (`flash_attn_cm1.comp`) does it. A workgroup of four subgroups (`COOP`: four times
+// the subgroup size) per (query head, 16 query rows), over tiles of 64 keys:
 // - scores S = Q·Kᵀ (16 × 64) in f32 fragments, subgroup g taking keys 16g..16g+15, over the head
 //   in chunks of 64 values of the keys staged in workgroup memory as f16 (the queries rounded to
 //   f16 once, as `prefill` rounds them against an f16 key cache);
@@ -92,7 +92,6 @@ fn mma_pv(a: u32, b: u32, c: Frag, l: u32) -> Frag {
     }
     return r;
 }
-
 #endif
 
 @compute @workgroup_size({{WG}})
