@@ -64,12 +64,8 @@ impl WgpuBackend {
         p: &AttentionParams,
     ) -> Option<Coop> {
         let coop = self.gpu.coop.filter(|_| self.gpu.coop_attention)?;
-        let invocations = match coop {
-            Coop::Hardware { subgroup } => 4 * subgroup,
-            Coop::Emulated => 128,
-        };
         let fits = self.gpu.limits.max_compute_workgroup_storage_size
-            >= coop_prefill_attention_bytes(p.head_dim, invocations);
+            >= coop_prefill_attention_bytes(p.head_dim, coop.invocations());
         let applies = p.rows > 1
             && k == CacheType::F16
             && v == CacheType::F16

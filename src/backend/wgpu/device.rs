@@ -328,6 +328,17 @@ pub enum Coop {
     Emulated,
 }
 
+impl Coop {
+    /// Invocations of a cooperative kernel's workgroup: four subgroups, or the 128 invocations
+    /// that stand for them in the emulated build.
+    pub fn invocations(self) -> u32 {
+        match self {
+            Coop::Hardware { subgroup } => 4 * subgroup,
+            Coop::Emulated => 128,
+        }
+    }
+}
+
 /// Bytes of workgroup memory the cooperative GEMM takes with tiles of `rows` activation rows:
 /// f16 tiles of 64 weight rows and of the activation rows, 40 values each, and 64 × 68 f32
 /// staged outputs (32 KiB with 128 rows, wgpu's default limit).
@@ -628,7 +639,8 @@ fn coop_of(
     use wgpu::CooperativeScalarType::{F16, F32};
     let features = adapter.features();
     let rows = options.coop_rows.unwrap_or(64);
-    let fits = |invocations: u32| {
+    let fits = |coop: &Coop| {
+        let invocations = coop.invocations();
         features.contains(wgpu::Features::SHADER_F16)
             && limits.max_compute_workgroup_storage_size >= coop_workgroup_bytes(rows)
             && limits.max_compute_invocations_per_workgroup >= invocations
@@ -636,7 +648,7 @@ fn coop_of(
     };
     match options.coop {
         CoopChoice::Off => None,
-        CoopChoice::Emulate => fits(128).then_some(Coop::Emulated),
+        CoopChoice::Emulate => Some(Coop::Emulated).filter(fits),
         CoopChoice::On => {
             let subgroup = info.subgroup_min_size;
             let offered = features.contains(
@@ -647,7 +659,7 @@ fn coop_of(
                 && adapter.cooperative_matrix_properties().iter().any(|c| {
                     (c.m_size, c.n_size, c.k_size, c.ab_type, c.cr_type) == (16, 16, 16, F16, F32)
                 });
-            (offered && fits(4 * subgroup)).then_some(Coop::Hardware { subgroup })
+            Some(Coop::Hardware { subgroup }).filter(|c| offered && fits(c))
         }
     }
 }

@@ -332,6 +332,16 @@ pub fn coop_reads(t: GgmlType) -> bool {
     !matches!(t, GgmlType::F32 | GgmlType::BF16)
 }
 
+/// `kernel` (one on cooperative matrices) on the hardware's fragments (`COOP`) or emulated
+/// (`COOP_EMU`), in workgroups of `Coop::invocations`.
+fn with_coop(kernel: Kernel, coop: Coop) -> Kernel {
+    let flag = match coop {
+        Coop::Hardware { .. } => "COOP",
+        Coop::Emulated => "COOP_EMU",
+    };
+    kernel.flag(flag).workgroup(coop.invocations())
+}
+
 /// The tiled prefill kernel on cooperative matrices (matmul.wgsl's `main_coop`), otherwise as
 /// `matmul_kernel`: four subgroups a workgroup, or 128 invocations emulating them; tiles of
 /// `rows` activation rows, 64 or 128 (`COOP_WIDE`).
@@ -350,11 +360,7 @@ pub fn matmul_coop_kernel(
         .entry("main_coop")
         .fills_workgroup_memory();
     let k = if rows == 128 { k.flag("COOP_WIDE") } else { k };
-    let k = match coop {
-        Coop::Hardware { subgroup } => k.flag("COOP").workgroup(4 * subgroup),
-        Coop::Emulated => k.flag("COOP_EMU").workgroup(128),
-    };
-    with_tile_input(k, x4, gated)
+    with_tile_input(with_coop(k, coop), x4, gated)
 }
 
 pub fn embed_kernel(t: GgmlType) -> Kernel {
@@ -548,11 +554,7 @@ pub fn attention_prefill_coop_kernel(coop: Coop, shape: (usize, usize)) -> Kerne
     let kernel = attention_prefill_kernel(CacheType::F16, CacheType::F16)
         .entry("prefill_coop")
         .flag("PREFILL_COOP");
-    let kernel = match coop {
-        Coop::Hardware { subgroup } => kernel.flag("COOP").workgroup(4 * subgroup),
-        Coop::Emulated => kernel.flag("COOP_EMU").workgroup(128),
-    };
-    let mut kernel = with_attention_shape(kernel, shape);
+    let mut kernel = with_attention_shape(with_coop(kernel, coop), shape);
     kernel.label = "attention_prefill_coop";
     kernel
 }
