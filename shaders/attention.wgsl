@@ -49,6 +49,11 @@ fn key_end(i: u32) -> u32 {
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
+#if PREFILL_COOP
+// The f16 caches as attention_coop.wgsl stages them, four values a load.
+@group(0) @binding(2) var<storage, read> kc: array<vec4<f16>>;
+@group(0) @binding(3) var<storage, read> vc: array<vec4<f16>>;
+#else
 #if K_F16 || K_Q8
 @group(0) @binding(2) var<storage, read> kc: array<u32>;
 #else
@@ -58,6 +63,7 @@ fn key_end(i: u32) -> u32 {
 @group(0) @binding(3) var<storage, read> vc: array<u32>;
 #else
 @group(0) @binding(3) var<storage, read> vc: array<f32>;
+#endif
 #endif
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 @group(0) @binding(5) var<storage, read_write> part: array<f32>;
@@ -85,6 +91,9 @@ fn score(d: f32) -> f32 {
     return p.softcap * sign(s) * (1.0 - t) / (1.0 + t);
 }
 
+// The caches' readers (not attention_coop.wgsl's, which stages them whole).
+#if PREFILL_COOP
+#else
 #if K_Q8
 // The scale of block b of the key cache.
 fn k_scale(b: u32) -> f32 {
@@ -133,6 +142,7 @@ fn v_pair(e: u32) -> vec2<f32> {
 #endif
 #endif
 }
+#endif
 
 #if PREFILL
 #if PREFILL_COOP

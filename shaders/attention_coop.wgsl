@@ -18,12 +18,13 @@
 
 const CWG: u32 = {{WG}}u;
 const HD: u32 = {{HEAD_DIM}};
-// Head chunks of 64 values, and the row strides (in elements) of the f16 queries, the staged
-// keys or values ([key][value]) and the probabilities, and of the staged f32 fragments: each a
-// multiple of 16 bytes, as fragment loads want, and staggered across banks.
+// Head chunks of 64 values, and the row strides of the f16 queries, the staged keys or values
+// ([key][value], in vec4s: a fragment's offset and stride there count vec4s, whose values it takes
+// in order) and the probabilities, and of the staged f32 fragments: each a multiple of 16 bytes,
+// as fragment loads want, and staggered across banks.
 const NCH: u32 = HD / 64u;
 const QS: u32 = HD + 8u;
-const KS: u32 = 72u;
+const KS: u32 = 18u;
 const PS: u32 = 72u;
 const SS: u32 = 68u;
 // The softmax's invocations per row and keys per invocation; the outputs of a chunk (16 rows ×
@@ -33,44 +34,47 @@ const KPL: u32 = 64u / RL;
 const OPER: u32 = 1024u / CWG;
 
 var<workgroup> qs: array<f16, 16u * QS>;   // [16][QS]: the block's queries
-var<workgroup> kvs: array<f16, 64u * KS>;  // [64][KS]: a chunk of the tile's keys, then values
+var<workgroup> kvs: array<vec4<f16>, 64u * KS>; // [64][KS]: a chunk of the tile's keys, then values
 var<workgroup> ps: array<f16, 16u * PS>;   // [16][PS]: the tile's probabilities
 var<workgroup> stage: array<f32, 16u * SS>; // [16][SS]: the scores, then a chunk's P·V
 var<workgroup> cmax: array<f32, CWG>;       // the invocations' row maxima, then row sums
 var<workgroup> calpha: array<f32, 16>;      // each row's rescale this tile
 var<workgroup> cl: array<f32, 16>;          // each row's denominator
 
-// Stages values 64c..64c+63 of keys (or `values`) t0..t0+63 into kvs as f16; positions at
-// or past `kend` repeat the last one, whose scores are masked (and probabilities 0).
+// Stages values 64c..64c+63 of keys (or `values`) t0..t0+63 into kvs, as the f16 cache holds
+// them, four a load (kv_stride, ko and 64c are multiples of 64); positions at or past `kend`
+// repeat the last one, whose scores are masked (and probabilities 0).
 fn stage_chunk(values: bool, t0: u32, kend: u32, ko: u32, c: u32, lid: u32) {
-    for (var w = lid; w < 64u * 32u; w += CWG) {
-        let key = w / 32u;
-        let pair = w % 32u;
-        let e = (min(t0 + key, kend - 1u) * p.kv_stride + ko + 64u * c) / 2u + pair;
-        var bits: u32;
+    for (var w = lid; w < 64u * 16u; w += CWG) {
+        let key = w / 16u;
+        let quad = w % 16u;
+        let e = (min(t0 + key, kend - 1u) * p.kv_stride + ko + 64u * c) / 4u + quad;
         if (values) {
-            bits = vc[e];
+            kvs[key * KS + quad] = vc[e];
         } else {
-            bits = kc[e];
+            kvs[key * KS + quad] = kc[e];
         }
-        let v = unpack2x16float(bits);
-        kvs[key * KS + 2u * pair] = f16(v.x);
-        kvs[key * KS + 2u * pair + 1u] = f16(v.y);
     }
 }
 
 #if COOP_EMU
 // (Frag and frag_store: coop.wgsl.)
+// Value i of kvs (i counts f16 values).
+fn kv_at(i: u32) -> f32 {
+    return f32(kvs[i / 4u][i % 4u]);
+}
+
 // c + A · B with A the queries' fragment at qs[a] (row-major) and B the keys' at kvs[b]
-// (column-major: column j is key j), as coopMultiplyAdd of coopLoadT and coopLoad.
+// (column-major: column j is key j; b and KS count vec4s), as coopMultiplyAdd of coopLoadT and
+// coopLoad.
 fn mma_qk(a: u32, b: u32, c: Frag, l: u32) -> Frag {
     var r = c;
-    let col = b + (l % 16u) * KS;
+    let col = 4u * (b + (l % 16u) * KS);
     for (var t = 0u; t < 8u; t++) {
         let row = a + (2u * t + l / 16u) * QS;
         var s = 0.0;
         for (var x = 0u; x < 16u; x++) {
-            s += f32(qs[row + x]) * f32(kvs[col + x]);
+            s += f32(qs[row + x]) * kv_at(col + x);
         }
         r[t] += s;
     }
@@ -78,15 +82,15 @@ fn mma_qk(a: u32, b: u32, c: Frag, l: u32) -> Frag {
 }
 
 // c + A · B with A the probabilities' fragment at ps[a] (row-major) and B the values' at kvs[b]
-// (row-major: row x is key x), as coopMultiplyAdd of two coopLoadT.
+// (row-major: row x is key x; b and KS count vec4s), as coopMultiplyAdd of two coopLoadT.
 fn mma_pv(a: u32, b: u32, c: Frag, l: u32) -> Frag {
     var r = c;
-    let col = b + l % 16u;
+    let col = 4u * b + l % 16u;
     for (var t = 0u; t < 8u; t++) {
         let row = a + (2u * t + l / 16u) * PS;
         var s = 0.0;
         for (var x = 0u; x < 16u; x++) {
-            s += f32(ps[row + x]) * f32(kvs[col + x * KS]);
+            s += f32(ps[row + x]) * kv_at(col + 4u * x * KS);
         }
         r[t] += s;
     }
@@ -144,10 +148,10 @@ fn prefill_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
             for (var kk = 0u; kk < 64u; kk += 16u) {
 #if COOP
                 let fq = coopLoadT<coop_mat16x16<f16, A>>(&qs[64u * c + kk], QS);
-                let fk = coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * g * KS + kk], KS);
+                let fk = coopLoad<coop_mat16x16<f16, B>>(&kvs[16u * g * KS + kk / 4u], KS);
                 s = coopMultiplyAdd(fq, fk, s);
 #else
-                s = mma_qk(64u * c + kk, 16u * g * KS + kk, s, lane);
+                s = mma_qk(64u * c + kk, 16u * g * KS + kk / 4u, s, lane);
 #endif
             }
             // Every subgroup has read this chunk before the next overwrites it.
@@ -208,14 +212,14 @@ fn prefill_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation
             var f = coop_mat16x16<f32, C>();
             for (var kk = 0u; kk < 64u; kk += 16u) {
                 let fp = coopLoadT<coop_mat16x16<f16, A>>(&ps[kk], PS);
-                let fv = coopLoadT<coop_mat16x16<f16, B>>(&kvs[kk * KS + 16u * g], KS);
+                let fv = coopLoadT<coop_mat16x16<f16, B>>(&kvs[kk * KS + 4u * g], KS);
                 f = coopMultiplyAdd(fp, fv, f);
             }
             coopStoreT(f, &stage[16u * g], SS);
 #else
             var f = Frag();
             for (var kk = 0u; kk < 64u; kk += 16u) {
-                f = mma_pv(kk, kk * KS + 16u * g, f, lane);
+                f = mma_pv(kk, kk * KS + 4u * g, f, lane);
             }
             frag_store(f, 16u * g, lane);
 #endif

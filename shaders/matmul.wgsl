@@ -33,10 +33,16 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
+#if XH
+// (`main_coop`) The activations as the rounding pass wrote them for it, f16 (round_acts.wgsl's
+// HALF), four to a load; rows a multiple of 4 long.
+@group(0) @binding(1) var<storage, read> x: array<vec4<f16>>;
+#else
 #if X4
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
 #else
 @group(0) @binding(1) var<storage, read> x: array<f32>;
+#endif
 #endif
 @group(0) @binding(2) var<storage, read> w0: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out0: array<f32>;
@@ -142,6 +148,8 @@ fn weight4(tl: Tile, r: u32, k: u32) -> vec4<f32> {
     return dq4(row * p.row_bytes, g, (k / 4u) % 4u);
 }
 
+#if XH
+#else
 // Activations k..k+3 of activation row n (zeros past the matrix).
 fn act4(n: u32, k: u32) -> vec4<f32> {
 #if X4
@@ -167,6 +175,7 @@ fn act4(n: u32, k: u32) -> vec4<f32> {
     return v;
 #endif
 }
+#endif
 
 #if TRACE
 fn trace_store(tile: u32, slot: u32, c: u32) {
@@ -313,10 +322,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
 // WGSL over the same workgroup memory (invocations 32q..32q+31 standing for subgroup q), so that
 // an adapter without cooperative matrices (lavapipe, in CI) runs every other line of it.
 
-// Row strides of the f16 tiles ([row][k]: BK values and 8 of padding, rows 80 bytes apart, a
-// multiple of 16 as fragment loads want, and staggered across banks) and of the staged outputs
-// ([activation row][weight row]: 64 and 4, 272 bytes).
-const XS: u32 = 40u;
+// Row strides of the f16 tiles in vec4s ([row][k]: BK values and 8 of padding, rows 80 bytes
+// apart, a multiple of 16 as fragment loads want, and staggered across banks; a fragment's
+// offset and stride count vec4s, whose values it takes in order, as llama.cpp's coopmat GEMM
+// loads its f16vec2 tiles) and of the staged outputs ([activation row][weight row]: 64 and 4,
+// 272 bytes).
+const XS: u32 = 10u;
 const SS: u32 = 68u;
 const CWG: u32 = {{WG}}u;
 #if COOP_WIDE
@@ -328,26 +339,50 @@ const CBN: u32 = 64u;
 const LOADS: u32 = 512u / CWG;
 const XLOADS: u32 = CBN * 8u / CWG;
 
-var<workgroup> xs: array<f16, CBN * XS>; // [CBN][XS]: activations
-var<workgroup> ws: array<f16, 2560>;    // [BM][XS]: weights
+var<workgroup> xs: array<vec4<f16>, CBN * XS>; // [CBN][XS]: activations
+var<workgroup> ws: array<vec4<f16>, BM * XS>;  // [BM][XS]: weights
 var<workgroup> stage: array<f32, 4352>; // [64][SS]: outputs (of half the rows, COOP_WIDE)
 
-// f16 as the tiles hold it, clamped to its range.
+// f16 as the tiles hold it, clamped to its range (round_acts.wgsl's HALF writes the same).
 fn half4(v: vec4<f32>) -> vec4<f16> {
     return vec4<f16>(clamp(v, vec4<f32>(-65504.0), vec4<f32>(65504.0)));
 }
 
+// Activations k..k+3 of activation row n as the tile holds them (zeros past the matrix).
+fn act_half(n: u32, k: u32) -> vec4<f16> {
+#if XH
+    if (n < p.n && k < p.k) {
+        return x[(n * p.k + k) / 4u];
+    }
+    return vec4<f16>(0.0);
+#else
+    return half4(act4(n, k));
+#endif
+}
+
+#if COOP_EMU
+// Value i of a tile (i counts f16 values).
+fn xs_at(i: u32) -> f32 {
+    return f32(xs[i / 4u][i % 4u]);
+}
+
+fn ws_at(i: u32) -> f32 {
+    return f32(ws[i / 4u][i % 4u]);
+}
+#endif
+
 #if COOP_EMU
 // c + A · B for the A fragment at xs[a] (row-major, stride XS) and the B fragment at ws[b]
-// (column-major: column j is weight row j), as coopMultiplyAdd of coopLoadT and coopLoad.
+// (column-major: column j is weight row j), as coopMultiplyAdd of coopLoadT and coopLoad (a, b
+// and XS count vec4s).
 fn mma(a: u32, b: u32, c: Frag, l: u32) -> Frag {
     var r = c;
-    let col = b + (l % 16u) * XS;
+    let col = 4u * (b + (l % 16u) * XS);
     for (var t = 0u; t < 8u; t++) {
-        let row = a + (2u * t + l / 16u) * XS;
+        let row = 4u * (a + (2u * t + l / 16u) * XS);
         var s = 0.0;
         for (var kk = 0u; kk < 16u; kk++) {
-            s += f32(xs[row + kk]) * f32(ws[col + kk]);
+            s += xs_at(row + kk) * ws_at(col + kk);
         }
         r[t] += s;
     }
@@ -442,51 +477,44 @@ fn main_coop(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_in
     var c31 = Frag();
 #endif
 #endif
-    // This step's loads, held in registers until stored: vec4 e = lid + CWG j of each tile is
-    // row e / 8, values 4(e % 8).. of the step (eight invocations read a row's 32 values).
-    var w = array<vec4<f32>, LOADS>();
-    var v = array<vec4<f32>, XLOADS>();
+    // This step's loads, held in registers as f16 until stored: vec4 e = lid + CWG j of each
+    // tile is row e / 8, values 4(e % 8).. of the step (eight invocations read a row's 32
+    // values), stored whole at the tile's vec4 (e / 8) XS + e % 8.
+    var w = array<vec4<f16>, LOADS>();
+    var v = array<vec4<f16>, XLOADS>();
     for (var j = 0u; j < LOADS; j++) {
         let e = lid + CWG * j;
-        w[j] = weight4(tl, e / 8u, 4u * (e % 8u));
+        w[j] = half4(weight4(tl, e / 8u, 4u * (e % 8u)));
     }
     for (var j = 0u; j < XLOADS; j++) {
         let e = lid + CWG * j;
-        v[j] = act4(n0 + e / 8u, 4u * (e % 8u));
+        v[j] = act_half(n0 + e / 8u, 4u * (e % 8u));
     }
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
         for (var j = 0u; j < LOADS; j++) {
             let e = lid + CWG * j;
-            let at = (e / 8u) * XS + 4u * (e % 8u);
-            let hw = half4(w[j]);
-            for (var i = 0u; i < 4u; i++) {
-                ws[at + i] = hw[i];
-            }
+            ws[(e / 8u) * XS + e % 8u] = w[j];
         }
         for (var j = 0u; j < XLOADS; j++) {
             let e = lid + CWG * j;
-            let at = (e / 8u) * XS + 4u * (e % 8u);
-            let hx = half4(v[j]);
-            for (var i = 0u; i < 4u; i++) {
-                xs[at + i] = hx[i];
-            }
+            xs[(e / 8u) * XS + e % 8u] = v[j];
         }
         workgroupBarrier();
         // The next step's loads go out before this step's products.
         if (k0 + BK < p.k) {
             for (var j = 0u; j < LOADS; j++) {
                 let e = lid + CWG * j;
-                w[j] = weight4(tl, e / 8u, k0 + BK + 4u * (e % 8u));
+                w[j] = half4(weight4(tl, e / 8u, k0 + BK + 4u * (e % 8u)));
             }
             for (var j = 0u; j < XLOADS; j++) {
                 let e = lid + CWG * j;
-                v[j] = act4(n0 + e / 8u, k0 + BK + 4u * (e % 8u));
+                v[j] = act_half(n0 + e / 8u, k0 + BK + 4u * (e % 8u));
             }
         }
         for (var kk = 0u; kk < BK; kk += 16u) {
-            let a0 = qn * (CBN / 2u) * XS + kk;
+            let a0 = qn * (CBN / 2u) * XS + kk / 4u;
             let a1 = a0 + 16u * XS;
-            let b0 = qm * 32u * XS + kk;
+            let b0 = qm * 32u * XS + kk / 4u;
             let b1 = b0 + 16u * XS;
 #if COOP
             let fb0 = coopLoad<coop_mat16x16<f16, B>>(&ws[b0], XS);

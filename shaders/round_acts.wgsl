@@ -4,9 +4,13 @@
 // rounded values d·q are written as f32, so every weight kernel reads them as it reads any
 // activations (the PACKED variant writes Q8_K blocks as integers instead). In recurrent models
 // the rounding is visible in the logits (the Qwen3.5 MoE tiny model in MXFP4 lands several units
-// from llama.cpp without it), so the GPU rounds as the CPU does.
+// from llama.cpp without it), so the GPU rounds as the CPU does. The HALF variant writes them as
+// f16 for the GEMM on cooperative matrices, which multiplies f16 tiles.
 //
 
+#if HALF
+enable f16;
+#endif
 #include "common"
 
 struct Params {
@@ -21,7 +25,14 @@ struct Params {
 // values packed four to a word (pack4xI8), then each block's d (f32 bits). Q8_K only.
 @group(0) @binding(2) var<storage, read_write> y: array<u32>;
 #else
+#if HALF
+// The rounded values as f16, clamped to its range as matmul.wgsl's `half4` rounds its tiles (the
+// GEMM's XH variant reads them): one less conversion per tile a value enters, and half the bytes.
+// len is a multiple of 4.
+@group(0) @binding(2) var<storage, read_write> y: array<vec4<f16>>;
+#else
 @group(0) @binding(2) var<storage, read_write> y: array<f32>;
+#endif
 #endif
 
 // A workgroup takes 256 values, four per invocation: a Q8_K block, or eight Q8_0 blocks of eight
@@ -91,10 +102,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             r = bf16_values(v);
         }
     }
+#if HALF
+    if (e < p.len) {
+        y[e / 4u] = vec4<f16>(clamp(r, vec4<f32>(-65504.0), vec4<f32>(65504.0)));
+    }
+#else
     for (var c = 0u; c < 4u; c++) {
         if (e + c < p.len) {
             y[e + c] = r[c];
         }
     }
+#endif
 #endif
 }

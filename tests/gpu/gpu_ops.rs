@@ -250,8 +250,8 @@ const COOP_NMSE: f64 = 1e-6;
 /// runs it), against the CPU, with tiles of 64 and of 128 activation rows: every weight type it
 /// takes, rows that fill no tile (67 weight rows; 9, 37 and 70 activation rows, or 9, 70 and 130
 /// for the tiles of 128, whose rows come out in two halves), rows of 2304 values, rows whose
-/// width is no multiple of 4, two and three weights in one dispatch, and the gated pair; and it
-/// is the kernel that ran.
+/// width is no multiple of 4 (whose activations come as f32, the others' as f16), two and three
+/// weights in one dispatch, and the gated pair; and it is the kernel that ran.
 #[test]
 fn cooperative_matmul_matches_the_cpu() {
     let hardware = std::env::var_os("KILN_WGPU_COOP").is_some_and(|v| v == "1");
@@ -353,6 +353,10 @@ fn cooperative_matmul_case(g: &WgpuBackend, tile_rows: u32) {
     let want = coop_types.len() * 3 + 2 + 1 + 3 + 4;
     assert_eq!(calls("matmul_coop") as usize, want, "{:?}", p.ops);
     assert_eq!(calls("matmul"), 0, "{:?}", p.ops);
+    // Each took its activations rounded to f16 by the pass before it, but the F16 rows of 250
+    // values (no multiple of 4), which take them as f32.
+    assert_eq!(calls("round_acts_half") as usize, want - 1, "{:?}", p.ops);
+    assert_eq!(calls("round_acts"), 1, "{:?}", p.ops);
     let wide = g.describe().contains("in tiles of 128 rows");
     assert_eq!(wide, tile_rows == 128, "{}", g.describe());
 }

@@ -344,14 +344,15 @@ fn with_coop(kernel: Kernel, coop: Coop) -> Kernel {
 
 /// The tiled prefill kernel on cooperative matrices (matmul.wgsl's `main_coop`), otherwise as
 /// `matmul_kernel`: four subgroups a workgroup, or 128 invocations emulating them; tiles of
-/// `rows` activation rows, 64 or 128 (`COOP_WIDE`).
+/// `rows` activation rows, 64 or 128 (`COOP_WIDE`). `half_input`: the activations come as f16
+/// (`round_acts_half_kernel`; rows a multiple of 4 long), else as f32.
 pub fn matmul_coop_kernel(
     t: GgmlType,
     n_weights: usize,
     gated: Option<GateActivation>,
     x4: bool,
     coop: Coop,
-    rows: u32,
+    (rows, half_input): (u32, bool),
 ) -> Kernel {
     // Every workgroup-memory value main_coop reads it wrote first: the tiles' rows (64 weight
     // rows, `rows` activation rows), values 0..31 each step and the staged outputs' 64 × 64
@@ -360,7 +361,8 @@ pub fn matmul_coop_kernel(
         .entry("main_coop")
         .fills_workgroup_memory();
     let k = if rows == 128 { k.flag("COOP_WIDE") } else { k };
-    with_tile_input(with_coop(k, coop), x4, gated)
+    let k = if half_input { k.flag("XH") } else { k };
+    with_tile_input(with_coop(k, coop), x4 && !half_input, gated)
 }
 
 pub fn embed_kernel(t: GgmlType) -> Kernel {
@@ -611,6 +613,14 @@ pub fn round_acts_kernel() -> Kernel {
     Kernel::new("round_acts", "round_acts", &[Read, ReadWrite])
         .fills_workgroup_memory()
         .trusted()
+}
+
+/// The rounded activations as f16 (`HALF`), the cooperative GEMM's input (`matmul_coop_kernel`
+/// with `half_input`); the same bounds, a vec4 of f16 per four values.
+pub fn round_acts_half_kernel() -> Kernel {
+    let mut k = round_acts_kernel().flag("HALF");
+    k.label = "round_acts_half";
+    k
 }
 
 /// Activations quantized to packed Q8_K blocks, the integer-dot mat-vecs' input.

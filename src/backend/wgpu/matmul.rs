@@ -37,7 +37,8 @@ impl WgpuBackend {
     /// blocks; f16 or bf16 values) into the backend's scratch buffer by shaders/round_acts.wgsl,
     /// or `x` itself for f32 weights (and with `GpuOptions::f32_activations`), and for a mat-vec
     /// that rounds x itself (`kernel_rounding`); quantized to packed Q8_K blocks for an
-    /// integer-dot mat-vec (`int_dot`). A matmul binds the result before its next call rounds into
+    /// integer-dot mat-vec (`int_dot`); as f16 for the GEMM on cooperative matrices
+    /// (`half_input`). A matmul binds the result before its next call rounds into
     /// the same buffer; the stream runs dispatches in order. The rounding is one dispatch per
     /// matmul input, as llama.cpp's Vulkan `quantize_q8_1` before its integer-dot mat-vecs.
     pub(super) fn weight_input(
@@ -89,19 +90,38 @@ impl WgpuBackend {
         let Some(rounding) = ActRounding::of(m.dtype) else {
             return Some((x.dev.buf.clone(), x.dev.id));
         };
-        let (buf, id) = self.scratch_buffer(|s| &mut s.rounded, values)?;
+        let half = reader == Reader::Tiled && self.half_input(m);
+        let words = if half { values.div_ceil(2) } else { values };
+        let (buf, id) = self.scratch_buffer(|s| &mut s.rounded, words)?;
         self.scratch
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .packed = None;
+        let (slot, kernel): (_, fn() -> Kernel) = if half {
+            (&self.fixed.round_acts_half, kernels::round_acts_half_kernel)
+        } else {
+            (&self.fixed.round_acts, kernels::round_acts_kernel)
+        };
         self.run_in(
-            &self.fixed.round_acts,
-            kernels::round_acts_kernel,
+            slot,
+            kernel,
             &[values as u32, rounding.mode()],
             &[bind(&x.dev), (&buf, id)],
             grid(values.div_ceil(256)),
         );
         Some((buf, id))
+    }
+
+    /// Whether the tiled kernel over `m` takes its activations as f16 (`weight_input` rounds
+    /// them into f16 for it): the GEMM on cooperative matrices, which multiplies f16 tiles,
+    /// where rows are a multiple of 4 long and a rounding pass runs anyway. The tile takes each
+    /// activation as it is instead of converting it once per weight tile (32 times on the 1B
+    /// Llama shape's Q/K/V), and reads half the bytes.
+    fn half_input(&self, m: &Matrix) -> bool {
+        self.coop_for(m.dtype).is_some()
+            && m.cols.is_multiple_of(4)
+            && !self.gpu.f32_activations
+            && ActRounding::of(m.dtype).is_some()
     }
 
     /// Whether `m`'s decode mat-vec takes integer dot products on packed Q8_K activations
@@ -593,8 +613,8 @@ impl WgpuBackend {
     ) -> Kernel {
         let x4 = m.cols.is_multiple_of(4);
         if let Some(coop) = self.coop_for(m.dtype) {
-            let rows = self.gpu.coop_rows;
-            return kernels::matmul_coop_kernel(m.dtype, n_weights, gated, x4, coop, rows);
+            let input = (self.gpu.coop_rows, self.half_input(m));
+            return kernels::matmul_coop_kernel(m.dtype, n_weights, gated, x4, coop, input);
         }
         kernels::matmul_kernel(m.dtype, n_weights, gated, x4, self.matmul_sg8())
     }

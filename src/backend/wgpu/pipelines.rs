@@ -230,6 +230,7 @@ pub struct FixedKernels {
     pub attention_reduce: KernelSlot,
     pub attention_reduce_packed: KernelSlot,
     pub round_acts: KernelSlot,
+    pub round_acts_half: KernelSlot,
     pub quantize_q8k: KernelSlot,
 }
 

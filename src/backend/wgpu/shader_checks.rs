@@ -11,8 +11,8 @@ use super::pipelines::{
     blocks_matvec_reads, blocks_mix, coop_reads, defines, embed_kernel, kv_move_halves_kernel,
     kv_move_kernel, kv_rope_kernel, matmul_coop_kernel, matmul_kernel, matvec_blocks_kernel,
     matvec_kernel, matvec_rope_kv_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel,
-    rope_kv_kernel, round_acts_kernel, store_kernel, with_attention_shape, with_attention_v2,
-    with_gated_packing,
+    rope_kv_kernel, round_acts_half_kernel, round_acts_kernel, store_kernel, with_attention_shape,
+    with_attention_v2, with_gated_packing,
 };
 use crate::backend::{CacheType, GateActivation};
 use crate::gguf::GgmlType;
@@ -107,8 +107,8 @@ fn weight_kernels_validate_for_every_type() {
 }
 
 /// The cooperative-matrix GEMM, on the hardware's fragments and emulated, for every weight type
-/// it takes, one to three weights and the gated pair, tiles of 64 and 128 activation rows,
-/// validates; the hardware variant also
+/// it takes, one to three weights and the gated pair, tiles of 64 and 128 activation rows, f32
+/// and f16 activations, validates; the hardware variant also
 /// compiles to SPIR-V, as wgpu's Vulkan backend compiles it (no adapter in CI has cooperative
 /// matrices: this and the emulated build's runs are its checks there).
 #[test]
@@ -116,18 +116,21 @@ fn cooperative_matmul_validates_and_compiles_to_spirv() {
     for t in MATRIX_TYPES.into_iter().filter(|&t| coop_reads(t)) {
         let shapes = [(1, None), (3, None), (2, Some(GateActivation::GeluTanh))];
         for ((n, gated), rows) in shapes.into_iter().flat_map(|s| [(s, 64), (s, 128)]) {
-            for coop in [Coop::Hardware { subgroup: 32 }, Coop::Emulated] {
-                let k = matmul_coop_kernel(t, n, gated, n != 3, coop, rows);
-                validate(&k, true, &format!("{t} cooperative {rows} rows "));
+            for half in [false, true] {
+                for coop in [Coop::Hardware { subgroup: 32 }, Coop::Emulated] {
+                    let k = matmul_coop_kernel(t, n, gated, n != 3, coop, (rows, half));
+                    validate(&k, true, &format!("{t} cooperative {rows} rows "));
+                }
+                let coop = Coop::Hardware { subgroup: 64 };
+                let k = matmul_coop_kernel(t, n, gated, true, coop, (rows, half));
+                let ops = fragment_ops(&k, &format!("{t} cooperative"));
+                // 128 rows: two more activation fragments a step, four more outputs.
+                let want = if rows == 128 { [6, 8, 8] } else { [4, 4, 4] };
+                assert_eq!(
+                    ops, want,
+                    "{t} {rows} rows: fragment loads, stores, multiply-adds"
+                );
             }
-            let k = matmul_coop_kernel(t, n, gated, true, Coop::Hardware { subgroup: 64 }, rows);
-            let ops = fragment_ops(&k, &format!("{t} cooperative"));
-            // 128 rows: two more activation fragments a step, four more outputs.
-            let want = if rows == 128 { [6, 8, 8] } else { [4, 4, 4] };
-            assert_eq!(
-                ops, want,
-                "{t} {rows} rows: fragment loads, stores, multiply-adds"
-            );
         }
     }
 }
@@ -240,6 +243,7 @@ fn cache_and_attention_kernels_validate() {
         kv_move_halves_kernel(),
         rope_kernel(),
         round_acts_kernel(),
+        round_acts_half_kernel(),
         quantize_q8k_kernel(),
     ]);
     for packed in [false, true] {
