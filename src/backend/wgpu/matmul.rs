@@ -115,8 +115,8 @@ impl WgpuBackend {
     /// Whether the tiled kernel over `m` takes its activations as f16 (`weight_input` rounds
     /// them into f16 for it): the GEMM on cooperative matrices, which multiplies f16 tiles,
     /// where rows are a multiple of 4 long and a rounding pass runs anyway. The tile takes each
-    /// activation as it is instead of converting it once per weight tile (32 times on the 1B
-    /// Llama shape's Q/K/V), and reads half the bytes.
+    /// activation as it is instead of converting it once per weight tile of 64 rows (40 times in
+    /// the 1B Llama shape's fused query and key projections), and reads half the bytes.
     fn half_input(&self, m: &Matrix) -> bool {
         self.coop_for(m.dtype).is_some()
             && m.cols.is_multiple_of(4)
