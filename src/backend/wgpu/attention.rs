@@ -7,7 +7,7 @@
 //! attention on f16 fragments (attention_coop.wgsl), 16 query rows per workgroup as the tiled one.
 
 use super::WgpuBackend;
-use super::buffers::{GpuBuffer, GpuCache, GpuWeight, bind};
+use super::buffers::{DeviceBuf, GpuBuffer, GpuCache, GpuWeight, bind};
 use super::device::Coop;
 use super::pipelines::{self as kernels, Kernel, KernelSlot};
 use super::stream::bindings;
@@ -37,6 +37,25 @@ const MAX_CORE_SPLITS: usize = 512;
 /// where a split takes `groups` workgroups, at least a key each (`Gpu::attention_splits_by_cores`).
 fn core_splits(units: u32, groups: usize, span: usize) -> usize {
     (2 * units as usize / groups.max(1)).clamp(1, span.clamp(1, MAX_CORE_SPLITS))
+}
+
+/// The bindings every attention kernel takes, in attention.wgsl's order: the queries, the two
+/// caches, the output, the decode splits' partials, the sinks.
+fn attention_bindings<'a>(
+    q: &'a GpuBuffer,
+    (k, v): (&'a GpuCache, &'a GpuCache),
+    out: &'a GpuBuffer,
+    partials: &'a (wgpu::Buffer, u64),
+    sinks: &'a DeviceBuf,
+) -> [(&'a wgpu::Buffer, u64); 6] {
+    [
+        bind(&q.dev),
+        bind(&k.dev),
+        bind(&v.dev),
+        bind(&out.dev),
+        (&partials.0, partials.1),
+        bind(sinks),
+    ]
 }
 
 /// Query rows per workgroup of the tiled prefill attention.
@@ -300,14 +319,7 @@ impl WgpuBackend {
             let Some(partials) = self.scratch_buffer(|s| &mut s.partials, 1) else {
                 return;
             };
-            let buffers = [
-                bind(&q.dev),
-                bind(&k_cache.dev),
-                bind(&v_cache.dev),
-                bind(&out.dev),
-                (&partials.0, partials.1),
-                bind(sinks_dev),
-            ];
+            let buffers = attention_bindings(q, (k_cache, v_cache), out, &partials, sinks_dev);
             let grid = [
                 p.n_heads as u32,
                 p.rows.div_ceil(PREFILL_ATTENTION_ROWS) as u32,
@@ -382,14 +394,7 @@ impl WgpuBackend {
             return;
         };
         let params = self.attention_params(p, k_cache, v_cache, parts, chunk, sinks.is_some());
-        let buffers = [
-            bind(&q.dev),
-            bind(&k_cache.dev),
-            bind(&v_cache.dev),
-            bind(&out.dev),
-            (&partials.0, partials.1),
-            bind(sinks_dev),
-        ];
+        let buffers = attention_bindings(q, (k_cache, v_cache), out, &partials, sinks_dev);
         let groups = self.decode_attention_groups(p);
         let grid = [groups as u32, p.rows as u32, splits as u32];
         // A decode row's output goes to a mat-vec next: as integer-dot mat-vecs read it, it is
