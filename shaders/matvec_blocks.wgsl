@@ -18,7 +18,9 @@
 // taken as bytes and multiplied by x's with dot4I8Packed, its sub-block sums scaled as integers,
 // one or two int→float conversions per 16 weights (llama.cpp's mul_mat_vecq).
 // The per-invocation sums are exact integers as the CPU's; only the float sums after differ.
-// GLU_PACK: the gated activation is also written as packed Q8_K blocks (matvec_rows.wgsl).
+// GLU_PACK: the gated activation is also written as packed Q8_K blocks (matvec_rows.wgsl);
+// NORM_ADD: the sums go into the residual stream, and the next block's input norm follows
+// (matvec_rows.wgsl).
 
 #include "common"
 #include "matvec_rows"
@@ -444,5 +446,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     finish_workgroup(g, acc, lid, sg_lane, sg_id, n_sg);
 #if GLU_PACK
     pack_gated_block(g, lid);
+#endif
+#if NORM_ADD
+    norm_tail(g, lid, sg_lane, sg_id, n_sg);
 #endif
 }

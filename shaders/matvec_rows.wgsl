@@ -27,6 +27,8 @@ struct Params {
     kv_dst: u32,     // first cache value the step's keys and values go to
     // MIXED only (matvec_blocks.wgsl):
     row_bytes1: u32, // bytes per row of the weights of the second type
+    // NORM_ADD only:
+    norm_eps: f32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -188,6 +190,97 @@ fn pack_gated_block(g: u32, lid: u32) {
 }
 #endif
 
+#if NORM_ADD
+// The residual add and the next block's input norm as the epilogue of the projection that
+// feeds the residual stream (`WgpuBackend::fused_norm`): out0 is the residual stream, to which each
+// workgroup adds its sums, and the workgroup that completes the row (counting rows with an atomic,
+// as GLU_PACK counts blocks) then writes rms_norm(out0) · norm_w into `normed`, and again as packed
+// Q8_K blocks, as norm.wgsl's ADD and PACKED variants do after it, bit for bit: its sum of squares
+// takes the order of their workgroup of 256 (`NORM_LANES`), each invocation standing for
+// NORM_LANES / WG of those. One input row, one weight of m0 rows (whole blocks of 256).
+@group(0) @binding(4) var<storage, read> norm_w: array<f32>;
+@group(0) @binding(5) var<storage, read_write> normed: array<f32>;
+@group(0) @binding(6) var<storage, read_write> norm_count: array<atomic<u32>>;
+@group(0) @binding(7) var<storage, read_write> packed: array<u32>;
+const NORM_LANES: u32 = {{NORM_LANES}}u;
+const NORM_SPREAD: u32 = NORM_LANES / {{WG}}u;
+var<workgroup> norm_completes: u32;
+var<workgroup> norm_sums: array<f32, NORM_LANES>;
+
+fn pack_value(i: u32) -> f32 {
+    return normed[i];
+}
+
+#include "pack_q8k"
+
+// The sum of `parts` (lane lid + j · WG's partial sum of squares in parts[j]) over the
+// NORM_LANES lanes, added up as reduce.wgsl's wg_sum adds a workgroup of NORM_LANES.
+fn norm_total(parts: array<f32, NORM_SPREAD>, lid: u32, sg_lane: u32, sg_id: u32, n_sg: u32) -> f32 {
+#if SUBGROUP
+    // Lane lid + j · WG is lane sg_lane of subgroup j · n_sg + sg_id of the wider workgroup.
+    for (var j = 0u; j < NORM_SPREAD; j++) {
+        let s = subgroupAdd(parts[j]);
+        if (sg_lane == 0u) {
+            norm_sums[j * n_sg + sg_id] = s;
+        }
+    }
+    workgroupBarrier();
+    var t = 0.0;
+    for (var i = 0u; i < NORM_SPREAD * n_sg; i++) {
+        t += norm_sums[i];
+    }
+    return t;
+#else
+    for (var j = 0u; j < NORM_SPREAD; j++) {
+        norm_sums[lid + j * {{WG}}u] = parts[j];
+    }
+    workgroupBarrier();
+    for (var h = NORM_LANES / 2u; h > 0u; h >>= 1u) {
+        for (var j = 0u; j < NORM_SPREAD; j++) {
+            let v = lid + j * {{WG}}u;
+            if (v < h) {
+                norm_sums[v] += norm_sums[v + h];
+            }
+        }
+        workgroupBarrier();
+    }
+    return norm_sums[0];
+#endif
+}
+
+// After the workgroup wrote its sums into the residual stream: if they complete the row, its norm.
+fn norm_tail(g: u32, lid: u32, sg_lane: u32, sg_id: u32, n_sg: u32) {
+    storageBarrier();
+    if (lid == 0u) {
+        let mine = min(ROWS, p.m0 - g * ROWS);
+        norm_completes = select(0u, 1u, atomicAdd(&norm_count[0], mine) + mine == p.m0);
+    }
+    if (workgroupUniformLoad(&norm_completes) == 0u) {
+        return;
+    }
+    storageBarrier();
+    let dim = p.m0;
+    var parts: array<f32, NORM_SPREAD>;
+    for (var j = 0u; j < NORM_SPREAD; j++) {
+        var s = 0.0;
+        for (var i = lid + j * {{WG}}u; i < dim; i += NORM_LANES) {
+            let v = out0[i];
+            s += v * v;
+        }
+        parts[j] = s;
+    }
+    let total = norm_total(parts, lid, sg_lane, sg_id, n_sg);
+    let scale = 1.0 / sqrt(total / f32(dim) + p.norm_eps);
+    for (var i = lid; i < dim; i += {{WG}}u) {
+        normed[i] = out0[i] * scale * norm_w[i];
+    }
+    write_packed_row(0u, dim, dim / 4u, lid);
+    if (lid == 0u) {
+        atomicStore(&norm_count[0], 0u);
+    }
+}
+#endif
+
 // Row slot s of workgroup g: which weight, which row of its buffer, which output value, and
 // whether there is such a row.
 struct Slot {
@@ -286,6 +379,10 @@ fn row_group(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 }
 
 fn store(sl: Slot, t: f32) {
+#if NORM_ADD
+    // The residual stream plus the sum, as norm.wgsl's ADD adds them.
+    out0[sl.out] = out0[sl.out] + t;
+#else
     if (sl.sel == 0u) {
         out0[sl.out + row_in * p.os0] = t;
     }
@@ -298,6 +395,7 @@ fn store(sl: Slot, t: f32) {
     if (sl.sel == 2u) {
         out2[sl.out + row_in * p.os2] = t;
     }
+#endif
 #endif
 }
 

@@ -48,44 +48,16 @@ fn input_first(i: u32) -> f32 {
 #endif
 
 #if PACKED
-// The output again as packed Q8_K blocks (round_acts.wgsl's PACKED layout: every row's quants four
-// to a word, then every block's d), for the integer-dot mat-vecs that read it next. Rows are
-// whole blocks of 256.
+// The output again as packed Q8_K blocks (pack_q8k.wgsl), for the integer-dot mat-vecs that read
+// it next. Rows are whole blocks of 256.
 @group(0) @binding({{PACKED_BINDING}}) var<storage, read_write> packed: array<u32>;
-var<workgroup> block_max: array<f32, {{WG}}>;
 
-// The row at `o`, as the norm wrote it to x, quantized: four values per invocation a pass, a
-// block's maximum over its 64 invocations in workgroup memory.
-fn write_packed(o: u32, lid: u32) {
-    // Other invocations wrote the values read back here.
-    storageBarrier();
-    for (var c = 0u; c < p.dim; c += 4u * {{WG}}u) {
-        let e = c + 4u * lid;
-        var v = vec4<f32>(0.0);
-        if (e < p.dim) {
-            for (var j = 0u; j < 4u; j++) {
-                v[j] = x[o + e + j];
-            }
-        }
-        let a = abs(v);
-        block_max[lid] = max(max(a.x, a.y), max(a.z, a.w));
-        workgroupBarrier();
-        var amax = 0.0;
-        let first = lid & ~63u;
-        for (var i = 0u; i < 64u; i++) {
-            amax = max(amax, block_max[first + i]);
-        }
-        workgroupBarrier();
-        let q = q8_k_quants(v, amax);
-        let d = q8_k_d(amax);
-        if (e < p.dim) {
-            packed[(o + e) / 4u] = pack4xI8(q);
-            if ((lid & 63u) == 0u) {
-                packed[p.rows * p.dim / 4u + (o + e) / 256u] = bitcast<u32>(d);
-            }
-        }
-    }
+// Value i of the output, as the norm wrote it.
+fn pack_value(i: u32) -> f32 {
+    return x[i];
 }
+
+#include "pack_q8k"
 #endif
 
 @compute @workgroup_size({{WG}})
@@ -108,6 +80,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         x[o + i] = input(o + i) * scale * w[i];
     }
 #if PACKED
-    write_packed(o, lid);
+    write_packed_row(o, p.dim, p.rows * p.dim / 4u, lid);
 #endif
 }

@@ -12,8 +12,8 @@ use common::golden_run::argmax;
 use common::gpu::gpu;
 use kiln::backend::cpu::CpuBackend;
 use kiln::backend::split::SplitBackend;
-use kiln::backend::wgpu::GpuOptions;
 use kiln::backend::wgpu::{DISPATCHES_PER_SUBMIT, FIRST_SUBMIT, WgpuBackend};
+use kiln::backend::wgpu::{GpuOptions, MatvecShape};
 use kiln::backend::{Backend, CoreOps, Profile};
 use kiln::model::placement::placement;
 use kiln::model::{Model, ModelFile, Session, Tokenizer};
@@ -229,61 +229,85 @@ fn decode_beside<B: Backend>(
 
 /// Decode with the fused kernels (RoPE and the KV append in the Q/K/V mat-vecs' epilogue, the
 /// query and key in Q4_K with the value in Q6_K as one dispatch, the attention combining its
-/// splits, it and the gate/up mat-vec quantizing their outputs for the next mat-vec) gives the
-/// logits the unfused
-/// dispatches give (`KILN_WGPU_FUSE=0`: the same arithmetic in the same order, so the same bits),
-/// and the CPU's within the random-weight rule, on the kernels hardware GPUs get, alone and with
-/// the first layer on the CPU (`SplitBackend`); and it records the fewer dispatches it exists for.
+/// splits, it and the gate/up mat-vec quantizing their outputs for the next mat-vec, the residual
+/// adds and the norms after them in the output and down projections' epilogue) gives the logits
+/// the unfused dispatches give (`KILN_WGPU_FUSE=0`: the same arithmetic in the same order, so the
+/// same bits), with subgroup operations and without, and the CPU's within the random-weight rule,
+/// on the kernels hardware GPUs get, alone and with the first layer on the CPU (`SplitBackend`);
+/// and it records the fewer dispatches it exists for.
 #[test]
 fn fused_decode_matches_unfused_and_the_cpu() {
     let mf = fusable_llama();
-    let hardware = |unfused| GpuOptions {
+    let hardware = |unfused, no_subgroups, matvec_wg: Option<u32>| GpuOptions {
         hardware_kernels: true,
         unfused,
+        no_subgroups,
+        matvec_shape: matvec_wg.map(|wg| MatvecShape {
+            wg,
+            rows: 2,
+            gated_rows: 4,
+        }),
         ..GpuOptions::default()
     };
-    let Some(fused) = common::gpu::gpu_with(hardware(false)) else {
+    if common::gpu::gpu_with(hardware(false, false, None)).is_none() {
         return;
-    };
+    }
     let cpu = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
-    let fused = Model::load(&mf, fused).unwrap();
-    let unfused = Model::load(&mf, common::gpu::gpu_with(hardware(true)).unwrap()).unwrap();
     let prompt: Vec<u32> = (0..12).map(|i| (i * 7 + 3) % 64).collect();
     let steps = 20;
-    let mut fused_logits = Vec::new();
-    let mut worst_cpu = 0f32;
-    let p = decode_beside(&cpu, &fused, &prompt, steps, |got, want| {
-        worst_cpu = worst_cpu.max(max_abs_diff(got, want));
-        fused_logits.push(got.to_vec());
-    });
-    let mut worst_unfused = 0f32;
-    let mut step = 0;
-    decode_beside(&cpu, &unfused, &prompt, steps, |got, _| {
-        worst_unfused = worst_unfused.max(max_abs_diff(got, &fused_logits[step]));
-        step += 1;
-    });
-    eprintln!(
-        "fused decode: max |Δ| {worst_unfused:e} against unfused, {worst_cpu} against the CPU"
-    );
-    assert!(
-        worst_cpu <= RANDOM_QUANTIZED.abs,
-        "against the CPU: {worst_cpu}"
-    );
-    assert_eq!(worst_unfused, 0.0, "against the unfused dispatches");
-    // The last step's dispatches: per layer two norms, one Q/K/V mat-vec (Q4_K and Q6_K) with
-    // RoPE and the append, attention combining its four splits (32 keys) and quantizing its
-    // output, the output, the gate/up mat-vec quantizing its output and the down mat-vec; no
-    // RoPE, no reduce, no quantization dispatch.
-    assert_eq!(calls(&p, "rope_kv"), 0, "{:?}", p.ops);
-    assert_eq!(calls(&p, "matvec_rope_kv"), 2, "{:?}", p.ops);
-    assert_eq!(calls(&p, "attention_packed"), 2, "{:?}", p.ops);
-    assert_eq!(calls(&p, "attention_reduce_packed"), 0, "{:?}", p.ops);
-    assert_eq!(calls(&p, "matvec_gated_packed"), 2, "{:?}", p.ops);
-    assert_eq!(calls(&p, "quantize_q8k"), 0, "{:?}", p.ops);
+    // The default mat-vec shape (workgroups of 64 here), and those of 256 and 128 invocations,
+    // whose norm epilogue spreads the sums of squares differently.
+    for (no_subgroups, matvec_wg) in [
+        (false, None),
+        (true, None),
+        (false, Some(256)),
+        (true, Some(128)),
+    ] {
+        let gpu =
+            |unfused| common::gpu::gpu_with(hardware(unfused, no_subgroups, matvec_wg)).unwrap();
+        let fused = Model::load(&mf, gpu(false)).unwrap();
+        let unfused = Model::load(&mf, gpu(true)).unwrap();
+        let mut fused_logits = Vec::new();
+        let mut worst_cpu = 0f32;
+        let p = decode_beside(&cpu, &fused, &prompt, steps, |got, want| {
+            worst_cpu = worst_cpu.max(max_abs_diff(got, want));
+            fused_logits.push(got.to_vec());
+        });
+        let mut worst_unfused = 0f32;
+        let mut step = 0;
+        decode_beside(&cpu, &unfused, &prompt, steps, |got, _| {
+            worst_unfused = worst_unfused.max(max_abs_diff(got, &fused_logits[step]));
+            step += 1;
+        });
+        eprintln!(
+            "fused decode (no subgroups: {no_subgroups}, mat-vec workgroups {matvec_wg:?}): \
+             max |Δ| {worst_unfused:e} against unfused, {worst_cpu} against the CPU"
+        );
+        assert!(
+            worst_cpu <= RANDOM_QUANTIZED.abs,
+            "against the CPU: {worst_cpu}"
+        );
+        assert_eq!(worst_unfused, 0.0, "against the unfused dispatches");
+        // The last step's dispatches: per layer one Q/K/V mat-vec (Q4_K and Q6_K) with RoPE and
+        // the append, attention combining its four splits (32 keys) and quantizing its output,
+        // the output projection with the residual add and the next norm, the gate/up mat-vec
+        // quantizing its output and the down projection with the add and norm; no RoPE, no
+        // reduce, no quantization dispatch, and of the norms only the first layer's input norm
+        // (after the embedding).
+        assert_eq!(calls(&p, "rope_kv"), 0, "{:?}", p.ops);
+        assert_eq!(calls(&p, "matvec_rope_kv"), 2, "{:?}", p.ops);
+        assert_eq!(calls(&p, "attention_packed"), 2, "{:?}", p.ops);
+        assert_eq!(calls(&p, "attention_reduce_packed"), 0, "{:?}", p.ops);
+        assert_eq!(calls(&p, "matvec_gated_packed"), 2, "{:?}", p.ops);
+        assert_eq!(calls(&p, "quantize_q8k"), 0, "{:?}", p.ops);
+        assert_eq!(calls(&p, "matvec_norm"), 4, "{:?}", p.ops);
+        assert_eq!(calls(&p, "add_rms_norm"), 0, "{:?}", p.ops);
+        assert_eq!(calls(&p, "rms_norm"), 1, "{:?}", p.ops);
+    }
 
     // Layer 0 on the CPU, layer 1 and the output on the GPU.
     let placement = placement(&mf.config, 1, 0);
-    let gpu = common::gpu::gpu_with(hardware(false)).unwrap();
+    let gpu = common::gpu::gpu_with(hardware(false, false, None)).unwrap();
     let split = Model::load(
         &mf,
         SplitBackend::new(gpu, CpuBackend::new(2).unwrap(), placement),
@@ -299,4 +323,7 @@ fn fused_decode_matches_unfused_and_the_cpu() {
     );
     assert_eq!(calls(&p, "matvec_rope_kv"), 1, "{:?}", p.ops);
     assert_eq!(calls(&p, "rope_kv"), 0, "{:?}", p.ops);
+    // Layer 1's feed-forward norm; its input norm takes the residual stream from the CPU, and
+    // the output norm and projection run there.
+    assert_eq!(calls(&p, "matvec_norm"), 1, "{:?}", p.ops);
 }

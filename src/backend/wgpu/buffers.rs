@@ -143,8 +143,9 @@ pub struct Matrix {
     pub rows: usize,
     pub row_bytes: usize,
     pub parts: Vec<Part>,
-    /// Boxed: a vector weight is the size of its buffer, not of a matrix's kernel slots.
-    pub kernels: Box<MatrixKernels>,
+    /// Shared: a vector weight is the size of its buffer, not of a matrix's kernel slots, and a
+    /// recorded mat-vec may hold them (`Projection`).
+    pub kernels: Arc<MatrixKernels>,
 }
 
 pub enum GpuWeight {
@@ -275,6 +276,6 @@ pub fn upload_weight(gpu: &Gpu, memory: &Arc<Memory>, t: &Tensor) -> Result<GpuW
         rows,
         row_bytes,
         parts,
-        kernels: Box::default(),
+        kernels: Arc::default(),
     }))
 }

@@ -225,6 +225,9 @@ pub struct Gpu {
     /// Q/K/V projections of two K-quant families share one dispatch (unless
     /// `GpuOptions::unmixed`).
     pub mixed: bool,
+    /// The residual add and the next input norm run in the epilogue of the mat-vec before them
+    /// (unless `GpuOptions::unfused` or `GpuOptions::separate_norm`).
+    pub fused_norm: bool,
     /// The decode attention's workgroups combine its splits (unless
     /// `GpuOptions::separate_reduce`).
     pub merged_reduce: bool,
@@ -388,6 +391,11 @@ pub struct GpuOptions {
     /// reduce, and the gated activation's by a dispatch of its own instead of by the gate/up
     /// mat-vec. For measuring the fusions on a GPU.
     pub unfused: bool,
+    /// The residual add and the next block's input norm run as a dispatch of their own
+    /// (`KILN_WGPU_FUSE_NORM=0`) instead of in the epilogue of the integer-dot mat-vec that makes
+    /// the block's output (the attention's output projection, the down projection), whose last
+    /// workgroup to finish normalizes the row. For measuring on a GPU.
+    pub separate_norm: bool,
     /// Q/K/V projections of two K-quant families (a Q4_K_M file's Q4_K query and key with a Q6_K
     /// value) run as two dispatches (`KILN_WGPU_MIX=0`) instead of one whose workgroups branch on
     /// their weight's type. For measuring the mixed kernel on a GPU.
@@ -447,6 +455,7 @@ impl GpuOptions {
             float_matvecs: std::env::var_os("KILN_WGPU_INT_DOT").is_some_and(|v| v == "0"),
             unfused: std::env::var_os("KILN_WGPU_FUSE").is_some_and(|v| v == "0"),
             unmixed: std::env::var_os("KILN_WGPU_MIX").is_some_and(|v| v == "0"),
+            separate_norm: std::env::var_os("KILN_WGPU_FUSE_NORM").is_some_and(|v| v == "0"),
             separate_reduce: std::env::var_os("KILN_WGPU_ATTN_REDUCE").is_some_and(|v| v == "1"),
             attention_parameters: std::env::var_os("KILN_WGPU_ATTN_CONST")
                 .is_some_and(|v| v == "0"),
@@ -612,6 +621,7 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
         spin: std::time::Duration::from_micros(options.spin_us),
         fused: !options.unfused,
         mixed: !options.unmixed,
+        fused_norm: !options.unfused && !options.separate_norm,
         merged_reduce: !options.separate_reduce,
         attention_keys: options.attention_keys,
         attention_constants: !options.attention_parameters,

@@ -250,6 +250,21 @@ pub fn with_gated_packing(mut k: Kernel) -> Kernel {
     k.flag("GLU_PACK")
 }
 
+/// `k` (a `matvec_blocks_kernel` over one weight, in workgroups of a multiple of 64 up to
+/// `NORM_WG`) adding its sums into the residual stream (its output binding) and then writing the
+/// next block's input norm, as `add_rms_norm_kernel(true)` would after it: four bindings more, the
+/// norm's weight, its output, a completion count and the output's packed Q8_K blocks
+/// (matvec_rows.wgsl `NORM_ADD`).
+// Audited: `norm_completes` is written by invocation 0 before the uniform load that reads it, and
+// the partial sums and blocks' maxima are written (every one read) before the barriers that
+// precede their reads.
+pub fn with_norm_add(mut k: Kernel) -> Kernel {
+    k.bindings.extend([Read, ReadWrite, ReadWrite, ReadWrite]);
+    k.label = "matvec_norm";
+    k.defines.insert("NORM_LANES", NORM_WG.to_string());
+    k.flag("NORM_ADD")
+}
+
 /// A decode step's Q/K/V projections through `matvec_blocks_kernel` (over `roles.len()` weights,
 /// each the query (0), key (1) or value (2) projection) with RoPE and the KV append to caches of
 /// types `k` and `v` (f32 or f16) as the epilogue: three more bindings, the RoPE table and the
@@ -670,7 +685,7 @@ pub fn expert_kernel(
 }
 
 /// A norm's workgroup: a decode row (2-8 K values) in a few passes, not 32-128 dependent ones.
-const NORM_WG: u32 = 256;
+pub const NORM_WG: u32 = 256;
 
 pub fn rms_norm_kernel(into: bool, packed: bool) -> Kernel {
     let k = if into {

@@ -10,7 +10,7 @@ use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
 use super::device::Coop;
 use super::pipelines::{self as kernels, ActRounding, BlocksShape, Kernel, MatvecLayout};
 use super::stream::{Bindings, ParamWords, bindings, grid};
-use super::{Packed, WgpuBackend};
+use super::{Packed, PackedIn, Projection, WgpuBackend};
 use crate::backend::{CoreOps, GateActivation};
 
 /// Activation rows up to which a matmul runs as mat-vec on a software adapter (more take the
@@ -21,6 +21,13 @@ const SOFTWARE_MATVEC_MAX_ROWS: usize = 8;
 /// Storage buffers the gate/up mat-vec binds when it also packs its output: x, two weights, two
 /// outputs, the packed blocks and their counts.
 const GATED_PACKING_BUFFERS: u32 = 7;
+
+/// Storage buffers the mat-vec with the norm as its epilogue binds: x, the weight, the residual
+/// stream, the norm's weight, its output, the completion count and the packed blocks.
+const NORM_ADD_BUFFERS: u32 = 7;
+
+/// The index of `norm_eps` in matvec_rows.wgsl's parameters.
+const NORM_EPS_WORD: usize = 24;
 
 /// The kind of kernel that reads a matmul's activations (`WgpuBackend::weight_input`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,15 +67,15 @@ impl WgpuBackend {
                 .filter(|p| p.input == (x.dev.id, values) && p.at.is_none_or(|at| at == recorded));
             if let Some(current) = current {
                 drop(scratch);
-                return if current.gated {
-                    self.scratch_buffer(|s| &mut s.gated_packed, words)
-                } else {
-                    self.scratch_buffer(|s| &mut s.rounded, words)
+                return match current.held {
+                    PackedIn::Rounded => self.scratch_buffer(|s| &mut s.rounded, words),
+                    PackedIn::Gated => self.scratch_buffer(|s| &mut s.gated_packed, words),
+                    PackedIn::Normed => self.scratch_buffer(|s| &mut s.normed_packed, words),
                 };
             }
             scratch.packed = scratch.sharing_packed.then_some(Packed {
                 input: (x.dev.id, values),
-                gated: false,
+                held: PackedIn::Rounded,
                 at: None,
             });
             drop(scratch);
@@ -184,6 +191,7 @@ impl WgpuBackend {
                     &buffers,
                     groups,
                 );
+                self.keep_projection(m, rows, (params, groups), &buffers, out);
             } else {
                 let (params, groups) = self.matmul_call(
                     m,
@@ -202,6 +210,110 @@ impl WgpuBackend {
                 );
             }
         }
+    }
+
+    /// After a mat-vec over `m` (a `matmul_part` of `rows` rows, its call and `buffers`: input,
+    /// weight, output): it as a `Projection`, where the residual add and norm that may follow
+    /// could run as its epilogue (`fused_norm`); else none.
+    fn keep_projection(
+        &self,
+        m: &Matrix,
+        rows: usize,
+        (params, groups): (ParamWords, [u32; 3]),
+        buffers: &[(&wgpu::Buffer, u64); 3],
+        out: &GpuBuffer,
+    ) {
+        let fits = |shape: kernels::BlocksShape| {
+            shape.wg.is_multiple_of(64) && shape.wg <= kernels::NORM_WG
+        };
+        let applies = self.gpu.fused_norm
+            && rows == 1
+            && m.parts.len() == 1
+            && self.int_dot(m)
+            && self.packs_outputs(1, m.rows)
+            && self.blocks_matvec(m, false).is_some_and(fits)
+            && self.gpu.limits.max_storage_buffers_per_shader_stage >= NORM_ADD_BUFFERS;
+        let projection = applies.then(|| Projection {
+            at: self.stream().recorded,
+            out: out.dev.id,
+            values: m.rows,
+            params,
+            groups,
+            input: (buffers[0].0.clone(), buffers[0].1),
+            weight: (buffers[1].0.clone(), buffers[1].1),
+            kernels: m.kernels.clone(),
+            dtype: m.dtype,
+            cols: m.cols,
+        });
+        self.scratch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .projection = projection;
+    }
+
+    /// `CoreOps::add_rms_norm_into` for one row of `width` values (`x += y`, then `out =
+    /// rms_norm(x) · w`, `w` the norm's weight) as the epilogue of the mat-vec that made `y`,
+    /// where that mat-vec is the last thing recorded (`keep_projection`): it is taken back and
+    /// recorded again as `kernels::with_norm_add`, which adds its sums into `x` instead of
+    /// writing `y` (the op consumes `y`) and whose workgroup that completes the row writes the norm
+    /// and its packed Q8_K blocks. One dispatch fewer, the same arithmetic. Whether it did; if
+    /// not, nothing was recorded.
+    pub(super) fn fused_norm(
+        &self,
+        (x, y): (&GpuBuffer, &GpuBuffer),
+        w: (&wgpu::Buffer, u64),
+        width: usize,
+        eps: f32,
+        out: &GpuBuffer,
+    ) -> bool {
+        let taken = self
+            .scratch
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .projection
+            .take();
+        let Some(p) = taken.filter(|p| p.out == y.dev.id && p.values == width) else {
+            return false;
+        };
+        let Some(shape) = self.blocks_shape(p.dtype, p.cols, false) else {
+            return false;
+        };
+        let made = || {
+            kernels::with_norm_add(kernels::matvec_blocks_kernel(
+                p.dtype, 1, None, None, true, shape,
+            ))
+        };
+        let Some(pipeline) = self.pipeline_in(&p.kernels.matvec_norm, made) else {
+            return false;
+        };
+        let packed = self.scratch_buffer(|s| &mut s.normed_packed, width / 4 + width / 256);
+        let count = self.scratch_buffer(|s| &mut s.norm_count, 1);
+        let (Some((packed, packed_id)), Some((count, count_id))) = (packed, count) else {
+            return false;
+        };
+        let mut params = p.params.clone();
+        while params.len() < NORM_EPS_WORD {
+            params.push(0);
+        }
+        params.push(eps.to_bits());
+        let buffers = [
+            (&p.input.0, p.input.1),
+            (&p.weight.0, p.weight.1),
+            bind(&x.dev),
+            w,
+            bind(&out.dev),
+            (&count, count_id),
+            (&packed, packed_id),
+        ];
+        {
+            let mut stream = self.stream();
+            if !stream.retract_last(p.at) {
+                return false;
+            }
+            stream.dispatch(&self.gpu, pipeline, &params, &buffers, p.groups);
+        }
+        self.mark_packed(out, width, PackedIn::Normed);
+        true
     }
 
     /// How the decode mat-vec reads weights: staged in whole lines on a GPU; in place, a row per
@@ -236,9 +348,17 @@ impl WgpuBackend {
     ///
     /// `KILN_WGPU_MATVEC` (`Gpu::matvec_shape`) sets the shape by hand, for measuring others.
     pub(super) fn blocks_matvec(&self, m: &Matrix, gated: bool) -> Option<BlocksShape> {
-        if self.matvec_layout() != MatvecLayout::Staged
-            || !kernels::blocks_matvec_reads(m.dtype, m.cols)
-        {
+        self.blocks_shape(m.dtype, m.cols, gated)
+    }
+
+    /// `blocks_matvec` for weights of type `t` and rows of `cols` values.
+    pub(super) fn blocks_shape(
+        &self,
+        t: crate::gguf::GgmlType,
+        cols: usize,
+        gated: bool,
+    ) -> Option<BlocksShape> {
+        if self.matvec_layout() != MatvecLayout::Staged || !kernels::blocks_matvec_reads(t, cols) {
             return None;
         }
         Some(match self.gpu.matvec_shape {
@@ -247,7 +367,7 @@ impl WgpuBackend {
                 rows: if gated { s.gated_rows } else { s.rows },
             },
             None => BlocksShape {
-                wg: if m.cols >= 4096 { 256 } else { 64 },
+                wg: if cols >= 4096 { 256 } else { 64 },
                 rows: if gated { 4 } else { 2 },
             },
         })
@@ -345,19 +465,19 @@ impl WgpuBackend {
     /// After a kernel wrote `out`'s `values` as packed blocks too (`packed_output`): they are
     /// current until anything else is recorded.
     pub(super) fn packed_written(&self, out: &GpuBuffer, values: usize) {
-        self.mark_packed(out, values, false);
+        self.mark_packed(out, values, PackedIn::Rounded);
     }
 
-    /// `out`'s `values` are current as packed blocks in `Scratch::gated_packed` (true) or
-    /// `rounded`, until anything else is recorded.
-    fn mark_packed(&self, out: &GpuBuffer, values: usize, gated: bool) {
+    /// `out`'s `values` are current as packed blocks in the scratch buffer `held` names, until
+    /// anything else is recorded.
+    pub(super) fn mark_packed(&self, out: &GpuBuffer, values: usize, held: PackedIn) {
         let recorded = self.stream().recorded;
         self.scratch
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .packed = Some(Packed {
             input: (out.dev.id, values),
-            gated,
+            held,
             at: Some(recorded),
         });
     }
@@ -495,7 +615,7 @@ impl WgpuBackend {
                     &with_packed,
                     groups,
                 );
-                self.mark_packed(gate_out, width, true);
+                self.mark_packed(gate_out, width, PackedIn::Gated);
                 return;
             }
             self.run_in(

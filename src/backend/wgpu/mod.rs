@@ -67,9 +67,16 @@ struct Scratch {
     /// (which `rounded` may hold), and a completion count per block (`with_gated_packing`).
     gated_packed: Option<GpuBuffer>,
     block_counts: Option<GpuBuffer>,
-    /// Whose packed Q8_K blocks `rounded` (or `gated_packed`) holds, while they are current
-    /// (`WgpuBackend::weight_input`).
+    /// The packed Q8_K blocks of a norm fused into the mat-vec before it, and its completion
+    /// count (`WgpuBackend::fused_norm`): apart from `rounded`, which that mat-vec may read.
+    normed_packed: Option<GpuBuffer>,
+    norm_count: Option<GpuBuffer>,
+    /// Whose packed Q8_K blocks `rounded` (or `gated_packed`, `normed_packed`) holds, while they
+    /// are current (`WgpuBackend::weight_input`).
     packed: Option<Packed>,
+    /// The last mat-vec that a residual add and norm may take as their epilogue, while nothing
+    /// was recorded after it (`WgpuBackend::fused_norm`).
+    projection: Option<Projection>,
     /// Inside one `matmul_many`, whose mat-vecs read x and write only their outputs.
     sharing_packed: bool,
 }
@@ -79,11 +86,42 @@ struct Scratch {
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Packed {
     input: (u64, usize),
-    /// Whether they are in `Scratch::gated_packed` rather than `rounded`.
-    gated: bool,
+    /// Which buffer holds them.
+    held: PackedIn,
     /// Current while the stream has recorded this many commands (nothing written since), or
     /// (None) until the `matmul_many` span that made them ends.
     at: Option<u64>,
+}
+
+/// The scratch buffer that holds an input's packed Q8_K blocks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PackedIn {
+    /// `Scratch::rounded`: a norm's, the attention's or `weight_input`'s.
+    Rounded,
+    /// `Scratch::gated_packed`: the gate/up mat-vec's.
+    Gated,
+    /// `Scratch::normed_packed`: a norm fused into a mat-vec's.
+    Normed,
+}
+
+/// A recorded integer-dot mat-vec over one weight (`matmul_part`), as `fused_norm` records it
+/// again with the norm after it as its epilogue.
+struct Projection {
+    /// The stream's `recorded` just after it.
+    at: u64,
+    /// Its output buffer's id, and the output's values (the weight's rows).
+    out: u64,
+    values: usize,
+    params: stream::ParamWords,
+    groups: [u32; 3],
+    /// Its input (packed Q8_K blocks) and weight.
+    input: (wgpu::Buffer, u64),
+    weight: (wgpu::Buffer, u64),
+    /// The weight's kernels, whose `matvec_norm` slot holds the fused variant, and its type and
+    /// width, which that kernel is built for.
+    kernels: Arc<pipelines::MatrixKernels>,
+    dtype: crate::gguf::GgmlType,
+    cols: usize,
 }
 
 pub struct WgpuBackend {

@@ -471,6 +471,9 @@ impl CoreOps for WgpuBackend {
         if !self.holds("add_rms_norm_into", &sizes) {
             return;
         }
+        if rows == 1 && self.fused_norm((x, y), bind(dev), len, eps, out) {
+            return;
+        }
         let f = &self.fixed;
         self.run_norm(
             (&f.add_rms_norm, &f.add_rms_norm_packed),

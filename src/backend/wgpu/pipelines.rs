@@ -178,6 +178,9 @@ pub struct MatrixKernels {
     pub matmul_gated: [KernelSlot; 2],
     pub embed: KernelSlot,
     pub expert: KernelSlot,
+    /// The mat-vec with the residual add and the next input norm as its epilogue
+    /// (`kernels::with_norm_add`).
+    pub matvec_norm: KernelSlot,
     /// The mat-vec with RoPE and the KV append as its epilogue, led by this matrix (`qkv.rs`),
     /// by the cache types: 2 · (keys f16) + (values f16).
     pub matvec_rope_kv: [KernelSlot; 4],

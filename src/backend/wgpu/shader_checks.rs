@@ -12,7 +12,7 @@ use super::pipelines::{
     kv_move_kernel, kv_rope_kernel, matmul_coop_kernel, matmul_kernel, matvec_blocks_kernel,
     matvec_kernel, matvec_rope_kv_kernel, quantize_q8k_kernel, rms_norm_kernel, rope_kernel,
     rope_kv_kernel, round_acts_half_kernel, round_acts_kernel, store_kernel, with_attention_shape,
-    with_attention_v2, with_gated_packing,
+    with_attention_v2, with_gated_packing, with_norm_add,
 };
 use crate::backend::{CacheType, GateActivation};
 use crate::gguf::GgmlType;
@@ -55,10 +55,20 @@ fn weight_kernels_validate_for_every_type() {
                     for subgroups in [true, false] {
                         validate(&k, subgroups, &format!("{t} per-type "));
                     }
-                    // The gated pair packing its output (integer-dot mat-vecs only).
+                    // The gated pair packing its output, one weight with the norm after it as
+                    // its epilogue (integer-dot mat-vecs only), in workgroups of 64 and of 256.
                     if gate.is_some() && idot {
                         for subgroups in [true, false] {
                             validate(&with_gated_packing(k.clone()), subgroups, "gated packed ");
+                        }
+                    }
+                    if n == 1 && idot {
+                        for wg in [64, 256] {
+                            let shape = BlocksShape { wg, rows: 2 };
+                            let k = with_norm_add(matvec_blocks_kernel(t, 1, None, r, idot, shape));
+                            for subgroups in [true, false] {
+                                validate(&k, subgroups, "with the norm ");
+                            }
                         }
                     }
                 }

@@ -191,6 +191,12 @@ impl Stream {
         if groups.contains(&0) {
             return;
         }
+        // A full chunk goes out when the next dispatch comes, not with its last one, so that the
+        // last dispatch recorded can be taken back (`retract_last`) until then.
+        if self.dispatches_pending >= self.chunk {
+            self.flush(gpu);
+            self.chunk = (2 * self.chunk).min(CHUNK);
+        }
         // The host's time is counted only for a profile: two clock reads a dispatch took 4 % of
         // a decode step's host time on the test VM.
         let (started, waited) = (self.profiling.then(Instant::now), self.read_wait);
@@ -247,9 +253,8 @@ impl Stream {
         self.recorded += 1;
         // Profiling without timestamp queries: one dispatch per submit, timed on the host.
         let host_timed = self.profiling && self.timing.is_none();
-        if self.dispatches_pending == self.chunk || host_timed {
+        if host_timed {
             self.flush(gpu);
-            self.chunk = (2 * self.chunk).min(CHUNK);
         }
         if let Some(started) = started {
             self.host += started.elapsed().saturating_sub(self.read_wait - waited);
@@ -284,6 +289,27 @@ impl Stream {
                 time,
             }),
         }
+    }
+
+    /// Take back the last dispatch, where nothing was recorded after it (the stream's `recorded`
+    /// still equals `recorded`) and it has not gone out, so that the caller records in its place
+    /// one that does its work and more (`WgpuBackend::fused_norm`). Whether it did.
+    pub fn retract_last(&mut self, recorded: u64) -> bool {
+        if self.recorded != recorded || self.dispatches_pending == 0 {
+            return false;
+        }
+        let Some(&Cmd::Dispatch { slot, .. }) = self.cmds.last() else {
+            return false;
+        };
+        // Both copies where KILN_WGPU_REPEAT runs it twice.
+        while matches!(self.cmds.last(), Some(Cmd::Dispatch { slot: s, .. }) if *s == slot) {
+            self.cmds.pop();
+        }
+        self.params
+            .truncate(slot as usize * self.param_slot as usize);
+        self.dispatches_pending -= 1;
+        self.dispatches -= 1;
+        true
     }
 
     /// Record a copy of host bytes into `dst` at `dst_offset`, in stream order.

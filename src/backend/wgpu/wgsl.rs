@@ -8,11 +8,12 @@ use std::collections::BTreeMap;
 use crate::error::{Error, Result};
 
 /// The shader sources, by the name `#include` and `Kernel::file` use.
-const SOURCES: [(&str, &str); 25] = [
+const SOURCES: [(&str, &str); 26] = [
     ("common", include_str!("../../../shaders/common.wgsl")),
     ("coop", include_str!("../../../shaders/coop.wgsl")),
     ("reduce", include_str!("../../../shaders/reduce.wgsl")),
     ("q8", include_str!("../../../shaders/q8.wgsl")),
+    ("pack_q8k", include_str!("../../../shaders/pack_q8k.wgsl")),
     ("trace", include_str!("../../../shaders/trace.wgsl")),
     ("quants", include_str!("../../../shaders/quants.wgsl")),
     ("quants_iq", include_str!("../../../shaders/quants_iq.wgsl")),
