@@ -191,15 +191,20 @@ impl Stream {
         if groups.contains(&0) {
             return;
         }
-        // A full chunk goes out when the next dispatch comes, not with its last one, so that the
-        // last dispatch recorded can be taken back (`retract_last`) until then.
-        if self.dispatches_pending >= self.chunk {
+        // Profiling without timestamp queries, each dispatch goes out alone, timed on the host
+        // (`flush`) when the next comes, so that it can be taken back (`retract_last`) until then.
+        if self.host_timed() && self.dispatches_pending > 0 {
             self.flush(gpu);
-            self.chunk = (2 * self.chunk).min(CHUNK);
         }
         // The host's time is counted only for a profile: two clock reads a dispatch took 4 % of
         // a decode step's host time on the test VM.
         let (started, waited) = (self.profiling.then(Instant::now), self.read_wait);
+        // A full chunk goes out when the next dispatch comes, not with its last one, for the
+        // same reason.
+        if self.dispatches_pending >= self.chunk {
+            self.flush(gpu);
+            self.chunk = (2 * self.chunk).min(CHUNK);
+        }
         if buffers.len() > MAX_BINDINGS {
             gpu.fail(format!(
                 "{} binds more than {MAX_BINDINGS} buffers",
@@ -251,17 +256,15 @@ impl Stream {
         self.dispatches_pending += 1;
         self.dispatches += 1;
         self.recorded += 1;
-        // Profiling without timestamp queries: one dispatch per submit, timed on the host.
-        let host_timed = self.profiling && self.timing.is_none();
-        if host_timed {
-            self.flush(gpu);
-        }
         if let Some(started) = started {
             self.host += started.elapsed().saturating_sub(self.read_wait - waited);
         }
-        if host_timed {
-            self.wait_and_time(gpu, pipeline.label);
-        }
+    }
+
+    /// Whether dispatches are timed on the host, one a submit: profiling without timestamp
+    /// queries.
+    fn host_timed(&self) -> bool {
+        self.profiling && self.timing.is_none()
     }
 
     /// Wait for the device to finish what was submitted; the time since the submit goes to
@@ -398,6 +401,7 @@ impl Stream {
                 label: Some("kiln"),
             });
         let mut pass: Option<wgpu::ComputePass<'static>> = None;
+        let mut last_label = None;
         for cmd in self.cmds.drain(..) {
             match cmd {
                 Cmd::Dispatch {
@@ -406,6 +410,7 @@ impl Stream {
                     slot,
                     groups,
                 } => {
+                    last_label = Some(pipeline.label);
                     if timed && !in_pass {
                         drop(pass.take());
                         let t = self
@@ -489,6 +494,10 @@ impl Stream {
         self.dispatches_pending = 0;
         if timed && !labels.is_empty() {
             self.collect_times(gpu, &labels, in_pass);
+        }
+        // Timed on the host, a submit holds one dispatch (`dispatch`).
+        if let Some(label) = last_label.filter(|_| self.host_timed()) {
+            self.wait_and_time(gpu, label);
         }
     }
 
