@@ -4,9 +4,10 @@
 # adapter's features; the GPU op tests (while the models are written); the host's own time per token (wgpu's
 # no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the
 # time a token gains); `kiln check` against the CPU with the prefill GEMM on cooperative matrices (tiles of 64
-# and 128 activation rows, the prefill attention on them too and not) and without; ROUNDS rounds (default 8) on
+# and 128 activation rows, the prefill attention on them too and not) and without; ROUNDS rounds (default 6) on
 # the 1B shape alternating which tool runs first: kiln-base too where prepare.sh built one, and kiln with each
-# switch of #46 against its default (the fusions off, Q4_K and Q6_K Q/K/V as two dispatches, the attention's
+# switch of #46 against its default (the fusions off, the residual add and norm as a dispatch of their own
+# instead of the output and down projections' epilogue, Q4_K and Q6_K Q/K/V as two dispatches, the attention's
 # reduce as a dispatch of its own, the cooperative GEMM and attention in tiles of 64 and of 128 rows, the GEMM
 # alone, the decode attention reading its shape from parameters, the decode attention v2 with its subgroups
 # walking keys of their own, v2 in workgroups of 128 invocations: twice the subgroups on a split's keys, the
@@ -18,7 +19,7 @@
 # (`kiln bench --kernels`) with the default, float and 128,2,4 shapes; the timed dispatches of a few tokens into
 # $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The ratios are the medians of
 # the rounds' ratios. On an H200 the run took about six minutes after the machine started with nine variants;
-# with the fourteen here, expect about eight and a half (ROUNDS=6 or a shorter VARIANTS8 where device time is
+# with the fifteen here and six rounds, expect about eight (ROUNDS=5 or a shorter VARIANTS8 where device time is
 # short).
 set -u
 cd "$(dirname "$0")/../.."
@@ -33,11 +34,11 @@ ls -la $M $M8
 echo "== host only (no-op backend), tg128: $(kt KILN_WGPU_NOOP=1)"
 echo "== each kernel's cost in the stream: tg128 with its dispatches run twice"
 echo "none: $(kt X=1)"
-for op in matvec matvec_rope_kv matvec_gated_packed attention attention_packed attention_reduce_packed add_rms_norm quantize_q8k; do echo "$op: $(kt KILN_WGPU_REPEAT=$op)"; done
+for op in matvec matvec_norm matvec_rope_kv matvec_gated_packed attention attention_packed attention_reduce_packed add_rms_norm rms_norm quantize_q8k; do echo "$op: $(kt KILN_WGPU_REPEAT=$op)"; done
 echo "attention_v2_packed (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1 KILN_WGPU_REPEAT=attention_v2_packed)"
 echo "none (KILN_WGPU_ATTN_V2=1): $(kt KILN_WGPU_ATTN_V2=1)"
 echo "== llama warm-up: $(lb)"
-VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-coop=KILN_WGPU_COOP=1 kiln-coopgemm=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ATTN=0 kiln-coop128=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ROWS=128 kiln-attnparam=KILN_WGPU_ATTN_CONST=0 kiln-attnv2=KILN_WGPU_ATTN_V2=1 kiln-attnv2w128=KILN_WGPU_ATTN_V2=1+KILN_WGPU_ATTN_V2_WG=128 kiln-attncores=KILN_WGPU_ATTN_SPLITS=cores kiln-spin=KILN_WGPU_SPIN_US=300"
+VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-normsep=KILN_WGPU_FUSE_NORM=0 kiln-unmixed=KILN_WGPU_MIX=0 kiln-reduce=KILN_WGPU_ATTN_REDUCE=1 kiln-coop=KILN_WGPU_COOP=1 kiln-coopgemm=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ATTN=0 kiln-coop128=KILN_WGPU_COOP=1+KILN_WGPU_COOP_ROWS=128 kiln-attnparam=KILN_WGPU_ATTN_CONST=0 kiln-attnv2=KILN_WGPU_ATTN_V2=1 kiln-attnv2w128=KILN_WGPU_ATTN_V2=1+KILN_WGPU_ATTN_V2_WG=128 kiln-attncores=KILN_WGPU_ATTN_SPLITS=cores kiln-spin=KILN_WGPU_SPIN_US=300"
 # The cooperative GEMM and the decode attention v2 together.
 TOGETHER="kiln-coopv2=KILN_WGPU_COOP=1+KILN_WGPU_ATTN_V2=1"
 VARIANTS="$VARIANTS $TOGETHER"
@@ -45,7 +46,7 @@ VARIANTS="$VARIANTS $TOGETHER"
 # On the 8B shape (longer runs) the variants VARIANTS8 names: by default kiln-base, kiln, and those of the
 # cooperative GEMM and v2.
 VARIANTS8=$(for v in $VARIANTS; do
-    case " ${VARIANTS8:-kiln-base kiln kiln-coop kiln-coop128 kiln-attnv2 kiln-attnv2w128 kiln-coopv2} " in
+    case " ${VARIANTS8:-kiln-base kiln kiln-normsep kiln-coop kiln-coop128 kiln-attnv2 kiln-attnv2w128 kiln-coopv2} " in
         *" ${v%%=*} "*) echo "$v" ;;
     esac
 done)
@@ -60,7 +61,7 @@ for cr in 0,64,1 1,64,0 1,64,1 1,128,1; do
 print("rms", d["rms"], "top-1", d["top1_agreement"], "pass", d["pass"])' 2>&1 | tail -1)"
 done
 echo "== 1B rounds ($(date +%T))"
-rounds "${ROUNDS:-8}"
+rounds "${ROUNDS:-6}"
 MODEL=$M8
 echo "== 8B: kiln's decode against the copy bandwidth it measures ($(date +%T))"
 for s in X=1 KILN_WGPU_FUSE=0 KILN_WGPU_INT_DOT=0; do

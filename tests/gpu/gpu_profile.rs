@@ -238,33 +238,41 @@ fn decode_beside<B: Backend>(
 #[test]
 fn fused_decode_matches_unfused_and_the_cpu() {
     let mf = fusable_llama();
-    let hardware = |unfused, no_subgroups, matvec_wg: Option<u32>| GpuOptions {
-        hardware_kernels: true,
-        unfused,
-        no_subgroups,
-        matvec_shape: matvec_wg.map(|wg| MatvecShape {
-            wg,
-            rows: 2,
-            gated_rows: 4,
-        }),
-        ..GpuOptions::default()
-    };
-    if common::gpu::gpu_with(hardware(false, false, None)).is_none() {
+    let hardware =
+        |unfused, (no_subgroups, matvec_wg, checked_shaders): (bool, Option<u32>, bool)| {
+            GpuOptions {
+                hardware_kernels: true,
+                unfused,
+                no_subgroups,
+                checked_shaders,
+                matvec_shape: matvec_wg.map(|wg| MatvecShape {
+                    wg,
+                    rows: 2,
+                    gated_rows: 4,
+                }),
+                ..GpuOptions::default()
+            }
+        };
+    let default = (false, None, false);
+    if common::gpu::gpu_with(hardware(false, default)).is_none() {
         return;
     }
     let cpu = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
     let prompt: Vec<u32> = (0..12).map(|i| (i * 7 + 3) % 64).collect();
     let steps = 20;
     // The default mat-vec shape (workgroups of 64 here), and those of 256 and 128 invocations,
-    // whose norm epilogue spreads the sums of squares differently.
-    for (no_subgroups, matvec_wg) in [
-        (false, None),
-        (true, None),
-        (false, Some(256)),
-        (true, Some(128)),
-    ] {
-        let gpu =
-            |unfused| common::gpu::gpu_with(hardware(unfused, no_subgroups, matvec_wg)).unwrap();
+    // whose norm epilogue spreads the sums of squares differently; with and without subgroups;
+    // the shaders with bounds checks and zeroed workgroup memory (`KILN_WGPU_CHECKED`) too.
+    let configs = [
+        default,
+        (true, None, false),
+        (false, Some(256), false),
+        (true, Some(128), false),
+        (false, None, true),
+    ];
+    for config in configs {
+        let (no_subgroups, matvec_wg, checked) = config;
+        let gpu = |unfused| common::gpu::gpu_with(hardware(unfused, config)).unwrap();
         let fused = Model::load(&mf, gpu(false)).unwrap();
         let unfused = Model::load(&mf, gpu(true)).unwrap();
         let mut fused_logits = Vec::new();
@@ -280,8 +288,9 @@ fn fused_decode_matches_unfused_and_the_cpu() {
             step += 1;
         });
         eprintln!(
-            "fused decode (no subgroups: {no_subgroups}, mat-vec workgroups {matvec_wg:?}): \
-             max |Δ| {worst_unfused:e} against unfused, {worst_cpu} against the CPU"
+            "fused decode (no subgroups: {no_subgroups}, mat-vec workgroups {matvec_wg:?}, \
+             checked: {checked}): max |Δ| {worst_unfused:e} against unfused, {worst_cpu} \
+             against the CPU"
         );
         assert!(
             worst_cpu <= RANDOM_QUANTIZED.abs,
@@ -307,7 +316,7 @@ fn fused_decode_matches_unfused_and_the_cpu() {
 
     // Layer 0 on the CPU, layer 1 and the output on the GPU.
     let placement = placement(&mf.config, 1, 0);
-    let gpu = common::gpu::gpu_with(hardware(false, false, None)).unwrap();
+    let gpu = common::gpu::gpu_with(hardware(false, default)).unwrap();
     let split = Model::load(
         &mf,
         SplitBackend::new(gpu, CpuBackend::new(2).unwrap(), placement),

@@ -184,6 +184,7 @@ impl WgpuBackend {
                     rows,
                     [m.rows, 0, 0],
                 );
+                let before = self.stream().recorded;
                 self.run_in(
                     &m.kernels.matvec[0],
                     || self.matvec_kernel_of(m, 1, None),
@@ -191,7 +192,7 @@ impl WgpuBackend {
                     &buffers,
                     groups,
                 );
-                self.keep_projection(m, rows, (params, groups), &buffers, out);
+                self.keep_projection(m, rows, before, (params, groups), &buffers, out);
             } else {
                 let (params, groups) = self.matmul_call(
                     m,
@@ -213,12 +214,14 @@ impl WgpuBackend {
     }
 
     /// After a mat-vec over `m` (a `matmul_part` of `rows` rows, its call and `buffers`: input,
-    /// weight, output): it as a `Projection`, where the residual add and norm that may follow
-    /// could run as its epilogue (`fused_norm`); else none.
+    /// weight, output), recorded after the stream's `before`th command: it as a `Projection`,
+    /// where the residual add and norm that may follow could run as its epilogue (`fused_norm`);
+    /// else none.
     fn keep_projection(
         &self,
         m: &Matrix,
         rows: usize,
+        before: u64,
         (params, groups): (ParamWords, [u32; 3]),
         buffers: &[(&wgpu::Buffer, u64); 3],
         out: &GpuBuffer,
@@ -233,8 +236,9 @@ impl WgpuBackend {
             && self.packs_outputs(1, m.rows)
             && self.blocks_matvec(m, false).is_some_and(fits)
             && self.gpu.limits.max_storage_buffers_per_shader_stage >= NORM_ADD_BUFFERS;
-        let projection = applies.then(|| Projection {
-            at: self.stream().recorded,
+        let at = self.stream().recorded;
+        let projection = (applies && at == before + 1).then(|| Projection {
+            at,
             out: out.dev.id,
             values: m.rows,
             params,

@@ -1,7 +1,7 @@
 //! The pipeline cache. A pipeline is its kernel's WGSL (`wgsl.rs` assembles it from `shaders/`)
 //! built for the adapter, keyed by its file, entry point and defines, built once (at load for the
 //! weight and cache types the model uses) and reused; its bind-group layout follows the binding
-//! list of its `Kernel`. `kernels.rs` names every kernel the ops dispatch (re-exported here).
+//! list of its `Kernel`. `kernels/` names every kernel the ops dispatch (re-exported here).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -300,7 +300,7 @@ fn build(gpu: &Gpu, k: &Kernel, param_slot: u64, id: u64) -> Result<Pipeline> {
         let module = if k.trusted && !gpu.checked_shaders {
             // SAFETY: a trusted kernel's every buffer and array index is bounded by the sizes
             // its op checks before it dispatches (`WgpuBackend::holds` and the ops' own checks;
-            // audited per kernel beside its `.trusted()` in kernels.rs and in the shaders' notes),
+            // audited per kernel beside its `.trusted()` in kernels/ and in the shaders' notes),
             // and its loops are bounded by them too.
             unsafe {
                 gpu.device
