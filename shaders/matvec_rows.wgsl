@@ -192,16 +192,20 @@ fn pack_gated_block(g: u32, lid: u32) {
 
 #if NORM_ADD
 // The residual add and the next block's input norm as the epilogue of the projection that
-// feeds the residual stream (`WgpuBackend::fused_norm`): out0 is the residual stream, to which each
-// workgroup adds its sums, and the workgroup that completes the row (counting rows with an atomic,
-// as GLU_PACK counts blocks) then writes rms_norm(out0) · norm_w into `normed`, and again as packed
-// Q8_K blocks, as norm.wgsl's ADD and PACKED variants do after it, bit for bit: its sum of squares
-// takes the order of their workgroup of 256 (`NORM_LANES`), each invocation standing for
-// NORM_LANES / WG of those. One input row, one weight of m0 rows (whole blocks of 256).
-@group(0) @binding(4) var<storage, read> norm_w: array<f32>;
-@group(0) @binding(5) var<storage, read_write> normed: array<f32>;
-@group(0) @binding(6) var<storage, read_write> norm_count: array<atomic<u32>>;
-@group(0) @binding(7) var<storage, read_write> packed: array<u32>;
+// feeds the residual stream (`WgpuBackend::fused_norm`): the workgroup that completes the row
+// (counting rows with an atomic, as GLU_PACK counts blocks) adds it into the residual stream
+// `resid` and writes rms_norm(resid) · norm_w into `normed`, and again as packed Q8_K blocks, as
+// norm.wgsl's ADD and PACKED variants do after it, bit for bit: its sum of squares takes the
+// order of their workgroup of 256 (`NORM_LANES`), each invocation standing for NORM_LANES / WG
+// of those, and each invocation reads back only what it wrote. It reads no value that another
+// workgroup of the dispatch wrote but out0's, which no workgroup reads before (so none can be in
+// a cache from before they were written). One input row, one weight of m0 rows (whole blocks of
+// 256).
+@group(0) @binding(4) var<storage, read_write> resid: array<f32>;
+@group(0) @binding(5) var<storage, read> norm_w: array<f32>;
+@group(0) @binding(6) var<storage, read_write> normed: array<f32>;
+@group(0) @binding(7) var<storage, read_write> norm_count: array<atomic<u32>>;
+@group(0) @binding(8) var<storage, read_write> packed: array<u32>;
 const NORM_LANES: u32 = {{NORM_LANES}}u;
 const NORM_SPREAD: u32 = NORM_LANES / {{WG}}u;
 var<workgroup> norm_completes: u32;
@@ -248,7 +252,7 @@ fn norm_total(parts: array<f32, NORM_SPREAD>, lid: u32, sg_lane: u32, sg_id: u32
 #endif
 }
 
-// After the workgroup wrote its sums into the residual stream: if they complete the row, its norm.
+// After the workgroup wrote its sums: if they complete the row, the residual add and the norm.
 fn norm_tail(g: u32, lid: u32, sg_lane: u32, sg_id: u32, n_sg: u32) {
     storageBarrier();
     if (lid == 0u) {
@@ -264,15 +268,17 @@ fn norm_tail(g: u32, lid: u32, sg_lane: u32, sg_id: u32, n_sg: u32) {
     for (var j = 0u; j < NORM_SPREAD; j++) {
         var s = 0.0;
         for (var i = lid + j * {{WG}}u; i < dim; i += NORM_LANES) {
-            let v = out0[i];
+            let v = resid[i] + out0[p.off0 + i];
+            resid[i] = v;
             s += v * v;
         }
         parts[j] = s;
     }
     let total = norm_total(parts, lid, sg_lane, sg_id, n_sg);
     let scale = 1.0 / sqrt(total / f32(dim) + p.norm_eps);
+    // The same values of i as the loop above, in another order: each reads what it wrote.
     for (var i = lid; i < dim; i += {{WG}}u) {
-        normed[i] = out0[i] * scale * norm_w[i];
+        normed[i] = resid[i] * scale * norm_w[i];
     }
     write_packed_row(0u, dim, dim / 4u, lid);
     if (lid == 0u) {
@@ -379,10 +385,6 @@ fn row_group(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 }
 
 fn store(sl: Slot, t: f32) {
-#if NORM_ADD
-    // The residual stream plus the sum, as norm.wgsl's ADD adds them.
-    out0[sl.out] = out0[sl.out] + t;
-#else
     if (sl.sel == 0u) {
         out0[sl.out + row_in * p.os0] = t;
     }
@@ -395,7 +397,6 @@ fn store(sl: Slot, t: f32) {
     if (sl.sel == 2u) {
         out2[sl.out + row_in * p.os2] = t;
     }
-#endif
 #endif
 }
 

@@ -15,7 +15,8 @@
 # the float mat-vecs, measured before, only in the kernel costs and a profile), and the cooperative GEMM with v2
 # (kiln-coopv2, the switches that are off by default together); kiln's decode against the copy bandwidth it
 # measures on the 8B shape, then ROUNDS8 rounds (default 5) there of the variants VARIANTS8 names (default:
-# kiln-base, kiln, and those of the cooperative GEMM and v2); each kind of mat-vec over the 8B shape's layers
+# kiln-base, kiln, the separate norms, and the cooperative GEMM and v2); the 8B shape's per-kernel profile; each
+# kind of mat-vec over the 8B shape's layers
 # (`kiln bench --kernels`) with the default, float and 128,2,4 shapes; the timed dispatches of a few tokens into
 # $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The ratios are the medians of
 # the rounds' ratios. On an H200 the run took about six minutes after the machine started with nine variants;
@@ -43,10 +44,10 @@ VARIANTS="kiln kiln-unfused=KILN_WGPU_FUSE=0 kiln-normsep=KILN_WGPU_FUSE_NORM=0 
 TOGETHER="kiln-coopv2=KILN_WGPU_COOP=1+KILN_WGPU_ATTN_V2=1"
 VARIANTS="$VARIANTS $TOGETHER"
 [ -x $W/kiln-base ] && VARIANTS="kiln-base $VARIANTS"
-# On the 8B shape (longer runs) the variants VARIANTS8 names: by default kiln-base, kiln, and those of the
-# cooperative GEMM and v2.
+# On the 8B shape (longer runs) the variants VARIANTS8 names: by default kiln-base, kiln, the separate norms, and
+# the cooperative GEMM (tiles of 64 rows) and v2.
 VARIANTS8=$(for v in $VARIANTS; do
-    case " ${VARIANTS8:-kiln-base kiln kiln-normsep kiln-coop kiln-coop128 kiln-attnv2 kiln-attnv2w128 kiln-coopv2} " in
+    case " ${VARIANTS8:-kiln-base kiln kiln-normsep kiln-coop kiln-attnv2 kiln-attnv2w128 kiln-coopv2} " in
         *" ${v%%=*} "*) echo "$v" ;;
     esac
 done)
@@ -71,6 +72,8 @@ echo "== 8B llama warm-up: $(lb)"
 echo "== 8B rounds ($(date +%T))"
 VARIANTS=$VARIANTS8
 rounds "${ROUNDS8:-5}"
+echo "== 8B profile ($(date +%T))"
+timeout 60 $W/kiln bench --backend gpu -m $M8 --no-roofline -p 512 -n 128 -r 1 --profile | sed -n '/^profile/,$p'
 echo "== 8B mat-vecs by kind over every layer (bench --kernels), default, float, 128,2,4 ($(date +%T))"
 for s in X=1 KILN_WGPU_INT_DOT=0 KILN_WGPU_MATVEC=128,2,4; do
     echo "$s"; timeout 90 env $s $W/kiln bench --backend gpu -m $M8 --kernels -r 5 2>&1 | grep "^|"

@@ -334,8 +334,7 @@ pub trait CoreOps: Send + Sync {
 
     /// `x += y` over `rows` rows of `width`, then `out = rms_norm(x) · w`: a residual add and the
     /// next block's input norm, which a backend may fuse, with each other and with the op that
-    /// wrote `y`: `y` is consumed, its values not kept (the GPU's mat-vec adds its sums straight
-    /// into `x`).
+    /// wrote `y` (the GPU's mat-vec).
     #[allow(clippy::too_many_arguments)]
     fn add_rms_norm_into(
         &self,

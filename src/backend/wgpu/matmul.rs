@@ -22,9 +22,10 @@ const SOFTWARE_MATVEC_MAX_ROWS: usize = 8;
 /// outputs, the packed blocks and their counts.
 const GATED_PACKING_BUFFERS: u32 = 7;
 
-/// Storage buffers the mat-vec with the norm as its epilogue binds: x, the weight, the residual
-/// stream, the norm's weight, its output, the completion count and the packed blocks.
-const NORM_ADD_BUFFERS: u32 = 7;
+/// Storage buffers the mat-vec with the norm as its epilogue binds: x, the weight, its output,
+/// the residual stream, the norm's weight, its output, the completion count and the packed
+/// blocks.
+const NORM_ADD_BUFFERS: u32 = 8;
 
 /// The index of `norm_eps` in matvec_rows.wgsl's parameters.
 const NORM_EPS_WORD: usize = 24;
@@ -258,10 +259,9 @@ impl WgpuBackend {
     /// `CoreOps::add_rms_norm_into` for one row of `width` values (`x += y`, then `out =
     /// rms_norm(x) · w`, `w` the norm's weight) as the epilogue of the mat-vec that made `y`,
     /// where that mat-vec is the last thing recorded (`keep_projection`): it is taken back and
-    /// recorded again as `kernels::with_norm_add`, which adds its sums into `x` instead of
-    /// writing `y` (the op consumes `y`) and whose workgroup that completes the row writes the norm
-    /// and its packed Q8_K blocks. One dispatch fewer, the same arithmetic. Whether it did; if
-    /// not, nothing was recorded.
+    /// recorded again as `kernels::with_norm_add`, whose workgroup that completes the row adds
+    /// it into `x` and writes the norm and its packed Q8_K blocks. One dispatch fewer, the same
+    /// arithmetic. Whether it did; if not, nothing was recorded.
     pub(super) fn fused_norm(
         &self,
         (x, y): (&GpuBuffer, &GpuBuffer),
@@ -303,6 +303,7 @@ impl WgpuBackend {
         let buffers = [
             (&p.input.0, p.input.1),
             (&p.weight.0, p.weight.1),
+            bind(&y.dev),
             bind(&x.dev),
             w,
             bind(&out.dev),

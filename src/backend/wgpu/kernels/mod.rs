@@ -255,15 +255,16 @@ pub fn with_gated_packing(mut k: Kernel) -> Kernel {
 }
 
 /// `k` (a `matvec_blocks_kernel` over one weight, in workgroups of a multiple of 64 up to
-/// `NORM_WG`) adding its sums into the residual stream (its output binding) and then writing the
-/// next block's input norm, as `add_rms_norm_kernel(true)` would after it: four bindings more, the
+/// `NORM_WG`) followed by the residual add of its output and the next block's input norm, as
+/// `add_rms_norm_kernel(true)` would run after it: five bindings more, the residual stream, the
 /// norm's weight, its output, a completion count and the output's packed Q8_K blocks
 /// (matvec_rows.wgsl `NORM_ADD`).
 // Audited: `norm_completes` is written by invocation 0 before the uniform load that reads it, and
 // the partial sums and blocks' maxima are written (every one read) before the barriers that
 // precede their reads.
 pub fn with_norm_add(mut k: Kernel) -> Kernel {
-    k.bindings.extend([Read, ReadWrite, ReadWrite, ReadWrite]);
+    k.bindings
+        .extend([ReadWrite, Read, ReadWrite, ReadWrite, ReadWrite]);
     k.label = "matvec_norm";
     k.defines.insert("NORM_LANES", NORM_WG.to_string());
     k.flag("NORM_ADD")
