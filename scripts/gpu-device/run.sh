@@ -18,12 +18,15 @@
 # kiln-base, kiln, the separate norms, and the cooperative GEMM and v2); the 8B shape's per-kernel profile; each
 # kind of mat-vec over the 8B shape's layers
 # (`kiln bench --kernels`) with the default, float and 128,2,4 shapes; the timed dispatches of a few tokens into
-# $OUT/dispatches.txt and the per-kernel profile, with and without the switches. The ratios are the medians of
-# the rounds' ratios. On an H200 the run took about six minutes after the machine started with nine variants;
+# $OUT/dispatches.txt and the per-kernel profile, with and without the switches; last, each tool's median t/s
+# and the median (and range) of its per-round ratio to llama.cpp (summarize.py). All of it also in
+# $OUT/run.log. On an H200 the run took about six minutes after the machine started with nine variants;
 # with the fifteen here and six rounds, expect about eight (ROUNDS=5 or a shorter VARIANTS8 where device time is
 # short).
 set -u
 cd "$(dirname "$0")/../.."
+# Everything it prints is also in $OUT/run.log (the device tool returns only the output's tail).
+[ -n "${OUT:-}" ] && exec > >(tee "$OUT/run.log") 2>&1
 source scripts/gpu-device/setup.sh
 echo "== gpu_ops ($(date +%T))"
 KILN_REQUIRE_GPU=1 timeout 120 $W/gpu-tests gpu_ops --test-threads 8 2>&1 | grep -E "test result|panicked|NMSE"
@@ -62,7 +65,7 @@ for cr in 0,64,1 1,64,0 1,64,1 1,128,1; do
 print("rms", d["rms"], "top-1", d["top1_agreement"], "pass", d["pass"])' 2>&1 | tail -1)"
 done
 echo "== 1B rounds ($(date +%T))"
-rounds "${ROUNDS:-6}"
+rounds "${ROUNDS:-6}" | tee $W/rounds-1b.txt
 MODEL=$M8
 echo "== 8B: kiln's decode against the copy bandwidth it measures ($(date +%T))"
 for s in X=1 KILN_WGPU_FUSE=0 KILN_WGPU_INT_DOT=0; do
@@ -71,7 +74,7 @@ done
 echo "== 8B llama warm-up: $(lb)"
 echo "== 8B rounds ($(date +%T))"
 VARIANTS=$VARIANTS8
-rounds "${ROUNDS8:-5}"
+rounds "${ROUNDS8:-5}" | tee $W/rounds-8b.txt
 echo "== 8B profile ($(date +%T))"
 timeout 60 $W/kiln bench --backend gpu -m $M8 --no-roofline -p 512 -n 128 -r 1 --profile | sed -n '/^profile/,$p'
 echo "== 8B mat-vecs by kind over every layer (bench --kernels), default, float, 128,2,4 ($(date +%T))"
@@ -92,4 +95,6 @@ KILN_WGPU_COOP=1 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 5
 echo "== profile with KILN_WGPU_INT_DOT=0"
 KILN_WGPU_INT_DOT=0 timeout 60 $W/kiln bench --backend gpu -m $M --no-roofline -p 512 -n 128 -r 1 --profile |
     sed -n '/^profile/,$p'
+# The rounds' medians last, where the device tool's tail of the output keeps them.
+python3 scripts/gpu-device/summarize.py 1B $W/rounds-1b.txt 8B $W/rounds-8b.txt
 echo "== done ($(date +%T))"
