@@ -133,11 +133,18 @@ fn profile_counts_what_a_decode_step_records() {
 /// K-quant projections, adjacent RoPE pairs): the keys and queries in Q4_K, the values in Q6_K
 /// (so the Q/K/V projections take two dispatches), 4 query heads and 2 KV heads of 64.
 fn fusable_llama() -> ModelFile {
+    use kiln::gguf::GgmlType::{Q4_K, Q6_K};
+    llama_of("fusable-llama.gguf", [Q4_K, Q6_K, Q4_K, Q4_K, Q6_K, Q6_K])
+}
+
+/// `fusable_llama`'s shape with weights of the types `t` gives: the query and key, the value,
+/// the output projection, the gate and up, the down projection and the output, in that order.
+fn llama_of(name: &str, t: [kiln::gguf::GgmlType; 6]) -> ModelFile {
     use common::gguf_writer::{GgufWriter, array, string};
     use common::random_weights::{Rng, random_weight};
     use gguf_rs_lib::format::metadata::MetadataValue as V;
     use gguf_rs_lib::format::types::GGUFValueType;
-    use kiln::gguf::GgmlType::{self, F32, Q4_K, Q6_K};
+    use kiln::gguf::GgmlType::{self, F32};
 
     let (dim, ffn, vocab, layers) = (256usize, 512usize, 64usize, 2u32);
     let mut rng = Rng(17);
@@ -168,7 +175,7 @@ fn fusable_llama() -> ModelFile {
         );
     };
     weight(&mut w, "token_embd.weight", F32, vocab, dim);
-    weight(&mut w, "output.weight", Q6_K, vocab, dim);
+    weight(&mut w, "output.weight", t[5], vocab, dim);
     // Norm weights keep the activations of random (positive-biased) K-quant weights at a real
     // model's scale, and the logits within about ±15, where the random-weight rule
     // (`RANDOM_QUANTIZED`) was measured.
@@ -176,13 +183,13 @@ fn fusable_llama() -> ModelFile {
     for l in 0..layers {
         let b = format!("blk.{l}");
         for (name, t, rows, cols) in [
-            ("attn_q", Q4_K, dim, dim),
-            ("attn_k", Q4_K, 128, dim),
-            ("attn_v", Q6_K, 128, dim),
-            ("attn_output", Q4_K, dim, dim),
-            ("ffn_gate", Q4_K, ffn, dim),
-            ("ffn_up", Q4_K, ffn, dim),
-            ("ffn_down", Q6_K, dim, ffn),
+            ("attn_q", t[0], dim, dim),
+            ("attn_k", t[0], 128, dim),
+            ("attn_v", t[1], 128, dim),
+            ("attn_output", t[2], dim, dim),
+            ("ffn_gate", t[3], ffn, dim),
+            ("ffn_up", t[3], ffn, dim),
+            ("ffn_down", t[4], dim, ffn),
         ] {
             weight(&mut w, &format!("{b}.{name}.weight"), t, rows, cols);
         }
@@ -194,7 +201,7 @@ fn fusable_llama() -> ModelFile {
             );
         }
     }
-    common::synth::open("fusable-llama.gguf", &w)
+    common::synth::open(name, &w)
 }
 
 /// Teacher-forced decode of `steps` tokens after `prompt` on `model`, each step's logits handed
@@ -225,6 +232,28 @@ fn decode_beside<B: Backend>(
         each(&got, &want);
     }
     profile.unwrap()
+}
+
+/// Teacher-forced decode of `steps` tokens on `fused` and on `reference` beside the CPU
+/// (`decode_beside`): the largest |Δ| of `fused`'s logits against the CPU's and against
+/// `reference`'s, and both last steps' profiles.
+fn decode_both<B: Backend>(
+    cpu: &Model<CpuBackend>,
+    (fused, reference): (&Model<B>, &Model<B>),
+    prompt: &[u32],
+    steps: usize,
+) -> (f32, f32, Profile, Profile) {
+    let (mut fused_logits, mut worst_cpu) = (Vec::new(), 0f32);
+    let p = decode_beside(cpu, fused, prompt, steps, |got, want| {
+        worst_cpu = worst_cpu.max(max_abs_diff(got, want));
+        fused_logits.push(got.to_vec());
+    });
+    let (mut worst_reference, mut step) = (0f32, 0);
+    let q = decode_beside(cpu, reference, prompt, steps, |got, _| {
+        worst_reference = worst_reference.max(max_abs_diff(got, &fused_logits[step]));
+        step += 1;
+    });
+    (worst_cpu, worst_reference, p, q)
 }
 
 /// Decode with the fused kernels (RoPE and the KV append in the Q/K/V mat-vecs' epilogue, the
@@ -275,18 +304,8 @@ fn fused_decode_matches_unfused_and_the_cpu() {
         let gpu = |unfused| common::gpu::gpu_with(hardware(unfused, config)).unwrap();
         let fused = Model::load(&mf, gpu(false)).unwrap();
         let unfused = Model::load(&mf, gpu(true)).unwrap();
-        let mut fused_logits = Vec::new();
-        let mut worst_cpu = 0f32;
-        let p = decode_beside(&cpu, &fused, &prompt, steps, |got, want| {
-            worst_cpu = worst_cpu.max(max_abs_diff(got, want));
-            fused_logits.push(got.to_vec());
-        });
-        let mut worst_unfused = 0f32;
-        let mut step = 0;
-        decode_beside(&cpu, &unfused, &prompt, steps, |got, _| {
-            worst_unfused = worst_unfused.max(max_abs_diff(got, &fused_logits[step]));
-            step += 1;
-        });
+        let (worst_cpu, worst_unfused, p, _) =
+            decode_both(&cpu, (&fused, &unfused), &prompt, steps);
         eprintln!(
             "fused decode (no subgroups: {no_subgroups}, mat-vec workgroups {matvec_wg:?}, \
              checked: {checked}): max |Δ| {worst_unfused:e} against unfused, {worst_cpu} \
@@ -335,4 +354,45 @@ fn fused_decode_matches_unfused_and_the_cpu() {
     // Layer 1's feed-forward norm; its input norm takes the residual stream from the CPU, and
     // the output norm and projection run there.
     assert_eq!(calls(&p, "matvec_norm"), 1, "{:?}", p.ops);
+}
+
+/// The residual add and the norm after it also join the per-type mat-vec of Q8_0 and Q4_0
+/// weights, which rounds x itself (no integer dot products): the same logits as with the norms
+/// as dispatches of their own (`KILN_WGPU_FUSE_NORM=0`), with subgroup operations and without,
+/// and the CPU's within the random-weight rule.
+#[test]
+fn fused_norm_after_legacy_quants_matches_the_norm_dispatch() {
+    use kiln::gguf::GgmlType::{Q4_0, Q8_0};
+    let mf = llama_of("legacy-llama.gguf", [Q8_0, Q8_0, Q8_0, Q4_0, Q4_0, Q8_0]);
+    let options = |separate_norm, no_subgroups| GpuOptions {
+        hardware_kernels: true,
+        separate_norm,
+        no_subgroups,
+        ..GpuOptions::default()
+    };
+    if common::gpu::gpu_with(options(false, false)).is_none() {
+        return;
+    }
+    let cpu = Model::load(&mf, CpuBackend::new(2).unwrap()).unwrap();
+    let prompt: Vec<u32> = (0..12).map(|i| (i * 5 + 1) % 64).collect();
+    for no_subgroups in [false, true] {
+        let gpu = |separate| common::gpu::gpu_with(options(separate, no_subgroups)).unwrap();
+        let fused = Model::load(&mf, gpu(false)).unwrap();
+        let separate = Model::load(&mf, gpu(true)).unwrap();
+        let (worst_cpu, worst_separate, p, q) = decode_both(&cpu, (&fused, &separate), &prompt, 12);
+        eprintln!(
+            "legacy quants (no subgroups: {no_subgroups}): max |Δ| {worst_separate:e} against \
+             the norm dispatches, {worst_cpu} against the CPU"
+        );
+        assert!(
+            worst_cpu <= RANDOM_QUANTIZED.abs,
+            "against the CPU: {worst_cpu}"
+        );
+        assert_eq!(worst_separate, 0.0, "against the norm dispatches");
+        // Both layers' output (Q8_0) and down (Q4_0) projections take the norm after them.
+        assert_eq!(calls(&p, "matvec_norm"), 4, "{:?}", p.ops);
+        assert_eq!(calls(&p, "add_rms_norm"), 0, "{:?}", p.ops);
+        assert_eq!(calls(&q, "matvec_norm"), 0, "{:?}", q.ops);
+        assert_eq!(calls(&q, "add_rms_norm"), 4, "{:?}", q.ops);
+    }
 }

@@ -392,7 +392,7 @@ pub struct GpuOptions {
     /// mat-vec. For measuring the fusions on a GPU.
     pub unfused: bool,
     /// The residual add and the next block's input norm run as a dispatch of their own
-    /// (`KILN_WGPU_FUSE_NORM=0`) instead of in the epilogue of the integer-dot mat-vec that makes
+    /// (`KILN_WGPU_FUSE_NORM=0`) instead of in the epilogue of the per-type mat-vec that makes
     /// the block's output (the attention's output projection, the down projection), whose last
     /// workgroup to finish normalizes the row. For measuring on a GPU.
     pub separate_norm: bool,

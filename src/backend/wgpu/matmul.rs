@@ -233,7 +233,6 @@ impl WgpuBackend {
         let applies = self.gpu.fused_norm
             && rows == 1
             && m.parts.len() == 1
-            && self.int_dot(m)
             && self.packs_outputs(1, m.rows)
             && self.blocks_matvec(m, false).is_some_and(fits)
             && self.gpu.limits.max_storage_buffers_per_shader_stage >= NORM_ADD_BUFFERS;
@@ -249,6 +248,7 @@ impl WgpuBackend {
             kernels: m.kernels.clone(),
             dtype: m.dtype,
             cols: m.cols,
+            input_form: self.blocks_input(m),
         });
         self.scratch
             .lock()
@@ -282,9 +282,10 @@ impl WgpuBackend {
         let Some(shape) = self.blocks_shape(p.dtype, p.cols, false) else {
             return false;
         };
+        let (rounding, int_dot) = p.input_form;
         let made = || {
             kernels::with_norm_add(kernels::matvec_blocks_kernel(
-                p.dtype, 1, None, None, true, shape,
+                p.dtype, 1, None, rounding, int_dot, shape,
             ))
         };
         let Some(pipeline) = self.pipeline_in(&p.kernels.matvec_norm, made) else {
@@ -652,14 +653,9 @@ impl WgpuBackend {
         gated: Option<GateActivation>,
     ) -> Kernel {
         if let Some(shape) = self.blocks_matvec(m, gated.is_some()) {
-            let int_dot = self.int_dot(m);
+            let (rounding, int_dot) = self.blocks_input(m);
             return kernels::matvec_blocks_kernel(
-                m.dtype,
-                n_weights,
-                gated,
-                self.kernel_rounding(m).filter(|_| !int_dot),
-                int_dot,
-                shape,
+                m.dtype, n_weights, gated, rounding, int_dot, shape,
             );
         }
         let x4 = m.cols.is_multiple_of(4);
@@ -679,6 +675,13 @@ impl WgpuBackend {
                 self.kernel_rounding(m),
             ),
         }
+    }
+
+    /// How the per-type mat-vec over `m` takes x: rounding it itself (as `kernel_rounding`), or
+    /// (true) as packed Q8_K blocks for integer dot products.
+    fn blocks_input(&self, m: &Matrix) -> (Option<ActRounding>, bool) {
+        let int_dot = self.int_dot(m);
+        (self.kernel_rounding(m).filter(|_| !int_dot), int_dot)
     }
 
     /// The parameters and grid of a mat-vec over weights of `m`'s type and width with `rows`

@@ -104,8 +104,8 @@ enum PackedIn {
     Normed,
 }
 
-/// A recorded integer-dot mat-vec over one weight (`matmul_part`), as `fused_norm` records it
-/// again with the norm after it as its epilogue.
+/// A recorded per-type mat-vec over one weight (`matmul_part`), as `fused_norm` records it again
+/// with the norm after it as its epilogue.
 struct Projection {
     /// The stream's `recorded` just after it.
     at: u64,
@@ -122,6 +122,8 @@ struct Projection {
     kernels: Arc<pipelines::MatrixKernels>,
     dtype: crate::gguf::GgmlType,
     cols: usize,
+    /// How it takes x (`WgpuBackend::blocks_input`).
+    input_form: (Option<pipelines::ActRounding>, bool),
 }
 
 pub struct WgpuBackend {

@@ -55,14 +55,15 @@ fn weight_kernels_validate_for_every_type() {
                     for subgroups in [true, false] {
                         validate(&k, subgroups, &format!("{t} per-type "));
                     }
-                    // The gated pair packing its output, one weight with the norm after it as
-                    // its epilogue (integer-dot mat-vecs only), in workgroups of 64 and of 256.
+                    // The gated pair packing its output (integer-dot mat-vecs only); one weight
+                    // with the norm after it as its epilogue, in workgroups of 64 and of 256, as
+                    // each type takes x by default.
                     if gate.is_some() && idot {
                         for subgroups in [true, false] {
                             validate(&with_gated_packing(k.clone()), subgroups, "gated packed ");
                         }
                     }
-                    if n == 1 && idot {
+                    if n == 1 && (idot || !int_dot) {
                         for wg in [64, 256] {
                             let shape = BlocksShape { wg, rows: 2 };
                             let k = with_norm_add(matvec_blocks_kernel(t, 1, None, r, idot, shape));
