@@ -1830,6 +1830,59 @@ fn norms_feed_the_integer_dot_mat_vecs_as_the_cpu() {
     }
 }
 
+/// Projections whose output a residual add and norm take next, as decode runs them (the GPU
+/// records each norm in the epilogue of the mat-vec before it): a norm after a Q4_K projection;
+/// a Q6_K projection of that norm's output and a norm after it, which keeps a dispatch of its
+/// own (its mat-vec reads the packed blocks the fused norm would write); a projection of that.
+/// Against the CPU.
+fn projections_then_norms<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> {
+    use GgmlType::{Q4_K, Q6_K};
+    let dim = 512;
+    let norm = b
+        .weight(&Tensor::from_f32("norm", vec![dim], &rng.vec(dim, 1.0)))
+        .unwrap();
+    let w1 = b.weight(&random_weight(Q4_K, dim, dim, rng)).unwrap();
+    let w2 = b.weight(&random_weight(Q6_K, dim, dim, rng)).unwrap();
+    let a = upload(b, &rng.vec(dim, 1.0));
+    let mut residual = upload(b, &rng.vec(dim, 3.0));
+    let mut bufs: Vec<B::Buffer> = (0..5).map(|_| b.buffer(dim).unwrap()).collect();
+    let [o, h, o2, h2, o3] = &mut bufs[..] else {
+        unreachable!()
+    };
+    b.matmul(&a, &w1, 1, o);
+    b.add_rms_norm_into(&mut residual, o, &norm, 1, dim, 1e-6, h);
+    b.matmul(h, &w2, 1, o2);
+    b.add_rms_norm_into(&mut residual, o2, &norm, 1, dim, 1e-6, h2);
+    b.matmul(h2, &w1, 1, o3);
+    vec![
+        ("the norm after a projection".into(), download(b, h, dim)),
+        ("a projection of it".into(), download(b, o2, dim)),
+        ("the norm after that".into(), download(b, h2, dim)),
+        ("the residual stream".into(), download(b, &residual, dim)),
+        (
+            "a projection of the second norm".into(),
+            download(b, o3, dim),
+        ),
+    ]
+}
+
+#[test]
+fn norms_after_projections_match_the_cpu() {
+    let Some(g) = common::gpu::gpu_int_dot() else {
+        return;
+    };
+    let c = cpu();
+    g.set_profiling(true);
+    let got = projections_then_norms(&g, &mut Rng(29));
+    let p = g.profile().unwrap();
+    let want = projections_then_norms(&c, &mut Rng(29));
+    for ((what, w), (_, o)) in want.iter().zip(&got) {
+        check(what, w, o, MATMUL_NMSE);
+    }
+    assert_eq!(calls(&p, "matvec_norm"), 1, "{:?}", p.ops);
+    assert_eq!(calls(&p, "add_rms_norm"), 1, "{:?}", p.ops);
+}
+
 /// How many dispatches of kernel `name` a profile counted.
 pub(crate) fn calls(p: &Profile, name: &str) -> u64 {
     p.ops.iter().find(|o| o.name == name).map_or(0, |o| o.calls)

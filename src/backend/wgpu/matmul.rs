@@ -296,6 +296,10 @@ impl WgpuBackend {
         let (Some((packed, packed_id)), Some((count, count_id))) = (packed, count) else {
             return false;
         };
+        // A mat-vec that reads a fused norm's blocks cannot write the next ones over them.
+        if p.input.1 == packed_id {
+            return false;
+        }
         let mut params = p.params.clone();
         while params.len() < NORM_EPS_WORD {
             params.push(0);
