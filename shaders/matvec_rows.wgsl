@@ -256,8 +256,12 @@ fn norm_total(parts: array<f32, NORM_SPREAD>, lid: u32, sg_lane: u32, sg_id: u32
 fn norm_tail(g: u32, lid: u32, sg_lane: u32, sg_id: u32, n_sg: u32) {
     storageBarrier();
     if (lid == 0u) {
-        let mine = min(ROWS, p.m0 - g * ROWS);
-        norm_completes = select(0u, 1u, atomicAdd(&norm_count[0], mine) + mine == p.m0);
+        var done = 0u;
+        if (g * ROWS < p.m0) {
+            let mine = min(ROWS, p.m0 - g * ROWS);
+            done = select(0u, 1u, atomicAdd(&norm_count[0], mine) + mine == p.m0);
+        }
+        norm_completes = done;
     }
     if (workgroupUniformLoad(&norm_completes) == 0u) {
         return;

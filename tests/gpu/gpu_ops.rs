@@ -1834,10 +1834,9 @@ fn norms_feed_the_integer_dot_mat_vecs_as_the_cpu() {
 /// records each norm in the epilogue of the mat-vec before it): a norm after a Q4_K projection;
 /// a Q6_K projection of that norm's output and a norm after it, which keeps a dispatch of its
 /// own (its mat-vec reads the packed blocks the fused norm would write); a projection of that.
-/// Against the CPU.
-fn projections_then_norms<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<f32>)> {
+/// Rows of `dim` values.
+fn projections_then_norms<B: Backend>(b: &B, rng: &mut Rng, dim: usize) -> Vec<(String, Vec<f32>)> {
     use GgmlType::{Q4_K, Q6_K};
-    let dim = 512;
     let norm = b
         .weight(&Tensor::from_f32("norm", vec![dim], &rng.vec(dim, 1.0)))
         .unwrap();
@@ -1866,6 +1865,9 @@ fn projections_then_norms<B: Backend>(b: &B, rng: &mut Rng) -> Vec<(String, Vec<
     ]
 }
 
+/// `projections_then_norms` against the CPU, and on rows of 2048 (eight passes of each
+/// invocation's sum, eight blocks) bit for bit what the norms give as dispatches of their own
+/// (`KILN_WGPU_FUSE_NORM=0`).
 #[test]
 fn norms_after_projections_match_the_cpu() {
     let Some(g) = common::gpu::gpu_int_dot() else {
@@ -1873,14 +1875,32 @@ fn norms_after_projections_match_the_cpu() {
     };
     let c = cpu();
     g.set_profiling(true);
-    let got = projections_then_norms(&g, &mut Rng(29));
+    let got = projections_then_norms(&g, &mut Rng(29), 512);
     let p = g.profile().unwrap();
-    let want = projections_then_norms(&c, &mut Rng(29));
+    let want = projections_then_norms(&c, &mut Rng(29), 512);
     for ((what, w), (_, o)) in want.iter().zip(&got) {
         check(what, w, o, MATMUL_NMSE);
     }
     assert_eq!(calls(&p, "matvec_norm"), 1, "{:?}", p.ops);
     assert_eq!(calls(&p, "add_rms_norm"), 1, "{:?}", p.ops);
+
+    let separate = gpu_with(GpuOptions {
+        hardware_kernels: true,
+        separate_norm: true,
+        ..GpuOptions::default()
+    })
+    .unwrap();
+    g.set_profiling(true);
+    separate.set_profiling(true);
+    let fused = projections_then_norms(&g, &mut Rng(31), 2048);
+    let want = projections_then_norms(&separate, &mut Rng(31), 2048);
+    for ((what, w), (_, o)) in want.iter().zip(&fused) {
+        assert!(w == o, "{what}: fused differs from the norm dispatches");
+    }
+    let (p, q) = (g.profile().unwrap(), separate.profile().unwrap());
+    assert_eq!(calls(&p, "matvec_norm"), 1, "{:?}", p.ops);
+    assert_eq!(calls(&q, "matvec_norm"), 0, "{:?}", q.ops);
+    assert_eq!(calls(&q, "add_rms_norm"), 2, "{:?}", q.ops);
 }
 
 /// How many dispatches of kernel `name` a profile counted.

@@ -10,7 +10,7 @@ use super::buffers::{GpuBuffer, GpuWeight, Matrix, bind};
 use super::device::Coop;
 use super::pipelines::{self as kernels, ActRounding, BlocksShape, Kernel, MatvecLayout};
 use super::stream::{Bindings, ParamWords, bindings, grid};
-use super::{Packed, PackedIn, Projection, WgpuBackend};
+use super::{Packed, PackedIn, WgpuBackend};
 use crate::backend::{CoreOps, GateActivation};
 
 /// Activation rows up to which a matmul runs as mat-vec on a software adapter (more take the
@@ -21,14 +21,6 @@ const SOFTWARE_MATVEC_MAX_ROWS: usize = 8;
 /// Storage buffers the gate/up mat-vec binds when it also packs its output: x, two weights, two
 /// outputs, the packed blocks and their counts.
 const GATED_PACKING_BUFFERS: u32 = 7;
-
-/// Storage buffers the mat-vec with the norm as its epilogue binds: x, the weight, its output,
-/// the residual stream, the norm's weight, its output, the completion count and the packed
-/// blocks.
-const NORM_ADD_BUFFERS: u32 = 8;
-
-/// The index of `norm_eps` in matvec_rows.wgsl's parameters.
-const NORM_EPS_WORD: usize = 24;
 
 /// The kind of kernel that reads a matmul's activations (`WgpuBackend::weight_input`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,118 +204,6 @@ impl WgpuBackend {
                 );
             }
         }
-    }
-
-    /// After a mat-vec over `m` (a `matmul_part` of `rows` rows, its call and `buffers`: input,
-    /// weight, output), recorded after the stream's `before`th command: it as a `Projection`,
-    /// where the residual add and norm that may follow could run as its epilogue (`fused_norm`);
-    /// else none.
-    fn keep_projection(
-        &self,
-        m: &Matrix,
-        rows: usize,
-        before: u64,
-        (params, groups): (ParamWords, [u32; 3]),
-        buffers: &[(&wgpu::Buffer, u64); 3],
-        out: &GpuBuffer,
-    ) {
-        let fits = |shape: kernels::BlocksShape| {
-            shape.wg.is_multiple_of(64) && shape.wg <= kernels::NORM_WG
-        };
-        let applies = self.gpu.fused_norm
-            && rows == 1
-            && m.parts.len() == 1
-            && self.packs_outputs(1, m.rows)
-            && self.blocks_matvec(m, false).is_some_and(fits)
-            && self.gpu.limits.max_storage_buffers_per_shader_stage >= NORM_ADD_BUFFERS;
-        let at = self.stream().recorded;
-        let projection = (applies && at == before + 1).then(|| Projection {
-            at,
-            out: out.dev.id,
-            values: m.rows,
-            params,
-            groups,
-            input: (buffers[0].0.clone(), buffers[0].1),
-            weight: (buffers[1].0.clone(), buffers[1].1),
-            kernels: m.kernels.clone(),
-            dtype: m.dtype,
-            cols: m.cols,
-            input_form: self.blocks_input(m),
-        });
-        self.scratch
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .projection = projection;
-    }
-
-    /// `CoreOps::add_rms_norm_into` for one row of `width` values (`x += y`, then `out =
-    /// rms_norm(x) · w`, `w` the norm's weight) as the epilogue of the mat-vec that made `y`,
-    /// where that mat-vec is the last thing recorded (`keep_projection`): it is taken back and
-    /// recorded again as `kernels::with_norm_add`, whose workgroup that completes the row adds
-    /// it into `x` and writes the norm and its packed Q8_K blocks. One dispatch fewer, the same
-    /// arithmetic. Whether it did; if not, nothing was recorded.
-    pub(super) fn fused_norm(
-        &self,
-        (x, y): (&GpuBuffer, &GpuBuffer),
-        w: (&wgpu::Buffer, u64),
-        width: usize,
-        eps: f32,
-        out: &GpuBuffer,
-    ) -> bool {
-        let taken = self
-            .scratch
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .projection
-            .take();
-        let Some(p) = taken.filter(|p| p.out == y.dev.id && p.values == width) else {
-            return false;
-        };
-        let Some(shape) = self.blocks_shape(p.dtype, p.cols, false) else {
-            return false;
-        };
-        let (rounding, int_dot) = p.input_form;
-        let made = || {
-            kernels::with_norm_add(kernels::matvec_blocks_kernel(
-                p.dtype, 1, None, rounding, int_dot, shape,
-            ))
-        };
-        let Some(pipeline) = self.pipeline_in(&p.kernels.matvec_norm, made) else {
-            return false;
-        };
-        let packed = self.scratch_buffer(|s| &mut s.normed_packed, width / 4 + width / 256);
-        let count = self.scratch_buffer(|s| &mut s.norm_count, 1);
-        let (Some((packed, packed_id)), Some((count, count_id))) = (packed, count) else {
-            return false;
-        };
-        // A mat-vec that reads a fused norm's blocks cannot write the next ones over them.
-        if p.input.1 == packed_id {
-            return false;
-        }
-        let mut params = p.params.clone();
-        while params.len() < NORM_EPS_WORD {
-            params.push(0);
-        }
-        params.push(eps.to_bits());
-        let buffers = [
-            (&p.input.0, p.input.1),
-            (&p.weight.0, p.weight.1),
-            bind(&y.dev),
-            bind(&x.dev),
-            w,
-            bind(&out.dev),
-            (&count, count_id),
-            (&packed, packed_id),
-        ];
-        {
-            let mut stream = self.stream();
-            if !stream.retract_last(p.at) {
-                return false;
-            }
-            stream.dispatch(&self.gpu, pipeline, &params, &buffers, p.groups);
-        }
-        self.mark_packed(out, width, PackedIn::Normed);
-        true
     }
 
     /// How the decode mat-vec reads weights: staged in whole lines on a GPU; in place, a row per
@@ -683,7 +563,7 @@ impl WgpuBackend {
 
     /// How the per-type mat-vec over `m` takes x: rounding it itself (as `kernel_rounding`), or
     /// (true) as packed Q8_K blocks for integer dot products.
-    fn blocks_input(&self, m: &Matrix) -> (Option<ActRounding>, bool) {
+    pub(super) fn blocks_input(&self, m: &Matrix) -> (Option<ActRounding>, bool) {
         let int_dot = self.int_dot(m);
         (self.kernel_rounding(m).filter(|_| !int_dot), int_dot)
     }

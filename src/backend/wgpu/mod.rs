@@ -23,6 +23,7 @@ mod attention;
 mod buffers;
 mod cache;
 mod device;
+mod fused_norm;
 mod kernels;
 mod matmul;
 mod moe;
@@ -76,7 +77,7 @@ struct Scratch {
     packed: Option<Packed>,
     /// The last mat-vec that a residual add and norm may take as their epilogue, while nothing
     /// was recorded after it (`WgpuBackend::fused_norm`).
-    projection: Option<Projection>,
+    projection: Option<fused_norm::Projection>,
     /// Inside one `matmul_many`, whose mat-vecs read x and write only their outputs.
     sharing_packed: bool,
 }
@@ -102,28 +103,6 @@ enum PackedIn {
     Gated,
     /// `Scratch::normed_packed`: a norm fused into a mat-vec's.
     Normed,
-}
-
-/// A recorded per-type mat-vec over one weight (`matmul_part`), as `fused_norm` records it again
-/// with the norm after it as its epilogue.
-struct Projection {
-    /// The stream's `recorded` just after it.
-    at: u64,
-    /// Its output buffer's id, and the output's values (the weight's rows).
-    out: u64,
-    values: usize,
-    params: stream::ParamWords,
-    groups: [u32; 3],
-    /// Its input (packed Q8_K blocks) and weight.
-    input: (wgpu::Buffer, u64),
-    weight: (wgpu::Buffer, u64),
-    /// The weight's kernels, whose `matvec_norm` slot holds the fused variant, and its type and
-    /// width, which that kernel is built for.
-    kernels: Arc<pipelines::MatrixKernels>,
-    dtype: crate::gguf::GgmlType,
-    cols: usize,
-    /// How it takes x (`WgpuBackend::blocks_input`).
-    input_form: (Option<pipelines::ActRounding>, bool),
 }
 
 pub struct WgpuBackend {

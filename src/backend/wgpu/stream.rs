@@ -311,7 +311,7 @@ impl Stream {
         self.params
             .truncate(slot as usize * self.param_slot as usize);
         self.dispatches_pending -= 1;
-        self.dispatches -= 1;
+        self.dispatches = self.dispatches.saturating_sub(1);
         true
     }
 

@@ -254,8 +254,8 @@ pub fn with_gated_packing(mut k: Kernel) -> Kernel {
     k.flag("GLU_PACK")
 }
 
-/// `k` (a `matvec_blocks_kernel` over one weight, in workgroups of a multiple of 64 up to
-/// `NORM_WG`) followed by the residual add of its output and the next block's input norm, as
+/// `k` (a `matvec_blocks_kernel` over one weight, in workgroups of 64, 128 or 256: multiples
+/// of 64 that divide `NORM_WG`) followed by the residual add of its output and the next block's input norm, as
 /// `add_rms_norm_kernel(true)` would run after it: five bindings more, the residual stream, the
 /// norm's weight, its output, a completion count and the output's packed Q8_K blocks
 /// (matvec_rows.wgsl `NORM_ADD`).
