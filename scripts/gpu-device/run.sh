@@ -1,28 +1,27 @@
 #!/usr/bin/env bash
 # Runs on the lent GPU machine (see prepare.sh): kiln's GPU backend against llama.cpp's Vulkan build on the 1B
 # Llama shape, then the 8B shape, both written here and quantized to QUANT (default Q4_K_M). In order: the
-# adapter's features; the GPU op tests (while the models are written); the host's own time per token (wgpu's
-# no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its dispatches run twice, the
-# time a token gains); `kiln check` against the CPU with the prefill GEMM on cooperative matrices (tiles of 64
-# and 128 activation rows, the prefill attention on them too and not) and without; ROUNDS rounds (default 6) on
-# the 1B shape alternating which tool runs first: kiln-base too where prepare.sh built one, and kiln with each
-# switch of #46 against its default (the fusions off, the residual add and norm as a dispatch of their own
-# instead of the output and down projections' epilogue, Q4_K and Q6_K Q/K/V as two dispatches, the attention's
-# reduce as a dispatch of its own, the cooperative GEMM and attention in tiles of 64 and of 128 rows, the GEMM
-# alone, the decode attention reading its shape from parameters, the decode attention v2 with its subgroups
-# walking keys of their own, v2 in workgroups of 128 invocations: twice the subgroups on a split's keys, the
-# decode attention's splits sized to two workgroups a compute unit, a read-back's 300 µs spin before it blocks;
-# the float mat-vecs, measured before, only in the kernel costs and a profile), and the cooperative GEMM with v2
-# (kiln-coopv2, the switches that are off by default together); kiln's decode against the copy bandwidth it
-# measures on the 8B shape, then ROUNDS8 rounds (default 5) there of the variants VARIANTS8 names (default:
+# adapter's features; the GPU op tests and the decode fusions' tests (while the models are written); the host's
+# own time per token (wgpu's no-op backend); what each kernel costs in the real stream (KILN_WGPU_REPEAT: its
+# dispatches run twice, the time a token gains); `kiln check` against the CPU with the prefill GEMM on cooperative
+# matrices (tiles of 64 and 128 activation rows, the prefill attention on them too and not) and without; ROUNDS
+# rounds (default 6) on the 1B shape alternating which tool runs first: kiln-base too where prepare.sh built one,
+# and kiln with each switch of #46 against its default (the fusions off, the residual add and norm as a dispatch
+# of their own instead of the output and down projections' epilogue, Q4_K and Q6_K Q/K/V as two dispatches, the
+# attention's reduce as a dispatch of its own, the cooperative GEMM and attention in tiles of 64 and of 128 rows,
+# the GEMM alone, the decode attention reading its shape from parameters, the decode attention v2 with its
+# subgroups walking keys of their own, v2 in workgroups of 128 invocations: twice the subgroups on a split's keys,
+# the decode attention's splits sized to two workgroups a compute unit, a read-back's 300 µs spin before it
+# blocks; the float mat-vecs, measured before, only in the kernel costs and a profile), and the cooperative GEMM
+# with v2 (kiln-coopv2, the switches that are off by default together); kiln's decode against the copy bandwidth
+# it measures on the 8B shape, then ROUNDS8 rounds (default 5) there of the variants VARIANTS8 names (default:
 # kiln-base, kiln, the separate norms, and the cooperative GEMM and v2); the 8B shape's per-kernel profile; each
-# kind of mat-vec over the 8B shape's layers
-# (`kiln bench --kernels`) with the default, float and 128,2,4 shapes; the timed dispatches of a few tokens into
-# $OUT/dispatches.txt and the per-kernel profile, with and without the switches; last, each tool's median t/s
-# and the median (and range) of its per-round ratio to llama.cpp (summarize.py). All of it also in
-# $OUT/run.log. On an H200 the run took about six minutes after the machine started with nine variants;
-# with the fifteen here and six rounds, expect about eight (ROUNDS=5 or a shorter VARIANTS8 where device time is
-# short).
+# kind of mat-vec over the 8B shape's layers (`kiln bench --kernels`) with the default, float and 128,2,4 shapes;
+# the timed dispatches of a few tokens into $OUT/dispatches.txt and the per-kernel profile, with and without the
+# switches; last, each tool's median t/s and the median (and range) of its per-round ratio to llama.cpp
+# (summarize.py). All of it also in $OUT/run.log. On an H200 the run took about six minutes after the machine
+# started with nine variants; with the fifteen here and six rounds, expect about eight (ROUNDS=5 or a shorter
+# VARIANTS8 where device time is short).
 set -u
 cd "$(dirname "$0")/../.."
 # Everything it prints is also in $OUT/run.log (the device tool returns only the output's tail).
@@ -30,6 +29,9 @@ cd "$(dirname "$0")/../.."
 source scripts/gpu-device/setup.sh
 echo "== gpu_ops ($(date +%T))"
 KILN_REQUIRE_GPU=1 timeout 120 $W/gpu-tests gpu_ops --test-threads 8 2>&1 | grep -E "test result|panicked|NMSE"
+echo "== the decode fusions (their last-workgroup epilogues) against their dispatches, bit for bit, and the CPU"
+KILN_REQUIRE_GPU=1 timeout 120 $W/gpu-tests fused_ norms_after --test-threads 4 --nocapture 2>&1 |
+    grep -E "test result|panicked|fused decode|legacy quants"
 echo "== the prefill GEMM and attention on the tensor cores (KILN_WGPU_COOP=1) against the CPU"
 KILN_WGPU_COOP=1 KILN_REQUIRE_GPU=1 timeout 60 $W/gpu-tests cooperative_ 2>&1 |
     grep -E "test result|panicked|NMSE|_coop"
