@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::buffers::{GpuBuffer, Matrix, bind};
-use super::pipelines::{self as kernels, ActRounding, MatrixKernels};
+use super::pipelines::{self as kernels, ActRounding, BlocksShape, MatrixKernels};
 use super::stream::ParamWords;
 use super::{PackedIn, WgpuBackend};
 use crate::gguf::GgmlType;
@@ -34,12 +34,12 @@ pub(super) struct Projection {
     /// Its input (packed Q8_K blocks, or x itself where the kernel rounds it) and weight.
     input: (wgpu::Buffer, u64),
     weight: (wgpu::Buffer, u64),
-    /// The weight's kernels, whose `matvec_norm` slot holds the fused variant, and its type and
-    /// width, which that kernel is built for.
+    /// The weight's kernels, whose `matvec_norm` slot holds the fused variant, and what that
+    /// kernel is built for: the weight's type, the mat-vec's shape and how it takes x
+    /// (`WgpuBackend::blocks_input`).
     kernels: Arc<MatrixKernels>,
     dtype: GgmlType,
-    cols: usize,
-    /// How it takes x (`WgpuBackend::blocks_input`).
+    shape: BlocksShape,
     input_form: (Option<ActRounding>, bool),
 }
 
@@ -59,17 +59,17 @@ impl WgpuBackend {
     ) {
         // Workgroups of 64, 128 or 256: whole Q8_K blocks a pass, each invocation standing
         // for a whole number of the norm's 256 (`kernels::with_norm_add`).
-        let fits = |shape: kernels::BlocksShape| {
+        let fits = |shape: &BlocksShape| {
             shape.wg.is_multiple_of(64) && kernels::NORM_WG.is_multiple_of(shape.wg)
         };
         let applies = self.gpu.fused_norm
             && rows == 1
             && m.parts.len() == 1
             && self.packs_outputs(1, m.rows)
-            && self.blocks_matvec(m, false).is_some_and(fits)
             && self.gpu.limits.max_storage_buffers_per_shader_stage >= NORM_ADD_BUFFERS;
+        let shape = self.blocks_matvec(m, false).filter(|s| applies && fits(s));
         let at = self.stream().recorded;
-        let projection = (applies && at == before + 1).then(|| Projection {
+        let projection = shape.filter(|_| at == before + 1).map(|shape| Projection {
             at,
             out: out.dev.id,
             values: m.rows,
@@ -79,7 +79,7 @@ impl WgpuBackend {
             weight: (buffers[1].0.clone(), buffers[1].1),
             kernels: m.kernels.clone(),
             dtype: m.dtype,
-            cols: m.cols,
+            shape,
             input_form: self.blocks_input(m),
         });
         self.scratch
@@ -111,13 +111,10 @@ impl WgpuBackend {
         let Some(p) = taken.filter(|p| p.out == y.dev.id && p.values == width) else {
             return false;
         };
-        let Some(shape) = self.blocks_shape(p.dtype, p.cols, false) else {
-            return false;
-        };
         let (rounding, int_dot) = p.input_form;
         let made = || {
             kernels::with_norm_add(kernels::matvec_blocks_kernel(
-                p.dtype, 1, None, rounding, int_dot, shape,
+                p.dtype, 1, None, rounding, int_dot, p.shape,
             ))
         };
         let Some(pipeline) = self.pipeline_in(&p.kernels.matvec_norm, made) else {

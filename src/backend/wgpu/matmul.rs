@@ -238,17 +238,9 @@ impl WgpuBackend {
     ///
     /// `KILN_WGPU_MATVEC` (`Gpu::matvec_shape`) sets the shape by hand, for measuring others.
     pub(super) fn blocks_matvec(&self, m: &Matrix, gated: bool) -> Option<BlocksShape> {
-        self.blocks_shape(m.dtype, m.cols, gated)
-    }
-
-    /// `blocks_matvec` for weights of type `t` and rows of `cols` values.
-    pub(super) fn blocks_shape(
-        &self,
-        t: crate::gguf::GgmlType,
-        cols: usize,
-        gated: bool,
-    ) -> Option<BlocksShape> {
-        if self.matvec_layout() != MatvecLayout::Staged || !kernels::blocks_matvec_reads(t, cols) {
+        if self.matvec_layout() != MatvecLayout::Staged
+            || !kernels::blocks_matvec_reads(m.dtype, m.cols)
+        {
             return None;
         }
         Some(match self.gpu.matvec_shape {
@@ -257,7 +249,7 @@ impl WgpuBackend {
                 rows: if gated { s.gated_rows } else { s.rows },
             },
             None => BlocksShape {
-                wg: if cols >= 4096 { 256 } else { 64 },
+                wg: if m.cols >= 4096 { 256 } else { 64 },
                 rows: if gated { 4 } else { 2 },
             },
         })
