@@ -3,7 +3,7 @@
 //! cache to forget it. Weights are uploaded once from the file mapping in their GGUF block layout;
 //! a matrix larger than one binding may cover is split by whole rows into parts.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::device::Gpu;
@@ -20,6 +20,10 @@ pub struct Memory {
     pub allocated: AtomicU64,
     /// Ids of dropped buffers, for the bind-group cache to purge.
     pub dead: Mutex<Vec<u64>>,
+    /// Whether `dead` holds any, set and cleared under its lock: the stream, taken several times
+    /// a dispatch, looks here instead of taking the lock (atomics are most of the host's own
+    /// time a decode step).
+    pub any_dead: AtomicBool,
 }
 
 /// A device buffer with an identity (for the bind-group cache) and an accounted size.
@@ -35,11 +39,9 @@ impl Drop for DeviceBuf {
         self.memory
             .allocated
             .fetch_sub(self.bytes, Ordering::Relaxed);
-        self.memory
-            .dead
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(self.id);
+        let mut dead = self.memory.dead.lock().unwrap_or_else(|p| p.into_inner());
+        dead.push(self.id);
+        self.memory.any_dead.store(true, Ordering::Relaxed);
         // No `destroy()`: commands recorded but not yet submitted may still use the buffer; wgpu
         // frees it when the last of them is done.
     }

@@ -188,8 +188,18 @@ impl WgpuBackend {
 
     fn stream(&self) -> std::sync::MutexGuard<'_, Stream> {
         let mut s = self.stream.lock().unwrap_or_else(|p| p.into_inner());
-        let mut dead = self.memory.dead.lock().unwrap_or_else(|p| p.into_inner());
-        s.purge(&mut dead);
+        // A drop racing this load is purged at the next call; buffer ids are never reused.
+        if self
+            .memory
+            .any_dead
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            let mut dead = self.memory.dead.lock().unwrap_or_else(|p| p.into_inner());
+            s.purge(&mut dead);
+            self.memory
+                .any_dead
+                .store(false, std::sync::atomic::Ordering::Relaxed);
+        }
         s
     }
 }
