@@ -242,6 +242,16 @@ fn gpu_failures_are_clear_errors() {
         &[],
         &["no GPU adapter 99", "kiln devices"],
     );
+    // Lavapipe without the CPU's f16 conversions (GALLIUM_NOSSE=1) cannot pack f16 in shaders:
+    // refused by name when the device opens, not a validation error at the first kernel.
+    if common::gpu::gpu().is_some_and(|g| g.adapter_name().contains("llvmpipe")) {
+        fails_with(
+            &tiny(),
+            &["--backend", "gpu"],
+            &[("GALLIUM_NOSSE", "1")],
+            &["cannot convert between f16 and f32", "--backend cpu"],
+        );
+    }
     let smollm2 = common::real_model(common::REAL_MODELS[0]);
     fails_with(
         &smollm2,

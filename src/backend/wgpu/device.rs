@@ -537,6 +537,19 @@ pub fn open(choice: AdapterChoice, options: GpuOptions) -> Result<Option<Gpu>> {
     let Some(index) = index else { return Ok(None) };
     let adapter = &list[index];
     let info = adapter.get_info();
+    // Every Vulkan, Metal and DX12 driver packs f16 in f32 shaders; lavapipe only where the CPU
+    // converts f16 (F16C). Without it the first kernel would fail naga's validation.
+    if !adapter
+        .get_downlevel_capabilities()
+        .flags
+        .contains(wgpu::DownlevelFlags::SHADER_F16_IN_F32)
+    {
+        return Err(Error::Unsupported(format!(
+            "the GPU {} cannot convert between f16 and f32 in shaders (pack2x16float), which \
+             kiln's kernels use for f16 weights and caches; use --backend cpu",
+            info.name
+        )));
+    }
     let device_memory = device_local_heap(adapter);
     let limits = adapter.limits();
     let available = adapter.features();
