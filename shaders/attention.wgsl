@@ -798,23 +798,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
 #endif
+    // One split normalizes here and writes the output; several write their parts and leave
+    // the sink to the reduce, as one does with FUSED_REDUCE, whose reduce also packs the output
+    // (the same arithmetic: one part's weight is e^0 = 1).
+#if FUSED_REDUCE
+    let alone = false;
+#else
+    let alone = p.splits == 1u;
+#endif
     if (l8 == 0u && ks < nh) {
         tm[ks] = m_run;
-        // One split normalizes here; several leave the sink to the reduce.
-        tl[ks] = select(l_run, with_sink(l_run, m_run, h0 + ks), p.splits == 1u);
+        tl[ks] = select(l_run, with_sink(l_run, m_run, h0 + ks), alone);
     }
     workgroupBarrier();
 
     for (var qh = 0u; qh < nh; qh++) {
         let po = ((i * p.n_heads + h0 + qh) * p.splits + s) * (hd + 2u);
-        if (p.splits > 1u && lid == 0u) {
+        if (!alone && lid == 0u) {
             part[po] = tm[qh];
             part[po + 1u] = tl[qh];
         }
         for (var r = 0u; r < nr; r++) {
             let d = lid + r * 64u;
             if (d < hd) {
-                if (p.splits == 1u) {
+                if (alone) {
                     out[qo + qh * hd + d] = acc[qh * nr + r] / tl[qh];
                 } else {
                     part[po + 2u + d] = acc[qh * nr + r];

@@ -1946,16 +1946,17 @@ fn fill_caches<B: Backend>(
 /// workgroup that completes each block, or by a reduce) into its output, written as packed Q8_K
 /// blocks too, which the mat-vec reads instead of quantizing again. f16 and q8_0 caches (whose
 /// values are rotated back before the reduce); `heads` (query, KV) of `head_dim`, whose workgroups
-/// may cover parts of blocks (heads of 96). Per cache type: the attention's output and the
-/// mat-vec's.
+/// may cover parts of blocks (heads of 96); at `start_pos` (300: many splits; 3: one, whose part
+/// the workgroup that completes a block reduces and packs as several). Per cache type: the
+/// attention's output and the mat-vec's.
 fn attention_then_matvec<B: Backend>(
     b: &B,
     w: &Tensor,
     (n_heads, n_kv): (usize, usize),
     head_dim: usize,
+    start_pos: usize,
     rng: &mut Rng,
 ) -> Vec<[Vec<f32>; 2]> {
-    let start_pos = 300;
     let width = n_heads * head_dim;
     let kv_width = n_kv * head_dim;
     let w = b.weight(w).unwrap();
@@ -1977,14 +1978,15 @@ fn attention_then_matvec<B: Backend>(
 /// The attention against the CPU's; the mat-vec against the CPU's over the GPU's attention output
 /// (which the packed blocks must be: a value a hair from a rounding boundary may round either
 /// way after two attentions that differ in their last bits).
-/// With the splits combined in the attention and by a reduce of their own
-/// (`KILN_WGPU_ATTN_REDUCE=1`).
+/// With the splits combined in the attention, from one split too, and by a reduce of their own
+/// (`KILN_WGPU_ATTN_REDUCE=1`; one split there writes the output and the mat-vec quantizes it).
 #[test]
 fn attention_feeds_the_integer_dot_mat_vec_as_the_cpu() {
     let c = cpu();
-    for (separate_reduce, kernel) in [
-        (false, "attention_packed"),
-        (true, "attention_reduce_packed"),
+    for (separate_reduce, kernel, start_pos) in [
+        (false, "attention_packed", 300),
+        (false, "attention_packed", 3),
+        (true, "attention_reduce_packed", 300),
     ] {
         let Some(g) = common::gpu::gpu_with(GpuOptions {
             hardware_kernels: true,
@@ -1996,14 +1998,14 @@ fn attention_feeds_the_integer_dot_mat_vec_as_the_cpu() {
         for (heads, head_dim) in [((8, 2), 64), ((8, 8), 96)] {
             let width = heads.0 * head_dim;
             let w = random_weight(GgmlType::Q4_K, 48, width, &mut Rng(31));
-            let want = attention_then_matvec(&c, &w, heads, head_dim, &mut Rng(29));
+            let want = attention_then_matvec(&c, &w, heads, head_dim, start_pos, &mut Rng(29));
             g.set_profiling(true);
-            let got = attention_then_matvec(&g, &w, heads, head_dim, &mut Rng(29));
+            let got = attention_then_matvec(&g, &w, heads, head_dim, start_pos, &mut Rng(29));
             let profile = g.profile().unwrap();
             g.set_profiling(false);
             let pairs = ["f16", "q8_0"].iter().zip(want.iter().zip(&got));
             for (ty, ([want_attn, _], [attn, out])) in pairs {
-                let what = format!("{kernel}, heads {heads:?} of {head_dim}, {ty}");
+                let what = format!("{kernel} at {start_pos}, heads {heads:?} of {head_dim}, {ty}");
                 check(
                     &format!("{what}: attention"),
                     want_attn,
@@ -2020,6 +2022,33 @@ fn attention_feeds_the_integer_dot_mat_vec_as_the_cpu() {
             assert_eq!(calls(&profile, kernel), 2, "{:?}", profile.ops);
             assert_eq!(calls(&profile, "quantize_q8k"), 0, "{:?}", profile.ops);
         }
+    }
+}
+
+/// One split (4 keys): the attention's own workgroups reduce its part and pack the output, the
+/// same bits as the kernel that writes the output alone (`KILN_WGPU_ATTN_REDUCE=1`, after which
+/// the mat-vec quantizes it), since one part's weight is e^0 = 1; and so the mat-vec after it.
+#[test]
+fn one_split_packed_by_the_attention_is_the_output_written_alone() {
+    let runs: Vec<_> = [false, true]
+        .into_iter()
+        .filter_map(|separate_reduce| {
+            common::gpu::gpu_with(GpuOptions {
+                hardware_kernels: true,
+                separate_reduce,
+                ..GpuOptions::default()
+            })
+        })
+        .map(|g| {
+            let w = random_weight(GgmlType::Q4_K, 48, 512, &mut Rng(31));
+            attention_then_matvec(&g, &w, (8, 2), 64, 3, &mut Rng(29))
+        })
+        .collect();
+    let [fused, alone] = &runs[..] else { return };
+    // Per cache type, the attention's output and the mat-vec's after it (from the packed blocks,
+    // or from the quantizing dispatch's).
+    for (a, b) in fused.iter().flatten().zip(alone.iter().flatten()) {
+        assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()));
     }
 }
 

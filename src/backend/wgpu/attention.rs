@@ -385,7 +385,14 @@ impl WgpuBackend {
             } else {
                 1
             };
-        let part_len = if parts > 1 {
+        // A decode row's output goes to a mat-vec next: as integer-dot mat-vecs read it, it is
+        // written as packed Q8_K blocks too, and no dispatch quantizes it again; by the attention
+        // itself (the workgroup that completes a block, which reduces the block's parts, one
+        // split's too), else by the reduce (where there are several splits).
+        let width = p.n_heads * hd;
+        let packs = p.rows == 1 && self.attention_packs_output(hd, width);
+        let packs_itself = packs && self.attention_merges_reduce();
+        let part_len = if parts > 1 || packs_itself {
             p.rows * p.n_heads * parts * (hd + 2)
         } else {
             1
@@ -397,11 +404,7 @@ impl WgpuBackend {
         let buffers = attention_bindings(q, (k_cache, v_cache), out, &partials, sinks_dev);
         let groups = self.decode_attention_groups(p);
         let grid = [groups as u32, p.rows as u32, splits as u32];
-        // A decode row's output goes to a mat-vec next: as integer-dot mat-vecs read it, it is
-        // written as packed Q8_K blocks too, and no dispatch quantizes it again; by the attention
-        // itself (the workgroup that completes a block), else by the reduce.
-        let width = p.n_heads * hd;
-        let packed = (p.rows == 1 && parts > 1 && self.attention_packs_output(hd, width))
+        let packed = (packs && (parts > 1 || packs_itself))
             .then(|| self.packed_output(1, width))
             .flatten();
         // The decode kernel (built for this layer's head size and group unless
@@ -418,7 +421,7 @@ impl WgpuBackend {
             }
         };
         if let Some((packed, packed_id)) = &packed
-            && self.attention_merges_reduce()
+            && packs_itself
             && let Some((counts, counts_id)) =
                 self.scratch_buffer(|s| &mut s.block_counts, width / 256)
         {
