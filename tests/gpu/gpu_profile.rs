@@ -70,7 +70,8 @@ fn profile_counts_what_a_decode_step_records() {
     let Some((mf, model)) = tiny() else { return };
     let prompt = prompt(&mf);
     let steps = 5u64;
-    let mut s = Session::new(&model, prompt.len() + steps as usize + 1).unwrap();
+    // Room for the span check's retries below (5 steps each).
+    let mut s = Session::new(&model, prompt.len() + 3 * steps as usize + 1).unwrap();
     let mut t = argmax(s.prefill(&prompt).unwrap());
     let b = &model.backend;
     b.set_profiling(true);
@@ -114,18 +115,38 @@ fn profile_counts_what_a_decode_step_records() {
     assert!(p.ops.iter().any(|o| o.time.as_nanos() > 0), "{:?}", p.ops);
     // Vulkan writes timestamps between the dispatches of a pass, each when the work before it is
     // done: the dispatches' times add up to the GPU's span of each submit, less the moments
-    // between one's end and the next one's start.
-    let span = p
-        .counters
-        .iter()
-        .find(|c| c.0.starts_with("GPU µs from each submit"));
-    if b.describe().contains("Vulkan") {
-        let span = span.expect("timestamps inside the pass").1 as f64;
+    // between one's end and the next one's start. On a software adapter those moments are its
+    // worker thread's, which a loaded machine (CI runs the tests side by side on 2 cores) can
+    // preempt between two timestamps (once 0.89 of the span): a shortfall is measured again, up
+    // to twice, over 5 more steps. Timestamps in the wrong places (overlapping times, dispatches
+    // left untimed) miss on every try.
+    if !b.describe().contains("Vulkan") {
+        return;
+    }
+    let mut p = p;
+    for tries in 1.. {
+        let span = p
+            .counters
+            .iter()
+            .find(|c| c.0.starts_with("GPU µs from each submit"))
+            .expect("timestamps inside the pass")
+            .1 as f64;
         let sum: f64 = p.ops.iter().map(|o| o.time.as_secs_f64() * 1e6).sum();
+        let dispatches = p.ops.iter().map(|o| o.calls).sum::<u64>() as f64;
+        let within = sum <= span + dispatches && sum >= 0.9 * span;
         assert!(
-            sum <= span + dispatches as f64 && sum >= 0.9 * span,
-            "dispatches {sum} µs against the submits' span {span} µs"
+            within || (tries < 3 && sum <= span + dispatches),
+            "dispatches {sum} µs against the submits' span {span} µs (try {tries})"
         );
+        if within {
+            break;
+        }
+        b.set_profiling(true);
+        for _ in 0..steps {
+            t = argmax(s.decode(t).unwrap());
+        }
+        p = b.profile().unwrap();
+        b.set_profiling(false);
     }
 }
 
