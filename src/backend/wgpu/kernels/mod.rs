@@ -255,9 +255,10 @@ pub fn with_gated_packing(mut k: Kernel) -> Kernel {
 }
 
 /// `k` (a `matvec_blocks_kernel` over one weight, in workgroups of 64, 128 or 256: multiples
-/// of 64 that divide `NORM_WG`) followed by the residual add of its output and the next block's input norm, as
-/// `add_rms_norm_kernel(true)` would run after it: five bindings more, the residual stream, the
-/// norm's weight, its output, a completion count and the output's packed Q8_K blocks
+/// of 64 that divide `NORM_WG`) followed by the residual add of its output and the next block's
+/// input norm, as `add_rms_norm_kernel(true)` would run after it: five bindings more, the
+/// residual stream, the norm's weight, its output, a completion count and the output's packed
+/// Q8_K blocks
 /// (matvec_rows.wgsl `NORM_ADD`).
 // Audited: `norm_completes` is written by invocation 0 before the uniform load that reads it, and
 // the partial sums and blocks' maxima are written (every one read) before the barriers that
